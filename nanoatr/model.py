@@ -1,0 +1,310 @@
+"""Qwen3 from scratch: RMSNorm, RoPE, grouped-query attention with per-head q/k norm, SwiGLU, a KV cache.
+
+Parameter names mirror transformers' Qwen3ForCausalLM (`model.layers.0.self_attn.q_proj.weight`, ...)
+so that a Hugging Face checkpoint loads with a plain `load_state_dict`, and LoRA adapters made by peft
+on our modules carry the same keys as adapters made on transformers' model.
+"""
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+
+class ModelError(ValueError):
+    """A checkpoint directory that cannot be loaded; the message is one line for the user."""
+
+
+@dataclass
+class Qwen3Config:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    max_position_embeddings: int = 40960
+
+    @classmethod
+    def from_hf(cls, d: dict) -> "Qwen3Config":
+        """Read a transformers config.json dict (4.x writes `rope_theta`, 5.x `rope_parameters`)."""
+        if d.get("model_type") != "qwen3":
+            raise ModelError(f"config.json has model_type {d.get('model_type')!r}; nanoatr runs 'qwen3' models")
+        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+        if rope.get("rope_type", rope.get("type", "default")) != "default":
+            raise ModelError(f"rope type {rope.get('rope_type', rope.get('type'))!r} is not supported (only default RoPE)")
+        theta = rope.get("rope_theta", d.get("rope_theta", 1_000_000.0))
+        head_dim = d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]
+        known = {f.name for f in fields(cls)} - {"rope_theta", "head_dim"}
+        try:
+            return cls(**{k: d[k] for k in known if k in d}, rope_theta=float(theta), head_dim=head_dim)
+        except TypeError as e:  # a required field is missing
+            raise ModelError(f"config.json lacks a Qwen3 field: {e}") from None
+
+    def to_hf(self) -> dict:
+        """The config.json that transformers' Qwen3ForCausalLM loads."""
+        d = asdict(self)
+        d["rope_scaling"] = None  # written in the 4.x form, which 5.x still reads
+        return {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu", **d}
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        # Normalise in float32 whatever the activation dtype, as the reference does (bf16 loses the mean).
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_cos_sin(positions, head_dim: int, theta: float, dtype):
+    """cos, sin of shape (B, 1, S, head_dim) for integer positions (B, S)."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    freqs = positions.float()[..., None] * inv_freq  # (B, S, head_dim/2)
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None]  # (B, 1, S, head_dim)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class KVCache:
+    """Keys and values of every layer, preallocated for the whole generation and written in place.
+
+    Slot j of every row holds the token fed at step j (prompt padding included); `valid` says which
+    slots are real, so left-padded prompts of different lengths share one cache.
+    """
+
+    def __init__(self, cfg: Qwen3Config, batch: int, max_len: int, dtype, device):
+        shape = (cfg.num_hidden_layers, batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.valid = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
+        self.length = 0  # slots filled so far
+
+    def update(self, layer: int, k, v):
+        """Write k, v (B, H_kv, S, D) after the filled slots; return the keys and values so far."""
+        end = self.length + k.shape[2]
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.cfg = cfg
+        hd, bias = cfg.head_dim, cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_attention_heads * hd, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_key_value_heads * hd, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_key_value_heads * hd, bias=bias)
+        self.o_proj = nn.Linear(cfg.num_attention_heads * hd, cfg.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)  # Qwen3 normalises each head's q and k before RoPE
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, cache: KVCache | None, layer: int):
+        B, S, _ = x.shape
+        hd = self.cfg.head_dim
+        q = self.q_norm(self.q_proj(x).view(B, S, -1, hd)).transpose(1, 2)  # (B, H, S, D)
+        k = self.k_norm(self.k_proj(x).view(B, S, -1, hd)).transpose(1, 2)  # (B, H_kv, S, D)
+        v = self.v_proj(x).view(B, S, -1, hd).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        # mask None means plain causal attention over unpadded rows: the fast fused path.
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, mask, cache, layer):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+def build_mask(key_valid, q_len: int, offset: int):
+    """Boolean (B, 1, S, K) mask: query i (at slot offset+i) sees valid keys at slots <= its own.
+
+    A query always sees itself, so a padding query never has an empty row (which would give NaN).
+    """
+    K = key_valid.shape[1]
+    q_slot = torch.arange(offset, offset + q_len, device=key_valid.device)[:, None]  # (S, 1)
+    k_slot = torch.arange(K, device=key_valid.device)[None, :]  # (1, K)
+    causal = k_slot <= q_slot
+    return ((causal & key_valid[:, None, :]) | (k_slot == q_slot))[:, None]
+
+
+class Qwen3(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.config = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.gradient_checkpointing = False
+
+    def hidden(self, input_ids, attention_mask=None, position_ids=None, cache: KVCache | None = None):
+        """Final normalised hidden states (B, S, D).
+
+        attention_mask (B, S) marks real tokens (1) and padding (0). Without a cache, positions
+        count real tokens only (cumsum), so a left-padded row gets the positions it has alone.
+        With a cache, the caller passes positions and marks valid slots in `cache.valid`.
+        """
+        B, S = input_ids.shape
+        offset = cache.length if cache is not None else 0
+        if cache is not None:
+            if attention_mask is not None:
+                cache.valid[:, offset:offset + S] = attention_mask.bool()
+            key_valid = cache.valid[:, :offset + S]
+            mask = None if (offset == 0 and key_valid.all()) else build_mask(key_valid, S, offset)
+        elif attention_mask is not None and not attention_mask.bool().all():
+            mask = build_mask(attention_mask.bool(), S, 0)
+        else:
+            mask = None
+        if position_ids is None:
+            if attention_mask is not None and cache is None:
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            else:
+                position_ids = torch.arange(offset, offset + S, device=input_ids.device).expand(B, S)
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
+        for i, block in enumerate(self.model.layers):
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, cos, sin, mask, cache, i, use_reentrant=False)
+            else:
+                x = block(x, cos, sin, mask, cache, i)
+        if cache is not None:
+            cache.length += S
+        return self.model.norm(x)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache: KVCache | None = None):
+        """Logits (B, S, V). Training code should prefer `hidden` + chunked log-probs (see loss.py)."""
+        return self.lm_head(self.hidden(input_ids, attention_mask, position_ids, cache))
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        p = self.lm_head.weight
+        return KVCache(self.config, batch, max_len, p.dtype, p.device)
+
+    @classmethod
+    def from_pretrained(cls, path, dtype=torch.float32, device="cpu") -> "Qwen3":
+        """Load an HF-format directory: config.json plus model.safetensors or a sharded index."""
+        path = Path(path)
+        if not path.is_dir():
+            raise ModelError(f"model directory {str(path)!r} does not exist")
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{path}/config.json is missing: not a Hugging Face model directory")
+        try:
+            cfg = Qwen3Config.from_hf(json.loads((path / "config.json").read_text()))
+        except json.JSONDecodeError as e:
+            raise ModelError(f"{path}/config.json is not valid JSON: {e}") from None
+        state = load_state_dict(path)
+        with torch.device("meta"):
+            model = cls(cfg)
+        if cfg.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        expected = {k for k in model.state_dict() if not (cfg.tie_word_embeddings and k == "lm_head.weight")}
+        missing, unexpected = expected - state.keys(), state.keys() - expected
+        if missing or unexpected:
+            what = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(unexpected)[:3]}"
+            raise ModelError(f"{path}: weights do not match the Qwen3 config ({what})")
+        model.load_state_dict(state, strict=False, assign=True)
+        if cfg.tie_word_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        return model.to(device=device, dtype=dtype)
+
+    def save_pretrained(self, path):
+        """Write config.json and model.safetensors, each atomically (temp file + rename)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        if self.config.tie_word_embeddings:
+            state.pop("lm_head.weight")  # shared with embed_tokens; safetensors refuses aliases
+        atomic_write(path / "model.safetensors", lambda f: save_file(state, f, metadata={"format": "pt"}))
+        atomic_write(path / "config.json", lambda f: Path(f).write_text(json.dumps(self.config.to_hf(), indent=2)))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def load_state_dict(path: Path) -> dict:
+    single, index = path / "model.safetensors", path / "model.safetensors.index.json"
+    if single.is_file():
+        return load_file(single)
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        state = {}
+        for shard in shards:
+            if not (path / shard).is_file():
+                raise ModelError(f"{path}: shard {shard} named in model.safetensors.index.json is missing")
+            state.update(load_file(path / shard))
+        return state
+    raise ModelError(f"{path} has no weights: expected model.safetensors or model.safetensors.index.json")
+
+
+def atomic_write(path: Path, write):
+    """Call write(tmp_path) and rename over `path`, so a crash never leaves a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(str(tmp))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def init_weights(model: Qwen3, std: float = 0.02, seed: int = 0):
+    """Random init for training from scratch (the embedded default's warm-start)."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        if p.dim() == 1:
+            nn.init.ones_(p)  # norm weights
+        else:
+            with torch.no_grad():
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+    # Residual projections scaled down with depth, as in GPT-2, so activations start O(1).
+    for block in model.model.layers:
+        for lin in (block.self_attn.o_proj, block.mlp.down_proj):
+            lin.weight.data.mul_(1 / math.sqrt(2 * model.config.num_hidden_layers))

@@ -1,0 +1,95 @@
+"""Batched sampling with the KV cache: the rollout of GRPO.
+
+Prompts of different lengths are left-padded into one batch, prefilled once, then decoded one token
+per step for every row, writing keys and values in place into a preallocated cache. A row stops at
+its first EOS (which is kept and trained on); later slots are padding with mask 0.
+"""
+from typing import NamedTuple
+
+import torch
+
+
+class Rollout(NamedTuple):
+    tokens: torch.Tensor    # (B, T) sampled completion tokens, pad_id after a row has stopped
+    logprobs: torch.Tensor  # (B, T) log-prob of each sampled token under the sampling distribution
+    mask: torch.Tensor      # (B, T) bool, True for real completion tokens (the EOS included)
+
+
+def left_pad(prompts: list[list[int]], pad_id: int = 0, device="cpu"):
+    """(B, P) token ids and (B, P) bool mask of real tokens, right-aligned."""
+    P = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), P), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(prompts), P, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError("empty prompt: every prompt needs at least one token")
+        ids[i, P - len(p):] = torch.tensor(p)
+        mask[i, P - len(p):] = True
+    return ids.to(device), mask.to(device)
+
+
+def sampling_logprobs(logits, temperature: float):
+    """Log-probs of the distribution tokens are scored under: softmax(logits / T) in float32.
+
+    The trainer scores completions with this same function, so rollout and training agree. Top-k and
+    top-p only restrict which tokens may be drawn; the score is the untruncated tempered distribution
+    (temperature 0 means greedy drawing, scored at T = 1).
+    """
+    t = temperature if temperature > 0 else 1.0
+    return torch.log_softmax(logits.float() / t, dim=-1)
+
+
+def filter_logits(logp, top_k: int, top_p: float):
+    """Set to -inf the log-probs outside the top-k tokens and outside the top-p nucleus."""
+    if top_k > 0 and top_k < logp.shape[-1]:
+        kth = torch.topk(logp, top_k, dim=-1).values[..., -1:]
+        logp = logp.masked_fill(logp < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logp, order = torch.sort(logp, dim=-1, descending=True)
+        probs = sorted_logp.exp()
+        # Drop a token when the tokens strictly more likely already cover top_p; the first always stays.
+        drop = (probs.cumsum(-1) - probs) >= top_p
+        logp = logp.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logp
+
+
+@torch.inference_mode()
+def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
+             top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0) -> Rollout:
+    """Sample a completion for every prompt. Returns Rollout(tokens, logprobs, mask), each (B, T).
+
+    T is at most max_new_tokens; decoding stops early once every row has emitted an EOS.
+    eos_token_id is an int, a list of ints, or None (never stop before the budget).
+    """
+    device = model.lm_head.weight.device
+    ids, prompt_mask = left_pad(prompts, pad_id, device)
+    B, P = ids.shape
+    eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []), device=device)
+    cache = model.new_cache(B, P + max_new_tokens)
+    positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row
+    next_pos = positions[:, -1:] + 1  # (B, 1)
+    logits = model(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)[:, -1]
+
+    tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros(B, max_new_tokens, device=device)
+    mask = torch.zeros(B, max_new_tokens, dtype=torch.bool, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    ones = torch.ones(B, 1, dtype=torch.bool, device=device)
+    T = 0
+    for t in range(max_new_tokens):
+        logp = sampling_logprobs(logits, temperature)  # (B, V)
+        if temperature > 0:
+            probs = filter_logits(logp, top_k, top_p).exp()
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        else:
+            tok = logp.argmax(-1)
+        tokens[:, t] = torch.where(done, pad_id, tok)
+        logprobs[:, t] = torch.where(done, 0.0, logp.gather(-1, tok[:, None]).squeeze(1))
+        mask[:, t] = ~done
+        done = done | torch.isin(tok, eos)
+        T = t + 1
+        if t + 1 == max_new_tokens or bool(done.all()):
+            break
+        logits = model(tokens[:, t:t + 1], attention_mask=ones, position_ids=next_pos, cache=cache)[:, -1]
+        next_pos = next_pos + 1
+    return Rollout(tokens[:, :T], logprobs[:, :T], mask[:, :T])

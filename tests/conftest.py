@@ -1,0 +1,39 @@
+"""Tiny random Qwen3 checkpoints built in-process (no downloads)."""
+import pytest
+import torch
+
+TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+            max_position_embeddings=256)
+
+
+def make_hf_model(tie=False, theta=10000.0, seed=0, **overrides):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(**{**TINY, **overrides}, tie_word_embeddings=tie,
+                      rope_parameters={"rope_type": "default", "rope_theta": theta})
+    model = Qwen3ForCausalLM(cfg).eval()
+    with torch.no_grad():  # HF zero-inits nothing we rely on, but make norms non-trivial
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.fixture(scope="session", params=[False, True], ids=["untied", "tied"])
+def hf_dir(request, tmp_path_factory):
+    """A saved tiny transformers Qwen3ForCausalLM and the model object itself."""
+    model = make_hf_model(tie=request.param)
+    path = tmp_path_factory.mktemp("hf_tied" if request.param else "hf_untied")
+    model.save_pretrained(path)
+    return path, model
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """Our Qwen3 with random weights (float32, eval mode)."""
+    from nanoatr.model import Qwen3, Qwen3Config, init_weights
+    cfg = Qwen3Config(**TINY, rope_theta=10000.0)
+    model = Qwen3(cfg)
+    init_weights(model, std=0.1, seed=1)
+    return model.eval()

@@ -1,0 +1,93 @@
+import pytest
+import torch
+
+from nanoatr.rollout import filter_logits, generate, sampling_logprobs
+
+PROMPTS = [[5, 17, 3, 9, 22, 41, 8], [11, 2], [30, 31, 32, 33]]
+
+
+def greedy_without_cache(model, prompt, n):
+    """Reference: re-run the whole sequence every step, no cache, no padding."""
+    seq = list(prompt)
+    for _ in range(n):
+        with torch.no_grad():
+            seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
+    return seq[len(prompt):]
+
+
+def full_forward_logprobs(model, prompt, completion, temperature):
+    seq = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(seq)[0, len(prompt) - 1:-1]  # the logit at position i scores token i + 1
+    return sampling_logprobs(logits, temperature).gather(-1, torch.tensor(completion)[:, None]).squeeze(1)
+
+
+def test_greedy_with_cache_equals_without(tiny_model):
+    out = generate(tiny_model, PROMPTS, max_new_tokens=12, temperature=0)
+    for i, p in enumerate(PROMPTS):
+        assert out.tokens[i].tolist() == greedy_without_cache(tiny_model, p, 12)
+
+
+def test_each_row_equals_generating_it_alone(tiny_model):
+    batch = generate(tiny_model, PROMPTS, max_new_tokens=10, temperature=0)
+    for i, p in enumerate(PROMPTS):
+        alone = generate(tiny_model, [p], max_new_tokens=10, temperature=0)
+        assert batch.tokens[i].tolist() == alone.tokens[0].tolist()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_equal_one_full_forward(tiny_model, temperature):
+    g = torch.Generator().manual_seed(0)
+    out = generate(tiny_model, PROMPTS, max_new_tokens=9, temperature=temperature, top_k=20, top_p=0.9, generator=g)
+    for i, p in enumerate(PROMPTS):
+        ref = full_forward_logprobs(tiny_model, p, out.tokens[i].tolist(), temperature)
+        assert (out.logprobs[i] - ref).abs().max() <= 1e-4
+
+
+def test_rows_that_stop_are_masked(tiny_model):
+    free = generate(tiny_model, PROMPTS, max_new_tokens=10, temperature=0)
+    eos = int(free.tokens[0, 3])  # make row 0 stop at step 3 (or earlier if the token came sooner)
+    out = generate(tiny_model, PROMPTS, max_new_tokens=10, temperature=0, eos_token_id=eos, pad_id=0)
+    for i in range(len(PROMPTS)):
+        row = out.tokens[i].tolist()
+        if eos in row:
+            stop = row.index(eos)
+            assert out.mask[i, :stop + 1].all(), "the EOS itself is a real, trained token"
+            assert not out.mask[i, stop + 1:].any()
+            assert all(t == 0 for t in row[stop + 1:])
+            assert (out.logprobs[i, stop + 1:] == 0).all()
+        else:
+            assert out.mask[i].all()
+    assert eos in out.tokens[0].tolist()
+
+
+def test_stops_early_when_all_rows_finish(tiny_model):
+    free = generate(tiny_model, [PROMPTS[0]], max_new_tokens=10, temperature=0)
+    out = generate(tiny_model, [PROMPTS[0]], max_new_tokens=10, temperature=0, eos_token_id=int(free.tokens[0, 2]))
+    assert out.tokens.shape[1] <= 3
+
+
+def test_sampling_is_reproducible_with_a_generator(tiny_model):
+    a = generate(tiny_model, PROMPTS, 8, generator=torch.Generator().manual_seed(3))
+    b = generate(tiny_model, PROMPTS, 8, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a.tokens, b.tokens)
+
+
+def test_top_k_and_top_p_filters():
+    logp = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isfinite(filter_logits(logp, 2, 1.0)).tolist() == [[True, True, False, False]]
+    # nucleus 0.8: 0.5 alone < 0.8, 0.5 + 0.3 reaches it, so the first two stay
+    assert torch.isfinite(filter_logits(logp, 0, 0.8)).tolist() == [[True, True, False, False]]
+    assert torch.isfinite(filter_logits(logp, 0, 0.81)).tolist() == [[True, True, True, False]]
+    assert torch.isfinite(filter_logits(logp, 0, 0.01)).tolist() == [[True, False, False, False]]
+
+
+def test_top_k_sampling_never_leaves_the_top_k(tiny_model):
+    out = generate(tiny_model, PROMPTS * 4, 6, top_k=3, generator=torch.Generator().manual_seed(0))
+    # every sampled token was among the 3 most likely under the full forward
+    for i, p in enumerate(PROMPTS * 4):
+        seq = torch.tensor([p + out.tokens[i].tolist()])
+        with torch.no_grad():
+            logits = tiny_model(seq)[0, len(p) - 1:-1]
+        top3 = logits.topk(3, -1).indices
+        assert (top3 == out.tokens[i][:, None]).any(-1).all()
