@@ -1,0 +1,149 @@
+"""Tests for nanoatr.data: every benchmark format, dedup, errors, the AIME25 escape repair.
+
+Run: python -m pytest tests/test_data.py -q
+The rows below copy the real files' shapes (problem texts shortened).
+"""
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nanoatr.data import DataError, Problem, dedupe, load_problems, repair_latex_escapes, save_problems
+
+TEMPLATE = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{}\n\n"
+    'Remember to put your answer on its own line after "Answer:".'
+)
+
+
+def dapo_row(problem, answer):
+    return {
+        "data_source": "math_dapo",
+        "prompt": [{"content": TEMPLATE.format(problem), "role": "user"}],
+        "ability": "MATH",
+        "reward_model": {"ground_truth": answer, "style": "rule-lighteval/MATH_v2"},
+        "extra_info": {"index": 0, "raw_problem": problem, "split": None},
+    }
+
+
+def write(tmp_path, rows, name="data.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def error(path, **kw):
+    with pytest.raises(DataError) as e:
+        load_problems(path, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg
+    return msg
+
+
+def test_aime24_qwen_format_keeps_zero_padding(tmp_path):
+    row = {"id": 68, "problem": "Find $x$.", "solution": "...", "answer": "025", "url": "u", "question": "Find $x$."}
+    assert load_problems(write(tmp_path, [row])) == [Problem("Find $x$.", "025")]
+
+
+def test_amc23_float_answer_becomes_str(tmp_path):
+    rows = [{"id": 0, "problem": "Cities?", "answer": 27.0, "url": "u", "question": "Cities?"}, {"problem": "Neg?", "answer": -1.0}]
+    assert [p.answer for p in load_problems(write(tmp_path, rows))] == ["27.0", "-1.0"]
+
+
+def test_question_field_int_answer_and_extra_fields(tmp_path):
+    rows = [{"question": "Q1", "answer": 70, "id": "x"}, {"problem": "", "question": "Q2", "answer": "5"}]
+    assert load_problems(write(tmp_path, rows)) == [Problem("Q1", "70"), Problem("Q2", "5")]
+
+
+def test_dapo_format_keeps_messages_and_dedupes(tmp_path):
+    rows = [dapo_row("P1", "45")] * 32 + [dapo_row("P2", "-3")] * 32 + [dapo_row("P1", "45")]
+    path = write(tmp_path, rows)
+    problems = load_problems(path)
+    assert [p.answer for p in problems] == ["45", "-3"]
+    assert problems[0].question == TEMPLATE.format("P1")
+    assert problems[0].messages == [{"content": TEMPLATE.format("P1"), "role": "user"}]
+    everything = load_problems(path, dedupe=False)
+    assert len(everything) == 65
+    assert dedupe(everything) == (problems, 63)
+
+
+def test_limit_counts_unique_problems_and_stops_reading(tmp_path):
+    rows = [{"problem": "A", "answer": "1"}] * 3 + [{"problem": "B", "answer": "2"}, "{broken"]
+    path = write(tmp_path, rows)
+    assert [p.question for p in load_problems(path, limit=2)] == ["A", "B"]  # never reaches the broken line
+    assert len(load_problems(path, limit=2, dedupe=False)) == 2
+    assert load_problems(path, limit=0) == []
+
+
+def test_blank_lines_skipped_and_line_numbers_stay_true(tmp_path):
+    path = write(tmp_path, [{"problem": "A", "answer": "1"}, "", "   ", '{"problem": "B", "answer": '])
+    assert error(path) == f"{path}:4: invalid JSON: Expecting value (column 27)"
+
+
+def test_json_list_file(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps([{"problem": "A", "answer": 1}, dapo_row("B", "2")]))
+    assert [(p.answer, p.messages is None) for p in load_problems(path)] == [("1", True), ("2", False)]
+
+
+def test_error_messages_name_file_and_line(tmp_path):
+    assert error(tmp_path / "nope.jsonl") == f"{tmp_path / 'nope.jsonl'}: file not found"
+    assert error(tmp_path / "nope.jsonl", limit=0).endswith("file not found")
+    path = write(tmp_path, [{"problem": "A", "answer": "1"}, {"problem": "B", "answer": "2"}, {"foo": 1, "bar": 2}])
+    assert error(path) == (
+        f"{path}:3: cannot tell the format: found fields ['foo', 'bar']; expected 'problem'/'question'"
+        " + 'answer', or DAPO 'prompt' + 'reward_model.ground_truth'"
+    )
+    assert "empty" in error(write(tmp_path, [], "empty.jsonl"))
+    assert "empty" in error(write(tmp_path, ["", "  "], "blank.jsonl"))
+
+
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        ({"problem": "A"}, ":1: missing answer"),
+        ({"problem": "A", "answer": None}, ":1: missing answer"),
+        ({"problem": "A", "answer": "  "}, ":1: empty answer"),
+        ({"problem": "A", "answer": True}, ":1: the answer must be a string or a number"),
+        ({"problem": "  ", "answer": "1"}, ":1: 'problem' must be non-empty text"),
+        ({"prompt": [], "reward_model": {"ground_truth": "1"}}, ":1: DAPO 'prompt' must be a list of chat messages"),
+        ({"prompt": [{"role": "user", "content": "A"}], "reward_model": {}}, ":1: missing answer"),
+        ([1, 2], ":1: expected a JSON object per row, found list"),
+    ],
+)
+def test_bad_rows(tmp_path, row, expected):
+    path = write(tmp_path, [row])
+    assert error(path).startswith(f"{path}{expected}")
+
+
+def test_repair_form_feed_and_tab_escapes():
+    # what json.loads makes of the broken AIME25 rows: "\frac" -> form feed + "rac"
+    broken = json.loads(r'{"p": "$\frac{1}{2}$ in $\triangle ABC$, $a \times b$, $\right)$"}')["p"]
+    assert "\x0c" in broken and "\t" in broken
+    assert repair_latex_escapes(broken) == r"$\frac{1}{2}$ in $\triangle ABC$, $a \times b$, $\right)$"
+    # real whitespace is kept: a tab before a space/capital/digit, CRLF, newline + letter
+    assert repair_latex_escapes("a\t1\tB\t x\r\ny\nneq") == "a\t1\tB\t x\r\ny\nneq"
+
+
+def test_loader_repairs_question_answer_and_messages(tmp_path):
+    path = tmp_path / "aime25.jsonl"
+    # written by hand with single backslashes, as the upstream file was
+    path.write_text('{"problem": "Find $\\frac{1}{2}$ of $\\triangle$.", "answer": "\\frac{3}{4}"}\n'
+                    '{"prompt": [{"role": "user", "content": "$\\frac12$"}], "reward_model": {"ground_truth": "1"}}\n')
+    first, second = load_problems(path)
+    assert first == Problem(r"Find $\frac{1}{2}$ of $\triangle$.", r"\frac{3}{4}")
+    assert second.question == second.messages[0]["content"] == r"$\frac12$"
+
+
+text = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1).filter(str.strip)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(text, text), min_size=1, max_size=5))
+def test_save_load_round_trip(tmp_path_factory, pairs):
+    path = tmp_path_factory.mktemp("rt") / "sub" / "p.jsonl"
+    problems = [Problem(q, a) for q, a in pairs]
+    save_problems(path, problems)
+    assert load_problems(path, dedupe=False) == problems
