@@ -161,7 +161,8 @@ def _parse_dapo(row: dict, where: str) -> Problem:
     )
     users = [m["content"] for m in prompt if m["role"] == "user"] if ok else []
     if not users:
-        raise DataError(f"{where}: DAPO 'prompt' must be a list of chat messages with 'role' and 'content', one from the user")
+        raise DataError(f"{where}: DAPO 'prompt' must be a list of chat messages with 'role' and 'content',"
+                        " one of them from the user")
     messages = [{**m, "content": repair_latex_escapes(m["content"])} for m in prompt]
     return Problem(_text(users[-1], where, "prompt"), answer, messages)
 

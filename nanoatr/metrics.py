@@ -54,6 +54,8 @@ def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int], percent: bo
 
 def default_ks(n: int) -> list[int]:
     """K values for a Pass@K-vs-K curve from n samples: 1, 2, 4, ... up to n, and n itself."""
+    if n < 1:
+        raise ValueError(f"need at least one sample per problem, got {n}")
     ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
     return ks if ks[-1] == n else ks + [n]
 

@@ -48,7 +48,8 @@ def test_aime24_qwen_format_keeps_zero_padding(tmp_path):
 
 
 def test_amc23_float_answer_becomes_str(tmp_path):
-    rows = [{"id": 0, "problem": "Cities?", "answer": 27.0, "url": "u", "question": "Cities?"}, {"problem": "Neg?", "answer": -1.0}]
+    rows = [{"id": 0, "problem": "Cities?", "answer": 27.0, "url": "u", "question": "Cities?"},
+            {"problem": "Neg?", "answer": -1.0}]
     assert [p.answer for p in load_problems(write(tmp_path, rows))] == ["27.0", "-1.0"]
 
 
