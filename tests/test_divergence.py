@@ -1,0 +1,147 @@
+"""KL estimators, Lambert W and the ratio ranges of divergence constraints (Theorem 4.2).
+
+    python -m pytest tests/test_divergence.py -q
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nanoatr import divergence as d
+
+# Reference values (clip_methods.md §V.1: mpmath.lambertw, cross-checked by bisection).
+KL3_TABLE = {
+    0.01: (0.865165, 1.148165),
+    0.02: (0.813105, 1.213550),
+    0.05: (0.716189, 1.350403),
+    0.07: (0.670972, 1.422217),
+    0.1: (0.616817, 1.516221),
+}
+DELTAS = np.geomspace(1e-4, 2.0, 60).tolist()
+
+
+def kl3_value(w):
+    return w - 1 - math.log(w)
+
+
+def test_theorem_4_2_paper_numbers():
+    lo, hi = d.kl3_ratio_range(0.07)
+    assert (round(lo, 3), round(hi, 3)) == (0.671, 1.422)
+
+
+@pytest.mark.parametrize("delta", sorted(KL3_TABLE))
+def test_kl3_range_matches_reference_table(delta):
+    lo, hi = d.kl3_ratio_range(delta)
+    assert lo == pytest.approx(KL3_TABLE[delta][0], abs=1e-6)
+    assert hi == pytest.approx(KL3_TABLE[delta][1], abs=1e-6)
+
+
+@pytest.mark.parametrize("delta", DELTAS)
+def test_kl3_range_ends_have_kl3_delta_and_are_asymmetric(delta):
+    lo, hi = d.kl3_ratio_range(delta)
+    assert abs(kl3_value(lo) - delta) < 1e-9 and abs(kl3_value(hi) - delta) < 1e-9
+    assert 0 < lo < 1 < hi
+    assert 1 - lo < hi - 1  # Theorem 4.2 (2): wider above 1
+
+
+@given(st.floats(1e-3, 1.0), st.floats(1e-3, 8.0))
+@settings(max_examples=200, deadline=None)
+def test_kl3_constraint_is_exactly_the_ratio_range(delta, w):
+    lo, hi = d.kl3_ratio_range(delta)
+    if min(abs(w - lo), abs(w - hi)) > 1e-9:  # away from the ends, where rounding decides
+        assert (kl3_value(w) <= delta) == (lo <= w <= hi)
+
+
+def test_lambert_w_known_values():
+    omega = 0.5671432904097838  # W_0(1), the omega constant
+    assert d.lambert_w(1.0) == pytest.approx(omega, abs=1e-15)
+    assert d.lambert_w(math.e) == pytest.approx(1.0, abs=1e-15)
+    assert d.lambert_w(0.0) == 0.0
+    assert d.lambert_w(-1 / math.e, 0) == pytest.approx(-1.0, abs=1e-7)
+    assert d.lambert_w(-1 / math.e, -1) == pytest.approx(-1.0, abs=1e-7)
+    # -2 ln 2 * e^(-2 ln 2) = -ln2 / 2 = -ln 2 * e^(-ln 2): both branches in closed form
+    z = -math.log(2) / 2
+    assert d.lambert_w(z, 0) == pytest.approx(-math.log(2), abs=1e-14)
+    assert d.lambert_w(z, -1) == pytest.approx(-2 * math.log(2), abs=1e-14)
+
+
+@pytest.mark.parametrize("z", [-0.3678, -0.36, -0.25, -0.1, -1e-3, -1e-12, 0.5, 10.0, 1e8])
+def test_lambert_w_inverts_x_exp_x(z):
+    for branch in ([0, -1] if z < 0 else [0]):
+        x = d.lambert_w(z, branch)
+        assert x * math.exp(x) == pytest.approx(z, rel=1e-12, abs=1e-300)
+        assert (x >= -1) if branch == 0 else (x <= -1)
+
+
+def test_lambert_w_rejects_outside_real_domain():
+    with pytest.raises(ValueError):
+        d.lambert_w(-0.5)
+    with pytest.raises(ValueError):
+        d.lambert_w(0.5, -1)
+
+
+def test_kl1_and_kl2_ranges():
+    lo, hi = d.kl1_ratio_range(0.07)
+    assert lo == pytest.approx(math.exp(-0.07)) and hi == math.inf  # k1 = -log w < 0 for every w > 1
+    lo, hi = d.kl2_ratio_range(0.07)
+    assert (lo, hi) == pytest.approx((math.exp(-math.sqrt(0.14)), math.exp(math.sqrt(0.14))))
+    assert 0.5 * math.log(lo) ** 2 == pytest.approx(0.07) and 0.5 * math.log(hi) ** 2 == pytest.approx(0.07)
+
+
+@pytest.mark.parametrize("delta", [1e-4, 0.07, 0.5, 0.99, 1.0, 3.0])
+def test_kl3_is_range_solves_its_constraint(delta):
+    lo, hi = d.kl3_is_ratio_range(delta)
+
+    def h(w):
+        return w * math.log(w) - w + 1 if w > 0 else 1.0
+
+    assert h(hi) == pytest.approx(delta, abs=1e-12)
+    if delta < 1:
+        assert h(lo) == pytest.approx(delta, abs=1e-12) and 0 < lo < 1 < hi
+    else:
+        assert lo == 0.0  # w log w - w + 1 <= 1 everywhere in (0, 1]
+
+
+def test_kl3_is_range_at_paper_delta():
+    assert d.kl3_is_ratio_range(0.07) == pytest.approx((0.649979, 1.396836), abs=1e-6)
+
+
+@pytest.mark.parametrize("fn", [d.kl1_ratio_range, d.kl2_ratio_range, d.kl3_ratio_range, d.kl3_is_ratio_range])
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
+def test_bad_delta_names_the_flag(fn, bad):
+    with pytest.raises(ValueError, match="--delta must be > 0"):
+        fn(bad)
+
+
+def test_estimator_values():
+    w = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    x = w.log()
+    torch.testing.assert_close(d.k1(x), -x)
+    torch.testing.assert_close(d.k2(x), 0.5 * x ** 2)
+    torch.testing.assert_close(d.k3(x), w - 1 - x)
+    torch.testing.assert_close(d.k3_is(x), w * x - (w - 1))
+    torch.testing.assert_close(d.k3_is(x), w * d.k3(-x))  # w * k3(1/w)
+    assert (d.k3(torch.linspace(-5, 5, 101)) >= 0).all()
+
+
+def test_k3_is_accurate_near_one():
+    x = torch.tensor([1e-6], dtype=torch.float32)
+    assert d.k3(x).item() == pytest.approx(0.5e-12, rel=1e-3)  # naive w - 1 - log w would give 0 or noise
+
+
+def test_estimators_are_unbiased_under_pi_old():
+    """Exact expectations over a 50-way categorical (clip_methods.md §V.2 style)."""
+    g = torch.Generator().manual_seed(0)
+    old = torch.softmax(torch.randn(50, generator=g, dtype=torch.float64), 0)
+    new = torch.softmax(old.log() + 0.3 * torch.randn(50, generator=g, dtype=torch.float64), 0)
+    x = (new / old).log()  # log w per action
+    kl_old_new = (old * (old / new).log()).sum()
+    kl_new_old = (new * (new / old).log()).sum()
+    expect = lambda f: (old * f(x)).sum()  # noqa: E731  E_{a ~ pi_old}
+    torch.testing.assert_close(expect(d.k1), kl_old_new)
+    torch.testing.assert_close(expect(d.k3), kl_old_new)
+    torch.testing.assert_close(expect(d.k3_is), kl_new_old)
+    assert expect(d.k2) > kl_old_new  # k2 is biased (upwards here)
