@@ -1,0 +1,68 @@
+"""Group advantages: Dr. GRPO (mean only) and GRPO (mean / std), grouping, dead groups.
+
+    python -m pytest tests/test_advantages.py -q
+"""
+import math
+
+import pytest
+import torch
+
+from nanoatr.advantages import group_advantages
+
+
+def test_dr_grpo_subtracts_the_group_mean():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])  # two groups of 4
+    expected = torch.tensor([0.75, -0.25, -0.25, -0.25, 0.25, 0.25, -0.75, 0.25])
+    torch.testing.assert_close(group_advantages(rewards, 4), expected)
+
+
+def test_grpo_divides_by_the_unbiased_std():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    std = math.sqrt((0.75 ** 2 + 3 * 0.25 ** 2) / 3)  # n - 1 = 3
+    expected = torch.tensor([0.75, -0.25, -0.25, -0.25]) / (std + 1e-6)
+    torch.testing.assert_close(group_advantages(rewards, 4, normalize_std=True), expected)
+
+
+def test_groups_are_consecutive_not_interleaved():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])  # [p0, p0, p1, p1]: both groups are dead
+    assert group_advantages(rewards, 2).eq(0).all()
+    assert group_advantages(rewards, 2, normalize_std=True).eq(0).all()
+
+
+@pytest.mark.parametrize("normalize_std", [False, True])
+@pytest.mark.parametrize("value", [0.0, 1.0, 0.1, 1 / 3, 1234.567])
+def test_equal_rewards_give_exactly_zero(value, normalize_std):
+    # 0.1 and 1/3 are not representable: the mean of 7 float32 copies leaves a rounding residue
+    rewards = torch.full((7,), value, dtype=torch.float32)
+    out = group_advantages(torch.cat([rewards, torch.tensor([0.0, 1, 0, 1, 0, 1, 0])]), 7, normalize_std)
+    assert torch.equal(out[:7], torch.zeros(7))
+    assert out[7:].abs().sum() > 0 and torch.isfinite(out).all()
+
+
+def test_fp32_residue_is_not_amplified():
+    rewards = torch.full((4,), 0.1)
+    rewards[2] = torch.nextafter(rewards[2], torch.tensor(1.0))  # one ulp apart: std ~4e-9
+    assert torch.equal(group_advantages(rewards, 4, normalize_std=True), torch.zeros(4))
+
+
+def test_bool_and_int_rewards_become_float32():
+    out = group_advantages(torch.tensor([True, False, False, False]), 4)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.tensor([0.75, -0.25, -0.25, -0.25]))
+    assert group_advantages(torch.tensor([1.0, 0.0], dtype=torch.float64), 2).dtype == torch.float64
+
+
+def test_advantages_sum_to_zero_per_group():
+    rewards = torch.rand(6 * 8, generator=torch.Generator().manual_seed(0))
+    for normalize_std in (False, True):
+        out = group_advantages(rewards, 8, normalize_std).view(6, 8)
+        torch.testing.assert_close(out.sum(-1), torch.zeros(6), atol=1e-5, rtol=0)
+
+
+def test_bad_layout_raises():
+    with pytest.raises(ValueError, match="not a multiple of group_size 4"):
+        group_advantages(torch.zeros(10), 4)
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        group_advantages(torch.zeros(4), 1)
+    with pytest.raises(ValueError, match="1-D"):
+        group_advantages(torch.zeros(2, 4), 4)
