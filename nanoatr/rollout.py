@@ -93,3 +93,21 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
         logits = model(tokens[:, t:t + 1], attention_mask=ones, position_ids=next_pos, cache=cache)[:, -1]
         next_pos = next_pos + 1
     return Rollout(tokens[:, :T], logprobs[:, :T], mask[:, :T])
+
+
+def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entropy: bool = False):
+    """Log-probs (B, T) of completion tokens under the current policy, and optionally entropies.
+
+    One forward over [left-padded prompt | completion]; the hidden state at position i scores token
+    i + 1, so the last prompt position scores the first completion token. Log-softmax over the
+    vocabulary runs chunk by chunk (loss.token_logprobs), never as a full (B, T, V) tensor.
+    """
+    from nanoatr.loss import token_logprobs
+    P, T = prompt_ids.shape[1], tokens.shape[1]
+    ids = torch.cat([prompt_ids, tokens], dim=1)
+    # Completion slots after a row's EOS hold padding; attending to it cannot change earlier
+    # positions (causal), so every completion slot is marked real here.
+    mask = torch.cat([prompt_mask, torch.ones_like(tokens, dtype=torch.bool)], dim=1)
+    hidden = model.hidden(ids[:, :-1], attention_mask=mask[:, :-1])[:, P - 1:]  # (B, T, D)
+    t = temperature if temperature > 0 else 1.0
+    return token_logprobs(hidden, model.lm_head.weight, tokens, temperature=t, with_entropy=with_entropy)

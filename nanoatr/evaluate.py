@@ -1,0 +1,63 @@
+"""Sample n completions per problem, grade them, and summarise as Mean@k / Pass@k.
+
+Shared by eval.py, the periodic evaluation in train.py and the warm-start script, so that every
+number in the logs and the README comes from the same code path.
+"""
+import time
+
+import torch
+from tqdm import tqdm
+
+from nanoatr.metrics import summarize
+from nanoatr.rollout import generate
+from nanoatr.tokenizer import encode_prompts
+from nanoatr.verifier import verify
+
+
+def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int, temperature: float = 1.0,
+                     top_p: float = 1.0, top_k: int = 0, stop_ids=None, batch_size: int = 256, seed: int = 0,
+                     prompt_kw: dict | None = None, progress: bool = True, skip=frozenset()):
+    """Yield one dict per completion: problem_id, sample, completion, gold, correct, length, truncated.
+
+    Work is flattened to (problem, sample) pairs and run in batches; `skip` holds pairs already done
+    (eval.py --resume). Sampling is seeded per batch, so results do not depend on what ran before.
+    """
+    stop_ids = stop_ids if stop_ids is not None else [tokenizer.eos_token_id]
+    prompts = encode_prompts(tokenizer, problems, **(prompt_kw or {}))
+    todo = [(i, j) for i in range(len(problems)) for j in range(n) if (i, j) not in skip]
+    was_training = model.training
+    model.eval()
+    bar = tqdm(total=len(todo), desc="sampling", unit="compl", disable=not progress, leave=False)
+    try:
+        for start in range(0, len(todo), batch_size):
+            pairs = todo[start:start + batch_size]
+            g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed * 1_000_003 + start)
+            out = generate(model, [prompts[i] for i, _ in pairs], max_new_tokens, temperature=temperature,
+                           top_p=top_p, top_k=top_k, eos_token_id=stop_ids, generator=g,
+                           pad_id=tokenizer.pad_token_id or 0)
+            lengths = out.mask.sum(-1).tolist()
+            for (i, j), toks, length in zip(pairs, out.tokens.tolist(), lengths):
+                text = tokenizer.decode(toks[:length], skip_special_tokens=True)
+                stopped = length > 0 and toks[length - 1] in stop_ids
+                yield {"problem_id": i, "sample": j, "completion": text, "gold": problems[i].answer,
+                       "correct": bool(verify(text, problems[i].answer)), "length": length,
+                       "truncated": not stopped}
+            bar.update(len(pairs))
+    finally:
+        bar.close()
+        model.train(was_training)
+
+
+def evaluate(model, tokenizer, problems, k: int = 8, n: int | None = None, **kw) -> tuple[dict, list[dict]]:
+    """Mean@k and Pass@k in percent from n >= k samples per problem; returns (summary, rows)."""
+    n = n or k
+    t0 = time.perf_counter()
+    rows = list(sample_and_grade(model, tokenizer, problems, n, **kw))
+    verdicts = [[False] * n for _ in problems]
+    for r in rows:
+        verdicts[r["problem_id"]][r["sample"]] = r["correct"]
+    summary = summarize(verdicts, [k])
+    summary["completion_len"] = sum(r["length"] for r in rows) / max(len(rows), 1)
+    summary["truncated"] = sum(r["truncated"] for r in rows) / max(len(rows), 1)
+    summary["seconds"] = time.perf_counter() - t0
+    return summary, rows
