@@ -1,0 +1,194 @@
+"""Mean@k and Pass@k of a model on benchmark files, as in the paper's Table 2.
+
+    python eval.py              # the embedded default: tiny-qwen3 on held-out arithmetic
+    python eval.py --model runs/kl3-.../checkpoint --data amc23.jsonl aime24.jsonl aime25.jsonl \\
+        --k 8 --temperature 0.3 --top-p 0.95 --max-new-tokens 8192     # the paper's setting
+
+Every problem gets n >= k samples. Mean@k is the mean accuracy over all n samples; Pass@k is the
+unbiased estimate from n samples of the chance that one of k is correct (nanoatr.metrics). Every
+completion is appended to --out with its verdict as soon as its batch is graded, so an interrupted
+evaluation keeps its work and `--resume --out FILE` samples only what is missing.
+"""
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nanoatr.config import arg, die, parse
+from nanoatr.data import DataError, load_problems
+from nanoatr.evaluate import sample_and_grade
+from nanoatr.metrics import summarize, verdicts_by_problem
+from nanoatr.model import ModelError, Qwen3
+from nanoatr.tokenizer import TokenizerError, load_tokenizer, stop_token_ids
+
+
+@dataclass
+class EvalConfig:
+    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
+                     "a run's checkpoint/ directory works as is")
+    adapter: str | None = arg(None, "LoRA adapter directory applied on top of --model (not supported yet)")
+    data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (jsonl: problem/answer or DAPO "
+                          "format); each is one column of the table, named by its file stem")
+    k: int = arg(8, "k of Mean@k and Pass@k")
+    n: int = arg(0, "samples per problem, n >= k (0 = k); more samples give a lower-variance Pass@k")
+    temperature: float = arg(1.0, "sampling temperature (0 = greedy); the paper evaluates at 0.3, the "
+                             "embedded default was trained and is evaluated at 1.0")
+    top_p: float = arg(1.0, "nucleus sampling; the paper evaluates at 0.95")
+    top_k: int = arg(0, "top-k sampling (0 = off)")
+    max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
+                              "math models need thousands)")
+    out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
+                   "(default: runs/eval/<model name>-<time>.jsonl)")
+    resume: bool = arg(False, "continue --out: skip the (benchmark, problem, sample) triples already in it")
+    batch_size: int = arg(64, "completions sampled together")
+    seed: int = arg(0, "sampling seed")
+    limit: int = arg(0, "use only the first N problems of each file (0 = all)")
+    system_prompt: str | None = arg(None, "system message for chat-template models")
+    prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
+                               "template (default: the chat template when the tokenizer has one)")
+    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the template's own)")
+
+
+def check(cfg: EvalConfig) -> str | None:
+    """The first thing wrong with the flags, as one line, or None."""
+    if cfg.adapter:  # peft wrapping of our Qwen3 lands in nanoatr/lora.py; until then, refuse loudly
+        return "LoRA adapters are not supported yet"
+    n = cfg.n or cfg.k
+    for name in ("k", "max_new_tokens", "batch_size"):
+        if getattr(cfg, name) < 1:
+            return f"--{name.replace('_', '-')} must be >= 1 (got {getattr(cfg, name)})"
+    if n < cfg.k:
+        return f"--n {n} is smaller than --k {cfg.k}: Pass@k needs at least k samples per problem"
+    if cfg.limit < 0:
+        return f"--limit must be >= 0 (got {cfg.limit})"
+    if cfg.temperature < 0:
+        return f"--temperature must be >= 0 (got {cfg.temperature})"
+    if not 0 < cfg.top_p <= 1:
+        return f"--top-p must be in (0, 1] (got {cfg.top_p})"
+    if cfg.prompt_template is not None:
+        try:
+            cfg.prompt_template.format(question="")
+        except (KeyError, IndexError, ValueError) as e:
+            return f"--prompt-template must be a format string whose only field is {{question}} ({e!r})"
+        if "{question}" not in cfg.prompt_template:
+            return "--prompt-template needs a {question} field"
+    stems = [Path(f).stem for f in cfg.data]
+    if len(set(stems)) < len(stems):
+        return f"two --data files share a name ({stems}): rows are keyed by file stem"
+    if cfg.resume and not cfg.out:
+        return "--resume needs --out FILE (the evaluation to continue)"
+    if cfg.out and Path(cfg.out).exists() and not cfg.resume:
+        return f"{cfg.out} already exists: pass --resume to continue it, or another --out"
+    return None
+
+
+def model_name(model_dir: str) -> str:
+    """The directory's name; a run's checkpoint/ is named after its run."""
+    path = Path(model_dir).resolve()
+    return path.parent.name if path.name in ("checkpoint", "checkpoint.old") else path.name
+
+
+def default_out(model_dir: str) -> Path:
+    # Not inside the model directory: a run's checkpoint/ is replaced wholesale at every save.
+    return Path("runs/eval") / f"{model_name(model_dir)}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+
+
+def read_done(path: Path) -> list[dict]:
+    """Rows already in an output file. A torn last line (killed mid-write) is cut off the file."""
+    if not path.exists():
+        return []
+    rows, good_bytes = [], 0
+    with open(path, "rb") as f:
+        lines = f.readlines()
+    for lineno, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+            key = (row["benchmark"], row["problem_id"], row["sample"], row["correct"])
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            if lineno == len(lines) and not line.endswith(b"\n"):
+                with open(path, "r+b") as f:
+                    f.truncate(good_bytes)
+                break
+            die(f"{path}:{lineno}: not an eval.py row (expected JSON with benchmark, problem_id, sample, correct)")
+        rows.append(row)
+        good_bytes += len(line)
+    return rows
+
+
+def benchmark_rows(done: list[dict], name: str, problems, n: int) -> list[dict]:
+    """The rows of one benchmark that fit the current problems and n; refuses rows of other data."""
+    rows = [r for r in done if r["benchmark"] == name and r["problem_id"] < len(problems) and r["sample"] < n]
+    for r in rows:
+        if r.get("gold") != problems[r["problem_id"]].answer:
+            die(f"--resume: row {r['problem_id']}/{r['sample']} of {name} has gold {r.get('gold')!r} but the "
+                f"file's problem {r['problem_id']} has {problems[r['problem_id']].answer!r}: a different data file?")
+    return rows
+
+
+def table(model: str, results: dict[str, dict], k: int) -> str:
+    """The paper's Table 2 layout: per benchmark Mean@k (%) and Pass@k (%), then their average."""
+    avg = {key: sum(r[key] for r in results.values()) / len(results) for key in (f"mean@{k}", f"pass@{k}")}
+    names, cells = list(results) + ["Average"], list(results.values()) + [avg]
+    sub = f"Mean@{k} (%)", f"Pass@{k} (%)"
+    w = max(len(sub[0]), len(sub[1])) + 2
+    label = max(len("Model"), len(model)) + 2
+    lines = ["Model".ljust(label) + "".join(n[:2 * w - 2].ljust(2 * w) for n in names),
+             " " * label + "".join(f"{sub[0]:>{w}}{sub[1]:>{w}}" for _ in names),
+             model.ljust(label) + "".join(f"{c[f'mean@{k}']:>{w}.2f}{c[f'pass@{k}']:>{w}.2f}" for c in cells)]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def main(argv=None):
+    cfg, _, _ = parse(EvalConfig, argv, __doc__)
+    problem = check(cfg)
+    if problem:
+        die(problem)
+    n = cfg.n or cfg.k
+    try:  # data first: a bad line is reported before minutes of model loading
+        benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None) for f in cfg.data}
+        model = Qwen3.from_pretrained(cfg.model)
+        tok = load_tokenizer(cfg.model)
+    except (DataError, ModelError, TokenizerError) as e:
+        die(str(e))
+    out = Path(cfg.out) if cfg.out else default_out(cfg.model)
+    done = read_done(out) if cfg.resume else []
+    results = {name: benchmark_rows(done, name, problems, n) for name, problems in benchmarks.items()}
+    prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
+    stop_ids = stop_token_ids(tok, cfg.model)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new = 0
+    with open(out, "a", encoding="utf-8") as f:
+        try:
+            for name, problems in benchmarks.items():
+                skip = {(r["problem_id"], r["sample"]) for r in results[name]}
+                if len(skip) == len(problems) * n:
+                    continue
+                print(f"{name}: {len(problems)} problems x {n} samples ({len(skip)} already done)",
+                      file=sys.stderr, flush=True)
+                for row in sample_and_grade(model, tok, problems, n, max_new_tokens=cfg.max_new_tokens,
+                                            temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                                            stop_ids=stop_ids, batch_size=cfg.batch_size,
+                                            seed=cfg.seed, prompt_kw=prompt_kw, skip=skip):
+                    row = {"benchmark": name, **row}
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    f.flush()
+                    results[name].append(row)
+                    new += 1
+        except KeyboardInterrupt:
+            die(f"interrupted; {new} new completions kept in {out} (continue with --resume --out {out})", 130)
+
+    try:
+        summary = {name: summarize(verdicts_by_problem(rows), [cfg.k]) for name, rows in results.items()}
+    except ValueError as e:  # a resumed file with repeated rows
+        die(f"{out}: {e}")
+    print(table(model_name(cfg.model), summary, cfg.k))
+    rows = [r for rs in results.values() for r in rs]
+    print(f"\n{len(rows)} completions ({new} new) in {out}; mean length "
+          f"{sum(r['length'] for r in rows) / len(rows):.1f} tokens, "
+          f"{100 * sum(r['truncated'] for r in rows) / len(rows):.1f}% hit --max-new-tokens")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

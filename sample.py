@@ -1,0 +1,149 @@
+"""Generate from a model directory, printing each token as soon as it is sampled.
+
+    python sample.py "57+38-21"                       # the embedded default continues "57+38-21="
+    python sample.py --temperature 0 --gold 74 "57+38-21"
+    python sample.py --model runs/kl3-.../checkpoint < prompts.txt     # one prompt per line
+
+A prompt goes through the model's chat template (or --prompt-template), exactly as in training and
+eval.py, unless --raw. stdout holds only completions (and --gold verdicts); a header per prompt
+(when several are given) and a length line per completion go to stderr.
+"""
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from nanoatr.config import arg, die, parse
+from nanoatr.data import Problem
+from nanoatr.model import ModelError, Qwen3
+from nanoatr.rollout import filter_logits, sampling_logprobs
+from nanoatr.tokenizer import TokenizerError, format_prompt, load_tokenizer, stop_token_ids
+from nanoatr.verifier import verify
+
+
+@dataclass
+class SampleConfig:
+    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
+                     "a run's checkpoint/ directory works as is")
+    adapter: str | None = arg(None, "LoRA adapter directory applied on top of --model (not supported yet)")
+    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came")
+    temperature: float = arg(1.0, "sampling temperature (0 = greedy)")
+    top_p: float = arg(1.0, "nucleus sampling: draw only from the most likely tokens covering this mass")
+    top_k: int = arg(0, "draw only from the k most likely tokens (0 = off)")
+    seed: int = arg(0, "sampling seed (one generator for all prompts, in order)")
+    gold: str | None = arg(None, "the correct answer: also print the verifier's verdict on each completion")
+    raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template")
+    system_prompt: str | None = arg(None, "system message for chat-template models")
+    prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
+                                      "template (default: the chat template when the tokenizer has one)")
+    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the template's own)")
+
+
+@torch.inference_mode()
+def stream(model, prompt: list[int], max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
+           top_k: int = 0, stop_ids=(), generator=None):
+    """Yield completion token ids one at a time (the stop token included), for a single prompt.
+
+    The batch-of-one case of rollout.generate, token for token: same sampling distribution, same draws
+    from `generator`, so a seeded stream reproduces the rollout of the same prompt.
+    """
+    device = model.lm_head.weight.device
+    ids = torch.tensor([prompt], device=device)  # (1, P)
+    cache = model.new_cache(1, len(prompt) + max_new_tokens)
+    logits = model(ids, attention_mask=torch.ones_like(ids, dtype=torch.bool),
+                   position_ids=torch.arange(len(prompt), device=device)[None], cache=cache)[:, -1]  # (1, V)
+    for t in range(max_new_tokens):
+        logp = sampling_logprobs(logits, temperature)
+        if temperature > 0:
+            tok = torch.multinomial(filter_logits(logp, top_k, top_p).exp(), 1, generator=generator)  # (1, 1)
+        else:
+            tok = logp.argmax(-1, keepdim=True)
+        yield int(tok)
+        if int(tok) in stop_ids or t + 1 == max_new_tokens:
+            return
+        logits = model(tok, attention_mask=torch.ones_like(tok, dtype=torch.bool),
+                       position_ids=torch.tensor([[len(prompt) + t]], device=device), cache=cache)[:, -1]
+
+
+def print_stream(tokenizer, token_ids, out=None) -> tuple[str, list[int]]:
+    """Print the text of each new token as it arrives; returns (whole text, token ids).
+
+    Text is decoded from the whole completion so far and only the new suffix is printed: a character
+    can span several byte-level tokens, and it is held back until its last byte arrives.
+    """
+    out = out or sys.stdout
+    tokens, shown = [], 0
+    for tok in token_ids:
+        tokens.append(tok)
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):  # else an incomplete character: wait for its next byte
+            out.write(text[shown:])
+            out.flush()
+            shown = len(text)
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    out.write(text[shown:])
+    return text, tokens
+
+
+def read_prompts(positional: list[str]):
+    """The positional prompts, else stdin one per line (lazily, so an interactive session answers each)."""
+    if positional:
+        yield from positional
+        return
+    if sys.stdin.isatty():
+        print("reading prompts from stdin, one per line (Ctrl-D to end)", file=sys.stderr)
+    for line in sys.stdin:
+        if line.strip():
+            yield line.rstrip("\n")
+
+
+def prompt_flags(parser):
+    parser.add_argument("prompts", nargs="*", metavar="PROMPT",
+                        help="prompts to complete (default: read stdin, one prompt per line)")
+
+
+def main(argv=None):
+    cfg, extra, _ = parse(SampleConfig, argv, __doc__, prompt_flags)
+    if cfg.adapter:  # peft wrapping of our Qwen3 lands in nanoatr/lora.py; until then, refuse loudly
+        die("LoRA adapters are not supported yet")
+    if cfg.max_new_tokens < 1:
+        die(f"--max-new-tokens must be >= 1 (got {cfg.max_new_tokens})")
+    if cfg.temperature < 0 or not 0 < cfg.top_p <= 1:
+        die(f"need --temperature >= 0 and 0 < --top-p <= 1 (got {cfg.temperature}, {cfg.top_p})")
+    if cfg.prompt_template is not None and "{question}" not in cfg.prompt_template:
+        die("--prompt-template needs a {question} field")
+    try:
+        model = Qwen3.from_pretrained(cfg.model).eval()
+        tok = load_tokenizer(cfg.model)
+    except (ModelError, TokenizerError) as e:
+        die(str(e))
+    stop_ids = stop_token_ids(tok, cfg.model)
+    generator = torch.Generator(device=model.lm_head.weight.device).manual_seed(cfg.seed)
+    prompts = list(extra["prompts"]) if extra["prompts"] else None
+    try:
+        for i, text in enumerate(read_prompts(extra["prompts"])):
+            if prompts and len(prompts) > 1:
+                print(f"[{i + 1}/{len(prompts)}] {text}", file=sys.stderr, flush=True)
+            if not cfg.raw:
+                try:
+                    text = format_prompt(tok, Problem(text, cfg.gold or ""), template=cfg.prompt_template,
+                                         system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
+                except (KeyError, IndexError, ValueError) as e:
+                    die(f"cannot fill --prompt-template: {e!r}")
+            ids = tok.encode(text, add_special_tokens=False)
+            if not ids:
+                die("empty prompt: nothing to continue")
+            completion, tokens = print_stream(tok, stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
+                                                          cfg.top_k, stop_ids, generator))
+            print()
+            stopped = tokens[-1] in stop_ids
+            print(f"({len(tokens)} tokens, {'stopped' if stopped else 'hit --max-new-tokens'})", file=sys.stderr)
+            if cfg.gold is not None:
+                print(f"[gold {cfg.gold}: {'correct' if verify(completion, cfg.gold) else 'wrong'}]", flush=True)
+    except KeyboardInterrupt:
+        print(file=sys.stdout)
+        raise SystemExit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""eval.py end to end on a tiny random model: rows, table numbers, --resume, one-line errors."""
+import json
+
+import pytest
+
+import eval as eval_cli
+from nanoatr.metrics import summarize, verdicts_by_problem
+
+K, N = 2, 3
+PROBLEMS = {"alpha": [("12+34", "46"), ("5*6", "30"), ("70-8", "62")], "beta": [("9+9", "18"), ("11*3", "33")]}
+
+
+def make_model_dir(path):
+    """A complete model directory: the synthetic character tokenizer and a tiny random Qwen3."""
+    from nanoatr import synthetic
+    from nanoatr.model import Qwen3, Qwen3Config, init_weights
+    from nanoatr.tokenizer import load_tokenizer
+    path.mkdir(parents=True, exist_ok=True)
+    synthetic.build_tokenizer().save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps(synthetic.TOKENIZER_CONFIG))
+    cfg = Qwen3Config(vocab_size=len(load_tokenizer(path)), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, rope_theta=10_000.0,
+                      tie_word_embeddings=True)
+    model = Qwen3(cfg)
+    init_weights(model, std=0.3, seed=0)
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_model_dir(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def data(tmp_path):
+    files = []
+    for name, rows in PROBLEMS.items():
+        f = tmp_path / f"{name}.jsonl"
+        f.write_text("".join(json.dumps({"problem": q, "answer": a}) + "\n" for q, a in rows))
+        files.append(str(f))
+    return files
+
+
+@pytest.fixture(autouse=True)
+def mixed_verdicts(monkeypatch):
+    """A random model is never right; grade by completion length so the table has non-trivial numbers."""
+    monkeypatch.setattr("nanoatr.evaluate.verify", lambda completion, gold: len(completion) % 2 == 0)
+
+
+def run(capsys, model_dir, data, out, *more):
+    eval_cli.main(["--model", str(model_dir), "--data", *data, "--k", str(K), "--n", str(N), "--out", str(out),
+                   "--max-new-tokens", "6", "--batch-size", "4", *more])
+    return capsys.readouterr()
+
+
+def rows_of(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_rows_and_table(capsys, model_dir, data, tmp_path):
+    out = tmp_path / "out.jsonl"
+    printed = run(capsys, model_dir, data, out).out
+    rows = rows_of(out)
+    assert len(rows) == N * sum(map(len, PROBLEMS.values()))
+    fields = {"benchmark", "problem_id", "sample", "completion", "gold", "correct", "length", "truncated"}
+    assert all(fields <= r.keys() for r in rows)
+    for name, problems in PROBLEMS.items():
+        mine = [r for r in rows if r["benchmark"] == name]
+        assert sorted((r["problem_id"], r["sample"]) for r in mine) == [(i, j) for i in range(len(problems))
+                                                                        for j in range(N)]
+        assert all(r["gold"] == problems[r["problem_id"]][1] for r in mine)
+        assert all(r["correct"] == (len(r["completion"]) % 2 == 0) for r in mine)
+
+    summaries = [summarize(verdicts_by_problem(r for r in rows if r["benchmark"] == name), [K]) for name in PROBLEMS]
+    expected = [s[key] for s in summaries for key in (f"mean@{K}", f"pass@{K}")]
+    expected += [sum(s[f"mean@{K}"] for s in summaries) / 2, sum(s[f"pass@{K}"] for s in summaries) / 2]
+    lines = printed.splitlines()
+    assert lines[0].split() == ["Model", "alpha", "beta", "Average"]
+    assert lines[1].split() == [f"Mean@{K}", "(%)", f"Pass@{K}", "(%)"] * 3
+    assert lines[2].split() == [model_dir.name] + [f"{v:.2f}" for v in expected]
+
+
+def test_resume_samples_only_what_is_missing(capsys, model_dir, data, tmp_path):
+    full = tmp_path / "full.jsonl"
+    run(capsys, model_dir, data, full)
+    lines = full.read_text().splitlines(keepends=True)
+    partial = tmp_path / "partial.jsonl"
+    kept = lines[:4] + lines[10:12]  # some of each benchmark
+    partial.write_text("".join(kept) + lines[12][:15])  # and a line torn by a kill mid-write
+
+    printed = run(capsys, model_dir, data, partial, "--resume").out
+    rows = rows_of(partial)
+    triples = [(r["benchmark"], r["problem_id"], r["sample"]) for r in rows]
+    assert len(triples) == len(set(triples)) == len(lines)
+    assert partial.read_text().startswith("".join(kept))
+    assert f"({len(lines) - len(kept)} new)" in printed
+
+    run(capsys, model_dir, data, partial, "--resume")  # nothing left to do
+    assert len(rows_of(partial)) == len(lines)
+
+
+@pytest.mark.parametrize("case", ["missing model", "bad data line", "k > n", "adapter", "exists"])
+def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
+    args = {"--model": str(model_dir), "--data": data[0], "--k": str(K), "--out": str(tmp_path / "o.jsonl")}
+    if case == "missing model":
+        args["--model"] = str(tmp_path / "nope")
+    elif case == "bad data line":
+        (tmp_path / "bad.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", \n')
+        args["--data"] = str(tmp_path / "bad.jsonl")
+    elif case == "k > n":
+        args["--n"] = str(K - 1)
+    elif case == "adapter":
+        args["--adapter"] = str(tmp_path)
+    else:
+        (tmp_path / "o.jsonl").write_text("")
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main([x for kv in args.items() for x in kv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("error: ")
+    if case == "adapter":
+        assert "LoRA adapters are not supported yet" in err

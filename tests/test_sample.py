@@ -1,0 +1,95 @@
+"""sample.py: the token stream is rollout.generate's batch-of-one, printed as it is sampled."""
+import json
+
+import pytest
+import torch
+
+import sample
+from nanoatr.data import Problem
+from nanoatr.model import Qwen3
+from nanoatr.rollout import generate
+from nanoatr.tokenizer import format_prompt, load_tokenizer, stop_token_ids
+
+PROMPT = "12+34-5"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from nanoatr import synthetic
+    from nanoatr.model import Qwen3Config, init_weights
+    path = tmp_path_factory.mktemp("tiny")
+    synthetic.build_tokenizer().save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps(synthetic.TOKENIZER_CONFIG))
+    cfg = Qwen3Config(vocab_size=len(load_tokenizer(path)), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, rope_theta=10_000.0,
+                      tie_word_embeddings=True)
+    model = Qwen3(cfg)
+    init_weights(model, std=0.3, seed=0)
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def loaded(model_dir):
+    tok = load_tokenizer(model_dir)
+    return Qwen3.from_pretrained(model_dir).eval(), tok, stop_token_ids(tok, model_dir)
+
+
+def reference(loaded, text, max_new_tokens, temperature=0.0, seed=0, **kw):
+    """rollout.generate's completion (tokens, text) for one prompt."""
+    model, tok, stop_ids = loaded
+    ids = tok.encode(text, add_special_tokens=False)
+    out = generate(model, [ids], max_new_tokens, temperature=temperature, eos_token_id=stop_ids,
+                   generator=torch.Generator().manual_seed(seed), pad_id=tok.pad_token_id, **kw)
+    tokens = out.tokens[0, :int(out.mask[0].sum())].tolist()
+    return tokens, tok.decode(tokens, skip_special_tokens=True)
+
+
+def test_greedy_stream_prints_the_rollout_text(capsys, model_dir, loaded):
+    _, tok, _ = loaded
+    _, text = reference(loaded, format_prompt(tok, Problem(PROMPT, "")), 12)
+    assert text, "the tiny model should say something before EOS for this test to mean anything"
+    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "12", PROMPT])
+    assert capsys.readouterr().out == text + "\n"
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(top_k=5, top_p=0.9)])
+def test_seeded_stream_equals_generate(loaded, kw):
+    model, tok, stop_ids = loaded
+    tokens, _ = reference(loaded, PROMPT, 16, temperature=1.0, seed=3, **kw)
+    streamed = sample.stream(model, tok.encode(PROMPT, add_special_tokens=False), 16, temperature=1.0,
+                             stop_ids=stop_ids, generator=torch.Generator().manual_seed(3), **kw)
+    assert list(streamed) == tokens
+
+
+def test_text_is_written_token_by_token(loaded):
+    model, tok, _ = loaded
+    writes = []
+    out = type("Out", (), {"write": lambda self, s: writes.append(s), "flush": lambda self: None})()
+    ids = tok.encode("1+2=3;4+5=9", add_special_tokens=False)
+    text, tokens = sample.print_stream(tok, iter(ids), out)
+    assert text == "1+2=3;4+5=9" and tokens == ids
+    assert [w for w in writes if w] == list(text)  # one character per token with this tokenizer
+
+
+def test_gold_prints_a_verdict(capsys, monkeypatch, model_dir):
+    seen = []
+    monkeypatch.setattr(sample, "verify", lambda completion, gold: seen.append((completion, gold)) or True)
+    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "8", "--gold", "29",
+                 "--raw", PROMPT + "="])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "[gold 29: correct]"
+    assert seen == [(lines[0], "29")]
+
+
+def test_prompts_from_stdin(capsys, monkeypatch, model_dir):
+    monkeypatch.setattr("sys.stdin", type("In", (), {"isatty": lambda self: False,
+                                                      "__iter__": lambda self: iter(["1+1\n", "\n", "2*3\n"])})())
+    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "4", "--gold", "2"])
+    assert sum(line.startswith("[gold 2: ") for line in capsys.readouterr().out.splitlines()) == 2
+
+
+def test_adapter_is_refused(capsys, model_dir):
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--model", str(model_dir), "--adapter", "x", PROMPT])
+    assert e.value.code == 2 and capsys.readouterr().err == "error: LoRA adapters are not supported yet\n"
