@@ -94,6 +94,9 @@ def default_out(model_dir: str) -> Path:
     return Path("runs/eval") / f"{model_name(model_dir)}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
 
 
+ROW_FIELDS = {"benchmark", "problem_id", "sample", "correct", "gold", "length", "truncated"}
+
+
 def read_done(path: Path) -> list[dict]:
     """Rows already in an output file. A torn last line (killed mid-write) is cut off the file."""
     if not path.exists():
@@ -104,13 +107,14 @@ def read_done(path: Path) -> list[dict]:
     for lineno, line in enumerate(lines, 1):
         try:
             row = json.loads(line)
-            key = (row["benchmark"], row["problem_id"], row["sample"], row["correct"])
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            row = None
+        if not (isinstance(row, dict) and ROW_FIELDS <= row.keys()):
             if lineno == len(lines) and not line.endswith(b"\n"):
                 with open(path, "r+b") as f:
                     f.truncate(good_bytes)
                 break
-            die(f"{path}:{lineno}: not an eval.py row (expected JSON with benchmark, problem_id, sample, correct)")
+            die(f"{path}:{lineno}: not an eval.py row (expected JSON with {', '.join(sorted(ROW_FIELDS))})")
         rows.append(row)
         good_bytes += len(line)
     return rows

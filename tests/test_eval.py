@@ -1,4 +1,6 @@
 """eval.py end to end on a tiny random model: rows, table numbers, --resume, one-line errors."""
+import contextlib
+import io
 import json
 
 import pytest
@@ -32,9 +34,9 @@ def model_dir(tmp_path_factory):
     return make_model_dir(tmp_path_factory.mktemp("tiny"))
 
 
-@pytest.fixture
-def data(tmp_path):
-    files = []
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    files, tmp_path = [], tmp_path_factory.mktemp("data")
     for name, rows in PROBLEMS.items():
         f = tmp_path / f"{name}.jsonl"
         f.write_text("".join(json.dumps({"problem": q, "answer": a}) + "\n" for q, a in rows))
@@ -42,25 +44,35 @@ def data(tmp_path):
     return files
 
 
-@pytest.fixture(autouse=True)
-def mixed_verdicts(monkeypatch):
+@pytest.fixture(scope="module", autouse=True)
+def mixed_verdicts():
     """A random model is never right; grade by completion length so the table has non-trivial numbers."""
-    monkeypatch.setattr("nanoatr.evaluate.verify", lambda completion, gold: len(completion) % 2 == 0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("nanoatr.evaluate.verify", lambda completion, gold: len(completion) % 2 == 0)
+        yield
 
 
-def run(capsys, model_dir, data, out, *more):
+def run(model_dir, data, out, *more):
     eval_cli.main(["--model", str(model_dir), "--data", *data, "--k", str(K), "--n", str(N), "--out", str(out),
                    "--max-new-tokens", "6", "--batch-size", "4", *more])
-    return capsys.readouterr()
+
+
+@pytest.fixture(scope="module")
+def full_run(model_dir, data, tmp_path_factory):
+    """One complete evaluation: (output file, what it printed)."""
+    out = tmp_path_factory.mktemp("full") / "out.jsonl"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        run(model_dir, data, out)
+    return out, printed.getvalue()
 
 
 def rows_of(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_rows_and_table(capsys, model_dir, data, tmp_path):
-    out = tmp_path / "out.jsonl"
-    printed = run(capsys, model_dir, data, out).out
+def test_rows_and_table(model_dir, full_run):
+    out, printed = full_run
     rows = rows_of(out)
     assert len(rows) == N * sum(map(len, PROBLEMS.values()))
     fields = {"benchmark", "problem_id", "sample", "completion", "gold", "correct", "length", "truncated"}
@@ -81,26 +93,25 @@ def test_rows_and_table(capsys, model_dir, data, tmp_path):
     assert lines[2].split() == [model_dir.name] + [f"{v:.2f}" for v in expected]
 
 
-def test_resume_samples_only_what_is_missing(capsys, model_dir, data, tmp_path):
-    full = tmp_path / "full.jsonl"
-    run(capsys, model_dir, data, full)
-    lines = full.read_text().splitlines(keepends=True)
+def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, tmp_path):
+    lines = full_run[0].read_text().splitlines(keepends=True)
     partial = tmp_path / "partial.jsonl"
     kept = lines[:4] + lines[10:12]  # some of each benchmark
     partial.write_text("".join(kept) + lines[12][:15])  # and a line torn by a kill mid-write
 
-    printed = run(capsys, model_dir, data, partial, "--resume").out
+    run(model_dir, data, partial, "--resume")
     rows = rows_of(partial)
     triples = [(r["benchmark"], r["problem_id"], r["sample"]) for r in rows]
     assert len(triples) == len(set(triples)) == len(lines)
     assert partial.read_text().startswith("".join(kept))
-    assert f"({len(lines) - len(kept)} new)" in printed
+    assert f"({len(lines) - len(kept)} new)" in capsys.readouterr().out
 
-    run(capsys, model_dir, data, partial, "--resume")  # nothing left to do
+    run(model_dir, data, partial, "--resume")  # nothing left to do
     assert len(rows_of(partial)) == len(lines)
+    assert "(0 new)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case", ["missing model", "bad data line", "k > n", "adapter", "exists"])
+@pytest.mark.parametrize("case", ["missing model", "bad data line", "k > n", "adapter", "exists", "bad resume file"])
 def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
     args = {"--model": str(model_dir), "--data": data[0], "--k": str(K), "--out": str(tmp_path / "o.jsonl")}
     if case == "missing model":
@@ -112,10 +123,13 @@ def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
         args["--n"] = str(K - 1)
     elif case == "adapter":
         args["--adapter"] = str(tmp_path)
-    else:
+    elif case == "exists":
         (tmp_path / "o.jsonl").write_text("")
+    else:
+        (tmp_path / "o.jsonl").write_text('{"not": "a row"}\n{}\n')
+        args["--resume"] = None
     with pytest.raises(SystemExit) as e:
-        eval_cli.main([x for kv in args.items() for x in kv])
+        eval_cli.main([x for kv in args.items() for x in kv if x is not None])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
