@@ -1,0 +1,349 @@
+"""The per-token surrogate of every --clip method, side by side (the loss is minimised).
+
+Every method is a short function `method(t, **hparams) -> (loss, cut_low, cut_high, extras)`:
+  loss      (B, T) per-token loss; `nanoatr.loss.token_loss` zeroes padding afterwards
+  cut_low   (B, T) bool: tokens whose gradient the method cut because the ratio went too low (A < 0)
+  cut_high  (B, T) bool: ... too high (A > 0 above the region; dual clip's A < 0 above c)
+  extras    method-specific metrics: (B, T) tensors are averaged over valid tokens, (B,) over sequences
+`t` is a `Tokens` tuple of clean tensors: padding holds ratio 1, advantage 0, old log-prob 0.
+
+Two shapes of clipping recur (w = ratio, A = advantage):
+  ratio clip (Eq. 3 + PPO's min):  -min(wA, clip(w, l, u) A)      cut: A>0 & w>u, A<0 & w<l
+  unified clip (Eq. 5 + the min):   -min(wA, clip_C(w) A)          clip_C(w) = w where C holds, else
+                                    the constant w_old = 1, so a token outside C is cut when wA > A,
+                                    i.e. when it moved further the way A pushes it.
+Theorem 4.1: with C = (l <= w <= u) both give the same gradient (their loss values differ: uA vs A).
+kl1 / kl2 / kl3 / kl3-is / kl-full use the unified clip with C = "divergence <= delta".
+
+Sources are named per method; section numbers refer to the paper (arXiv 2602.05494).
+"""
+import math
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from nanoatr import divergence
+
+
+class Tokens(NamedTuple):
+    ratio: Tensor             # (B, T) w = exp(logp - old_logp), carries the gradient
+    log_ratio: Tensor         # (B, T) log w, carries the gradient
+    advantages: Tensor        # (B, T)
+    valid: Tensor             # (B, T) bool, True = real completion token
+    old_logp: Tensor          # (B, T) log pi_old(y_t), detached
+    full_kl: Optional[Tensor]  # (B, T) KL(pi_old || pi_theta) over the vocabulary (kl-full, truly-ppo)
+    noise: Optional[Tensor]    # (B, T) uniform [0, 1) keys for clip-cov's random choice
+
+
+def ratio_clip(ratio: Tensor, advantages: Tensor, lower, upper):
+    """-min(wA, clip(w, lower, upper) A) and its cut sets; bounds are floats or (B, T) tensors."""
+    loss = -torch.minimum(ratio * advantages, torch.clamp(ratio, lower, upper) * advantages)
+    return loss, (advantages < 0) & (ratio < lower), (advantages > 0) & (ratio > upper)
+
+
+def unified_clip(ratio: Tensor, advantages: Tensor, inside: Tensor):
+    """Eq. 5 inside PPO's min: -min(wA, where(C, w, 1) A), with C = `inside` (bool, no gradient)."""
+    clipped = torch.where(inside, ratio, torch.ones_like(ratio))
+    loss = -torch.minimum(ratio * advantages, clipped * advantages)
+    cut = ~inside & (ratio * advantages > advantages)
+    return loss, cut & (ratio < 1), cut & (ratio > 1)
+
+
+def dual_clip_bound(loss: Tensor, t: Tokens, c: float):
+    """Dual clip for A < 0: loss = min(loss, -A c), i.e. the gradient is also cut when w > c."""
+    loss = torch.where(t.advantages < 0, torch.minimum(loss, -t.advantages * c), loss)
+    return loss, (t.advantages < 0) & (t.ratio > c)
+
+
+def centred_cov(t: Tokens) -> Tensor:
+    """cov_t = (A_t - mean A) (logp_t - mean logp) over the batch's valid tokens, no gradient (Cui et al. 2025)."""
+    logp = (t.old_logp + t.log_ratio).detach()
+    n = t.valid.sum().clamp(min=1)
+    mean_adv = torch.where(t.valid, t.advantages, 0.0).sum() / n
+    mean_logp = torch.where(t.valid, logp, 0.0).sum() / n
+    return (t.advantages - mean_adv) * (logp - mean_logp)
+
+
+def rank(keys: Tensor) -> Tensor:
+    """Position of each element in the ascending order of all of `keys` (0 = smallest)."""
+    return keys.flatten().argsort().argsort().view_as(keys)
+
+
+def seq_mean(x: Tensor, valid: Tensor) -> Tensor:
+    """(B, T) -> (B,) mean over each sequence's valid tokens."""
+    return torch.where(valid, x, 0.0).sum(-1) / valid.sum(-1).clamp(min=1)
+
+
+def no_cut(t: Tokens) -> Tensor:
+    return torch.zeros_like(t.valid)
+
+
+# ----------------------------------------------------------------------------
+# Ratio-range methods
+
+def clip(t: Tokens, eps: float):
+    """PPO / GRPO: -min(wA, clip(w, 1-eps, 1+eps) A).
+
+    Schulman et al. 2017 (arXiv 1707.06347); verl core_algos.py::compute_policy_loss_vanilla minus its
+    always-on dual clip (that is --clip dual-clip).  Flags: eps.
+    """
+    return (*ratio_clip(t.ratio, t.advantages, 1 - eps, 1 + eps), {})
+
+
+def clip_higher(t: Tokens, eps_low: float, eps_high: float):
+    """DAPO Clip-Higher: -min(wA, clip(w, 1-eps_low, 1+eps_high) A), a wider band above 1.
+
+    Yu et al. 2025 (arXiv 2503.14476, "eps_low 0.2, eps_high 0.28").  Flags: eps_low, eps_high.
+    """
+    return (*ratio_clip(t.ratio, t.advantages, 1 - eps_low, 1 + eps_high), {})
+
+
+def dual_clip(t: Tokens, eps: float, dual_clip_c: float):
+    """Dual-clip PPO: PPO clip, and for A < 0 also min(., -cA): no gradient once w > c.
+
+    Ye et al. 2020 (arXiv 1912.09729); verl compute_policy_loss_vanilla, clip_ratio_c = 3.
+    Flags: eps, dual_clip_c.
+    """
+    loss, low, high = ratio_clip(t.ratio, t.advantages, 1 - eps, 1 + eps)
+    loss, dual = dual_clip_bound(loss, t, dual_clip_c)
+    return loss, low, high | dual, {"dual_clip_frac": dual}
+
+
+def dynamic(t: Tokens, eps_low: float, eps_high: float, dual_clip_c: float):
+    """DCPO dynamic clipping: bounds from |(w - 1) w q| <= eps with q = pi_old(y_t), then dual clip.
+
+        lower = 0.5 + 0.5 sqrt(max(1 - 4 eps_low / q, 0))
+        upper = min(0.5 + 0.5 sqrt(1 + 4 eps_high / q), max(c, 10))
+    Rare tokens (small q) get a wider band.  When q < 4 eps_low every w in (0, 1] satisfies the
+    constraint, yet the source floors the bound at 0.5; we keep the source's rule.
+    Yang et al. 2025 (arXiv 2509.02333); lime-RL/DCPO core_algos.py::get_clip_low_high,
+    compute_policy_loss_dcpo.  Defaults: the README's eps 0.16 / 0.2 (the paper's values; the run
+    scripts use 0.2 / 0.28) and the scripts' c = 10.  Flags: eps_low, eps_high, dual_clip_c.
+    """
+    q = t.old_logp.exp()
+    lower = 0.5 + 0.5 * torch.sqrt(torch.clamp(1 - 4 * eps_low / q, min=0))
+    upper = torch.clamp(0.5 + 0.5 * torch.sqrt(1 + 4 * eps_high / q), max=max(dual_clip_c, 10.0))
+    loss, low, high = ratio_clip(t.ratio, t.advantages, lower, upper)
+    loss, dual = dual_clip_bound(loss, t, dual_clip_c)
+    return loss, low, high | dual, {"dual_clip_frac": dual}
+
+
+def clip_cov(t: Tokens, eps_low: float, eps_high: float, clip_cov_ratio: float,
+             clip_cov_lb: float, clip_cov_ub: float):
+    """Clip-Cov: PPO clip, plus a random max(1, int(ratio * N)) of the unclipped tokens with
+    lb < cov < ub lose their gradient (loss 0; they still count in the normaliser).
+
+    cov = (A - mean A)(logp - mean logp) over this micro-batch's valid tokens.  The random keys are
+    `t.noise` (drawn outside with the caller's generator, so the compiled loss stays pure).
+    Cui et al. 2025 (arXiv 2505.22617); verl core_algos.py::compute_policy_loss_clip_cov.  Defaults
+    follow the paper's scripts (recipe/dapo/7b_clip_cov.sh): eps 1 / 1 (band [0, 2]), ratio 2e-4,
+    bounds (1, 5).  Flags: eps_low, eps_high, clip_cov_ratio, clip_cov_lb, clip_cov_ub.
+    """
+    loss, low, high = ratio_clip(t.ratio, t.advantages, 1 - eps_low, 1 + eps_high)
+    cov = centred_cov(t)
+    candidates = t.valid & ~(low | high) & (cov > clip_cov_lb) & (cov < clip_cov_ub)
+    n = torch.clamp(torch.floor(clip_cov_ratio * t.valid.sum()), min=1)
+    chosen = candidates & (rank(torch.where(candidates, t.noise, 2.0)) < n)  # n random candidates
+    return torch.where(chosen, 0.0, loss), low, high, {"cov_frac": chosen}
+
+
+def kl_cov(t: Tokens, kl_cov_ratio: float, kl_cov_coef: float):
+    """KL-Cov: no clipping; the top max(1, int(ratio * N)) tokens by cov get a penalty coef * |log w|.
+
+        loss = -wA + coef * |logp - old_logp| * [token in top-k by cov]
+    Cui et al. 2025 (arXiv 2505.22617); verl core_algos.py::compute_policy_loss_kl_cov.  Defaults:
+    the paper's 7B script (k_percent 0.2 % = 2e-3, coef 1); verl's yaml has 2e-4 / 0.1.  On an
+    on-policy step log w = 0 and |.| has zero gradient there, so it is plain policy gradient.
+    Flags: kl_cov_ratio, kl_cov_coef.
+    """
+    cov = centred_cov(t)
+    k = torch.clamp(torch.floor(kl_cov_ratio * t.valid.sum()), min=1)
+    chosen = t.valid & (rank(torch.where(t.valid, -cov, math.inf)) < k)  # the k largest cov
+    loss = -t.ratio * t.advantages + torch.where(chosen, kl_cov_coef * t.log_ratio.abs(), 0.0)
+    return loss, no_cut(t), no_cut(t), {"cov_frac": chosen}
+
+
+def soft_gate(t: Tokens, tau_pos: float, tau_neg: float):
+    """SAPO soft gate: -A * sigmoid(tau (w - 1)) * 4 / tau, tau = tau_pos if A > 0 else tau_neg.
+
+    Never cut: d loss / d log w = -A * 4 s (1 - s) * w with s = sigmoid(tau (w - 1)), which is -A
+    at w = 1 and decays smoothly away from it.  Metric `gate` = mean of 4 s (1 - s).
+    Gao et al. 2025 (arXiv 2511.20347); verl compute_policy_loss_sapo; TRL loss_type="sapo".
+    Flags: tau_pos, tau_neg.
+    """
+    tau = torch.where(t.advantages > 0, tau_pos, tau_neg).to(t.ratio.dtype)
+    s = torch.sigmoid(tau * (t.ratio - 1))
+    loss = -s * (4 / tau) * t.advantages
+    return loss, no_cut(t), no_cut(t), {"gate": (4 * s * (1 - s)).detach()}
+
+
+# ----------------------------------------------------------------------------
+# Divergence constraints in the unified clip (Eq. 5), Table 3 of the paper
+
+def kl1(t: Tokens, delta: float):
+    """C: k1 = -log w <= delta, i.e. w >= exp(-delta).  k1 < 0 whenever w > 1, so increases are
+    never cut: only A < 0 tokens pushed below exp(-delta) lose their gradient (Table 3).  Flags: delta.
+    """
+    return (*unified_clip(t.ratio, t.advantages, divergence.k1(t.log_ratio) <= delta), {})
+
+
+def kl2(t: Tokens, delta: float):
+    """C: k2 = (log w)^2 / 2 <= delta, i.e. |log w| <= sqrt(2 delta) (Table 3).  Flags: delta."""
+    return (*unified_clip(t.ratio, t.advantages, divergence.k2(t.log_ratio) <= delta), {})
+
+
+def kl3(t: Tokens, delta: float):
+    """ATR-GRPO, the paper's method: C: KL3 = w - 1 - log w <= delta (Eq. 6, Sec. 4.2).
+
+    Same gradient as a ratio clip with [l, u] = divergence.kl3_ratio_range(delta) (Theorem 4.2),
+    [0.671, 1.422] at delta = 0.07, but no range is computed: the constraint is checked directly.
+    Flags: delta.
+    """
+    return (*unified_clip(t.ratio, t.advantages, divergence.k3(t.log_ratio) <= delta), {})
+
+
+def kl3_is(t: Tokens, delta: float):
+    """IS-weighted KL3: C: w * k3(1/w) = w log w - (w - 1) <= delta (Table 3).
+
+    The paper does not spell the estimator out.  We take the importance-weighted k3 of the reversed
+    ratio, the unbiased estimate from pi_old samples of KL(pi_theta || pi_old), i.e. of the direction
+    the paper writes in Eq. 4; plain KL3 estimates KL(pi_old || pi_theta).  The other reading,
+    w * k3(w), is not a KL estimator (its mean is chi^2 - KL), so we do not use it.
+    Range at delta = 0.07: [0.650, 1.397] (divergence.kl3_is_ratio_range).  Flags: delta.
+    """
+    return (*unified_clip(t.ratio, t.advantages, divergence.k3_is(t.log_ratio) <= delta), {})
+
+
+def kl_full(t: Tokens, delta: float):
+    """Full KL-guided clipping: C: KL(pi_old(.|s_t) || pi_theta(.|s_t)) <= delta, the exact KL over the
+    vocabulary at the token's position (Eq. 4; Wang et al. 2019, "Full KL-Guided Clipping" in Table 3).
+
+    Needs `full_kl` (B, T), see nanoatr.loss.full_kl; only its value is used (no gradient needed).
+    Direction KL(old || new) as in TRGPPO / Truly PPO code and as KL3 estimates it.  Flags: delta.
+    """
+    return (*unified_clip(t.ratio, t.advantages, t.full_kl <= delta), {"full_kl": t.full_kl.detach()})
+
+
+def truly_ppo(t: Tokens, delta: float, rollback_alpha: float):
+    """Truly PPO (TR-PPO-RB): nothing is cut; where KL >= delta and wA > A the objective rolls back:
+
+        loss = -wA + alpha * KL   if KL(pi_old || pi_theta) >= delta and wA > A,   else -wA
+    so the gradient there is -A dw + alpha dKL.  Needs `full_kl` (B, T) *with* gradient.
+    Wang, He, Tan 2020 (arXiv 1903.07940); TrulyPPO ppo2.py, cliptype kl_klrollback_constant_withratio.
+    Defaults: delta 0.07, the threshold the paper uses for every KL constraint (Truly PPO's own
+    0.03 / 0.0008 were tuned for MuJoCo / Atari), and alpha 5 (TrulyPPO run.py, MuJoCo).
+    Flags: delta, rollback_alpha.
+    """
+    w, A = t.ratio, t.advantages
+    rollback = (t.full_kl >= delta) & (w * A > A)
+    loss = -w * A + torch.where(rollback, rollback_alpha * t.full_kl, 0.0)
+    return loss, no_cut(t), no_cut(t), {"rollback_frac": rollback, "full_kl": t.full_kl.detach()}
+
+
+# ----------------------------------------------------------------------------
+# Sequence-level ratio
+
+def gspo(t: Tokens, eps_low: float, eps_high: float):
+    """GSPO: one ratio per sequence, s = exp(mean_t log w_t) (geometric mean), PPO-clipped:
+
+        loss_i = -min(s A, clip(s, 1-eps_low, 1+eps_high) A), copied onto each valid token,
+    so the whole sequence is cut or kept.  Each copy carries the full sequence gradient; only
+    `seq-mean-token-mean` aggregation gives GSPO's 1/G sum_i loss_i, so policy_loss forces it.
+    Zheng et al. 2025 (arXiv 2507.18071, eps 3e-4 / 4e-4); TRL importance_sampling_level="sequence".
+    Flags: eps_low, eps_high.
+    """
+    s = torch.exp(seq_mean(t.log_ratio, t.valid))[:, None].expand_as(t.ratio)  # (B, T)
+    loss, low, high = ratio_clip(s, t.advantages, 1 - eps_low, 1 + eps_high)
+    return loss, low, high, {"seq_clip_frac": (t.valid & (low | high)).any(-1)}
+
+
+def gspo_token(t: Tokens, eps_low: float, eps_high: float):
+    """GSPO-token: s_t = sg(s) * w_t / sg(w_t), the value of s with the gradient of log w_t:
+
+        loss_t = -min(s_t A_t, clip(s_t, 1-eps_low, 1+eps_high) A_t)
+    With A constant over a sequence, this equals `gspo` in value and gradient (under seq-mean-token-mean,
+    which policy_loss forces); it also accepts per-token advantages.
+    Zheng et al. 2025 (arXiv 2507.18071, Sec. 4.3); verl core_algos.py::compute_policy_loss_gspo.
+    Flags: eps_low, eps_high.
+    """
+    s = torch.exp(seq_mean(t.log_ratio.detach(), t.valid))[:, None] * torch.exp(t.log_ratio - t.log_ratio.detach())
+    loss, low, high = ratio_clip(s, t.advantages, 1 - eps_low, 1 + eps_high)
+    return loss, low, high, {"seq_clip_frac": (t.valid & (low | high)).any(-1)}
+
+
+# ----------------------------------------------------------------------------
+# The table the trainer builds its --clip choices and flags from
+
+METHODS = {
+    "clip": clip, "clip-higher": clip_higher, "dual-clip": dual_clip, "dynamic": dynamic,
+    "clip-cov": clip_cov, "kl-cov": kl_cov, "soft-gate": soft_gate,
+    "kl1": kl1, "kl2": kl2, "kl3": kl3, "kl3-is": kl3_is, "kl-full": kl_full, "truly-ppo": truly_ppo,
+    "gspo": gspo, "gspo-token": gspo_token,
+}
+
+DEFAULTS = {
+    "clip": {"eps": 0.2},
+    "clip-higher": {"eps_low": 0.2, "eps_high": 0.28},
+    "dual-clip": {"eps": 0.2, "dual_clip_c": 3.0},
+    "dynamic": {"eps_low": 0.16, "eps_high": 0.2, "dual_clip_c": 10.0},
+    "clip-cov": {"eps_low": 1.0, "eps_high": 1.0, "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
+    "kl-cov": {"kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0},
+    "soft-gate": {"tau_pos": 1.0, "tau_neg": 1.05},
+    "kl1": {"delta": 0.07},
+    "kl2": {"delta": 0.07},
+    "kl3": {"delta": 0.07},
+    "kl3-is": {"delta": 0.07},
+    "kl-full": {"delta": 0.07},
+    "truly-ppo": {"delta": 0.07, "rollback_alpha": 5.0},
+    "gspo": {"eps_low": 3e-4, "eps_high": 4e-4},
+    "gspo-token": {"eps_low": 3e-4, "eps_high": 4e-4},
+}
+
+NEEDS_FULL_KL = {"kl-full", "truly-ppo"}
+SEQUENCE_LEVEL = {"gspo", "gspo-token"}  # force seq-mean-token-mean aggregation
+RANDOM = {"clip-cov"}                    # need `noise`
+
+# The allowed values of each hyper-parameter: (test, wording for the error message).
+_RULES = {
+    "eps": (lambda v: 0 < v < 1, "in (0, 1)"),
+    "eps_low": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "eps_high": (lambda v: v > 0, "> 0"),
+    "dual_clip_c": (lambda v: v > 1, "> 1"),
+    "delta": (lambda v: v > 0, "> 0"),
+    "tau_pos": (lambda v: v > 0, "> 0"),
+    "tau_neg": (lambda v: v > 0, "> 0"),
+    "clip_cov_ratio": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "clip_cov_lb": (lambda v: True, "a number"),
+    "clip_cov_ub": (lambda v: True, "a number"),
+    "kl_cov_ratio": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "kl_cov_coef": (lambda v: v >= 0, ">= 0"),
+    "rollback_alpha": (lambda v: v >= 0, ">= 0"),
+}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_hparams(method: str, **hparams) -> dict:
+    """Validate a method's hyper-parameters and return them merged over DEFAULTS[method].
+
+    Raises ValueError naming the flag, e.g. "--delta must be > 0 (got -1.0)".
+    """
+    if method not in METHODS:
+        raise ValueError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
+    allowed = DEFAULTS[method]
+    for name in hparams:
+        if name not in allowed:
+            names = ", ".join(flag(k) for k in allowed) or "none"
+            raise ValueError(f"{flag(name)} does not apply to --clip {method} (its flags: {names})")
+    hp = {**allowed, **hparams}
+    for name, value in hp.items():
+        ok, wording = _RULES[name]
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and ok(value)):
+            raise ValueError(f"{flag(name)} must be {wording} (got {value})")
+    if "clip_cov_lb" in hp and not hp["clip_cov_lb"] < hp["clip_cov_ub"]:
+        raise ValueError(f"--clip-cov-lb must be < --clip-cov-ub (got {hp['clip_cov_lb']} and {hp['clip_cov_ub']})")
+    return hp

@@ -1,0 +1,592 @@
+"""Every --clip method's gradient on hand-built tokens, Theorem 4.1, aggregation, compile, chunked log-probs.
+
+    python -m pytest tests/test_loss.py -q
+
+Expected gradients are written out from the formulas (clip_methods.md §V.4 / §V.5 anchors where
+they exist), never computed by the code under test.  Each batch row is a list of ratios w with one
+advantage, plus a padding token whose logp is garbage (inf / nan): it must get zero loss and gradient.
+"""
+import math
+import warnings
+
+import pytest
+import torch
+
+from nanoatr import loss as L
+from nanoatr import methods
+from nanoatr.divergence import kl3_ratio_range
+
+torch.set_default_dtype(torch.float32)
+F64 = torch.float64
+W = [0.5, 0.75, 0.85, 1.0, 1.1, 1.25, 1.5, 2.5, 3.5, 5.0]  # the ratio grid of clip_methods.md §V.4
+GARBAGE = [math.inf, math.nan, -math.inf]  # what the padding token of row i holds in logp
+
+
+def run(method, ratios, advantages, *, q=0.3, logp=None, full_kl=None, **hparams):
+    """token_loss on rows of `ratios` (one row per advantage) + one padding token per row.
+
+    q: pi_old of every token (or a list per column); logp: current log-probs (then old = logp - log w).
+    Returns (loss, d sum(loss) / d logp, metrics) without the padding column, after checking it.
+    """
+    B = len(advantages)
+    w = torch.tensor(ratios, dtype=F64).expand(B, -1) if not isinstance(ratios[0], list) else \
+        torch.tensor(ratios, dtype=F64)
+    T = w.shape[1]
+    if logp is None:
+        old = torch.tensor(q, dtype=F64).log().expand(B, T) if isinstance(q, list) else torch.full((B, T), math.log(q), dtype=F64)
+        new = old + w.log()
+    else:
+        new = torch.tensor(logp, dtype=F64)
+        old = new - w.log()
+    pad = torch.tensor([[GARBAGE[i % 3]] for i in range(B)], dtype=F64)
+    logp_ = torch.cat([new, pad], 1).requires_grad_()
+    old_ = torch.cat([old, torch.full((B, 1), -math.inf, dtype=F64)], 1)
+    mask = torch.cat([torch.ones(B, T), torch.zeros(B, 1)], 1)
+    if full_kl is not None:
+        full_kl = torch.cat([full_kl, torch.full((B, 1), math.nan, dtype=F64)], 1)
+    loss, metrics = L.token_loss(method, logp_, old_, torch.tensor(advantages, dtype=F64), mask,
+                                 full_kl=full_kl, **hparams)
+    loss.sum().backward()
+    assert torch.isfinite(loss).all() and torch.isfinite(logp_.grad).all()
+    assert (loss[:, -1] == 0).all() and (logp_.grad[:, -1] == 0).all()
+    return loss[:, :-1].detach(), logp_.grad[:, :-1], metrics
+
+
+def col(*values):
+    return torch.tensor(values, dtype=F64)[:, None]
+
+
+def keep(*rows):
+    return torch.tensor(rows, dtype=F64)
+
+
+def close(actual, expected, **kw):
+    torch.testing.assert_close(actual, expected.to(actual.dtype), **kw)
+
+
+# ----------------------------------------------------------------------------
+# Ratio-range methods: d loss / d logp = -A w where the gradient is kept, 0 where cut
+
+def test_clip_cuts_the_ppo_set():
+    _, grad, m = run("clip", W, [1.0, -1.0, 0.0])
+    kept = keep([1, 1, 1, 1, 1, 0, 0, 0, 0, 0],  # A > 0: cut above 1.2        (§V.4 PPO eps=.2)
+                [0, 0, 1, 1, 1, 1, 1, 1, 1, 1],  # A < 0: cut below 0.8
+                [1] * 10)                          # A = 0: nothing cut (and no gradient anyway)
+    w, A = torch.tensor(W, dtype=F64), col(1.0, -1.0, 0.0)
+    close(grad, -A * w * kept)
+    assert m["clip_frac_high"].item() == pytest.approx(5 / 30)
+    assert m["clip_frac_low"].item() == pytest.approx(2 / 30)
+    assert m["ratio_min"].item() == pytest.approx(0.5) and m["ratio_max"].item() == pytest.approx(5.0)
+
+
+def test_clip_higher_cuts_the_dapo_set():
+    _, grad, m = run("clip-higher", W, [2.0, -0.5])
+    kept = keep([1, 1, 1, 1, 1, 1, 0, 0, 0, 0],  # 1.25 <= 1.28 now kept  (§V.4 DAPO .2/.28)
+                [0, 0, 1, 1, 1, 1, 1, 1, 1, 1])
+    close(grad, -col(2.0, -0.5) * torch.tensor(W, dtype=F64) * kept)
+    assert m["clip_frac_high"].item() == pytest.approx(4 / 20)
+
+
+def test_dual_clip_also_cuts_negative_advantages_above_c():
+    _, grad, m = run("dual-clip", W, [1.0, -1.0])
+    kept = keep([1, 1, 1, 1, 1, 0, 0, 0, 0, 0],
+                [0, 0, 1, 1, 1, 1, 1, 1, 0, 0])  # w = 3.5, 5 > c = 3   (§V.4 verl dual c=3)
+    close(grad, -col(1.0, -1.0) * torch.tensor(W, dtype=F64) * kept)
+    assert m["dual_clip_frac"].item() == pytest.approx(2 / 20)
+    assert m["clip_frac_high"].item() == pytest.approx(7 / 20)  # 5 with A > 0, 2 by the dual clip
+
+
+def test_dual_clip_loss_value_is_capped_at_c():
+    loss, _, _ = run("dual-clip", [5.0], [-2.0])
+    assert loss.item() == pytest.approx(2.0 * 3.0)  # |A| * c
+
+
+def test_dynamic_bounds_follow_old_probability():
+    # DCPO eps .16/.2 (§V.5): q = 0.9 -> [0.7687, 1.1872];  q = 0.01 -> [0.5, 5.0];  dual clip c = 10
+    w = [0.7, 0.8, 1.1, 1.2, 0.45, 0.55, 4.5, 5.5, 12.0]
+    q = [0.9] * 4 + [0.01] * 5
+    _, grad, m = run("dynamic", w, [1.0, -1.0], q=q)
+    kept = keep([1, 1, 1, 0, 1, 1, 1, 0, 0],   # A > 0: cut above 1.1872 (q=.9) / 5.0 (q=.01)
+                [0, 1, 1, 1, 0, 1, 1, 1, 0])   # A < 0: cut below 0.7687 / 0.5, and above c = 10
+    close(grad, -col(1.0, -1.0) * torch.tensor(w, dtype=F64) * kept)
+    assert m["dual_clip_frac"].item() == pytest.approx(1 / 18)
+
+
+def test_dynamic_bounds_numbers():
+    # the bounds themselves: w just inside / just outside each §V.5 value keeps / loses the gradient
+    for q, lo, hi in [(0.9, 0.7687, 1.1872), (0.5, 0.5, 1.3062), (0.1, 0.5, 2.0), (0.001, 0.5, 10.0)]:
+        _, grad, _ = run("dynamic", [hi - 2e-4, hi + 2e-4], [1.0], q=q)
+        assert grad[0, 0] != 0 and grad[0, 1] == 0, q
+        _, grad, _ = run("dynamic", [lo - 2e-4, lo + 2e-4], [-1.0], q=q)
+        assert grad[0, 0] == 0 and grad[0, 1] != 0, q
+
+
+# Clip-Cov / KL-Cov batch: cov = (A - mean A)(logp - mean logp), mean A = 0, mean logp = -0.875
+COV_LOGP = [[-1.0, -0.5, -1.5, 1.0], [-1.2, -0.8, -2.0, -1.0]]
+COV_W = [[2.5, 1.1, 0.9, 1.3], [0.5, 1.2, 0.8, 1.05]]
+# cov row A=+1: [-0.125, 0.375, -0.625, 1.875];  row A=-1: [0.325, -0.075, 1.125, 0.125]
+
+
+def test_clip_cov_cuts_ppo_set_and_the_chosen_high_cov_token():
+    # eps 1/1 -> band [0, 2]: (0, 0) with A > 0 and w = 2.5 is PPO-cut.  lb = 1.5 leaves one
+    # candidate with lb < cov < ub, (0, 3) with cov 1.875; n = max(1, int(2e-4 * 8)) = 1 picks it.
+    _, grad, m = run("clip-cov", COV_W, [1.0, -1.0], logp=COV_LOGP, clip_cov_lb=1.5)
+    kept = keep([0, 1, 1, 0], [1, 1, 1, 1])
+    close(grad, -col(1.0, -1.0) * torch.tensor(COV_W, dtype=F64) * kept)
+    assert m["cov_frac"].item() == pytest.approx(1 / 8)
+    assert m["clip_frac_high"].item() == pytest.approx(1 / 8)
+
+
+def test_clip_cov_picks_n_random_candidates_reproducibly():
+    B, T = 4, 50
+    g = torch.Generator().manual_seed(0)
+    logp = torch.randn(B, T, generator=g, dtype=F64)
+    adv = torch.tensor([2.0, 2.0, -2.0, -2.0], dtype=F64)
+    mask = torch.ones(B, T)
+
+    def chosen(seed):
+        gen = torch.Generator().manual_seed(seed)
+        loss, m = L.token_loss("clip-cov", logp.clone().requires_grad_(), logp, adv, mask, generator=gen,
+                               clip_cov_ratio=0.02, clip_cov_lb=0.5)
+        return loss == 0, m["cov_frac"].item()
+
+    cov = (adv[:, None]) * (logp - logp.mean())
+    candidates = (cov > 0.5) & (cov < 5.0)  # w = 1: no PPO clipping
+    picks = [chosen(s) for s in range(4)]
+    for sel, frac in picks:
+        assert sel.sum() == 4 and frac == pytest.approx(4 / 200)  # int(0.02 * 200) = 4
+        assert (sel <= candidates).all()
+    assert torch.equal(chosen(1)[0], picks[1][0])  # same generator state, same choice
+    assert len({tuple(sel.flatten().tolist()) for sel, _ in picks}) > 1
+
+
+def test_kl_cov_penalises_the_top_cov_tokens():
+    # k = int(0.25 * 8) = 2: the two largest cov are (0, 3) = 1.875 and (1, 2) = 1.125
+    _, grad, m = run("kl-cov", COV_W, [1.0, -1.0], logp=COV_LOGP, kl_cov_ratio=0.25, kl_cov_coef=0.5)
+    w = torch.tensor(COV_W, dtype=F64)
+    penalty = keep([0, 0, 0, 1], [0, 0, 1, 0]) * 0.5 * torch.sign(w.log())  # d coef |log w| / d log w
+    close(grad, -col(1.0, -1.0) * w + penalty)  # never cut, no PPO clip: -A w everywhere
+    assert m["cov_frac"].item() == pytest.approx(2 / 8)
+    assert m["clip_frac_low"].item() == 0 and m["clip_frac_high"].item() == 0
+
+
+def test_soft_gate_gradient_matches_sapo():
+    _, grad, m = run("soft-gate", W, [1.0, -1.0])
+    sapo_pos = [-0.47, -0.738, -0.845, -1.0, -1.097, -1.231, -1.41, -1.491, -0.981, -0.353]  # §V.4, tau = 1
+    close(grad[0], torch.tensor(sapo_pos, dtype=F64), atol=1e-3, rtol=0)
+    w = torch.tensor(W, dtype=F64)
+    s = torch.sigmoid(1.05 * (w - 1))  # tau_neg = 1.05
+    close(grad[1], 4 * s * (1 - s) * w)  # -A * 4 s (1 - s) * w with A = -1
+    s1 = torch.sigmoid(w - 1)
+    expected_gate = (4 * s1 * (1 - s1)).sum() + (4 * s * (1 - s)).sum()
+    assert m["gate"].item() == pytest.approx(expected_gate.item() / 20)
+    assert m["clip_frac_low"].item() == 0 and m["clip_frac_high"].item() == 0
+
+
+# ----------------------------------------------------------------------------
+# Divergence constraints (unified clip, Eq. 5): cut where C fails and w A > A
+
+W_KL = [0.5, 0.66, 0.68, 0.75, 1.0, 1.25, 1.41, 1.44, 1.5, 2.5]
+
+
+@pytest.mark.parametrize("method, kept_pos, kept_neg", [
+    # KL1: w >= exp(-0.07) = 0.9324, no upper bound
+    ("kl1", [1, 1, 1, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1, 1, 1]),
+    # KL2: exp(-+sqrt(0.14)) = [0.6878, 1.4538]
+    ("kl2", [1, 1, 1, 1, 1, 1, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 1, 1, 1, 1]),
+    # KL3: [0.6710, 1.4222] (Theorem 4.2)
+    ("kl3", [1, 1, 1, 1, 1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1, 1, 1, 1, 1]),
+    # KL3-IS: w log w - w + 1 <= 0.07 <=> [0.6500, 1.3968]
+    ("kl3-is", [1, 1, 1, 1, 1, 1, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1, 1, 1, 1]),
+])
+def test_kl_constraints_cut_the_right_tokens(method, kept_pos, kept_neg):
+    loss, grad, m = run(method, W_KL, [1.0, -1.0], delta=0.07)
+    kept = keep(kept_pos, kept_neg)
+    w = torch.tensor(W_KL, dtype=F64)
+    close(grad, -col(1.0, -1.0) * w * kept)
+    # Eq. 5 replaces a cut ratio by w_old = 1: the loss of a cut token is -A, of a kept one -w A
+    close(loss, -col(1.0, -1.0) * torch.where(kept.bool(), w, 1.0))
+    assert m["clip_frac_high"].item() == pytest.approx((10 - sum(kept_pos)) / 20)
+    assert m["clip_frac_low"].item() == pytest.approx((10 - sum(kept_neg)) / 20)
+
+
+def test_kl_full_uses_the_given_full_kl():
+    w = [0.8, 0.8, 1.2, 1.2]
+    kl = torch.tensor([[0.01, 0.2, 0.01, 0.2]] * 2, dtype=F64)
+    _, grad, m = run("kl-full", w, [1.0, -1.0], full_kl=kl, delta=0.07)
+    kept = keep([1, 1, 1, 0],   # A > 0: cut only where KL > delta and w > 1
+                [1, 0, 1, 1])   # A < 0: cut only where KL > delta and w < 1
+    close(grad, -col(1.0, -1.0) * torch.tensor(w, dtype=F64) * kept)
+    assert m["full_kl"].item() == pytest.approx(0.105)
+
+
+def test_truly_ppo_rolls_back_with_the_kl_gradient():
+    w = [0.8, 0.8, 1.2, 1.2]
+    kl = torch.tensor([[0.01, 0.2, 0.01, 0.2]] * 2, dtype=F64, requires_grad=True)
+    loss, grad, m = run("truly-ppo", w, [1.0, -1.0], full_kl=kl, delta=0.07, rollback_alpha=5.0)
+    A, wt = col(1.0, -1.0), torch.tensor(w, dtype=F64)
+    trigger = keep([0, 0, 0, 1], [0, 1, 0, 0])  # KL >= delta and w A > A
+    close(grad, -A * wt)  # the ratio's gradient is never cut
+    close(kl.grad, 5.0 * trigger)  # + alpha dKL where triggered
+    close(loss, -A * wt + 5.0 * trigger * kl.detach())
+    assert m["rollback_frac"].item() == pytest.approx(2 / 8)
+
+
+# ----------------------------------------------------------------------------
+# Sequence-level ratio
+
+GSPO_LOGW = [[0.1, -0.1, 0.3], [0.3, 0.3, 0.3], [-0.3, -0.3, -0.3], [0.5, 0.0, 0.25]]
+GSPO_A = [1.0, 1.0, -1.0, -1.0]
+
+
+def gspo_batch(method, agg="dr-grpo"):
+    logw = torch.tensor(GSPO_LOGW, dtype=F64)
+    mask = torch.ones(4, 4)
+    mask[:, 3] = 0
+    mask[3, 2] = 0  # the last sequence has 2 tokens
+    logw = torch.cat([logw, torch.zeros(4, 1, dtype=F64)], 1)
+    old = torch.full((4, 4), -1.0, dtype=F64)
+    logp = (old + logw).requires_grad_()
+    loss, m = L.policy_loss(method, logp, old, torch.tensor(GSPO_A, dtype=F64), mask, agg=agg, num_sequences=4,
+                            num_tokens=int(mask.sum()), max_new_tokens=4, compile=False, eps_low=0.2, eps_high=0.2)
+    loss.backward()
+    return loss, logp.grad, m
+
+
+def test_gspo_clips_whole_sequences():
+    loss, grad, m = gspo_batch("gspo")
+    # s = exp(mean log w): 1.105 (kept), 1.350 (A > 0, above 1.2: cut), 0.741 (A < 0, below 0.8: cut),
+    # exp(0.25) = 1.284 (A < 0 above the band: kept).  seq-mean-token-mean is forced (agg='dr-grpo' ignored):
+    # d/dlogp_t of (1/4) sum_i loss_i = -A_i s_i / (4 n_i) on kept sequences.
+    s1, s4 = math.exp(0.1), math.exp(0.25)
+    expected = torch.zeros(4, 4, dtype=F64)
+    expected[0, :3] = -1.0 * s1 / (4 * 3)
+    expected[3, :2] = +1.0 * s4 / (4 * 2)
+    close(grad, expected)
+    # loss = (1/4) sum_i -min(s A, clip(s) A)
+    values = [-s1, -1.2, 0.8, s4]
+    assert loss.item() == pytest.approx(sum(values) / 4)
+    assert m["seq_clip_frac"].item() == pytest.approx(2 / 4)
+    assert m["clip_frac_high"].item() == pytest.approx(3 / 11) and m["clip_frac_low"].item() == pytest.approx(3 / 11)
+
+
+def test_gspo_token_equals_gspo_for_sequence_advantages():
+    a = gspo_batch("gspo")
+    b = gspo_batch("gspo-token")
+    close(b[0], a[0])
+    close(b[1], a[1])
+
+
+def test_gspo_token_per_token_gradient():
+    # token loss -min(s_t A, clip(s_t) A) with value s and gradient s * dlogp_t on kept sequences
+    _, grad, _ = run("gspo-token", [[1.1, 1.0], [1.5, 1.5]], [1.0, 1.0], eps_low=0.2, eps_high=0.2)
+    s = math.sqrt(1.1)
+    close(grad, torch.tensor([[-s, -s], [0.0, 0.0]], dtype=F64))
+
+
+def test_gspo_default_eps_is_tight():
+    _, grad, _ = run("gspo", [[1.0005, 1.0005], [1.0003, 1.0003]], [1.0, 1.0])  # the edge is 1 + 4e-4
+    assert (grad[0] == 0).all() and (grad[1] != 0).all()
+
+
+# ----------------------------------------------------------------------------
+# Theorem 4.1 and the shared properties
+
+def test_theorem_4_1_unified_clip_has_the_ratio_clip_gradient():
+    g = torch.Generator().manual_seed(0)
+    lo, hi = 0.8, 1.28
+    w = torch.exp(0.6 * torch.randn(4000, generator=g, dtype=F64))
+    w = w[((w - lo).abs() > 1e-6) & ((w - hi).abs() > 1e-6)]
+    A = torch.randn(w.shape, generator=g, dtype=F64)
+    grads = []
+    for general in (True, False):
+        x = w.log().requires_grad_()
+        ratio = x.exp()
+        if general:  # Eq. 5 with C = (lo <= w <= hi)
+            out = methods.unified_clip(ratio, A, (ratio >= lo) & (ratio <= hi))[0]
+        else:        # PPO: -min(wA, clip(w) A)
+            out = -torch.minimum(ratio * A, ratio.clamp(lo, hi) * A)
+        out.sum().backward()
+        grads.append(x.grad)
+    close(grads[0], grads[1])
+    assert (grads[0] == 0).any() and (grads[0] != 0).any()
+
+
+def test_kl3_has_the_gradient_of_clip_higher_with_its_range():
+    lo, hi = kl3_ratio_range(0.07)
+    g = torch.Generator().manual_seed(1)
+    logp = torch.randn(8, 64, generator=g, dtype=F64)
+    old = logp + 0.4 * torch.randn(8, 64, generator=g, dtype=F64)
+    w = (logp - old).exp()
+    old = torch.where(((w - lo).abs() < 1e-6) | ((w - hi).abs() < 1e-6), logp, old)  # no ties at the ends
+    adv = torch.randn(8, generator=g, dtype=F64)
+    mask = torch.rand(8, 64, generator=g) > 0.2
+    grads = []
+    for method, hp in [("kl3", {"delta": 0.07}), ("clip-higher", {"eps_low": 1 - lo, "eps_high": hi - 1})]:
+        x = logp.clone().requires_grad_()
+        loss, m = L.token_loss(method, x, old, adv, mask, **hp)
+        loss.sum().backward()
+        grads.append((x.grad, m["clip_frac_low"], m["clip_frac_high"]))
+    for a, b in zip(*grads):
+        close(a, b)
+    assert 0 < grads[0][1] and 0 < grads[0][2]
+
+
+def inputs(method, B=4, T=6, seed=0, dtype=F64):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(B, T, generator=g, dtype=dtype) * 3
+    logp = old + 0.4 * torch.randn(B, T, generator=g, dtype=dtype)
+    adv = torch.randn(B, generator=g, dtype=dtype)
+    mask = torch.ones(B, T)
+    mask[0, T // 2:] = 0
+    mask[-1, 1:] = 0
+    kl = (0.1 * torch.rand(B, T, generator=g, dtype=dtype)) if method in methods.NEEDS_FULL_KL else None
+    return logp, old, adv, mask, kl
+
+
+@pytest.mark.parametrize("method", list(methods.METHODS))
+def test_on_policy_every_method_is_plain_policy_gradient(method):
+    logp, _, adv, mask, kl = inputs(method)
+    x = logp.clone().requires_grad_()
+    kl = None if kl is None else torch.zeros_like(kl)  # pi_theta = pi_old
+    loss, m = L.token_loss(method, x, logp, adv, mask, full_kl=kl)
+    loss.sum().backward()
+    close(x.grad, -adv[:, None].expand_as(logp) * mask)  # d(-w A)/d logp at w = 1
+    assert m["clip_frac_low"] == 0 and m["clip_frac_high"] == 0 and m["kl3"] == 0
+
+
+@pytest.mark.parametrize("method", list(methods.METHODS))
+def test_padding_gets_no_loss_and_no_gradient_whatever_it_holds(method):
+    logp, old, adv, mask, kl = inputs(method)
+    pad = ~mask.bool()
+    logp = torch.where(pad, math.nan, logp).requires_grad_()
+    old = torch.where(pad, math.inf, old)
+    adv = torch.where(pad, -math.inf, adv[:, None].expand_as(old))  # (B, T) advantages
+    if kl is not None:
+        kl = torch.where(pad, math.nan, kl).requires_grad_()
+    loss, metrics = L.token_loss(method, logp, old, adv, mask, full_kl=kl)
+    loss.sum().backward()
+    assert (loss[pad] == 0).all() and (logp.grad[pad] == 0).all()
+    assert torch.isfinite(loss).all() and torch.isfinite(logp.grad).all()
+    assert all(torch.isfinite(v) for v in metrics.values())
+    if kl is not None and kl.grad is not None:
+        assert torch.isfinite(kl.grad).all() and (kl.grad[pad] == 0).all()
+
+
+def test_metrics_are_detached_0_dim_tensors():
+    logp, old, adv, mask, _ = inputs("soft-gate")
+    _, metrics = L.token_loss("soft-gate", logp.requires_grad_(), old, adv, mask)
+    for name in ("clip_frac_low", "clip_frac_high", "kl3", "ratio_min", "ratio_max", "gate"):
+        assert metrics[name].dim() == 0 and not metrics[name].requires_grad, name
+
+
+def test_kl3_metric_is_the_masked_mean():
+    logp, old, adv, mask, _ = inputs("kl3")
+    _, m = L.token_loss("kl3", logp, old, adv, mask)
+    x = (logp - old)[mask.bool()]
+    assert m["kl3"].item() == pytest.approx((x.exp() - 1 - x).mean().item())
+
+
+# ----------------------------------------------------------------------------
+# Defaults and hyper-parameter checks
+
+def test_defaults_match_the_sources():
+    D = L.DEFAULTS
+    assert set(D) == set(L.METHODS)
+    assert D["clip"] == {"eps": 0.2}
+    assert D["clip-higher"] == {"eps_low": 0.2, "eps_high": 0.28}
+    assert D["dual-clip"]["dual_clip_c"] == 3.0
+    assert D["dynamic"] == {"eps_low": 0.16, "eps_high": 0.2, "dual_clip_c": 10.0}
+    assert D["soft-gate"] == {"tau_pos": 1.0, "tau_neg": 1.05}
+    assert D["gspo"] == {"eps_low": 3e-4, "eps_high": 4e-4}
+    assert all(D[m]["delta"] == 0.07 for m in ("kl1", "kl2", "kl3", "kl3-is", "kl-full", "truly-ppo"))
+    for method, fn in L.METHODS.items():
+        assert L.check_hparams(method) == D[method]
+        assert fn.__doc__ and all(name in fn.__doc__ for name in D[method]), method
+
+
+@pytest.mark.parametrize("method, hp, message", [
+    ("kl3", {"delta": -1.0}, r"--delta must be > 0 \(got -1.0\)"),
+    ("kl3", {"delta": 0.0}, "--delta must be > 0"),
+    ("clip", {"eps": 1.5}, r"--eps must be in \(0, 1\)"),
+    ("clip", {"eps": 0.0}, r"--eps must be in \(0, 1\)"),
+    ("dual-clip", {"dual_clip_c": 1.0}, "--dual-clip-c must be > 1"),
+    ("clip-higher", {"eps_low": 1.2}, r"--eps-low must be in \(0, 1\]"),
+    ("clip-higher", {"eps_high": -0.1}, "--eps-high must be > 0"),
+    ("soft-gate", {"tau_neg": 0.0}, "--tau-neg must be > 0"),
+    ("kl-cov", {"kl_cov_ratio": 2.0}, "--kl-cov-ratio must be"),
+    ("clip-cov", {"clip_cov_lb": 6.0}, "--clip-cov-lb must be < --clip-cov-ub"),
+    ("kl3", {"delta": math.nan}, "--delta must be > 0"),
+    ("kl3", {"eps": 0.2}, "--eps does not apply to --clip kl3"),
+    ("nope", {}, "--clip must be one of"),
+])
+def test_bad_hparams_name_the_flag(method, hp, message):
+    with pytest.raises(ValueError, match=message):
+        L.check_hparams(method, **hp)
+    if method != "nope":
+        logp, old, adv, mask, kl = inputs(method)
+        with pytest.raises(ValueError, match=message):
+            L.token_loss(method, logp, old, adv, mask, **hp)
+
+
+def test_full_kl_methods_say_what_they_need():
+    logp, old, adv, mask, _ = inputs("kl-full")
+    with pytest.raises(ValueError, match="needs full_kl"):
+        L.token_loss("kl-full", logp, old, adv, mask)
+
+
+# ----------------------------------------------------------------------------
+# Aggregation
+
+def test_aggregation_modes_by_hand():
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 99.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    kw = dict(num_sequences=4, num_tokens=10, max_new_tokens=5)  # counts of the whole optimizer step
+    assert L.aggregate(per_token, mask, "dr-grpo", **kw).item() == pytest.approx(15 / (4 * 5))
+    assert L.aggregate(per_token, mask, "token-mean", **kw).item() == pytest.approx(15 / 10)
+    assert L.aggregate(per_token, mask, "seq-mean-token-mean", **kw).item() == pytest.approx((2.0 + 4.5) / 4)
+    with pytest.raises(ValueError, match="--aggregation must be one of"):
+        L.aggregate(per_token, mask, "mean", **kw)
+
+
+@pytest.mark.parametrize("method", ["kl3", "gspo"])
+@pytest.mark.parametrize("agg", L.AGGREGATIONS)
+def test_micro_batches_add_up_to_the_big_batch(agg, method):
+    logp, old, adv, mask, _ = inputs(method, B=6, T=7, seed=3)
+    kw = dict(agg=agg, num_sequences=6, num_tokens=int(mask.sum()), max_new_tokens=7, compile=False)
+    big = logp.clone().requires_grad_()
+    loss_big, _ = L.policy_loss(method, big, old, adv, mask, **kw)
+    loss_big.backward()
+    small = logp.clone().requires_grad_()
+    total = 0.0
+    for sl in (slice(0, 2), slice(2, 3), slice(3, 6)):
+        part, _ = L.policy_loss(method, small[sl], old[sl], adv[sl], mask[sl], **kw)
+        part.backward()
+        total = total + part.detach()
+    close(total, loss_big.detach())
+    close(small.grad, big.grad)
+
+
+# ----------------------------------------------------------------------------
+# Compiled = eager
+
+@pytest.mark.parametrize("method", list(methods.METHODS))
+def test_compiled_equals_eager(method):
+    results = []
+    for compile in (False, True):
+        logp, old, adv, mask, kl = inputs(method, dtype=torch.float32)
+        x = logp.requires_grad_()
+        kl = None if kl is None else kl.requires_grad_()
+        loss, metrics = L.policy_loss(method, x, old, adv, mask, num_sequences=4, num_tokens=int(mask.sum()),
+                                      max_new_tokens=6, compile=compile, full_kl=kl,
+                                      generator=torch.Generator().manual_seed(0), **({"clip_cov_lb": 0.0} if method == "clip-cov" else {}))
+        loss.backward()
+        results.append((loss.detach(), x.grad, None if kl is None else kl.grad, metrics))
+    (l0, g0, k0, m0), (l1, g1, k1, m1) = results
+    close(l1, l0)
+    close(g1, g0)
+    if k0 is not None:
+        close(k1, k0)
+    assert m0.keys() == m1.keys()
+    for name in m0:
+        close(m1[name], m0[name])
+
+
+def test_compile_failure_falls_back_to_eager_and_warns_once(monkeypatch):
+    def broken_compile(fn, **kw):
+        def call(*a, **k):
+            raise RuntimeError("no C compiler")
+        return call
+    monkeypatch.setattr(L, "_COMPILED", {})
+    monkeypatch.setattr(L.torch, "compile", broken_compile)
+    logp, old, adv, mask, _ = inputs("clip")
+    kw = dict(num_sequences=4, num_tokens=int(mask.sum()), max_new_tokens=6)
+    with pytest.warns(UserWarning, match="torch.compile of the clip loss failed"):
+        a, _ = L.policy_loss("clip", logp, old, adv, mask, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b, _ = L.policy_loss("clip", logp, old, adv, mask, **kw)
+    eager, _ = L.policy_loss("clip", logp, old, adv, mask, compile=False, **kw)
+    close(a, eager)
+    close(b, eager)
+
+
+# ----------------------------------------------------------------------------
+# Chunked log-probs, entropy and full KL
+
+def head(B=3, T=5, D=8, V=11, seed=0, dtype=F64):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(B, T, D, generator=g, dtype=dtype)
+    weight = torch.randn(V, D, generator=g, dtype=dtype)
+    targets = torch.randint(0, V, (B, T), generator=g)
+    return hidden, weight, targets
+
+
+@pytest.mark.parametrize("with_entropy", [False, True])
+@pytest.mark.parametrize("chunk_size", [1, 4, 64])
+def test_chunked_logprobs_equal_naive(with_entropy, chunk_size):
+    hidden, weight, targets = head()
+    g = torch.Generator().manual_seed(1)
+    up_logp, up_ent = torch.randn(3, 5, generator=g, dtype=F64), torch.randn(3, 5, generator=g, dtype=F64)
+    results = []
+    for fn, kw in [(L.token_logprobs, {"chunk_size": chunk_size}), (L.token_logprobs_naive, {})]:
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        logp, ent = fn(h, w, targets, temperature=0.7, with_entropy=with_entropy, **kw)
+        out = (logp * up_logp).sum() + ((ent * up_ent).sum() if with_entropy else 0)
+        out.backward()
+        results.append((logp, ent, h.grad, w.grad))
+    for a, b in zip(*results):
+        if a is not None:
+            close(a, b)
+    assert (results[0][1] is None) == (not with_entropy)
+
+
+def test_chunked_logprobs_entropy_only_and_frozen_weight():
+    hidden, weight, targets = head()
+    h = hidden.clone().requires_grad_()
+    _, ent = L.token_logprobs(h, weight, targets, chunk_size=4, with_entropy=True)  # weight frozen (LoRA)
+    ent.sum().backward()
+    h2 = hidden.clone().requires_grad_()
+    L.token_logprobs_naive(h2, weight, targets, with_entropy=True)[1].sum().backward()
+    close(h.grad, h2.grad)
+
+
+def test_chunked_logprobs_float32_and_bfloat16():
+    hidden, weight, targets = head(dtype=torch.float32)
+    logp, ent = L.token_logprobs(hidden, weight, targets, chunk_size=4, with_entropy=True)
+    ref, ref_ent = L.token_logprobs_naive(hidden, weight, targets, with_entropy=True)
+    assert logp.dtype == torch.float32
+    close(logp, ref)
+    close(ent, ref_ent)
+    logp16, _ = L.token_logprobs(hidden.bfloat16(), weight.bfloat16(), targets, chunk_size=4)
+    assert logp16.dtype == torch.float32
+    close(logp16, ref, atol=0.1, rtol=0.05)
+
+
+def test_full_kl_equals_naive_and_vanishes_on_policy():
+    hidden, weight, _ = head()
+    old_hidden = hidden + 0.3 * torch.randn(hidden.shape, generator=torch.Generator().manual_seed(2), dtype=F64)
+    results = []
+    for fn, kw in [(L.full_kl, {"chunk_size": 4}), (L.full_kl_naive, {})]:
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        kl = fn(h, old_hidden, w, temperature=0.9, **kw)
+        (kl * torch.arange(15, dtype=F64).view(3, 5)).sum().backward()
+        results.append((kl, h.grad, w.grad))
+    for a, b in zip(*results):
+        close(a, b)
+    assert (results[0][0] > 0).all()
+    close(L.full_kl(hidden, hidden, weight), torch.zeros(3, 5, dtype=F64), atol=1e-12, rtol=0)
+
+
+def test_compiled_loss_does_not_recompile_for_new_lengths():
+    def call(B, T):
+        logp, old, adv, mask, _ = inputs("kl3", B=B, T=T, dtype=torch.float32)
+        return L.policy_loss("kl3", logp, old, adv, mask, num_sequences=B, num_tokens=int(mask.sum()),
+                             max_new_tokens=T)
+
+    call(4, 6)
+    with torch.compiler.set_stance("fail_on_recompile"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a recompile would raise, and policy_loss would warn and go eager
+        call(4, 9)
+        call(5, 13)
+    assert L._COMPILED["kl3"][1]
