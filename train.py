@@ -192,7 +192,7 @@ def train_step(model, opt, tok, problems, cfg, stop_ids, step):
                                             max_new_tokens=cfg.max_new_tokens, compile=cfg.compile, **cfg.hparams)
                 loss.backward()
                 m_ = mask[sel].float()
-                stats.append({**{k: float(v) for k, v in metrics.items()}, "loss": float(loss),
+                stats.append({**{k: v.item() for k, v in metrics.items()}, "loss": loss.item(),
                               "entropy": float((entropy.detach() * m_).sum() / m_.sum().clamp(min=1)),
                               "_tokens": float(m_.sum())})
             first = False
@@ -242,8 +242,8 @@ def main(argv=None):
         if cfg.resume and ckpt is None:
             raise ConfigError(f"--resume {cfg.resume}: no checkpoint in that directory")
         model_dir = ckpt or cfg.model
-        tok = load_tokenizer(model_dir)
         model = Qwen3.from_pretrained(model_dir)
+        tok = load_tokenizer(model_dir)
         problems = load_problems(cfg.data)
         eval_sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
     except (ConfigError, ModelError, TokenizerError, DataError) as e:

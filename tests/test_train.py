@@ -1,0 +1,94 @@
+"""train.py end to end on the shipped tiny policy (a few steps), its checks, and its error lines."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
+        "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "4", "--eval-k", "2",
+        "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40", "--no-compile"]
+
+
+def run(tmp_path, *args):
+    train.main([*FAST, "--out-dir", str(tmp_path), *args])
+    return [json.loads(line) for line in (tmp_path / args[args.index("--name") + 1] / "metrics.jsonl").open()]
+
+
+def test_run_writes_config_metrics_checkpoint(tmp_path):
+    rows = run(tmp_path, "--name", "a", "--steps", "2", "--lr", "1e-3")
+    run_dir = tmp_path / "a"
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["clip"] == "kl3" and cfg["hparams"] == {"delta": 0.07}
+    steps = [r for r in rows if "reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for key in ["reward_mean", "accuracy", "entropy", "completion_len", "truncated", "groups_all_correct",
+                "groups_all_wrong", "clip_frac_low", "clip_frac_high", "kl3", "ratio_min", "ratio_max",
+                "grad_norm", "time_rollout", "time_train"]:
+        assert key in steps[0], key
+    evals = [r for r in rows if "eval/mean@2" in r]
+    assert [r["step"] for r in evals] == [0, 2]
+    assert (run_dir / "checkpoint/model.safetensors").is_file()
+    assert (run_dir / "checkpoint/tokenizer.json").is_file()  # a complete model directory
+    # several optimizer steps per rollout: after the first, the policy has moved off pi_old
+    assert steps[0]["ratio_max"] > 1.0 or steps[0]["ratio_min"] < 1.0
+
+
+def test_resume_continues_as_the_uninterrupted_run(tmp_path):
+    whole = run(tmp_path, "--name", "whole", "--steps", "3", "--save-every", "1", "--lr", "1e-3")
+    run(tmp_path, "--name", "part", "--steps", "2", "--save-every", "1", "--lr", "1e-3")
+    train.main([*FAST, "--out-dir", str(tmp_path), "--resume", str(tmp_path / "part"), "--steps", "3",
+                "--save-every", "1", "--lr", "1e-3"])
+    part = [json.loads(line) for line in (tmp_path / "part/metrics.jsonl").open()]
+    a = [r for r in whole if r.get("step") == 3 and "loss" in r][0]
+    b = [r for r in part if r.get("step") == 3 and "loss" in r][0]
+    assert a["reward_mean"] == b["reward_mean"] and a["completion_len"] == b["completion_len"]  # same samples
+    assert abs(a["loss"] - b["loss"]) <= 1e-6
+    wa = torch.load(tmp_path / "whole/checkpoint/trainer_state.pt", weights_only=False)["step"]
+    assert wa == 3
+
+
+def test_one_update_per_rollout_warns(tmp_path, capsys):
+    run(tmp_path, "--name", "w", "--steps", "1", "--minibatches", "1")
+    assert "the ratio is exactly 1" in capsys.readouterr().err
+
+
+def test_ratio_check_fails_loudly():
+    logp = torch.zeros(2, 3)
+    train.check_ratio_is_one(logp, logp.clone(), torch.ones(2, 3))
+    with pytest.raises(RuntimeError, match="not exact"):
+        train.check_ratio_is_one(logp, logp + 1e-3, torch.ones(2, 3))
+
+
+def test_prompt_order_visits_every_problem_once_per_pass():
+    seen = [i for step in range(5) for i in train.prompt_order(20, step, 4, seed=1)]
+    assert sorted(seen) == list(range(20))
+    assert train.prompt_order(20, 2, 4, seed=1) == train.prompt_order(20, 2, 4, seed=1)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--clip", "nope"], "invalid choice: 'nope'"),
+    (["--delta", "-1"], "--delta"),
+    (["--delta", "0"], "--delta"),
+    (["--clip", "clip", "--delta", "0.1"], "--delta does not apply to --clip clip"),
+    (["--model", "/nonexistent/dir"], "does not exist"),
+    (["--steps", "0"], "--steps must be >= 1"),
+    (["--minibatches", "3"], "--minibatches 3 must divide"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as e:
+        train.main([*FAST, "--out-dir", str(tmp_path), "--steps", "1", *args])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_malformed_data_line_names_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", \n')
+    with pytest.raises(SystemExit):
+        train.main([*FAST, "--data", str(bad), "--out-dir", str(tmp_path), "--steps", "1"])
+    assert "bad.jsonl:2" in capsys.readouterr().err
