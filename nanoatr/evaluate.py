@@ -16,33 +16,39 @@ from nanoatr.verifier import verify
 
 def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int, temperature: float = 1.0,
                      top_p: float = 1.0, top_k: int = 0, stop_ids=None, batch_size: int = 256, seed: int = 0,
-                     prompt_kw: dict | None = None, progress: bool = True, skip=frozenset()):
+                     prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(),
+                     desc: str = "sampling"):
     """Yield one dict per completion: problem_id, sample, completion, gold, correct, length, truncated.
 
-    Work is flattened to (problem, sample) pairs and run in batches; `skip` holds pairs already done
-    (eval.py --resume). Sampling is seeded per batch, so results do not depend on what ran before.
+    Work is flattened to (problem, sample) pairs and cut into fixed batches, each sampled with its
+    own seed; pairs in `skip` (eval.py --resume) are not yielded again. Because the batches do not
+    depend on what was skipped, a resumed evaluation draws exactly the samples of an uninterrupted one.
     """
     stop_ids = stop_ids if stop_ids is not None else [tokenizer.eos_token_id]
     prompts = encode_prompts(tokenizer, problems, **(prompt_kw or {}))
-    todo = [(i, j) for i in range(len(problems)) for j in range(n) if (i, j) not in skip]
+    pairs = [(i, j) for i in range(len(problems)) for j in range(n)]
     was_training = model.training
     model.eval()
-    bar = tqdm(total=len(todo), desc="sampling", unit="compl", disable=not progress, leave=False)
+    bar = tqdm(total=sum(p not in skip for p in pairs), desc=desc, unit="compl", disable=not progress, leave=False)
     try:
-        for start in range(0, len(todo), batch_size):
-            pairs = todo[start:start + batch_size]
+        for start in range(0, len(pairs), batch_size):
+            batch = pairs[start:start + batch_size]
+            if all(p in skip for p in batch):
+                continue
             g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed * 1_000_003 + start)
-            out = generate(model, [prompts[i] for i, _ in pairs], max_new_tokens, temperature=temperature,
+            out = generate(model, [prompts[i] for i, _ in batch], max_new_tokens, temperature=temperature,
                            top_p=top_p, top_k=top_k, eos_token_id=stop_ids, generator=g,
                            pad_id=tokenizer.pad_token_id or 0)
             lengths = out.mask.sum(-1).tolist()
-            for (i, j), toks, length in zip(pairs, out.tokens.tolist(), lengths):
+            for (i, j), toks, length in zip(batch, out.tokens.tolist(), lengths):
+                if (i, j) in skip:
+                    continue
                 text = tokenizer.decode(toks[:length], skip_special_tokens=True)
                 stopped = length > 0 and toks[length - 1] in stop_ids
                 yield {"problem_id": i, "sample": j, "completion": text, "gold": problems[i].answer,
                        "correct": bool(verify(text, problems[i].answer)), "length": length,
                        "truncated": not stopped}
-            bar.update(len(pairs))
+                bar.update(1)
     finally:
         bar.close()
         model.train(was_training)
