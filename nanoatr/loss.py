@@ -191,14 +191,20 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
 # ----------------------------------------------------------------------------
 # Log-probs, entropy and full-vocabulary KL from hidden states, chunk by chunk
 
+def _log_softmax(hidden: Tensor, weight: Tensor, temperature: float, dtype) -> Tensor:
+    """log softmax(hidden @ weight.T / temperature) in `dtype`: (c, D) -> (c, V); one (c, V) temporary."""
+    return (hidden @ weight.T).to(dtype).div_(temperature).log_softmax(-1)
+
+
 class _ChunkedLogprobs(torch.autograd.Function):
     """log softmax(h W^T / tau)[y] and the entropy of softmax(h W^T / tau), chunk by chunk.
 
     Autograd over a plain loop would keep every chunk's (chunk, V) logits for backward, i.e. the
-    whole (N, V) again; so backward recomputes each chunk's logits and applies the gradients by hand:
-        d logp_y / d z = onehot(y) - p,     d H / d z = -p (log p + H)
-    Peak extra memory is about three (chunk, V) float32 tensors, plus a (V, D) float32 gradient
-    buffer when W needs a gradient.
+    whole (N, V) again, and torch.utils.checkpoint would still hold ~5 (chunk, V) tensors while a
+    chunk is recomputed.  So backward recomputes each chunk's log-softmax and applies the
+    gradients by hand, in place:
+        d logp_y / d z = onehot(y) - p,     d H / d z = -p (log p + H)       (z = h W^T / tau)
+    Peak extra memory: about two (chunk, V) tensors, plus a (V, D) gradient buffer when W is trained.
     """
 
     @staticmethod
@@ -207,38 +213,38 @@ class _ChunkedLogprobs(torch.autograd.Function):
         logp = torch.empty(hidden.shape[0], dtype=dtype, device=hidden.device)
         entropy = torch.empty_like(logp) if with_entropy else None
         for i in range(0, hidden.shape[0], chunk_size):
-            logits = (hidden[i:i + chunk_size] @ weight.T).to(dtype) / temperature  # (c, V)
-            logp_all = logits.log_softmax(-1)
+            logp_all = _log_softmax(hidden[i:i + chunk_size], weight, temperature, dtype)  # (c, V)
             logp[i:i + chunk_size] = logp_all.gather(-1, targets[i:i + chunk_size, None]).squeeze(-1)
             if with_entropy:
-                entropy[i:i + chunk_size] = -(logp_all.exp() * logp_all).sum(-1)
+                entropy[i:i + chunk_size] = -logp_all.exp().mul_(logp_all).sum(-1)
+            del logp_all  # free it before the next chunk's logits exist
         ctx.save_for_backward(hidden, weight, targets, entropy)
-        ctx.temperature, ctx.chunk_size, ctx.with_entropy = temperature, chunk_size, with_entropy
+        ctx.temperature, ctx.chunk_size = temperature, chunk_size
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
         hidden, weight, targets, entropy = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[:2]
-        grad_h = torch.empty_like(hidden) if need_h else None
         dtype = torch.promote_types(hidden.dtype, torch.float32)
+        grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight, dtype=dtype) if need_w else None
         c, tau = ctx.chunk_size, ctx.temperature
         for i in range(0, hidden.shape[0], c):
-            h = hidden[i:i + c]
-            logp_all = ((h @ weight.T).to(dtype) / tau).log_softmax(-1)  # (c, V), recomputed
+            h, y = hidden[i:i + c], targets[i:i + c, None]
+            logp_all = _log_softmax(h, weight, tau, dtype)  # (c, V), recomputed
             p = logp_all.exp()
             g = grad_logp[i:i + c, None] if grad_logp is not None else torch.zeros_like(p[:, :1])
-            if ctx.with_entropy and grad_entropy is not None:  # -p (log p + H) * gH - p * glogp
-                dz = -p * (grad_entropy[i:i + c, None] * (logp_all + entropy[i:i + c, None]) + g)
+            if grad_entropy is not None:  # dz = -p (gH (log p + H) + g), reusing logp_all's memory
+                dz = logp_all.add_(entropy[i:i + c, None]).mul_(grad_entropy[i:i + c, None]).add_(g).mul_(p).neg_()
             else:
-                dz = -p * g
-            dz.scatter_add_(1, targets[i:i + c, None], g)  # + onehot(y) * glogp
-            dz = (dz / tau).to(weight.dtype)  # z = h W^T / tau
+                dz = p.mul_(-g)
+            dz.scatter_add_(1, y, g).div_(tau)  # + onehot(y) g;  z = h W^T / tau
             if need_h:
-                grad_h[i:i + c] = dz @ weight
+                grad_h[i:i + c] = dz.to(weight.dtype) @ weight
             if need_w:
-                grad_w += dz.T @ h
+                grad_w.addmm_(dz.T, h.to(dtype))
+            del logp_all, p, dz  # free them before the next chunk's logits exist
         return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None
 
 
@@ -261,7 +267,7 @@ def token_logprobs_naive(hidden: Tensor, weight: Tensor, targets: Tensor, *, tem
                          with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
     """The obviously-correct twin of token_logprobs: full (B, T, V) log-softmax. For tests and benchmarks."""
     dtype = torch.promote_types(hidden.dtype, torch.float32)
-    logp_all = ((hidden @ weight.T).to(dtype) / temperature).log_softmax(-1)  # (B, T, V)
+    logp_all = ((hidden @ weight.T).to(dtype) / temperature).log_softmax(-1)  # (B, T, V), the whole of it
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
     return logp, -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
 
@@ -277,9 +283,11 @@ class _ChunkedFullKL(torch.autograd.Function):
         dtype = torch.promote_types(hidden.dtype, torch.float32)
         kl = torch.empty(hidden.shape[0], dtype=dtype, device=hidden.device)
         for i in range(0, hidden.shape[0], chunk_size):
-            new = ((hidden[i:i + chunk_size] @ weight.T).to(dtype) / temperature).log_softmax(-1)  # (c, V)
-            old = ((old_hidden[i:i + chunk_size] @ old_weight.T).to(dtype) / temperature).log_softmax(-1)
-            kl[i:i + chunk_size] = (old.exp() * (old - new)).sum(-1)
+            new = _log_softmax(hidden[i:i + chunk_size], weight, temperature, dtype)  # (c, V)
+            old = _log_softmax(old_hidden[i:i + chunk_size], old_weight, temperature, dtype)
+            log_ratio = old - new  # log p_old / p_new
+            kl[i:i + chunk_size] = log_ratio.mul_(old.exp_()).sum(-1)
+            del new, old, log_ratio  # free them before the next chunk's logits exist
         ctx.save_for_backward(hidden, old_hidden, weight, old_weight)
         ctx.temperature, ctx.chunk_size = temperature, chunk_size
         return kl
@@ -288,19 +296,19 @@ class _ChunkedFullKL(torch.autograd.Function):
     def backward(ctx, grad_kl):
         hidden, old_hidden, weight, old_weight = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
-        grad_h = torch.empty_like(hidden) if need_h else None
         dtype = torch.promote_types(hidden.dtype, torch.float32)
+        grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight, dtype=dtype) if need_w else None
         c, tau = ctx.chunk_size, ctx.temperature
         for i in range(0, hidden.shape[0], c):
             h = hidden[i:i + c]
-            p_new = ((h @ weight.T).to(dtype) / tau).softmax(-1)  # (c, V)
-            p_old = ((old_hidden[i:i + c] @ old_weight.T).to(dtype) / tau).softmax(-1)
-            dz = ((p_new - p_old) * grad_kl[i:i + c, None] / tau).to(weight.dtype)
+            p_old = _log_softmax(old_hidden[i:i + c], old_weight, tau, dtype).exp_()  # (c, V)
+            dz = _log_softmax(h, weight, tau, dtype).exp_().sub_(p_old).mul_(grad_kl[i:i + c, None]).div_(tau)
             if need_h:
-                grad_h[i:i + c] = dz @ weight
+                grad_h[i:i + c] = dz.to(weight.dtype) @ weight
             if need_w:
-                grad_w += dz.T @ h
+                grad_w.addmm_(dz.T, h.to(dtype))
+            del p_old, dz  # free them before the next chunk's logits exist
         return grad_h, None, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
 
 
