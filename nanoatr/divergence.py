@@ -121,3 +121,37 @@ def kl3_is_ratio_range(delta: float) -> tuple[float, float]:
     z = (delta - 1.0) / math.e
     lower = math.exp(1.0 + lambert_w(z, -1)) if delta < 1 else 0.0
     return lower, math.exp(1.0 + lambert_w(z, 0))
+
+
+@torch.compiler.disable  # 60 unrolled bisection steps take inductor ~40 s to compile; they are data, not gradient path
+def trgppo_ratio_range(old_logp: Tensor, delta: float, iters: int = 60) -> tuple[Tensor, Tensor]:
+    """TRGPPO's per-token bounds: the min and max of pi(a) / p over every pi with KL(pi_old || pi) <= delta,
+    p = pi_old(a) = exp(old_logp) (Wang et al. 2019, arXiv 1901.10314).
+
+    The extremal pi moves mass only between a and the rest, in proportion: pi(a) = r p and
+    pi(b) = pi_old(b) (1 - r p) / (1 - p), so the bound solves, for r = ratio,
+        f(r) = (1 - p) log((1 - p) / (1 - r p)) - p log r = delta
+    with one root in (0, 1) and one in (1, 1/p); f is monotone on each side, so plain bisection, on
+    x = log r so that tiny lower bounds (e^-50 for p = 0.001) come out exact too.
+    Rare tokens get wide bounds, confident ones narrow: delta = 0.03 gives [0.0188, 5.614] at
+    p = 0.01 and [0.9012, 1.0640] at p = 0.9.  p is kept in [1e-6, 1 - 1e-6] (the source tabulates
+    p in [0.01, 0.99]).  Returns (lower, upper), tensors shaped like old_logp, without gradient.
+    """
+    _check_delta(delta)
+    p = old_logp.detach().exp().clamp(1e-6, 1 - 1e-6)
+    log_p = p.log()
+
+    def excess(x):  # f(e^x) - delta;  1 - r p = -expm1(x + log p)
+        return (1 - p) * (torch.log1p(-p) - torch.log(-torch.expm1(x + log_p))) - p * x - delta
+
+    # f(e^x) >= -p x - p, so f > delta below x = -(delta + 1) / p; f = inf at x = -log p
+    lo_a, lo_b = -(delta + 1) / p, torch.zeros_like(p)  # f decreases in x on (-inf, 0)
+    hi_a, hi_b = torch.zeros_like(p), -log_p             # f increases on (0, -log p)
+    for _ in range(iters):
+        mid = (lo_a + lo_b) / 2
+        outside = excess(mid) > 0
+        lo_a, lo_b = torch.where(outside, mid, lo_a), torch.where(outside, lo_b, mid)
+        mid = (hi_a + hi_b) / 2
+        outside = excess(mid) > 0
+        hi_a, hi_b = torch.where(outside, hi_a, mid), torch.where(outside, mid, hi_b)
+    return lo_b.exp(), hi_a.exp()  # the ends on the feasible side

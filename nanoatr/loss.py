@@ -22,7 +22,7 @@ from torch import Tensor
 
 from nanoatr import divergence
 from nanoatr.methods import (DEFAULTS, METHODS, NEEDS_FULL_KL, RANDOM, SEQUENCE_LEVEL, Tokens,  # noqa: F401
-                             check_hparams, flag)
+                             check_hparams)
 
 AGGREGATIONS = ("dr-grpo", "token-mean", "seq-mean-token-mean")
 MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: far outside every clip region, still finite in float32
@@ -64,7 +64,10 @@ def _prepare(method, logp, old_logp, advantages, mask, full_kl, generator, hpara
                              "over the vocabulary: see nanoatr.loss.full_kl")
     else:
         full_kl = None
-    noise = torch.rand(logp.shape, generator=generator, device=logp.device) if method in RANDOM else None
+    noise = None
+    if method in RANDOM:  # drawn on the generator's device, used on logp's
+        device = generator.device if generator is not None else logp.device
+        noise = torch.rand(logp.shape, generator=generator, device=device).to(logp.device)
     return hp, full_kl, noise
 
 
@@ -130,6 +133,7 @@ def aggregate(per_token_loss: Tensor, mask: Tensor, mode: str, *, num_sequences,
 # The fused loss: surrogate + aggregation, compiled once per method
 
 def _fused_loss(method, agg, logp, old_logp, advantages, mask, full_kl, noise, counts, hp):
+    """token_loss + aggregate on tensors only; counts = (num_sequences, num_tokens, max_new_tokens)."""
     loss, metrics = _token_loss(method, logp, old_logp, advantages, mask, full_kl, noise, hp)
     return aggregate(loss, mask, agg, num_sequences=counts[0], num_tokens=counts[1],
                      max_new_tokens=counts[2]), metrics
@@ -172,7 +176,8 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
     for name, value in [("num_sequences", num_sequences), ("num_tokens", num_tokens), ("max_new_tokens", max_new_tokens)]:
         if not value > 0:
             raise ValueError(f"{name} must be > 0 (got {value})")
-    counts = torch.tensor([num_sequences, num_tokens, max_new_tokens], dtype=torch.float64, device=logp.device)
+    dtype = torch.promote_types(logp.dtype, torch.float32)  # exact counts up to 2^24; the loss keeps logp's dtype
+    counts = torch.tensor([num_sequences, num_tokens, max_new_tokens], dtype=dtype, device=logp.device)
     args = (method, agg, logp, old_logp, advantages, mask, full_kl, noise, counts, hp)
     if not compile:
         return _fused_loss(*args)
@@ -258,7 +263,7 @@ def token_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, *, temperatu
     O(B * T * V).  Gradients flow to hidden and weight.  Outputs are float32 (float64 for float64 inputs).
     """
     B, T, D = hidden.shape
-    logp, entropy = _ChunkedLogprobs.apply(hidden.reshape(B * T, D), weight, targets.reshape(B * T),
+    logp, entropy = _ChunkedLogprobs.apply(hidden.reshape(B * T, D), weight, targets.reshape(B * T).long(),
                                            float(temperature), int(chunk_size), bool(with_entropy))
     return logp.view(B, T), None if entropy is None else entropy.view(B, T)
 

@@ -164,6 +164,21 @@ def kl_cov(t: Tokens, kl_cov_ratio: float, kl_cov_coef: float):
     return loss, no_cut(t), no_cut(t), {"cov_frac": chosen}
 
 
+def trgppo(t: Tokens, delta: float, eps: float):
+    """TRGPPO: a ratio clip whose band is PPO's widened to the trust region of the token's old probability:
+
+        [min(l_delta(p), 1 - eps), max(u_delta(p), 1 + eps)],   p = pi_old(y_t)
+    where [l_delta(p), u_delta(p)] holds every ratio some pi with KL(pi_old || pi) <= delta can give
+    (divergence.trgppo_ratio_range).  Needs only old_logp: the cheap stand-in for kl-full.
+    Wang et al. 2019 (arXiv 1901.10314); the paper's Table 1 row; the discrete code (wangyuhuix/TRGPPO
+    KL2Clip_discrete.py) uses the KL bounds alone.  Defaults: delta 0.07 as for every KL method of
+    the paper, eps 0.2 as GRPO.  Flags: delta, eps.
+    """
+    lower, upper = divergence.trgppo_ratio_range(t.old_logp, delta)
+    lower, upper = torch.clamp(lower, max=1 - eps), torch.clamp(upper, min=1 + eps)
+    return (*ratio_clip(t.ratio, t.advantages, lower, upper), {})
+
+
 def soft_gate(t: Tokens, tau_pos: float, tau_neg: float):
     """SAPO soft gate: -A * sigmoid(tau (w - 1)) * 4 / tau, tau = tau_pos if A > 0 else tau_neg.
 
@@ -277,7 +292,7 @@ def gspo_token(t: Tokens, eps_low: float, eps_high: float):
 
 METHODS = {
     "clip": clip, "clip-higher": clip_higher, "dual-clip": dual_clip, "dynamic": dynamic,
-    "clip-cov": clip_cov, "kl-cov": kl_cov, "soft-gate": soft_gate,
+    "clip-cov": clip_cov, "kl-cov": kl_cov, "trgppo": trgppo, "soft-gate": soft_gate,
     "kl1": kl1, "kl2": kl2, "kl3": kl3, "kl3-is": kl3_is, "kl-full": kl_full, "truly-ppo": truly_ppo,
     "gspo": gspo, "gspo-token": gspo_token,
 }
@@ -289,6 +304,7 @@ DEFAULTS = {
     "dynamic": {"eps_low": 0.16, "eps_high": 0.2, "dual_clip_c": 10.0},
     "clip-cov": {"eps_low": 1.0, "eps_high": 1.0, "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
     "kl-cov": {"kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0},
+    "trgppo": {"delta": 0.07, "eps": 0.2},
     "soft-gate": {"tau_pos": 1.0, "tau_neg": 1.05},
     "kl1": {"delta": 0.07},
     "kl2": {"delta": 0.07},

@@ -145,3 +145,27 @@ def test_estimators_are_unbiased_under_pi_old():
     torch.testing.assert_close(expect(d.k3), kl_old_new)
     torch.testing.assert_close(expect(d.k3_is), kl_new_old)
     assert expect(d.k2) > kl_old_new  # k2 is biased (upwards here)
+
+
+# TRGPPO bounds (clip_methods.md §V.5): p -> (lower, upper)
+TRGPPO_TABLE = {
+    0.001: {0.01: (0.6180, 1.5123), 0.1: (0.8712, 1.1395), 0.5: (0.9553, 1.0447), 0.9: (0.9845, 1.0143)},
+    0.03: {0.01: (0.0188, 5.6143), 0.1: (0.4238, 1.8890), 0.5: (0.7587, 1.2413), 0.9: (0.9012, 1.0640)},
+}
+
+
+@pytest.mark.parametrize("delta", sorted(TRGPPO_TABLE))
+def test_trgppo_bounds_match_reference(delta):
+    p = torch.tensor(list(TRGPPO_TABLE[delta]), dtype=torch.float64)
+    lower, upper = d.trgppo_ratio_range(p.log(), delta)
+    expected = torch.tensor(list(TRGPPO_TABLE[delta].values()), dtype=torch.float64)
+    torch.testing.assert_close(lower, expected[:, 0], atol=1e-4, rtol=0)
+    torch.testing.assert_close(upper, expected[:, 1], atol=1e-4, rtol=0)
+
+
+def test_trgppo_bounds_are_where_the_extremal_kl_reaches_delta():
+    p = torch.tensor([0.001, 0.2, 0.7, 0.99], dtype=torch.float64)
+    for r in d.trgppo_ratio_range(p.log(), 0.05):
+        q = r * p  # the extremal pi: a gets r p, the rest shrinks or grows in proportion
+        kl = p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()  # KL(pi_old || pi) of (a, rest)
+        torch.testing.assert_close(kl, torch.full_like(kl, 0.05), atol=1e-10, rtol=0)

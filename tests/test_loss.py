@@ -121,6 +121,16 @@ def test_dynamic_bounds_numbers():
         assert grad[0, 0] == 0 and grad[0, 1] != 0, q
 
 
+def test_trgppo_widens_the_band_for_rare_tokens_only():
+    # delta 0.03 (§V.5): p = 0.01 -> [0.0188, 5.614], wider than [0.8, 1.2];  p = 0.9 -> [0.9012, 1.0640],
+    # narrower, so PPO's band [0.8, 1.2] applies
+    w = [0.05, 0.5, 5.0, 6.0, 0.75, 0.85, 1.15, 1.25]
+    _, grad, _ = run("trgppo", w, [1.0, -1.0], q=[0.01] * 4 + [0.9] * 4, delta=0.03, eps=0.2)
+    kept = keep([1, 1, 1, 0, 1, 1, 1, 0],
+                [1, 1, 1, 1, 0, 1, 1, 1])
+    close(grad, -col(1.0, -1.0) * torch.tensor(w, dtype=F64) * kept)
+
+
 # Clip-Cov / KL-Cov batch: cov = (A - mean A)(logp - mean logp), mean A = 0, mean logp = -0.875
 COV_LOGP = [[-1.0, -0.5, -1.5, 1.0], [-1.2, -0.8, -2.0, -1.0]]
 COV_W = [[2.5, 1.1, 0.9, 1.3], [0.5, 1.2, 0.8, 1.05]]
