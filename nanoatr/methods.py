@@ -86,7 +86,7 @@ def clip(t: Tokens, eps: float):
     """PPO / GRPO: -min(wA, clip(w, 1-eps, 1+eps) A).
 
     Schulman et al. 2017 (arXiv 1707.06347); verl core_algos.py::compute_policy_loss_vanilla minus its
-    always-on dual clip (that is --clip dual-clip).  Flags: eps.
+    always-on dual clip (that is --clip dual-clip).  Default eps 0.2 (verl, TRL).  Flags: eps.
     """
     return (*ratio_clip(t.ratio, t.advantages, 1 - eps, 1 + eps), {})
 
@@ -102,8 +102,8 @@ def clip_higher(t: Tokens, eps_low: float, eps_high: float):
 def dual_clip(t: Tokens, eps: float, dual_clip_c: float):
     """Dual-clip PPO: PPO clip, and for A < 0 also min(., -cA): no gradient once w > c.
 
-    Ye et al. 2020 (arXiv 1912.09729); verl compute_policy_loss_vanilla, clip_ratio_c = 3.
-    Flags: eps, dual_clip_c.
+    Ye et al. 2020 (arXiv 1912.09729); verl compute_policy_loss_vanilla.  Defaults: verl's eps 0.2,
+    c = 3 (the DAPO and Clip-Cov scripts set c = 10).  Flags: eps, dual_clip_c.
     """
     loss, low, high = ratio_clip(t.ratio, t.advantages, 1 - eps, 1 + eps)
     loss, dual = dual_clip_bound(loss, t, dual_clip_c)
@@ -154,7 +154,8 @@ def kl_cov(t: Tokens, kl_cov_ratio: float, kl_cov_coef: float):
         loss = -wA + coef * |logp - old_logp| * [token in top-k by cov]
     Cui et al. 2025 (arXiv 2505.22617); verl core_algos.py::compute_policy_loss_kl_cov.  Defaults:
     the paper's 7B script (k_percent 0.2 % = 2e-3, coef 1); verl's yaml has 2e-4 / 0.1.  On an
-    on-policy step log w = 0 and |.| has zero gradient there, so it is plain policy gradient.
+    on-policy step log w = 0 and |.| has zero gradient there, so it is plain policy gradient.  As in
+    verl, cov and the top-k are taken over the micro-batch, so the choice depends on the split.
     Flags: kl_cov_ratio, kl_cov_coef.
     """
     cov = centred_cov(t)
@@ -198,13 +199,14 @@ def soft_gate(t: Tokens, tau_pos: float, tau_neg: float):
 
 def kl1(t: Tokens, delta: float):
     """C: k1 = -log w <= delta, i.e. w >= exp(-delta).  k1 < 0 whenever w > 1, so increases are
-    never cut: only A < 0 tokens pushed below exp(-delta) lose their gradient (Table 3).  Flags: delta.
+    never cut: only A < 0 tokens pushed below exp(-delta) lose their gradient (Table 3, delta 0.07).
+    Flags: delta.
     """
     return (*unified_clip(t.ratio, t.advantages, divergence.k1(t.log_ratio) <= delta), {})
 
 
 def kl2(t: Tokens, delta: float):
-    """C: k2 = (log w)^2 / 2 <= delta, i.e. |log w| <= sqrt(2 delta) (Table 3).  Flags: delta."""
+    """C: k2 = (log w)^2 / 2 <= delta, i.e. |log w| <= sqrt(2 delta) (Table 3, delta 0.07).  Flags: delta."""
     return (*unified_clip(t.ratio, t.advantages, divergence.k2(t.log_ratio) <= delta), {})
 
 
@@ -212,8 +214,8 @@ def kl3(t: Tokens, delta: float):
     """ATR-GRPO, the paper's method: C: KL3 = w - 1 - log w <= delta (Eq. 6, Sec. 4.2).
 
     Same gradient as a ratio clip with [l, u] = divergence.kl3_ratio_range(delta) (Theorem 4.2),
-    [0.671, 1.422] at delta = 0.07, but no range is computed: the constraint is checked directly.
-    Flags: delta.
+    [0.671, 1.422] at delta = 0.07 (the paper's choice, Sec. 6.4), but no range is computed: the
+    constraint is checked directly, as the paper suggests.  Flags: delta.
     """
     return (*unified_clip(t.ratio, t.advantages, divergence.k3(t.log_ratio) <= delta), {})
 
@@ -225,7 +227,7 @@ def kl3_is(t: Tokens, delta: float):
     ratio, the unbiased estimate from pi_old samples of KL(pi_theta || pi_old), i.e. of the direction
     the paper writes in Eq. 4; plain KL3 estimates KL(pi_old || pi_theta).  The other reading,
     w * k3(w), is not a KL estimator (its mean is chi^2 - KL), so we do not use it.
-    Range at delta = 0.07: [0.650, 1.397] (divergence.kl3_is_ratio_range).  Flags: delta.
+    Range at delta = 0.07 (Table 3): [0.650, 1.397] (divergence.kl3_is_ratio_range).  Flags: delta.
     """
     return (*unified_clip(t.ratio, t.advantages, divergence.k3_is(t.log_ratio) <= delta), {})
 
@@ -235,7 +237,8 @@ def kl_full(t: Tokens, delta: float):
     vocabulary at the token's position (Eq. 4; Wang et al. 2019, "Full KL-Guided Clipping" in Table 3).
 
     Needs `full_kl` (B, T), see nanoatr.loss.full_kl; only its value is used (no gradient needed).
-    Direction KL(old || new) as in TRGPPO / Truly PPO code and as KL3 estimates it.  Flags: delta.
+    Direction KL(old || new) as in the TRGPPO / Truly PPO code and as KL3 estimates it (Eq. 4 writes
+    KL(pi_theta || pi_old); near pi_old the two agree to second order).  Flags: delta.
     """
     return (*unified_clip(t.ratio, t.advantages, t.full_kl <= delta), {"full_kl": t.full_kl.detach()})
 
@@ -279,7 +282,7 @@ def gspo_token(t: Tokens, eps_low: float, eps_high: float):
         loss_t = -min(s_t A_t, clip(s_t, 1-eps_low, 1+eps_high) A_t)
     With A constant over a sequence, this equals `gspo` in value and gradient (under seq-mean-token-mean,
     which policy_loss forces); it also accepts per-token advantages.
-    Zheng et al. 2025 (arXiv 2507.18071, Sec. 4.3); verl core_algos.py::compute_policy_loss_gspo.
+    Zheng et al. 2025 (arXiv 2507.18071); verl core_algos.py::compute_policy_loss_gspo.
     Flags: eps_low, eps_high.
     """
     s = torch.exp(seq_mean(t.log_ratio.detach(), t.valid))[:, None] * torch.exp(t.log_ratio - t.log_ratio.detach())
