@@ -1,0 +1,96 @@
+"""Throughput of nanoatr.verifier.verify on typical completions, on one core.
+
+10,000 worked solutions of a few hundred characters, each ending in \\boxed{...}: a mix of integer,
+fraction and radical answers, about half correct (some correct ones written in a different but
+equivalent form, so the parser and sympy paths are exercised, not just string equality).
+
+    python bench/verifier.py [--n 10000] [--seed 0]
+
+Prints verifications per second as the final summary line (target: >= 2,000/s).
+"""
+import argparse
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from nanoatr.verifier import canonical, verify  # noqa: E402
+
+FILLER = [
+    "Let $x$ be the number of marbles in the first bag. ",
+    "Substituting into the second equation gives $3x + 2y = 17$. ",
+    "We factor the quadratic as $(x-3)(x+5) = 0$, so $x = 3$ or $x = -5$. ",
+    "Since the side length must be positive, we discard the negative root. ",
+    "By the Pythagorean theorem, $a^2 + b^2 = c^2$, hence $c = \\sqrt{a^2+b^2}$. ",
+    "Summing the arithmetic series $1 + 2 + \\cdots + n$ gives $\\frac{n(n+1)}{2}$. ",
+    "Checking the boundary case $n = 1$ confirms the formula. ",
+    "The probability is the number of favourable outcomes over the total, $\\frac{12}{36}$. ",
+]
+
+
+def make_case(rng: random.Random):
+    """(completion, gold, intended label) with ~50% correct answers."""
+    kind = rng.random()
+    correct = rng.random() < 0.5
+    if kind < 0.5:  # integer
+        g = rng.randint(-50, 2000)
+        gold = rng.choice([str(g), f"{g:03d}" if g >= 0 else str(g), f"{float(g)}"])
+        ans = str(g) if correct else str(g + rng.choice([-2, -1, 1, 3, 10]))
+        if correct and g >= 1000 and rng.random() < 0.5:
+            ans = f"{g:,}"
+    elif kind < 0.8:  # fraction
+        p, q = rng.randint(1, 60), rng.randint(2, 60)
+        gold = f"\\frac{{{p}}}{{{q}}}"
+        if correct:
+            k = rng.choice([1, 1, 2, 3])
+            ans = rng.choice([f"\\frac{{{p * k}}}{{{q * k}}}", f"\\dfrac{{{p}}}{{{q}}}", f"{p}/{q}"])
+        else:
+            ans = f"\\frac{{{p + 1}}}{{{q}}}"
+    else:  # radical
+        a, b = rng.randint(2, 12), rng.choice([2, 3, 5, 6, 7, 10, 11])
+        gold = f"{a}\\sqrt{{{b}}}"
+        if correct:  # (\sqrt7 is valid LaTeX for a one-digit radicand only)
+            ans = rng.choice([gold, f"\\sqrt{{{a * a * b}}}", f"{a} \\sqrt{b}" if b < 10 else gold])
+        else:
+            ans = rng.choice([f"{a + 1}\\sqrt{{{b}}}", f"{a}\\sqrt{{{b + 1}}}", f"\\sqrt{{{a * b}}}"])
+    body = "".join(rng.choice(FILLER) for _ in range(rng.randint(3, 6)))
+    return f"{body}Therefore, the final answer is $\\boxed{{{ans}}}$.", gold, correct
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    try:  # one core, as the trainer's reward workers would each get
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    except (AttributeError, OSError):
+        pass
+    rng = random.Random(args.seed)
+    cases = [make_case(rng) for _ in range(args.n)]
+    verify(*cases[0][:2])  # import/warm sympy outside the timed region
+
+    # Worst case: no cache at all (every gold and answer normalised and parsed from scratch).
+    start = time.perf_counter()
+    for c, g, _ in cases:
+        canonical.cache_clear()
+        verify(c, g)
+    uncached = args.n / (time.perf_counter() - start)
+
+    canonical.cache_clear()  # the normal case: cache starts empty, golds repeat across rollouts
+    start = time.perf_counter()
+    results = [verify(c, g) for c, g, _ in cases]
+    elapsed = time.perf_counter() - start
+    info = canonical.cache_info()
+    wrong = sum(r != label for r, (_, _, label) in zip(results, cases))
+    print(f"cases={args.n} verified={sum(results)} ({sum(results) / args.n:.1%}) "
+          f"disagreements with intended labels={wrong} "
+          f"avg_len={sum(len(c) for c, _, _ in cases) / args.n:.0f} chars "
+          f"cache hits={info.hits} misses={info.misses}")
+    print(f"uncached: {uncached:,.0f} verifications/s")
+    print(f"verify: {args.n / elapsed:,.0f} verifications/s on one core ({elapsed * 1e6 / args.n:.0f} us each)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+"""Tests for nanoatr.verifier: extraction, normalisation, equivalence policy, safety, speed."""
+import os
+import random
+import time
+from fractions import Fraction
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from nanoatr.verifier import extract_answer, verify
+
+
+def boxed(ans: str) -> str:
+    """A typical worked solution ending in a boxed answer."""
+    return ("We first simplify the expression, then substitute x = 3 and y = 7 into it. "
+            "Checking the edge cases 12 and 45 gives the same result, so the final answer is "
+            f"$\\boxed{{{ans}}}$.")
+
+
+# (answer inside \boxed{}, gold, expected) --------------------------------------------------
+INTEGERS = [
+    ("25", "025", True), ("25", "25", True), ("025", "25", True), ("27", "27.0", True),
+    ("-1", "-1.0", True), ("-1", "1.0", False), ("+5", "5", True), ("5.0", "5", True),
+    ("5.00", "5", True), ("1,000", "1000", True), ("1{,}000", "1000", True), ("1\\,000", "1000", True),
+    ("1,234,567", "1234567", True), ("-2,000", "-2000", True), ("1000", "1,000", True),
+    ("34", "34", True), ("35", "34", False), ("0", "0", True), ("0", "-0.0", True),
+    ("-7", "7", False), ("100", "10", False), ("12", "120", False), ("2^{10}", "1024", True),
+    ("10^3", "1000", True), ("\\$5", "5", True), ("5 dollars", "5", True),
+]
+
+FRACTIONS = [
+    ("\\frac{1}{2}", "1/2", True), ("\\dfrac{1}{2}", "0.5", True), ("\\tfrac{1}{2}", "\\frac12", True),
+    ("1/2", "\\frac{1}{2}", True), ("\\frac12", "0.5", True), ("\\frac{2}{4}", "\\frac{1}{2}", True),
+    ("-\\frac{3}{4}", "-0.75", True), ("\\frac{-3}{4}", "-3/4", True), ("\\frac{3}{-4}", "-3/4", True),
+    ("-\\frac{3}{4}", "3/4", False), ("1/2", "2", False), ("2", "1/2", False), ("\\frac{1}{2}", "\\frac{2}{1}", False),
+    ("\\frac{10}{3}", "3\\frac{1}{3}", True), ("1\\frac{1}{4}", "5/4", True), ("1 1/4", "\\frac54", True),
+    ("-1\\frac{1}{4}", "-1.25", True), ("11/4", "1 1/4", False), ("2\\frac{1}{2}", "2.5", True),
+    ("\\frac{\\frac{1}{2}}{3}", "1/6", True), ("\\frac{1}{2}+\\frac{1}{3}", "5/6", True),
+    ("6\\div 4", "3/2", True), ("\\frac{7}{8}", "0.875", True), ("0.875", "7/8", True),
+]
+
+DECIMALS_AND_TOLERANCE = [
+    ("0.33", "1/3", False), ("0.333", "1/3", False), ("0.3333", "1/3", True), ("0.33333", "\\frac{1}{3}", True),
+    ("0.3334", "1/3", True), ("0.3332", "1/3", False), ("0.6667", "2/3", True), ("0.6666", "2/3", True),
+    ("0.6665", "2/3", False), ("0.5001", "1/2", False), ("0.4999", "0.5", False), ("3.14", "\\pi", False),
+    ("3.1416", "\\pi", True), ("3.1415", "\\pi", True), ("3.1417", "\\pi", False), ("1.414", "\\sqrt{2}", True),
+    ("1.41", "\\sqrt{2}", False), ("1/3", "0.3333", True), ("0.3333", "0.33333", False), ("2.5", "2.50", True),
+    ("1234.05", "1234.0", False), ("1234.0", "1234", True), (".5", "0.5", True), ("0.1", "1/10", True),
+]
+
+SCI_AND_POWERS = [
+    ("1.5\\times10^{3}", "1500", True), ("1.5 \\times 10^3", "1500", True), ("1.5e3", "1500", True),
+    ("1.5E3", "1.5\\times10^{3}", True), ("1.5e-3", "0.0015", True), ("2\\cdot10^{4}", "20000", True),
+    ("1.5\\times10^{3}", "150", False), ("2^{-1}", "1/2", True), ("2^{3^2}", "512", True), ("(-2)^3", "-8", True),
+    ("-2^2", "-4", True), ("-2^2", "4", False), ("4^{1/2}", "2", True), ("8^{\\frac{2}{3}}", "4", True),
+    ("2**3", "8", True), ("1.2346e4", "12346", True),
+]
+
+RADICALS_AND_PI = [
+    ("2\\sqrt{3}", "\\sqrt{12}", True), ("\\sqrt{12}", "2\\sqrt3", True), ("2\\sqrt{3}", "3\\sqrt{2}", False),
+    ("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}", True), ("\\frac{2}{\\sqrt{3}-1}", "\\sqrt{3}+1", True),
+    ("\\sqrt{3}+1", "\\sqrt{3}-1", False), ("(1+\\sqrt{2})^2", "3+2\\sqrt{2}", True), ("\\sqrt[3]{27}", "3", True),
+    ("\\sqrt[3]{-8}", "-2", True), ("\\sqrt[3]{2}", "2^{1/3}", True), ("\\sqrt{16}", "4", True),
+    ("\\sqrt{2}\\sqrt{3}", "\\sqrt{6}", True), ("\\frac{\\pi}{2}", "\\pi/2", True), ("2\\pi", "\\pi\\cdot 2", True),
+    ("\\frac{\\pi}{3}", "\\frac{\\pi}{6}", False), ("\\pi", "3", False), ("4\\pi", "4 \\pi", True),
+    ("\\frac{4\\pi}{3}", "\\frac43\\pi", True), ("\\sqrt{2}", "2", False), ("\\infty", "\\infty", True),
+    ("-\\infty", "\\infty", False), ("5\\sqrt{2}", "\\sqrt{50}", True), ("\\sqrt{8}", "2\\sqrt{2}", True),
+]
+
+PERCENT_DEGREES_UNITS = [
+    ("50\\%", "50", True), ("50", "50\\%", True), ("50\\%", "0.5", False), ("5", "50\\%", False),
+    ("12.5\\%", "12.5", True), ("30^\\circ", "30", True), ("30^{\\circ}", "30", True), ("30", "30^\\circ", True),
+    ("45°", "45", True), ("30^\\circ", "60", False), ("5\\text{ cm}", "5", True), ("5 \\text{cm}^2", "5", True),
+    ("5\\mbox{ inches}", "5", True), ("5\\mathrm{~m}", "5", True), ("5 cm", "5", True), ("6\\text{ cm}", "5", False),
+    ("\\text{5 meters}", "5", True), ("12 \\text{ square units}", "12", True),
+    ("34\\text{ or 35}", "34", False), ("34\\text{ not}", "34", False), ("34 \\text{ or maybe not}", "34", False),
+]
+
+SPACING_AND_EQUATIONS = [
+    ("\\left( 1, 2 \\right)", "(1,2)", True), ("\\left(\\frac{1}{2}\\right)", "1/2", True), ("1\\!2", "12", True),
+    ("3\\;", "3", True), ("~7", "7", True), ("\\quad 7", "7", True), ("\\displaystyle\\frac{1}{2}", "0.5", True),
+    ("x = 5", "5", True), ("x=5", "x = 5", True), ("y = 2x+3", "2x+3", True), ("a_1 = 4", "4", True),
+    ("x = 6", "5", False), ("x + y = 5", "5", False), ("x \\approx 3.1416", "\\pi", True), ("x \\in (1, 2]", "(1,2]", True),
+    ("5.", "5", True), ("$5$", "5", True), ("\\(5\\)", "5", True),
+]
+
+INTERVALS_AND_LISTS = [
+    ("(1, 2]", "(1,2]", True), ("(1,2)", "(1,2]", False), ("[1,2]", "(1,2)", False), ("(2,1)", "(1,2)", False),
+    ("(-\\infty, 3)", "(-\\infty,3)", True), ("[0, \\infty)", "[0,\\infty)", True),
+    ("(\\frac12, 3]", "(0.5, 3]", True), ("(1, 2, 3)", "(1,2,3)", True), ("(1,2)", "(1,2,3)", False),
+    ("(-\\infty,1)\\cup(2,\\infty)", "(2,\\infty)\\cup(-\\infty,1)", True), ("2, 1", "1, 2", True),
+    ("1, 2", "1,2", True), ("1, 2, 3", "3, 2, 1", True), ("1, 2", "1, 2, 3", False), ("2, 1", "1", False),
+    ("1", "1, 2", False), ("1, 1", "1, 2", False), ("\\{1, 2\\}", "\\{2,1\\}", True), ("x = 1, 2", "1, 2", True),
+    ("x=1 \\text{ or } x=2", "1, 2", True), ("\\frac{1}{2}, -3", "-3, 0.5", True), ("1; 2", "2, 1", True),
+    ("2 \\pm \\sqrt{3}", "2+\\sqrt3, 2-\\sqrt3", True), ("\\pm 2021", "2021", False), ("\\pm 2", "2, -2", True),
+    ("\\pm 2", "\\pm 2", True),
+]
+
+CHOICES_AND_TEXT = [
+    ("(B)", "B", True), ("\\text{(B)}", "B", True), ("B", "(B)", True), ("\\textbf{(B)}", "B", True),
+    ("(B) 27", "B", True), ("\\textbf{(C) }27", "B", False), ("(C)", "B", False), ("A", "B", False),
+    ("\\text{Monday}", "monday", True), ("Monday", "Tuesday", False), ("\\text{Yes}", "yes", True),
+    ("\\text{no}", "yes", False), ("\\text{even}", "Even", True), ("red  and   blue", "red and blue", True),
+    ("\\text{odd}", "1", False), ("5", "\\text{five}", False),
+]
+
+SYMBOLIC = [
+    ("x^2+2x+1", "(x+1)^2", True), ("2x+3", "3+2x", True), ("2x+3", "2x+4", False), ("\\frac{x}{2}", "0.5x", True),
+    ("x", "y", False), ("\\theta", "\\theta", True), ("2^{n}", "2^n", True), ("n+1", "1+n", True),
+]
+
+ALL_TABLES = (INTEGERS + FRACTIONS + DECIMALS_AND_TOLERANCE + SCI_AND_POWERS + RADICALS_AND_PI
+              + PERCENT_DEGREES_UNITS + SPACING_AND_EQUATIONS + INTERVALS_AND_LISTS + CHOICES_AND_TEXT
+              + SYMBOLIC)
+
+
+@pytest.mark.parametrize("answer,gold,expected", ALL_TABLES)
+def test_boxed_equivalence(answer, gold, expected):
+    assert verify(boxed(answer), gold) is expected
+
+
+# (full completion, gold, expected): extraction --------------------------------------------
+COMPLETIONS = [
+    ("The sum is 34.\nAnswer: 34", "34", True),                         # DAPO's required last line
+    ("Lots of work...\nAnswer: $34$", "34", True),
+    ("answer: 34", "34", True),
+    ("**Answer:** **73**", "73", True),                                 # markdown bold
+    ("Answer: \\frac{1}{2}.", "0.5", True),
+    ("The answer is 12.", "12", True),
+    ("The final answer is $\\frac{3}{4}$. I hope it is correct.", "0.75", True),
+    ("Final Answer: The final answer is $42$. I hope it is correct.", "42", True),
+    ("So the answer is: **6**", "6", True),
+    ("Therefore the answer is $\\boxed{6}$.", "6", True),
+    ("\\boxed{5} and then later \\boxed{7}", "7", True),               # the LAST box counts
+    ("\\boxed{5} and then later \\boxed{7}", "5", False),
+    ("\\boxed{840} ... \\boxed{840}", "840", True),
+    ("\\boxed{840} ... \\boxed{840}", "840840", False),                # boxes never concatenate
+    ("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\frac{\\sqrt2}{2}", True),      # nested braces
+    ("\\boxed{\\{1,2\\}}", "1, 2", True),                               # escaped braces inside the box
+    ("so $\\boxed 5$", "5", True),                                      # \boxed without braces
+    ("\\fbox{7}", "7", True),
+    ("\\boxed{}", "0", False),
+    ("The result is \\boxed{12", "12", False),                          # truncated: unclosed box
+    ("\\boxed{3} hmm wait, \\boxed{\\frac{12}", "3", False),
+    ("We compute 3 + 31 = 34", "34", False),                            # no marker: last number never counts
+    ("34", "34", False),
+    ("The values are 1, 5, 34. So 34", "34", False),
+    ("", "34", False),
+    ("\\boxed{6}\n\nI am confident the answer is correct.", "6", True), # chatter after the box
+    ("\\boxed{6}\nAnswer: 7", "7", True),                               # later marker wins
+    ("Answer: 7\n\\boxed{6}", "6", True),
+    ("\\boxed{6}\n**Final Answer:** 7", "7", True),
+    ("\\boxed{5}. To double-check the answer: 2+3=5.", "5", True),  # mid-line "answer:" is chatter
+    ("Answer: 34 because 30+4", "34", False),                          # garbage after the answer
+    ("x" * 10_000 + "\\boxed{9}", "9", True),                           # long completion
+    ("\\boxed{9}" + "x" * 30_000, "9", False),                          # box far before the end
+]
+
+
+@pytest.mark.parametrize("completion,gold,expected", COMPLETIONS)
+def test_extraction(completion, gold, expected):
+    assert verify(completion, gold) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    ("025", "25", True), ("27.0", "27", True), ("-1.0", "-1", True), ("34", "34", True),
+    ("1e+20", "10^{20}", True), ("0.1", "\\frac{1}{10}", True), ("\\boxed{3}", "3", True),
+])
+def test_real_gold_formats(gold, answer, expected):
+    assert verify(boxed(answer), gold) is expected
+
+
+def test_non_string_and_numeric_golds():
+    assert verify(boxed("27"), 27.0) is True
+    assert verify(boxed("34"), 34) is True
+    assert verify(None, "1") is False
+    assert verify(boxed("1"), None) is False
+
+
+def test_extract_answer():
+    assert extract_answer("so \\boxed{\\frac{1}{2}}.") == "\\frac{1}{2}"
+    assert extract_answer("\\boxed{1}\\boxed{2}") == "2"
+    assert extract_answer("\\boxed{1") is None
+    assert extract_answer("no marker 42") is None
+
+
+# property tests ---------------------------------------------------------------------------
+def _terminating_decimal(r: Fraction):
+    q, k = r.denominator, 0
+    while q % 2 == 0 or q % 5 == 0:
+        q //= 2 if q % 2 == 0 else 5
+    if q != 1:
+        return None
+    while (r * 10 ** k).denominator != 1:
+        k += 1
+    n = abs(r.numerator * 10 ** k // r.denominator)
+    digits = str(n).rjust(k + 1, "0")
+    s = digits[:-k] + "." + digits[-k:] if k else digits
+    return ("-" if r < 0 else "") + s, k
+
+
+def latex_forms(r: Fraction):
+    p, q = r.numerator, r.denominator
+    forms = [f"\\frac{{{p}}}{{{q}}}", f"\\dfrac{{{p}}}{{{q}}}", f"{p}/{q}"]
+    if p < 0:
+        forms += [f"-\\frac{{{-p}}}{{{q}}}", f"\\frac{{-{-p}}}{{{q}}}"]
+    dec = _terminating_decimal(r)
+    if dec:
+        forms.append(dec[0])
+    if q == 1:
+        forms += [f"{p:,}", f"{p:,}".replace(",", "{,}"), f"{p:,}".replace(",", "\\,"), str(p)]
+    return forms
+
+
+rationals = st.builds(Fraction, st.integers(-10**6, 10**6), st.integers(1, 10**4))
+integers = st.integers(-10**9, 10**9).map(Fraction)
+values = st.one_of(rationals, integers)
+
+
+def gold_strings(r: Fraction):
+    golds = [str(r)]  # "3/4", "-5"
+    if r.denominator == 1 and abs(r) < 10**15:
+        golds.append(str(float(r)))  # AMC-style "27.0"
+    return golds
+
+
+@settings(max_examples=150, deadline=None)
+@given(values, st.data())
+def test_property_same_value_verifies(r, data):
+    form = data.draw(st.sampled_from(latex_forms(r)))
+    gold = data.draw(st.sampled_from(gold_strings(r)))
+    assert verify(boxed(form), gold), (form, gold)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values, values, st.data())
+def test_property_different_value_fails(r, other, data):
+    assume(r != other)
+    form = data.draw(st.sampled_from(latex_forms(r)))
+    dec = _terminating_decimal(r)
+    if dec and form == dec[0]:  # the documented tolerance may accept a long decimal near other
+        assume(abs(r - other) >= Fraction(1, 10 ** dec[1]))
+    gold = data.draw(st.sampled_from(gold_strings(other)))
+    assert not verify(boxed(form), gold), (form, gold)
+
+
+# adversarial ------------------------------------------------------------------------------
+def _random_latex(n: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    tokens = ["\\frac{", "\\sqrt[", "}", "{", "^", "9", "\\boxed{", "(", ")", "\\pi", "\\left(", ",", "1",
+              "\\text{", "=", "\\pm", "e", "0.", "/", "\\", "$", " ", "**", "\\cdot", "-"]
+    out, size = [], 0
+    while size < n:
+        t = rng.choice(tokens)
+        out.append(t)
+        size += len(t)
+    return "".join(out)
+
+
+ADVERSARIAL = [
+    "\\boxed{__import__('os').system('touch PWNED')}",
+    "\\boxed{__import__('pathlib').Path('PWNED').touch()}",
+    "Answer: __import__('os').system('touch PWNED')",
+    "\\boxed{open('PWNED','w').write('x')}",
+    "\\boxed{9^{9^{9^{9}}}}",
+    "\\boxed{9^{9^{9^{\\pi}}}}",
+    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
+    "\\boxed{10^{10^{10}}}",
+    "\\boxed{(1+\\sqrt{2})^{100000}}",
+    "\\boxed{x^{99999999}}",
+    "\\boxed{\\pi^{\\pi^{\\pi^{\\pi}}}}",
+    "\\boxed{1e999999999}",
+    "\\boxed{1.5\\times10^{99999999}}",
+    "\\boxed{\\sqrt[999999]{2}}",
+    "\\boxed{" + "9" * 10**6 + "}",
+    "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}",
+    "\\boxed{" + "(" * 10_000 + "1" + ")" * 10_000 + "}",
+    "\\boxed{" + "\\frac" * 100 + "}",
+    "\\boxed{" + "-" * 301 + "1}",
+    "\\boxed{" + "2^" * 150 + "2}",
+    "\\boxed{" + "\\sqrt{" * 60 + "2" + "}" * 60 + "}",
+    "\\boxed{" + "+".join(["\\sqrt{%d}" % k for k in range(2, 40)]) + "}",
+    "\\boxed{" + "\\{" * 5000 + "}",
+    "\\boxed{\\frac{1}{0}}",
+    "\\boxed{0^{-1}}",
+    "\\boxed{\\frac{1}{1-1}}",
+    "\\boxed{" + ",".join(["1"] * 200) + "}",
+    "\\boxed{" + "(" * 30 + "1,2" + ")" * 30 + "}",
+    "Answer: " + "1" * 10**6,
+    "The answer is " + "\\frac{" * 10**5,
+    _random_latex(10**6, seed=1),
+    _random_latex(10**6, seed=2) + "\\boxed{" + _random_latex(350, seed=3) + "}",
+    "\\boxed{\x00\udcff\u202e1}",
+    "\\boxed{3}\n" + "*" * 15_000 + "x answer: 3",
+    "answer is " * 2000 + "Answer: " * 2000,
+    "Answer: " + "\\(" * 9000,
+    "Answer: " + "$" + "1" * 15_000,
+]
+
+
+@pytest.mark.parametrize("completion", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
+def test_adversarial(completion, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for gold in ("1", "2", "\\sqrt{2}"):
+        start = time.perf_counter()
+        result = verify(completion, gold)
+        elapsed = time.perf_counter() - start
+        assert result is False
+        assert elapsed < 1.0, elapsed
+    assert os.listdir(tmp_path) == []
+
+
+def test_hostile_gold_is_also_safe(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    start = time.perf_counter()
+    assert verify(boxed("1"), "9^{9^{9^{9}}}") is False
+    assert verify(boxed("1"), "__import__('os').system('touch PWNED')") is False
+    assert time.perf_counter() - start < 1.0
+    assert os.listdir(tmp_path) == []
+
+
+def test_never_evaluates_text(monkeypatch):
+    """Run the positive table with eval/exec and sympy's string parsers booby-trapped."""
+    import ast
+    import builtins
+    import inspect
+
+    import sympy
+    import sympy.parsing.sympy_parser as sympy_parser
+
+    from nanoatr import latex_parse, verifier
+
+    banned = {"eval", "exec", "sympify", "parse_expr", "parse_latex", "S", "__import__"}
+    for module in (verifier, latex_parse):  # statically: no such name is ever referenced
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            name = getattr(node, "id", None) or getattr(node, "attr", None)
+            assert name not in banned, (module.__name__, name)
+
+    def trap(*args, **kwargs):
+        raise AssertionError("untrusted text reached an evaluator")
+
+    for target, name in ((builtins, "eval"), (builtins, "exec"), (sympy, "sympify"),
+                         (sympy, "parse_expr"), (sympy_parser, "parse_expr")):
+        monkeypatch.setattr(target, name, trap)
+    verifier.canonical.cache_clear()
+    positives = [(a, g) for a, g, expected in ALL_TABLES if expected]
+    assert all(verify(boxed(a), g) for a, g in positives)
+    verifier.canonical.cache_clear()
