@@ -22,7 +22,7 @@ from nanoatr.advantages import group_advantages
 from nanoatr.config import ConfigError, arg, die, parse
 from nanoatr.data import DataError, load_problems
 from nanoatr.evaluate import evaluate
-from nanoatr.loss import DEFAULTS, METHODS, check_hparams, policy_loss
+from nanoatr.loss import DEFAULTS, METHODS, NEEDS_FULL_KL, check_hparams, full_kl, policy_loss
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.rollout import generate, left_pad, score
 from nanoatr.tokenizer import TokenizerError, encode_prompts, load_tokenizer, stop_token_ids
@@ -39,7 +39,7 @@ class TrainConfig:
     clip: str = arg("kl3", "clipping rule (loss.METHODS)", choices=sorted(METHODS))
     aggregation: str = arg("dr-grpo", "loss aggregation", choices=AGGREGATIONS)
     std_normalize: bool = arg(False, "divide advantages by the group's std (GRPO); off = Dr. GRPO")
-    steps: int = arg(150, "rollout steps (each feeds minibatches x epochs optimizer steps)")
+    steps: int = arg(400, "rollout steps (each feeds minibatches x epochs optimizer steps)")
     prompts_per_step: int = arg(16, "distinct prompts sampled per rollout step")
     group_size: int = arg(8, "completions per prompt (G)")
     minibatches: int = arg(2, "optimizer steps per epoch over a rollout batch; >1 makes clipping act")
@@ -93,6 +93,8 @@ def resolve(cfg: TrainConfig, given_hparams: dict) -> TrainConfig:
     if (cfg.prompts_per_step * cfg.group_size) % cfg.minibatches:
         raise ConfigError(f"--minibatches {cfg.minibatches} must divide prompts x group size "
                           f"({cfg.prompts_per_step * cfg.group_size})")
+    if not cfg.temperature > 0:
+        raise ConfigError(f"--temperature must be > 0 for training: the policy gradient needs sampled, scored tokens")
     if not cfg.lr > 0:
         raise ConfigError(f"--lr must be > 0 (got {cfg.lr})")
     return cfg
@@ -168,9 +170,16 @@ def train_step(model, opt, tok, problems, cfg, stop_ids, step):
     N = P * G
     mb = N // cfg.minibatches
     micro = cfg.micro_batch or mb
+    needs_kl = cfg.clip in NEEDS_FULL_KL  # these compare whole next-token distributions, not one token
     with torch.no_grad():
-        old_logp = torch.cat([score(model, prompt_ids[i:i + micro], prompt_mask[i:i + micro],
-                                    tokens[i:i + micro], cfg.temperature)[0] for i in range(0, N, micro)])
+        old = [score(model, prompt_ids[i:i + micro], prompt_mask[i:i + micro], tokens[i:i + micro],
+                     cfg.temperature, return_hidden=needs_kl) for i in range(0, N, micro)]
+        old_logp = torch.cat([o[0] for o in old])
+        # pi_old's distributions are kept as hidden states (B, T, D), far smaller than (B, T, V) log-probs,
+        # plus the lm_head weight as it was, since full fine-tuning moves it too.
+        old_hidden = torch.cat([o[2] for o in old]) if needs_kl else None
+        old_weight = model.lm_head.weight.detach().clone() if needs_kl else None
+    del old
 
     # 3. Updates: epochs x minibatches optimizer steps, each normalised over its whole minibatch.
     stats, grad_norms, first = [], [], True
@@ -183,13 +192,16 @@ def train_step(model, opt, tok, problems, cfg, stop_ids, step):
             n_tokens = int(mask[idx].sum())
             for j in range(0, mb, micro):
                 sel = idx[j:j + micro]
-                logp, entropy = score(model, prompt_ids[sel], prompt_mask[sel], tokens[sel], cfg.temperature,
-                                      with_entropy=True)
+                logp, entropy, hidden = score(model, prompt_ids[sel], prompt_mask[sel], tokens[sel],
+                                              cfg.temperature, with_entropy=True, return_hidden=True)
                 if first:
                     check_ratio_is_one(logp, old_logp[sel], mask[sel])
+                extra = {"full_kl": full_kl(hidden, old_hidden[sel], model.lm_head.weight, old_weight=old_weight,
+                                            temperature=cfg.temperature)} if needs_kl else {}
                 loss, metrics = policy_loss(cfg.clip, logp, old_logp[sel], advantages[sel], mask[sel],
                                             agg=cfg.aggregation, num_sequences=mb, num_tokens=n_tokens,
-                                            max_new_tokens=cfg.max_new_tokens, compile=cfg.compile, **cfg.hparams)
+                                            max_new_tokens=cfg.max_new_tokens, compile=cfg.compile,
+                                            generator=gen_shuffle, **extra, **cfg.hparams)
                 loss.backward()
                 m_ = mask[sel].float()
                 stats.append({**{k: v.item() for k, v in metrics.items()}, "loss": loss.item(),

@@ -95,8 +95,10 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     return Rollout(tokens[:, :T], logprobs[:, :T], mask[:, :T])
 
 
-def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entropy: bool = False):
-    """Log-probs (B, T) of completion tokens under the current policy, and optionally entropies.
+def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entropy: bool = False,
+          return_hidden: bool = False):
+    """Log-probs (B, T) of completion tokens under the current policy, entropies (B, T) or None,
+    and with return_hidden also the hidden states (B, T, D) that scored them (for loss.full_kl).
 
     One forward over [left-padded prompt | completion]; the hidden state at position i scores token
     i + 1, so the last prompt position scores the first completion token. Log-softmax over the
@@ -110,4 +112,5 @@ def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entro
     mask = torch.cat([prompt_mask, torch.ones_like(tokens, dtype=torch.bool)], dim=1)
     hidden = model.hidden(ids[:, :-1], attention_mask=mask[:, :-1])[:, P - 1:]  # (B, T, D)
     t = temperature if temperature > 0 else 1.0
-    return token_logprobs(hidden, model.lm_head.weight, tokens, temperature=t, with_entropy=with_entropy)
+    logp, entropy = token_logprobs(hidden, model.lm_head.weight, tokens, temperature=t, with_entropy=with_entropy)
+    return (logp, entropy, hidden) if return_hidden else (logp, entropy)
