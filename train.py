@@ -100,6 +100,19 @@ def resolve(cfg: TrainConfig, given_hparams: dict) -> TrainConfig:
     return cfg
 
 
+def resumed_config(cfg: TrainConfig, extra: dict, given: set) -> tuple[TrainConfig, dict]:
+    """The run's saved config, with only the flags given now on top (e.g. --steps to go further)."""
+    saved_file = Path(cfg.resume) / "config.json"
+    if not saved_file.is_file():
+        raise ConfigError(f"--resume {cfg.resume}: no config.json there, not a run directory")
+    saved = json.loads(saved_file.read_text())
+    hparams = saved.pop("hparams") or {}
+    cfg = TrainConfig(**{**saved, **{k: getattr(cfg, k) for k in given}})
+    if "clip" not in given:
+        extra = {**hparams, **{k: v for k, v in extra.items() if v is not None}}
+    return cfg, extra
+
+
 def prompt_order(n_problems: int, step: int, per_step: int, seed: int) -> list[int]:
     """Problem indices for a step: a fresh seeded shuffle every pass over the data (resumable by step)."""
     out = []
@@ -246,8 +259,10 @@ def check_ratio_is_one(logp, old_logp, mask):
 
 
 def main(argv=None):
-    cfg, extra, _ = parse(TrainConfig, argv, __doc__, hparam_flags)
+    cfg, extra, given = parse(TrainConfig, argv, __doc__, hparam_flags)
     try:
+        if cfg.resume:
+            cfg, extra = resumed_config(cfg, extra, given)
         cfg = resolve(cfg, extra)
         run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / (cfg.name or f"{cfg.clip}-{time.strftime('%Y%m%d-%H%M%S')}")
         ckpt = checkpoint.latest(run_dir) if cfg.resume else None
@@ -270,37 +285,39 @@ def main(argv=None):
         start = state["step"]
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    log = RunLog(run_dir)
     if cfg.minibatches * cfg.epochs == 1:
         print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
               f"--clip {cfg.clip} has no effect; use --minibatches or --epochs > 1", file=sys.stderr)
     print(f"run {run_dir}: {model.num_parameters() / 1e6:.2f}M parameters, {len(problems)} training problems, "
           f"--clip {cfg.clip} {cfg.hparams}", flush=True)
 
+    try:
+        train(cfg, model, tok, opt, problems, eval_sets, stop_ids, run_dir, model_dir, start)
+    except KeyboardInterrupt:
+        last = checkpoint.latest(run_dir)
+        die(f"interrupted; the last checkpoint is {last or 'not written yet'}"
+            + (f" (continue with --resume {run_dir})" if last else ""), 130)
+
+
+def train(cfg, model, tok, opt, problems, eval_sets, stop_ids, run_dir, model_dir, start):
+    log = RunLog(run_dir)
     key = f"eval/mean@{cfg.eval_k}"
     before = run_eval(model, tok, eval_sets, cfg, stop_ids, start, log) if start == 0 else None
     if before:
         print(f"step {start}: held-out Mean@{cfg.eval_k} {before[key]:.1f}%  Pass@{cfg.eval_k} "
               f"{before[f'eval/pass@{cfg.eval_k}']:.1f}%", flush=True)
-    step = start
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train", unit="step")
-    try:
+    with tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train", unit="step") as bar:
         for step in bar:
             row = train_step(model, opt, tok, problems, cfg, stop_ids, step)
             log.write(row)
-            bar.set_postfix(acc=f"{row['accuracy']:.2f}", clip=f"{row.get('clip_frac_low', 0) + row.get('clip_frac_high', 0):.3f}",
-                            kl3=f"{row.get('kl3', 0):.4f}", len=f"{row['completion_len']:.0f}")
+            bar.set_postfix(acc=f"{row['accuracy']:.2f}", kl3=f"{row.get('kl3', 0):.4f}",
+                            cut=f"{row.get('clip_frac_low', 0) + row.get('clip_frac_high', 0):.3f}",
+                            len=f"{row['completion_len']:.0f}")
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
                 res = run_eval(model, tok, eval_sets, cfg, stop_ids, step + 1, log)
                 tqdm.write(f"step {step + 1}: held-out Mean@{cfg.eval_k} {res[key]:.1f}%")
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                 checkpoint.save(run_dir, model, model_dir, {"step": step + 1, "optimizer": opt.state_dict()})
-    except KeyboardInterrupt:
-        bar.close()
-        last = checkpoint.latest(run_dir)
-        die(f"interrupted at step {step}; the last checkpoint is {last or 'not written yet'} "
-            f"(continue with --resume {run_dir})", 130)
-    bar.close()
     after = run_eval(model, tok, eval_sets, cfg, stop_ids, cfg.steps, log)
     print(f"step {cfg.steps}: held-out Mean@{cfg.eval_k} {after[key]:.1f}%  Pass@{cfg.eval_k} "
           f"{after[f'eval/pass@{cfg.eval_k}']:.1f}%" + (f"  (from {before[key]:.1f}%)" if before else ""))

@@ -40,8 +40,7 @@ def test_run_writes_config_metrics_checkpoint(tmp_path):
 def test_resume_continues_as_the_uninterrupted_run(tmp_path):
     whole = run(tmp_path, "--name", "whole", "--steps", "3", "--save-every", "1", "--lr", "1e-3")
     run(tmp_path, "--name", "part", "--steps", "2", "--save-every", "1", "--lr", "1e-3")
-    train.main([*FAST, "--out-dir", str(tmp_path), "--resume", str(tmp_path / "part"), "--steps", "3",
-                "--save-every", "1", "--lr", "1e-3"])
+    train.main(["--resume", str(tmp_path / "part"), "--steps", "3"])  # everything else from config.json
     part = [json.loads(line) for line in (tmp_path / "part/metrics.jsonl").open()]
     a = [r for r in whole if r.get("step") == 3 and "loss" in r][0]
     b = [r for r in part if r.get("step") == 3 and "loss" in r][0]
@@ -101,3 +100,28 @@ def test_every_method_trains_end_to_end(tmp_path, method):
     assert all(v == v for v in step.values() if isinstance(v, float)), "no NaN in the metrics"
     if method in train.NEEDS_FULL_KL:
         assert step["full_kl"] >= 0  # the full-vocabulary KL reached the method
+
+
+def test_ctrl_c_leaves_a_readable_checkpoint_and_metrics(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from nanoatr.model import Qwen3
+    cmd = [sys.executable, str(ROOT / "train.py"), *FAST, "--out-dir", str(tmp_path), "--name", "c",
+           "--steps", "1000", "--save-every", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "c/metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "interrupted; the last checkpoint is" in err and "Traceback" not in err
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]  # every line is whole
+    assert rows
+    ckpt = tmp_path / "c/checkpoint"
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    assert state["step"] >= 1
+    Qwen3.from_pretrained(ckpt)
