@@ -74,6 +74,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, window: int = 10, eva
             eval_lines.append(Line(label, COLORS[i % len(COLORS)], xs, ys, markers=True))
     panels.append((f"(d) {eval_key or 'evaluation'}", eval_key or "eval", eval_lines))
     legend = [(label, COLORS[i % len(COLORS)]) for i, (label, _) in enumerate(runs)]
+    _png(panels, cols=2, xlabel="step", log2x=False, out=Path(out).with_suffix(".png"))
     return _write(_figure(panels, legend, cols=2, xlabel="step"), out)
 
 
@@ -148,6 +149,7 @@ def plot_pass_at_k(eval_files: list[str | Path], out: str | Path) -> Path:
         pass_lines.append(Line(label, color, ks, passes, markers=True))
         legend.append((label, color))
     panels = [("(a) Mean@K (%)", "mean@k", mean_lines), ("(b) Pass@K (%)", "pass@k", pass_lines)]
+    _png(panels, cols=2, xlabel="K", log2x=True, out=Path(out).with_suffix(".png"))
     return _write(_figure(panels, legend, cols=2, xlabel="K", log2x=True), out)
 
 
@@ -257,6 +259,38 @@ def _panel(g: ET.Element, title: str, metric: str, lines: list[Line], xlabel: st
         if line.markers:
             for x, y in zip(line.xs, line.ys):
                 _el(g, "circle", cx=sx(fx(x)), cy=sy(y), r=2.5, fill=line.color)
+
+
+def _png(panels, cols: int, xlabel: str, log2x: bool, out: Path) -> Path | None:
+    """The same panels as a PNG where matplotlib is installed; it is not a dependency, so skip if absent."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(PANEL_W / 96 * cols, PANEL_H / 96 * rows), squeeze=False)
+    for ax, (title, _, lines) in zip(axes.flat, panels):
+        for line in lines:
+            if line.raw:
+                ax.plot(line.xs, line.raw, color=line.color, alpha=0.25, linewidth=0.8)
+            ax.plot(line.xs, line.ys, color=line.color, label=line.run, marker="o" if line.markers else None,
+                    markersize=3)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        if log2x:
+            ax.set_xscale("log", base=2)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    labelled = max(axes.flat, key=lambda a: len(a.get_legend_handles_labels()[1]))
+    fig.legend(*labelled.get_legend_handles_labels(), loc="upper left", ncol=4, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
 
 
 def _el(parent: ET.Element, tag: str, text: str | None = None, **attrs) -> ET.Element:

@@ -134,3 +134,14 @@ def test_nice_ticks_cover_the_range_with_round_steps(lo, hi):
     step = ticks[1] - ticks[0]
     mantissa = step / 10 ** math.floor(math.log10(step))
     assert any(mantissa == pytest.approx(m) for m in (1, 2, 2.5, 5))
+
+
+def test_png_beside_the_svg_where_matplotlib_is_installed(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = plot_runs([make_run(tmp_path, "r", "kl3")], tmp_path / "curves.svg")
+    png = out.with_suffix(".png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000  # a real picture, not an empty canvas
+    eval_file = tmp_path / "ev.jsonl"
+    eval_file.write_text("".join(json.dumps({"problem_id": i, "sample": j, "correct": (i + j) % 3 == 0}) + "\n"
+                                 for i in range(5) for j in range(8)))
+    assert plot_pass_at_k([eval_file], tmp_path / "passk.svg").with_suffix(".png").is_file()
