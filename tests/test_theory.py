@@ -1,0 +1,74 @@
+"""Section 5 on a tabular softmax policy (nanoatr.theory): Theorem 5.1 exactly, Theorem 5.2's sign."""
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+
+from nanoatr import theory
+from nanoatr.divergence import kl3_ratio_range
+
+STATES = 400  # ~150-200 of them satisfy each premise
+
+
+def test_premise_ties_eps_to_the_kl3_range():
+    l, u = kl3_ratio_range(0.07)
+    assert theory.premise_eps("X-", 0.07) == pytest.approx(u - 1) == pytest.approx(0.4222, abs=1e-4)
+    assert theory.premise_eps("X+", 0.07) == pytest.approx(1 - l) == pytest.approx(0.3290, abs=1e-4)
+
+
+@pytest.mark.parametrize("surrogate", theory.SURROGATES)
+@pytest.mark.parametrize("event", theory.EVENTS)
+def test_theorem_51_logit_difference_is_exact(event, surrogate):
+    r = theory.agreement(100, eta=0.1, event=event, surrogate=surrogate)  # exact: any step size
+    assert r["premise"] > 10 and r["thm51_max_err"] < 1e-12
+
+
+@pytest.mark.parametrize("surrogate", theory.SURROGATES)
+@pytest.mark.parametrize("event", theory.EVENTS)
+def test_theorem_52_entropy_sign_agrees(event, surrogate):
+    r = theory.agreement(STATES, eta=1e-3, event=event, surrogate=surrogate)
+    assert r["premise"] > 100
+    # the printed Cov(A 1_X, log pi) is the first-order Delta H of the natural-gradient step ...
+    assert r["printed_natural"] > 0.95
+    # ... and Theorem 5.1's vanilla step gives Cov(pi (A 1_X - E[A 1_X]), log pi)
+    assert r["weighted_vanilla"] > 0.95
+    assert r["rel_err_median"] < 1e-2  # eta = 1e-3 is first-order territory
+
+
+def test_printed_covariance_is_not_the_vanilla_step():
+    """Eq. 30 drops pi(a): with the vanilla step the printed covariance gets some signs wrong."""
+    r = theory.agreement(STATES, eta=1e-3, event="X-", surrogate="paper")
+    assert r["printed_vanilla"] < 0.99 < r["weighted_vanilla"]
+
+
+def test_empty_event_has_nothing_to_predict():
+    state = theory.State(torch.zeros(4, dtype=torch.float64), torch.full((4,), -1.3862943611198906,
+                         dtype=torch.float64), torch.ones(4, dtype=torch.float64))  # w = 1 everywhere
+    assert theory.check_state(state, "X-", 0.07, "paper", 1e-3) is None
+
+
+def test_nanoatr_surrogate_is_the_trainers_loss():
+    """With PPO's min, the events keep only the tokens the trainer's methods.clip / kl3 treat differently."""
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(50):
+        s = theory.random_state(gen)
+        for event in theory.EVENTS:
+            eps = theory.premise_eps(event, 0.07)
+            a = theory.pg_step(s, "kl3", eps, 0.07, "nanoatr", 1.0)
+            b = theory.pg_step(s, "ratio", eps, 0.07, "nanoatr", 1.0)
+            differs = not torch.allclose(a, b, atol=1e-14)
+            assert differs == bool(theory.event_indicator(s, event, 0.07, "nanoatr").any())
+
+
+def test_figure1_svg(tmp_path):
+    out = theory.figure1(tmp_path / "fig1.svg")
+    root = ET.parse(out).getroot()
+    runs = {p.get("data-run") for p in root.iter("{http://www.w3.org/2000/svg}path")}
+    assert {"KL3(w)", "KL3 range", "ratio range", "delta"} <= runs
+    assert "[0.671, 1.422]" in ET.tostring(root, encoding="unicode")
+
+
+def test_main_prints_agreement(tmp_path, capsys):
+    theory.main(["--states", "60", "--figure", str(tmp_path / "f.svg")])
+    out = capsys.readouterr().out
+    assert "paper     X-" in out and "nanoatr   X+" in out and (tmp_path / "f.svg").is_file()
