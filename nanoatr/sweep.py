@@ -1,0 +1,285 @@
+"""Methods x seeds of train.py with equal budgets, then the paper's Table 3 and Figure 2; or Figure 3,
+the delta ablation of kl3.
+
+    python -m nanoatr.sweep --clip clip clip-higher kl3 --seeds 3            # Table 3 + Figure 2
+    python -m nanoatr.sweep --ablate-delta 0.03 0.05 0.07 0.1 0.2 --seeds 3  # Figure 3
+    python -m nanoatr.sweep --clip kl3 clip:eps=0.329 --steps 60 -- --eval-limit 64   # train flags after --
+
+A method is a --clip name, optionally with its hyper-parameters: `clip:eps=0.329`,
+`clip-higher:eps_low=0.329,eps_high=0.6`.  Every run gets the same flags (SETTINGS, then yours after
+`--`) and differs only in method and seed.  Runs go to OUT/<method>-s<seed>/ as ordinary train.py
+run directories; logs to OUT/logs/.  A finished run is not run again and an interrupted one resumes
+from its checkpoint, so the same command continues a sweep.  Subprocesses run --jobs at a time,
+each with --threads torch threads (default: the cores shared out, e.g. 2 jobs x 1 thread on 2 cores).
+
+Writes OUT/table.md (final held-out Mean@k / Pass@k, mean +- std over seeds, and the fraction of
+tokens whose gradient was cut), OUT/curves.svg (Figure 2, one colour per method), OUT/results.json,
+and with --ablate-delta OUT/ablation.svg (Figure 3: Mean@k and Pass@k against delta).
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+from nanoatr import checkpoint
+from nanoatr.methods import DEFAULTS, check_hparams
+from nanoatr.metrics import moving_average
+from nanoatr.plot import COLORS, TRAIN_PANELS, Line, _figure, _write, read_metrics, series
+
+ROOT = Path(__file__).resolve().parent.parent
+# Where clipping acts: 8 AdamW steps per rollout batch (4 minibatches x 2 epochs), so later minibatches
+# see ratios far from 1.  At train.py's defaults (2 x 1) under 1% of tokens are ever cut and every
+# method draws the same curve; a larger lr (3e-4) with 8 steps collapses the reward within 10 steps.
+SETTINGS = ["--minibatches", "4", "--epochs", "2", "--lr", "1e-4", "--eval-every", "25", "--no-compile"]
+STEPS = 100
+OWN_FLAGS = {"--clip", "--seed", "--steps", "--out-dir", "--name", "--resume"}
+
+
+class Run(NamedTuple):
+    method: str    # the spec as given, the table's row name: "kl3", "clip:eps=0.329"
+    clip: str
+    hparams: dict  # flags beyond the method's defaults
+    seed: int
+    dir: Path
+
+
+def parse_method(spec: str) -> tuple[str, dict]:
+    """'clip-higher:eps_low=0.3,eps_high=0.6' -> ('clip-higher', {'eps_low': 0.3, 'eps_high': 0.6})."""
+    clip, _, rest = spec.partition(":")
+    try:
+        hparams = {k.strip().replace("-", "_"): float(v) for k, v in (kv.split("=") for kv in rest.split(",") if kv)}
+    except ValueError:
+        raise ValueError(f"method {spec!r}: write hyper-parameters as name=value,name=value") from None
+    check_hparams(clip, **hparams)  # unknown method, foreign or bad flag: ValueError naming it
+    return clip, hparams
+
+
+def plan(methods: list[str], seeds: int, out: Path, delta: float | None = None) -> list[Run]:
+    """Every (method, seed) run; --delta goes to the methods that have one and did not set it."""
+    runs = []
+    for spec in methods:
+        clip, hp = parse_method(spec)
+        if delta is not None and "delta" in DEFAULTS[clip]:
+            hp = {"delta": delta, **hp}
+        slug = re.sub(r"[^A-Za-z0-9.-]+", "_", spec)
+        runs += [Run(spec, clip, hp, s, out / f"{slug}-s{s}") for s in range(seeds)]
+    return runs
+
+
+def command(run: Run, steps: int, train_args: list[str]) -> list[str]:
+    """The train.py command line of a run: a fresh start, or --resume from its checkpoint."""
+    if checkpoint.latest(run.dir) is not None:
+        return [sys.executable, "train.py", "--resume", str(run.dir), "--steps", str(steps)]
+    hp = [x for k, v in run.hparams.items() for x in ("--" + k.replace("_", "-"), f"{v:g}")]
+    return [sys.executable, "train.py", "--clip", run.clip, *hp, "--seed", str(run.seed), "--steps", str(steps),
+            "--out-dir", str(run.dir.parent), "--name", run.dir.name, *train_args]
+
+
+def finished(run: Run, steps: int) -> bool:
+    """The run logged its final evaluation."""
+    path = run.dir / "metrics.jsonl"
+    return path.is_file() and any(r.get("step") == steps and any(k.startswith("eval/") for k in r)
+                                  for r in read_metrics(path))
+
+
+def execute(run: Run, steps: int, train_args: list[str], threads: int, log_dir: Path) -> tuple[Run, int, float]:
+    """Train one run to completion in a subprocess; returns (run, exit code, seconds)."""
+    if finished(run, steps):
+        return run, 0, 0.0
+    if run.dir.exists() and checkpoint.latest(run.dir) is None:
+        shutil.rmtree(run.dir)  # started but never saved: begin again rather than append to its logs
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    t0 = time.perf_counter()
+    with open(log_dir / f"{run.dir.name}.log", "a") as log:
+        code = subprocess.run(command(run, steps, train_args), cwd=ROOT, env=env, stdout=log,
+                              stderr=subprocess.STDOUT).returncode
+    return run, code, time.perf_counter() - t0
+
+
+# ----------------------------------------------------------------------------
+# Results
+
+def result(run: Run, steps: int) -> dict | None:
+    """Final and initial held-out Mean@k / Pass@k and mean cut fractions of one run (None if unfinished)."""
+    if not finished(run, steps):
+        return None
+    k = json.loads((run.dir / "config.json").read_text())["eval_k"]
+    rows = read_metrics(run.dir / "metrics.jsonl")
+    evals = {r["step"]: r for r in rows if f"eval/mean@{k}" in r}  # a resumed step keeps its last row
+    train = list({r["step"]: r for r in rows if "clip_frac_low" in r}.values())  # resumed steps: last row
+
+    def mean(key):
+        return 100 * sum(r[key] for r in train) / max(len(train), 1)
+
+    return {"method": run.method, "seed": run.seed, "k": k, "dir": str(run.dir),
+            "mean@k": evals[steps][f"eval/mean@{k}"], "pass@k": evals[steps][f"eval/pass@{k}"],
+            "mean@k_start": evals[0][f"eval/mean@{k}"] if 0 in evals else math.nan,
+            "pass@k_start": evals[0][f"eval/pass@{k}"] if 0 in evals else math.nan,
+            "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high")}
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and population std (ddof 0, as the paper's Table 3: its 3-run stds are consistent with it)."""
+    m = sum(values) / len(values)
+    return m, math.sqrt(sum((v - m) ** 2 for v in values) / len(values))
+
+
+def pm(values: list[float]) -> str:
+    m, s = mean_std(values)
+    return f"{m:.2f} ± {s:.2f}"
+
+
+def table(results: list[dict], methods: list[str], seeds: int) -> str:
+    """Table 3 in markdown: one row per method, plus the warm-start policy (step 0) for reference."""
+    done = [r for r in results if r]
+    k = done[0]["k"] if done else "k"
+    lines = [f"| method | runs | Mean@{k} (%) | Pass@{k} (%) | cut tokens (%) low + high |", "|---|---|---|---|---|"]
+    start = [r for r in done if not math.isnan(r["mean@k_start"])]
+    if start:
+        lines.append(f"| warm start (step 0) | {len(start)} | {pm([r['mean@k_start'] for r in start])} | "
+                     f"{pm([r['pass@k_start'] for r in start])} | |")
+    for m in methods:
+        rs = [r for r in done if r["method"] == m]
+        if not rs:
+            lines.append(f"| {m} | 0/{seeds} | | | |")
+            continue
+        low, high = mean_std([r["cut_low"] for r in rs])[0], mean_std([r["cut_high"] for r in rs])[0]
+        lines.append(f"| {m} | {len(rs)}{'' if len(rs) == seeds else f'/{seeds}'} | {pm([r['mean@k'] for r in rs])} | "
+                     f"{pm([r['pass@k'] for r in rs])} | {low + high:.2f} ({low:.2f} + {high:.2f}) |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_methods(runs: list[Run], out: Path, window: int = 10) -> Path:
+    """Figure 2 with one colour per method (its seeds share it): nanoatr.plot's panels and drawing."""
+    methods = list(dict.fromkeys(r.method for r in runs))
+    color = {m: COLORS[i % len(COLORS)] for i, m in enumerate(methods)}
+    rows = [(r, read_metrics(r.dir / "metrics.jsonl")) for r in runs if (r.dir / "metrics.jsonl").is_file()]
+    k = next((json.loads((r.dir / "config.json").read_text())["eval_k"] for r, _ in rows), 8)
+    panels = []
+    for title, key in (*TRAIN_PANELS, (f"(d) held-out Mean@{k} (%)", f"eval/mean@{k}")):
+        lines = []
+        for run, rs in rows:
+            xs, ys = series(rs, key)
+            if not xs:
+                continue
+            smooth = not key.startswith("eval/") and window > 1
+            label = f"{run.method} s{run.seed}"
+            lines.append(Line(label, color[run.method], xs, moving_average(ys, window) if smooth else ys,
+                              ys if smooth else None, markers=not smooth))
+        panels.append((title, key, lines))
+    return _write(_figure(panels, [(m, color[m]) for m in methods], cols=2, xlabel="step"), out)
+
+
+def plot_ablation(results: list[dict], out: Path) -> Path:
+    """Figure 3: final Mean@k and Pass@k against delta, the mean over seeds and each seed faint."""
+    done = [r for r in results if r]
+    k = done[0]["k"]
+    delta = {r["method"]: parse_method(r["method"])[1].get("delta", DEFAULTS["kl3"]["delta"]) for r in done}
+    panels = []
+    for i, (key, name) in enumerate((("mean@k", f"Mean@{k}"), ("pass@k", f"Pass@{k}"))):
+        by_delta = {}
+        for r in done:
+            by_delta.setdefault(delta[r["method"]], {})[r["seed"]] = r[key]
+        ds = sorted(by_delta)
+        seeds = sorted({s for v in by_delta.values() for s in v})
+        lines = [Line(f"seed {s}", "#bbbbbb", [d for d in ds if s in by_delta[d]],
+                      [by_delta[d][s] for d in ds if s in by_delta[d]], markers=True) for s in seeds]
+        lines.append(Line("mean", COLORS[0], ds, [mean_std(list(by_delta[d].values()))[0] for d in ds], markers=True))
+        panels.append((f"({'ab'[i]}) {name} (%) against δ", key, lines))
+    return _write(_figure(panels, [("kl3, mean over seeds", COLORS[0]), ("one seed", "#bbbbbb")],
+                          cols=2, xlabel="δ"), out)
+
+
+# ----------------------------------------------------------------------------
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    train_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(prog="python -m nanoatr.sweep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clip", nargs="+", metavar="METHOD", help="methods (default: clip clip-higher kl3)")
+    parser.add_argument("--ablate-delta", nargs="+", type=float, metavar="DELTA",
+                        help="instead of --clip: kl3 at each delta, and Figure 3")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per method (default: 3)")
+    parser.add_argument("--steps", type=int, default=STEPS, help=f"rollout steps of every run (default: {STEPS})")
+    parser.add_argument("--delta", type=float, help="delta of every method that has one (default: its own, 0.07)")
+    parser.add_argument("--jobs", type=int, default=0, help="runs at a time (default: one per core, at most one per run)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)")
+    parser.add_argument("--out", type=Path, default=Path("runs/sweep"), help="sweep directory (default: runs/sweep)")
+    parser.add_argument("--dry-run", action="store_true", help="print the train.py commands and stop")
+    args = parser.parse_args(argv)
+    if args.clip and args.ablate_delta:
+        parser.error("--clip and --ablate-delta exclude each other (the ablation runs kl3)")
+    own = OWN_FLAGS & {a.split("=")[0] for a in train_args}
+    if own:
+        parser.error(f"{', '.join(sorted(own))} after -- is set by the sweep itself")
+    if args.seeds < 1 or args.steps < 1:
+        parser.error("--seeds and --steps must be >= 1")
+    methods = [f"kl3:delta={d:g}" for d in args.ablate_delta] if args.ablate_delta else \
+        args.clip or ["clip", "clip-higher", "kl3"]
+    out = args.out.resolve()
+    try:
+        runs = plan(methods, args.seeds, out, args.delta)
+    except ValueError as e:
+        parser.error(str(e))
+    train_args = SETTINGS + train_args  # later flags win in train.py's argparse
+    cores = os.cpu_count() or 1
+    jobs = args.jobs or max(1, min(len(runs), cores))
+    threads = args.threads or max(1, cores // jobs)
+    if args.dry_run:
+        for run in runs:
+            print(f"cd {ROOT} && OMP_NUM_THREADS={threads} {' '.join(command(run, args.steps, train_args))}")
+        return
+
+    # one sweep directory, one set of settings: finished runs are reused only if they ran with these
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    settings = {"steps": args.steps, "train_args": train_args}
+    saved = out / "sweep.json"
+    if saved.is_file() and json.loads(saved.read_text()) != settings:
+        raise SystemExit(f"error: {out} holds a sweep with other settings ({saved}); choose another --out")
+    saved.write_text(json.dumps(settings, indent=2))
+
+    print(f"{len(runs)} runs ({len(methods)} methods x {args.seeds} seeds, {args.steps} steps each), "
+          f"{jobs} at a time x {threads} threads; logs in {out / 'logs'}", flush=True)
+    failed, t0 = [], time.perf_counter()
+    with ThreadPoolExecutor(jobs) as pool:
+        for i, (run, code, secs) in enumerate(pool.map(lambda r: execute(r, args.steps, train_args, threads,
+                                                                         out / "logs"), runs), 1):
+            res = result(run, args.steps) if code == 0 else None
+            status = (f"Mean@{res['k']} {res['mean@k']:.1f}  Pass@{res['k']} {res['pass@k']:.1f}  "
+                      f"cut {res['cut_low'] + res['cut_high']:.2f}%" if res else f"FAILED (exit {code})")
+            print(f"[{i}/{len(runs)}] {run.dir.name}: {status}" + (f"  ({secs / 60:.1f} min)" if secs else
+                                                                     "  (finished before)"), flush=True)
+            if not res:
+                failed.append(run)
+    results = [result(run, args.steps) for run in runs]
+    (out / "results.json").write_text(json.dumps([r for r in results if r], indent=2))
+    head = (f"{'δ ablation of kl3' if args.ablate_delta else 'Clipping methods'}, held-out split at step "
+            f"{args.steps} (final), mean ± std over {args.seeds} seed(s); cut = mean over training steps of "
+            f"clip_frac_low + clip_frac_high.\nSettings: `{' '.join(train_args)}`\n\n")
+    (out / "table.md").write_text(head + table(results, methods, args.seeds))
+    print("\n" + head + table(results, methods, args.seeds))
+    written = [plot_methods(runs, out / "curves.svg")]
+    if args.ablate_delta and any(results):
+        written.append(plot_ablation(results, out / "ablation.svg"))
+    print(f"wrote {out / 'table.md'}, {', '.join(map(str, written))}  ({(time.perf_counter() - t0) / 60:.1f} min)")
+    for run in failed:
+        log = out / "logs" / f"{run.dir.name}.log"
+        tail = log.read_text(errors="replace").replace("\r", "\n").strip().splitlines()[-3:] if log.is_file() else []
+        print(f"{run.dir.name} failed; {log}:\n  " + "\n  ".join(tail), file=sys.stderr)
+    if failed:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
