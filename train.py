@@ -1,6 +1,8 @@
 """GRPO with a choice of clipping rule; ATR-GRPO (--clip kl3) is the paper's method.
 
     python train.py --clip kl3 --delta 0.07      # the embedded default: a tiny Qwen3 learns arithmetic
+    python train.py --preset paper --model Qwen3-1.7B/ --data dapo-math-17k.jsonl --eval-data aime24.jsonl ...
+    torchrun --nproc_per_node 4 train.py ...     # data-parallel over 4 GPUs
 
 One step: sample G completions for each of P prompts -> grade them -> group advantages -> old
 log-probs (one no-grad forward) -> for each epoch and minibatch: new log-probs, the clipped
@@ -13,19 +15,26 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
-from nanoatr import checkpoint
+from nanoatr import checkpoint, distributed, lora
 from nanoatr.advantages import group_advantages
 from nanoatr.config import ConfigError, arg, die, parse
 from nanoatr.data import DataError, load_problems
-from nanoatr.evaluate import evaluate
-from nanoatr.loss import DEFAULTS, METHODS, NEEDS_FULL_KL, check_hparams, full_kl, policy_loss
+from nanoatr.distributed import Dist, Scorer
+from nanoatr.evaluate import sample_and_grade
+from nanoatr.loss import (DEFAULTS, METHODS, NEEDS_FULL_KL, SEQUENCE_LEVEL, aggregate, check_hparams, full_kl,
+                          policy_loss)
+from nanoatr.metrics import summarize, verdicts_by_problem
 from nanoatr.model import ModelError, Qwen3
-from nanoatr.rollout import generate, left_pad, score
-from nanoatr.tokenizer import TokenizerError, encode_prompts, load_tokenizer, stop_token_ids
+from nanoatr.reference import Reference, kl_to_reference
+from nanoatr.rollout import generate, left_pad
+from nanoatr.tokenizer import (TokenizerError, check_template, cut_at_stop, cut_completion, encode_prompts,
+                               load_tokenizer, stop_token_ids, truncate_at_stop)
 from nanoatr.verifier import verify
 
 AGGREGATIONS = ["dr-grpo", "token-mean", "seq-mean-token-mean"]
@@ -36,27 +45,49 @@ class TrainConfig:
     model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer)")
     data: str = arg("data/arith/train.jsonl", "training problems (jsonl: problem/answer or DAPO format)")
     eval_data: list[str] = arg(["data/arith/heldout.jsonl"], "held-out problem files evaluated during training")
+    preset: str | None = arg(None, "start from a published setting; flags given explicitly win (see below)",
+                             choices=["paper"])
     clip: str = arg("kl3", "clipping rule (loss.METHODS)", choices=sorted(METHODS))
     aggregation: str = arg("dr-grpo", "loss aggregation", choices=AGGREGATIONS)
     std_normalize: bool = arg(False, "divide advantages by the group's std (GRPO); off = Dr. GRPO")
+    beta: float = arg(0.0, "KL penalty to the reference policy (the starting model; nanoatr/reference.py); "
+                      "0 = none, as in the paper")
     steps: int = arg(400, "rollout steps (each feeds minibatches x epochs optimizer steps)")
-    prompts_per_step: int = arg(16, "distinct prompts sampled per rollout step")
+    prompts_per_step: int = arg(16, "distinct prompts sampled per rollout step (over all ranks)")
     group_size: int = arg(8, "completions per prompt (G)")
     minibatches: int = arg(2, "optimizer steps per epoch over a rollout batch; >1 makes clipping act")
     epochs: int = arg(1, "passes over each rollout batch")
-    micro_batch: int = arg(0, "sequences per forward/backward (gradient accumulation); 0 = whole minibatch")
+    micro_batch: int = arg(0, "sequences per forward/backward (gradient accumulation); 0 = a rank's whole minibatch")
+    rollout_batch: int = arg(0, "prompts sampled together, each such chunk with its own seed (0 = a rank's "
+                             "whole share). Samples depend on it, not on the number of ranks: set it to "
+                             "compare runs on different numbers of GPUs")
     lr: float = arg(1e-4, "AdamW learning rate")
     weight_decay: float = arg(0.0, "AdamW weight decay")
     grad_clip: float = arg(1.0, "clip the gradient norm to this (0 = off)")
+    lora_rank: int = arg(0, "LoRA rank (0 = full fine-tuning); adapters are saved in peft's format")
+    lora_alpha: float = arg(0.0, "LoRA alpha (0 = 2 x rank)")
+    lora_targets: list[str] = arg(list(lora.TARGETS), "modules that get LoRA adapters")
+    merge: bool = arg(False, "LoRA runs: at the end also write <run>/merged, base + adapter as a full HF checkpoint")
     max_new_tokens: int = arg(48, "completion budget in tokens")
     temperature: float = arg(1.0, "sampling temperature of rollouts (and of the log-probs trained on)")
     top_p: float = arg(1.0, "nucleus sampling of rollouts")
     top_k: int = arg(0, "top-k sampling of rollouts (0 = off)")
+    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base models)")
+    system_prompt: str | None = arg(None, "system message for chat-template models")
+    prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
+                                      "template (base models; default: the chat template when the tokenizer has one)")
+    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the template's own)")
     eval_every: int = arg(0, "evaluate every N steps (0 = only before and after training)")
     eval_k: int = arg(8, "k of Mean@k / Pass@k")
     eval_temperature: float = arg(1.0, "sampling temperature of evaluation")
     eval_top_p: float = arg(1.0, "nucleus of evaluation sampling")
+    eval_max_new_tokens: int = arg(0, "completion budget of evaluation (0 = --max-new-tokens)")
+    eval_batch_size: int = arg(256, "completions sampled together in evaluation")
     eval_limit: int = arg(0, "evaluate on the first N problems of each file (0 = all)")
+    dtype: str = arg("float32", "bfloat16: frozen weights in bf16 and bf16 autocast for matmuls; trained weights "
+                     "and log-softmax stay float32", choices=["float32", "bfloat16"])
+    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available; under torchrun each rank its own GPU)")
+    grad_checkpoint: bool = arg(False, "recompute each layer's activations in backward (less memory, ~1/3 more time)")
     save_every: int = arg(50, "write the checkpoint every N steps (and at the end)")
     out_dir: str = arg("runs", "parent directory of run directories")
     name: str = arg("", "run name (default: <clip>-<time>)")
@@ -64,6 +95,33 @@ class TrainConfig:
     seed: int = arg(0, "seed of prompt order, sampling and initialisation")
     compile: bool = arg(True, "compile the loss with torch.compile (falls back to eager if it fails)")
     hparams: dict = arg(None, "clip method hyper-parameters after defaults (written to config.json)", cli=False)
+
+
+# The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags.
+# TRL counts its batch in completions: batch 8 = one group of G = 8, and 4 accumulated micro-batches make
+# one optimizer step on 4 prompts x 8 completions, sampled together. With one optimizer step per rollout
+# batch (TRL's num_iterations = 1) the ratio is exactly 1 and clipping is inert, as the warning says;
+# --minibatches 4 turns each group into its own optimizer step (the ratio then moves, clipping acts).
+PRESETS = {"paper": {
+    "lora_rank": 32, "lora_alpha": 64.0,
+    "lr": 5e-6, "weight_decay": 1e-3,                   # AdamW
+    "prompts_per_step": 4, "group_size": 8,             # batch 8 x gradient accumulation 4 = 32 completions
+    "micro_batch": 8, "minibatches": 1, "epochs": 1,    # 8 completions per backward, one optimizer step
+    "steps": 1000,                                      # "1,000 gradient steps" (Section 6.1)
+    "max_new_tokens": 2048,                             # maximum sequence length 2048
+    "temperature": 1.0, "top_p": 1.0, "top_k": 0,       # top-k -1 = off
+    "beta": 0.0, "aggregation": "dr-grpo", "std_normalize": False,   # Dr. GRPO backbone, no reference
+    "clip": "kl3",                                      # delta = 0.07, kl3's default
+    "eval_every": 50, "eval_k": 8, "eval_temperature": 0.3, "eval_top_p": 0.95, "eval_max_new_tokens": 32768,
+    # Not in the paper, what makes it fit one 80 GB GPU: bf16 base weights, checkpointed activations,
+    # 8 evaluation samples at a time (a 32k-token KV cache is ~3.7 GB per sample for Qwen3-1.7B).
+    "dtype": "bfloat16", "grad_checkpoint": True, "eval_batch_size": 8,
+}}
+
+
+def preset_help() -> str:
+    lines = [f"  {k.replace('_', '-'):<22} {v}" for k, v in PRESETS["paper"].items()]
+    return "\n--preset paper (Appendix B, Table 4; every flag given explicitly overrides it):\n" + "\n".join(lines)
 
 
 def hparam_flags(parser):
@@ -75,7 +133,17 @@ def hparam_flags(parser):
                             help=f"clip hyper-parameter; defaults per method: {users}")
 
 
-def resolve(cfg: TrainConfig, given_hparams: dict) -> TrainConfig:
+def apply_preset(cfg: TrainConfig, given: set) -> TrainConfig:
+    """The preset's values for every field not given on the command line."""
+    if cfg.preset is None:
+        return cfg
+    if not {"model", "data"} <= given:
+        raise ConfigError(f"--preset {cfg.preset} needs --model (a Qwen3 checkpoint directory) and --data "
+                          "(DAPO-Math-17k as jsonl)")
+    return TrainConfig(**{**asdict(cfg), **{k: v for k, v in PRESETS[cfg.preset].items() if k not in given}})
+
+
+def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1) -> TrainConfig:
     """Fill in the method's default hyper-parameters and check every value; ConfigError names the flag."""
     unused = [k for k, v in given_hparams.items() if v is not None and k not in DEFAULTS[cfg.clip]]
     if unused:
@@ -86,17 +154,36 @@ def resolve(cfg: TrainConfig, given_hparams: dict) -> TrainConfig:
         check_hparams(cfg.clip, **cfg.hparams)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    positive = ["steps", "prompts_per_step", "group_size", "minibatches", "epochs", "max_new_tokens", "eval_k"]
+    positive = ["steps", "prompts_per_step", "group_size", "minibatches", "epochs", "max_new_tokens", "eval_k",
+                "eval_batch_size"]
     for name in positive:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(cfg, name)})")
-    if (cfg.prompts_per_step * cfg.group_size) % cfg.minibatches:
-        raise ConfigError(f"--minibatches {cfg.minibatches} must divide prompts x group size "
-                          f"({cfg.prompts_per_step * cfg.group_size})")
+    for name in ["micro_batch", "rollout_batch", "lora_rank", "eval_max_new_tokens", "lora_alpha", "beta"]:
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
+    if cfg.prompts_per_step % world:
+        raise ConfigError(f"--prompts-per-step {cfg.prompts_per_step} must be a multiple of the {world} ranks")
+    share = cfg.prompts_per_step // world
+    chunk = cfg.rollout_batch or share
+    if share % chunk:
+        raise ConfigError(f"--rollout-batch {chunk} must divide each rank's {share} prompts")
+    if (chunk * cfg.group_size) % cfg.minibatches:  # every chunk gives each minibatch the same number of rows
+        raise ConfigError(f"--minibatches {cfg.minibatches} must divide the {chunk * cfg.group_size} completions "
+                          f"of a rollout chunk (--rollout-batch {chunk} x --group-size {cfg.group_size})")
     if not cfg.temperature > 0:
         raise ConfigError(f"--temperature must be > 0 for training: the policy gradient needs sampled, scored tokens")
     if not cfg.lr > 0:
         raise ConfigError(f"--lr must be > 0 (got {cfg.lr})")
+    problem = (lora.check_targets(cfg.lora_targets) if cfg.lora_rank else None) or \
+        (check_template(cfg.prompt_template) if cfg.prompt_template is not None else None)
+    if problem:
+        raise ConfigError(problem)
+    if cfg.merge and not cfg.lora_rank:
+        raise ConfigError("--merge needs a LoRA run (--lora-rank > 0); a full fine-tuning checkpoint is already whole")
+    if any(not s for s in cfg.stop):
+        raise ConfigError("--stop: empty stop string")
+    cfg.lora_alpha = cfg.lora_alpha or 2.0 * cfg.lora_rank
     return cfg
 
 
@@ -122,19 +209,63 @@ def prompt_order(n_problems: int, step: int, per_step: int, seed: int) -> list[i
     return out
 
 
-def run_eval(model, tok, eval_sets, cfg, stop_ids, step, log):
-    """Mean@k / Pass@k on every eval file; logged under eval/<file>/... and eval/... (their average)."""
+@dataclass
+class Run:
+    """What every step uses."""
+    cfg: TrainConfig
+    model: Qwen3                 # the policy; rollout.generate/score call it (LoRA layers live inside it)
+    policy: torch.nn.Module      # Scorer(model): the differentiable scoring pass, DDP-wrapped across ranks
+    opt: torch.optim.Optimizer
+    tok: Any
+    stop_ids: list[int]
+    d: Dist
+    precision: Callable          # autocast context factory (bf16) or nullcontext
+    weights: Any                 # what a checkpoint saves: the model, or the PeftModel (its adapter)
+    ref: Reference | None = None
+    prompt_kw: dict | None = None
+
+
+def run_eval(run: Run, eval_sets, step, log):
+    """Mean@k / Pass@k on every eval file; logged under eval/<file>/... and eval/... (their average).
+
+    Ranks share the work: each samples every world-th of sample_and_grade's fixed batches (each seeded
+    by its position), so the samples are those one process would draw.
+    """
+    cfg, d, k = run.cfg, run.d, run.cfg.eval_k
     results = {}
     for name, problems in eval_sets.items():
-        summary, rows = evaluate(model, tok, problems, k=cfg.eval_k, max_new_tokens=cfg.max_new_tokens,
-                                 temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, stop_ids=stop_ids,
-                                 seed=cfg.seed, progress=False)
-        results.update({f"eval/{name}/{k}": v for k, v in summary.items()})
-        log.samples(step, name, rows[:: max(1, len(rows) // 4)][:4])
-    for key in (f"mean@{cfg.eval_k}", f"pass@{cfg.eval_k}"):
+        t0 = time.perf_counter()
+        pairs = [(i, j) for i in range(len(problems)) for j in range(k)]
+        B = cfg.eval_batch_size
+        others = {p for b, start in enumerate(range(0, len(pairs), B)) if b % d.world != d.rank
+                  for p in pairs[start:start + B]}
+        with run.precision():
+            rows = list(sample_and_grade(run.model, run.tok, problems, k, skip=others, batch_size=B,
+                                         max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens,
+                                         temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
+                                         stop_ids=run.stop_ids, seed=cfg.seed, prompt_kw=run.prompt_kw,
+                                         progress=False))
+        rows = sorted(distributed.all_gather([apply_stop(r, run.tok, cfg.stop) for r in rows], d),
+                      key=lambda r: (r["problem_id"], r["sample"]))
+        summary = summarize(verdicts_by_problem(rows), [k])
+        summary.update(completion_len=sum(r["length"] for r in rows) / len(rows),
+                       truncated=sum(r["truncated"] for r in rows) / len(rows), seconds=time.perf_counter() - t0)
+        results.update({f"eval/{name}/{key}": v for key, v in summary.items()})
+        if d.main:
+            log.samples(step, name, rows[:: max(1, len(rows) // 4)][:4])
+    for key in (f"mean@{k}", f"pass@{k}"):
         results[f"eval/{key}"] = sum(results[f"eval/{n}/{key}"] for n in eval_sets) / len(eval_sets)
-    log.write({"step": step, **results})
+    if d.main:
+        log.write({"step": step, **results})
     return results
+
+
+def apply_stop(row: dict, tok, stops) -> dict:
+    """An evaluation row cut after its first stop string, and graded again."""
+    text, length = cut_completion(tok, row["completion"], stops)
+    if length is None:
+        return row
+    return {**row, "completion": text, "length": length, "truncated": False, "correct": bool(verify(text, row["gold"]))}
 
 
 class RunLog:
@@ -155,85 +286,133 @@ class RunLog:
         self.sample_file.flush()
 
 
-def train_step(model, opt, tok, problems, cfg, stop_ids, step):
-    """One rollout step and its optimizer steps; returns the metrics line."""
-    P, G = cfg.prompts_per_step, cfg.group_size
-    batch = [problems[i] for i in prompt_order(len(problems), step, P, cfg.seed)]
-    prompts = [p for p in encode_prompts(tok, batch) for _ in range(G)]  # [p0 x G, p1 x G, ...]
+def chunk_seed(cfg, step: int, chunk: int, salt: int = 0) -> int:
+    """Seed of one rollout chunk's sampling (salt 0) or of its shuffle in epoch salt - 1: a function of
+    the step and the chunk's place in the whole step, never of the rank that holds it."""
+    return cfg.seed * 1_000_003 + step + (chunk << 32) + (salt << 48)
+
+
+def rollout(run: Run, problems, step):
+    """This rank's share of the step's prompts, G samples each, graded.
+
+    Returns prompt ids/mask (N, P), tokens/mask (N, T), rewards and advantages (N,), and per row
+    whether it stopped (EOS or stop string); N = this rank's prompts x G, rows grouped by prompt.
+    """
+    cfg, d, tok = run.cfg, run.d, run.tok
+    G, share = cfg.group_size, cfg.prompts_per_step // d.world
+    C = cfg.rollout_batch or share
+    pad = tok.pad_token_id or 0
+    order = prompt_order(len(problems), step, cfg.prompts_per_step, cfg.seed)[d.rank * share:(d.rank + 1) * share]
+    batch = [problems[i] for i in order]
+    prompts = [p for p in encode_prompts(tok, batch, **run.prompt_kw) for _ in range(G)]  # [p0 x G, p1 x G, ...]
     golds = [p.answer for p in batch for _ in range(G)]
+
+    run.model.eval()
+    chunks = []
+    for c in range(share // C):  # chunk c holds prompts [c*C, (c+1)*C) of this rank's share
+        g = torch.Generator(device=d.device).manual_seed(chunk_seed(cfg, step, (d.rank * share) // C + c))
+        with run.precision():
+            chunks.append(generate(run.model, prompts[c * C * G:(c + 1) * C * G], cfg.max_new_tokens,
+                                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                                   eos_token_id=run.stop_ids, generator=g, pad_id=pad))
+    T = max(out.tokens.shape[1] for out in chunks)  # chunks stop at their own longest row
+    tokens = torch.cat([F.pad(out.tokens, (0, T - out.tokens.shape[1]), value=pad) for out in chunks])
+    mask = torch.cat([F.pad(out.mask, (0, T - out.mask.shape[1])) for out in chunks])
+    mask, by_stop = truncate_at_stop(tok, tokens, mask, cfg.stop)
+    lengths = mask.sum(-1)
+    last = tokens.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
+    stopped = by_stop | (torch.isin(last, torch.tensor(run.stop_ids, device=last.device)) & (lengths > 0))
+    texts = tok.batch_decode([t[:n] for t, n in zip(tokens.tolist(), lengths.tolist())], skip_special_tokens=True)
+    rewards = torch.tensor([float(verify(cut_at_stop(t, cfg.stop), g)) for t, g in zip(texts, golds)])
+    advantages = group_advantages(rewards, G, normalize_std=cfg.std_normalize).to(d.device)
+    prompt_ids, prompt_mask = left_pad(prompts, pad, d.device)
+    return prompt_ids, prompt_mask, tokens, mask, rewards, advantages, stopped
+
+
+def train_step(run: Run, problems, step):
+    """One rollout step and its optimizer steps; returns the metrics line (over all ranks)."""
+    cfg, d = run.cfg, run.d
+    G, share = cfg.group_size, cfg.prompts_per_step // d.world
+    C = cfg.rollout_batch or share
 
     # 1. Rollout with the current policy (which is also pi_old for this step).
     t0 = time.perf_counter()
-    model.eval()
-    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-    tokens, _, mask = generate(model, prompts, cfg.max_new_tokens, temperature=cfg.temperature,
-                               top_p=cfg.top_p, top_k=cfg.top_k, eos_token_id=stop_ids, generator=gen,
-                               pad_id=tok.pad_token_id or 0)
-    lengths = mask.sum(-1)
-    texts = tok.batch_decode([t[:n] for t, n in zip(tokens.tolist(), lengths.tolist())], skip_special_tokens=True)
-    rewards = torch.tensor([float(verify(t, g)) for t, g in zip(texts, golds)])
-    advantages = group_advantages(rewards, G, normalize_std=cfg.std_normalize)
-    prompt_ids, prompt_mask = left_pad(prompts, tok.pad_token_id or 0)
+    prompt_ids, prompt_mask, tokens, mask, rewards, advantages, stopped = rollout(run, problems, step)
     t_rollout = time.perf_counter() - t0
 
     # 2. Old log-probs: one no-grad forward per micro-batch, the same shapes the update will use,
-    #    so that the first minibatch sees a ratio of exactly 1.
+    #    so that the first minibatch sees a ratio of exactly 1; the reference's, if there is a KL penalty.
     t0 = time.perf_counter()
-    model.train()
-    N = P * G
-    mb = N // cfg.minibatches
+    run.model.train()
+    N = share * G                        # this rank's rows
+    mb = N // cfg.minibatches            # this rank's rows per minibatch
     micro = cfg.micro_batch or mb
+    per_chunk = C * G // cfg.minibatches  # rows each rollout chunk gives a minibatch
     needs_kl = cfg.clip in NEEDS_FULL_KL  # these compare whole next-token distributions, not one token
     with torch.no_grad():
-        old = [score(model, prompt_ids[i:i + micro], prompt_mask[i:i + micro], tokens[i:i + micro],
-                     cfg.temperature, return_hidden=needs_kl) for i in range(0, N, micro)]
+        old = [run.policy(prompt_ids[i:i + micro], prompt_mask[i:i + micro], tokens[i:i + micro],
+                          cfg.temperature, return_hidden=needs_kl) for i in range(0, N, micro)]
         old_logp = torch.cat([o[0] for o in old])
         # pi_old's distributions are kept as hidden states (B, T, D), far smaller than (B, T, V) log-probs,
-        # plus the lm_head weight as it was, since full fine-tuning moves it too.
+        # plus the lm_head weight as it was when full fine-tuning moves it too.
         old_hidden = torch.cat([o[2] for o in old]) if needs_kl else None
-        old_weight = model.lm_head.weight.detach().clone() if needs_kl else None
+        head = run.model.lm_head.weight
+        old_weight = head.detach().clone() if needs_kl and head.requires_grad else None
+        ref_logp = torch.cat([run.ref.logprobs(prompt_ids[i:i + micro], prompt_mask[i:i + micro], tokens[i:i + micro],
+                                               cfg.temperature) for i in range(0, N, micro)]) if run.ref else None
     del old
 
-    # 3. Updates: epochs x minibatches optimizer steps, each normalised over its whole minibatch.
+    # 3. Updates: epochs x minibatches optimizer steps, each normalised over its whole minibatch on all ranks.
+    #    A minibatch takes the same rows of every rollout chunk, shuffled per chunk, wherever the chunk is.
     stats, grad_norms, first = [], [], True
-    gen_shuffle = torch.Generator().manual_seed(cfg.seed * 31 + step)
-    for _ in range(cfg.epochs):
-        order = torch.randperm(N, generator=gen_shuffle)
+    agg = "seq-mean-token-mean" if cfg.clip in SEQUENCE_LEVEL else cfg.aggregation
+    noise = torch.Generator().manual_seed(cfg.seed * 31 + step + (d.rank << 32))  # clip-cov's random picks
+    for epoch in range(cfg.epochs):
+        perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
+            chunk_seed(cfg, step, (d.rank * share) // C + c, salt=1 + epoch))) for c in range(share // C)]
         for m in range(cfg.minibatches):
-            idx = order[m * mb:(m + 1) * mb]
-            opt.zero_grad(set_to_none=True)
-            n_tokens = int(mask[idx].sum())
+            idx = torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms])
+            run.opt.zero_grad(set_to_none=True)
+            n_tokens = distributed.all_sum(float(mask[idx].sum()), d)  # the whole minibatch's, over all ranks
+            counts = dict(num_sequences=mb * d.world, num_tokens=n_tokens, max_new_tokens=cfg.max_new_tokens)
             for j in range(0, mb, micro):
                 sel = idx[j:j + micro]
-                logp, entropy, hidden = score(model, prompt_ids[sel], prompt_mask[sel], tokens[sel],
-                                              cfg.temperature, with_entropy=True, return_hidden=True)
-                if first:
-                    check_ratio_is_one(logp, old_logp[sel], mask[sel])
-                extra = {"full_kl": full_kl(hidden, old_hidden[sel], model.lm_head.weight, old_weight=old_weight,
-                                            temperature=cfg.temperature)} if needs_kl else {}
-                loss, metrics = policy_loss(cfg.clip, logp, old_logp[sel], advantages[sel], mask[sel],
-                                            agg=cfg.aggregation, num_sequences=mb, num_tokens=n_tokens,
-                                            max_new_tokens=cfg.max_new_tokens, compile=cfg.compile,
-                                            generator=gen_shuffle, **extra, **cfg.hparams)
-                loss.backward()
+                with distributed.accumulating(run.policy, sync=j + micro >= mb):
+                    logp, entropy, *hidden = run.policy(prompt_ids[sel], prompt_mask[sel], tokens[sel], cfg.temperature,
+                                                        with_entropy=True, return_hidden=needs_kl)
+                    if first:
+                        check_ratio_is_one(logp, old_logp[sel], mask[sel])
+                    extra = {"full_kl": full_kl(hidden[0], old_hidden[sel], run.model.lm_head.weight,
+                                                old_weight=old_weight, temperature=cfg.temperature)} if needs_kl else {}
+                    loss, metrics = policy_loss(cfg.clip, logp, old_logp[sel], advantages[sel], mask[sel], agg=agg,
+                                                compile=cfg.compile, generator=noise, **counts, **extra, **cfg.hparams)
+                    if run.ref is not None:
+                        kl = kl_to_reference(logp, old_logp[sel], ref_logp[sel], mask[sel])
+                        loss = loss + cfg.beta * aggregate(kl, mask[sel], agg, **counts)
+                        metrics["kl_ref"] = (kl.detach() * mask[sel]).sum() / mask[sel].sum().clamp(min=1)
+                    # DDP averages gradients over ranks, but the normalisers already count the whole
+                    # minibatch, so the rank's share of the sum is wanted: undo the 1/world.
+                    (loss * d.world).backward()
                 m_ = mask[sel].float()
                 stats.append({**{k: v.item() for k, v in metrics.items()}, "loss": loss.item(),
                               "entropy": float((entropy.detach() * m_).sum() / m_.sum().clamp(min=1)),
                               "_tokens": float(m_.sum())})
             first = False
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)))
-            opt.step()
+            params = [p for group in run.opt.param_groups for p in group["params"]]
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or math.inf)))
+            run.opt.step()
     t_train = time.perf_counter() - t0
 
-    groups = rewards.view(P, G)
+    # 4. The metrics line, over every rank's rows (in prompt order).
+    rewards, lengths, stopped = (torch.tensor(distributed.all_gather(x.tolist(), d))
+                                 for x in (rewards, mask.sum(-1), stopped))
+    groups = rewards.view(-1, G)
     row = {"step": step + 1, "reward_mean": rewards.mean().item(), "accuracy": (rewards > 0).float().mean().item(),
-           "completion_len": lengths.float().mean().item(),
-           "truncated": (~torch.isin(tokens.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1),
-                                     torch.tensor(stop_ids))).float().mean().item(),
+           "completion_len": lengths.float().mean().item(), "truncated": (~stopped).float().mean().item(),
            "groups_all_correct": (groups.min(1).values == 1).float().mean().item(),
            "groups_all_wrong": (groups.max(1).values == 0).float().mean().item(),
            "grad_norm": sum(grad_norms) / len(grad_norms)}
-    row.update(merge_stats(stats))
+    row.update(merge_stats(distributed.all_gather(stats, d)))
     row.update({"time_rollout": t_rollout, "time_train": t_train})
     return row
 
@@ -258,70 +437,127 @@ def check_ratio_is_one(logp, old_logp, mask):
                            "(dropout on? different shapes between scoring passes?)")
 
 
+def load_policy(cfg: TrainConfig, ckpt: Path | None, device):
+    """(our Qwen3, what its checkpoints save): full weights, or the base with LoRA adapters on it.
+
+    Trained weights are float32 whatever --dtype (AdamW on bf16 weights loses small updates); under
+    LoRA the frozen base is stored in --dtype and peft keeps the adapters in float32.
+    """
+    if lora.is_adapter_dir(cfg.model):
+        raise ConfigError(f"--model {cfg.model} is a LoRA adapter; train on its merged model instead "
+                          f"(python -m nanoatr.lora merge --adapter {cfg.model} --out DIR)")
+    if ckpt is not None and lora.is_adapter_dir(ckpt) != bool(cfg.lora_rank):
+        raise ConfigError(f"--resume: the checkpoint {ckpt} holds {'an adapter' if cfg.lora_rank == 0 else 'full weights'}"
+                          f" but the run has --lora-rank {cfg.lora_rank}")
+    if not cfg.lora_rank:
+        model = Qwen3.from_pretrained(ckpt or cfg.model, device=device)
+        weights = model
+    else:
+        model = Qwen3.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype), device=device)
+        if ckpt is None:
+            weights = lora.add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets,
+                                        base=str(Path(cfg.model).resolve()))
+        else:
+            weights = lora.load_adapter(model, ckpt, trainable=True, model_dir=cfg.model)
+        weights.to(device)
+    # Non-reentrant checkpointing (model.py) gives LoRA its gradients even though the frozen
+    # embedding's output does not require grad (the reentrant kind would silently give none).
+    model.gradient_checkpointing = cfg.grad_checkpoint
+    return model, weights
+
+
 def main(argv=None):
-    cfg, extra, given = parse(TrainConfig, argv, __doc__, hparam_flags)
+    cfg, extra, given = parse(TrainConfig, argv, __doc__ + preset_help(), hparam_flags)
     try:
         if cfg.resume:
             cfg, extra = resumed_config(cfg, extra, given)
-        cfg = resolve(cfg, extra)
-        run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / (cfg.name or f"{cfg.clip}-{time.strftime('%Y%m%d-%H%M%S')}")
+        else:
+            cfg = apply_preset(cfg, given)
+        d = distributed.setup(cfg.device)
+        cfg = resolve(cfg, extra, d.world)
+        name = distributed.broadcast(cfg.name or f"{cfg.clip}-{time.strftime('%Y%m%d-%H%M%S')}", d)
+        run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / name
         ckpt = checkpoint.latest(run_dir) if cfg.resume else None
         if cfg.resume and ckpt is None:
             raise ConfigError(f"--resume {cfg.resume}: no checkpoint in that directory")
-        model_dir = ckpt or cfg.model
-        model = Qwen3.from_pretrained(model_dir)
-        tok = load_tokenizer(model_dir)
+        torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
+        model, weights = load_policy(cfg, ckpt, d.device)
+        tok_dir = ckpt or cfg.model
+        tok = load_tokenizer(tok_dir)
         problems = load_problems(cfg.data)
         eval_sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
-    except (ConfigError, ModelError, TokenizerError, DataError) as e:
+        ref = None
+        precision = distributed.precision(cfg.dtype, d.device)
+        if cfg.beta > 0:  # the starting policy: adapters off, or (full fine-tuning) a frozen copy
+            ref = Reference(model, weights.disable_adapter, precision) if cfg.lora_rank else \
+                Reference(Qwen3.from_pretrained(cfg.model, device=d.device).eval().requires_grad_(False),
+                          precision=precision)
+    except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError) as e:
         die(str(e))
-    torch.manual_seed(cfg.seed)
-    stop_ids = stop_token_ids(tok, model_dir)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
     start = 0
     if ckpt is not None:
         state = checkpoint.load_state(ckpt)
         opt.load_state_dict(state["optimizer"])
         start = state["step"]
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    if cfg.minibatches * cfg.epochs == 1:
-        print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
-              f"--clip {cfg.clip} has no effect; use --minibatches or --epochs > 1", file=sys.stderr)
-    print(f"run {run_dir}: {model.num_parameters() / 1e6:.2f}M parameters, {len(problems)} training problems, "
-          f"--clip {cfg.clip} {cfg.hparams}", flush=True)
+    run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, tok, stop_token_ids(tok, tok_dir), d,
+              precision, weights, ref, dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
+                                            enable_thinking=cfg.thinking))
+    if d.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+        if cfg.minibatches * cfg.epochs == 1:
+            print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
+                  f"--clip {cfg.clip} has no effect; use --minibatches or --epochs > 1", file=sys.stderr)
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        print(f"run {run_dir}: {model.num_parameters() / 1e6:.2f}M parameters ({trained / 1e6:.2f}M trained"
+              f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {len(problems)} training problems, "
+              f"{d.world} x {d.device.type}, --clip {cfg.clip} {cfg.hparams}"
+              + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
+                 if ref else ""), flush=True)
+    distributed.barrier(d)  # the run directory exists before any rank goes on
 
     try:
-        train(cfg, model, tok, opt, problems, eval_sets, stop_ids, run_dir, model_dir, start)
+        train(run, problems, eval_sets, run_dir, tok_dir, start)
     except KeyboardInterrupt:
         last = checkpoint.latest(run_dir)
         die(f"interrupted; the last checkpoint is {last or 'not written yet'}"
             + (f" (continue with --resume {run_dir})" if last else ""), 130)
+    finally:
+        distributed.shutdown()
 
 
-def train(cfg, model, tok, opt, problems, eval_sets, stop_ids, run_dir, model_dir, start):
-    log = RunLog(run_dir)
+def train(run: Run, problems, eval_sets, run_dir, tok_dir, start):
+    cfg, d = run.cfg, run.d
+    log = RunLog(run_dir) if d.main else None
+    say = print if d.main else (lambda *a, **k: None)
     key = f"eval/mean@{cfg.eval_k}"
-    before = run_eval(model, tok, eval_sets, cfg, stop_ids, start, log) if start == 0 else None
+    before = run_eval(run, eval_sets, start, log) if start == 0 else None
     if before:
-        print(f"step {start}: held-out Mean@{cfg.eval_k} {before[key]:.1f}%  Pass@{cfg.eval_k} "
-              f"{before[f'eval/pass@{cfg.eval_k}']:.1f}%", flush=True)
-    with tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train", unit="step") as bar:
+        say(f"step {start}: held-out Mean@{cfg.eval_k} {before[key]:.1f}%  Pass@{cfg.eval_k} "
+            f"{before[f'eval/pass@{cfg.eval_k}']:.1f}%", flush=True)
+    with tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train", unit="step",
+              disable=not d.main) as bar:
         for step in bar:
-            row = train_step(model, opt, tok, problems, cfg, stop_ids, step)
-            log.write(row)
-            bar.set_postfix(acc=f"{row['accuracy']:.2f}", kl3=f"{row.get('kl3', 0):.4f}",
-                            cut=f"{row.get('clip_frac_low', 0) + row.get('clip_frac_high', 0):.3f}",
-                            len=f"{row['completion_len']:.0f}")
+            row = train_step(run, problems, step)
+            if d.main:
+                log.write(row)
+                bar.set_postfix(acc=f"{row['accuracy']:.2f}", kl3=f"{row.get('kl3', 0):.4f}",
+                                cut=f"{row.get('clip_frac_low', 0) + row.get('clip_frac_high', 0):.3f}",
+                                len=f"{row['completion_len']:.0f}")
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
-                res = run_eval(model, tok, eval_sets, cfg, stop_ids, step + 1, log)
-                tqdm.write(f"step {step + 1}: held-out Mean@{cfg.eval_k} {res[key]:.1f}%")
-            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-                checkpoint.save(run_dir, model, model_dir, {"step": step + 1, "optimizer": opt.state_dict()})
-    after = run_eval(model, tok, eval_sets, cfg, stop_ids, cfg.steps, log)
-    print(f"step {cfg.steps}: held-out Mean@{cfg.eval_k} {after[key]:.1f}%  Pass@{cfg.eval_k} "
-          f"{after[f'eval/pass@{cfg.eval_k}']:.1f}%" + (f"  (from {before[key]:.1f}%)" if before else ""))
-    print(f"metrics: {run_dir / 'metrics.jsonl'}  checkpoint: {run_dir / 'checkpoint'}")
+                res = run_eval(run, eval_sets, step + 1, log)
+                if d.main:
+                    tqdm.write(f"step {step + 1}: held-out Mean@{cfg.eval_k} {res[key]:.1f}%")
+            if d.main and ((step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps):
+                checkpoint.save(run_dir, run.weights, tok_dir, {"step": step + 1, "optimizer": run.opt.state_dict()})
+    after = run_eval(run, eval_sets, cfg.steps, log)
+    say(f"step {cfg.steps}: held-out Mean@{cfg.eval_k} {after[key]:.1f}%  Pass@{cfg.eval_k} "
+        f"{after[f'eval/pass@{cfg.eval_k}']:.1f}%" + (f"  (from {before[key]:.1f}%)" if before else ""))
+    if cfg.merge and d.main:
+        say(f"merged: {lora.merge(cfg.model, run_dir / 'checkpoint', run_dir / 'merged')}")
+    say(f"metrics: {run_dir / 'metrics.jsonl'}  checkpoint: {run_dir / 'checkpoint'}")
 
 
 if __name__ == "__main__":

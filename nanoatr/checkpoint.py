@@ -1,7 +1,10 @@
 """The run's latest checkpoint, replaced atomically, and everything a resume needs.
 
-runs/<name>/checkpoint/ is a complete model directory (config.json, model.safetensors, tokenizer
-files), so eval.py and sample.py take it as --model, plus trainer_state.pt (optimizer, step, RNG).
+runs/<name>/checkpoint/ holds the trained weights, the tokenizer files and trainer_state.pt (optimizer,
+step). Under full fine-tuning the weights are a complete model directory (config.json,
+model.safetensors); under LoRA they are the adapter alone, in peft's format (adapter_config.json,
+adapter_model.safetensors, naming the base model), a few MB instead of the whole model. eval.py and
+sample.py take either as --model.
 A new checkpoint is written to checkpoint.new/ and swapped in with two renames: at every instant
 either checkpoint/ or checkpoint.old/ is complete, and `latest` finds whichever it is.
 """
@@ -16,13 +19,16 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 
 def save(run_dir, model, tokenizer_dir, state: dict):
+    """model: our Qwen3 (full weights are written) or the PeftModel around it (the adapter only)."""
     run_dir = Path(run_dir)
     new, cur, old = run_dir / "checkpoint.new", run_dir / "checkpoint", run_dir / "checkpoint.old"
     shutil.rmtree(new, ignore_errors=True)
-    model.save_pretrained(new)
-    for name in TOKENIZER_FILES:  # a self-contained model directory
-        if (Path(tokenizer_dir) / name).is_file():
-            shutil.copy2(Path(tokenizer_dir) / name, new / name)
+    if hasattr(model, "peft_config"):
+        from nanoatr.lora import save_adapter
+        save_adapter(model, new)
+    else:
+        model.save_pretrained(new)
+    copy_tokenizer(tokenizer_dir, new)  # a self-contained directory
     torch.save(state, new / "trainer_state.pt")
     _fsync_dir(new)
     if cur.exists():
@@ -30,6 +36,12 @@ def save(run_dir, model, tokenizer_dir, state: dict):
         os.rename(cur, old)
     os.rename(new, cur)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def copy_tokenizer(src, dst):
+    for name in TOKENIZER_FILES:
+        if (Path(src) / name).is_file():
+            shutil.copy2(Path(src) / name, Path(dst) / name)
 
 
 def latest(run_dir) -> Path | None:

@@ -1,11 +1,18 @@
-"""Prompts: the tokenizer of a model directory, its chat template, and the token ids that stop a sample.
+"""Prompts: the tokenizer of a model directory, its chat template, and what stops a sample.
 
 A model directory carries its own prompt format, as Qwen3 checkpoints do: when the tokenizer has a
 chat template the problem becomes a user message; otherwise (base models) `--prompt-template` is
 filled in. The embedded default's template is simply "question=".
+
+A sample stops at an EOS token (the tokenizer's and generation_config.json's) or, for base models
+that never emit one, after the first of the `--stop` strings. Stop strings are applied after
+sampling: the completion is cut after the token that completes the string and later tokens are
+masked out. The kept tokens are exactly the sampled ones, so their log-probs stay exact.
 """
 import json
 from pathlib import Path
+
+import torch
 
 DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.\n"
 
@@ -55,3 +62,63 @@ def format_prompt(tokenizer, problem, template: str | None = None, system_prompt
 def encode_prompts(tokenizer, problems, **kw) -> list[list[int]]:
     # The template already holds any special tokens, so none are added here.
     return [tokenizer.encode(format_prompt(tokenizer, p, **kw), add_special_tokens=False) for p in problems]
+
+
+def check_template(template: str) -> str | None:
+    """What is wrong with a --prompt-template, as one line, or None."""
+    try:
+        template.format(question="")
+    except (KeyError, IndexError, ValueError) as e:
+        return f"--prompt-template must be a format string whose only field is {{question}} ({e!r})"
+    if "{question}" not in template:
+        return "--prompt-template needs a {question} field"
+    return None
+
+
+def find_stop(text: str, stops) -> int | None:
+    """Where `text` ends if cut after its first stop string (the earliest end), or None if none occurs."""
+    ends = [i + len(s) for s in stops if s and (i := text.find(s)) >= 0]
+    return min(ends) if ends else None
+
+
+def cut_at_stop(text: str, stops) -> str:
+    end = find_stop(text, stops)
+    return text if end is None else text[:end]
+
+
+def cut_completion(tokenizer, completion: str, stops) -> tuple[str, int | None]:
+    """A decoded completion cut after its first stop string and its length in tokens (re-encoded, so
+    approximate), or (completion, None) when no stop string occurs. For rows whose tokens are gone."""
+    end = find_stop(completion, stops)
+    if end is None:
+        return completion, None
+    return completion[:end], len(tokenizer.encode(completion[:end], add_special_tokens=False))
+
+
+def truncate_at_stop(tokenizer, tokens, mask, stops):
+    """Mask out every token after the one that completes a row's first stop string.
+
+    tokens, mask (B, T); returns (mask, stopped): the new mask and a (B,) bool of rows cut by a stop
+    string. The cut token is the shortest prefix whose text holds a stop string (binary search over
+    prefix lengths: a prefix that holds one, every longer prefix does too).
+    """
+    mask = mask.clone()
+    stopped = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
+    if not stops:
+        return mask, stopped
+    lengths = mask.sum(-1).tolist()
+    for row, (ids, n) in enumerate(zip(tokens.tolist(), lengths)):
+        ids = ids[:n]
+        if find_stop(tokenizer.decode(ids, skip_special_tokens=True), stops) is None:
+            continue
+        lo, hi = 1, n  # the shortest prefix holding a stop string has length in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if find_stop(tokenizer.decode(ids[:mid], skip_special_tokens=True), stops) is None:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < n:
+            mask[row, lo:] = False
+        stopped[row] = True
+    return mask, stopped

@@ -1,0 +1,138 @@
+"""Several processes (torchrun), one device each, and the precision the model runs in.
+
+    torchrun --nproc_per_node 4 train.py --model ... --preset paper
+
+Data parallelism with PyTorch's own DistributedDataParallel: every rank holds the whole model,
+samples and trains on its share of each step's prompts, and DDP all-reduces the gradients during
+backward (`no_sync` skips that on all but the last micro-batch of an optimizer step). The backend is
+NCCL on CUDA and gloo on CPU (tests run two CPU processes). Without torchrun (no WORLD_SIZE in the
+environment) nothing here starts a process group and every helper is the identity.
+"""
+import contextlib
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world: int
+    device: torch.device
+
+    @property
+    def main(self) -> bool:
+        """Rank 0 writes the run directory (config, metrics, checkpoints) and prints."""
+        return self.rank == 0
+
+
+def pick_device(flag: str, local_rank: int = 0) -> torch.device:
+    """--device auto: CUDA when there is one (each rank on its own GPU), else the CPU."""
+    if flag == "auto":
+        flag = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(flag)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank)
+    return device
+
+
+def setup(device_flag: str = "auto") -> Dist:
+    """Join the process group when started by torchrun; returns this process's rank, world size and device."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(device_flag, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        # Generous timeout: ranks wait at collectives while rank 0 writes a checkpoint or a slow rank
+        # finishes its share of an evaluation.
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(hours=2))
+    return Dist(dist.get_rank() if world > 1 else 0, world, device)
+
+
+def shutdown():
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class Scorer(nn.Module):
+    """rollout.score as a module's forward, under the run's autocast.
+
+    DDP all-reduces only gradients produced through its own forward, so the differentiable scoring
+    pass must be one; and autocast belongs around forward passes only, not backward.
+    """
+
+    def __init__(self, model, precision):
+        super().__init__()
+        self.model, self.precision = model, precision
+
+    def forward(self, prompt_ids, prompt_mask, tokens, temperature, **kw):
+        from nanoatr.rollout import score
+        with self.precision():
+            return score(self.model, prompt_ids, prompt_mask, tokens, temperature, **kw)
+
+
+def wrap(module: nn.Module, d: Dist) -> nn.Module:
+    """DistributedDataParallel around `module` when there are several ranks (rank 0's weights are
+    broadcast to all at construction); the module itself otherwise."""
+    if d.world == 1:
+        return module
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    return DDP(module, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+
+
+def accumulating(policy: nn.Module, sync: bool):
+    """Context of one micro-batch's backward: gradients are all-reduced only when `sync` (the last
+    micro-batch of an optimizer step); before that they accumulate locally."""
+    if sync or not hasattr(policy, "no_sync"):
+        return contextlib.nullcontext()
+    return policy.no_sync()
+
+
+def all_sum(x: float, d: Dist) -> float:
+    """The sum of a number over all ranks."""
+    if d.world == 1:
+        return x
+    t = torch.tensor(float(x), dtype=torch.float64, device=d.device)
+    dist.all_reduce(t)
+    return t.item()
+
+
+def all_gather(items: list, d: Dist) -> list:
+    """Every rank's list, concatenated in rank order (the order of the prompts they were given)."""
+    if d.world == 1:
+        return list(items)
+    out = [None] * d.world
+    dist.all_gather_object(out, items)
+    return [x for part in out for x in part]
+
+
+def broadcast(obj, d: Dist):
+    """Rank 0's value of obj on every rank (e.g. a run name made from the clock)."""
+    if d.world == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier(d: Dist):
+    if d.world > 1:
+        dist.barrier()
+
+
+def precision(dtype: str, device: torch.device):
+    """A factory of the autocast context for forward passes: bf16 matmuls when --dtype bfloat16.
+
+    Weights that are trained stay float32 (AdamW on bf16 weights loses small updates); autocast
+    runs the matmuls in bf16 whatever the weights' dtype. Log-softmax runs in float32 regardless
+    (rollout.sampling_logprobs, loss.token_logprobs).
+    """
+    if dtype == "float32":
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device.type, dtype=torch.bfloat16)

@@ -1,0 +1,179 @@
+"""LoRA through peft: adapters on our Qwen3, saved in peft's own format, loaded back, merged.
+
+    python -m nanoatr.lora merge --model BASE --adapter runs/<name>/checkpoint --out merged/
+
+Our Qwen3 names its modules as transformers' Qwen3ForCausalLM does, so peft's LoRA layers on it carry
+the same keys (`base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`): an adapter saved
+here loads with `PeftModel.from_pretrained(Qwen3ForCausalLM.from_pretrained(BASE), DIR)`, and one made
+with transformers loads here.
+
+peft replaces the targeted nn.Linear modules in place, inside our model. The Qwen3 object therefore
+keeps working as before, adapters included: rollout.generate and rollout.score call its hidden(),
+lm_head and new_cache directly. The PeftModel around it is needed only to save, to switch the
+adapters off (the reference policy of the KL penalty) and to merge.
+"""
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+
+
+class AdapterError(ValueError):
+    """An adapter that does not fit; the message is one line for the user."""
+
+
+def check_targets(targets) -> str | None:
+    """What is wrong with --lora-targets, as one line, or None."""
+    if "lm_head" in targets:
+        # loss.token_logprobs multiplies the hidden states by lm_head.weight itself, chunk by chunk,
+        # so a LoRA on lm_head would be trained by nothing and silently ignored.
+        return "--lora-targets: lm_head is not supported (log-probs use lm_head.weight directly, chunk by chunk)"
+    unknown = sorted(set(targets) - set(TARGETS) - {"embed_tokens"})
+    if unknown:
+        return f"--lora-targets: {unknown[0]!r} is not a Qwen3 projection (choose from {', '.join(TARGETS)})"
+    return None
+
+
+def add_adapters(model, rank: int, alpha: float, targets, base: str):
+    """Wrap `model` (our Qwen3) with fresh, trainable LoRA adapters; every base weight is frozen.
+
+    lora_B starts at zero, so the wrapped model starts exactly as the base. Dropout is 0: it would
+    make the first ratio differ from 1 and the KL noisy (users.md 2.14).
+    """
+    from peft import LoraConfig, get_peft_model
+    model.name_or_path = base  # peft records it as the adapter's base_model_name_or_path
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none")
+    return get_peft_model(model, config)
+
+
+def is_adapter_dir(path) -> bool:
+    return (Path(path) / CONFIG).is_file()
+
+
+def adapter_base(path) -> str | None:
+    """The base model directory an adapter was trained on (its base_model_name_or_path)."""
+    return read_config(path).get("base_model_name_or_path")
+
+
+def read_config(path) -> dict:
+    path = Path(path)
+    try:
+        config = json.loads((path / CONFIG).read_text())
+    except FileNotFoundError:
+        raise AdapterError(f"{path} is not a LoRA adapter directory ({CONFIG} is missing)") from None
+    except json.JSONDecodeError as e:
+        raise AdapterError(f"{path}/{CONFIG} is not valid JSON: {e}") from None
+    if config.get("peft_type") != "LORA":
+        raise AdapterError(f"{path}: peft_type {config.get('peft_type')!r} is not supported (only LoRA adapters)")
+    return config
+
+
+def check_adapter(model, path, model_dir=None):
+    """Raise AdapterError unless every adapter weight in `path` fits a module of `model` in shape.
+
+    An adapter made for another base (other sizes, or modules it lacks) would otherwise fail deep
+    inside peft, or load silently wrong; a different base path with fitting shapes is only noted.
+    """
+    from safetensors import safe_open
+    path = Path(path)
+    config = read_config(path)
+    if not (path / WEIGHTS).is_file():
+        raise AdapterError(f"{path}/{WEIGHTS} is missing")
+    base = config.get("base_model_name_or_path") or "an unknown base"
+    modules = dict(model.named_modules())
+    with safe_open(str(path / WEIGHTS), "pt") as f:
+        for key in f.keys():
+            # base_model.model.<module path>.lora_A.weight -> <module path>
+            name = key.removeprefix("base_model.model.").rsplit(".lora_", 1)[0]
+            module = modules.get(name)
+            linear = getattr(module, "base_layer", module)  # already wrapped by peft, or not
+            if not isinstance(linear, torch.nn.Linear):
+                raise AdapterError(f"adapter {path} was made for {base}: it has weights for {name}, "
+                                   f"which the model {model_dir or ''} lacks")
+            shape = tuple(f.get_slice(key).get_shape())
+            fits = (shape[1] == linear.in_features) if ".lora_A." in key else (shape[0] == linear.out_features)
+            if not fits:
+                raise AdapterError(f"adapter {path} was made for {base}: {key} has shape {list(shape)}, but the "
+                                   f"model's {name} maps {linear.in_features} -> {linear.out_features} features")
+    if model_dir and config.get("base_model_name_or_path"):
+        made_for, used = Path(config["base_model_name_or_path"]), Path(model_dir)
+        if made_for.resolve() != used.resolve() and made_for.name != used.name:
+            print(f"note: adapter {path} was trained on {made_for}; applying it to {used} (the shapes fit)",
+                  file=sys.stderr)
+
+
+def load_adapter(model, path, trainable: bool = False, model_dir=None):
+    """Apply the adapter saved in `path` to `model` (our Qwen3, changed in place); returns the PeftModel."""
+    from peft import LoraConfig, PeftModel
+    check_adapter(model, path, model_dir)
+    config = LoraConfig.from_pretrained(str(path))
+    # Saved as CAUSAL_LM for transformers users; on our Qwen3 (no HF generation helpers) use the plain PeftModel.
+    config.task_type = None
+    config.inference_mode = not trainable
+    with warnings.catch_warnings():  # peft warns that our model's name differs from the recorded base
+        warnings.simplefilter("ignore", UserWarning)
+        return PeftModel.from_pretrained(model, str(path), config=config, is_trainable=trainable)
+
+
+def save_adapter(peft_model, path):
+    """adapter_config.json + adapter_model.safetensors, as peft writes them for transformers' models."""
+    config = peft_model.peft_config["default"]
+    # CAUSAL_LM: PeftModel.from_pretrained on Qwen3ForCausalLM gives the usual PeftModelForCausalLM, and
+    # peft does not record our class as the base (its auto_mapping) for AutoPeftModel to import.
+    config.task_type = "CAUSAL_LM"
+    peft_model.save_pretrained(str(path), save_embedding_layers=False)
+
+
+def merge(base_dir, adapter_dir, out_dir, dtype=torch.float32):
+    """Write base + adapter as one full HF-format checkpoint (weights, config, tokenizer files).
+
+    Merged in float32: a LoRA update after a few hundred steps at lr 5e-6 is far below bf16's
+    resolution of the base weights, so merging into bf16 would round much of it away.
+    """
+    from nanoatr.checkpoint import copy_tokenizer
+    from nanoatr.model import Qwen3
+    model = Qwen3.from_pretrained(base_dir)
+    peft_model = load_adapter(model, adapter_dir, model_dir=base_dir)
+    merged = peft_model.merge_and_unload()
+    merged.to(dtype).save_pretrained(out_dir)
+    # The tokenizer travels with the adapter when nanoatr saved it (a run's checkpoint), else the base's.
+    copy_tokenizer(adapter_dir if (Path(adapter_dir) / "tokenizer.json").is_file() else base_dir, out_dir)
+    return Path(out_dir)
+
+
+def main(argv=None):
+    from dataclasses import dataclass
+
+    from nanoatr.config import arg, die, parse
+    from nanoatr.model import ModelError
+
+    @dataclass
+    class MergeConfig:
+        adapter: str = arg("", "LoRA adapter directory (a LoRA run's checkpoint/ works as is)")
+        out: str = arg("", "output directory: a full Hugging Face checkpoint")
+        model: str = arg("", "base model directory (default: the adapter's base_model_name_or_path)")
+        dtype: str = arg("float32", "dtype of the merged weights", choices=["float32", "bfloat16"])
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] != "merge":
+        die("usage: python -m nanoatr.lora merge --adapter DIR --out DIR [--model BASE]")
+    cfg, _, _ = parse(MergeConfig, argv[1:], "Merge a LoRA adapter into its base: a full HF-format checkpoint.")
+    if not cfg.adapter or not cfg.out:
+        die("merge needs --adapter DIR and --out DIR")
+    try:
+        base = cfg.model or adapter_base(cfg.adapter)
+        if not base:
+            die(f"{cfg.adapter} does not name its base model: pass --model BASE")
+        out = merge(base, cfg.adapter, cfg.out, dtype=getattr(torch, cfg.dtype))
+    except (AdapterError, ModelError) as e:
+        die(str(e))
+    print(f"merged {cfg.adapter} into {base}: {out}")
+
+
+if __name__ == "__main__":
+    main()
