@@ -192,10 +192,13 @@ def plot_ablation(results: list[dict], out: Path) -> Path:
         seeds = sorted({s for v in by_delta.values() for s in v})
         lines = [Line(f"seed {s}", "#bbbbbb", [d for d in ds if s in by_delta[d]],
                       [by_delta[d][s] for d in ds if s in by_delta[d]], markers=True) for s in seeds]
+        start = [r[f"{key}_start"] for r in done if not math.isnan(r[f"{key}_start"])]
+        if start:  # where the runs began: is any delta better than not training?
+            lines.append(Line("warm start", "#888888", [ds[0], ds[-1]], [mean_std(start)[0]] * 2))
         lines.append(Line("mean", COLORS[0], ds, [mean_std(list(by_delta[d].values()))[0] for d in ds], markers=True))
         panels.append((f"({'ab'[i]}) {name} (%) against δ", key, lines))
-    return _write(_figure(panels, [("kl3, mean over seeds", COLORS[0]), ("one seed", "#bbbbbb")],
-                          cols=2, xlabel="δ"), out)
+    legend = [("kl3, mean over seeds", COLORS[0]), ("one seed", "#bbbbbb"), ("warm start (step 0)", "#888888")]
+    return _write(_figure(panels, legend, cols=2, xlabel="δ"), out)
 
 
 # ----------------------------------------------------------------------------

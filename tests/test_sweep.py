@@ -51,6 +51,7 @@ def test_delta_ablation_table_and_figure(tmp_path):
     means = [p for p in root.iter(SVG + "path") if p.get("data-run") == "mean"]
     assert [p.get("data-metric") for p in means] == ["mean@k", "pass@k"]
     assert len([p for p in root.iter(SVG + "path") if p.get("data-run", "").startswith("seed")]) == 4
+    assert len([p for p in root.iter(SVG + "path") if p.get("data-run") == "warm start"]) == 2
 
 
 def test_parse_method_and_plan(tmp_path):
