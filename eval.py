@@ -2,7 +2,11 @@
 
     python eval.py              # the embedded default: tiny-qwen3 on held-out arithmetic
     python eval.py --model runs/kl3-.../checkpoint --data amc23.jsonl aime24.jsonl aime25.jsonl \\
-        --k 8 --temperature 0.3 --top-p 0.95 --max-new-tokens 8192     # the paper's setting
+        --k 8 --temperature 0.3 --top-p 0.95 --max-new-tokens 32768 --dtype bfloat16   # the paper's setting
+    python eval.py --model Qwen3-1.7B/ --adapter runs/<lora run>/checkpoint ...       # base + LoRA adapter
+
+A LoRA run's checkpoint/ holds only the adapter; as --model it brings its base model along (named in
+its adapter_config.json).
 
 Every problem gets n >= k samples. Mean@k is the mean accuracy over all n samples; Pass@k is the
 unbiased estimate from n samples of the chance that one of k is correct (nanoatr.metrics). Every
@@ -15,19 +19,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from nanoatr import distributed, lora
 from nanoatr.config import arg, die, parse
 from nanoatr.data import DataError, load_problems
 from nanoatr.evaluate import sample_and_grade
 from nanoatr.metrics import summarize, verdicts_by_problem
-from nanoatr.model import ModelError, Qwen3
-from nanoatr.tokenizer import TokenizerError, load_tokenizer, stop_token_ids
+from nanoatr.model import ModelError
+from nanoatr.tokenizer import TokenizerError, apply_stop, check_template, load_tokenizer, stop_token_ids
 
 
 @dataclass
 class EvalConfig:
     model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
                      "a run's checkpoint/ directory works as is")
-    adapter: str | None = arg(None, "LoRA adapter directory applied on top of --model (not supported yet)")
+    adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/) applied "
+                              "on top of --model")
     data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (jsonl: problem/answer or DAPO "
                           "format); each is one column of the table, named by its file stem")
     k: int = arg(8, "k of Mean@k and Pass@k")
@@ -48,12 +56,14 @@ class EvalConfig:
     prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
                                "template (default: the chat template when the tokenizer has one)")
     thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the template's own)")
+    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base models)")
+    dtype: str = arg("float32", "bfloat16: weights in bf16 and bf16 matmuls (log-softmax stays float32)",
+                     choices=["float32", "bfloat16"])
+    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)")
 
 
 def check(cfg: EvalConfig) -> str | None:
     """The first thing wrong with the flags, as one line, or None."""
-    if cfg.adapter:  # peft wrapping of our Qwen3 lands in nanoatr/lora.py; until then, refuse loudly
-        return "LoRA adapters are not supported yet"
     n = cfg.n or cfg.k
     for name in ("k", "max_new_tokens", "batch_size"):
         if getattr(cfg, name) < 1:
@@ -66,13 +76,10 @@ def check(cfg: EvalConfig) -> str | None:
         return f"--temperature must be >= 0 (got {cfg.temperature})"
     if not 0 < cfg.top_p <= 1:
         return f"--top-p must be in (0, 1] (got {cfg.top_p})"
-    if cfg.prompt_template is not None:
-        try:
-            cfg.prompt_template.format(question="")
-        except (KeyError, IndexError, ValueError) as e:
-            return f"--prompt-template must be a format string whose only field is {{question}} ({e!r})"
-        if "{question}" not in cfg.prompt_template:
-            return "--prompt-template needs a {question} field"
+    if cfg.prompt_template is not None and check_template(cfg.prompt_template):
+        return check_template(cfg.prompt_template)
+    if any(not s for s in cfg.stop):
+        return "--stop: empty stop string"
     stems = [Path(f).stem for f in cfg.data]
     if len(set(stems)) < len(stems):
         return f"two --data files share a name ({stems}): rows are keyed by file stem"
@@ -149,17 +156,19 @@ def main(argv=None):
     if problem:
         die(problem)
     n = cfg.n or cfg.k
+    device = distributed.pick_device(cfg.device)
     try:  # data first: a bad line is reported before minutes of model loading
         benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None) for f in cfg.data}
-        model = Qwen3.from_pretrained(cfg.model)
-        tok = load_tokenizer(cfg.model)
-    except (DataError, ModelError, TokenizerError) as e:
+        model, tok_dir = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
+        tok = load_tokenizer(tok_dir)
+    except (DataError, ModelError, TokenizerError, lora.AdapterError) as e:
         die(str(e))
-    out = Path(cfg.out) if cfg.out else default_out(cfg.model)
+    precision = distributed.precision(cfg.dtype, device)
+    out = Path(cfg.out) if cfg.out else default_out(cfg.adapter or cfg.model)
     done = read_done(out) if cfg.resume else []
     results = {name: benchmark_rows(done, name, problems, n) for name, problems in benchmarks.items()}
     prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
-    stop_ids = stop_token_ids(tok, cfg.model)
+    stop_ids = stop_token_ids(tok, tok_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     new = 0
     with open(out, "a", encoding="utf-8") as f:
@@ -170,15 +179,17 @@ def main(argv=None):
                     continue
                 print(f"{name}: {len(problems)} problems x {n} samples ({len(skip)} already done)",
                       file=sys.stderr, flush=True)
-                for row in sample_and_grade(model, tok, problems, n, max_new_tokens=cfg.max_new_tokens,
-                                            temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                                            stop_ids=stop_ids, batch_size=cfg.batch_size,
-                                            seed=cfg.seed, prompt_kw=prompt_kw, skip=skip):
-                    row = {"benchmark": name, **row}
-                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    f.flush()
-                    results[name].append(row)
-                    new += 1
+                rows = sample_and_grade(model, tok, problems, n, max_new_tokens=cfg.max_new_tokens,
+                                        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                                        stop_ids=stop_ids, batch_size=cfg.batch_size,
+                                        seed=cfg.seed, prompt_kw=prompt_kw, skip=skip)
+                with precision():  # sampling happens as the rows are drawn, so inside the context
+                    for row in rows:
+                        row = {"benchmark": name, **apply_stop(row, tok, cfg.stop)}
+                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                        f.flush()
+                        results[name].append(row)
+                        new += 1
         except KeyboardInterrupt:
             die(f"interrupted; {new} new completions kept in {out} (continue with --resume --out {out})", 130)
 
@@ -186,7 +197,7 @@ def main(argv=None):
         summary = {name: summarize(verdicts_by_problem(rows), [cfg.k]) for name, rows in results.items()}
     except ValueError as e:  # a resumed file with repeated rows
         die(f"{out}: {e}")
-    print(table(model_name(cfg.model), summary, cfg.k))
+    print(table(model_name(cfg.adapter or cfg.model), summary, cfg.k))
     rows = [r for rs in results.values() for r in rs]
     print(f"\n{len(rows)} completions ({new} new) in {out}; mean length "
           f"{sum(r['length'] for r in rows) / len(rows):.1f} tokens, "

@@ -3,6 +3,7 @@
     python sample.py "57+38-21"                       # the embedded default continues "57+38-21="
     python sample.py --temperature 0 --gold 74 "57+38-21"
     python sample.py --model runs/kl3-.../checkpoint < prompts.txt     # one prompt per line
+    python sample.py --model Qwen3-1.7B/ --adapter runs/<lora run>/checkpoint --dtype bfloat16 "What is 2+2?"
 
 A prompt goes through the model's chat template (or --prompt-template), exactly as in training and
 eval.py, unless --raw. stdout holds only completions (and --gold verdicts); a header per prompt
@@ -13,11 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
+from nanoatr import distributed, lora
 from nanoatr.config import arg, die, parse
 from nanoatr.data import Problem
-from nanoatr.model import ModelError, Qwen3
+from nanoatr.model import ModelError
 from nanoatr.rollout import filter_logits, sampling_logprobs
-from nanoatr.tokenizer import TokenizerError, format_prompt, load_tokenizer, stop_token_ids
+from nanoatr.tokenizer import TokenizerError, check_template, find_stop, format_prompt, load_tokenizer, stop_token_ids
 from nanoatr.verifier import verify
 
 
@@ -25,7 +27,8 @@ from nanoatr.verifier import verify
 class SampleConfig:
     model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
                      "a run's checkpoint/ directory works as is")
-    adapter: str | None = arg(None, "LoRA adapter directory applied on top of --model (not supported yet)")
+    adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/) applied "
+                              "on top of --model")
     max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came")
     temperature: float = arg(1.0, "sampling temperature (0 = greedy)")
     top_p: float = arg(1.0, "nucleus sampling: draw only from the most likely tokens covering this mass")
@@ -37,6 +40,10 @@ class SampleConfig:
     prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
                                       "template (default: the chat template when the tokenizer has one)")
     thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the template's own)")
+    stop: list[str] = arg([], "stop strings besides EOS: the completion ends after the first one")
+    dtype: str = arg("float32", "bfloat16: weights in bf16 and bf16 matmuls (log-softmax stays float32)",
+                     choices=["float32", "bfloat16"])
+    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)")
 
 
 @torch.inference_mode()
@@ -65,17 +72,22 @@ def stream(model, prompt: list[int], max_new_tokens: int, temperature: float = 1
                        position_ids=torch.tensor([[len(prompt) + t]], device=device), cache=cache)[:, -1]
 
 
-def print_stream(tokenizer, token_ids, out=None) -> tuple[str, list[int]]:
+def print_stream(tokenizer, token_ids, out=None, stops=()) -> tuple[str, list[int]]:
     """Print the text of each new token as it arrives; returns (whole text, token ids).
 
     Text is decoded from the whole completion so far and only the new suffix is printed: a character
-    can span several byte-level tokens, and it is held back until its last byte arrives.
+    can span several byte-level tokens, and it is held back until its last byte arrives. Sampling
+    ends with the token that completes a stop string; the text ends with the stop string itself.
     """
     out = out or sys.stdout
     tokens, shown = [], 0
     for tok in token_ids:
         tokens.append(tok)
         text = tokenizer.decode(tokens, skip_special_tokens=True)
+        end = find_stop(text, stops)
+        if end is not None:
+            out.write(text[shown:end])
+            return text[:end], tokens
         if not text.endswith("\ufffd"):  # else an incomplete character: wait for its next byte
             out.write(text[shown:])
             out.flush()
@@ -104,20 +116,20 @@ def prompt_flags(parser):
 
 def main(argv=None):
     cfg, extra, _ = parse(SampleConfig, argv, __doc__, prompt_flags)
-    if cfg.adapter:  # peft wrapping of our Qwen3 lands in nanoatr/lora.py; until then, refuse loudly
-        die("LoRA adapters are not supported yet")
     if cfg.max_new_tokens < 1:
         die(f"--max-new-tokens must be >= 1 (got {cfg.max_new_tokens})")
     if cfg.temperature < 0 or not 0 < cfg.top_p <= 1:
         die(f"need --temperature >= 0 and 0 < --top-p <= 1 (got {cfg.temperature}, {cfg.top_p})")
-    if cfg.prompt_template is not None and "{question}" not in cfg.prompt_template:
-        die("--prompt-template needs a {question} field")
+    if cfg.prompt_template is not None and check_template(cfg.prompt_template):
+        die(check_template(cfg.prompt_template))
+    device = distributed.pick_device(cfg.device)
     try:
-        model = Qwen3.from_pretrained(cfg.model).eval()
-        tok = load_tokenizer(cfg.model)
-    except (ModelError, TokenizerError) as e:
+        model, tok_dir = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
+        tok = load_tokenizer(tok_dir)
+    except (ModelError, TokenizerError, lora.AdapterError) as e:
         die(str(e))
-    stop_ids = stop_token_ids(tok, cfg.model)
+    stop_ids = stop_token_ids(tok, tok_dir)
+    precision = distributed.precision(cfg.dtype, device)
     generator = torch.Generator(device=model.lm_head.weight.device).manual_seed(cfg.seed)
     prompts = list(extra["prompts"]) if extra["prompts"] else None
     try:
@@ -133,10 +145,11 @@ def main(argv=None):
             ids = tok.encode(text, add_special_tokens=False)
             if not ids:
                 die("empty prompt: nothing to continue")
-            completion, tokens = print_stream(tok, stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
-                                                          cfg.top_k, stop_ids, generator))
+            with precision():
+                completion, tokens = print_stream(tok, stream(model, ids, cfg.max_new_tokens, cfg.temperature,
+                                                              cfg.top_p, cfg.top_k, stop_ids, generator), stops=cfg.stop)
             print()
-            stopped = tokens[-1] in stop_ids
+            stopped = tokens[-1] in stop_ids or find_stop(completion, cfg.stop) is not None
             print(f"({len(tokens)} tokens, {'stopped' if stopped else 'hit --max-new-tokens'})", file=sys.stderr)
             if cfg.gold is not None:
                 print(f"[gold {cfg.gold}: {'correct' if verify(completion, cfg.gold) else 'wrong'}]", flush=True)

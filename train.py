@@ -33,8 +33,8 @@ from nanoatr.metrics import summarize, verdicts_by_problem
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.reference import Reference, kl_to_reference
 from nanoatr.rollout import generate, left_pad
-from nanoatr.tokenizer import (TokenizerError, check_template, cut_at_stop, cut_completion, encode_prompts,
-                               load_tokenizer, stop_token_ids, truncate_at_stop)
+from nanoatr.tokenizer import (TokenizerError, apply_stop, check_template, cut_at_stop, encode_prompts, load_tokenizer,
+                               stop_token_ids, truncate_at_stop)
 from nanoatr.verifier import verify
 
 AGGREGATIONS = ["dr-grpo", "token-mean", "seq-mean-token-mean"]
@@ -260,14 +260,6 @@ def run_eval(run: Run, eval_sets, step, log):
     return results
 
 
-def apply_stop(row: dict, tok, stops) -> dict:
-    """An evaluation row cut after its first stop string, and graded again."""
-    text, length = cut_completion(tok, row["completion"], stops)
-    if length is None:
-        return row
-    return {**row, "completion": text, "length": length, "truncated": False, "correct": bool(verify(text, row["gold"]))}
-
-
 class RunLog:
     """metrics.jsonl and samples.jsonl; each line is written whole and flushed, so an interrupted
     run leaves only complete lines behind."""
@@ -318,7 +310,7 @@ def rollout(run: Run, problems, step):
     T = max(out.tokens.shape[1] for out in chunks)  # chunks stop at their own longest row
     tokens = torch.cat([F.pad(out.tokens, (0, T - out.tokens.shape[1]), value=pad) for out in chunks])
     mask = torch.cat([F.pad(out.mask, (0, T - out.mask.shape[1])) for out in chunks])
-    mask, by_stop = truncate_at_stop(tok, tokens, mask, cfg.stop)
+    mask, by_stop = truncate_at_stop(tok, tokens, mask, cfg.stop)  # later tokens masked; kept ones unchanged
     lengths = mask.sum(-1)
     last = tokens.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
     stopped = by_stop | (torch.isin(last, torch.tensor(run.stop_ids, device=last.device)) & (lengths > 0))
@@ -364,7 +356,7 @@ def train_step(run: Run, problems, step):
 
     # 3. Updates: epochs x minibatches optimizer steps, each normalised over its whole minibatch on all ranks.
     #    A minibatch takes the same rows of every rollout chunk, shuffled per chunk, wherever the chunk is.
-    stats, grad_norms, first = [], [], True
+    stats, losses, grad_norms, first = [], [], [], True
     agg = "seq-mean-token-mean" if cfg.clip in SEQUENCE_LEVEL else cfg.aggregation
     noise = torch.Generator().manual_seed(cfg.seed * 31 + step + (d.rank << 32))  # clip-cov's random picks
     for epoch in range(cfg.epochs):
@@ -394,7 +386,8 @@ def train_step(run: Run, problems, step):
                     # minibatch, so the rank's share of the sum is wanted: undo the 1/world.
                     (loss * d.world).backward()
                 m_ = mask[sel].float()
-                stats.append({**{k: v.item() for k, v in metrics.items()}, "loss": loss.item(),
+                losses.append(loss.item())
+                stats.append({**{k: v.item() for k, v in metrics.items()},
                               "entropy": float((entropy.detach() * m_).sum() / m_.sum().clamp(min=1)),
                               "_tokens": float(m_.sum())})
             first = False
@@ -411,7 +404,9 @@ def train_step(run: Run, problems, step):
            "completion_len": lengths.float().mean().item(), "truncated": (~stopped).float().mean().item(),
            "groups_all_correct": (groups.min(1).values == 1).float().mean().item(),
            "groups_all_wrong": (groups.max(1).values == 0).float().mean().item(),
-           "grad_norm": sum(grad_norms) / len(grad_norms)}
+           "grad_norm": sum(grad_norms) / len(grad_norms),
+           # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
+           "loss": sum(distributed.all_gather(losses, d)) / (cfg.epochs * cfg.minibatches)}
     row.update(merge_stats(distributed.all_gather(stats, d)))
     row.update({"time_rollout": t_rollout, "time_train": t_train})
     return row

@@ -57,6 +57,10 @@ def setup(device_flag: str = "auto") -> Dist:
 
 def shutdown():
     if dist.is_initialized():
+        # gloo frees finished work on its own thread, which needs the GIL for tensors made in Python
+        # (all_gather_object's); destroy_process_group joins that thread while holding the GIL, so
+        # let the thread drain first (a barrier's wait releases the GIL), or the exit deadlocks.
+        dist.barrier()
         dist.destroy_process_group()
 
 

@@ -120,6 +120,26 @@ def load_adapter(model, path, trainable: bool = False, model_dir=None):
         return PeftModel.from_pretrained(model, str(path), config=config, is_trainable=trainable)
 
 
+def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu"):
+    """(our Qwen3 in eval mode, the directory of its tokenizer) for sampling: --model, plus --adapter.
+
+    --model may be an adapter directory itself (a LoRA run's checkpoint/): its base model is then
+    the one named in adapter_config.json. Adapters stay unmerged: in bf16, merging would round a
+    small LoRA update into the base weights' coarse grid (see merge).
+    """
+    from nanoatr.model import Qwen3
+    if adapter is None and is_adapter_dir(model_dir):
+        adapter, model_dir = model_dir, adapter_base(model_dir)
+        if not model_dir:
+            raise AdapterError(f"adapter {adapter} does not name its base model: pass the base as --model "
+                               f"and the adapter as --adapter")
+    model = Qwen3.from_pretrained(model_dir, dtype=dtype, device=device)
+    if adapter is not None:
+        load_adapter(model, adapter, model_dir=model_dir).to(device)  # its layers now live inside `model`
+    has_tokenizer = adapter is not None and (Path(adapter) / "tokenizer.json").is_file()
+    return model.eval(), Path(adapter if has_tokenizer else model_dir)
+
+
 def save_adapter(peft_model, path):
     """adapter_config.json + adapter_model.safetensors, as peft writes them for transformers' models."""
     config = peft_model.peft_config["default"]

@@ -95,6 +95,15 @@ def cut_completion(tokenizer, completion: str, stops) -> tuple[str, int | None]:
     return completion[:end], len(tokenizer.encode(completion[:end], add_special_tokens=False))
 
 
+def apply_stop(row: dict, tokenizer, stops) -> dict:
+    """An evaluation row (nanoatr.evaluate) cut after its first stop string and graded again."""
+    from nanoatr.verifier import verify
+    text, length = cut_completion(tokenizer, row["completion"], stops)
+    if length is None:
+        return row
+    return {**row, "completion": text, "length": length, "truncated": False, "correct": bool(verify(text, row["gold"]))}
+
+
 def truncate_at_stop(tokenizer, tokens, mask, stops):
     """Mask out every token after the one that completes a row's first stop string.
 

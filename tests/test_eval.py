@@ -134,4 +134,4 @@ def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
     if case == "adapter":
-        assert "LoRA adapters are not supported yet" in err
+        assert "is not a LoRA adapter directory" in err

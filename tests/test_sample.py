@@ -89,7 +89,19 @@ def test_prompts_from_stdin(capsys, monkeypatch, model_dir):
     assert sum(line.startswith("[gold 2: ") for line in capsys.readouterr().out.splitlines()) == 2
 
 
-def test_adapter_is_refused(capsys, model_dir):
+def test_not_an_adapter_is_one_line(capsys, model_dir):
     with pytest.raises(SystemExit) as e:
         sample.main(["--model", str(model_dir), "--adapter", "x", PROMPT])
-    assert e.value.code == 2 and capsys.readouterr().err == "error: LoRA adapters are not supported yet\n"
+    assert e.value.code == 2
+    assert capsys.readouterr().err == "error: x is not a LoRA adapter directory (adapter_config.json is missing)\n"
+
+
+def test_stream_ends_after_a_stop_string(loaded):
+    _, tok, _ = loaded
+    writes = []
+    out = type("Out", (), {"write": lambda self, s: writes.append(s), "flush": lambda self: None})()
+    ids = tok.encode("1+2=3;4+5=9", add_special_tokens=False)
+    consumed = []
+    text, tokens = sample.print_stream(tok, (consumed.append(i) or i for i in ids), out, stops=["=3;", "+5"])
+    assert text == "1+2=3;" == "".join(writes)  # "=3;" ends before "+5" does
+    assert tokens == consumed == ids[:6]  # sampling stopped with the token that completed it

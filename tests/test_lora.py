@@ -1,0 +1,216 @@
+"""LoRA: adapters in peft's format that transformers loads, merging, LoRA training and its resume,
+gradient checkpointing, the reference policy with adapters off, the KL estimator, and bad adapters."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import eval as eval_cli
+import sample
+import train
+from nanoatr import lora
+from nanoatr.model import Qwen3
+from nanoatr.reference import Reference, kl_to_reference
+from nanoatr.rollout import score
+from tiny import make_model_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_QWEN3 = ROOT / "data/tiny-qwen3"
+
+
+def hf_logits(base_dir, adapter_dir, ids):
+    """Logits of transformers' Qwen3ForCausalLM with the adapter applied by peft."""
+    from peft import PeftModel
+    from transformers import Qwen3ForCausalLM
+    model = Qwen3ForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    if adapter_dir is not None:
+        model = PeftModel.from_pretrained(model, str(adapter_dir))
+    with torch.no_grad():
+        return model.eval()(input_ids=ids).logits
+
+
+def randomize_lora_b(peft_model, seed=0):
+    """lora_B starts at zero; random values make the adapter change the logits (or no test could fail)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+
+
+def test_adapter_and_merge_load_in_transformers_with_the_same_logits(hf_dir, tmp_path):
+    base, _ = hf_dir
+    ours = Qwen3.from_pretrained(base)
+    peft_model = lora.add_adapters(ours, 4, 8.0, lora.TARGETS, base=str(base))
+    randomize_lora_b(peft_model)
+    lora.save_adapter(peft_model, tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter/adapter_config.json").read_text())
+    assert (config["base_model_name_or_path"], config["r"], config["lora_alpha"], config["lora_dropout"],
+            config["task_type"], sorted(config["target_modules"])) == (str(base), 4, 8.0, 0.0, "CAUSAL_LM",
+                                                                       sorted(lora.TARGETS))
+    keys = load_file(tmp_path / "adapter/adapter_model.safetensors").keys()
+    assert "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight" in keys  # transformers' key names
+
+    ids = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = ours.eval()(ids)
+    assert (hf_logits(base, None, ids) - expected).abs().max() > 1e-2  # the adapter matters
+    assert (hf_logits(base, tmp_path / "adapter", ids) - expected).abs().max() <= 1e-4
+
+    reloaded, tok_dir = lora.load_model(tmp_path / "adapter")  # the base comes from adapter_config.json
+    with torch.no_grad():
+        assert (reloaded(ids) - expected).abs().max() <= 1e-5
+
+    lora.merge(base, tmp_path / "adapter", tmp_path / "merged")
+    assert (hf_logits(tmp_path / "merged", None, ids) - expected).abs().max() <= 1e-4
+
+
+LORA_RUN = ["--model", str(TINY_QWEN3), "--data", str(ROOT / "data/arith/train.jsonl"),
+            "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "1", "--eval-k", "1",
+            "--prompts-per-step", "2", "--group-size", "4", "--max-new-tokens", "32", "--no-compile",
+            "--lora-rank", "4", "--lr", "2e-2", "--beta", "0.05", "--stop", "}", "--save-every", "1"]
+
+
+@pytest.fixture(scope="module")
+def lora_runs(tmp_path_factory):
+    """A 3-step LoRA run (with --merge) and a 2-step one resumed to 3 steps."""
+    out = tmp_path_factory.mktemp("lora_runs")
+    train.main([*LORA_RUN, "--out-dir", str(out), "--name", "whole", "--steps", "3", "--merge"])
+    train.main([*LORA_RUN, "--out-dir", str(out), "--name", "part", "--steps", "2"])
+    train.main(["--resume", str(out / "part"), "--steps", "3"])
+    return out
+
+
+def step_rows(run_dir):
+    return {r["step"]: r for r in map(json.loads, (run_dir / "metrics.jsonl").open()) if "loss" in r}
+
+
+def test_lora_checkpoint_is_an_adapter_and_resume_continues_the_run(lora_runs):
+    ckpt = lora_runs / "whole/checkpoint"
+    assert {"adapter_config.json", "adapter_model.safetensors", "trainer_state.pt", "tokenizer.json"} <= \
+        {p.name for p in ckpt.iterdir()}
+    assert not (ckpt / "model.safetensors").exists()  # the adapter, not the whole model
+    whole, part = step_rows(lora_runs / "whole"), step_rows(lora_runs / "part")
+    assert whole[3]["reward_mean"] == part[3]["reward_mean"] and abs(whole[3]["loss"] - part[3]["loss"]) <= 1e-6
+    a = load_file(ckpt / "adapter_model.safetensors")
+    b = load_file(lora_runs / "part/checkpoint/adapter_model.safetensors")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+    assert all(r["kl_ref"] >= 0 for r in whole.values()) and whole[3]["kl_ref"] > 0  # moved off the reference
+
+
+def test_trained_adapter_and_merged_run_load_in_transformers(lora_runs):
+    ckpt = lora_runs / "whole/checkpoint"
+    assert max(v.abs().max().item() for k, v in load_file(ckpt / "adapter_model.safetensors").items()
+               if "lora_B" in k) > 0  # training moved B off zero
+    ours, _ = lora.load_model(ckpt)
+    ids = torch.randint(0, 31, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = ours(ids)
+    assert (hf_logits(TINY_QWEN3, ckpt, ids) - expected).abs().max() <= 1e-4
+    assert (hf_logits(lora_runs / "whole/merged", None, ids) - expected).abs().max() <= 1e-4
+    assert (hf_logits(TINY_QWEN3, None, ids) - expected).abs().max() > 1e-4
+
+
+def test_eval_and_sample_take_a_lora_checkpoint(lora_runs, tmp_path, capsys):
+    ckpt = lora_runs / "whole/checkpoint"
+    data = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "1", "--k", "1", "--max-new-tokens", "8"]
+    eval_cli.main(["--model", str(ckpt), *data, "--out", str(tmp_path / "a.jsonl")])
+    eval_cli.main(["--model", str(TINY_QWEN3), "--adapter", str(ckpt), *data, "--out", str(tmp_path / "b.jsonl")])
+    assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()
+    assert "whole" in capsys.readouterr().out  # the table names the run
+    sample.main(["--model", str(TINY_QWEN3), "--adapter", str(ckpt), "--max-new-tokens", "8", "--temperature", "0",
+                 "12+34"])
+    assert capsys.readouterr().out.strip()
+
+
+def test_gradient_checkpointing_gives_lora_the_same_gradients(tiny_model):
+    import copy
+    model = copy.deepcopy(tiny_model).train()
+    peft_model = lora.add_adapters(model, 4, 8.0, lora.TARGETS, base="tiny")
+    randomize_lora_b(peft_model)
+    g = torch.Generator().manual_seed(0)
+    prompt, tokens = torch.randint(0, 97, (3, 5), generator=g), torch.randint(0, 97, (3, 7), generator=g)
+    grads = []
+    for checkpointing in (False, True):
+        model.gradient_checkpointing = checkpointing
+        peft_model.zero_grad(set_to_none=True)
+        logp, _ = score(model, prompt, torch.ones_like(prompt, dtype=torch.bool), tokens, 1.0)
+        logp.sum().backward()
+        grads.append({n: p.grad.clone() for n, p in peft_model.named_parameters() if p.requires_grad})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) == 2 * 7 * 2  # A and B, 7 projections, 2 layers
+    for name in grads[0]:
+        assert grads[1][name].abs().max() > 0, f"{name} got no gradient under checkpointing"
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), name
+
+
+def test_reference_is_the_base_with_adapters_off(tiny_model):
+    import copy
+    base = copy.deepcopy(tiny_model)
+    model = copy.deepcopy(tiny_model)
+    peft_model = lora.add_adapters(model, 4, 8.0, lora.TARGETS, base="tiny")
+    randomize_lora_b(peft_model)
+    g = torch.Generator().manual_seed(0)
+    prompt, tokens = torch.randint(0, 97, (2, 4), generator=g), torch.randint(0, 97, (2, 6), generator=g)
+    mask = torch.ones_like(prompt, dtype=torch.bool)
+    ref = Reference(model, peft_model.disable_adapter).logprobs(prompt, mask, tokens, 1.0)
+    with torch.no_grad():
+        assert torch.allclose(ref, score(base, prompt, mask, tokens, 1.0)[0], atol=1e-6)
+        assert (ref - score(model, prompt, mask, tokens, 1.0)[0]).abs().max() > 1e-3  # adapters back on
+
+
+def test_kl_estimator_is_unbiased_for_kl_to_reference_with_its_gradient():
+    """Exactly, over every action of one categorical state: E_old[w k3(rho)] = KL(pi || ref), and so are
+    the gradients; plain k3(rho) on pi_old's samples is neither."""
+    g = torch.Generator().manual_seed(0)
+    old, ref = torch.randn(6, generator=g).log_softmax(-1), torch.randn(6, generator=g).log_softmax(-1)
+    theta = (old + 0.3 * torch.randn(6, generator=g)).requires_grad_()
+    logp = theta.log_softmax(-1)
+    p_old = old.exp()
+    per_action = kl_to_reference(logp[None], old[None], ref[None], torch.ones(1, 6))[0]
+    estimate = (p_old * per_action).sum()
+    exact = (logp.exp() * (logp - ref)).sum()
+    assert torch.allclose(estimate, exact, atol=1e-6)
+    grad_estimate, = torch.autograd.grad(estimate, theta, retain_graph=True)
+    grad_exact, = torch.autograd.grad(exact, theta)
+    assert torch.allclose(grad_estimate, grad_exact, atol=1e-6)
+    log_rho = ref - logp.detach()
+    plain = (p_old * (log_rho.exp() - 1 - log_rho)).sum()
+    assert abs(plain - exact.detach()) > 1e-3
+
+
+def test_full_fine_tuning_reference_is_a_frozen_copy(tmp_path):
+    """--beta with --lora-rank 0: the reference is --model as loaded; at the first minibatch of the
+    first step the policy is still that model, so the penalty is exactly 0."""
+    i = LORA_RUN.index("--lora-rank")
+    train.main([*LORA_RUN[:i], *LORA_RUN[i + 2:], "--out-dir", str(tmp_path), "--name", "f", "--steps", "2", "--minibatches", "1",
+                "--lr", "1e-2", "--beta", "0.1"])
+    rows = step_rows(tmp_path / "f")
+    assert rows[1]["kl_ref"] == 0 and rows[2]["kl_ref"] > 0
+
+
+@pytest.mark.parametrize("case", ["another base", "lm_head target", "adapter as --model", "merge without lora"])
+def test_bad_adapter_input_is_one_line(case, tmp_path, capsys, hf_dir):
+    small = make_model_dir(tmp_path / "small")  # hidden size 32; hf_dir's model has 64
+    if case == "another base":
+        base, _ = hf_dir
+        peft_model = lora.add_adapters(Qwen3.from_pretrained(base), 4, 8.0, lora.TARGETS, base=str(base))
+        lora.save_adapter(peft_model, tmp_path / "adapter")
+        main, args = eval_cli.main, ["--model", str(small), "--adapter", str(tmp_path / "adapter"),
+                                     "--data", str(ROOT / "data/arith/heldout.jsonl"), "--out", str(tmp_path / "o")]
+        message = "was made for"
+    else:
+        (tmp_path / "adapter_dir").mkdir()
+        (tmp_path / "adapter_dir/adapter_config.json").write_text("{}")
+        args = {"lm_head target": ["--lora-rank", "4", "--lora-targets", "q_proj", "lm_head"],
+                "adapter as --model": ["--model", str(tmp_path / "adapter_dir")],
+                "merge without lora": ["--merge"]}[case]
+        main, args = train.main, [*args, "--out-dir", str(tmp_path), "--steps", "1"]
+        message = {"lm_head target": "lm_head is not supported", "adapter as --model": "is a LoRA adapter",
+                   "merge without lora": "--merge needs a LoRA run"}[case]
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err[-1].startswith("error: ") and message in err[-1], err
+    assert "Traceback" not in "\n".join(err)
