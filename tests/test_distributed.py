@@ -1,0 +1,60 @@
+"""torchrun with 2 gloo processes on CPU trains exactly as one process on the same global batch."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import train
+
+ROOT = Path(__file__).resolve().parent.parent
+# --rollout-batch 2: both runs sample the same two chunks of 2 prompts with the same seeds (one chunk
+# per rank, or both in turn in one process); --minibatches 2 so the second optimizer step sees ratios != 1;
+# --micro-batch 2: each rank accumulates 2 micro-batches per optimizer step (DDP no_sync on the first).
+ARGS = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
+        "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "3", "--eval-k", "2",
+        "--eval-batch-size", "2", "--prompts-per-step", "4", "--group-size", "4", "--rollout-batch", "2",
+        "--minibatches", "2", "--micro-batch", "2", "--max-new-tokens", "32", "--steps", "2", "--lr", "1e-3",
+        "--no-compile"]
+
+
+@pytest.mark.parametrize("mode", [[], ["--lora-rank", "4", "--beta", "0.05", "--grad-checkpoint"]],
+                         ids=["full", "lora+beta"])
+def test_two_ranks_give_the_parameters_of_one_process(tmp_path, mode):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          str(ROOT / "train.py"), *ARGS, *mode, "--out-dir", str(tmp_path), "--name", "two"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert two.stdout.count("held-out Mean@2") == 2  # only rank 0 prints
+    train.main([*ARGS, *mode, "--out-dir", str(tmp_path), "--name", "one"])
+
+    weights = "adapter_model.safetensors" if mode else "model.safetensors"
+    a, b = (load_file(tmp_path / n / "checkpoint" / weights) for n in ("one", "two"))
+    start = load_file(ROOT / "data/tiny-qwen3/model.safetensors")
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-5
+    if not mode:
+        assert max((a[k] - start[k]).abs().max().item() for k in a) > 1e-3  # it did train
+
+    rows = [[json.loads(line) for line in (tmp_path / n / "metrics.jsonl").open()] for n in ("one", "two")]
+    assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]] == [0, 1, 2, 2]  # eval, 2 steps, eval
+    for r1, r2 in zip(*rows):
+        assert r1.keys() == r2.keys()
+        for key in r1:
+            if not key.startswith("time") and not key.endswith("seconds"):
+                assert r1[key] == pytest.approx(r2[key], rel=1e-5, abs=1e-6), key
+    assert rows[0][2]["ratio_max"] > 1 or rows[0][2]["ratio_min"] < 1  # the second minibatch was off-policy
+
+
+def test_sampling_does_not_depend_on_the_number_of_ranks():
+    """A rollout chunk's seed is a function of the step and its place in the step, not of the rank."""
+    cfg = train.TrainConfig(seed=3)
+    assert train.chunk_seed(cfg, 5, 1) != train.chunk_seed(cfg, 5, 0) != train.chunk_seed(cfg, 6, 0)
+    assert train.chunk_seed(cfg, 5, 1, salt=1) != train.chunk_seed(cfg, 5, 1)
+    assert train.chunk_seed(train.TrainConfig(seed=0), 7, 0) == 7  # one chunk: the seed it always had
+    assert torch.distributed.is_available()

@@ -1,0 +1,67 @@
+"""--preset paper: the paper's Appendix B (Table 4) on our flags; explicit flags win; --help shows it."""
+from pathlib import Path
+
+import pytest
+
+import train
+from nanoatr.config import parse
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIRED = ["--model", "m", "--data", "d.jsonl"]
+
+
+def resolved(*argv):
+    cfg, extra, given = parse(train.TrainConfig, [*argv], "", train.hparam_flags)
+    return train.resolve(train.apply_preset(cfg, given), extra)
+
+
+def test_paper_preset_is_table_4():
+    cfg = resolved("--preset", "paper", *REQUIRED)
+    table_4 = {
+        "lora_rank": 32, "lora_alpha": 64,            # LoRA rank 32, alpha 64
+        "lr": 5e-6, "weight_decay": 1e-3,             # learning rate, weight decay (AdamW)
+        "group_size": 8,                              # group size G
+        "micro_batch": 8,                             # batch size 8 (TRL: completions per device batch)
+        "prompts_per_step": 4,                        # x gradient accumulation 4 = 32 completions = 4 prompts x 8
+        "minibatches": 1, "epochs": 1,                # all of it one optimizer step (TRL's num_iterations = 1)
+        "steps": 1000,                                # 1,000 gradient steps (Section 6.1)
+        "max_new_tokens": 2048,                       # maximum sequence length
+        "temperature": 1.0, "top_p": 1.0, "top_k": 0,  # training sampling; top-k -1 = off = our 0
+        "beta": 0.0,                                  # no reference policy
+        "aggregation": "dr-grpo", "std_normalize": False,  # Dr. GRPO backbone
+        "clip": "kl3", "hparams": {"delta": 0.07},    # ATR-GRPO, delta 0.07
+        "eval_temperature": 0.3, "eval_top_p": 0.95,  # evaluation sampling
+        "eval_k": 8, "eval_every": 50,                # Mean@8 / Pass@8 every 50 steps
+        "eval_max_new_tokens": 32768,                 # evaluation max tokens
+    }
+    assert {k: getattr(cfg, k) for k in table_4} == table_4
+    # Ours, to fit one 80 GB GPU; not hyper-parameters of the paper.
+    assert (cfg.dtype, cfg.grad_checkpoint, cfg.eval_batch_size) == ("bfloat16", True, 8)
+    assert cfg.prompts_per_step * cfg.group_size == 8 * 4 and cfg.micro_batch == 8
+
+
+def test_explicit_flags_override_the_preset():
+    cfg = resolved("--preset", "paper", *REQUIRED, "--lr", "1e-5", "--lora-rank", "16", "--minibatches", "4",
+                   "--clip", "clip-higher")
+    assert (cfg.lr, cfg.lora_rank, cfg.minibatches, cfg.clip) == (1e-5, 16, 4, "clip-higher")
+    assert cfg.lora_alpha == 64 and cfg.weight_decay == 1e-3  # the rest is still the preset's
+    assert resolved("--preset", "paper", *REQUIRED, "--delta", "0.1").hparams == {"delta": 0.1}
+    plain = resolved(*REQUIRED)
+    assert (plain.lora_rank, plain.lr) == (0, 1e-4)  # no preset: the embedded default's values
+
+
+def test_help_lists_the_preset(capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "--preset paper (Appendix B, Table 4" in out
+    for flag, value in [("lora-rank", "32"), ("lr", "5e-06"), ("eval-temperature", "0.3"), ("micro-batch", "8")]:
+        assert any(line.split() == [flag, value] for line in out.splitlines()), flag
+
+
+def test_preset_needs_a_model_and_data(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--preset", "paper", "--out-dir", str(tmp_path)])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith("error: --preset paper needs --model")
