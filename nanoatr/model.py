@@ -65,23 +65,26 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        # Normalise in float32 whatever the activation dtype, as the reference does (bf16 loses the mean).
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+        # Normalise in float32 whatever the activation dtype, then scale in x's dtype, as the reference
+        # does (bf16 loses the mean).
+        return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
 
 
 def rope_cos_sin(positions, head_dim: int, theta: float, dtype):
-    """cos, sin of shape (B, 1, S, head_dim) for integer positions (B, S)."""
+    """cos and signed sin, each (B, 1, S, head_dim), for integer positions (B, S).
+
+    RoPE rotates the pairs (x[i], x[i + head_dim/2]); the sin returned is (-sin, sin) over the two
+    halves, so that apply_rope needs only a roll, not a negation and a concatenation, per layer.
+    """
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
-    freqs = positions.float()[..., None] * inv_freq  # (B, S, head_dim/2)
-    emb = torch.cat([freqs, freqs], dim=-1)[:, None]  # (B, 1, S, head_dim)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    freqs = positions.float()[:, None, :, None] * inv_freq  # (B, 1, S, head_dim/2)
+    sin = freqs.sin()
+    return freqs.cos().repeat(1, 1, 1, 2).to(dtype), torch.cat([-sin, sin], dim=-1).to(dtype)
 
 
 def apply_rope(x, cos, sin):
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    """x (B, H, S, D) rotated: x * cos + rotate_half(x) * sin, with rotate_half(x) = roll(x) * sign."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), sin)
 
 
 class KVCache:
@@ -127,6 +130,12 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(layer, k, v)
+        if S == 1:
+            # Decoding one token: view the H query heads as G = H / H_kv queries of each kv head, so
+            # attention reads each cached key and value once: (B, H_kv, G, D) against (B, H_kv, K, D).
+            H_kv = k.shape[1]
+            out = F.scaled_dot_product_attention(q.reshape(B, H_kv, -1, hd), k, v, attn_mask=mask)
+            return self.o_proj(out.reshape(B, 1, -1))
         # mask None means plain causal attention over unpadded rows: the fast fused path.
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
@@ -189,17 +198,22 @@ class Qwen3(nn.Module):
     def hidden(self, input_ids, attention_mask=None, position_ids=None, cache: KVCache | None = None):
         """Final normalised hidden states (B, S, D).
 
-        attention_mask (B, S) marks real tokens (1) and padding (0). Without a cache, positions
-        count real tokens only (cumsum), so a left-padded row gets the positions it has alone.
-        With a cache, the caller passes positions and marks valid slots in `cache.valid`.
+        attention_mask (B, S) marks real tokens (1) and padding (0); None means all real. Without a
+        cache, positions count real tokens only (cumsum), so a left-padded row gets the positions it
+        has alone. With a cache, the caller passes positions; the new slots' validity goes to
+        `cache.valid`, which masks the keys of later steps.
         """
         B, S = input_ids.shape
         offset = cache.length if cache is not None else 0
         if cache is not None:
-            if attention_mask is not None:
-                cache.valid[:, offset:offset + S] = attention_mask.bool()
-            key_valid = cache.valid[:, :offset + S]
-            mask = None if (offset == 0 and key_valid.all()) else build_mask(key_valid, S, offset)
+            cache.valid[:, offset:offset + S] = True if attention_mask is None else attention_mask.bool()
+            key_valid = cache.valid[:, :offset + S]  # (B, K)
+            if S == 1 and attention_mask is None:
+                mask = key_valid[:, None, None, :]  # a view: a decode step builds no mask
+            elif offset == 0 and key_valid.all():
+                mask = None
+            else:
+                mask = build_mask(key_valid, S, offset)
         elif attention_mask is not None and not attention_mask.bool().all():
             mask = build_mask(attention_mask.bool(), S, 0)
         else:

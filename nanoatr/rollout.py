@@ -35,8 +35,10 @@ def sampling_logprobs(logits, temperature: float):
     top-p only restrict which tokens may be drawn; the score is the untruncated tempered distribution
     (temperature 0 means greedy drawing, scored at T = 1).
     """
-    t = temperature if temperature > 0 else 1.0
-    return torch.log_softmax(logits.float() / t, dim=-1)
+    logits = logits.float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    return torch.log_softmax(logits, dim=-1)
 
 
 def filter_logits(logp, top_k: int, top_p: float):
@@ -68,31 +70,37 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     cache = model.new_cache(B, P + max_new_tokens)
     positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row
     next_pos = positions[:, -1:] + 1  # (B, 1)
-    logits = model(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)[:, -1]
+    # Prefill; only the last position's logits are needed (a (B, P, V) tensor would be wasted).
+    h = model.hidden(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)
+    logits = model.lm_head(h[:, -1])  # (B, V)
 
-    tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
-    logprobs = torch.zeros(B, max_new_tokens, device=device)
-    mask = torch.zeros(B, max_new_tokens, dtype=torch.bool, device=device)
+    # Each step only records the raw draw; which tokens count (up to each row's first EOS) is worked
+    # out once at the end. A finished row keeps decoding its own (discarded) tokens, which cannot
+    # affect the other rows, and it draws from `generator` exactly as before, so draws stay aligned.
+    tokens = torch.empty(B, max_new_tokens, dtype=torch.long, device=device)
+    logprobs = torch.empty(B, max_new_tokens, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    ones = torch.ones(B, 1, dtype=torch.bool, device=device)
-    T = 0
+    T = max_new_tokens
     for t in range(max_new_tokens):
         logp = sampling_logprobs(logits, temperature)  # (B, V)
         if temperature > 0:
-            probs = filter_logits(logp, top_k, top_p).exp()
-            tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            tok = torch.multinomial(filter_logits(logp, top_k, top_p).exp(), 1, generator=generator)  # (B, 1)
         else:
-            tok = logp.argmax(-1)
-        tokens[:, t] = torch.where(done, pad_id, tok)
-        logprobs[:, t] = torch.where(done, 0.0, logp.gather(-1, tok[:, None]).squeeze(1))
-        mask[:, t] = ~done
-        done = done | torch.isin(tok, eos)
-        T = t + 1
-        if t + 1 == max_new_tokens or bool(done.all()):
-            break
-        logits = model(tokens[:, t:t + 1], attention_mask=ones, position_ids=next_pos, cache=cache)[:, -1]
-        next_pos = next_pos + 1
-    return Rollout(tokens[:, :T], logprobs[:, :T], mask[:, :T])
+            tok = logp.argmax(-1, keepdim=True)
+        tokens[:, t:t + 1] = tok
+        torch.gather(logp, 1, tok, out=logprobs[:, t:t + 1])
+        if len(eos):
+            done |= torch.isin(tok[:, 0], eos)
+            if bool(done.all()):
+                T = t + 1
+                break
+        if t + 1 < max_new_tokens:
+            logits = model.lm_head(model.hidden(tok, position_ids=next_pos, cache=cache)[:, 0])
+            next_pos += 1
+    tokens, logprobs = tokens[:, :T], logprobs[:, :T]
+    is_eos = torch.isin(tokens, eos)
+    mask = (is_eos.cumsum(1) - is_eos.long()) == 0  # (B, T): up to and including the first EOS
+    return Rollout(tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0), mask)
 
 
 def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entropy: bool = False,

@@ -91,3 +91,21 @@ def test_top_k_sampling_never_leaves_the_top_k(tiny_model):
             logits = tiny_model(seq)[0, len(p) - 1:-1]
         top3 = logits.topk(3, -1).indices
         assert (top3 == out.tokens[i][:, None]).any(-1).all()
+
+
+def test_greedy_equals_transformers_generate(hf_dir):
+    """Token for token, on a left-padded batch of different prompt lengths. transformers needs the
+    padding on the left and the attention mask; it derives position ids from the mask in generate."""
+    from nanoatr.model import Qwen3
+    path, hf = hf_dir
+    ours = Qwen3.from_pretrained(path).eval()
+    prompts = [[5, 17, 3, 9, 22, 41, 8, 60, 2], [11, 2], [30, 31, 32, 33], [7]]
+    P = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (P - len(p)) + p for p in prompts])
+    attention_mask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts])
+    with torch.no_grad():
+        ref = hf.generate(input_ids=ids, attention_mask=attention_mask, max_new_tokens=16, do_sample=False,
+                          eos_token_id=None, pad_token_id=0, use_cache=True)[:, P:]
+    out = generate(ours, prompts, max_new_tokens=16, temperature=0)
+    assert out.mask.all()
+    assert out.tokens.tolist() == ref.tolist()

@@ -1,0 +1,165 @@
+"""Rollout throughput: nanoatr.rollout.generate vs transformers' generate, same weights, same prompts.
+
+    python bench/rollout.py                          # both presets, batch 8 and 64 (~10 min on 2 cores)
+    python bench/rollout.py --presets tiny --batches 64 --repeats 5
+
+A random transformers Qwen3ForCausalLM is saved to a temporary directory and loaded by
+nanoatr.model.Qwen3.from_pretrained, so both sides run the very same float32 weights. Prompts have
+random lengths (left-padded, with an attention mask for transformers); both sample at temperature 1
+(no top-k / top-p) with EOS suppressed, so every run produces exactly batch x new-tokens tokens.
+Timings are medians over --repeats, after --warmup untimed runs, with ours and transformers'
+interleaved so that a change in machine load hits both alike.
+
+Presets:
+  tiny   the embedded default's shape (data/tiny-qwen3): hidden 128, 4 layers, 4 heads, 2 kv heads,
+         head_dim 32, FFN 384, vocabulary 31 (0.79M parameters): per-token overhead dominates
+  100m   hidden 768, 12 layers, 12 heads, 4 kv heads, head_dim 64, FFN 2048, vocabulary 32,000,
+         tied embeddings (100M parameters): matrix products dominate
+
+Also printed: the FLOP/s the rollout achieves (model FLOPs: 2 per multiply-add of every matrix
+product, attention included, lm_head only where a token is sampled) against the FLOP/s of a large
+float32 matrix product on the same machine in the same run -- the ceiling.
+"""
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from nanoatr.model import Qwen3  # noqa: E402
+from nanoatr.rollout import generate  # noqa: E402
+
+PRESETS = {
+    "tiny": dict(vocab_size=31, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+    "100m": dict(vocab_size=32_000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                 num_attention_heads=12, num_key_value_heads=4, head_dim=64),
+}
+
+
+def build(preset: str, tmp: str, seed: int = 0):
+    """(transformers model, our model) with the same random weights."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(**PRESETS[preset], tie_word_embeddings=True, max_position_embeddings=4096,
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    hf = Qwen3ForCausalLM(cfg).eval()
+    hf.generation_config.eos_token_id = None  # EOS suppressed: every row runs the whole budget
+    hf.generation_config.pad_token_id = 0
+    hf.save_pretrained(tmp)
+    return hf, Qwen3.from_pretrained(tmp).eval()
+
+
+def random_prompts(batch: int, vocab: int, lo: int, hi: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(lo, hi + 1, (batch,), generator=g).tolist()
+    return [torch.randint(1, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def hf_inputs(prompts):
+    """Left-padded ids and attention mask, as transformers' generate wants them for a decoder."""
+    P = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), P, dtype=torch.long)
+    mask = torch.zeros(len(prompts), P, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p):] = torch.tensor(p)
+        mask[i, P - len(p):] = 1
+    return ids, mask
+
+
+def rollout_flops(cfg, prompts, new_tokens: int) -> float:
+    """Model FLOPs of prefill + decode: 2 x multiply-adds of the projections, attention scores and
+    weighted sums over the context each token sees, and lm_head once per sampled token."""
+    D, L, H, hd, F, V = (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_dim,
+                         cfg.intermediate_size, cfg.vocab_size)
+    per_token = L * (D * H * hd * 2 + D * cfg.num_key_value_heads * hd * 2 + 3 * D * F)  # q,o + k,v + MLP
+    total = 0.0
+    for p in prompts:
+        n = len(p) + new_tokens - 1  # tokens fed through the layers (the last sample is never fed)
+        total += n * per_token + L * H * hd * 2 * n * (n + 1) / 2  # QK^T and PV over a causal context
+        total += new_tokens * D * V  # lm_head where a token is drawn
+    return 2 * total
+
+
+def matmul_flops_per_s(n: int = 2048, repeats: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * n ** 3 / statistics.median(times)
+
+
+def time_both(hf, ours, prompts, new_tokens, warmup, repeats, compile):
+    ids, mask = hf_inputs(prompts)
+
+    def run_ours(seed):
+        out = generate(ours, prompts, new_tokens, temperature=1.0, eos_token_id=None,
+                       generator=torch.Generator().manual_seed(seed), **({"compile": True} if compile else {}))
+        assert out.tokens.shape == (len(prompts), new_tokens)
+
+    def run_hf(seed):
+        torch.manual_seed(seed)
+        out = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
+                          temperature=1.0, top_k=0, top_p=1.0, use_cache=True)
+        assert out.shape == (len(prompts), ids.shape[1] + new_tokens)
+
+    times = {"ours": [], "hf": []}
+    for i in range(warmup + repeats):
+        for name, run in (("ours", run_ours), ("hf", run_hf)):
+            t0 = time.perf_counter()
+            run(i)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--presets", default="tiny,100m", help="comma-separated: " + ", ".join(PRESETS))
+    ap.add_argument("--batches", default="8,64", help="comma-separated batch sizes")
+    ap.add_argument("--new-tokens", type=int, default=128, help="tokens generated per row")
+    ap.add_argument("--prompt-len", default="16,32", help="min,max prompt length (uniform)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each side first")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs of each side; medians are reported")
+    ap.add_argument("--compile", action="store_true", help="generate(..., compile=True): torch.compile the decode step")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    import transformers
+    lo, hi = map(int, args.prompt_len.split(","))
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads; "
+          f"{args.new_tokens} new tokens, prompts {lo}-{hi} tokens, sampling T=1, medians of {args.repeats}")
+    ceiling = matmul_flops_per_s()
+    print(f"ceiling: 2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s")
+    summary = []
+    for preset in args.presets.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            hf, ours = build(preset, tmp)
+        print(f"\n{preset}: {ours.num_parameters() / 1e6:.2f}M parameters, vocabulary {ours.config.vocab_size}")
+        for B in map(int, args.batches.split(",")):
+            prompts = random_prompts(B, ours.config.vocab_size, lo, hi)
+            t = time_both(hf, ours, prompts, args.new_tokens, args.warmup, args.repeats, args.compile)
+            n = B * args.new_tokens
+            flops = rollout_flops(ours.config, prompts, args.new_tokens)
+            ratio = t["hf"] / t["ours"]
+            print(f"  batch {B:3d}: ours {n / t['ours']:8.0f} tok/s   transformers {n / t['hf']:8.0f} tok/s   "
+                  f"ratio {ratio:4.2f}x   ours {flops / t['ours'] / 1e9:6.2f} GFLOP/s = "
+                  f"{100 * flops / t['ours'] / ceiling:4.1f}% of matmul")
+            summary.append(f"{preset}/b{B} {ratio:.2f}x")
+    ceiling_after = matmul_flops_per_s()
+    print(f"\nceiling again: {ceiling_after / 1e9:.1f} GFLOP/s (a large drift means the load changed)")
+    print("summary: ours vs transformers tokens/s: " + ", ".join(summary))
+
+
+if __name__ == "__main__":
+    main()
