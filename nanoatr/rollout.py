@@ -55,7 +55,6 @@ def filter_logits(logp, top_k: int, top_p: float):
     return logp
 
 
-@torch.inference_mode()
 def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0) -> Rollout:
     """Sample a completion for every prompt. Returns Rollout(tokens, logprobs, mask), each (B, T).
@@ -64,9 +63,26 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     eos_token_id is an int, a list of ints, or None (never stop before the budget).
     """
     device = model.lm_head.weight.device
+    eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []), device=device)
+    tokens, logprobs = decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, generator, pad_id)
+    # Which tokens count (up to each row's first EOS) is worked out once here, not per step. Outside
+    # inference mode, so that the results are ordinary tensors autograd may save (e.g. as targets).
+    is_eos = torch.isin(tokens, eos)
+    mask = (is_eos.cumsum(1) - is_eos.long()) == 0  # (B, T)
+    return Rollout(tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0), mask)
+
+
+@torch.inference_mode()
+def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, generator, pad_id):
+    """The decode loop: raw draws (B, T) and their log-probs (B, T), every row decoded to the end.
+
+    A row that has finished keeps decoding its own (discarded) tokens, which cannot affect the other
+    rows, and draws from `generator` like the others, so the draws of every row are what they
+    would be without the early stop. The loop ends once every row has drawn an EOS.
+    """
+    device = model.lm_head.weight.device
     ids, prompt_mask = left_pad(prompts, pad_id, device)
     B, P = ids.shape
-    eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []), device=device)
     cache = model.new_cache(B, P + max_new_tokens)
     positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row
     next_pos = positions[:, -1:] + 1  # (B, 1)
@@ -74,13 +90,9 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     h = model.hidden(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)
     logits = model.lm_head(h[:, -1])  # (B, V)
 
-    # Each step only records the raw draw; which tokens count (up to each row's first EOS) is worked
-    # out once at the end. A finished row keeps decoding its own (discarded) tokens, which cannot
-    # affect the other rows, and it draws from `generator` exactly as before, so draws stay aligned.
     tokens = torch.empty(B, max_new_tokens, dtype=torch.long, device=device)
     logprobs = torch.empty(B, max_new_tokens, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    T = max_new_tokens
     for t in range(max_new_tokens):
         logp = sampling_logprobs(logits, temperature)  # (B, V)
         if temperature > 0:
@@ -92,15 +104,12 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
         if len(eos):
             done |= torch.isin(tok[:, 0], eos)
             if bool(done.all()):
-                T = t + 1
-                break
+                return tokens[:, :t + 1], logprobs[:, :t + 1]
         if t + 1 < max_new_tokens:
+            # Decode: one token per row; attention_mask None = a real token (the cache's mask is a view).
             logits = model.lm_head(model.hidden(tok, position_ids=next_pos, cache=cache)[:, 0])
             next_pos += 1
-    tokens, logprobs = tokens[:, :T], logprobs[:, :T]
-    is_eos = torch.isin(tokens, eos)
-    mask = (is_eos.cumsum(1) - is_eos.long()) == 0  # (B, T): up to and including the first EOS
-    return Rollout(tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0), mask)
+    return tokens, logprobs
 
 
 def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entropy: bool = False,

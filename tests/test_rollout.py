@@ -109,3 +109,14 @@ def test_greedy_equals_transformers_generate(hf_dir):
     out = generate(ours, prompts, max_new_tokens=16, temperature=0)
     assert out.mask.all()
     assert out.tokens.tolist() == ref.tolist()
+
+
+def test_rollout_tensors_can_be_saved_for_backward(tiny_model):
+    """generate runs under inference mode, but what it returns must be usable in a scored update."""
+    from nanoatr.rollout import left_pad, score
+    out = generate(tiny_model, PROMPTS, 5, generator=torch.Generator().manual_seed(0))
+    assert not any(t.is_inference() for t in out)
+    ids, mask = left_pad(PROMPTS)
+    logp, _ = score(tiny_model, ids, mask, out.tokens, 1.0)
+    logp.sum().backward()
+    tiny_model.zero_grad(set_to_none=True)
