@@ -210,7 +210,8 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     train_args = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(prog="python -m nanoatr.sweep", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m nanoatr.sweep",
+                                     description=__doc__ + f"\nSETTINGS: {' '.join(SETTINGS)} --steps {STEPS}",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clip", nargs="+", metavar="METHOD", help="methods (default: clip clip-higher kl3)")
     parser.add_argument("--ablate-delta", nargs="+", type=float, metavar="DELTA",
