@@ -75,7 +75,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, window: int = 10, eva
     panels.append((f"(d) {eval_key or 'evaluation'}", eval_key or "eval", eval_lines))
     legend = [(label, COLORS[i % len(COLORS)]) for i, (label, _) in enumerate(runs)]
     _png(panels, cols=2, xlabel="step", log2x=False, out=Path(out).with_suffix(".png"))
-    return _write(_figure(panels, legend, cols=2, xlabel="step"), out)
+    return write_svg(figure(panels, legend, cols=2, xlabel="step"), out)
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -150,7 +150,7 @@ def plot_pass_at_k(eval_files: list[str | Path], out: str | Path) -> Path:
         legend.append((label, color))
     panels = [("(a) Mean@K (%)", "mean@k", mean_lines), ("(b) Pass@K (%)", "pass@k", pass_lines)]
     _png(panels, cols=2, xlabel="K", log2x=True, out=Path(out).with_suffix(".png"))
-    return _write(_figure(panels, legend, cols=2, xlabel="K", log2x=True), out)
+    return write_svg(figure(panels, legend, cols=2, xlabel="K", log2x=True), out)
 
 
 def pass_at_k_curve(path: Path) -> tuple[list[float], list[float], list[float]]:
@@ -185,7 +185,7 @@ def pass_at_k_curve(path: Path) -> tuple[list[float], list[float], list[float]]:
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """About n round tick values (steps of 1, 2, 2.5 or 5 x 10^e) covering [lo, hi]."""
-    if hi <= lo:  # a flat line still needs an axis around it
+    if hi - lo <= 1e-9 * max(1.0, abs(lo), abs(hi)):  # flat up to rounding: still needs an axis
         pad = abs(lo) * 0.1 or 1.0
         lo, hi = lo - pad, hi + pad
     rough = (hi - lo) / n
@@ -195,7 +195,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [round(i * step, 12) for i in range(first, last + 1)]
 
 
-def _figure(panels, legend, cols: int, xlabel: str, log2x: bool = False) -> ET.Element:
+def figure(panels, legend, cols: int, xlabel: str, log2x: bool = False) -> ET.Element:
     width = cols * PANEL_W
     per_row = max(1, (width - 30) // 230)  # legend entries per row
     legend_h = 12 + 20 * math.ceil(len(legend) / per_row)
@@ -302,7 +302,7 @@ def _el(parent: ET.Element, tag: str, text: str | None = None, **attrs) -> ET.El
     return el
 
 
-def _write(svg: ET.Element, out: str | Path) -> Path:
+def write_svg(svg: ET.Element, out: str | Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(svg).write(out, encoding="utf-8", xml_declaration=True)

@@ -32,7 +32,7 @@ from typing import NamedTuple
 from nanoatr import checkpoint
 from nanoatr.methods import DEFAULTS, check_hparams
 from nanoatr.metrics import moving_average
-from nanoatr.plot import COLORS, TRAIN_PANELS, Line, _figure, _write, read_metrics, series
+from nanoatr.plot import COLORS, TRAIN_PANELS, Line, figure, write_svg, read_metrics, series
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where clipping acts and the policy still learns: 4 AdamW steps per rollout batch (2 minibatches x 2
@@ -178,7 +178,7 @@ def plot_methods(runs: list[Run], out: Path, window: int = 10) -> Path:
             lines.append(Line(label, color[run.method], xs, moving_average(ys, window) if smooth else ys,
                               ys if smooth else None, markers=not smooth))
         panels.append((title, key, lines))
-    return _write(_figure(panels, [(m, color[m]) for m in methods], cols=2, xlabel="step"), out)
+    return write_svg(figure(panels, [(m, color[m]) for m in methods], cols=2, xlabel="step"), out)
 
 
 def plot_ablation(results: list[dict], out: Path) -> Path:
@@ -201,7 +201,7 @@ def plot_ablation(results: list[dict], out: Path) -> Path:
         lines.append(Line("mean", COLORS[0], ds, [mean_std(list(by_delta[d].values()))[0] for d in ds], markers=True))
         panels.append((f"({'ab'[i]}) {name} (%) against δ", key, lines))
     legend = [("kl3, mean over seeds", COLORS[0]), ("one seed", "#bbbbbb"), ("warm start (step 0)", "#888888")]
-    return _write(_figure(panels, legend, cols=2, xlabel="δ"), out)
+    return write_svg(figure(panels, legend, cols=2, xlabel="δ"), out)
 
 
 # ----------------------------------------------------------------------------

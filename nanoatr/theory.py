@@ -44,7 +44,7 @@ from torch import Tensor
 
 from nanoatr import methods
 from nanoatr.divergence import k3, kl3_ratio_range
-from nanoatr.plot import Line, _figure, _write
+from nanoatr.plot import Line, figure, write_svg
 
 EVENTS = ("X-", "X+")
 SURROGATES = ("paper", "nanoatr")
@@ -186,7 +186,7 @@ def figure1(out, delta: float = 0.07):
               (f"KL3 ≤ δ  ⇔  w ∈ [l_δ, u_δ] = [{l:.3f}, {u:.3f}]", red),
               (f"ratio clip, ε = 1 − l_δ = {eps:.3f}:  w ∈ [{1 - eps:.3f}, {1 + eps:.3f}]", green)]
     panel = (f"KL3 ≤ {delta:g} is an asymmetric ratio range (Theorem 4.2)", "kl3", lines)
-    return _write(_figure([panel], legend, cols=1, xlabel="ratio w = π_θ / π_old"), out)
+    return write_svg(figure([panel], legend, cols=1, xlabel="ratio w = π_θ / π_old"), out)
 
 
 # ----------------------------------------------------------------------------

@@ -145,3 +145,8 @@ def test_png_beside_the_svg_where_matplotlib_is_installed(tmp_path):
     eval_file.write_text("".join(json.dumps({"problem_id": i, "sample": j, "correct": (i + j) % 3 == 0}) + "\n"
                                  for i in range(5) for j in range(8)))
     assert plot_pass_at_k([eval_file], tmp_path / "passk.svg").with_suffix(".png").is_file()
+
+
+def test_nice_ticks_of_a_line_flat_up_to_rounding():
+    ticks = nice_ticks(0.1, 0.1000000000001)
+    assert len(set(ticks)) == len(ticks) > 1 and ticks[0] < 0.1 < ticks[-1]
