@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -284,12 +284,19 @@ def chunk_seed(cfg, step: int, chunk: int, salt: int = 0) -> int:
     return cfg.seed * 1_000_003 + step + (chunk << 32) + (salt << 48)
 
 
-def rollout(run: Run, problems, step):
-    """This rank's share of the step's prompts, G samples each, graded.
+class Batch(NamedTuple):
+    """A rank's rollout: N = its prompts x G rows, grouped by prompt ([p0 x G, p1 x G, ...])."""
+    prompt_ids: torch.Tensor   # (N, P) left-padded
+    prompt_mask: torch.Tensor  # (N, P)
+    tokens: torch.Tensor       # (N, T) completions
+    mask: torch.Tensor         # (N, T) real completion tokens (EOS included, after a stop string excluded)
+    rewards: torch.Tensor      # (N,)
+    advantages: torch.Tensor   # (N,)
+    stopped: torch.Tensor      # (N,) ended by EOS or a stop string, not by the budget
 
-    Returns prompt ids/mask (N, P), tokens/mask (N, T), rewards and advantages (N,), and per row
-    whether it stopped (EOS or stop string); N = this rank's prompts x G, rows grouped by prompt.
-    """
+
+def rollout(run: Run, problems, step) -> Batch:
+    """This rank's share of the step's prompts, G samples each, graded."""
     cfg, d, tok = run.cfg, run.d, run.tok
     G, share = cfg.group_size, cfg.prompts_per_step // d.world
     C = cfg.rollout_batch or share
@@ -318,40 +325,46 @@ def rollout(run: Run, problems, step):
     rewards = torch.tensor([float(verify(cut_at_stop(t, cfg.stop), g)) for t, g in zip(texts, golds)])
     advantages = group_advantages(rewards, G, normalize_std=cfg.std_normalize).to(d.device)
     prompt_ids, prompt_mask = left_pad(prompts, pad, d.device)
-    return prompt_ids, prompt_mask, tokens, mask, rewards, advantages, stopped
+    return Batch(prompt_ids, prompt_mask, tokens, mask, rewards, advantages, stopped)
 
 
 def train_step(run: Run, problems, step):
     """One rollout step and its optimizer steps; returns the metrics line (over all ranks)."""
+    t0 = time.perf_counter()
+    batch = rollout(run, problems, step)  # 1. sample with the current policy (also pi_old) and grade
+    t_rollout = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    stats, losses, grad_norms = optimize(run, batch, step)  # 2.-3. old log-probs, then the updates
+    t_train = time.perf_counter() - t0
+    return metrics_row(run, batch, step, stats, losses, grad_norms) | {"time_rollout": t_rollout, "time_train": t_train}
+
+
+def optimize(run: Run, b: Batch, step):
+    """Old log-probs, then epochs x minibatches optimizer steps on a rollout batch."""
     cfg, d = run.cfg, run.d
     G, share = cfg.group_size, cfg.prompts_per_step // d.world
     C = cfg.rollout_batch or share
 
-    # 1. Rollout with the current policy (which is also pi_old for this step).
-    t0 = time.perf_counter()
-    prompt_ids, prompt_mask, tokens, mask, rewards, advantages, stopped = rollout(run, problems, step)
-    t_rollout = time.perf_counter() - t0
-
     # 2. Old log-probs: one no-grad forward per micro-batch, the same shapes the update will use,
     #    so that the first minibatch sees a ratio of exactly 1; the reference's, if there is a KL penalty.
-    t0 = time.perf_counter()
     run.model.train()
     N = share * G                        # this rank's rows
     mb = N // cfg.minibatches            # this rank's rows per minibatch
     micro = cfg.micro_batch or mb
     per_chunk = C * G // cfg.minibatches  # rows each rollout chunk gives a minibatch
     needs_kl = cfg.clip in NEEDS_FULL_KL  # these compare whole next-token distributions, not one token
+    slices = [slice(i, i + micro) for i in range(0, N, micro)]
     with torch.no_grad():
-        old = [run.policy(prompt_ids[i:i + micro], prompt_mask[i:i + micro], tokens[i:i + micro],
-                          cfg.temperature, return_hidden=needs_kl) for i in range(0, N, micro)]
+        old = [run.policy(b.prompt_ids[s], b.prompt_mask[s], b.tokens[s], cfg.temperature, return_hidden=needs_kl)
+               for s in slices]
         old_logp = torch.cat([o[0] for o in old])
         # pi_old's distributions are kept as hidden states (B, T, D), far smaller than (B, T, V) log-probs,
         # plus the lm_head weight as it was when full fine-tuning moves it too.
         old_hidden = torch.cat([o[2] for o in old]) if needs_kl else None
         head = run.model.lm_head.weight
         old_weight = head.detach().clone() if needs_kl and head.requires_grad else None
-        ref_logp = torch.cat([run.ref.logprobs(prompt_ids[i:i + micro], prompt_mask[i:i + micro], tokens[i:i + micro],
-                                               cfg.temperature) for i in range(0, N, micro)]) if run.ref else None
+        ref_logp = torch.cat([run.ref.logprobs(b.prompt_ids[s], b.prompt_mask[s], b.tokens[s], cfg.temperature)
+                              for s in slices]) if run.ref else None
     del old
 
     # 3. Updates: epochs x minibatches optimizer steps, each normalised over its whole minibatch on all ranks.
@@ -365,41 +378,44 @@ def train_step(run: Run, problems, step):
         for m in range(cfg.minibatches):
             idx = torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms])
             run.opt.zero_grad(set_to_none=True)
-            n_tokens = distributed.all_sum(float(mask[idx].sum()), d)  # the whole minibatch's, over all ranks
+            n_tokens = distributed.all_sum(float(b.mask[idx].sum()), d)  # the whole minibatch's, over all ranks
             counts = dict(num_sequences=mb * d.world, num_tokens=n_tokens, max_new_tokens=cfg.max_new_tokens)
             for j in range(0, mb, micro):
                 sel = idx[j:j + micro]
+                mask = b.mask[sel]
                 with distributed.accumulating(run.policy, sync=j + micro >= mb):
-                    logp, entropy, *hidden = run.policy(prompt_ids[sel], prompt_mask[sel], tokens[sel], cfg.temperature,
-                                                        with_entropy=True, return_hidden=needs_kl)
+                    logp, entropy, *hidden = run.policy(b.prompt_ids[sel], b.prompt_mask[sel], b.tokens[sel],
+                                                        cfg.temperature, with_entropy=True, return_hidden=needs_kl)
                     if first:
-                        check_ratio_is_one(logp, old_logp[sel], mask[sel])
+                        check_ratio_is_one(logp, old_logp[sel], mask)
                     extra = {"full_kl": full_kl(hidden[0], old_hidden[sel], run.model.lm_head.weight,
                                                 old_weight=old_weight, temperature=cfg.temperature)} if needs_kl else {}
-                    loss, metrics = policy_loss(cfg.clip, logp, old_logp[sel], advantages[sel], mask[sel], agg=agg,
+                    loss, metrics = policy_loss(cfg.clip, logp, old_logp[sel], b.advantages[sel], mask, agg=agg,
                                                 compile=cfg.compile, generator=noise, **counts, **extra, **cfg.hparams)
                     if run.ref is not None:
-                        kl = kl_to_reference(logp, old_logp[sel], ref_logp[sel], mask[sel])
-                        loss = loss + cfg.beta * aggregate(kl, mask[sel], agg, **counts)
-                        metrics["kl_ref"] = (kl.detach() * mask[sel]).sum() / mask[sel].sum().clamp(min=1)
+                        kl = kl_to_reference(logp, old_logp[sel], ref_logp[sel], mask)
+                        loss = loss + cfg.beta * aggregate(kl, mask, agg, **counts)
+                        metrics["kl_ref"] = (kl.detach() * mask).sum() / mask.sum().clamp(min=1)
                     # DDP averages gradients over ranks, but the normalisers already count the whole
                     # minibatch, so the rank's share of the sum is wanted: undo the 1/world.
                     (loss * d.world).backward()
-                m_ = mask[sel].float()
                 losses.append(loss.item())
                 stats.append({**{k: v.item() for k, v in metrics.items()},
-                              "entropy": float((entropy.detach() * m_).sum() / m_.sum().clamp(min=1)),
-                              "_tokens": float(m_.sum())})
+                              "entropy": float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1)),
+                              "_tokens": float(mask.sum())})
             first = False
             params = [p for group in run.opt.param_groups for p in group["params"]]
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or math.inf)))
             run.opt.step()
-    t_train = time.perf_counter() - t0
+    return stats, losses, grad_norms
 
-    # 4. The metrics line, over every rank's rows (in prompt order).
+
+def metrics_row(run: Run, b: Batch, step, stats, losses, grad_norms) -> dict:
+    """The metrics line of a step, over every rank's rows (gathered in prompt order)."""
+    cfg, d = run.cfg, run.d
     rewards, lengths, stopped = (torch.tensor(distributed.all_gather(x.tolist(), d))
-                                 for x in (rewards, mask.sum(-1), stopped))
-    groups = rewards.view(-1, G)
+                                 for x in (b.rewards, b.mask.sum(-1), b.stopped))
+    groups = rewards.view(-1, cfg.group_size)
     row = {"step": step + 1, "reward_mean": rewards.mean().item(), "accuracy": (rewards > 0).float().mean().item(),
            "completion_len": lengths.float().mean().item(), "truncated": (~stopped).float().mean().item(),
            "groups_all_correct": (groups.min(1).values == 1).float().mean().item(),
@@ -407,9 +423,7 @@ def train_step(run: Run, problems, step):
            "grad_norm": sum(grad_norms) / len(grad_norms),
            # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
            "loss": sum(distributed.all_gather(losses, d)) / (cfg.epochs * cfg.minibatches)}
-    row.update(merge_stats(distributed.all_gather(stats, d)))
-    row.update({"time_rollout": t_rollout, "time_train": t_train})
-    return row
+    return row | merge_stats(distributed.all_gather(stats, d))
 
 
 def merge_stats(stats: list[dict]) -> dict:

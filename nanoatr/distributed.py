@@ -11,6 +11,7 @@ environment) nothing here starts a process group and every helper is the identit
 import contextlib
 import datetime
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -57,10 +58,13 @@ def setup(device_flag: str = "auto") -> Dist:
 
 def shutdown():
     if dist.is_initialized():
-        # gloo frees finished work on its own thread, which needs the GIL for tensors made in Python
-        # (all_gather_object's); destroy_process_group joins that thread while holding the GIL, so
-        # let the thread drain first (a barrier's wait releases the GIL), or the exit deadlocks.
-        dist.barrier()
+        dist.barrier()  # every rank is done with its collectives
+        if dist.get_backend() == "gloo":
+            # gloo's worker thread drops finished work (tensors made in Python, e.g. all_gather_object's)
+            # right after completing it, which needs the GIL; destroy_process_group joins that thread
+            # while holding the GIL, so a drop still pending deadlocks the exit (pytorch/pytorch#190489).
+            # Sleeping releases the GIL and lets the thread finish first.
+            time.sleep(0.2)
         dist.destroy_process_group()
 
 

@@ -28,7 +28,7 @@ def test_two_ranks_give_the_parameters_of_one_process(tmp_path, mode):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                           str(ROOT / "train.py"), *ARGS, *mode, "--out-dir", str(tmp_path), "--name", "two"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     assert two.stdout.count("held-out Mean@2") == 2  # only rank 0 prints
     train.main([*ARGS, *mode, "--out-dir", str(tmp_path), "--name", "one"])

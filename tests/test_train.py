@@ -125,3 +125,34 @@ def test_ctrl_c_leaves_a_readable_checkpoint_and_metrics(tmp_path):
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     assert state["step"] >= 1
     Qwen3.from_pretrained(ckpt)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("not qwen3", "model_type 'llama'; nanoatr runs 'qwen3' models"),
+    ("missing shard", "shard model-00002-of-00002.safetensors named in model.safetensors.index.json is missing"),
+    ("no eos", "has no EOS token"),
+])
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_bad_model_directory_is_one_line(tmp_path, capsys, case, message, command):
+    from safetensors.torch import load_file, save_file
+    from tiny import make_model_dir
+    path = make_model_dir(tmp_path / "m", {"eos_token": None} if case == "no eos" else None)
+    if case == "not qwen3":
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
+    elif case == "missing shard":  # a sharded checkpoint whose second shard was never downloaded
+        state = load_file(path / "model.safetensors")
+        names = sorted(state)
+        save_file({k: state[k] for k in names[:5]}, path / "model-00001-of-00002.safetensors")
+        (path / "model.safetensors").unlink()
+        index = {n: f"model-0000{1 if i < 5 else 2}-of-00002.safetensors" for i, n in enumerate(names)}
+        (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": index}))
+    import eval as eval_cli
+    with pytest.raises(SystemExit) as e:
+        if command == "train":
+            train.main([*FAST, "--model", str(path), "--out-dir", str(tmp_path), "--steps", "1"])
+        else:
+            eval_cli.main(["--model", str(path), "--out", str(tmp_path / "o.jsonl")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err[-1].startswith("error: ") and message in err[-1], err
+    assert "Traceback" not in "\n".join(err)

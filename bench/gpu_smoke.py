@@ -1,0 +1,117 @@
+"""GPU smoke test: a random Qwen3-0.6B-shaped policy in bf16 + LoRA trains a few steps with the compiled loss.
+
+    python bench/gpu_smoke.py                          # one GPU; prints "skipped: no CUDA" and exits 0 without one
+    torchrun --nproc_per_node 2 bench/gpu_smoke.py     # DDP over NCCL
+    python bench/gpu_smoke.py --device cpu --tiny      # the same code path on a tiny model (what the tests run)
+
+Each step is what train.py does after loading a checkpoint: rollout.generate with the KV cache (random
+prompts; the random model rarely stops, so every row runs to --max-new-tokens), random 0/1 rewards,
+then train.optimize (old log-probs, forward/backward under bf16 autocast with gradient checkpointing,
+the torch.compile'd kl3 loss, AdamW). It checks that the first ratio is exactly 1 (train.optimize
+raises otherwise) and that the loss is finite, and prints time per phase and peak GPU memory.
+No checkpoint or tokenizer is needed: nothing is downloaded.
+"""
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import train  # noqa: E402
+from nanoatr import distributed, lora  # noqa: E402
+from nanoatr.advantages import group_advantages  # noqa: E402
+from nanoatr.distributed import Scorer  # noqa: E402
+from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
+from nanoatr.rollout import generate, left_pad  # noqa: E402
+
+# Qwen3-0.6B's config.json (hidden 1024, 28 layers, 16 query / 8 key-value heads of 128, tied embeddings).
+QWEN3_0_6B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                  rope_theta=1_000_000.0)
+TINY = dict(QWEN3_0_6B, vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    ap.add_argument("--tiny", action="store_true", help="a 2-layer, hidden-64 model instead of 0.6B's shape")
+    ap.add_argument("--steps", type=int, default=3, help="training steps")
+    ap.add_argument("--prompts", type=int, default=2, help="prompts per step (over all ranks)")
+    ap.add_argument("--group-size", type=int, default=8, help="completions per prompt")
+    ap.add_argument("--prompt-len", type=int, default=128, help="prompt tokens")
+    ap.add_argument("--max-new-tokens", type=int, default=512, help="completion tokens")
+    ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward")
+    ap.add_argument("--lora-rank", type=int, default=32, help="0 = full fine-tuning")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--no-compile", action="store_true", help="eager loss")
+    args = ap.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("skipped: no CUDA")
+        return 0
+
+    d = distributed.setup(args.device)
+    torch.manual_seed(0)
+    cfg = train.resolve(train.TrainConfig(
+        prompts_per_step=args.prompts, group_size=args.group_size, minibatches=2, micro_batch=args.micro_batch,
+        max_new_tokens=args.max_new_tokens, lora_rank=args.lora_rank, dtype=args.dtype, grad_checkpoint=True,
+        compile=not args.no_compile, lr=1e-5), {}, d.world)
+    shape = TINY if args.tiny else QWEN3_0_6B
+    with torch.device(d.device):
+        model = Qwen3(Qwen3Config(**shape))
+    init_weights(model, std=0.02, seed=0)
+    # As train.load_policy: frozen weights in --dtype, trained ones float32.
+    model.to(getattr(torch, args.dtype) if args.lora_rank else torch.float32)
+    weights = lora.add_adapters(model, args.lora_rank, 2.0 * args.lora_rank, lora.TARGETS, "random") \
+        if args.lora_rank else model
+    model.gradient_checkpointing = True
+    precision = distributed.precision(args.dtype, d.device)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=1e-3)
+    run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, None, [], d, precision, weights)
+    say = print if d.main else (lambda *a, **k: None)
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    say(f"{'tiny' if args.tiny else 'Qwen3-0.6B-shaped'} random model, {model.num_parameters() / 1e6:.0f}M parameters "
+        f"({trained / 1e6:.1f}M trained), {args.dtype}, {d.world} x {d.device}, compile={cfg.compile}", flush=True)
+
+    G, share = args.group_size, args.prompts // d.world
+    g = torch.Generator(device=d.device).manual_seed(d.rank)
+    for step in range(args.steps):
+        if d.device.type == "cuda":
+            torch.cuda.synchronize(d.device)
+            torch.cuda.reset_peak_memory_stats(d.device)
+        t0 = time.perf_counter()
+        prompts = [torch.randint(0, shape["vocab_size"], (args.prompt_len,)).tolist() for _ in range(share)]
+        prompts = [p for p in prompts for _ in range(G)]
+        model.eval()
+        with precision():
+            out = generate(model, prompts, args.max_new_tokens, temperature=1.0, generator=g)
+        if d.device.type == "cuda":
+            torch.cuda.synchronize(d.device)
+        t_rollout = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rewards = torch.randint(0, 2, (len(prompts),)).float()
+        prompt_ids, prompt_mask = left_pad(prompts, 0, d.device)
+        batch = train.Batch(prompt_ids, prompt_mask, out.tokens, out.mask, rewards,
+                            group_advantages(rewards, G).to(d.device), torch.zeros(len(prompts), dtype=torch.bool))
+        stats, losses, grad_norms = train.optimize(run, batch, step)
+        if d.device.type == "cuda":
+            torch.cuda.synchronize(d.device)
+        t_train = time.perf_counter() - t0
+        row = train.metrics_row(run, batch, step, stats, losses, grad_norms)
+        if not all(math.isfinite(row[k]) for k in ("loss", "grad_norm", "kl3", "entropy")):
+            raise SystemExit(f"error: non-finite metrics at step {step + 1}: {row}")
+        tokens = int(out.mask.sum()) * d.world
+        mem = f"  peak {torch.cuda.max_memory_allocated(d.device) / 2**30:.1f} GiB" if d.device.type == "cuda" else ""
+        say(f"step {step + 1}: rollout {t_rollout:6.1f} s ({tokens / t_rollout:7.0f} tok/s)  train {t_train:6.1f} s"
+            f"  loss {row['loss']:+.2e}  kl3 {row['kl3']:.2e}  ratio [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]"
+            f"  grad_norm {row['grad_norm']:.3f}{mem}", flush=True)
+    say("ok")
+    distributed.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
