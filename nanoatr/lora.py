@@ -174,9 +174,9 @@ def main(argv=None):
 
     @dataclass
     class MergeConfig:
-        adapter: str = arg("", "LoRA adapter directory (a LoRA run's checkpoint/ works as is)")
-        out: str = arg("", "output directory: a full Hugging Face checkpoint")
-        model: str = arg("", "base model directory (default: the adapter's base_model_name_or_path)")
+        adapter: str | None = arg(None, "LoRA adapter directory (a LoRA run's checkpoint/ works as is)")
+        out: str | None = arg(None, "output directory: a full Hugging Face checkpoint")
+        model: str | None = arg(None, "base model directory (default: the adapter's base_model_name_or_path)")
         dtype: str = arg("float32", "dtype of the merged weights", choices=["float32", "bfloat16"])
 
     argv = sys.argv[1:] if argv is None else argv

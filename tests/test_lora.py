@@ -113,6 +113,14 @@ def test_trained_adapter_and_merged_run_load_in_transformers(lora_runs):
     assert (hf_logits(TINY_QWEN3, None, ids) - expected).abs().max() > 1e-4
 
 
+def test_merge_command_writes_the_merged_run(lora_runs, tmp_path, capsys):
+    lora.main(["merge", "--adapter", str(lora_runs / "whole/checkpoint"), "--out", str(tmp_path / "m")])
+    assert f"into {TINY_QWEN3}" in capsys.readouterr().out  # the base named in adapter_config.json
+    a, b = load_file(tmp_path / "m/model.safetensors"), load_file(lora_runs / "whole/merged/model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (tmp_path / "m/tokenizer.json").is_file()
+
+
 def test_eval_and_sample_take_a_lora_checkpoint(lora_runs, tmp_path, capsys):
     ckpt = lora_runs / "whole/checkpoint"
     data = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "1", "--k", "1", "--max-new-tokens", "8"]
