@@ -76,7 +76,8 @@ class TrainConfig:
     system_prompt: str | None = arg(None, "system message for chat-template models")
     prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
                                       "template (base models; default: the chat template when the tokenizer has one)")
-    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the template's own)")
+    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the "
+                                "template's own)")
     eval_every: int = arg(0, "evaluate every N steps (0 = only before and after training)")
     eval_k: int = arg(8, "k of Mean@k / Pass@k")
     eval_temperature: float = arg(1.0, "sampling temperature of evaluation")
@@ -456,8 +457,8 @@ def load_policy(cfg: TrainConfig, ckpt: Path | None, device):
         raise ConfigError(f"--model {cfg.model} is a LoRA adapter; train on its merged model instead "
                           f"(python -m nanoatr.lora merge --adapter {cfg.model} --out DIR)")
     if ckpt is not None and lora.is_adapter_dir(ckpt) != bool(cfg.lora_rank):
-        raise ConfigError(f"--resume: the checkpoint {ckpt} holds {'an adapter' if cfg.lora_rank == 0 else 'full weights'}"
-                          f" but the run has --lora-rank {cfg.lora_rank}")
+        held = "an adapter" if cfg.lora_rank == 0 else "full weights"
+        raise ConfigError(f"--resume: the checkpoint {ckpt} holds {held} but the run has --lora-rank {cfg.lora_rank}")
     if not cfg.lora_rank:
         model = Qwen3.from_pretrained(ckpt or cfg.model, device=device)
         weights = model

@@ -85,15 +85,17 @@ def main():
         return
     kw = dict(T=args.length, V=args.vocab, D=args.dim, lora_rank=args.lora_rank, threads=args.threads)
     print(f"one train.optimize step, T = {args.length}, V = {args.vocab:,}, D = {args.dim}, LoRA r = {args.lora_rank}")
-    results = [measure("chunked", args.rows, **kw)] + ([measure("naive", args.naive_rows, **kw)] if args.naive_rows else [])
+    results = [measure("chunked", args.rows, **kw)]
+    if args.naive_rows:
+        results.append(measure("naive", args.naive_rows, **kw))
     for r in results:
         print(f"   {r['variant']:8s} B = {r['rows']}: peak +{r['peak_mb']:7.0f} MB   {r['seconds']:6.1f} s   "
               f"(one (B, T, V) float32 tensor: {r['full_logits_mb']:7.0f} MB)")
     if len(results) == 2:
         c, n = results
+        per_row = n["peak_mb"] / n["rows"]
         print(f"   the chunked step on {c['rows']} rows peaks at {c['peak_mb'] / n['peak_mb']:.2f}x the naive step on "
-              f"{n['rows']}; naive per row ~{n['peak_mb'] / n['rows']:.0f} MB, i.e. ~{n['peak_mb'] / n['rows'] * c['rows'] / 1024:.0f}"
-              f" GB at B = {c['rows']}")
+              f"{n['rows']}; naive ~{per_row:.0f} MB per row, i.e. ~{per_row * c['rows'] / 1024:.0f} GB at B = {c['rows']}")
 
 
 if __name__ == "__main__":

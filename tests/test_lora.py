@@ -192,8 +192,8 @@ def test_full_fine_tuning_reference_is_a_frozen_copy(tmp_path):
     """--beta with --lora-rank 0: the reference is --model as loaded; at the first minibatch of the
     first step the policy is still that model, so the penalty is exactly 0."""
     i = LORA_RUN.index("--lora-rank")
-    train.main([*LORA_RUN[:i], *LORA_RUN[i + 2:], "--out-dir", str(tmp_path), "--name", "f", "--steps", "2", "--minibatches", "1",
-                "--lr", "1e-2", "--beta", "0.1"])
+    train.main([*LORA_RUN[:i], *LORA_RUN[i + 2:], "--out-dir", str(tmp_path), "--name", "f", "--steps", "2",
+                "--minibatches", "1", "--lr", "1e-2", "--beta", "0.1"])
     rows = step_rows(tmp_path / "f")
     assert rows[1]["kl_ref"] == 0 and rows[2]["kl_ref"] > 0
 
