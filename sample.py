@@ -146,7 +146,8 @@ def main(argv=None):
             if not ids:
                 die("empty prompt: nothing to continue")
             with precision():
-                tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, stop_ids, generator)
+                tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, stop_ids,
+                                generator)
                 completion, tokens = print_stream(tok, tokens, stops=cfg.stop)
             print()
             stopped = tokens[-1] in stop_ids or find_stop(completion, cfg.stop) is not None

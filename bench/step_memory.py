@@ -95,7 +95,7 @@ def main():
         c, n = results
         per_row = n["peak_mb"] / n["rows"]
         print(f"   the chunked step on {c['rows']} rows peaks at {c['peak_mb'] / n['peak_mb']:.2f}x the naive step on "
-              f"{n['rows']}; naive ~{per_row:.0f} MB per row, i.e. ~{per_row * c['rows'] / 1024:.0f} GB at B = {c['rows']}")
+              f"{n['rows']}; naive ~{per_row:.0f} MB per row, ~{per_row * c['rows'] / 1024:.0f} GB at B = {c['rows']}")
 
 
 if __name__ == "__main__":
