@@ -1,6 +1,7 @@
 """torchrun with 2 gloo processes on CPU trains exactly as one process on the same global batch."""
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,11 +27,17 @@ ARGS = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/ari
                          ids=["full", "lora+beta"])
 def test_two_ranks_give_the_parameters_of_one_process(tmp_path, mode):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          str(ROOT / "train.py"), *ARGS, *mode, "--out-dir", str(tmp_path), "--name", "two"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert two.returncode == 0, two.stderr[-3000:]
-    assert two.stdout.count("held-out Mean@2") == 2  # only rank 0 prints
+    two = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                            str(ROOT / "train.py"), *ARGS, *mode, "--out-dir", str(tmp_path), "--name", "two"],
+                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        out, err = two.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(two.pid, signal.SIGKILL)  # torchrun and both ranks, not torchrun alone
+        raise
+    assert two.returncode == 0, err[-3000:]
+    assert out.count("held-out Mean@2") == 2  # only rank 0 prints
     train.main([*ARGS, *mode, "--out-dir", str(tmp_path), "--name", "one"])
 
     weights = "adapter_model.safetensors" if mode else "model.safetensors"
