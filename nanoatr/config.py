@@ -45,13 +45,20 @@ def add_fields(parser: argparse.ArgumentParser, cls):
             parser.add_argument(flag(f.name), type=base, metavar=f.name.upper() if "choices" not in kw else None, **kw)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line, not after a usage block of every flag."""
+
+    def error(self, message):
+        die(f"{message} (see --help)")
+
+
 def parse(cls, argv=None, description: str = "", extra=None):
     """Parse argv into cls; `extra(parser)` may add flags that are not fields (returned separately).
 
     Flags not given keep the dataclass default; `given` lists the fields the user set explicitly
     (presets fill in only the others).
     """
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fields(parser, cls)
     if extra:
         extra(parser)
