@@ -8,7 +8,9 @@ nanoatr.model.Qwen3.from_pretrained, so both sides run the very same float32 wei
 random lengths (left-padded, with an attention mask for transformers); both sample at temperature 1
 (no top-k / top-p) with EOS suppressed, so every run produces exactly batch x new-tokens tokens.
 Timings are medians over --repeats, after --warmup untimed runs, with ours and transformers'
-interleaved so that a change in machine load hits both alike.
+interleaved so that a change in machine load hits both alike. Ours runs once per --samplers entry:
+"multinomial" (torch.multinomial, as transformers samples; generate's default) and "inverse-cdf"
+(rollout.draw's one-uniform-per-row sampler, which matters at large vocabularies).
 
 Presets:
   tiny   the embedded default's shape (data/tiny-qwen3): hidden 128, 4 layers, 4 heads, 2 kv heads,
@@ -97,12 +99,13 @@ def matmul_flops_per_s(n: int = 2048, repeats: int = 5) -> float:
     return 2 * n ** 3 / statistics.median(times)
 
 
-def time_both(hf, ours, prompts, new_tokens, warmup, repeats, compile):
+def time_all(hf, ours, prompts, new_tokens, warmup, repeats, samplers):
+    """Median seconds of transformers' generate and of ours with each sampler, interleaved."""
     ids, mask = hf_inputs(prompts)
 
-    def run_ours(seed):
+    def run_ours(seed, sampler):
         out = generate(ours, prompts, new_tokens, temperature=1.0, eos_token_id=None,
-                       generator=torch.Generator().manual_seed(seed), **({"compile": True} if compile else {}))
+                       generator=torch.Generator().manual_seed(seed), sampler=sampler)
         assert out.tokens.shape == (len(prompts), new_tokens)
 
     def run_hf(seed):
@@ -111,9 +114,10 @@ def time_both(hf, ours, prompts, new_tokens, warmup, repeats, compile):
                           temperature=1.0, top_k=0, top_p=1.0, use_cache=True)
         assert out.shape == (len(prompts), ids.shape[1] + new_tokens)
 
-    times = {"ours": [], "hf": []}
+    runs = {"transformers": run_hf, **{s: (lambda seed, s=s: run_ours(seed, s)) for s in samplers}}
+    times = {k: [] for k in runs}
     for i in range(warmup + repeats):
-        for name, run in (("ours", run_ours), ("hf", run_hf)):
+        for name, run in runs.items():
             t0 = time.perf_counter()
             run(i)
             if i >= warmup:
@@ -129,7 +133,8 @@ def main():
     ap.add_argument("--prompt-len", default="16,32", help="min,max prompt length (uniform)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each side first")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each side; medians are reported")
-    ap.add_argument("--compile", action="store_true", help="generate(..., compile=True): torch.compile the decode step")
+    ap.add_argument("--samplers", default="multinomial,inverse-cdf",
+                    help="comma-separated generate(sampler=...) values to time ours with")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = ap.parse_args()
     if args.threads:
@@ -148,14 +153,15 @@ def main():
         print(f"\n{preset}: {ours.num_parameters() / 1e6:.2f}M parameters, vocabulary {ours.config.vocab_size}")
         for B in map(int, args.batches.split(",")):
             prompts = random_prompts(B, ours.config.vocab_size, lo, hi)
-            t = time_both(hf, ours, prompts, args.new_tokens, args.warmup, args.repeats, args.compile)
+            t = time_all(hf, ours, prompts, args.new_tokens, args.warmup, args.repeats, args.samplers.split(","))
             n = B * args.new_tokens
             flops = rollout_flops(ours.config, prompts, args.new_tokens)
-            ratio = t["hf"] / t["ours"]
-            print(f"  batch {B:3d}: ours {n / t['ours']:8.0f} tok/s   transformers {n / t['hf']:8.0f} tok/s   "
-                  f"ratio {ratio:4.2f}x   ours {flops / t['ours'] / 1e9:6.2f} GFLOP/s = "
-                  f"{100 * flops / t['ours'] / ceiling:4.1f}% of matmul")
-            summary.append(f"{preset}/b{B} {ratio:.2f}x")
+            print(f"  batch {B:3d}: transformers {n / t['transformers']:8.0f} tok/s")
+            for sampler in args.samplers.split(","):
+                ratio = t["transformers"] / t[sampler]
+                print(f"             ours ({sampler:11s}) {n / t[sampler]:8.0f} tok/s   ratio {ratio:4.2f}x   "
+                      f"{flops / t[sampler] / 1e9:6.2f} GFLOP/s = {100 * flops / t[sampler] / ceiling:4.1f}% of matmul")
+                summary.append(f"{preset}/b{B}/{sampler} {ratio:.2f}x")
     ceiling_after = matmul_flops_per_s()
     print(f"\nceiling again: {ceiling_after / 1e9:.1f} GFLOP/s (a large drift means the load changed)")
     print("summary: ours vs transformers tokens/s: " + ", ".join(summary))

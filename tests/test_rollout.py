@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from nanoatr.rollout import filter_logits, generate, sampling_logprobs
+from nanoatr.rollout import SAMPLERS, draw, filter_logits, generate, sampling_logprobs
 
 PROMPTS = [[5, 17, 3, 9, 22, 41, 8], [11, 2], [30, 31, 32, 33]]
 
@@ -35,10 +35,12 @@ def test_each_row_equals_generating_it_alone(tiny_model):
         assert batch.tokens[i].tolist() == alone.tokens[0].tolist()
 
 
+@pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_logprobs_equal_one_full_forward(tiny_model, temperature):
+def test_logprobs_equal_one_full_forward(tiny_model, temperature, sampler):
     g = torch.Generator().manual_seed(0)
-    out = generate(tiny_model, PROMPTS, max_new_tokens=9, temperature=temperature, top_k=20, top_p=0.9, generator=g)
+    out = generate(tiny_model, PROMPTS, max_new_tokens=9, temperature=temperature, top_k=20, top_p=0.9, generator=g,
+                   sampler=sampler)
     for i, p in enumerate(PROMPTS):
         ref = full_forward_logprobs(tiny_model, p, out.tokens[i].tolist(), temperature)
         assert (out.logprobs[i] - ref).abs().max() <= 1e-4
@@ -82,8 +84,9 @@ def test_top_k_and_top_p_filters():
     assert torch.isfinite(filter_logits(logp, 0, 0.01)).tolist() == [[True, False, False, False]]
 
 
-def test_top_k_sampling_never_leaves_the_top_k(tiny_model):
-    out = generate(tiny_model, PROMPTS * 4, 6, top_k=3, generator=torch.Generator().manual_seed(0))
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_top_k_sampling_never_leaves_the_top_k(tiny_model, sampler):
+    out = generate(tiny_model, PROMPTS * 4, 6, top_k=3, generator=torch.Generator().manual_seed(0), sampler=sampler)
     # every sampled token was among the 3 most likely under the full forward
     for i, p in enumerate(PROMPTS * 4):
         seq = torch.tensor([p + out.tokens[i].tolist()])
@@ -120,3 +123,30 @@ def test_rollout_tensors_can_be_saved_for_backward(tiny_model):
     logp, _ = score(tiny_model, ids, mask, out.tokens, 1.0)
     logp.sum().backward()
     tiny_model.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("V", [50, 128, 1000])  # one level, one full block, blocks with zero padding
+def test_inverse_cdf_draws_follow_the_probabilities(V):
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(2 * torch.randn(V, generator=g), -1)
+    probs[::7] = 0.0  # filtered tokens (top-k / top-p) must never come out
+    probs[-1] = 0.0
+    n = 200_000
+    draws = draw(probs.expand(n, V), g, "inverse-cdf")
+    assert draws.shape == (n, 1)
+    freq = torch.bincount(draws[:, 0], minlength=V).double() / n
+    assert freq.shape == (V,)
+    assert (freq[probs == 0] == 0).all()
+    p = probs.double() / probs.sum()
+    sigma = (p * (1 - p) / n).sqrt()
+    assert ((freq - p).abs() <= 5 * sigma + 1e-12).all()
+
+
+def test_draw_handles_one_sure_token():
+    probs = torch.zeros(3, 300)
+    probs[0, 0], probs[1, 299], probs[2, 130] = 1.0, 2.0, 0.5  # unnormalised rows are fine
+    for seed in range(20):
+        out = draw(probs, torch.Generator().manual_seed(seed), "inverse-cdf")
+        assert out[:, 0].tolist() == [0, 299, 130]
+    with pytest.raises(ValueError, match="sampler"):
+        draw(probs, None, "gumbel")
