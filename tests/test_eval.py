@@ -7,31 +7,15 @@ import pytest
 
 import eval as eval_cli
 from nanoatr.metrics import summarize, verdicts_by_problem
+from tiny import make_model_dir
 
 K, N = 2, 3
 PROBLEMS = {"alpha": [("12+34", "46"), ("5*6", "30"), ("70-8", "62")], "beta": [("9+9", "18"), ("11*3", "33")]}
 
 
-def make_model_dir(path):
-    """A complete model directory: the synthetic character tokenizer and a tiny random Qwen3."""
-    from nanoatr import synthetic
-    from nanoatr.model import Qwen3, Qwen3Config, init_weights
-    from nanoatr.tokenizer import load_tokenizer
-    path.mkdir(parents=True, exist_ok=True)
-    synthetic.build_tokenizer().save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps(synthetic.TOKENIZER_CONFIG))
-    cfg = Qwen3Config(vocab_size=len(load_tokenizer(path)), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, rope_theta=10_000.0,
-                      tie_word_embeddings=True)
-    model = Qwen3(cfg)
-    init_weights(model, std=0.3, seed=0)
-    model.save_pretrained(path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return make_model_dir(tmp_path_factory.mktemp("tiny"))
+    return make_model_dir(tmp_path_factory.mktemp("tiny"), num_hidden_layers=1, tie_word_embeddings=True)
 
 
 @pytest.fixture(scope="module")

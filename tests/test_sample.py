@@ -1,5 +1,4 @@
 """sample.py: the token stream is rollout.generate's batch-of-one, printed as it is sampled."""
-import json
 
 import pytest
 import torch
@@ -9,24 +8,14 @@ from nanoatr.data import Problem
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
 from nanoatr.tokenizer import format_prompt, load_tokenizer, stop_token_ids
+from tiny import make_model_dir
 
 PROMPT = "12+34-5"
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from nanoatr import synthetic
-    from nanoatr.model import Qwen3Config, init_weights
-    path = tmp_path_factory.mktemp("tiny")
-    synthetic.build_tokenizer().save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps(synthetic.TOKENIZER_CONFIG))
-    cfg = Qwen3Config(vocab_size=len(load_tokenizer(path)), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, rope_theta=10_000.0,
-                      tie_word_embeddings=True)
-    model = Qwen3(cfg)
-    init_weights(model, std=0.3, seed=0)
-    model.save_pretrained(path)
-    return path
+    return make_model_dir(tmp_path_factory.mktemp("tiny"), num_hidden_layers=1, tie_word_embeddings=True)
 
 
 @pytest.fixture(scope="module")
