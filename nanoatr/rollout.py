@@ -143,7 +143,7 @@ def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, gener
         else:
             tok = logp.argmax(-1, keepdim=True)
         tokens[:, t:t + 1] = tok
-        torch.gather(logp, 1, tok, out=logprobs[:, t:t + 1])
+        logprobs[:, t:t + 1] = logp.gather(1, tok)
         if len(eos):
             done |= torch.isin(tok[:, 0], eos)
             if bool(done.all()):
