@@ -105,3 +105,21 @@ def test_bad_directories(tmp_path, hf_dir):
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "llama"}))
     with pytest.raises(ModelError, match="model_type 'llama'"):
         Qwen3.from_pretrained(tmp_path)
+
+
+def test_decode_without_attention_mask_means_real_tokens(tiny_model):
+    """Decoding with attention_mask=None (the rollout's fast path: the mask is a view of the cache)
+    equals passing a mask of ones, and both equal the full forward."""
+    ids, mask = padded_batch(tiny_model.config.vocab_size, [8, 5], left=True)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    outs = []
+    with torch.no_grad():
+        full = tiny_model(ids, attention_mask=mask)
+        for explicit in (True, False):
+            cache = tiny_model.new_cache(2, ids.shape[1])
+            tiny_model(ids[:, :4], attention_mask=mask[:, :4], position_ids=pos[:, :4], cache=cache)
+            outs.append(torch.cat([tiny_model(ids[:, j:j + 1], position_ids=pos[:, j:j + 1], cache=cache,
+                                              attention_mask=torch.ones(2, 1) if explicit else None)
+                                   for j in range(4, ids.shape[1])], dim=1))
+    assert torch.equal(outs[0], outs[1])
+    assert (outs[1] - full[:, 4:]).abs().max() < 1e-5
