@@ -130,12 +130,6 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        if S == 1:
-            # Decoding one token: view the H query heads as G = H / H_kv queries of each kv head, so
-            # attention reads each cached key and value once: (B, H_kv, G, D) against (B, H_kv, K, D).
-            H_kv = k.shape[1]
-            out = F.scaled_dot_product_attention(q.reshape(B, H_kv, -1, hd), k, v, attn_mask=mask)
-            return self.o_proj(out.reshape(B, 1, -1))
         # mask None means plain causal attention over unpadded rows: the fast fused path.
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
