@@ -1,6 +1,6 @@
 """Rollout throughput: nanoatr.rollout.generate vs transformers' generate, same weights, same prompts.
 
-    python bench/rollout.py                          # both presets, batch 8 and 64 (~10 min on 2 cores)
+    python bench/rollout.py                          # both presets, batch 8 and 64 (~7 min on 2 cores)
     python bench/rollout.py --presets tiny --batches 64 --repeats 5
 
 A random transformers Qwen3ForCausalLM is saved to a temporary directory and loaded by
@@ -21,6 +21,9 @@ Presets:
 Also printed: the FLOP/s the rollout achieves (model FLOPs: 2 per multiply-add of every matrix
 product, attention included, lm_head only where a token is sampled) against the FLOP/s of a large
 float32 matrix product on the same machine in the same run -- the ceiling.
+
+On a shared machine, measure when `uptime` shows a load below 1.5: two torch threads waiting for a
+busy core make every small operation erratic (--threads 1 is steadier, but not the default setup).
 """
 import argparse
 import logging
