@@ -294,6 +294,18 @@ class Batch(NamedTuple):
     rewards: torch.Tensor      # (N,)
     advantages: torch.Tensor   # (N,)
     stopped: torch.Tensor      # (N,) ended by EOS or a stop string, not by the budget
+    sampler_logp: torch.Tensor | None  # (N, T) log-probs the sampler drew each token with (checked, not
+                                       # trained on); None for a batch that was not sampled (benchmarks)
+
+
+def minibatch_rows(cfg, step: int, epoch: int, rank: int, share: int) -> list[torch.Tensor]:
+    """This rank's row indices of each minibatch of an epoch: every minibatch takes the same number of
+    rows of every rollout chunk, shuffled per chunk (seeded by the chunk, wherever it was sampled)."""
+    G, C = cfg.group_size, cfg.rollout_batch or share
+    per_chunk = C * G // cfg.minibatches  # rows each rollout chunk gives a minibatch
+    perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
+        chunk_seed(cfg, step, (rank * share) // C + c, salt=1 + epoch))) for c in range(share // C)]
+    return [torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms]) for m in range(cfg.minibatches)]
 
 
 def rollout(run: Run, problems, step) -> Batch:
@@ -318,6 +330,7 @@ def rollout(run: Run, problems, step) -> Batch:
     T = max(out.tokens.shape[1] for out in chunks)  # chunks stop at their own longest row
     tokens = torch.cat([F.pad(out.tokens, (0, T - out.tokens.shape[1]), value=pad) for out in chunks])
     mask = torch.cat([F.pad(out.mask, (0, T - out.mask.shape[1])) for out in chunks])
+    sampler_logp = torch.cat([F.pad(out.logprobs, (0, T - out.logprobs.shape[1])) for out in chunks])
     mask, by_stop = truncate_at_stop(tok, tokens, mask, cfg.stop)  # later tokens masked; kept ones unchanged
     lengths = mask.sum(-1)
     last = tokens.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
@@ -326,7 +339,7 @@ def rollout(run: Run, problems, step) -> Batch:
     rewards = torch.tensor([float(verify(cut_at_stop(t, cfg.stop), g)) for t, g in zip(texts, golds)])
     advantages = group_advantages(rewards, G, normalize_std=cfg.std_normalize).to(d.device)
     prompt_ids, prompt_mask = left_pad(prompts, pad, d.device)
-    return Batch(prompt_ids, prompt_mask, tokens, mask, rewards, advantages, stopped)
+    return Batch(prompt_ids, prompt_mask, tokens, mask, rewards, advantages, stopped, sampler_logp)
 
 
 def train_step(run: Run, problems, step):
@@ -344,40 +357,52 @@ def optimize(run: Run, b: Batch, step):
     """Old log-probs, then epochs x minibatches optimizer steps on a rollout batch."""
     cfg, d = run.cfg, run.d
     G, share = cfg.group_size, cfg.prompts_per_step // d.world
-    C = cfg.rollout_batch or share
 
-    # 2. Old log-probs: one no-grad forward per micro-batch, the same shapes the update will use,
-    #    so that the first minibatch sees a ratio of exactly 1; the reference's, if there is a KL penalty.
+    # 2. Old log-probs: pi_old's log-probs of every completion token, frozen before the first update.
+    #    The first minibatch needs no extra pass: its update's forward runs before any optimizer step,
+    #    so its log-probs, detached, are pi_old's bit for bit (the ratio starts at exactly 1). The other
+    #    rows get one no-grad forward here, with the training forward (not the sampler's numbers, which
+    #    come from other kernels and shapes), in micro-batches of the update's size.
     run.model.train()
     N = share * G                        # this rank's rows
     mb = N // cfg.minibatches            # this rank's rows per minibatch
     micro = cfg.micro_batch or mb
-    per_chunk = C * G // cfg.minibatches  # rows each rollout chunk gives a minibatch
     needs_kl = cfg.clip in NEEDS_FULL_KL  # these compare whole next-token distributions, not one token
-    slices = [slice(i, i + micro) for i in range(0, N, micro)]
+    order = [minibatch_rows(cfg, step, epoch, d.rank, share) for epoch in range(cfg.epochs)]
+    rest = torch.ones(N, dtype=torch.bool)
+    rest[order[0][0]] = False
+    rest = rest.nonzero()[:, 0]
+    # pi_old's distributions are kept as hidden states (B, T, D), far smaller than (B, T, V) log-probs,
+    # plus the lm_head weight as it was when full fine-tuning moves it too.
+    old_logp = old_hidden = None
+    head = run.model.lm_head.weight
+    old_weight = head.detach().clone() if needs_kl and head.requires_grad else None
+
+    def keep(rows, logp, hidden):
+        nonlocal old_logp, old_hidden
+        if old_logp is None:
+            old_logp = logp.new_zeros((N, *logp.shape[1:]))
+            old_hidden = hidden.new_zeros((N, *hidden.shape[1:])) if needs_kl else None
+        old_logp[rows] = logp
+        if needs_kl:
+            old_hidden[rows] = hidden
+
     with torch.no_grad():
-        old = [run.policy(b.prompt_ids[s], b.prompt_mask[s], b.tokens[s], cfg.temperature, return_hidden=needs_kl)
-               for s in slices]
-        old_logp = torch.cat([o[0] for o in old])
-        # pi_old's distributions are kept as hidden states (B, T, D), far smaller than (B, T, V) log-probs,
-        # plus the lm_head weight as it was when full fine-tuning moves it too.
-        old_hidden = torch.cat([o[2] for o in old]) if needs_kl else None
-        head = run.model.lm_head.weight
-        old_weight = head.detach().clone() if needs_kl and head.requires_grad else None
+        for i in range(0, len(rest), micro):
+            rows = rest[i:i + micro]
+            logp, _, *hidden = run.policy(b.prompt_ids[rows], b.prompt_mask[rows], b.tokens[rows], cfg.temperature,
+                                          return_hidden=needs_kl)
+            keep(rows, logp, hidden[0] if needs_kl else None)
+        slices = [slice(i, i + micro) for i in range(0, N, micro)]
         ref_logp = torch.cat([run.ref.logprobs(b.prompt_ids[s], b.prompt_mask[s], b.tokens[s], cfg.temperature)
                               for s in slices]) if run.ref else None
-    del old
 
     # 3. Updates: epochs x minibatches optimizer steps, each normalised over its whole minibatch on all ranks.
-    #    A minibatch takes the same rows of every rollout chunk, shuffled per chunk, wherever the chunk is.
     stats, losses, grad_norms, first = [], [], [], True
     agg = "seq-mean-token-mean" if cfg.clip in SEQUENCE_LEVEL else cfg.aggregation
     noise = torch.Generator().manual_seed(cfg.seed * 31 + step + (d.rank << 32))  # clip-cov's random picks
     for epoch in range(cfg.epochs):
-        perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
-            chunk_seed(cfg, step, (d.rank * share) // C + c, salt=1 + epoch))) for c in range(share // C)]
-        for m in range(cfg.minibatches):
-            idx = torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms])
+        for idx in order[epoch]:
             run.opt.zero_grad(set_to_none=True)
             n_tokens = distributed.all_sum(float(b.mask[idx].sum()), d)  # the whole minibatch's, over all ranks
             counts = dict(num_sequences=mb * d.world, num_tokens=n_tokens, max_new_tokens=cfg.max_new_tokens)
@@ -387,8 +412,11 @@ def optimize(run: Run, b: Batch, step):
                 with distributed.accumulating(run.policy, sync=j + micro >= mb):
                     logp, entropy, *hidden = run.policy(b.prompt_ids[sel], b.prompt_mask[sel], b.tokens[sel],
                                                         cfg.temperature, with_entropy=True, return_hidden=needs_kl)
-                    if first:
-                        check_ratio_is_one(logp, old_logp[sel], mask)
+                    gap = 0.0  # max |logp - sampler's logp|, measured on the first minibatch (max over all = it)
+                    if first:  # no update yet: this forward is pi_old's
+                        keep(sel, logp.detach(), hidden[0].detach() if needs_kl else None)
+                        if b.sampler_logp is not None:
+                            gap = check_sampler_agrees(logp, b.sampler_logp[sel], mask, cfg.dtype)
                     extra = {"full_kl": full_kl(hidden[0], old_hidden[sel], run.model.lm_head.weight,
                                                 old_weight=old_weight, temperature=cfg.temperature)} if needs_kl else {}
                     loss, metrics = policy_loss(cfg.clip, logp, old_logp[sel], b.advantages[sel], mask, agg=agg,
@@ -403,7 +431,7 @@ def optimize(run: Run, b: Batch, step):
                 losses.append(loss.item())
                 stats.append({**{k: v.item() for k, v in metrics.items()},
                               "entropy": float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1)),
-                              "_tokens": float(mask.sum())})
+                              "sampler_logp_gap_max": gap, "_tokens": float(mask.sum())})
             first = False
             params = [p for group in run.opt.param_groups for p in group["params"]]
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or math.inf)))
@@ -439,12 +467,19 @@ def merge_stats(stats: list[dict]) -> dict:
     return out
 
 
-def check_ratio_is_one(logp, old_logp, mask):
-    """Before any update the policy is pi_old, so w = 1 exactly; anything else is a scoring bug."""
-    gap = ((logp.detach() - old_logp).abs() * mask).max().item()
-    if gap > 1e-5:
-        raise RuntimeError(f"first-minibatch log-ratio is {gap:.2e}, not 0: the log-probs are not exact "
-                           "(dropout on? different shapes between scoring passes?)")
+def check_sampler_agrees(logp, sampler_logp, mask, dtype: str) -> float:
+    """Max |log-prob the trainer scores - log-prob the sampler drew with| over real tokens.
+
+    Both are pi_old's log-probs of the same tokens, computed by different code (a full forward vs the
+    KV-cache decode), so they agree up to rounding: ~1e-5 in float32, ~1e-2 in bfloat16. A larger gap is a
+    bug -- a temperature applied on one side only, dropout, completions shifted by a token -- and fails
+    loudly rather than training on wrong ratios.
+    """
+    gap = float(((logp.detach() - sampler_logp).abs() * mask).max()) if mask.any() else 0.0
+    if gap > (1e-3 if dtype == "float32" else 0.5):
+        raise RuntimeError(f"the trainer's log-probs differ from the sampler's by up to {gap:.2e}: they score "
+                           "different distributions (temperature? dropout? completions misaligned?)")
+    return gap
 
 
 def load_policy(cfg: TrainConfig, ckpt: Path | None, device):

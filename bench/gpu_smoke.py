@@ -7,8 +7,9 @@
 Each step is what train.py does after loading a checkpoint: rollout.generate with the KV cache (random
 prompts; the random model rarely stops, so every row runs to --max-new-tokens), random 0/1 rewards,
 then train.optimize (old log-probs, forward/backward under bf16 autocast with gradient checkpointing,
-the torch.compile'd kl3 loss, AdamW). It checks that the first ratio is exactly 1 (train.optimize
-raises otherwise) and that the loss is finite, and prints time per phase and peak GPU memory.
+the torch.compile'd kl3 loss, AdamW). It checks that the trainer's log-probs agree with the sampler's
+(train.optimize raises otherwise; the largest gap is printed) and that the loss is finite, and prints
+time per phase and peak GPU memory.
 No checkpoint or tokenizer is needed: nothing is downloaded.
 """
 import argparse
@@ -95,7 +96,8 @@ def main(argv=None):
         rewards = torch.randint(0, 2, (len(prompts),)).float()
         prompt_ids, prompt_mask = left_pad(prompts, 0, d.device)
         batch = train.Batch(prompt_ids, prompt_mask, out.tokens, out.mask, rewards,
-                            group_advantages(rewards, G).to(d.device), torch.zeros(len(prompts), dtype=torch.bool))
+                            group_advantages(rewards, G).to(d.device), torch.zeros(len(prompts), dtype=torch.bool),
+                            out.logprobs)
         stats, losses, grad_norms = train.optimize(run, batch, step)
         if d.device.type == "cuda":
             torch.cuda.synchronize(d.device)
@@ -107,7 +109,7 @@ def main(argv=None):
         mem = f"  peak {torch.cuda.max_memory_allocated(d.device) / 2**30:.1f} GiB" if d.device.type == "cuda" else ""
         say(f"step {step + 1}: rollout {t_rollout:6.1f} s ({tokens / t_rollout:7.0f} tok/s)  train {t_train:6.1f} s"
             f"  loss {row['loss']:+.2e}  kl3 {row['kl3']:.2e}  ratio [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]"
-            f"  grad_norm {row['grad_norm']:.3f}{mem}", flush=True)
+            f"  grad_norm {row['grad_norm']:.3f}  sampler gap {row['sampler_logp_gap_max']:.1e}{mem}", flush=True)
     say("ok")
     distributed.shutdown()
     return 0

@@ -10,11 +10,10 @@ AdamW), each timed on its own:
   rollout      sample G completions per prompt (KV cache; stops when every row has hit EOS)
   reward       decode and grade every completion
   advantages   group advantages (Dr. GRPO) and the left-padded prompt batch
-  old logp     no-grad forward of the rollout policy over the rows of minibatches 2.. (pi_old's
-               log-probs, recomputed with the update's shapes: the ratio starts at exactly 1)
-  old logp (mb 1)  the same for minibatch 1's rows: train.py computes it today, but it need not --
-               before the first optimizer step the update's own log-probs are pi_old's, bit for bit.
-               Timed apart and left out of the step total (printed with it as "today").
+  old logp     no-grad forward of the rollout policy (pi_old's log-probs, recomputed with the training
+               forward). Ours, as train.py, scores only the rows of minibatches 2..: before the first
+               optimizer step the update's own log-probs are pi_old's, bit for bit. The reference
+               scores every row first, as most GRPO code does.
   update fwd   forward with gradients: log-probs and entropy (chunked) + the clipped loss
   backward     loss.backward()
   optimizer    gradient-norm clipping + AdamW step
@@ -45,10 +44,12 @@ from nanoatr.rollout import Rollout, generate, left_pad, sampling_logprobs, scor
 from nanoatr.tokenizer import encode_prompts, load_tokenizer, stop_token_ids  # noqa: E402
 from nanoatr.verifier import verify  # noqa: E402
 
-PHASES = ["rollout", "reward", "advantages", "old logp (mb 1)", "old logp", "update fwd", "backward", "optimizer"]
+PHASES = ["rollout", "reward", "advantages", "old logp", "update fwd", "backward", "optimizer"]
 
 
 class Ours:
+    rescore_first = False  # minibatch 1's old log-probs are its update's own, detached
+
     def __init__(self, path):
         self.model = Qwen3.from_pretrained(path)
 
@@ -62,6 +63,7 @@ class Ours:
 
 class Reference:
     """The same policy as a transformers model, used the way most GRPO code uses it."""
+    rescore_first = True
 
     def __init__(self, path):
         from transformers import Qwen3ForCausalLM
@@ -116,28 +118,27 @@ def one_step(policy, opt, problems, tok, stop_ids, args, step, tokens_from=None)
     prompt_ids, prompt_mask = left_pad(prompts, pad)
     t["advantages"] = time.perf_counter() - t0
 
-    # Old log-probs minibatch by minibatch, in the order the updates will take them, so that the
-    # first minibatch's share is timed apart: train.py computes it today ("old logp (mb 1)"); it
-    # need not, since before the first optimizer step the update's own log-probs are pi_old's.
+    # Old log-probs minibatch by minibatch, in the order the updates will take them.
     policy.model.train()
     mb = N // args.minibatches
     order = torch.randperm(N, generator=torch.Generator().manual_seed(step))
     idxs = [order[m * mb:(m + 1) * mb] for m in range(args.minibatches)]
     old_logp = torch.zeros(tokens.shape)
+    t0 = time.perf_counter()
     for m, idx in enumerate(idxs):
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            old_logp[idx] = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], args.temperature)[0]
-        key = "old logp (mb 1)" if m == 0 else "old logp"
-        t[key] = t.get(key, 0.0) + time.perf_counter() - t0
-    t.setdefault("old logp", 0.0)
+        if m > 0 or policy.rescore_first:
+            with torch.no_grad():
+                old_logp[idx] = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], args.temperature)[0]
+    t["old logp"] = time.perf_counter() - t0
 
     for k in ("update fwd", "backward", "optimizer"):
         t[k] = 0.0
-    for idx in idxs:
+    for m, idx in enumerate(idxs):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         logp, entropy = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], args.temperature, with_entropy=True)
+        if m == 0 and not policy.rescore_first:
+            old_logp[idx] = logp.detach()
         loss, _ = policy_loss("kl3", logp, old_logp[idx], advantages[idx], mask[idx], num_sequences=mb,
                               num_tokens=int(mask[idx].sum()), max_new_tokens=args.max_new_tokens,
                               compile=args.compile_loss, delta=0.07)
@@ -157,13 +158,11 @@ def one_step(policy, opt, problems, tok, stop_ids, args, step, tokens_from=None)
 
 
 def report(name, times, n_tokens, rollout_tokens):
-    """Print the phases; returns the medians and the step time without minibatch 1's old log-probs."""
+    """Print the phases; returns the medians and the step time."""
     med = {k: statistics.median(x[k] for x in times) for k in PHASES}
-    today = sum(med.values())
-    total = today - med["old logp (mb 1)"]
-    print(f"\n{name}: {total:.3f} s per step ({today:.3f} s with minibatch 1's old log-probs, as train.py does "
-          f"today), {statistics.median(n_tokens) / total:.0f} completion tokens/s (rollout alone "
-          f"{statistics.median(rollout_tokens) / med['rollout']:.0f} tokens/s)")
+    total = sum(med.values())
+    print(f"\n{name}: {total:.3f} s per step, {statistics.median(n_tokens) / total:.0f} completion tokens/s "
+          f"(rollout alone {statistics.median(rollout_tokens) / med['rollout']:.0f} tokens/s)")
     for k in PHASES:
         print(f"  {k:16s} {med[k] * 1e3:8.1f} ms  {100 * med[k] / total:5.1f}%")
     return med, total
@@ -219,8 +218,7 @@ def main():
     update = ours["update fwd"] + ours["backward"] + ours["optimizer"]
     others = max(ours[k] for k in ("reward", "advantages", "old logp"))
     line = (f"summary: ours {totals['ours']:.3f} s/step = rollout {100 * ours['rollout'] / totals['ours']:.0f}% + "
-            f"update {100 * update / totals['ours']:.0f}%; largest other phase {100 * others / totals['ours']:.1f}%; "
-            f"minibatch 1's old log-probs would add {100 * ours['old logp (mb 1)'] / totals['ours']:.1f}%")
+            f"update {100 * update / totals['ours']:.0f}%; largest other phase {100 * others / totals['ours']:.1f}%")
     if args.reference:
         line += f"; transformers {totals['transformers']:.3f} s/step ({totals['transformers'] / totals['ours']:.2f}x ours)"
     print(line)

@@ -50,7 +50,7 @@ def child(variant: str, rows: int, T: int, V: int, D: int, lora_rank: int) -> di
     rewards = torch.randint(0, 2, (rows,), generator=g).float()
     batch = train.Batch(torch.randint(0, V, (rows, 16), generator=g), torch.ones(rows, 16, dtype=torch.bool),
                         torch.randint(0, V, (rows, T), generator=g), torch.ones(rows, T, dtype=torch.bool),
-                        rewards, torch.randn(rows, generator=g), torch.ones(rows, dtype=torch.bool))
+                        rewards, torch.randn(rows, generator=g), torch.ones(rows, dtype=torch.bool), None)
     before = rss_mb()
     t0 = time.perf_counter()
     train.optimize(run, batch, step=0)

@@ -55,11 +55,41 @@ def test_one_update_per_rollout_warns(tmp_path, capsys):
     assert "the ratio is exactly 1" in capsys.readouterr().err
 
 
-def test_ratio_check_fails_loudly():
-    logp = torch.zeros(2, 3)
-    train.check_ratio_is_one(logp, logp.clone(), torch.ones(2, 3))
-    with pytest.raises(RuntimeError, match="not exact"):
-        train.check_ratio_is_one(logp, logp + 1e-3, torch.ones(2, 3))
+def test_sampler_check_fails_loudly():
+    logp, mask = torch.zeros(2, 3), torch.tensor([[1.0, 1, 0], [1, 1, 1]])
+    assert train.check_sampler_agrees(logp, logp + 1e-6, mask, "float32") == pytest.approx(1e-6)
+    shifted = logp.clone()
+    shifted[0, 2] = 5.0  # a padding slot: not compared
+    assert train.check_sampler_agrees(logp, shifted, mask, "float32") == 0.0
+    with pytest.raises(RuntimeError, match="differ from the sampler"):
+        train.check_sampler_agrees(logp, logp + 1e-2, mask, "float32")
+    assert train.check_sampler_agrees(logp, logp + 1e-2, mask, "bfloat16") == pytest.approx(1e-2)
+
+
+def test_first_minibatch_is_scored_once_and_ratios_start_at_one(tmp_path, monkeypatch):
+    """pi_old's log-probs of the first minibatch come from its own update forward: the no-grad pass
+    scores only the other rows, and the first minibatch's ratios are exactly 1."""
+    scored, ratios = [], []
+    import nanoatr.rollout
+    real_score, real_loss = nanoatr.rollout.score, train.policy_loss
+
+    def counting_score(model, prompt_ids, *args, **kw):
+        if not torch.is_grad_enabled():
+            scored.append(len(prompt_ids))
+        return real_score(model, prompt_ids, *args, **kw)
+
+    def recording_loss(method, logp, old_logp, *args, **kw):
+        ratios.append((logp.detach() - old_logp).abs().max().item())
+        return real_loss(method, logp, old_logp, *args, **kw)
+
+    monkeypatch.setattr(nanoatr.rollout, "score", counting_score)
+    monkeypatch.setattr(train, "policy_loss", recording_loss)
+    rows = run(tmp_path, "--name", "once", "--steps", "1", "--minibatches", "4", "--epochs", "2",
+               "--prompts-per-step", "4", "--group-size", "4")
+    assert sum(scored) == 16 - 4  # 16 rows, the first minibatch's 4 not rescored
+    assert ratios[0] == 0.0 and max(ratios[1:]) > 0  # later minibatches see the updated policy
+    gap = [r for r in rows if "loss" in r][0]["sampler_logp_gap_max"]
+    assert 0 < gap < 1e-4  # the KV-cache sampler and the training forward agree to rounding
 
 
 def test_prompt_order_visits_every_problem_once_per_pass():
