@@ -19,7 +19,9 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     results = json.loads((tmp_path / "results.json").read_text())
     assert sorted(r["seed"] for r in results) == [0, 1] and all(0 <= r["mean@k"] <= 100 for r in results)
     cfg = json.loads((tmp_path / "kl3-s1/config.json").read_text())
-    assert (cfg["seed"], cfg["minibatches"], cfg["epochs"], cfg["eval_k"]) == (1, 2, 2, 2)  # SETTINGS, then ours
+    settings = dict(zip(sweep.SETTINGS[::2], sweep.SETTINGS[1::2]))
+    assert (cfg["minibatches"], cfg["epochs"]) == (int(settings["--minibatches"]), int(settings["--epochs"]))
+    assert (cfg["seed"], cfg["eval_k"]) == (1, 2)  # SETTINGS, then ours
     root = ET.parse(tmp_path / "curves.svg").getroot()
     runs = {p.get("data-run") for p in root.iter(SVG + "path") if p.get("class") == "curve"}
     assert runs == {"kl3 s0", "kl3 s1"}
