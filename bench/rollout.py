@@ -18,6 +18,11 @@ Presets:
   100m   hidden 768, 12 layers, 12 heads, 4 kv heads, head_dim 64, FFN 2048, vocabulary 32,000,
          tied embeddings (100M parameters): matrix products dominate
 
+With --profile, also where each side's time goes (matrix products, attention, sampling, KV-cache
+concatenation, the rest) and the bound that sets on the speed-up: the same kernels do the matrix
+products and the attention on both sides, so ours cannot beat transformers by more than transformers'
+time over ours' matmul-plus-attention time.
+
 Also printed: the FLOP/s the rollout achieves (model FLOPs: 2 per multiply-add of every matrix
 product, attention included, lm_head only where a token is sampled) against the FLOP/s of a large
 float32 matrix product on the same machine in the same run -- the ceiling.
@@ -102,6 +107,18 @@ def matmul_flops_per_s(n: int = 2048, repeats: int = 5) -> float:
     return 2 * n ** 3 / statistics.median(times)
 
 
+def memory_bytes_per_s(n: int = 1 << 27, repeats: int = 5) -> float:
+    """Bytes per second of summing a 512 MB float32 tensor: how fast this core streams memory."""
+    x = torch.ones(n)
+    x.sum()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t0)
+    return 4 * n / statistics.median(times)
+
+
 def time_all(hf, ours, prompts, new_tokens, warmup, repeats, samplers):
     """Median seconds of transformers' generate and of ours with each sampler, interleaved."""
     ids, mask = hf_inputs(prompts)
@@ -128,6 +145,22 @@ def time_all(hf, ours, prompts, new_tokens, warmup, repeats, samplers):
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+GROUPS = {"matmul": ("aten::mm", "aten::addmm", "aten::bmm"), "attention": ("scaled_dot_product",),
+          "sampling": ("aten::exponential_", "aten::multinomial", "aten::searchsorted", "aten::rand"),
+          "KV cat": ("aten::cat",)}
+
+
+def profile_seconds(run) -> dict:
+    """Self CPU seconds of one run by kind of operation (torch.profiler), and the total."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    times = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()}
+    out = {g: sum(t for k, t in times.items() if any(n in k for n in names)) for g, names in GROUPS.items()}
+    out["other"] = sum(times.values()) - sum(out.values())
+    return out | {"total": sum(times.values())}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--presets", default="tiny,100m", help="comma-separated: " + ", ".join(PRESETS))
@@ -139,6 +172,10 @@ def main():
     ap.add_argument("--samplers", default="multinomial,inverse-cdf",
                     help="comma-separated generate(sampler=...) values to time ours with")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile one run of each side: where the time goes, and the speed-up over "
+                         "transformers that ours could reach if everything but its matrix products and "
+                         "attention took no time")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -148,7 +185,8 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads; "
           f"{args.new_tokens} new tokens, prompts {lo}-{hi} tokens, sampling T=1, medians of {args.repeats}")
     ceiling = matmul_flops_per_s()
-    print(f"ceiling: 2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s")
+    print(f"ceiling: 2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s; streaming memory "
+          f"{memory_bytes_per_s() / 1e9:.1f} GB/s")
     summary = []
     for preset in args.presets.split(","):
         with tempfile.TemporaryDirectory() as tmp:
@@ -165,6 +203,21 @@ def main():
                 print(f"             ours ({sampler:11s}) {n / t[sampler]:8.0f} tok/s   ratio {ratio:4.2f}x   "
                       f"{flops / t[sampler] / 1e9:6.2f} GFLOP/s = {100 * flops / t[sampler] / ceiling:4.1f}% of matmul")
                 summary.append(f"{preset}/b{B}/{sampler} {ratio:.2f}x")
+            if args.profile:
+                ids, mask = hf_inputs(prompts)
+                secs = {
+                    "ours": profile_seconds(lambda: generate(ours, prompts, args.new_tokens, temperature=1.0,
+                                                             eos_token_id=None, sampler=args.samplers.split(",")[0])),
+                    "transformers": profile_seconds(lambda: hf.generate(
+                        input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens, do_sample=True,
+                        temperature=1.0, top_k=0, top_p=1.0, use_cache=True))}
+                for side, sec in secs.items():
+                    print(f"             {side:12s} time in " + ", ".join(
+                        f"{k} {100 * sec[k] / sec['total']:.0f}%" for k in [*GROUPS, "other"]))
+                # The profiler slows small operations; the matmul and attention kernels it barely touches.
+                floor = secs["ours"]["matmul"] + secs["ours"]["attention"]
+                print(f"             bound: ours with only its matmuls and attention left would be "
+                      f"{t['transformers'] / floor:.2f}x transformers")
     ceiling_after = matmul_flops_per_s()
     print(f"\nceiling again: {ceiling_after / 1e9:.1f} GFLOP/s (a large drift means the load changed)")
     print("summary: ours vs transformers tokens/s: " + ", ".join(summary))
