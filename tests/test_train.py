@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import train
+from nanoatr.methods import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -123,7 +124,7 @@ def test_malformed_data_line_names_file_and_line(tmp_path, capsys):
     assert "bad.jsonl:2" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("method", sorted(train.METHODS))
+@pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_trains_end_to_end(tmp_path, method):
     rows = run(tmp_path, "--name", "m", "--steps", "1", "--clip", method, "--lr", "1e-3", "--eval-limit", "1")
     step = [r for r in rows if "loss" in r][0]
