@@ -182,7 +182,7 @@ def main(argv=None):
                 rows = sample_and_grade(model, tok, problems, n, max_new_tokens=cfg.max_new_tokens,
                                         temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                                         stop_ids=stop_ids, batch_size=cfg.batch_size,
-                                        seed=cfg.seed, prompt_kw=prompt_kw, skip=skip)
+                                        seed=cfg.seed, prompt_kw=prompt_kw, skip=skip, stops=cfg.stop)
                 with precision():  # sampling happens as the rows are drawn, so inside the context
                     for row in rows:
                         row = {"benchmark": name, **apply_stop(row, tok, cfg.stop)}

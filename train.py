@@ -33,8 +33,8 @@ from nanoatr.metrics import summarize, verdicts_by_problem
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.reference import Reference, kl_to_reference
 from nanoatr.rollout import generate, left_pad
-from nanoatr.tokenizer import (TokenizerError, apply_stop, cut_at_stop, encode_prompts, load_tokenizer, stop_token_ids,
-                               truncate_at_stop)
+from nanoatr.tokenizer import (TokenizerError, apply_stop, cut_at_stop, encode_prompts, load_tokenizer,
+                               stop_string_check, stop_token_ids, truncate_at_stop)
 from nanoatr.train_config import TrainConfig, apply_preset, hparam_flags, preset_help, resolve, resumed_config
 from nanoatr.verifier import verify
 
@@ -82,7 +82,7 @@ def run_eval(run: Run, eval_sets, step, log):
                                          max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens,
                                          temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
                                          stop_ids=run.stop_ids, seed=cfg.seed, prompt_kw=run.prompt_kw,
-                                         progress=False))
+                                         progress=False, stops=cfg.stop))
         rows = sorted(distributed.all_gather([apply_stop(r, run.tok, cfg.stop) for r in rows], d),
                       key=lambda r: (r["problem_id"], r["sample"]))
         summary = summarize(verdicts_by_problem(rows), [k])
@@ -163,7 +163,8 @@ def rollout(run: Run, problems, step) -> Batch:
         with run.precision():
             chunks.append(generate(run.model, prompts[c * C * G:(c + 1) * C * G], cfg.max_new_tokens,
                                    temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                                   eos_token_id=run.stop_ids, generator=g, pad_id=pad))
+                                   eos_token_id=run.stop_ids, generator=g, pad_id=pad,
+                                   stop=stop_string_check(tok, cfg.stop)))
     T = max(out.tokens.shape[1] for out in chunks)  # chunks stop at their own longest row
     tokens = torch.cat([F.pad(out.tokens, (0, T - out.tokens.shape[1]), value=pad) for out in chunks])
     mask = torch.cat([F.pad(out.mask, (0, T - out.mask.shape[1])) for out in chunks])

@@ -10,19 +10,20 @@ from tqdm import tqdm
 
 from nanoatr.metrics import summarize
 from nanoatr.rollout import generate
-from nanoatr.tokenizer import encode_prompts
+from nanoatr.tokenizer import encode_prompts, stop_string_check
 from nanoatr.verifier import verify
 
 
 def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int, temperature: float = 1.0,
                      top_p: float = 1.0, top_k: int = 0, stop_ids=None, batch_size: int = 256, seed: int = 0,
                      prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(),
-                     desc: str = "sampling"):
+                     desc: str = "sampling", stops=()):
     """Yield one dict per completion: problem_id, sample, completion, gold, correct, length, truncated.
 
     Work is flattened to (problem, sample) pairs and cut into fixed batches, each sampled with its
     own seed; pairs in `skip` (eval.py --resume) are not yielded again. Because the batches do not
     depend on what was skipped, a resumed evaluation draws exactly the samples of an uninterrupted one.
+    `stops` (stop strings) only end a batch's decoding sooner; the caller cuts the text (apply_stop).
     """
     stop_ids = stop_ids if stop_ids is not None else [tokenizer.eos_token_id]
     prompts = encode_prompts(tokenizer, problems, **(prompt_kw or {}))
@@ -38,7 +39,7 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
             g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed * 1_000_003 + start)
             out = generate(model, [prompts[i] for i, _ in batch], max_new_tokens, temperature=temperature,
                            top_p=top_p, top_k=top_k, eos_token_id=stop_ids, generator=g,
-                           pad_id=tokenizer.pad_token_id or 0)
+                           pad_id=tokenizer.pad_token_id or 0, stop=stop_string_check(tokenizer, stops))
             lengths = out.mask.sum(-1).tolist()
             for (i, j), toks, length in zip(batch, out.tokens.tolist(), lengths):
                 if (i, j) in skip:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 SAMPLERS = ("multinomial", "inverse-cdf")
 BLOCK = 128  # tokens per block of the inverse-CDF sampler's first level
+STOP_EVERY = 16  # decode steps between two checks of the `stop` callable (it decodes text: not every step)
 
 
 class Rollout(NamedTuple):
@@ -95,19 +96,23 @@ def locate(cdf, u):
 
 def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0,
-             sampler: str = "multinomial") -> Rollout:
+             sampler: str = "multinomial", stop=None) -> Rollout:
     """Sample a completion for every prompt. Returns Rollout(tokens, logprobs, mask), each (B, T).
 
     T is at most max_new_tokens; decoding stops early once every row has emitted an EOS.
     eos_token_id is an int, a list of ints, or None (never stop before the budget).
     sampler: how tokens are drawn (see `draw`); "inverse-cdf" is much faster on CPU at large vocabularies.
+    stop: optional callable, (list of rows' token ids so far) -> list of bools, "this row's text holds a
+    stop string" (tokenizer.stop_string_check). Checked every STOP_EVERY steps, it only lets decoding end
+    sooner: the mask still runs to the EOS, and the caller cuts after the stop string
+    (tokenizer.truncate_at_stop), so the tokens returned are a prefix of those drawn without it.
     """
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
     device = model.lm_head.weight.device
     eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []), device=device)
     tokens, logprobs = decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, generator, pad_id,
-                              sampler)
+                              sampler, stop)
     # Which tokens count (up to each row's first EOS) is worked out once here, not per step. Outside
     # inference mode, so that the results are ordinary tensors autograd may save (e.g. as targets).
     is_eos = torch.isin(tokens, eos)
@@ -116,7 +121,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
 
 
 @torch.inference_mode()
-def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, generator, pad_id, sampler):
+def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, generator, pad_id, sampler, stop=None):
     """The decode loop: raw draws (B, T) and their log-probs (B, T), every row decoded to the end.
 
     A row that has finished keeps decoding its own (discarded) tokens, which cannot affect the other
@@ -146,8 +151,12 @@ def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, gener
         logprobs[:, t:t + 1] = logp.gather(1, tok)
         if len(eos):
             done |= torch.isin(tok[:, 0], eos)
-            if bool(done.all()):
-                return tokens[:, :t + 1], logprobs[:, :t + 1]
+        if stop is not None and (t + 1) % STOP_EVERY == 0:
+            rows = (~done).nonzero()[:, 0].tolist()
+            hit = stop(tokens[rows, :t + 1].tolist()) if rows else []
+            done[[r for r, h in zip(rows, hit) if h]] = True
+        if (len(eos) or stop is not None) and bool(done.all()):
+            return tokens[:, :t + 1], logprobs[:, :t + 1]
         if t + 1 < max_new_tokens:
             # Decode: one token per row; attention_mask None = a real token (the cache's mask is a view).
             logits = model.lm_head(model.hidden(tok, position_ids=next_pos, cache=cache)[:, 0])
@@ -165,7 +174,7 @@ def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entro
     vocabulary runs chunk by chunk (loss.token_logprobs), never as a full (B, T, V) tensor.
     """
     from nanoatr.loss import token_logprobs
-    P, T = prompt_ids.shape[1], tokens.shape[1]
+    P = prompt_ids.shape[1]
     ids = torch.cat([prompt_ids, tokens], dim=1)
     # Completion slots after a row's EOS hold padding; attending to it cannot change earlier
     # positions (causal), so every completion slot is marked real here.

@@ -7,7 +7,9 @@ filled in. The embedded default's template is simply "question=".
 A sample stops at an EOS token (the tokenizer's and generation_config.json's) or, for base models
 that never emit one, after the first of the `--stop` strings. Stop strings are applied after
 sampling: the completion is cut after the token that completes the string and later tokens are
-masked out. The kept tokens are exactly the sampled ones, so their log-probs stay exact.
+masked out. The kept tokens are exactly the sampled ones, so their log-probs stay exact. While
+sampling, `stop_string_check` lets the batch end once every row holds a stop string (checked every
+rollout.STOP_EVERY tokens) instead of running to the budget.
 """
 import json
 from pathlib import Path
@@ -102,6 +104,15 @@ def apply_stop(row: dict, tokenizer, stops) -> dict:
     if length is None:
         return row
     return {**row, "completion": text, "length": length, "truncated": False, "correct": bool(verify(text, row["gold"]))}
+
+
+def stop_string_check(tokenizer, stops):
+    """For rollout.generate(stop=...): rows of token ids -> whether each row's text holds a stop string.
+    None when there are no stop strings (nothing to check)."""
+    if not stops:
+        return None
+    return lambda rows: [find_stop(text, stops) is not None
+                         for text in tokenizer.batch_decode(rows, skip_special_tokens=True)]
 
 
 def truncate_at_stop(tokenizer, tokens, mask, stops):

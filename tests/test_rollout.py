@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from nanoatr.rollout import SAMPLERS, draw, filter_logits, generate, sampling_logprobs
+from nanoatr.rollout import SAMPLERS, STOP_EVERY, draw, filter_logits, generate, sampling_logprobs
 
 PROMPTS = [[5, 17, 3, 9, 22, 41, 8], [11, 2], [30, 31, 32, 33]]
 
@@ -67,6 +67,27 @@ def test_stops_early_when_all_rows_finish(tiny_model):
     free = generate(tiny_model, [PROMPTS[0]], max_new_tokens=10, temperature=0)
     out = generate(tiny_model, [PROMPTS[0]], max_new_tokens=10, temperature=0, eos_token_id=int(free.tokens[0, 2]))
     assert out.tokens.shape[1] <= 3
+
+
+def test_stop_callable_ends_decoding_sooner_and_changes_no_token(tiny_model):
+    """A row is done once the stop callable says so (checked every STOP_EVERY tokens); the batch ends
+    when every row is, and what was drawn is the prefix of what is drawn without the callable."""
+    n = 3 * STOP_EVERY
+    free = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5))
+    seen = []
+
+    def stop(rows):  # row 0 "holds a stop string" at the first check, the others at the second
+        seen.append(len(rows))
+        return [len(seen) > 1 or i == 0 for i in range(len(rows))]
+
+    out = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), stop=stop)
+    assert out.tokens.shape[1] == 2 * STOP_EVERY
+    assert seen == [len(PROMPTS), len(PROMPTS) - 1]  # a finished row is not checked again
+    assert torch.equal(out.tokens, free.tokens[:, :2 * STOP_EVERY])
+    assert torch.equal(out.logprobs, free.logprobs[:, :2 * STOP_EVERY])
+    never = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5),
+                     stop=lambda rows: [False] * len(rows))
+    assert torch.equal(never.tokens, free.tokens)
 
 
 def test_sampling_is_reproducible_with_a_generator(tiny_model):

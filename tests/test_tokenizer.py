@@ -4,7 +4,7 @@ import torch
 
 from nanoatr.data import Problem
 from nanoatr.tokenizer import (apply_stop, check_template, cut_completion, find_stop, format_prompt, load_tokenizer,
-                               truncate_at_stop)
+                               stop_string_check, truncate_at_stop)
 from tiny import make_model_dir
 
 # The part of Qwen3's chat template that matters here: messages in ChatML, and with enable_thinking
@@ -40,6 +40,13 @@ def test_find_stop_takes_the_earliest_end():
     assert find_stop("abc</answer>def", ["</answer>"]) == len("abc</answer>")
     assert find_stop("x=1;y=2", ["y=2", "=1"]) == 3  # "=1" ends first
     assert find_stop("nothing here", ["</answer>"]) is None and find_stop("abc", []) is None
+
+
+def test_stop_string_check_reads_each_rows_text(tok):
+    assert stop_string_check(tok, []) is None
+    check = stop_string_check(tok, ["=", "99"])
+    rows = [tok.encode(t, add_special_tokens=False) for t in ["1+2=3", "12", "4 99"]]
+    assert check(rows) == [True, False, True]
 
 
 def test_truncate_at_stop_masks_only_later_tokens(tok):

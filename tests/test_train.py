@@ -141,7 +141,10 @@ def test_ctrl_c_leaves_a_readable_checkpoint_and_metrics(tmp_path):
     from nanoatr.model import Qwen3
     cmd = [sys.executable, str(ROOT / "train.py"), *FAST, "--out-dir", str(tmp_path), "--name", "c",
            "--steps", "1000", "--save-every", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell's background job (CI scripts, `cmd &`) inherits SIGINT ignored, and Python then installs
+    # no KeyboardInterrupt handler: give the child the default disposition, as a terminal would.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics = tmp_path / "c/metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
