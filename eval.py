@@ -27,6 +27,7 @@ from nanoatr.data import DataError, load_problems
 from nanoatr.evaluate import sample_and_grade
 from nanoatr.metrics import summarize, verdicts_by_problem
 from nanoatr.model import ModelError
+from nanoatr.rollout import SAMPLERS
 from nanoatr.tokenizer import TokenizerError, apply_stop, check_template, load_tokenizer, stop_token_ids
 
 
@@ -44,6 +45,8 @@ class EvalConfig:
                              "embedded default was trained and is evaluated at 1.0")
     top_p: float = arg(1.0, "nucleus sampling; the paper evaluates at 0.95")
     top_k: int = arg(0, "top-k sampling (0 = off)")
+    sampler: str = arg("multinomial", "how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, "
+                       "much cheaper on CPU at large vocabularies, with other draws for a seed", choices=SAMPLERS)
     max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
                               "math models need thousands)")
     out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
@@ -181,7 +184,7 @@ def main(argv=None):
                       file=sys.stderr, flush=True)
                 rows = sample_and_grade(model, tok, problems, n, max_new_tokens=cfg.max_new_tokens,
                                         temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                                        stop_ids=stop_ids, batch_size=cfg.batch_size,
+                                        sampler=cfg.sampler, stop_ids=stop_ids, batch_size=cfg.batch_size,
                                         seed=cfg.seed, prompt_kw=prompt_kw, skip=skip, stops=cfg.stop)
                 with precision():  # sampling happens as the rows are drawn, so inside the context
                     for row in rows:

@@ -80,7 +80,7 @@ def run_eval(run: Run, eval_sets, step, log):
         with run.precision():
             rows = list(sample_and_grade(run.model, run.tok, problems, k, skip=others, batch_size=B,
                                          max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens,
-                                         temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
+                                         temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, sampler=cfg.sampler,
                                          stop_ids=run.stop_ids, seed=cfg.seed, prompt_kw=run.prompt_kw,
                                          progress=False, stops=cfg.stop))
         rows = sorted(distributed.all_gather([apply_stop(r, run.tok, cfg.stop) for r in rows], d),
@@ -162,7 +162,7 @@ def rollout(run: Run, problems, step) -> Batch:
         g = torch.Generator(device=d.device).manual_seed(chunk_seed(cfg, step, (d.rank * share) // C + c))
         with run.precision():
             chunks.append(generate(run.model, prompts[c * C * G:(c + 1) * C * G], cfg.max_new_tokens,
-                                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, sampler=cfg.sampler,
                                    eos_token_id=run.stop_ids, generator=g, pad_id=pad,
                                    stop=stop_string_check(tok, cfg.stop)))
     T = max(out.tokens.shape[1] for out in chunks)  # chunks stop at their own longest row

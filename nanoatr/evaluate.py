@@ -17,7 +17,7 @@ from nanoatr.verifier import verify
 def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int, temperature: float = 1.0,
                      top_p: float = 1.0, top_k: int = 0, stop_ids=None, batch_size: int = 256, seed: int = 0,
                      prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(),
-                     desc: str = "sampling", stops=()):
+                     desc: str = "sampling", stops=(), sampler: str = "multinomial"):
     """Yield one dict per completion: problem_id, sample, completion, gold, correct, length, truncated.
 
     Work is flattened to (problem, sample) pairs and cut into fixed batches, each sampled with its
@@ -38,7 +38,7 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
                 continue
             g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed * 1_000_003 + start)
             out = generate(model, [prompts[i] for i, _ in batch], max_new_tokens, temperature=temperature,
-                           top_p=top_p, top_k=top_k, eos_token_id=stop_ids, generator=g,
+                           top_p=top_p, top_k=top_k, eos_token_id=stop_ids, generator=g, sampler=sampler,
                            pad_id=tokenizer.pad_token_id or 0, stop=stop_string_check(tokenizer, stops))
             lengths = out.mask.sum(-1).tolist()
             for (i, j), toks, length in zip(batch, out.tokens.tolist(), lengths):

@@ -93,6 +93,20 @@ def test_first_minibatch_is_scored_once_and_ratios_start_at_one(tmp_path, monkey
     assert 0 < gap < 1e-4  # the KV-cache sampler and the training forward agree to rounding
 
 
+def test_sampler_flag_reaches_rollout_and_evaluation(tmp_path, monkeypatch):
+    import nanoatr.evaluate
+    used = []
+
+    def recording(generate):
+        return lambda *a, **kw: used.append(kw["sampler"]) or generate(*a, **kw)
+
+    monkeypatch.setattr(train, "generate", recording(train.generate))
+    monkeypatch.setattr(nanoatr.evaluate, "generate", recording(nanoatr.evaluate.generate))
+    run(tmp_path, "--name", "icdf", "--steps", "1", "--sampler", "inverse-cdf")
+    assert used and set(used) == {"inverse-cdf"}  # rollouts and both evaluations
+    assert json.loads((tmp_path / "icdf/config.json").read_text())["sampler"] == "inverse-cdf"
+
+
 def test_prompt_order_visits_every_problem_once_per_pass():
     seen = [i for step in range(5) for i in train.prompt_order(20, step, 4, seed=1)]
     assert sorted(seen) == list(range(20))
