@@ -27,7 +27,7 @@ from nanoatr.data import DataError, load_problems
 from nanoatr.evaluate import sample_and_grade
 from nanoatr.metrics import summarize, verdicts_by_problem
 from nanoatr.model import ModelError
-from nanoatr.rollout import SAMPLERS
+from nanoatr.rollout import SAMPLER_HELP, SAMPLERS
 from nanoatr.tokenizer import TokenizerError, apply_stop, check_template, load_tokenizer, stop_token_ids
 
 
@@ -45,8 +45,7 @@ class EvalConfig:
                              "embedded default was trained and is evaluated at 1.0")
     top_p: float = arg(1.0, "nucleus sampling; the paper evaluates at 0.95")
     top_k: int = arg(0, "top-k sampling (0 = off)")
-    sampler: str = arg("multinomial", "how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, "
-                       "much cheaper on CPU at large vocabularies, with other draws for a seed", choices=SAMPLERS)
+    sampler: str = arg("multinomial", SAMPLER_HELP, choices=SAMPLERS)
     max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
                               "math models need thousands)")
     out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
@@ -79,8 +78,8 @@ def check(cfg: EvalConfig) -> str | None:
         return f"--temperature must be >= 0 (got {cfg.temperature})"
     if not 0 < cfg.top_p <= 1:
         return f"--top-p must be in (0, 1] (got {cfg.top_p})"
-    if cfg.prompt_template is not None and check_template(cfg.prompt_template):
-        return check_template(cfg.prompt_template)
+    if cfg.prompt_template is not None and (problem := check_template(cfg.prompt_template)):
+        return problem
     if any(not s for s in cfg.stop):
         return "--stop: empty stop string"
     stems = [Path(f).stem for f in cfg.data]

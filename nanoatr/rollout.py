@@ -11,6 +11,8 @@ import torch.nn.functional as F
 
 SAMPLERS = ("multinomial", "inverse-cdf")
 BLOCK = 128  # tokens per block of the inverse-CDF sampler's first level
+SAMPLER_HELP = ("how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, much cheaper on CPU "
+                "at large vocabularies, with other draws for a seed")
 STOP_EVERY = 16  # decode steps between two checks of the `stop` callable (it decodes text: not every step)
 
 

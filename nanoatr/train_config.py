@@ -7,7 +7,7 @@ from pathlib import Path
 from nanoatr import lora
 from nanoatr.config import ConfigError, arg
 from nanoatr.loss import AGGREGATIONS, DEFAULTS, METHODS, check_hparams
-from nanoatr.rollout import SAMPLERS
+from nanoatr.rollout import SAMPLER_HELP, SAMPLERS
 from nanoatr.tokenizer import check_template
 
 @dataclass
@@ -42,8 +42,7 @@ class TrainConfig:
     temperature: float = arg(1.0, "sampling temperature of rollouts (and of the log-probs trained on)")
     top_p: float = arg(1.0, "nucleus sampling of rollouts")
     top_k: int = arg(0, "top-k sampling of rollouts (0 = off)")
-    sampler: str = arg("multinomial", "how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, "
-                       "much cheaper on CPU at large vocabularies, with other draws for a seed", choices=SAMPLERS)
+    sampler: str = arg("multinomial", SAMPLER_HELP, choices=SAMPLERS)
     stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base models)")
     system_prompt: str | None = arg(None, "system message for chat-template models")
     prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
