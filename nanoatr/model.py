@@ -16,6 +16,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 
+VOCAB_BLOCK = 1024  # vocabulary rows per block of Qwen3.logits on CPU
+
+
 class ModelError(ValueError):
     """A checkpoint directory that cannot be loaded; the message is one line for the user."""
 
@@ -203,7 +206,7 @@ class Qwen3(nn.Module):
             cache.valid[:, offset:offset + S] = True if attention_mask is None else attention_mask.bool()
             key_valid = cache.valid[:, :offset + S]  # (B, K)
             if S == 1 and attention_mask is None:
-                mask = key_valid[:, None, None, :]  # a view: a decode step builds no mask
+                mask = key_valid[:, None, None, :]  # a decode step needs no causal part
             elif offset == 0 and key_valid.all():
                 mask = None
             else:
@@ -218,6 +221,10 @@ class Qwen3(nn.Module):
             else:
                 position_ids = torch.arange(offset, offset + S, device=input_ids.device).expand(B, S)
         x = self.model.embed_tokens(input_ids)
+        if S == 1 and mask is not None:
+            # A decode step's mask is tiny, (B, 1, 1, K): made additive (0 / -inf) once here, because SDPA
+            # on CPU handles a boolean mask ~30% slower in every layer. Same maths: a score plus 0 is exact.
+            mask = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, float("-inf"))
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
         for i, block in enumerate(self.model.layers):
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
@@ -230,7 +237,17 @@ class Qwen3(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, cache: KVCache | None = None):
         """Logits (B, S, V). Training code should prefer `hidden` + chunked log-probs (see loss.py)."""
-        return self.lm_head(self.hidden(input_ids, attention_mask, position_ids, cache))
+        return self.logits(self.hidden(input_ids, attention_mask, position_ids, cache))
+
+    def logits(self, h):
+        """lm_head(h). On CPU, in blocks of VOCAB_BLOCK vocabulary rows: MKL runs the (N, D) x (D, V)
+        product of a 32k-152k vocabulary ~25% slower in one call than block by block (64 x 768 x 32k:
+        54 ms vs 41 ms on one core here, 64 x 1024 x 152k: 348 vs 263 ms), with bit-identical results.
+        This is the largest single product of a decode step of a small model."""
+        w = self.lm_head.weight
+        if w.device.type != "cpu" or w.shape[0] < 4 * VOCAB_BLOCK or torch.is_grad_enabled():
+            return self.lm_head(h)
+        return torch.cat([F.linear(h, w[i:i + VOCAB_BLOCK]) for i in range(0, w.shape[0], VOCAB_BLOCK)], dim=-1)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         p = self.lm_head.weight

@@ -79,7 +79,7 @@ def draw(probs, generator=None, sampler: str = "multinomial"):
     u = torch.rand(B, 1, dtype=torch.float64, generator=generator, device=probs.device)  # in [0, 1)
     if V <= BLOCK:
         return locate(probs.cumsum(-1, dtype=torch.float64), u)[0]
-    blocks = F.pad(probs, (0, -V % BLOCK)).view(B, -1, BLOCK)  # (B, V / BLOCK, BLOCK), zero-padded
+    blocks = (F.pad(probs, (0, -V % BLOCK)) if V % BLOCK else probs).reshape(B, -1, BLOCK)  # zero-padded blocks
     block, u = locate(blocks.sum(-1, dtype=torch.float64).cumsum(-1), u)  # (B, 1) each
     inside = blocks.gather(1, block[..., None].expand(B, 1, BLOCK))[:, 0]  # (B, BLOCK)
     return block * BLOCK + locate(inside.cumsum(-1, dtype=torch.float64), u)[0]
@@ -138,7 +138,7 @@ def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, gener
     next_pos = positions[:, -1:] + 1  # (B, 1)
     # Prefill; only the last position's logits are needed (a (B, P, V) tensor would be wasted).
     h = model.hidden(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)
-    logits = model.lm_head(h[:, -1])  # (B, V)
+    logits = model.logits(h[:, -1])  # (B, V)
 
     tokens = torch.empty(B, max_new_tokens, dtype=torch.long, device=device)
     logprobs = torch.empty(B, max_new_tokens, device=device)
@@ -161,7 +161,7 @@ def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, gener
             return tokens[:, :t + 1], logprobs[:, :t + 1]
         if t + 1 < max_new_tokens:
             # Decode: one token per row; attention_mask None = a real token (the cache's mask is a view).
-            logits = model.lm_head(model.hidden(tok, position_ids=next_pos, cache=cache)[:, 0])
+            logits = model.logits(model.hidden(tok, position_ids=next_pos, cache=cache)[:, 0])
             next_pos += 1
     return tokens, logprobs
 

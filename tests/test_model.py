@@ -108,7 +108,7 @@ def test_bad_directories(tmp_path, hf_dir):
 
 
 def test_decode_without_attention_mask_means_real_tokens(tiny_model):
-    """Decoding with attention_mask=None (the rollout's fast path: the mask is a view of the cache)
+    """Decoding with attention_mask=None (the rollout's path: the mask comes from the cache's validity)
     equals passing a mask of ones, and both equal the full forward."""
     ids, mask = padded_batch(tiny_model.config.vocab_size, [8, 5], left=True)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -123,3 +123,18 @@ def test_decode_without_attention_mask_means_real_tokens(tiny_model):
                                    for j in range(4, ids.shape[1])], dim=1))
     assert torch.equal(outs[0], outs[1])
     assert (outs[1] - full[:, 4:]).abs().max() < 1e-5
+
+
+def test_logits_in_vocabulary_blocks_equal_lm_head():
+    """Qwen3.logits splits a large vocabulary into blocks on CPU (faster in MKL): same numbers as lm_head,
+    and the plain lm_head when gradients are on."""
+    from nanoatr.model import VOCAB_BLOCK, Qwen3Config
+    cfg = Qwen3Config(vocab_size=5 * VOCAB_BLOCK + 7, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    model = Qwen3(cfg)
+    h = torch.randn(3, 2, 64)
+    with torch.no_grad():
+        blocked = model.logits(h)
+        assert blocked.shape == (3, 2, cfg.vocab_size)
+        torch.testing.assert_close(blocked, model.lm_head(h), rtol=1e-6, atol=1e-6)
+    assert model.logits(h).grad_fn.name() != "CatBackward0"

@@ -146,7 +146,7 @@ def test_rollout_tensors_can_be_saved_for_backward(tiny_model):
     tiny_model.zero_grad(set_to_none=True)
 
 
-@pytest.mark.parametrize("V", [50, 128, 1000])  # one level, one full block, blocks with zero padding
+@pytest.mark.parametrize("V", [50, 128, 1000, 1024])  # one level, one full block, zero-padded blocks, unpadded blocks
 def test_inverse_cdf_draws_follow_the_probabilities(V):
     g = torch.Generator().manual_seed(0)
     probs = torch.softmax(2 * torch.randn(V, generator=g), -1)
