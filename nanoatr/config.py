@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import sys
 import typing
-from dataclasses import dataclass, field
+from dataclasses import field
 
 
 class ConfigError(ValueError):
