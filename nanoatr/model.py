@@ -137,7 +137,9 @@ class Attention(nn.Module):
             # Decode: the query heads that share a key/value head become the rows of one query block, so
             # SDPA streams each cached head once for all of them (with enable_gqa it does once per query
             # head): 17% less attention time on CPU. They all sit at the same position: nothing causal.
-            out = F.scaled_dot_product_attention(q.view(B, k.shape[1], -1, hd), k, v, attn_mask=mask).view(B, -1, 1, hd)
+            # reshape, not view: a GPU kernel may return its output in another memory layout.
+            out = F.scaled_dot_product_attention(q.reshape(B, k.shape[1], -1, hd), k, v, attn_mask=mask)
+            out = out.reshape(B, -1, 1, hd)
         else:
             # mask None means plain causal attention over unpadded rows: the fast fused path.
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)

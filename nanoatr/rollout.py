@@ -160,7 +160,7 @@ def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, gener
         if (len(eos) or stop is not None) and bool(done.all()):
             return tokens[:, :t + 1], logprobs[:, :t + 1]
         if t + 1 < max_new_tokens:
-            # Decode: one token per row; attention_mask None = a real token (the cache's mask is a view).
+            # Decode: one token per row; attention_mask None = a real token (the cache knows the rest).
             logits = model.logits(model.hidden(tok, position_ids=next_pos, cache=cache)[:, 0])
             next_pos += 1
     return tokens, logprobs
