@@ -14,9 +14,8 @@ from pathlib import Path
 
 import torch
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                   "merges.txt", "generation_config.json", "chat_template.jinja")
-
+from nanoatr import lora
+from nanoatr.tokenizer import copy_tokenizer
 
 def save(run_dir, model, tokenizer_dir, state: dict):
     """model: our Qwen3 (full weights are written) or the PeftModel around it (the adapter only)."""
@@ -24,8 +23,7 @@ def save(run_dir, model, tokenizer_dir, state: dict):
     new, cur, old = run_dir / "checkpoint.new", run_dir / "checkpoint", run_dir / "checkpoint.old"
     shutil.rmtree(new, ignore_errors=True)
     if hasattr(model, "peft_config"):
-        from nanoatr.lora import save_adapter
-        save_adapter(model, new)
+        lora.save_adapter(model, new)
     else:
         model.save_pretrained(new)
     copy_tokenizer(tokenizer_dir, new)  # a self-contained directory
@@ -36,12 +34,6 @@ def save(run_dir, model, tokenizer_dir, state: dict):
         os.rename(cur, old)
     os.rename(new, cur)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def copy_tokenizer(src, dst):
-    for name in TOKENIZER_FILES:
-        if (Path(src) / name).is_file():
-            shutil.copy2(Path(src) / name, Path(dst) / name)
 
 
 def latest(run_dir) -> Path | None:

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import torch
 
+from nanoatr.model import Qwen3
+from nanoatr.tokenizer import copy_tokenizer
+
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 
@@ -127,7 +130,6 @@ def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu"):
     the one named in adapter_config.json. Adapters stay unmerged: in bf16, merging would round a
     small LoRA update into the base weights' coarse grid (see merge).
     """
-    from nanoatr.model import Qwen3
     if adapter is None and is_adapter_dir(model_dir):
         adapter, model_dir = model_dir, adapter_base(model_dir)
         if not model_dir:
@@ -155,8 +157,6 @@ def merge(base_dir, adapter_dir, out_dir, dtype=torch.float32):
     Merged in float32: a LoRA update after a few hundred steps at lr 5e-6 is far below bf16's
     resolution of the base weights, so merging into bf16 would round much of it away.
     """
-    from nanoatr.checkpoint import copy_tokenizer
-    from nanoatr.model import Qwen3
     model = Qwen3.from_pretrained(base_dir)
     peft_model = load_adapter(model, adapter_dir, model_dir=base_dir)
     merged = peft_model.merge_and_unload()

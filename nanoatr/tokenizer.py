@@ -12,10 +12,14 @@ sampling, `stop_string_check` lets the batch end once every row holds a stop str
 rollout.STOP_EVERY tokens) instead of running to the budget.
 """
 import json
+import shutil
 from pathlib import Path
 
 import torch
 
+# What a model directory carries besides its weights and config: copied into every checkpoint.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                   "merges.txt", "generation_config.json", "chat_template.jinja")
 DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.\n"
 
 
@@ -36,6 +40,13 @@ def load_tokenizer(path):
     if tok.eos_token_id is None:
         raise TokenizerError(f"the tokenizer in {path} has no EOS token: samples could never stop")
     return tok
+
+
+def copy_tokenizer(src, dst):
+    """Copy the tokenizer files (and generation_config.json) of model directory src into dst."""
+    for name in TOKENIZER_FILES:
+        if (Path(src) / name).is_file():
+            shutil.copy2(Path(src) / name, Path(dst) / name)
 
 
 def stop_token_ids(tokenizer, model_dir=None) -> list[int]:
