@@ -16,68 +16,27 @@ evaluation keeps its work and `--resume --out FILE` samples only what is missing
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from nanoatr import distributed, lora
-from nanoatr.config import arg, die, parse
+from nanoatr.config import ConfigError, EvalConfig, check_ranges, die, parse
 from nanoatr.data import DataError, load_problems
-from nanoatr.evaluate import sample_and_grade
-from nanoatr.metrics import summarize, verdicts_by_problem
+from nanoatr.evaluate import sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
-from nanoatr.rollout import SAMPLER_HELP, SAMPLERS
-from nanoatr.tokenizer import TokenizerError, apply_stop, check_template, load_tokenizer, stop_token_ids
-
-
-@dataclass
-class EvalConfig:
-    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
-                     "a run's checkpoint/ directory works as is")
-    adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/) applied "
-                              "on top of --model")
-    data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (jsonl: problem/answer or DAPO "
-                          "format); each is one column of the table, named by its file stem")
-    k: int = arg(8, "k of Mean@k and Pass@k")
-    n: int = arg(0, "samples per problem, n >= k (0 = k); more samples give a lower-variance Pass@k")
-    temperature: float = arg(1.0, "sampling temperature (0 = greedy); the paper evaluates at 0.3, the "
-                             "embedded default was trained and is evaluated at 1.0")
-    top_p: float = arg(1.0, "nucleus sampling; the paper evaluates at 0.95")
-    top_k: int = arg(0, "top-k sampling (0 = off)")
-    sampler: str = arg("multinomial", SAMPLER_HELP, choices=SAMPLERS)
-    max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
-                              "math models need thousands)")
-    out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
-                   "(default: runs/eval/<model name>-<time>.jsonl)")
-    resume: bool = arg(False, "continue --out: skip the (benchmark, problem, sample) triples already in it")
-    batch_size: int = arg(64, "completions sampled together")
-    seed: int = arg(0, "sampling seed")
-    limit: int = arg(0, "use only the first N problems of each file (0 = all)")
-    system_prompt: str | None = arg(None, "system message for chat-template models")
-    prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
-                               "template (default: the chat template when the tokenizer has one)")
-    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the template's own)")
-    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base models)")
-    dtype: str = arg("float32", "bfloat16: weights in bf16 and bf16 matmuls (log-softmax stays float32)",
-                     choices=["float32", "bfloat16"])
-    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)")
+from nanoatr.tokenizer import TokenizerError, check_template, load_tokenizer, stop_token_ids
 
 
 def check(cfg: EvalConfig) -> str | None:
     """The first thing wrong with the flags, as one line, or None."""
+    try:
+        check_ranges(cfg)
+    except ConfigError as e:
+        return str(e)
     n = cfg.n or cfg.k
-    for name in ("k", "max_new_tokens", "batch_size"):
-        if getattr(cfg, name) < 1:
-            return f"--{name.replace('_', '-')} must be >= 1 (got {getattr(cfg, name)})"
     if n < cfg.k:
         return f"--n {n} is smaller than --k {cfg.k}: Pass@k needs at least k samples per problem"
-    if cfg.limit < 0:
-        return f"--limit must be >= 0 (got {cfg.limit})"
-    if cfg.temperature < 0:
-        return f"--temperature must be >= 0 (got {cfg.temperature})"
-    if not 0 < cfg.top_p <= 1:
-        return f"--top-p must be in (0, 1] (got {cfg.top_p})"
     if cfg.prompt_template is not None and (problem := check_template(cfg.prompt_template)):
         return problem
     if any(not s for s in cfg.stop):
@@ -187,7 +146,7 @@ def main(argv=None):
                                         seed=cfg.seed, prompt_kw=prompt_kw, skip=skip, stops=cfg.stop)
                 with precision():  # sampling happens as the rows are drawn, so inside the context
                     for row in rows:
-                        row = {"benchmark": name, **apply_stop(row, tok, cfg.stop)}
+                        row = {"benchmark": name, **row}
                         f.write(json.dumps(row, ensure_ascii=False) + "\n")
                         f.flush()
                         results[name].append(row)

@@ -10,40 +10,16 @@ eval.py, unless --raw. stdout holds only completions (and --gold verdicts); a he
 (when several are given) and a length line per completion go to stderr.
 """
 import sys
-from dataclasses import dataclass
 
 import torch
 
 from nanoatr import distributed, lora
-from nanoatr.config import arg, die, parse
+from nanoatr.config import ConfigError, SampleConfig, check_ranges, die, parse
 from nanoatr.data import Problem
 from nanoatr.model import ModelError
 from nanoatr.rollout import filter_logits, sampling_logprobs
 from nanoatr.tokenizer import TokenizerError, check_template, find_stop, format_prompt, load_tokenizer, stop_token_ids
 from nanoatr.verifier import verify
-
-
-@dataclass
-class SampleConfig:
-    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
-                     "a run's checkpoint/ directory works as is")
-    adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/) applied "
-                              "on top of --model")
-    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came")
-    temperature: float = arg(1.0, "sampling temperature (0 = greedy)")
-    top_p: float = arg(1.0, "nucleus sampling: draw only from the most likely tokens covering this mass")
-    top_k: int = arg(0, "draw only from the k most likely tokens (0 = off)")
-    seed: int = arg(0, "sampling seed (one generator for all prompts, in order)")
-    gold: str | None = arg(None, "the correct answer: also print the verifier's verdict on each completion")
-    raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template")
-    system_prompt: str | None = arg(None, "system message for chat-template models")
-    prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
-                                      "template (default: the chat template when the tokenizer has one)")
-    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the template's own)")
-    stop: list[str] = arg([], "stop strings besides EOS: the completion ends after the first one")
-    dtype: str = arg("float32", "bfloat16: weights in bf16 and bf16 matmuls (log-softmax stays float32)",
-                     choices=["float32", "bfloat16"])
-    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)")
 
 
 @torch.inference_mode()
@@ -116,10 +92,10 @@ def prompt_flags(parser):
 
 def main(argv=None):
     cfg, extra, _ = parse(SampleConfig, argv, __doc__, prompt_flags)
-    if cfg.max_new_tokens < 1:
-        die(f"--max-new-tokens must be >= 1 (got {cfg.max_new_tokens})")
-    if cfg.temperature < 0 or not 0 < cfg.top_p <= 1:
-        die(f"need --temperature >= 0 and 0 < --top-p <= 1 (got {cfg.temperature}, {cfg.top_p})")
+    try:
+        check_ranges(cfg)
+    except ConfigError as e:
+        die(str(e))
     if cfg.prompt_template is not None and check_template(cfg.prompt_template):
         die(check_template(cfg.prompt_template))
     device = distributed.pick_device(cfg.device)

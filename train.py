@@ -4,10 +4,16 @@
     python train.py --preset paper --model Qwen3-1.7B/ --data dapo-math-17k.jsonl --eval-data aime24.jsonl ...
     torchrun --nproc_per_node 4 train.py ...     # data-parallel over 4 GPUs
 
-One step: sample G completions for each of P prompts -> grade them -> group advantages -> old
-log-probs (a no-grad forward; the first minibatch's come from its own update) -> for each epoch and
-minibatch: new log-probs, the clipped surrogate, backward (gradient accumulation over micro-batches),
-AdamW step -> one metrics line. The flags are nanoatr/train_config.py's TrainConfig.
+One step, in the order of this file:
+  1. rollout      sample G completions for each of P prompts (KV cache), finished at EOS / stop strings
+  2. rewards      grade each completion (the verifier)
+  3. advantages   reward minus its group's mean (Dr. GRPO)
+  4. pi_old       log-probs of every completion token before any update (a no-grad forward; the first
+                  minibatch's come from its own update's forward)
+  5. updates      for each epoch x minibatch: new log-probs, the clipped surrogate of --clip, backward
+                  (gradient accumulation over micro-batches), AdamW step
+  6. metrics      one line of metrics.jsonl
+The flags are nanoatr/config.py's TrainConfig.
 """
 import json
 import math
@@ -23,20 +29,42 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from nanoatr import checkpoint, distributed, lora
-from nanoatr.advantages import group_advantages
-from nanoatr.config import ConfigError, die, parse
+from nanoatr.config import (ConfigError, TrainConfig, apply_preset, die, hparam_flags, parse, preset_help, resolve,
+                            resumed_config)
 from nanoatr.data import DataError, load_problems
-from nanoatr.distributed import Dist, Scorer
-from nanoatr.evaluate import sample_and_grade
-from nanoatr.loss import NEEDS_FULL_KL, SEQUENCE_LEVEL, aggregate, full_kl, policy_loss
-from nanoatr.metrics import summarize, verdicts_by_problem
+from nanoatr.distributed import Dist
+from nanoatr.evaluate import sample_and_grade, summarize, verdicts_by_problem
+from nanoatr.loss import aggregate, group_advantages, kl_to_reference, own_metrics, policy_loss
+from nanoatr.methods import needs
 from nanoatr.model import ModelError, Qwen3
-from nanoatr.reference import Reference, kl_to_reference
 from nanoatr.rollout import generate, left_pad
-from nanoatr.tokenizer import (TokenizerError, apply_stop, cut_at_stop, encode_prompts, load_tokenizer,
-                               stop_string_check, stop_token_ids, truncate_at_stop)
-from nanoatr.train_config import TrainConfig, apply_preset, hparam_flags, preset_help, resolve, resumed_config
+from nanoatr.scoring import Reference, Scorer, full_kl
+from nanoatr.tokenizer import (TokenizerError, completion_texts, encode_prompts, load_tokenizer, stop_strings,
+                               stop_token_ids)
 from nanoatr.verifier import verify
+
+
+@dataclass
+class Run:
+    """What every step uses."""
+    cfg: TrainConfig
+    model: Qwen3                 # the policy; rollout.generate and scoring.score call it (LoRA layers inside)
+    policy: torch.nn.Module      # Scorer(model): the differentiable scoring pass, DDP-wrapped across ranks
+    opt: torch.optim.Optimizer
+    trained: list                # the parameters the optimizer moves
+    tok: Any
+    stop_ids: list[int]          # EOS ids
+    stop: Any                    # tokenizer.StopStrings of --stop, or None
+    reward: Callable             # reward(completion text, gold answer) -> float
+    d: Dist
+    precision: Callable          # autocast context factory (bf16) or nullcontext
+    weights: Any                 # what a checkpoint saves: the model, or the PeftModel (its adapter)
+    ref: Reference | None = None
+    prompt_kw: dict | None = None
+
+
+# ----------------------------------------------------------------------------
+# 1.-3. Rollout, rewards, advantages
 
 def prompt_order(n_problems: int, step: int, per_step: int, seed: int) -> list[int]:
     """Problem indices for a step: a fresh seeded shuffle every pass over the data (resumable by step)."""
@@ -47,21 +75,241 @@ def prompt_order(n_problems: int, step: int, per_step: int, seed: int) -> list[i
     return out
 
 
-@dataclass
-class Run:
-    """What every step uses."""
-    cfg: TrainConfig
-    model: Qwen3                 # the policy; rollout.generate/score call it (LoRA layers live inside it)
-    policy: torch.nn.Module      # Scorer(model): the differentiable scoring pass, DDP-wrapped across ranks
-    opt: torch.optim.Optimizer
-    tok: Any
-    stop_ids: list[int]
-    d: Dist
-    precision: Callable          # autocast context factory (bf16) or nullcontext
-    weights: Any                 # what a checkpoint saves: the model, or the PeftModel (its adapter)
-    ref: Reference | None = None
-    prompt_kw: dict | None = None
+def chunk_seed(cfg, step: int, chunk: int, salt: int = 0) -> int:
+    """Seed of one rollout chunk's sampling (salt 0) or of its shuffle in epoch salt - 1: a function of
+    the step and the chunk's place in the whole step, never of the rank that holds it."""
+    return cfg.seed * 1_000_003 + step + (chunk << 32) + (salt << 48)
 
+
+class Batch(NamedTuple):
+    """A rank's rollout: N = its prompts x G rows, grouped by prompt ([p0 x G, p1 x G, ...])."""
+    prompt_ids: torch.Tensor   # (N, P) left-padded
+    prompt_mask: torch.Tensor  # (N, P)
+    tokens: torch.Tensor       # (N, T) completions
+    mask: torch.Tensor         # (N, T) real completion tokens (EOS included, after a stop string excluded)
+    rewards: torch.Tensor      # (N,)
+    advantages: torch.Tensor   # (N,)
+    stopped: torch.Tensor      # (N,) ended by EOS or a stop string, not by the budget
+    sampler_logp: torch.Tensor | None  # (N, T) log-probs the sampler drew each token with (checked, not
+                                       # trained on); None for a batch that was not sampled (benchmarks)
+
+
+def rollout(run: Run, problems, step) -> Batch:
+    """This rank's share of the step's prompts, G finished completions each, graded, with advantages."""
+    cfg, d, tok = run.cfg, run.d, run.tok
+    G, share = cfg.group_size, cfg.prompts_per_step // d.world
+    C = cfg.rollout_batch or share
+    pad = tok.pad_token_id or 0
+    order = prompt_order(len(problems), step, cfg.prompts_per_step, cfg.seed)[d.rank * share:(d.rank + 1) * share]
+    batch = [problems[i] for i in order]
+    prompts = [p for p in encode_prompts(tok, batch, **run.prompt_kw) for _ in range(G)]  # [p0 x G, p1 x G, ...]
+
+    run.model.eval()
+    chunks = []
+    for c in range(share // C):  # chunk c holds prompts [c*C, (c+1)*C) of this rank's share
+        g = torch.Generator(device=d.device).manual_seed(chunk_seed(cfg, step, (d.rank * share) // C + c))
+        with run.precision():
+            chunks.append(generate(run.model, prompts[c * C * G:(c + 1) * C * G], cfg.max_new_tokens,
+                                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, sampler=cfg.sampler,
+                                   eos_token_id=run.stop_ids, generator=g, pad_id=pad, stop=run.stop))
+    T = max(out.tokens.shape[1] for out in chunks)  # chunks stop at their own longest row
+
+    def cat(field, value=0):
+        return torch.cat([F.pad(getattr(out, field), (0, T - out.tokens.shape[1]), value=value) for out in chunks])
+    tokens, mask, sampler_logp = cat("tokens", pad), cat("mask"), cat("logprobs")
+    stopped = torch.cat([out.stopped for out in chunks])
+
+    rewards = grade(run, completion_texts(tok, tokens, mask), [p.answer for p in batch for _ in range(G)])
+    advantages = group_advantages(rewards, G, normalize_std=cfg.std_normalize).to(d.device)
+    prompt_ids, prompt_mask = left_pad(prompts, pad, d.device)
+    return Batch(prompt_ids, prompt_mask, tokens, mask, rewards, advantages, stopped, sampler_logp)
+
+
+def grade(run: Run, texts: list[str], golds: list[str]) -> torch.Tensor:
+    """2. Rewards (N,): the task's reward of each completion against its problem's answer."""
+    return torch.tensor([float(run.reward(text, gold)) for text, gold in zip(texts, golds)])
+
+
+# ----------------------------------------------------------------------------
+# 4. pi_old: what every update's ratio is taken against
+
+class OldPolicy:
+    """pi_old, frozen before the first update: log-probs (N, T) of every completion token, and for the
+    methods that compare whole next-token distributions (kl-full, truly-ppo) its final hidden states
+    (N, T, D) and lm_head weight, from which full_kl recomputes the distributions chunk by chunk
+    ((N, T, V) log-probs would not fit at Qwen3's vocabulary)."""
+
+    def __init__(self, run: Run, N: int):
+        self.N, self.keeps_hidden = N, needs(run.cfg.clip, "full_kl")
+        head = run.model.lm_head.weight
+        self.head = head.detach().clone() if self.keeps_hidden and head.requires_grad else None  # full FT moves it
+        self.logp = self.hidden = None
+
+    def keep(self, rows, logp, hidden=None):
+        if self.logp is None:
+            self.logp = logp.new_zeros((self.N, *logp.shape[1:]))
+            self.hidden = hidden.new_zeros((self.N, *hidden.shape[1:])) if self.keeps_hidden else None
+        self.logp[rows] = logp
+        if self.keeps_hidden:
+            self.hidden[rows] = hidden
+
+    def full_kl(self, rows, hidden, weight, temperature):
+        """KL(pi_old || pi_theta) (B, T) at every position of `rows`, with gradient through `hidden`."""
+        return full_kl(hidden, self.hidden[rows], weight, old_weight=self.head, temperature=temperature)
+
+
+@torch.no_grad()
+def old_logprobs(run: Run, b: Batch, rows, micro: int) -> OldPolicy:
+    """pi_old's log-probs of `rows` (all but the first minibatch's: its update's own forward, before any
+    optimizer step, is pi_old's bit for bit), with the training forward (not the sampler's numbers,
+    which come from other kernels and shapes), in micro-batches of the update's size."""
+    old = OldPolicy(run, len(b.tokens))
+    for i in range(0, len(rows), micro):
+        sel = rows[i:i + micro]
+        logp, _, *hidden = run.policy(b.prompt_ids[sel], b.prompt_mask[sel], b.tokens[sel], run.cfg.temperature,
+                                      return_hidden=old.keeps_hidden)
+        old.keep(sel, logp, *hidden)
+    return old
+
+
+@torch.no_grad()
+def reference_logprobs(run: Run, b: Batch, micro: int):
+    """log pi_ref (N, T) of every completion token, for the --beta penalty; None without one."""
+    if run.ref is None:
+        return None
+    slices = [slice(i, i + micro) for i in range(0, len(b.tokens), micro)]
+    return torch.cat([run.ref.logprobs(b.prompt_ids[s], b.prompt_mask[s], b.tokens[s], run.cfg.temperature)
+                      for s in slices])
+
+
+# ----------------------------------------------------------------------------
+# 5. Updates
+
+def minibatch_rows(cfg, step: int, epoch: int, rank: int, share: int) -> list[torch.Tensor]:
+    """This rank's row indices of each minibatch of an epoch: every minibatch takes the same number of
+    rows of every rollout chunk, shuffled per chunk (seeded by the chunk, wherever it was sampled)."""
+    G, C = cfg.group_size, cfg.rollout_batch or share
+    per_chunk = C * G // cfg.minibatches  # rows each rollout chunk gives a minibatch
+    perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
+        chunk_seed(cfg, step, (rank * share) // C + c, salt=1 + epoch))) for c in range(share // C)]
+    return [torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms]) for m in range(cfg.minibatches)]
+
+
+def optimize(run: Run, b: Batch, step):
+    """epochs x minibatches optimizer steps on a rollout batch; returns (stats, losses, grad norms)."""
+    cfg, d = run.cfg, run.d
+    N = len(b.tokens)                    # this rank's rows
+    micro = cfg.micro_batch or N // cfg.minibatches
+    order = [minibatch_rows(cfg, step, epoch, d.rank, cfg.prompts_per_step // d.world) for epoch in range(cfg.epochs)]
+    run.model.train()
+    rest = torch.ones(N, dtype=torch.bool)
+    rest[order[0][0]] = False
+    old = old_logprobs(run, b, rest.nonzero()[:, 0], micro)  # 4. pi_old
+    ref_logp = reference_logprobs(run, b, micro)
+    noise = torch.Generator().manual_seed(cfg.seed * 31 + step + (d.rank << 32))  # clip-cov's random picks
+    stats, losses, grad_norms = [], [], []
+    for epoch in range(cfg.epochs):
+        for m, rows in enumerate(order[epoch]):
+            s, loss = update(run, b, old, ref_logp, rows, micro, noise, first=epoch == m == 0)
+            stats += s
+            losses += loss
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(run.trained, cfg.grad_clip or math.inf)))
+            run.opt.step()
+    return stats, losses, grad_norms
+
+
+def update(run: Run, b: Batch, old: OldPolicy, ref_logp, rows, micro: int, noise, first: bool):
+    """The gradient of one minibatch (`rows`), accumulated over micro-batches, normalised over the whole
+    minibatch on all ranks. first: no optimizer step yet, so this forward is pi_old's (and is kept)."""
+    cfg, d = run.cfg, run.d
+    run.opt.zero_grad(set_to_none=True)
+    counts = dict(num_sequences=len(rows) * d.world, num_tokens=distributed.all_sum(float(b.mask[rows].sum()), d),
+                  max_new_tokens=cfg.max_new_tokens)
+    stats, losses = [], []
+    for j in range(0, len(rows), micro):
+        sel, mask = rows[j:j + micro], b.mask[rows[j:j + micro]]
+        with distributed.accumulating(run.policy, sync=j + micro >= len(rows)):
+            logp, entropy, *hidden = run.policy(b.prompt_ids[sel], b.prompt_mask[sel], b.tokens[sel],
+                                                cfg.temperature, with_entropy=True, return_hidden=old.keeps_hidden)
+            gap = 0.0  # max |logp - sampler's logp|, measured on the first minibatch
+            if first:
+                old.keep(sel, logp.detach(), *(h.detach() for h in hidden))
+                if b.sampler_logp is not None:
+                    gap = check_sampler_agrees(logp, b.sampler_logp[sel], mask, cfg.dtype)
+            extra = {"full_kl": old.full_kl(sel, hidden[0], run.model.lm_head.weight, cfg.temperature)} if hidden else {}
+            loss, metrics = policy_loss(cfg.clip, logp, old.logp[sel], b.advantages[sel], mask, agg=cfg.aggregation,
+                                        compile=cfg.compile, generator=noise, **counts, **extra, **cfg.hparams)
+            if ref_logp is not None:  # --beta: the KL penalty to the reference, aggregated like the loss
+                kl = kl_to_reference(logp, old.logp[sel], ref_logp[sel], mask)
+                loss = loss + cfg.beta * aggregate(kl, mask, cfg.aggregation, **counts)
+                metrics["kl_ref"] = (kl.detach() * mask).sum() / mask.sum().clamp(min=1)
+            # DDP averages gradients over ranks, but the normalisers already count the whole
+            # minibatch, so the rank's share of the sum is wanted: undo the 1/world.
+            (loss * d.world).backward()
+        losses.append(loss.item())
+        stats.append({**{k: v.item() for k, v in metrics.items()}, "_tokens": float(mask.sum()),
+                      "entropy": float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1)),
+                      "sampler_logp_gap_max": gap})
+    return stats, losses
+
+
+def check_sampler_agrees(logp, sampler_logp, mask, dtype: str) -> float:
+    """Max |log-prob the trainer scores - log-prob the sampler drew with| over real tokens.
+
+    Both are pi_old's log-probs of the same tokens, computed by different code (a full forward vs the
+    KV-cache decode), so in float32 they agree up to rounding (~1e-5 on the embedded default). A gap
+    over 1e-2 is a bug -- a temperature applied on one side only, dropout, completions shifted by a
+    token -- and fails loudly rather than training on wrong ratios. In bfloat16 the rounding alone can
+    reach that on rare tokens, so the gap is only logged there.
+    """
+    gap = float(((logp.detach() - sampler_logp).abs() * mask).max()) if mask.any() else 0.0
+    if dtype == "float32" and gap > 1e-2:
+        raise RuntimeError(f"the trainer's log-probs differ from the sampler's by up to {gap:.2e}: they score "
+                           "different distributions (temperature? dropout? completions misaligned?)")
+    return gap
+
+
+# ----------------------------------------------------------------------------
+# 6. Metrics
+
+def metrics_row(run: Run, b: Batch, step, stats, losses, grad_norms) -> dict:
+    """The metrics line of a step, over every rank's rows (gathered in prompt order)."""
+    cfg, d = run.cfg, run.d
+    rewards, lengths, stopped = (torch.tensor(distributed.all_gather(x.tolist(), d))
+                                 for x in (b.rewards, b.mask.sum(-1), b.stopped))
+    groups = rewards.view(-1, cfg.group_size)
+    row = {"step": step + 1, "reward_mean": rewards.mean().item(), "accuracy": (rewards > 0).float().mean().item(),
+           "completion_len": lengths.float().mean().item(), "truncated": (~stopped).float().mean().item(),
+           "groups_all_correct": (groups.min(1).values == 1).float().mean().item(),
+           "groups_all_wrong": (groups.max(1).values == 0).float().mean().item(),
+           "grad_norm": sum(grad_norms) / len(grad_norms),
+           # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
+           "loss": sum(distributed.all_gather(losses, d)) / (cfg.epochs * cfg.minibatches)}
+    return row | merge_stats(distributed.all_gather(stats, d))
+
+
+def merge_stats(stats: list[dict]) -> dict:
+    """Token-weighted means over micro-batches; min/max where the name says so."""
+    out, weight = {}, sum(s["_tokens"] for s in stats) or 1.0
+    for k in stats[0]:
+        if k == "_tokens":
+            continue
+        values = [s[k] for s in stats]
+        out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else \
+            sum(v * s["_tokens"] for v, s in zip(values, stats)) / weight
+    return out
+
+
+def progress(row: dict, clip: str) -> dict:
+    """The progress bar's fields: accuracy, the share of tokens cut, what the method itself acts on (its
+    divergence, gate or cut metric; the ratio range for plain ratio clips), completion length."""
+    own = {k: f"{row[k]:.4f}" for k in own_metrics(clip)} or {"w": f"[{row['ratio_min']:.2f},{row['ratio_max']:.2f}]"}
+    return {"acc": f"{row['accuracy']:.2f}", "cut": f"{row['clip_frac_low'] + row['clip_frac_high']:.3f}", **own,
+            "len": f"{row['completion_len']:.0f}"}
+
+
+# ----------------------------------------------------------------------------
+# Evaluation
 
 def run_eval(run: Run, eval_sets, step, log):
     """Mean@k / Pass@k on every eval file; logged under eval/<file>/... and eval/... (their average).
@@ -82,9 +330,8 @@ def run_eval(run: Run, eval_sets, step, log):
                                          max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens,
                                          temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, sampler=cfg.sampler,
                                          stop_ids=run.stop_ids, seed=cfg.seed, prompt_kw=run.prompt_kw,
-                                         progress=False, stops=cfg.stop))
-        rows = sorted(distributed.all_gather([apply_stop(r, run.tok, cfg.stop) for r in rows], d),
-                      key=lambda r: (r["problem_id"], r["sample"]))
+                                         progress=False, stops=cfg.stop, reward=run.reward))
+        rows = sorted(distributed.all_gather(rows, d), key=lambda r: (r["problem_id"], r["sample"]))
         summary = summarize(verdicts_by_problem(rows), [k])
         summary.update(completion_len=sum(r["length"] for r in rows) / len(rows),
                        truncated=sum(r["truncated"] for r in rows) / len(rows), seconds=time.perf_counter() - t0)
@@ -116,210 +363,55 @@ class RunLog:
         self.sample_file.flush()
 
 
-def chunk_seed(cfg, step: int, chunk: int, salt: int = 0) -> int:
-    """Seed of one rollout chunk's sampling (salt 0) or of its shuffle in epoch salt - 1: a function of
-    the step and the chunk's place in the whole step, never of the rank that holds it."""
-    return cfg.seed * 1_000_003 + step + (chunk << 32) + (salt << 48)
+# ----------------------------------------------------------------------------
+# The loop
 
-
-class Batch(NamedTuple):
-    """A rank's rollout: N = its prompts x G rows, grouped by prompt ([p0 x G, p1 x G, ...])."""
-    prompt_ids: torch.Tensor   # (N, P) left-padded
-    prompt_mask: torch.Tensor  # (N, P)
-    tokens: torch.Tensor       # (N, T) completions
-    mask: torch.Tensor         # (N, T) real completion tokens (EOS included, after a stop string excluded)
-    rewards: torch.Tensor      # (N,)
-    advantages: torch.Tensor   # (N,)
-    stopped: torch.Tensor      # (N,) ended by EOS or a stop string, not by the budget
-    sampler_logp: torch.Tensor | None  # (N, T) log-probs the sampler drew each token with (checked, not
-                                       # trained on); None for a batch that was not sampled (benchmarks)
-
-
-def minibatch_rows(cfg, step: int, epoch: int, rank: int, share: int) -> list[torch.Tensor]:
-    """This rank's row indices of each minibatch of an epoch: every minibatch takes the same number of
-    rows of every rollout chunk, shuffled per chunk (seeded by the chunk, wherever it was sampled)."""
-    G, C = cfg.group_size, cfg.rollout_batch or share
-    per_chunk = C * G // cfg.minibatches  # rows each rollout chunk gives a minibatch
-    perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
-        chunk_seed(cfg, step, (rank * share) // C + c, salt=1 + epoch))) for c in range(share // C)]
-    return [torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms]) for m in range(cfg.minibatches)]
-
-
-def rollout(run: Run, problems, step) -> Batch:
-    """This rank's share of the step's prompts, G samples each, graded."""
-    cfg, d, tok = run.cfg, run.d, run.tok
-    G, share = cfg.group_size, cfg.prompts_per_step // d.world
-    C = cfg.rollout_batch or share
-    pad = tok.pad_token_id or 0
-    order = prompt_order(len(problems), step, cfg.prompts_per_step, cfg.seed)[d.rank * share:(d.rank + 1) * share]
-    batch = [problems[i] for i in order]
-    prompts = [p for p in encode_prompts(tok, batch, **run.prompt_kw) for _ in range(G)]  # [p0 x G, p1 x G, ...]
-    golds = [p.answer for p in batch for _ in range(G)]
-
-    run.model.eval()
-    chunks = []
-    for c in range(share // C):  # chunk c holds prompts [c*C, (c+1)*C) of this rank's share
-        g = torch.Generator(device=d.device).manual_seed(chunk_seed(cfg, step, (d.rank * share) // C + c))
-        with run.precision():
-            chunks.append(generate(run.model, prompts[c * C * G:(c + 1) * C * G], cfg.max_new_tokens,
-                                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, sampler=cfg.sampler,
-                                   eos_token_id=run.stop_ids, generator=g, pad_id=pad,
-                                   stop=stop_string_check(tok, cfg.stop)))
-    T = max(out.tokens.shape[1] for out in chunks)  # chunks stop at their own longest row
-    tokens = torch.cat([F.pad(out.tokens, (0, T - out.tokens.shape[1]), value=pad) for out in chunks])
-    mask = torch.cat([F.pad(out.mask, (0, T - out.mask.shape[1])) for out in chunks])
-    sampler_logp = torch.cat([F.pad(out.logprobs, (0, T - out.logprobs.shape[1])) for out in chunks])
-    mask, by_stop = truncate_at_stop(tok, tokens, mask, cfg.stop)  # later tokens masked; kept ones unchanged
-    lengths = mask.sum(-1)
-    last = tokens.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
-    stopped = by_stop | (torch.isin(last, torch.tensor(run.stop_ids, device=last.device)) & (lengths > 0))
-    texts = tok.batch_decode([t[:n] for t, n in zip(tokens.tolist(), lengths.tolist())], skip_special_tokens=True)
-    rewards = torch.tensor([float(verify(cut_at_stop(t, cfg.stop), g)) for t, g in zip(texts, golds)])
-    advantages = group_advantages(rewards, G, normalize_std=cfg.std_normalize).to(d.device)
-    prompt_ids, prompt_mask = left_pad(prompts, pad, d.device)
-    return Batch(prompt_ids, prompt_mask, tokens, mask, rewards, advantages, stopped, sampler_logp)
-
-
-def train_step(run: Run, problems, step):
+def train_step(run: Run, problems, step) -> dict:
     """One rollout step and its optimizer steps; returns the metrics line (over all ranks)."""
     t0 = time.perf_counter()
-    batch = rollout(run, problems, step)  # 1. sample with the current policy (also pi_old) and grade
+    batch = rollout(run, problems, step)  # 1.-3. sample with the current policy (also pi_old), grade
     t_rollout = time.perf_counter() - t0
     t0 = time.perf_counter()
-    stats, losses, grad_norms = optimize(run, batch, step)  # 2.-3. old log-probs, then the updates
+    stats, losses, grad_norms = optimize(run, batch, step)  # 4.-5. pi_old's log-probs, then the updates
     t_train = time.perf_counter() - t0
     return metrics_row(run, batch, step, stats, losses, grad_norms) | {"time_rollout": t_rollout, "time_train": t_train}
 
 
-def optimize(run: Run, b: Batch, step):
-    """Old log-probs, then epochs x minibatches optimizer steps on a rollout batch."""
+def train(run: Run, problems, eval_sets, run_dir, tok_dir, start):
     cfg, d = run.cfg, run.d
-    G, share = cfg.group_size, cfg.prompts_per_step // d.world
-
-    # 2. Old log-probs: pi_old's log-probs of every completion token, frozen before the first update.
-    #    The first minibatch needs no extra pass: its update's forward runs before any optimizer step,
-    #    so its log-probs, detached, are pi_old's bit for bit (the ratio starts at exactly 1). The other
-    #    rows get one no-grad forward here, with the training forward (not the sampler's numbers, which
-    #    come from other kernels and shapes), in micro-batches of the update's size.
-    run.model.train()
-    N = share * G                        # this rank's rows
-    mb = N // cfg.minibatches            # this rank's rows per minibatch
-    micro = cfg.micro_batch or mb
-    needs_kl = cfg.clip in NEEDS_FULL_KL  # these compare whole next-token distributions, not one token
-    order = [minibatch_rows(cfg, step, epoch, d.rank, share) for epoch in range(cfg.epochs)]
-    rest = torch.ones(N, dtype=torch.bool)
-    rest[order[0][0]] = False
-    rest = rest.nonzero()[:, 0]
-    # pi_old's distributions are kept as hidden states (B, T, D), far smaller than (B, T, V) log-probs,
-    # plus the lm_head weight as it was when full fine-tuning moves it too.
-    old_logp = old_hidden = None
-    head = run.model.lm_head.weight
-    old_weight = head.detach().clone() if needs_kl and head.requires_grad else None
-
-    def keep(rows, logp, hidden):
-        nonlocal old_logp, old_hidden
-        if old_logp is None:
-            old_logp = logp.new_zeros((N, *logp.shape[1:]))
-            old_hidden = hidden.new_zeros((N, *hidden.shape[1:])) if needs_kl else None
-        old_logp[rows] = logp
-        if needs_kl:
-            old_hidden[rows] = hidden
-
-    with torch.no_grad():
-        for i in range(0, len(rest), micro):
-            rows = rest[i:i + micro]
-            logp, _, *hidden = run.policy(b.prompt_ids[rows], b.prompt_mask[rows], b.tokens[rows], cfg.temperature,
-                                          return_hidden=needs_kl)
-            keep(rows, logp, hidden[0] if needs_kl else None)
-        slices = [slice(i, i + micro) for i in range(0, N, micro)]
-        ref_logp = torch.cat([run.ref.logprobs(b.prompt_ids[s], b.prompt_mask[s], b.tokens[s], cfg.temperature)
-                              for s in slices]) if run.ref else None
-
-    # 3. Updates: epochs x minibatches optimizer steps, each normalised over its whole minibatch on all ranks.
-    stats, losses, grad_norms, first = [], [], [], True
-    agg = "seq-mean-token-mean" if cfg.clip in SEQUENCE_LEVEL else cfg.aggregation
-    noise = torch.Generator().manual_seed(cfg.seed * 31 + step + (d.rank << 32))  # clip-cov's random picks
-    for epoch in range(cfg.epochs):
-        for idx in order[epoch]:
-            run.opt.zero_grad(set_to_none=True)
-            n_tokens = distributed.all_sum(float(b.mask[idx].sum()), d)  # the whole minibatch's, over all ranks
-            counts = dict(num_sequences=mb * d.world, num_tokens=n_tokens, max_new_tokens=cfg.max_new_tokens)
-            for j in range(0, mb, micro):
-                sel = idx[j:j + micro]
-                mask = b.mask[sel]
-                with distributed.accumulating(run.policy, sync=j + micro >= mb):
-                    logp, entropy, *hidden = run.policy(b.prompt_ids[sel], b.prompt_mask[sel], b.tokens[sel],
-                                                        cfg.temperature, with_entropy=True, return_hidden=needs_kl)
-                    gap = 0.0  # max |logp - sampler's logp|, measured on the first minibatch (max over all = it)
-                    if first:  # no update yet: this forward is pi_old's
-                        keep(sel, logp.detach(), hidden[0].detach() if needs_kl else None)
-                        if b.sampler_logp is not None:
-                            gap = check_sampler_agrees(logp, b.sampler_logp[sel], mask, cfg.dtype)
-                    extra = {"full_kl": full_kl(hidden[0], old_hidden[sel], run.model.lm_head.weight,
-                                                old_weight=old_weight, temperature=cfg.temperature)} if needs_kl else {}
-                    loss, metrics = policy_loss(cfg.clip, logp, old_logp[sel], b.advantages[sel], mask, agg=agg,
-                                                compile=cfg.compile, generator=noise, **counts, **extra, **cfg.hparams)
-                    if run.ref is not None:
-                        kl = kl_to_reference(logp, old_logp[sel], ref_logp[sel], mask)
-                        loss = loss + cfg.beta * aggregate(kl, mask, agg, **counts)
-                        metrics["kl_ref"] = (kl.detach() * mask).sum() / mask.sum().clamp(min=1)
-                    # DDP averages gradients over ranks, but the normalisers already count the whole
-                    # minibatch, so the rank's share of the sum is wanted: undo the 1/world.
-                    (loss * d.world).backward()
-                losses.append(loss.item())
-                stats.append({**{k: v.item() for k, v in metrics.items()},
-                              "entropy": float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1)),
-                              "sampler_logp_gap_max": gap, "_tokens": float(mask.sum())})
-            first = False
-            params = [p for group in run.opt.param_groups for p in group["params"]]
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or math.inf)))
-            run.opt.step()
-    return stats, losses, grad_norms
+    log = RunLog(run_dir) if d.main else None
+    say = print if d.main else (lambda *a, **k: None)
+    key = f"eval/mean@{cfg.eval_k}"
+    before = run_eval(run, eval_sets, start, log) if start == 0 else None
+    if before:
+        say(f"step {start}: held-out Mean@{cfg.eval_k} {before[key]:.1f}%  Pass@{cfg.eval_k} "
+            f"{before[f'eval/pass@{cfg.eval_k}']:.1f}%", flush=True)
+    if cfg.compile and start < cfg.steps:
+        say(f"compiling the {cfg.clip} loss with torch.compile (the first step only; --no-compile skips it)",
+            flush=True)
+    with tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train", unit="step",
+              disable=not d.main) as bar:
+        for step in bar:
+            row = train_step(run, problems, step)
+            if d.main:
+                log.write(row)
+                bar.set_postfix(progress(row, cfg.clip))
+            if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+                res = run_eval(run, eval_sets, step + 1, log)
+                if d.main:
+                    tqdm.write(f"step {step + 1}: held-out Mean@{cfg.eval_k} {res[key]:.1f}%")
+            if d.main and ((step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps):
+                checkpoint.save(run_dir, run.weights, tok_dir, {"step": step + 1, "optimizer": run.opt.state_dict()})
+    after = run_eval(run, eval_sets, cfg.steps, log)
+    say(f"step {cfg.steps}: held-out Mean@{cfg.eval_k} {after[key]:.1f}%  Pass@{cfg.eval_k} "
+        f"{after[f'eval/pass@{cfg.eval_k}']:.1f}%" + (f"  (from {before[key]:.1f}%)" if before else ""))
+    if cfg.merge and d.main:
+        say(f"merged: {lora.merge(cfg.model, run_dir / 'checkpoint', run_dir / 'merged')}")
+    say(f"metrics: {run_dir / 'metrics.jsonl'}  checkpoint: {run_dir / 'checkpoint'}")
 
 
-def metrics_row(run: Run, b: Batch, step, stats, losses, grad_norms) -> dict:
-    """The metrics line of a step, over every rank's rows (gathered in prompt order)."""
-    cfg, d = run.cfg, run.d
-    rewards, lengths, stopped = (torch.tensor(distributed.all_gather(x.tolist(), d))
-                                 for x in (b.rewards, b.mask.sum(-1), b.stopped))
-    groups = rewards.view(-1, cfg.group_size)
-    row = {"step": step + 1, "reward_mean": rewards.mean().item(), "accuracy": (rewards > 0).float().mean().item(),
-           "completion_len": lengths.float().mean().item(), "truncated": (~stopped).float().mean().item(),
-           "groups_all_correct": (groups.min(1).values == 1).float().mean().item(),
-           "groups_all_wrong": (groups.max(1).values == 0).float().mean().item(),
-           "grad_norm": sum(grad_norms) / len(grad_norms),
-           # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
-           "loss": sum(distributed.all_gather(losses, d)) / (cfg.epochs * cfg.minibatches)}
-    return row | merge_stats(distributed.all_gather(stats, d))
-
-
-def merge_stats(stats: list[dict]) -> dict:
-    """Token-weighted means over micro-batches; min/max where the name says so."""
-    out, weight = {}, sum(s["_tokens"] for s in stats) or 1.0
-    for k in stats[0]:
-        if k == "_tokens":
-            continue
-        values = [s[k] for s in stats]
-        out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else \
-            sum(v * s["_tokens"] for v, s in zip(values, stats)) / weight
-    return out
-
-
-def check_sampler_agrees(logp, sampler_logp, mask, dtype: str) -> float:
-    """Max |log-prob the trainer scores - log-prob the sampler drew with| over real tokens.
-
-    Both are pi_old's log-probs of the same tokens, computed by different code (a full forward vs the
-    KV-cache decode), so in float32 they agree up to rounding (~1e-5 on the embedded default). A gap
-    over 1e-2 is a bug -- a temperature applied on one side only, dropout, completions shifted by a
-    token -- and fails loudly rather than training on wrong ratios. In bfloat16 the rounding alone can
-    reach that on rare tokens, so the gap is only logged there.
-    """
-    gap = float(((logp.detach() - sampler_logp).abs() * mask).max()) if mask.any() else 0.0
-    if dtype == "float32" and gap > 1e-2:
-        raise RuntimeError(f"the trainer's log-probs differ from the sampler's by up to {gap:.2e}: they score "
-                           "different distributions (temperature? dropout? completions misaligned?)")
-    return gap
-
+# ----------------------------------------------------------------------------
+# Setting up a run
 
 def load_policy(cfg: TrainConfig, ckpt: Path | None, device):
     """(our Qwen3, what its checkpoints save): full weights, or the base with LoRA adapters on it.
@@ -329,7 +421,7 @@ def load_policy(cfg: TrainConfig, ckpt: Path | None, device):
     """
     if lora.is_adapter_dir(cfg.model):
         raise ConfigError(f"--model {cfg.model} is a LoRA adapter; train on its merged model instead "
-                          f"(python -m nanoatr.lora merge --adapter {cfg.model} --out DIR)")
+                          f"(python scripts/merge_adapter.py --adapter {cfg.model} --out DIR)")
     if ckpt is not None and lora.is_adapter_dir(ckpt) != bool(cfg.lora_rank):
         held = "an adapter" if cfg.lora_rank == 0 else "full weights"
         raise ConfigError(f"--resume: the checkpoint {ckpt} holds {held} but the run has --lora-rank {cfg.lora_rank}")
@@ -351,7 +443,7 @@ def load_policy(cfg: TrainConfig, ckpt: Path | None, device):
 
 
 def main(argv=None):
-    cfg, extra, given = parse(TrainConfig, argv, __doc__ + preset_help(), hparam_flags)
+    cfg, extra, given = parse(TrainConfig, argv, __doc__, hparam_flags, epilog=preset_help())
     try:
         if cfg.resume:
             cfg, extra = resumed_config(cfg, extra, given)
@@ -378,25 +470,24 @@ def main(argv=None):
                           precision=precision)
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError) as e:
         die(str(e))
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
-                            weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
     start = 0
     if ckpt is not None:
         state = checkpoint.load_state(ckpt)
         opt.load_state_dict(state["optimizer"])
         start = state["step"]
-    run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, tok, stop_token_ids(tok, tok_dir), d,
-              precision, weights, ref, dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
-                                            enable_thinking=cfg.thinking))
+    run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
+              stop_token_ids(tok, tok_dir), stop_strings(tok, cfg.stop), verify, d, precision, weights, ref,
+              dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))
     if d.main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
         if cfg.minibatches * cfg.epochs == 1:
             print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
                   f"--clip {cfg.clip} has no effect; use --minibatches or --epochs > 1", file=sys.stderr)
-        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        print(f"run {run_dir}: {model.num_parameters() / 1e6:.2f}M parameters ({trained / 1e6:.2f}M trained"
-              f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {len(problems)} training problems, "
+        print(f"run {run_dir}: {model.num_parameters() / 1e6:.2f}M parameters ({sum(p.numel() for p in trained) / 1e6:.2f}M"
+              f" trained{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {len(problems)} training problems, "
               f"{d.world} x {d.device.type}, --clip {cfg.clip} {cfg.hparams}"
               + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
                  if ref else ""), flush=True)
@@ -410,38 +501,6 @@ def main(argv=None):
             + (f" (continue with --resume {run_dir})" if last else ""), 130)
     finally:
         distributed.shutdown()
-
-
-def train(run: Run, problems, eval_sets, run_dir, tok_dir, start):
-    cfg, d = run.cfg, run.d
-    log = RunLog(run_dir) if d.main else None
-    say = print if d.main else (lambda *a, **k: None)
-    key = f"eval/mean@{cfg.eval_k}"
-    before = run_eval(run, eval_sets, start, log) if start == 0 else None
-    if before:
-        say(f"step {start}: held-out Mean@{cfg.eval_k} {before[key]:.1f}%  Pass@{cfg.eval_k} "
-            f"{before[f'eval/pass@{cfg.eval_k}']:.1f}%", flush=True)
-    with tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train", unit="step",
-              disable=not d.main) as bar:
-        for step in bar:
-            row = train_step(run, problems, step)
-            if d.main:
-                log.write(row)
-                bar.set_postfix(acc=f"{row['accuracy']:.2f}", kl3=f"{row.get('kl3', 0):.4f}",
-                                cut=f"{row.get('clip_frac_low', 0) + row.get('clip_frac_high', 0):.3f}",
-                                len=f"{row['completion_len']:.0f}")
-            if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
-                res = run_eval(run, eval_sets, step + 1, log)
-                if d.main:
-                    tqdm.write(f"step {step + 1}: held-out Mean@{cfg.eval_k} {res[key]:.1f}%")
-            if d.main and ((step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps):
-                checkpoint.save(run_dir, run.weights, tok_dir, {"step": step + 1, "optimizer": run.opt.state_dict()})
-    after = run_eval(run, eval_sets, cfg.steps, log)
-    say(f"step {cfg.steps}: held-out Mean@{cfg.eval_k} {after[key]:.1f}%  Pass@{cfg.eval_k} "
-        f"{after[f'eval/pass@{cfg.eval_k}']:.1f}%" + (f"  (from {before[key]:.1f}%)" if before else ""))
-    if cfg.merge and d.main:
-        say(f"merged: {lora.merge(cfg.model, run_dir / 'checkpoint', run_dir / 'merged')}")
-    say(f"metrics: {run_dir / 'metrics.jsonl'}  checkpoint: {run_dir / 'checkpoint'}")
 
 
 if __name__ == "__main__":

@@ -22,9 +22,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # noqa: E402
+from nanoatr.config import TrainConfig, resolve  # noqa: E402
 from nanoatr import distributed, lora  # noqa: E402
-from nanoatr.advantages import group_advantages  # noqa: E402
-from nanoatr.distributed import Scorer  # noqa: E402
+from nanoatr.loss import group_advantages  # noqa: E402
+from nanoatr.scoring import Scorer  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
 from nanoatr.rollout import generate, left_pad  # noqa: E402
 
@@ -56,7 +57,7 @@ def main(argv=None):
 
     d = distributed.setup(args.device)
     torch.manual_seed(0)
-    cfg = train.resolve(train.TrainConfig(
+    cfg = resolve(TrainConfig(
         prompts_per_step=args.prompts, group_size=args.group_size, minibatches=2, micro_batch=args.micro_batch,
         max_new_tokens=args.max_new_tokens, lora_rank=args.lora_rank, dtype=args.dtype, grad_checkpoint=True,
         compile=not args.no_compile, lr=1e-5), {}, d.world)
@@ -70,8 +71,10 @@ def main(argv=None):
         if args.lora_rank else model
     model.gradient_checkpointing = True
     precision = distributed.precision(args.dtype, d.device)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=1e-3)
-    run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, None, [], d, precision, weights)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=1e-3)
+    run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None, stop_ids=[],
+                    stop=None, reward=None, d=d, precision=precision, weights=weights)
     say = print if d.main else (lambda *a, **k: None)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     say(f"{'tiny' if args.tiny else 'Qwen3-0.6B-shaped'} random model, {model.num_parameters() / 1e6:.0f}M parameters "

@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nanoatr.loss import policy_loss, token_logprobs, token_logprobs_naive  # noqa: E402
+from nanoatr.loss import policy_loss  # noqa: E402
+from nanoatr.scoring import token_logprobs, token_logprobs_naive  # noqa: E402
 
 
 def loss_inputs(B: int, T: int, seed: int = 0):

@@ -5,7 +5,7 @@ with transformers, on the same weights and prompts, in the same run.
     python bench/step.py --steps 5 --no-reference
 
 The phases are those of train.py's train_step, called with the same library functions
-(rollout.generate, verifier.verify, advantages.group_advantages, rollout.score, loss.policy_loss,
+(rollout.generate, verifier.verify, loss.group_advantages, scoring.score, loss.policy_loss,
 AdamW), each timed on its own:
   rollout      sample G completions per prompt (KV cache; stops when every row has hit EOS)
   reward       decode and grade every completion
@@ -36,11 +36,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nanoatr.advantages import group_advantages  # noqa: E402
+from nanoatr.loss import group_advantages  # noqa: E402
 from nanoatr.data import load_problems  # noqa: E402
 from nanoatr.loss import policy_loss  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
-from nanoatr.rollout import Rollout, generate, left_pad, sampling_logprobs, score  # noqa: E402
+from nanoatr.rollout import Rollout, generate, left_pad, sampling_logprobs  # noqa: E402
+from nanoatr.scoring import score  # noqa: E402
 from nanoatr.tokenizer import encode_prompts, load_tokenizer, stop_token_ids  # noqa: E402
 from nanoatr.verifier import verify  # noqa: E402
 
@@ -79,7 +80,7 @@ class Reference:
         tokens = out[:, ids.shape[1]:]
         is_eos = torch.isin(tokens, torch.tensor(stop_ids))
         real = (is_eos.cumsum(1) - is_eos.long()) == 0
-        return Rollout(tokens, torch.zeros(tokens.shape), real)
+        return Rollout(tokens, torch.zeros(tokens.shape), real, is_eos.any(-1))
 
     def score(self, prompt_ids, prompt_mask, tokens, temperature, with_entropy=False):
         P = prompt_ids.shape[1]

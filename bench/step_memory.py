@@ -32,20 +32,23 @@ def child(variant: str, rows: int, T: int, V: int, D: int, lora_rank: int) -> di
     """Runs in a subprocess: one train.optimize step; its peak RSS (MB) above the RSS before it."""
     import train
     from nanoatr import loss, lora
-    from nanoatr.distributed import Dist, Scorer
+    from nanoatr.config import TrainConfig, resolve
+    from nanoatr.distributed import Dist
+    from nanoatr.scoring import Scorer
     from nanoatr.model import Qwen3, Qwen3Config, init_weights
     if variant == "naive":  # rollout.score imports token_logprobs from nanoatr.loss at each call
         loss.token_logprobs = lambda h, w, y, temperature=1.0, chunk_size=0, with_entropy=False: \
             loss.token_logprobs_naive(h, w, y, temperature=temperature, with_entropy=with_entropy)
-    cfg = train.resolve(train.TrainConfig(prompts_per_step=1, group_size=rows, minibatches=1, micro_batch=rows,
+    cfg = resolve(TrainConfig(prompts_per_step=1, group_size=rows, minibatches=1, micro_batch=rows,
                                           max_new_tokens=T, lora_rank=lora_rank, compile=False), {})
     model = Qwen3(Qwen3Config(vocab_size=V, hidden_size=D, intermediate_size=2 * D, num_hidden_layers=1,
                               num_attention_heads=2, num_key_value_heads=1, head_dim=D // 2))
     init_weights(model, std=0.02, seed=0)
     weights = lora.add_adapters(model, lora_rank, 2.0 * lora_rank, lora.TARGETS, base="random") if lora_rank else model
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
-    run = train.Run(cfg, model, Scorer(model, contextlib.nullcontext), opt, None, [], Dist(0, 1, torch.device("cpu")),
-                    contextlib.nullcontext, weights)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=1e-6)
+    run = train.Run(cfg, model, Scorer(model, contextlib.nullcontext), opt, trained, tok=None, stop_ids=[], stop=None,
+                    reward=None, d=Dist(0, 1, torch.device("cpu")), precision=contextlib.nullcontext, weights=weights)
     g = torch.Generator().manual_seed(0)
     rewards = torch.randint(0, 2, (rows,), generator=g).float()
     batch = train.Batch(torch.randint(0, V, (rows, 16), generator=g), torch.ones(rows, 16, dtype=torch.bool),

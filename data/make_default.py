@@ -15,6 +15,7 @@ room to show a gain: accuracy jumps late in this training, so a fixed step count
 """
 import argparse
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -24,14 +25,88 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere without installing
 
-from nanoatr import synthetic  # noqa: E402
 from nanoatr.data import Problem, load_problems, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
-from nanoatr.tokenizer import format_prompt, load_tokenizer  # noqa: E402
+from nanoatr.tokenizer import char_tokenizer, format_prompt, load_tokenizer  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SIZES = {"heldout": 256, "val": 128, "train": 4096}  # drawn in this order, disjoint by question
+
+
+# ----------------------------------------------------------------------------
+# The task: integer arithmetic with a short worked solution ending in \boxed{}
+#
+# Two kinds of problem, about equally often:
+#     57+38-21   ->  57+38=95;95-21=74;\boxed{74}
+#     47*36      ->  47*30=1410;47*6=282;1410+282=1692;\boxed{1692}
+# The worked solutions are the warm-start's supervised data (the paper's formatting SFT); RL then only
+# sees the question and a reward from the verifier, so any gain comes from reinforcement.
+
+# Every character the task uses, plus a few the model might emit; '\boxed{' is one token.
+CHARS = "0123456789+-*/=;:.,()[]{}\\ "
+BOXED = "\\boxed{"
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}="  # the prompt is "question="
+
+
+def add_sub(rng: random.Random) -> tuple[str, int, str]:
+    a, b, c = (rng.randint(10, 99) for _ in range(3))
+    op1, op2 = rng.choice("+-"), rng.choice("+-")
+    ab = a + b if op1 == "+" else a - b
+    abc = ab + c if op2 == "+" else ab - c
+    return f"{a}{op1}{b}{op2}{c}", abc, f"{a}{op1}{b}={ab};{ab}{op2}{c}={abc};{BOXED}{abc}}}"
+
+
+def multiply(rng: random.Random) -> tuple[str, int, str]:
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    tens, ones = b - b % 10, b % 10
+    p1, p2 = a * tens, a * ones
+    return f"{a}*{b}", a * b, f"{a}*{tens}={p1};{a}*{ones}={p2};{p1}+{p2}={a * b};{BOXED}{a * b}}}"
+
+
+def make_problem(rng: random.Random) -> tuple[str, str, str]:
+    """(question, answer, worked solution)."""
+    question, answer, solution = (add_sub if rng.random() < 0.5 else multiply)(rng)
+    return question, str(answer), solution
+
+
+def make_splits(seed: int, sizes: dict[str, int]) -> dict[str, list[tuple[str, str, str]]]:
+    """Disjoint splits by question text, drawn in order, so no held-out question is ever trained on."""
+    rng, seen, splits = random.Random(seed), set(), {}
+    for name, n in sizes.items():
+        rows = []
+        while len(rows) < n:
+            q, a, s = make_problem(rng)
+            if q not in seen:
+                seen.add(q)
+                rows.append((q, a, s))
+        splits[name] = rows
+    return splits
+
+
+def sft_stream(seed: int, exclude: set[str]):
+    """An endless stream of worked solutions whose questions are not in `exclude`."""
+    rng = random.Random(seed)
+    while True:
+        q, a, s = make_problem(rng)
+        if q not in exclude:
+            yield q, s
+
+
+def build_tokenizer():
+    """The task's character-level tokenizer; '\\boxed{' is one token."""
+    return char_tokenizer(CHARS, words=[BOXED])
+
+
+TOKENIZER_CONFIG = {
+    "tokenizer_class": "PreTrainedTokenizerFast",
+    "eos_token": "<|endoftext|>",
+    "pad_token": "<|pad|>",
+    "unk_token": "<|unk|>",
+    "chat_template": CHAT_TEMPLATE,
+    "model_max_length": 256,
+}
+
 
 
 def tiny_config(vocab_size: int) -> Qwen3Config:
@@ -58,7 +133,7 @@ def sft_batch(tok, stream, batch_size: int):
 
 def warm_start(model, tok, val, args):
     exclude = {p.question for p in val} | {p.question for p in load_problems(HERE / "arith/heldout.jsonl")}
-    stream = synthetic.sft_stream(args.seed + 1, exclude)
+    stream = sft_stream(args.seed + 1, exclude)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
     t0 = time.perf_counter()
     for step in range(1, args.max_steps + 1):
@@ -95,13 +170,13 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(args.seed)
 
-    splits = synthetic.make_splits(args.seed, SIZES)
+    splits = make_splits(args.seed, SIZES)
     for name, rows in splits.items():
         save_problems(HERE / f"arith/{name}.jsonl", [Problem(q, a) for q, a, _ in rows])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    synthetic.build_tokenizer().save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps(synthetic.TOKENIZER_CONFIG, indent=2))
+    build_tokenizer().save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
     tok = load_tokenizer(out)
 
     model = Qwen3(tiny_config(len(tok)))

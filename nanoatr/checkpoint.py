@@ -54,3 +54,20 @@ def _fsync_dir(path: Path):
     for f in path.iterdir():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
+
+
+def read_metrics(path) -> list[dict]:
+    """The JSON objects of a metrics.jsonl; a truncated last line (a run killed mid-write) is dropped."""
+    import json
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path.parent}: no {path.name} (is it a run directory?)")
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

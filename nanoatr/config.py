@@ -1,24 +1,41 @@
-"""Configuration: one dataclass per command; its command-line flags are generated from the fields.
+"""The flags of every command: one dataclass per command, argparse generated from its fields, and the
+checks that turn a bad value into one `error:` line naming the flag.
 
-A field's `help` metadata is its --help text; `--some-field` maps to `some_field`. The trainer writes
-the resolved dataclass to the run directory, so the logged config is the one that ran.
+A field is `arg(default, help, group, range)`: its --help text, the --help section it is listed in,
+and the values it accepts (RANGES; every float must also be finite). `--some-field` maps to
+`some_field`. The trainer writes the resolved TrainConfig to the run directory, so the logged config
+is the one that ran. The paper's preset (Appendix B) is PRESETS["paper"].
 """
 import argparse
 import dataclasses
+import json
+import math
 import sys
 import typing
-from dataclasses import field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nanoatr import lora, methods
+from nanoatr.loss import AGGREGATIONS
+from nanoatr.rollout import SAMPLER_HELP, SAMPLERS
+from nanoatr.tokenizer import check_template
 
 
 class ConfigError(ValueError):
     """A bad flag value; the message names the flag."""
 
 
-def arg(default, help: str, **kw):
-    """A config field with its --help text (lists need a default_factory)."""
+# A range's name in arg(), its test and its wording in the error line.
+RANGES = {">0": (lambda v: v > 0, "> 0"), ">=0": (lambda v: v >= 0, ">= 0"), ">=1": (lambda v: v >= 1, ">= 1"),
+          "(0,1]": (lambda v: 0 < v <= 1, "in (0, 1]"), "[0,1]": (lambda v: 0 <= v <= 1, "in [0, 1]")}
+
+
+def arg(default, help: str, group: str = "", range: str | None = None, **kw):
+    """A config field with its --help text, --help group and accepted range (lists need a default_factory)."""
+    meta = {"help": help, "group": group, "range": range, **kw}
     if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
-    return field(default=default, metadata={"help": help, **kw})
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 def flag(name: str) -> str:
@@ -26,10 +43,14 @@ def flag(name: str) -> str:
 
 
 def add_fields(parser: argparse.ArgumentParser, cls):
-    hints = typing.get_type_hints(cls)
+    """One flag per field, in --help sections by `group` (in the order the groups first appear)."""
+    hints, groups = typing.get_type_hints(cls), {}
     for f in dataclasses.fields(cls):
         if f.metadata.get("cli") is False:
             continue
+        name = f.metadata.get("group") or "options"
+        if name not in groups:
+            groups[name] = parser.add_argument_group(name)
         tp, default = hints[f.name], (f.default_factory() if callable(f.default_factory) else f.default)
         kw = dict(help=f.metadata.get("help", "") + (f" (default: {default})" if default is not None else ""),
                   dest=f.name, default=argparse.SUPPRESS)
@@ -38,11 +59,12 @@ def add_fields(parser: argparse.ArgumentParser, cls):
         args = typing.get_args(tp)
         base = next((a for a in args if a is not type(None)), tp) if args and type(None) in args else tp
         if base is bool:
-            parser.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, **kw)
+            groups[name].add_argument(flag(f.name), action=argparse.BooleanOptionalAction, **kw)
         elif typing.get_origin(base) is list:
-            parser.add_argument(flag(f.name), nargs="+", type=typing.get_args(base)[0], metavar="X", **kw)
+            groups[name].add_argument(flag(f.name), nargs="+", type=typing.get_args(base)[0], metavar="X", **kw)
         else:
-            parser.add_argument(flag(f.name), type=base, metavar=f.name.upper() if "choices" not in kw else None, **kw)
+            groups[name].add_argument(flag(f.name), type=base, metavar=f.name.upper() if "choices" not in kw else None,
+                                      **kw)
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,13 +74,13 @@ class Parser(argparse.ArgumentParser):
         die(f"{message} (see --help)")
 
 
-def parse(cls, argv=None, description: str = "", extra=None):
+def parse(cls, argv=None, description: str = "", extra=None, epilog: str = ""):
     """Parse argv into cls; `extra(parser)` may add flags that are not fields (returned separately).
 
     Flags not given keep the dataclass default; `given` lists the fields the user set explicitly
     (presets fill in only the others).
     """
-    parser = Parser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fields(parser, cls)
     if extra:
         extra(parser)
@@ -72,3 +94,246 @@ def die(message: str, code: int = 2):
     """One clear line and a non-zero exit: how every command reports bad input."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def check_ranges(cfg) -> None:
+    """Every numeric field inside its declared range, every float finite; ConfigError names the flag."""
+    for f in dataclasses.fields(cfg):
+        value, rule = getattr(cfg, f.name), f.metadata.get("range")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{flag(f.name)} must be a finite number (got {value})")
+        if rule and not RANGES[rule][0](value):
+            raise ConfigError(f"{flag(f.name)} must be {RANGES[rule][1]} (got {value})")
+
+
+# ----------------------------------------------------------------------------
+# train.py
+
+DATA, METHOD, ROLLOUT, OPTIM, EVAL, RUN = ("model and data", "method", "rollout", "optimisation", "evaluation", "run")
+
+
+@dataclass
+class TrainConfig:
+    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer)", DATA)
+    data: str = arg("data/arith/train.jsonl", "training problems (jsonl: problem/answer or DAPO format)", DATA)
+    eval_data: list[str] = arg(["data/arith/heldout.jsonl"], "held-out problem files evaluated during training",
+                               DATA)
+    system_prompt: str | None = arg(None, "system message for chat-template models", DATA)
+    prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
+                                      "template (base models; default: the chat template when the tokenizer has one)",
+                                      DATA)
+    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the "
+                                "template's own)", DATA)
+    clip: str = arg("kl3", "clipping rule (nanoatr/methods.py); its hyper-parameters are the flags listed "
+                    "under 'method hyper-parameters'", METHOD, choices=sorted(methods.METHODS))
+    aggregation: str = arg("dr-grpo", "loss aggregation", METHOD, choices=AGGREGATIONS)
+    std_normalize: bool = arg(False, "divide advantages by the group's std (GRPO); off = Dr. GRPO", METHOD)
+    beta: float = arg(0.0, "KL penalty to the reference policy (the starting model; loss.kl_to_reference); "
+                      "0 = none, as in the paper", METHOD, ">=0")
+    prompts_per_step: int = arg(16, "distinct prompts sampled per rollout step (over all ranks)", ROLLOUT, ">=1")
+    group_size: int = arg(8, "completions per prompt (G)", ROLLOUT, ">=1")
+    max_new_tokens: int = arg(48, "completion budget in tokens", ROLLOUT, ">=1")
+    temperature: float = arg(1.0, "sampling temperature of rollouts (and of the log-probs trained on)", ROLLOUT, ">0")
+    top_p: float = arg(1.0, "nucleus sampling of rollouts", ROLLOUT, "(0,1]")
+    top_k: int = arg(0, "top-k sampling of rollouts (0 = off)", ROLLOUT, ">=0")
+    sampler: str = arg("multinomial", SAMPLER_HELP, ROLLOUT, choices=SAMPLERS)
+    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base models; "
+                          "special tokens such as <|im_end|> work too)", ROLLOUT)
+    rollout_batch: int = arg(0, "prompts sampled together, each such chunk with its own seed (0 = a rank's "
+                             "whole share). Samples depend on it, not on the number of ranks: set it to "
+                             "compare runs on different numbers of GPUs", ROLLOUT, ">=0")
+    steps: int = arg(400, "rollout steps (each feeds minibatches x epochs optimizer steps)", OPTIM, ">=1")
+    minibatches: int = arg(2, "optimizer steps per epoch over a rollout batch; >1 makes clipping act", OPTIM, ">=1")
+    epochs: int = arg(1, "passes over each rollout batch", OPTIM, ">=1")
+    micro_batch: int = arg(0, "sequences per forward/backward (gradient accumulation); 0 = a rank's whole "
+                           "minibatch", OPTIM, ">=0")
+    lr: float = arg(1e-4, "AdamW learning rate", OPTIM, ">0")
+    weight_decay: float = arg(0.0, "AdamW weight decay", OPTIM, ">=0")
+    grad_clip: float = arg(1.0, "clip the gradient norm to this (0 = off)", OPTIM, ">=0")
+    lora_rank: int = arg(0, "LoRA rank (0 = full fine-tuning); adapters are saved in peft's format", OPTIM, ">=0")
+    lora_alpha: float = arg(0.0, "LoRA alpha (0 = 2 x rank)", OPTIM, ">=0")
+    lora_targets: list[str] = arg(list(lora.TARGETS), "modules that get LoRA adapters", OPTIM)
+    merge: bool = arg(False, "LoRA runs: at the end also write <run>/merged, base + adapter as a full HF "
+                      "checkpoint", OPTIM)
+    dtype: str = arg("float32", "bfloat16: frozen weights in bf16 and bf16 autocast for matmuls; trained weights "
+                     "and log-softmax stay float32", OPTIM, choices=["float32", "bfloat16"])
+    grad_checkpoint: bool = arg(False, "recompute each layer's activations in backward (less memory, ~1/3 "
+                                "more time)", OPTIM)
+    compile: bool = arg(True, "compile the loss with torch.compile (falls back to eager if it fails)", OPTIM)
+    eval_every: int = arg(0, "evaluate every N steps (0 = only before and after training)", EVAL, ">=0")
+    eval_k: int = arg(8, "k of Mean@k / Pass@k", EVAL, ">=1")
+    eval_temperature: float = arg(1.0, "sampling temperature of evaluation (0 = greedy)", EVAL, ">=0")
+    eval_top_p: float = arg(1.0, "nucleus of evaluation sampling", EVAL, "(0,1]")
+    eval_max_new_tokens: int = arg(0, "completion budget of evaluation (0 = --max-new-tokens)", EVAL, ">=0")
+    eval_batch_size: int = arg(256, "completions sampled together in evaluation", EVAL, ">=1")
+    eval_limit: int = arg(0, "evaluate on the first N problems of each file (0 = all)", EVAL, ">=0")
+    out_dir: str = arg("runs", "parent directory of run directories", RUN)
+    name: str = arg("", "run name (default: <clip>-<time>)", RUN)
+    resume: str = arg("", "continue the run in this run directory from its checkpoint", RUN)
+    save_every: int = arg(50, "write the checkpoint every N steps (and at the end)", RUN, ">=1")
+    seed: int = arg(0, "seed of prompt order, sampling and initialisation", RUN, ">=0")
+    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available; under torchrun each rank its own "
+                      "GPU)", RUN)
+    preset: str | None = arg(None, "start from a published setting; flags given explicitly win (listed at the "
+                             "end of --help)", RUN, choices=["paper"])
+    hparams: dict = arg(None, "clip method hyper-parameters after defaults (written to config.json)", cli=False)
+
+
+# The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags.
+# TRL counts its batch in completions: batch 8 = one group of G = 8, and 4 accumulated micro-batches make
+# one optimizer step on 4 prompts x 8 completions, sampled together. With one optimizer step per rollout
+# batch (TRL's num_iterations = 1) the ratio is exactly 1 and clipping is inert, as the warning says;
+# --minibatches 4 turns each group into its own optimizer step (the ratio then moves, clipping acts).
+PRESETS = {"paper": {
+    "lora_rank": 32, "lora_alpha": 64.0,
+    "lr": 5e-6, "weight_decay": 1e-3,                   # AdamW
+    "prompts_per_step": 4, "group_size": 8,             # batch 8 x gradient accumulation 4 = 32 completions
+    "micro_batch": 8, "minibatches": 1, "epochs": 1,    # 8 completions per backward, one optimizer step
+    "steps": 1000,                                      # "1,000 gradient steps" (Section 6.1)
+    "max_new_tokens": 2048,                             # maximum sequence length 2048
+    "temperature": 1.0, "top_p": 1.0, "top_k": 0,       # top-k -1 = off
+    "beta": 0.0, "aggregation": "dr-grpo", "std_normalize": False,   # Dr. GRPO backbone, no reference
+    "clip": "kl3",                                      # delta = 0.07, kl3's default
+    "eval_every": 50, "eval_k": 8, "eval_temperature": 0.3, "eval_top_p": 0.95, "eval_max_new_tokens": 32768,
+    # Not in the paper, what makes it fit one 80 GB GPU: bf16 base weights, checkpointed activations,
+    # 8 evaluation samples at a time (a 32k-token KV cache is ~3.7 GB per sample for Qwen3-1.7B).
+    "dtype": "bfloat16", "grad_checkpoint": True, "eval_batch_size": 8,
+}}
+
+
+def preset_help() -> str:
+    lines = [f"  {k.replace('_', '-'):<22} {v}" for k, v in PRESETS["paper"].items()]
+    return "--preset paper (Appendix B, Table 4; every flag given explicitly overrides it):\n" + "\n".join(lines)
+
+
+def hparam_flags(parser):
+    """--eps, --delta, ...: every clip method's hyper-parameters, defaulting to the method's own."""
+    group = parser.add_argument_group("method hyper-parameters (each applies to the --clip methods listed)")
+    table = {m: methods.defaults(m) for m in sorted(methods.METHODS)}
+    for k in sorted({k for d in table.values() for k in d}):
+        users = ", ".join(f"{m}={d[k]}" for m, d in table.items() if k in d)
+        group.add_argument(flag(k), type=float, default=None, dest=k, metavar="X", help=f"defaults: {users}")
+
+
+def apply_preset(cfg: TrainConfig, given: set) -> TrainConfig:
+    """The preset's values for every field not given on the command line."""
+    if cfg.preset is None:
+        return cfg
+    if not {"model", "data"} <= given:
+        raise ConfigError(f"--preset {cfg.preset} needs --model (a Qwen3 checkpoint directory) and --data "
+                          "(DAPO-Math-17k as jsonl)")
+    return TrainConfig(**{**asdict(cfg), **{k: v for k, v in PRESETS[cfg.preset].items() if k not in given}})
+
+
+def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1) -> TrainConfig:
+    """Fill in the method's default hyper-parameters and check every value, once; ConfigError names the flag."""
+    try:
+        cfg.hparams = methods.check_hparams(cfg.clip, **{k: v for k, v in given_hparams.items() if v is not None})
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    check_ranges(cfg)
+    if methods.needs(cfg.clip, "sequences"):  # a loss per sequence, copied onto its tokens: averaged per sequence
+        cfg.aggregation = "seq-mean-token-mean"
+    if cfg.prompts_per_step % world:
+        raise ConfigError(f"--prompts-per-step {cfg.prompts_per_step} must be a multiple of the {world} ranks")
+    share = cfg.prompts_per_step // world
+    chunk = cfg.rollout_batch or share
+    if share % chunk:
+        raise ConfigError(f"--rollout-batch {chunk} must divide each rank's {share} prompts")
+    if (chunk * cfg.group_size) % cfg.minibatches:  # every chunk gives each minibatch the same number of rows
+        raise ConfigError(f"--minibatches {cfg.minibatches} must divide the {chunk * cfg.group_size} completions "
+                          f"of a rollout chunk (--rollout-batch {chunk} x --group-size {cfg.group_size})")
+    problem = (lora.check_targets(cfg.lora_targets) if cfg.lora_rank else None) or \
+        (check_template(cfg.prompt_template) if cfg.prompt_template is not None else None)
+    if problem:
+        raise ConfigError(problem)
+    if cfg.merge and not cfg.lora_rank:
+        raise ConfigError("--merge needs a LoRA run (--lora-rank > 0); a full fine-tuning checkpoint is already whole")
+    if any(not s for s in cfg.stop):
+        raise ConfigError("--stop: empty stop string")
+    cfg.lora_alpha = cfg.lora_alpha or 2.0 * cfg.lora_rank
+    return cfg
+
+
+def resumed_config(cfg: TrainConfig, extra: dict, given: set) -> tuple[TrainConfig, dict]:
+    """The run's saved config, with only the flags given now on top (e.g. --steps to go further)."""
+    saved_file = Path(cfg.resume) / "config.json"
+    if not saved_file.is_file():
+        raise ConfigError(f"--resume {cfg.resume}: no config.json there, not a run directory")
+    try:
+        saved = json.loads(saved_file.read_text())
+        hparams = saved.pop("hparams") or {}
+        cfg = TrainConfig(**{**saved, **{k: getattr(cfg, k) for k in given}})
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, KeyError, TypeError) as e:
+        raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
+    if "clip" not in given:
+        extra = {**hparams, **{k: v for k, v in extra.items() if v is not None}}
+    return cfg, extra
+
+
+# ----------------------------------------------------------------------------
+# eval.py and sample.py
+
+MODEL, SAMPLING, OUTPUT = "model and data", "sampling", "output and run"
+
+
+@dataclass
+class EvalConfig:
+    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
+                     "a run's checkpoint/ directory works as is", MODEL)
+    adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/) applied "
+                              "on top of --model", MODEL)
+    data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (jsonl: problem/answer or DAPO "
+                          "format); each is one column of the table, named by its file stem", MODEL)
+    limit: int = arg(0, "use only the first N problems of each file (0 = all)", MODEL, ">=0")
+    system_prompt: str | None = arg(None, "system message for chat-template models", MODEL)
+    prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
+                                      "template (default: the chat template when the tokenizer has one)", MODEL)
+    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the "
+                                "template's own)", MODEL)
+    k: int = arg(8, "k of Mean@k and Pass@k", SAMPLING, ">=1")
+    n: int = arg(0, "samples per problem, n >= k (0 = k); more samples give a lower-variance Pass@k", SAMPLING, ">=0")
+    temperature: float = arg(1.0, "sampling temperature (0 = greedy); the paper evaluates at 0.3, the "
+                             "embedded default was trained and is evaluated at 1.0", SAMPLING, ">=0")
+    top_p: float = arg(1.0, "nucleus sampling; the paper evaluates at 0.95", SAMPLING, "(0,1]")
+    top_k: int = arg(0, "top-k sampling (0 = off)", SAMPLING, ">=0")
+    sampler: str = arg("multinomial", SAMPLER_HELP, SAMPLING, choices=SAMPLERS)
+    max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
+                              "math models need thousands)", SAMPLING, ">=1")
+    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base models)",
+                          SAMPLING)
+    batch_size: int = arg(64, "completions sampled together", SAMPLING, ">=1")
+    seed: int = arg(0, "sampling seed", SAMPLING, ">=0")
+    out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
+                          "(default: runs/eval/<model name>-<time>.jsonl)", OUTPUT)
+    resume: bool = arg(False, "continue --out: skip the (benchmark, problem, sample) triples already in it", OUTPUT)
+    dtype: str = arg("float32", "bfloat16: weights in bf16 and bf16 matmuls (log-softmax stays float32)", OUTPUT,
+                     choices=["float32", "bfloat16"])
+    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)", OUTPUT)
+
+
+@dataclass
+class SampleConfig:
+    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
+                     "a run's checkpoint/ directory works as is", MODEL)
+    adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/) applied "
+                              "on top of --model", MODEL)
+    raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template", MODEL)
+    system_prompt: str | None = arg(None, "system message for chat-template models", MODEL)
+    prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
+                                      "template (default: the chat template when the tokenizer has one)", MODEL)
+    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the "
+                                "template's own)", MODEL)
+    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came", SAMPLING, ">=1")
+    temperature: float = arg(1.0, "sampling temperature (0 = greedy)", SAMPLING, ">=0")
+    top_p: float = arg(1.0, "nucleus sampling: draw only from the most likely tokens covering this mass",
+                       SAMPLING, "(0,1]")
+    top_k: int = arg(0, "draw only from the k most likely tokens (0 = off)", SAMPLING, ">=0")
+    stop: list[str] = arg([], "stop strings besides EOS: the completion ends after the first one", SAMPLING)
+    seed: int = arg(0, "sampling seed (one generator for all prompts, in order)", SAMPLING, ">=0")
+    gold: str | None = arg(None, "the correct answer: also print the verifier's verdict on each completion", OUTPUT)
+    dtype: str = arg("float32", "bfloat16: weights in bf16 and bf16 matmuls (log-softmax stays float32)", OUTPUT,
+                     choices=["float32", "bfloat16"])
+    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)", OUTPUT)

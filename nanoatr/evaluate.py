@@ -1,30 +1,45 @@
-"""Sample n completions per problem, grade them, and summarise as Mean@k / Pass@k.
+"""Evaluation: sample n completions per problem, grade them, summarise as Mean@k / Pass@k.
 
-Shared by eval.py, the periodic evaluation in train.py and the warm-start script, so that every
+Shared by eval.py, the periodic evaluation in train.py and the warm-start scripts, so that every
 number in the logs and the README comes from the same code path.
+
+``verdicts`` is one list of booleans per problem: did sample j solve problem i.
+Every problem is sampled n >= k times (n may differ between problems).
+
+- Mean@k: the expected accuracy of one sample. Its expectation does not depend on k,
+  so we use all n samples (c/n per problem, then averaged over problems): same value
+  as the paper's "average over the k samples" when n == k, and lower variance when n > k.
+- Pass@k: the chance that at least one of k samples is correct, with the unbiased
+  estimator 1 - C(n-c, k) / C(n, k) over all k-subsets of the n samples
+  (Chen et al. 2021), not "any of the first k", which is noisier.
+
+``summarize`` reports percent by default, as the paper's tables do (Mean@8 (%)).
 """
+import math
 import time
+from typing import Iterable, Sequence
 
 import torch
 from tqdm import tqdm
 
-from nanoatr.metrics import summarize
 from nanoatr.rollout import generate
-from nanoatr.tokenizer import encode_prompts, stop_string_check
+from nanoatr.tokenizer import completion_texts, encode_prompts, stop_strings
 from nanoatr.verifier import verify
 
 
 def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int, temperature: float = 1.0,
                      top_p: float = 1.0, top_k: int = 0, stop_ids=None, batch_size: int = 256, seed: int = 0,
                      prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(),
-                     desc: str = "sampling", stops=(), sampler: str = "multinomial"):
+                     desc: str = "sampling", stops=(), sampler: str = "multinomial", reward=None):
     """Yield one dict per completion: problem_id, sample, completion, gold, correct, length, truncated.
 
     Work is flattened to (problem, sample) pairs and cut into fixed batches, each sampled with its
     own seed; pairs in `skip` (eval.py --resume) are not yielded again. Because the batches do not
     depend on what was skipped, a resumed evaluation draws exactly the samples of an uninterrupted one.
-    `stops` (stop strings) only end a batch's decoding sooner; the caller cuts the text (apply_stop).
+    Completions end at an EOS in `stop_ids` or after a stop string in `stops`; `reward(completion,
+    gold)` grades them (default: the verifier, for math tasks).
     """
+    reward = reward or verify
     stop_ids = stop_ids if stop_ids is not None else [tokenizer.eos_token_id]
     prompts = encode_prompts(tokenizer, problems, **(prompt_kw or {}))
     pairs = [(i, j) for i in range(len(problems)) for j in range(n)]
@@ -39,15 +54,13 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
             g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed * 1_000_003 + start)
             out = generate(model, [prompts[i] for i, _ in batch], max_new_tokens, temperature=temperature,
                            top_p=top_p, top_k=top_k, eos_token_id=stop_ids, generator=g, sampler=sampler,
-                           pad_id=tokenizer.pad_token_id or 0, stop=stop_string_check(tokenizer, stops))
-            lengths = out.mask.sum(-1).tolist()
-            for (i, j), toks, length in zip(batch, out.tokens.tolist(), lengths):
+                           pad_id=tokenizer.pad_token_id or 0, stop=stop_strings(tokenizer, stops))
+            texts = completion_texts(tokenizer, out.tokens, out.mask)
+            for (i, j), text, length, stopped in zip(batch, texts, out.mask.sum(-1).tolist(), out.stopped.tolist()):
                 if (i, j) in skip:
                     continue
-                text = tokenizer.decode(toks[:length], skip_special_tokens=True)
-                stopped = length > 0 and toks[length - 1] in stop_ids
                 yield {"problem_id": i, "sample": j, "completion": text, "gold": problems[i].answer,
-                       "correct": bool(verify(text, problems[i].answer)), "length": length,
+                       "correct": bool(reward(text, problems[i].answer)), "length": length,
                        "truncated": not stopped}
                 bar.update(1)
     finally:
@@ -68,3 +81,70 @@ def evaluate(model, tokenizer, problems, k: int = 8, n: int | None = None, **kw)
     summary["truncated"] = sum(r["truncated"] for r in rows) / max(len(rows), 1)
     summary["seconds"] = time.perf_counter() - t0
     return summary, rows
+
+
+# ---------------------------------------------------------------------------
+# Mean@k and Pass@k from verdicts
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one problem with c correct out of n samples (1 <= k <= n)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:  # every k-subset holds a correct sample
+        return 1.0
+    # C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k/i): no huge binomials, no overflow
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def mean_at_k(verdicts: Sequence[Sequence[bool]]) -> float:
+    """Mean accuracy (a fraction): per problem over its samples, then over problems."""
+    _check(verdicts, 1)
+    return sum(sum(v) / len(v) for v in verdicts) / len(verdicts)
+
+
+def mean_pass_at_k(verdicts: Sequence[Sequence[bool]], k: int) -> float:
+    """Pass@k (a fraction) averaged over problems."""
+    _check(verdicts, k)
+    return sum(pass_at_k(len(v), sum(v), k) for v in verdicts) / len(verdicts)
+
+
+def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int], percent: bool = True) -> dict[str, float]:
+    """``{"mean@k": ..., "pass@k": ...}`` for every k in ``ks``; percent unless ``percent=False``."""
+    scale = 100.0 if percent else 1.0
+    out = {}
+    for k in ks:
+        _check(verdicts, k)
+        out[f"mean@{k}"] = scale * mean_at_k(verdicts)
+        out[f"pass@{k}"] = scale * mean_pass_at_k(verdicts, k)
+    return out
+
+
+def default_ks(n: int) -> list[int]:
+    """K values for a Pass@K-vs-K curve from n samples: 1, 2, 4, ... up to n, and n itself."""
+    if n < 1:
+        raise ValueError(f"need at least one sample per problem, got {n}")
+    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    return ks if ks[-1] == n else ks + [n]
+
+
+def verdicts_by_problem(rows: Iterable[dict]) -> list[list[bool]]:
+    """Group eval rows ``{"problem_id", "sample", "correct"}`` into per-problem verdict lists.
+
+    Problems come out sorted by id, samples by index; a repeated (problem_id, sample)
+    pair is an error, since it usually means two files or two benchmarks were mixed.
+    """
+    grouped: dict[object, dict[int, bool]] = {}
+    for row in rows:
+        samples = grouped.setdefault(row["problem_id"], {})
+        if row["sample"] in samples:
+            raise ValueError(f"repeated sample {row['sample']} of problem {row['problem_id']!r}")
+        samples[row["sample"]] = bool(row["correct"])
+    return [[grouped[pid][j] for j in sorted(grouped[pid])] for pid in sorted(grouped)]
+
+
+def _check(verdicts: Sequence[Sequence[bool]], k: int) -> None:
+    if not verdicts:
+        raise ValueError("no problems to score")
+    fewest = min(range(len(verdicts)), key=lambda i: len(verdicts[i]))
+    if len(verdicts[fewest]) < k:
+        raise ValueError(f"@{k} needs at least {k} samples per problem; problem {fewest} has {len(verdicts[fewest])}")

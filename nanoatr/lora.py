@@ -1,6 +1,5 @@
 """LoRA through peft: adapters on our Qwen3, saved in peft's own format, loaded back, merged.
-
-    python -m nanoatr.lora merge --model BASE --adapter runs/<name>/checkpoint --out merged/
+(scripts/merge_adapter.py merges an adapter into its base from the command line.)
 
 Our Qwen3 names its modules as transformers' Qwen3ForCausalLM does, so peft's LoRA layers on it carry
 the same keys (`base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`): an adapter saved
@@ -164,36 +163,3 @@ def merge(base_dir, adapter_dir, out_dir, dtype=torch.float32):
     # The tokenizer travels with the adapter when nanoatr saved it (a run's checkpoint), else the base's.
     copy_tokenizer(adapter_dir if (Path(adapter_dir) / "tokenizer.json").is_file() else base_dir, out_dir)
     return Path(out_dir)
-
-
-def main(argv=None):
-    from dataclasses import dataclass
-
-    from nanoatr.config import arg, die, parse
-    from nanoatr.model import ModelError
-
-    @dataclass
-    class MergeConfig:
-        adapter: str | None = arg(None, "LoRA adapter directory (a LoRA run's checkpoint/ works as is)")
-        out: str | None = arg(None, "output directory: a full Hugging Face checkpoint")
-        model: str | None = arg(None, "base model directory (default: the adapter's base_model_name_or_path)")
-        dtype: str = arg("float32", "dtype of the merged weights", choices=["float32", "bfloat16"])
-
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] != "merge":
-        die("usage: python -m nanoatr.lora merge --adapter DIR --out DIR [--model BASE]")
-    cfg, _, _ = parse(MergeConfig, argv[1:], "Merge a LoRA adapter into its base: a full HF-format checkpoint.")
-    if not cfg.adapter or not cfg.out:
-        die("merge needs --adapter DIR and --out DIR")
-    try:
-        base = cfg.model or adapter_base(cfg.adapter)
-        if not base:
-            die(f"{cfg.adapter} does not name its base model: pass --model BASE")
-        out = merge(base, cfg.adapter, cfg.out, dtype=getattr(torch, cfg.dtype))
-    except (AdapterError, ModelError) as e:
-        die(str(e))
-    print(f"merged {cfg.adapter} into {base}: {out}")
-
-
-if __name__ == "__main__":
-    main()

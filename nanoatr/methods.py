@@ -16,7 +16,17 @@ Theorem 4.1: with C = (l <= w <= u) both give the same gradient (their loss valu
 kl1 / kl2 / kl3 / kl3-is / kl-full use the unified clip with C = "divergence <= delta".
 
 Sources are named per method; section numbers refer to the paper (arXiv 2602.05494).
+
+Adding a method takes three steps:
+  1. write `def my_rule(t: Tokens, knob: float = 0.1)`: the keyword defaults ARE the method's defaults,
+     and each knob becomes a train.py flag (--knob); mark with @uses(...) anything it reads beyond
+     ratio / advantages / old_logp (full_kl, noise, or "sequences" for a loss per sequence)
+  2. add `"my-rule": my_rule` to METHODS at the end of this file: it is now a --clip choice
+  3. if a knob is new, give it a range in RULES (a knob without one must merely be a finite number)
+The generic tests (tests/test_loss.py) then run on it: padding, micro-batch invariance, compiled ==
+eager, metrics.
 """
+import inspect
 import math
 from typing import NamedTuple, Optional
 
@@ -34,6 +44,20 @@ class Tokens(NamedTuple):
     old_logp: Tensor          # (B, T) log pi_old(y_t), detached
     full_kl: Optional[Tensor]  # (B, T) KL(pi_old || pi_theta) over the vocabulary (kl-full, truly-ppo)
     noise: Optional[Tensor]    # (B, T) uniform [0, 1) keys for clip-cov's random choice
+
+
+def uses(*inputs: str):
+    """Mark what a method reads besides ratio, log_ratio, advantages, valid and old_logp:
+    "full_kl" (the trainer computes t.full_kl), "noise" (t.noise, random keys), "sequences" (one loss
+    per sequence copied onto its tokens: aggregation is forced to seq-mean-token-mean)."""
+    unknown = set(inputs) - {"full_kl", "noise", "sequences"}
+    if unknown:
+        raise ValueError(f"uses(): unknown input {sorted(unknown)[0]!r}")
+
+    def mark(fn):
+        fn.uses = frozenset(inputs)
+        return fn
+    return mark
 
 
 def ratio_clip(ratio: Tensor, advantages: Tensor, lower, upper):
@@ -82,7 +106,7 @@ def no_cut(t: Tokens) -> Tensor:
 # ----------------------------------------------------------------------------
 # Ratio-range methods
 
-def clip(t: Tokens, eps: float):
+def clip(t: Tokens, eps: float = 0.2):
     """PPO / GRPO: -min(wA, clip(w, 1-eps, 1+eps) A).
 
     Schulman et al. 2017 (arXiv 1707.06347); verl core_algos.py::compute_policy_loss_vanilla minus its
@@ -91,7 +115,7 @@ def clip(t: Tokens, eps: float):
     return (*ratio_clip(t.ratio, t.advantages, 1 - eps, 1 + eps), {})
 
 
-def clip_higher(t: Tokens, eps_low: float, eps_high: float):
+def clip_higher(t: Tokens, eps_low: float = 0.2, eps_high: float = 0.28):
     """DAPO Clip-Higher: -min(wA, clip(w, 1-eps_low, 1+eps_high) A), a wider band above 1.
 
     Yu et al. 2025 (arXiv 2503.14476, "eps_low 0.2, eps_high 0.28").  Flags: eps_low, eps_high.
@@ -99,7 +123,7 @@ def clip_higher(t: Tokens, eps_low: float, eps_high: float):
     return (*ratio_clip(t.ratio, t.advantages, 1 - eps_low, 1 + eps_high), {})
 
 
-def dual_clip(t: Tokens, eps: float, dual_clip_c: float):
+def dual_clip(t: Tokens, eps: float = 0.2, dual_clip_c: float = 3.0):
     """Dual-clip PPO: PPO clip, and for A < 0 also min(., -cA): no gradient once w > c.
 
     Ye et al. 2020 (arXiv 1912.09729); verl compute_policy_loss_vanilla.  Defaults: verl's eps 0.2,
@@ -110,7 +134,7 @@ def dual_clip(t: Tokens, eps: float, dual_clip_c: float):
     return loss, low, high | dual, {"dual_clip_frac": dual}
 
 
-def dynamic(t: Tokens, eps_low: float, eps_high: float, dual_clip_c: float):
+def dynamic(t: Tokens, eps_low: float = 0.16, eps_high: float = 0.2, dual_clip_c: float = 10.0):
     """DCPO dynamic clipping: bounds from |(w - 1) w q| <= eps with q = pi_old(y_t), then dual clip.
 
         lower = 0.5 + 0.5 sqrt(max(1 - 4 eps_low / q, 0))
@@ -129,8 +153,9 @@ def dynamic(t: Tokens, eps_low: float, eps_high: float, dual_clip_c: float):
     return loss, low, high | dual, {"dual_clip_frac": dual}
 
 
-def clip_cov(t: Tokens, eps_low: float, eps_high: float, clip_cov_ratio: float,
-             clip_cov_lb: float, clip_cov_ub: float):
+@uses("noise")
+def clip_cov(t: Tokens, eps_low: float = 1.0, eps_high: float = 1.0, clip_cov_ratio: float = 2e-4,
+             clip_cov_lb: float = 1.0, clip_cov_ub: float = 5.0):
     """Clip-Cov: PPO clip, plus a random max(1, int(ratio * N)) of the unclipped tokens with
     lb < cov < ub lose their gradient (loss 0; they still count in the normaliser).
 
@@ -148,7 +173,7 @@ def clip_cov(t: Tokens, eps_low: float, eps_high: float, clip_cov_ratio: float,
     return torch.where(chosen, 0.0, loss), low, high, {"cov_frac": chosen}
 
 
-def kl_cov(t: Tokens, kl_cov_ratio: float, kl_cov_coef: float):
+def kl_cov(t: Tokens, kl_cov_ratio: float = 2e-3, kl_cov_coef: float = 1.0):
     """KL-Cov: no clipping; the top max(1, int(ratio * N)) tokens by cov get a penalty coef * |log w|.
 
         loss = -wA + coef * |logp - old_logp| * [token in top-k by cov]
@@ -165,7 +190,7 @@ def kl_cov(t: Tokens, kl_cov_ratio: float, kl_cov_coef: float):
     return loss, no_cut(t), no_cut(t), {"cov_frac": chosen}
 
 
-def trgppo(t: Tokens, delta: float, eps: float):
+def trgppo(t: Tokens, delta: float = 0.07, eps: float = 0.2):
     """TRGPPO: a ratio clip whose band is PPO's widened to the trust region of the token's old probability:
 
         [min(l_delta(p), 1 - eps), max(u_delta(p), 1 + eps)],   p = pi_old(y_t)
@@ -180,7 +205,7 @@ def trgppo(t: Tokens, delta: float, eps: float):
     return (*ratio_clip(t.ratio, t.advantages, lower, upper), {})
 
 
-def soft_gate(t: Tokens, tau_pos: float, tau_neg: float):
+def soft_gate(t: Tokens, tau_pos: float = 1.0, tau_neg: float = 1.05):
     """SAPO soft gate: -A * sigmoid(tau (w - 1)) * 4 / tau, tau = tau_pos if A > 0 else tau_neg.
 
     Never cut: d loss / d log w = -A * 4 s (1 - s) * w with s = sigmoid(tau (w - 1)), which is -A
@@ -197,30 +222,33 @@ def soft_gate(t: Tokens, tau_pos: float, tau_neg: float):
 # ----------------------------------------------------------------------------
 # Divergence constraints in the unified clip (Eq. 5), Table 3 of the paper
 
-def kl1(t: Tokens, delta: float):
+def kl1(t: Tokens, delta: float = 0.07):
     """C: k1 = -log w <= delta, i.e. w >= exp(-delta).  k1 < 0 whenever w > 1, so increases are
     never cut: only A < 0 tokens pushed below exp(-delta) lose their gradient (Table 3, delta 0.07).
     Flags: delta.
     """
-    return (*unified_clip(t.ratio, t.advantages, divergence.k1(t.log_ratio) <= delta), {})
+    k1 = divergence.k1(t.log_ratio)
+    return (*unified_clip(t.ratio, t.advantages, k1 <= delta), {"k1": k1.detach()})
 
 
-def kl2(t: Tokens, delta: float):
+def kl2(t: Tokens, delta: float = 0.07):
     """C: k2 = (log w)^2 / 2 <= delta, i.e. |log w| <= sqrt(2 delta) (Table 3, delta 0.07).  Flags: delta."""
-    return (*unified_clip(t.ratio, t.advantages, divergence.k2(t.log_ratio) <= delta), {})
+    k2 = divergence.k2(t.log_ratio)
+    return (*unified_clip(t.ratio, t.advantages, k2 <= delta), {"k2": k2.detach()})
 
 
-def kl3(t: Tokens, delta: float):
+def kl3(t: Tokens, delta: float = 0.07):
     """ATR-GRPO, the paper's method: C: KL3 = w - 1 - log w <= delta (Eq. 6, Sec. 4.2).
 
     Same gradient as a ratio clip with [l, u] = divergence.kl3_ratio_range(delta) (Theorem 4.2),
     [0.671, 1.422] at delta = 0.07 (the paper's choice, Sec. 6.4), but no range is computed: the
     constraint is checked directly, as the paper suggests.  Flags: delta.
     """
-    return (*unified_clip(t.ratio, t.advantages, divergence.k3(t.log_ratio) <= delta), {})
+    k3 = divergence.k3(t.log_ratio)
+    return (*unified_clip(t.ratio, t.advantages, k3 <= delta), {"kl3": k3.detach()})
 
 
-def kl3_is(t: Tokens, delta: float):
+def kl3_is(t: Tokens, delta: float = 0.07):
     """IS-weighted KL3: C: w * k3(1/w) = w log w - (w - 1) <= delta (Table 3).
 
     The paper does not spell the estimator out.  We take the importance-weighted k3 of the reversed
@@ -229,10 +257,12 @@ def kl3_is(t: Tokens, delta: float):
     w * k3(w), is not a KL estimator (its mean is chi^2 - KL), so we do not use it.
     Range at delta = 0.07 (Table 3): [0.650, 1.397] (divergence.kl3_is_ratio_range).  Flags: delta.
     """
-    return (*unified_clip(t.ratio, t.advantages, divergence.k3_is(t.log_ratio) <= delta), {})
+    k3_is = divergence.k3_is(t.log_ratio)
+    return (*unified_clip(t.ratio, t.advantages, k3_is <= delta), {"k3_is": k3_is.detach()})
 
 
-def kl_full(t: Tokens, delta: float):
+@uses("full_kl")
+def kl_full(t: Tokens, delta: float = 0.07):
     """Full KL-guided clipping: C: KL(pi_old(.|s_t) || pi_theta(.|s_t)) <= delta, the exact KL over the
     vocabulary at the token's position (Eq. 4; Wang et al. 2019, "Full KL-Guided Clipping" in Table 3).
 
@@ -243,7 +273,8 @@ def kl_full(t: Tokens, delta: float):
     return (*unified_clip(t.ratio, t.advantages, t.full_kl <= delta), {"full_kl": t.full_kl.detach()})
 
 
-def truly_ppo(t: Tokens, delta: float, rollback_alpha: float):
+@uses("full_kl")
+def truly_ppo(t: Tokens, delta: float = 0.07, rollback_alpha: float = 5.0):
     """Truly PPO (TR-PPO-RB): nothing is cut; where KL >= delta and wA > A the objective rolls back:
 
         loss = -wA + alpha * KL   if KL(pi_old || pi_theta) >= delta and wA > A,   else -wA
@@ -262,7 +293,8 @@ def truly_ppo(t: Tokens, delta: float, rollback_alpha: float):
 # ----------------------------------------------------------------------------
 # Sequence-level ratio
 
-def gspo(t: Tokens, eps_low: float, eps_high: float):
+@uses("sequences")
+def gspo(t: Tokens, eps_low: float = 3e-4, eps_high: float = 4e-4):
     """GSPO: one ratio per sequence, s = exp(mean_t log w_t) (geometric mean), PPO-clipped:
 
         loss_i = -min(s A, clip(s, 1-eps_low, 1+eps_high) A), copied onto each valid token,
@@ -276,7 +308,8 @@ def gspo(t: Tokens, eps_low: float, eps_high: float):
     return loss, low, high, {"seq_clip_frac": (t.valid & (low | high)).any(-1)}
 
 
-def gspo_token(t: Tokens, eps_low: float, eps_high: float):
+@uses("sequences")
+def gspo_token(t: Tokens, eps_low: float = 3e-4, eps_high: float = 4e-4):
     """GSPO-token: s_t = sg(s) * w_t / sg(w_t), the value of s with the gradient of log w_t:
 
         loss_t = -min(s_t A_t, clip(s_t, 1-eps_low, 1+eps_high) A_t)
@@ -291,7 +324,7 @@ def gspo_token(t: Tokens, eps_low: float, eps_high: float):
 
 
 # ----------------------------------------------------------------------------
-# The table the trainer builds its --clip choices and flags from
+# The registry: --clip name -> function. Its keyword defaults are the method's defaults and flags.
 
 METHODS = {
     "clip": clip, "clip-higher": clip_higher, "dual-clip": dual_clip, "dynamic": dynamic,
@@ -300,31 +333,9 @@ METHODS = {
     "gspo": gspo, "gspo-token": gspo_token,
 }
 
-DEFAULTS = {
-    "clip": {"eps": 0.2},
-    "clip-higher": {"eps_low": 0.2, "eps_high": 0.28},
-    "dual-clip": {"eps": 0.2, "dual_clip_c": 3.0},
-    "dynamic": {"eps_low": 0.16, "eps_high": 0.2, "dual_clip_c": 10.0},
-    "clip-cov": {"eps_low": 1.0, "eps_high": 1.0, "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
-    "kl-cov": {"kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0},
-    "trgppo": {"delta": 0.07, "eps": 0.2},
-    "soft-gate": {"tau_pos": 1.0, "tau_neg": 1.05},
-    "kl1": {"delta": 0.07},
-    "kl2": {"delta": 0.07},
-    "kl3": {"delta": 0.07},
-    "kl3-is": {"delta": 0.07},
-    "kl-full": {"delta": 0.07},
-    "truly-ppo": {"delta": 0.07, "rollback_alpha": 5.0},
-    "gspo": {"eps_low": 3e-4, "eps_high": 4e-4},
-    "gspo-token": {"eps_low": 3e-4, "eps_high": 4e-4},
-}
-
-NEEDS_FULL_KL = {"kl-full", "truly-ppo"}
-SEQUENCE_LEVEL = {"gspo", "gspo-token"}  # force seq-mean-token-mean aggregation
-RANDOM = {"clip-cov"}                    # need `noise`
-
-# The allowed values of each hyper-parameter: (test, wording for the error message).
-_RULES = {
+# The allowed values of each hyper-parameter: (test, wording for the error message). A knob that is
+# not listed here must be a finite number.
+RULES = {
     "eps": (lambda v: 0 < v < 1, "in (0, 1)"),
     "eps_low": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "eps_high": (lambda v: v > 0, "> 0"),
@@ -333,12 +344,25 @@ _RULES = {
     "tau_pos": (lambda v: v > 0, "> 0"),
     "tau_neg": (lambda v: v > 0, "> 0"),
     "clip_cov_ratio": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "clip_cov_lb": (lambda v: True, "a number"),
-    "clip_cov_ub": (lambda v: True, "a number"),
     "kl_cov_ratio": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "kl_cov_coef": (lambda v: v >= 0, ">= 0"),
     "rollback_alpha": (lambda v: v >= 0, ">= 0"),
 }
+ANY_NUMBER = (lambda v: True, "a finite number")
+
+
+def defaults(method: str) -> dict:
+    """The method's hyper-parameters and their defaults, read from its function's signature."""
+    params = list(inspect.signature(METHODS[method]).parameters.values())[1:]  # after `t`
+    missing = [p.name for p in params if p.default is inspect.Parameter.empty]
+    if missing:
+        raise TypeError(f"--clip {method}: hyper-parameter {missing[0]!r} needs a default in its signature")
+    return {p.name: p.default for p in params}
+
+
+def needs(method: str, what: str) -> bool:
+    """Whether `method` reads `what` ("full_kl", "noise", "sequences"): see @uses."""
+    return what in getattr(METHODS[method], "uses", ())
 
 
 def flag(name: str) -> str:
@@ -346,20 +370,21 @@ def flag(name: str) -> str:
 
 
 def check_hparams(method: str, **hparams) -> dict:
-    """Validate a method's hyper-parameters and return them merged over DEFAULTS[method].
+    """Validate a method's hyper-parameters and return them merged over its defaults.
 
+    Called once, when a run is configured (and by token_loss, the convenience entry for tests).
     Raises ValueError naming the flag, e.g. "--delta must be > 0 (got -1.0)".
     """
     if method not in METHODS:
         raise ValueError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
-    allowed = DEFAULTS[method]
+    allowed = defaults(method)
     for name in hparams:
         if name not in allowed:
             names = ", ".join(flag(k) for k in allowed) or "none"
             raise ValueError(f"{flag(name)} does not apply to --clip {method} (its flags: {names})")
     hp = {**allowed, **hparams}
     for name, value in hp.items():
-        ok, wording = _RULES[name]
+        ok, wording = RULES.get(name, ANY_NUMBER)
         if not (isinstance(value, (int, float)) and not isinstance(value, bool)
                 and math.isfinite(value) and ok(value)):
             raise ValueError(f"{flag(name)} must be {wording} (got {value})")

@@ -2,7 +2,8 @@
 
 Prompts of different lengths are left-padded into one batch, prefilled once, then decoded one token
 per step for every row, writing keys and values in place into a preallocated cache. A row stops at
-its first EOS (which is kept and trained on); later slots are padding with mask 0.
+its first EOS (which is kept and trained on) or after its first stop string; later slots are padding
+with mask 0. Completions come back finished: the caller only decodes and grades them.
 """
 from typing import NamedTuple
 
@@ -18,8 +19,9 @@ STOP_EVERY = 16  # decode steps between two checks of the `stop` callable (it de
 
 class Rollout(NamedTuple):
     tokens: torch.Tensor    # (B, T) sampled completion tokens, pad_id after a row has stopped
-    logprobs: torch.Tensor  # (B, T) log-prob of each sampled token under the sampling distribution
-    mask: torch.Tensor      # (B, T) bool, True for real completion tokens (the EOS included)
+    logprobs: torch.Tensor  # (B, T) log-prob of each sampled token under the sampling distribution, 0 after
+    mask: torch.Tensor      # (B, T) bool, True for real completion tokens (the EOS included, after a stop string not)
+    stopped: torch.Tensor   # (B,) bool, ended by an EOS or a stop string (False: ran out of max_new_tokens)
 
 
 def left_pad(prompts: list[list[int]], pad_id: int = 0, device="cpu"):
@@ -99,15 +101,15 @@ def locate(cdf, u):
 def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0,
              sampler: str = "multinomial", stop=None) -> Rollout:
-    """Sample a completion for every prompt. Returns Rollout(tokens, logprobs, mask), each (B, T).
+    """Sample a completion for every prompt: Rollout(tokens, logprobs, mask (B, T), stopped (B,)).
 
-    T is at most max_new_tokens; decoding stops early once every row has emitted an EOS.
+    T is at most max_new_tokens; decoding stops early once every row has ended.
     eos_token_id is an int, a list of ints, or None (never stop before the budget).
     sampler: how tokens are drawn (see `draw`); "inverse-cdf" is much faster on CPU at large vocabularies.
-    stop: optional callable, (list of rows' token ids so far) -> list of bools, "this row's text holds a
-    stop string" (tokenizer.stop_string_check). Checked every STOP_EVERY steps, it only lets decoding end
-    sooner: the mask still runs to the EOS, and the caller cuts after the stop string
-    (tokenizer.truncate_at_stop), so the tokens returned are a prefix of those drawn without it.
+    stop: optional stop strings (tokenizer.StopStrings: `holds(rows)` and `cut(tokens, mask)`). Checked
+    every STOP_EVERY steps while decoding, so that the batch can end sooner, and applied at the end: a
+    row's mask ends with the token that completes its first stop string. The tokens kept are a prefix
+    of those drawn without `stop`, with the same log-probs.
     """
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
@@ -119,7 +121,11 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     # inference mode, so that the results are ordinary tensors autograd may save (e.g. as targets).
     is_eos = torch.isin(tokens, eos)
     mask = (is_eos.cumsum(1) - is_eos.long()) == 0  # (B, T)
-    return Rollout(tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0), mask)
+    stopped = (is_eos & mask).any(-1)
+    if stop is not None:
+        mask, by_stop = stop.cut(tokens, mask)
+        stopped |= by_stop
+    return Rollout(tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0), mask, stopped)
 
 
 @torch.inference_mode()
@@ -155,7 +161,7 @@ def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, gener
             done |= torch.isin(tok[:, 0], eos)
         if stop is not None and (t + 1) % STOP_EVERY == 0:
             rows = (~done).nonzero()[:, 0].tolist()
-            hit = stop(tokens[rows, :t + 1].tolist()) if rows else []
+            hit = stop.holds(tokens[rows, :t + 1].tolist()) if rows else []
             done[[r for r, h in zip(rows, hit) if h]] = True
         if (len(eos) or stop is not None) and bool(done.all()):
             return tokens[:, :t + 1], logprobs[:, :t + 1]
@@ -164,24 +170,3 @@ def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, gener
             logits = model.logits(model.hidden(tok, position_ids=next_pos, cache=cache)[:, 0])
             next_pos += 1
     return tokens, logprobs
-
-
-def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entropy: bool = False,
-          return_hidden: bool = False):
-    """Log-probs (B, T) of completion tokens under the current policy, entropies (B, T) or None,
-    and with return_hidden also the hidden states (B, T, D) that scored them (for loss.full_kl).
-
-    One forward over [left-padded prompt | completion]; the hidden state at position i scores token
-    i + 1, so the last prompt position scores the first completion token. Log-softmax over the
-    vocabulary runs chunk by chunk (loss.token_logprobs), never as a full (B, T, V) tensor.
-    """
-    from nanoatr.loss import token_logprobs
-    P = prompt_ids.shape[1]
-    ids = torch.cat([prompt_ids, tokens], dim=1)
-    # Completion slots after a row's EOS hold padding; attending to it cannot change earlier
-    # positions (causal), so every completion slot is marked real here.
-    mask = torch.cat([prompt_mask, torch.ones_like(tokens, dtype=torch.bool)], dim=1)
-    hidden = model.hidden(ids[:, :-1], attention_mask=mask[:, :-1])[:, P - 1:]  # (B, T, D)
-    t = temperature if temperature > 0 else 1.0
-    logp, entropy = token_logprobs(hidden, model.lm_head.weight, tokens, temperature=t, with_entropy=with_entropy)
-    return (logp, entropy, hidden) if return_hidden else (logp, entropy)

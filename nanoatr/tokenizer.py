@@ -5,17 +5,15 @@ chat template the problem becomes a user message; otherwise (base models) `--pro
 filled in. The embedded default's template is simply "question=".
 
 A sample stops at an EOS token (the tokenizer's and generation_config.json's) or, for base models
-that never emit one, after the first of the `--stop` strings. Stop strings are applied after
-sampling: the completion is cut after the token that completes the string and later tokens are
-masked out. The kept tokens are exactly the sampled ones, so their log-probs stay exact. While
-sampling, `stop_string_check` lets the batch end once every row holds a stop string (checked every
-rollout.STOP_EVERY tokens) instead of running to the budget.
+that never emit one, after the first of the `--stop` strings (StopStrings, which rollout.generate
+applies: its completions come back finished).
 """
 import json
 import shutil
 from pathlib import Path
 
 import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models
 
 # What a model directory carries besides its weights and config: copied into every checkpoint.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -25,6 +23,19 @@ DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final a
 
 class TokenizerError(ValueError):
     """A tokenizer that cannot be used; the message is one line for the user."""
+
+
+def char_tokenizer(chars: str, special=("<|pad|>", "<|endoftext|>", "<|unk|>"), words=()) -> Tokenizer:
+    """A character-level tokenizer (a BPE model with no merges) that transformers loads: the special
+    tokens, then one token per character, then whole `words` (e.g. "\\boxed{") as single tokens. The
+    embedded tasks' models use it (data/make_*.py); so do the tests' tiny model directories."""
+    vocab = {t: i for i, t in enumerate(special)}
+    vocab.update({c: len(special) + i for i, c in enumerate(chars)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=special[-1]))
+    tok.decoder = decoders.Fuse()  # characters join without spaces
+    tok.add_special_tokens([AddedToken(t, special=True) for t in special])
+    tok.add_tokens([AddedToken(w, normalized=False) for w in words])
+    return tok
 
 
 def load_tokenizer(path):
@@ -94,62 +105,56 @@ def find_stop(text: str, stops) -> int | None:
     return min(ends) if ends else None
 
 
-def cut_at_stop(text: str, stops) -> str:
-    end = find_stop(text, stops)
-    return text if end is None else text[:end]
+class StopStrings:
+    """Stop strings besides EOS, as rollout.generate applies them (`stop=`).
 
-
-def cut_completion(tokenizer, completion: str, stops) -> tuple[str, int | None]:
-    """A decoded completion cut after its first stop string and its length in tokens (re-encoded, so
-    approximate), or (completion, None) when no stop string occurs. For rows whose tokens are gone."""
-    end = find_stop(completion, stops)
-    if end is None:
-        return completion, None
-    return completion[:end], len(tokenizer.encode(completion[:end], add_special_tokens=False))
-
-
-def apply_stop(row: dict, tokenizer, stops) -> dict:
-    """An evaluation row (nanoatr.evaluate) cut after its first stop string and graded again."""
-    from nanoatr.verifier import verify
-    text, length = cut_completion(tokenizer, row["completion"], stops)
-    if length is None:
-        return row
-    return {**row, "completion": text, "length": length, "truncated": False, "correct": bool(verify(text, row["gold"]))}
-
-
-def stop_string_check(tokenizer, stops):
-    """For rollout.generate(stop=...): rows of token ids -> whether each row's text holds a stop string.
-    None when there are no stop strings (nothing to check)."""
-    if not stops:
-        return None
-    return lambda rows: [find_stop(text, stops) is not None
-                         for text in tokenizer.batch_decode(rows, skip_special_tokens=True)]
-
-
-def truncate_at_stop(tokenizer, tokens, mask, stops):
-    """Mask out every token after the one that completes a row's first stop string.
-
-    tokens, mask (B, T); returns (mask, stopped): the new mask and a (B,) bool of rows cut by a stop
-    string. The cut token is the shortest prefix whose text holds a stop string (binary search over
-    prefix lengths: a prefix that holds one, every longer prefix does too).
+    Text is decoded WITH special tokens, as transformers' stop strings see it, so a special token
+    works as a stop string: `--stop "<|im_end|>"` ends a base model's invented chat turn.
+      holds(rows)       rows of token ids -> whether each row's text holds a stop string (lets
+                        decoding end early; checked every rollout.STOP_EVERY tokens)
+      cut(tokens, mask) mask out every token after the one that completes a row's first stop string;
+                        returns (mask, stopped). The kept tokens are exactly the sampled ones, so
+                        their log-probs stay exact.
     """
-    mask = mask.clone()
-    stopped = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
-    if not stops:
-        return mask, stopped
-    lengths = mask.sum(-1).tolist()
-    for row, (ids, n) in enumerate(zip(tokens.tolist(), lengths)):
-        ids = ids[:n]
-        if find_stop(tokenizer.decode(ids, skip_special_tokens=True), stops) is None:
-            continue
-        lo, hi = 1, n  # the shortest prefix holding a stop string has length in [lo, hi]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if find_stop(tokenizer.decode(ids[:mid], skip_special_tokens=True), stops) is None:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < n:
+
+    def __init__(self, tokenizer, stops):
+        self.tokenizer, self.stops = tokenizer, [s for s in stops if s]
+
+    def text(self, ids) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def holds(self, rows: list[list[int]]) -> list[bool]:
+        texts = self.tokenizer.batch_decode(rows, skip_special_tokens=False)
+        return [find_stop(t, self.stops) is not None for t in texts]
+
+    def cut(self, tokens, mask):
+        """The cut token is the shortest prefix whose text holds a stop string (binary search over prefix
+        lengths: a prefix that holds one, every longer prefix does too)."""
+        mask = mask.clone()
+        stopped = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
+        for row, (ids, n) in enumerate(zip(tokens.tolist(), mask.sum(-1).tolist())):
+            ids = ids[:n]
+            if find_stop(self.text(ids), self.stops) is None:
+                continue
+            lo, hi = 1, n  # the shortest prefix holding a stop string has length in [lo, hi]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if find_stop(self.text(ids[:mid]), self.stops) is None:
+                    lo = mid + 1
+                else:
+                    hi = mid
             mask[row, lo:] = False
-        stopped[row] = True
-    return mask, stopped
+            stopped[row] = True
+        return mask, stopped
+
+
+def stop_strings(tokenizer, stops) -> StopStrings | None:
+    """The `stop=` of rollout.generate for these stop strings; None when there are none."""
+    return StopStrings(tokenizer, stops) if any(stops) else None
+
+
+def completion_texts(tokenizer, tokens, mask) -> list[str]:
+    """The text of each row's real completion tokens, special tokens (EOS, <|im_end|>) left out: what
+    the verifier grades."""
+    return tokenizer.batch_decode([t[:n] for t, n in zip(tokens.tolist(), mask.sum(-1).tolist())],
+                                  skip_special_tokens=True)

@@ -2,6 +2,10 @@
 import pytest
 import torch
 
+# loss.policy_loss compiles one function; each --clip method is its own graph of it. A run uses one
+# method, but the tests loop over all of them: room for every method's graph (default 8).
+torch._dynamo.config.recompile_limit = 64
+
 TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
             max_position_embeddings=256)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from nanoatr.advantages import group_advantages
+from nanoatr.loss import group_advantages
 
 
 def test_dr_grpo_subtracts_the_group_mean():

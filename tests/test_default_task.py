@@ -6,8 +6,8 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
-from nanoatr import synthetic
 from nanoatr.data import load_problems
+from tiny import make_default as synthetic  # data/make_default.py
 from nanoatr.verifier import verify
 
 DATA = Path(__file__).resolve().parent.parent / "data"

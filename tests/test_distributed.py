@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 import train
+from nanoatr.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 # --rollout-batch 2: both runs sample the same two chunks of 2 prompts with the same seeds (one chunk
@@ -61,8 +62,8 @@ def test_two_ranks_give_the_parameters_of_one_process(tmp_path, mode):
 
 def test_sampling_does_not_depend_on_the_number_of_ranks():
     """A rollout chunk's seed is a function of the step and its place in the step, not of the rank."""
-    cfg = train.TrainConfig(seed=3)
+    cfg = TrainConfig(seed=3)
     assert train.chunk_seed(cfg, 5, 1) != train.chunk_seed(cfg, 5, 0) != train.chunk_seed(cfg, 6, 0)
     assert train.chunk_seed(cfg, 5, 1, salt=1) != train.chunk_seed(cfg, 5, 1)
-    assert train.chunk_seed(train.TrainConfig(seed=0), 7, 0) == 7  # one chunk: the seed it always had
+    assert train.chunk_seed(TrainConfig(seed=0), 7, 0) == 7  # one chunk: the seed it always had
     assert torch.distributed.is_available()

@@ -6,7 +6,7 @@ import json
 import pytest
 
 import eval as eval_cli
-from nanoatr.metrics import summarize, verdicts_by_problem
+from nanoatr.evaluate import summarize, verdicts_by_problem
 from tiny import make_model_dir
 
 K, N = 2, 3

@@ -1,6 +1,7 @@
 """LoRA: adapters in peft's format that transformers loads, merging, LoRA training and its resume,
 gradient checkpointing, the reference policy with adapters off, the KL estimator, and bad adapters."""
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,12 @@ import sample
 import train
 from nanoatr import lora
 from nanoatr.model import Qwen3
-from nanoatr.reference import Reference, kl_to_reference
-from nanoatr.rollout import score
+from nanoatr.loss import kl_to_reference
+from nanoatr.scoring import Reference, score
 from tiny import make_model_dir
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import merge_adapter  # noqa: E402  (scripts/merge_adapter.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_QWEN3 = ROOT / "data/tiny-qwen3"
@@ -114,7 +118,7 @@ def test_trained_adapter_and_merged_run_load_in_transformers(lora_runs):
 
 
 def test_merge_command_writes_the_merged_run(lora_runs, tmp_path, capsys):
-    lora.main(["merge", "--adapter", str(lora_runs / "whole/checkpoint"), "--out", str(tmp_path / "m")])
+    merge_adapter.main(["--adapter", str(lora_runs / "whole/checkpoint"), "--out", str(tmp_path / "m")])
     assert f"into {TINY_QWEN3}" in capsys.readouterr().out  # the base named in adapter_config.json
     a, b = load_file(tmp_path / "m/model.safetensors"), load_file(lora_runs / "whole/merged/model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from nanoatr import loss as L
+from nanoatr import scoring as S
 from nanoatr import methods
 from nanoatr.divergence import kl3_ratio_range
 
@@ -349,7 +350,7 @@ def inputs(method, B=4, T=6, seed=0, dtype=F64):
     mask = torch.ones(B, T)
     mask[0, T // 2:] = 0
     mask[-1, 1:] = 0
-    kl = (0.1 * torch.rand(B, T, generator=g, dtype=dtype)) if method in methods.NEEDS_FULL_KL else None
+    kl = (0.1 * torch.rand(B, T, generator=g, dtype=dtype)) if methods.needs(method, "full_kl") else None
     return logp, old, adv, mask, kl
 
 
@@ -400,8 +401,7 @@ def test_kl3_metric_is_the_masked_mean():
 # Defaults and hyper-parameter checks
 
 def test_defaults_match_the_sources():
-    D = L.DEFAULTS
-    assert set(D) == set(L.METHODS)
+    D = {m: methods.defaults(m) for m in methods.METHODS}
     assert D["clip"] == {"eps": 0.2}
     assert D["clip-higher"] == {"eps_low": 0.2, "eps_high": 0.28}
     assert D["dual-clip"]["dual_clip_c"] == 3.0
@@ -409,8 +409,8 @@ def test_defaults_match_the_sources():
     assert D["soft-gate"] == {"tau_pos": 1.0, "tau_neg": 1.05}
     assert D["gspo"] == {"eps_low": 3e-4, "eps_high": 4e-4}
     assert all(D[m]["delta"] == 0.07 for m in ("kl1", "kl2", "kl3", "kl3-is", "kl-full", "truly-ppo"))
-    for method, fn in L.METHODS.items():
-        assert L.check_hparams(method) == D[method]
+    for method, fn in methods.METHODS.items():
+        assert methods.check_hparams(method) == D[method]
         assert fn.__doc__ and all(name in fn.__doc__ for name in D[method]), method
 
 
@@ -507,8 +507,8 @@ def test_compile_failure_falls_back_to_eager_and_warns_once(monkeypatch):
         def call(*a, **k):
             raise RuntimeError("no C compiler")
         return call
-    monkeypatch.setattr(L, "_COMPILED", {})
-    monkeypatch.setattr(L.torch, "compile", broken_compile)
+    monkeypatch.setattr(L, "_EAGER", set())
+    monkeypatch.setattr(L, "_compiled_loss", lambda: broken_compile(L._fused_loss))
     logp, old, adv, mask, _ = inputs("clip")
     kw = dict(num_sequences=4, num_tokens=int(mask.sum()), max_new_tokens=6)
     with pytest.warns(UserWarning, match="torch.compile of the clip loss failed"):
@@ -539,7 +539,7 @@ def test_chunked_logprobs_equal_naive(with_entropy, chunk_size):
     g = torch.Generator().manual_seed(1)
     up_logp, up_ent = torch.randn(3, 5, generator=g, dtype=F64), torch.randn(3, 5, generator=g, dtype=F64)
     results = []
-    for fn, kw in [(L.token_logprobs, {"chunk_size": chunk_size}), (L.token_logprobs_naive, {})]:
+    for fn, kw in [(S.token_logprobs, {"chunk_size": chunk_size}), (S.token_logprobs_naive, {})]:
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
         logp, ent = fn(h, w, targets, temperature=0.7, with_entropy=with_entropy, **kw)
         out = (logp * up_logp).sum() + ((ent * up_ent).sum() if with_entropy else 0)
@@ -554,21 +554,21 @@ def test_chunked_logprobs_equal_naive(with_entropy, chunk_size):
 def test_chunked_logprobs_entropy_only_and_frozen_weight():
     hidden, weight, targets = head()
     h = hidden.clone().requires_grad_()
-    _, ent = L.token_logprobs(h, weight, targets, chunk_size=4, with_entropy=True)  # weight frozen (LoRA)
+    _, ent = S.token_logprobs(h, weight, targets, chunk_size=4, with_entropy=True)  # weight frozen (LoRA)
     ent.sum().backward()
     h2 = hidden.clone().requires_grad_()
-    L.token_logprobs_naive(h2, weight, targets, with_entropy=True)[1].sum().backward()
+    S.token_logprobs_naive(h2, weight, targets, with_entropy=True)[1].sum().backward()
     close(h.grad, h2.grad)
 
 
 def test_chunked_logprobs_float32_and_bfloat16():
     hidden, weight, targets = head(dtype=torch.float32)
-    logp, ent = L.token_logprobs(hidden, weight, targets, chunk_size=4, with_entropy=True)
-    ref, ref_ent = L.token_logprobs_naive(hidden, weight, targets, with_entropy=True)
+    logp, ent = S.token_logprobs(hidden, weight, targets, chunk_size=4, with_entropy=True)
+    ref, ref_ent = S.token_logprobs_naive(hidden, weight, targets, with_entropy=True)
     assert logp.dtype == torch.float32
     close(logp, ref)
     close(ent, ref_ent)
-    logp16, _ = L.token_logprobs(hidden.bfloat16(), weight.bfloat16(), targets, chunk_size=4)
+    logp16, _ = S.token_logprobs(hidden.bfloat16(), weight.bfloat16(), targets, chunk_size=4)
     assert logp16.dtype == torch.float32
     close(logp16, ref, atol=0.1, rtol=0.05)
 
@@ -577,7 +577,7 @@ def test_full_kl_equals_naive_and_vanishes_on_policy():
     hidden, weight, _ = head()
     old_hidden = hidden + 0.3 * torch.randn(hidden.shape, generator=torch.Generator().manual_seed(2), dtype=F64)
     results = []
-    for fn, kw in [(L.full_kl, {"chunk_size": 4}), (L.full_kl_naive, {})]:
+    for fn, kw in [(S.full_kl, {"chunk_size": 4}), (S.full_kl_naive, {})]:
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
         kl = fn(h, old_hidden, w, temperature=0.9, **kw)
         (kl * torch.arange(15, dtype=F64).view(3, 5)).sum().backward()
@@ -585,7 +585,7 @@ def test_full_kl_equals_naive_and_vanishes_on_policy():
     for a, b in zip(*results):
         close(a, b)
     assert (results[0][0] > 0).all()
-    close(L.full_kl(hidden, hidden, weight), torch.zeros(3, 5, dtype=F64), atol=1e-12, rtol=0)
+    close(S.full_kl(hidden, hidden, weight), torch.zeros(3, 5, dtype=F64), atol=1e-12, rtol=0)
 
 
 def test_compiled_loss_does_not_recompile_for_new_lengths():
@@ -599,4 +599,4 @@ def test_compiled_loss_does_not_recompile_for_new_lengths():
         warnings.simplefilter("error")  # a recompile would raise, and policy_loss would warn and go eager
         call(4, 9)
         call(5, 13)
-    assert L._COMPILED["kl3"][1]
+    assert "kl3" not in L._EAGER

@@ -1,22 +1,10 @@
-"""Tests for nanoatr.metrics: pass@k against brute force, Mean@k by hand, running stats.
-
-Run: python -m pytest tests/test_metrics.py -q
-"""
+"""Mean@k and Pass@k (nanoatr.evaluate): pass@k against brute force, Mean@k by hand."""
 import itertools
 import math
 
 import pytest
 
-from nanoatr.metrics import (
-    RunningMean,
-    default_ks,
-    mean_at_k,
-    mean_pass_at_k,
-    moving_average,
-    pass_at_k,
-    summarize,
-    verdicts_by_problem,
-)
+from nanoatr.evaluate import mean_at_k, mean_pass_at_k, pass_at_k, summarize, verdicts_by_problem
 
 
 def brute_pass_at_k(n, c, k):
@@ -75,12 +63,6 @@ def test_problems_may_have_different_sample_counts():
     assert mean_at_k([[True], [True, False, False, False]]) == pytest.approx((1 + 0.25) / 2)
 
 
-def test_default_ks():
-    assert default_ks(8) == [1, 2, 4, 8]
-    assert default_ks(12) == [1, 2, 4, 8, 12]
-    assert default_ks(1) == [1]
-
-
 def test_verdicts_by_problem_groups_and_sorts():
     rows = [
         {"problem_id": 1, "sample": 1, "correct": True},
@@ -91,14 +73,3 @@ def test_verdicts_by_problem_groups_and_sorts():
     assert verdicts_by_problem(rows) == [[False, True], [False, True]]
     with pytest.raises(ValueError, match="repeated sample 0 of problem 1"):
         verdicts_by_problem(rows + [{"problem_id": 1, "sample": 0, "correct": True}])
-
-
-def test_moving_average_and_running_mean():
-    assert moving_average([1, 2, 3, 4, 5], 3) == pytest.approx([1, 1.5, 2, 3, 4])
-    assert moving_average([1, 2], 1) == [1, 2]
-    assert moving_average([], 5) == []
-    rm = RunningMean(2)
-    assert math.isnan(rm.value)
-    assert [rm.update(x) for x in (1, 3, 5)] == [1, 2, 4]
-    with pytest.raises(ValueError):
-        RunningMean(0)

@@ -4,15 +4,15 @@ from pathlib import Path
 import pytest
 
 import train
-from nanoatr.config import parse
+from nanoatr.config import TrainConfig, apply_preset, hparam_flags, parse, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["--model", "m", "--data", "d.jsonl"]
 
 
 def resolved(*argv):
-    cfg, extra, given = parse(train.TrainConfig, [*argv], "", train.hparam_flags)
-    return train.resolve(train.apply_preset(cfg, given), extra)
+    cfg, extra, given = parse(TrainConfig, [*argv], "", hparam_flags)
+    return resolve(apply_preset(cfg, given), extra)
 
 
 def test_paper_preset_is_table_4():

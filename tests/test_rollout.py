@@ -76,18 +76,25 @@ def test_stop_callable_ends_decoding_sooner_and_changes_no_token(tiny_model):
     free = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5))
     seen = []
 
-    def stop(rows):  # row 0 "holds a stop string" at the first check, the others at the second
-        seen.append(len(rows))
-        return [len(seen) > 1 or i == 0 for i in range(len(rows))]
+    class Stop:  # row 0 "holds a stop string" at the first check, the others at the second
+        def holds(self, rows):
+            seen.append(len(rows))
+            return [len(seen) > 1 or i == 0 for i in range(len(rows))]
 
-    out = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), stop=stop)
+        def cut(self, tokens, mask):  # nothing to cut: keep the EOS mask
+            return mask, torch.zeros(len(mask), dtype=torch.bool)
+
+    out = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), stop=Stop())
     assert out.tokens.shape[1] == 2 * STOP_EVERY
     assert seen == [len(PROMPTS), len(PROMPTS) - 1]  # a finished row is not checked again
     assert torch.equal(out.tokens, free.tokens[:, :2 * STOP_EVERY])
     assert torch.equal(out.logprobs, free.logprobs[:, :2 * STOP_EVERY])
-    never = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5),
-                     stop=lambda rows: [False] * len(rows))
-    assert torch.equal(never.tokens, free.tokens)
+
+    class Never(Stop):
+        def holds(self, rows):
+            return [False] * len(rows)
+    never = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), stop=Never())
+    assert torch.equal(never.tokens, free.tokens) and not never.stopped.any()
 
 
 def test_sampling_is_reproducible_with_a_generator(tiny_model):
@@ -137,7 +144,8 @@ def test_greedy_equals_transformers_generate(hf_dir):
 
 def test_rollout_tensors_can_be_saved_for_backward(tiny_model):
     """generate runs under inference mode, but what it returns must be usable in a scored update."""
-    from nanoatr.rollout import left_pad, score
+    from nanoatr.rollout import left_pad
+    from nanoatr.scoring import score
     out = generate(tiny_model, PROMPTS, 5, generator=torch.Generator().manual_seed(0))
     assert not any(t.is_inference() for t in out)
     ids, mask = left_pad(PROMPTS)

@@ -1,12 +1,13 @@
 """nanoatr.sweep: methods x seeds of train.py, Table 3, Figure 2, the delta ablation (Figure 3)."""
 import json
-import xml.etree.ElementTree as ET
+import sys
+from pathlib import Path
 
 import pytest
 
-from nanoatr import sweep
-
-SVG = "{http://www.w3.org/2000/svg}"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import sweep  # noqa: E402  (scripts/sweep.py)
+from test_plot import lines_of  # noqa: E402
 TINY = ["--eval-limit", "4", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40"]
 
 
@@ -22,9 +23,7 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     settings = dict(zip(sweep.SETTINGS[::2], sweep.SETTINGS[1::2]))
     assert (cfg["minibatches"], cfg["epochs"]) == (int(settings["--minibatches"]), int(settings["--epochs"]))
     assert (cfg["seed"], cfg["eval_k"]) == (1, 2)  # SETTINGS, then ours
-    root = ET.parse(tmp_path / "curves.svg").getroot()
-    runs = {p.get("data-run") for p in root.iter(SVG + "path") if p.get("class") == "curve"}
-    assert runs == {"kl3 s0", "kl3 s1"}
+    assert {gid.split("|")[0] for gid in lines_of(tmp_path / "curves.svg")} == {"kl3"}  # one colour, one entry
     # the same command again: both runs are finished, nothing is trained
     sweep.main(argv)
     assert capsys.readouterr().out.count("(finished before)") == 2
@@ -49,11 +48,9 @@ def test_delta_ablation_table_and_figure(tmp_path):
     table = (tmp_path / "table.md").read_text()
     assert "| kl3:delta=0.05 | 2 | 45.00 ± 5.00 | 75.00 ± 5.00 | 1.50 (1.00 + 0.50) |" in table
     assert "| kl3:delta=0.1 | 2 | 65.00 ± 5.00 |" in table
-    root = ET.parse(tmp_path / "ablation.svg").getroot()
-    means = [p for p in root.iter(SVG + "path") if p.get("data-run") == "mean"]
-    assert [p.get("data-metric") for p in means] == ["mean@k", "pass@k"]
-    assert len([p for p in root.iter(SVG + "path") if p.get("data-run", "").startswith("seed")]) == 4
-    assert len([p for p in root.iter(SVG + "path") if p.get("data-run") == "warm start"]) == 2
+    lines = lines_of(tmp_path / "ablation.svg")
+    assert lines["kl3, mean over seeds|mean@k"] == lines["kl3, mean over seeds|pass@k"] == 2  # two deltas
+    assert lines["warm start (step 0)|mean@k"] == 2
 
 
 def test_parse_method_and_plan(tmp_path):

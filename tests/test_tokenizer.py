@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from nanoatr.data import Problem
-from nanoatr.tokenizer import (apply_stop, check_template, cut_completion, find_stop, format_prompt, load_tokenizer,
-                               stop_string_check, truncate_at_stop)
+from nanoatr.tokenizer import (check_template, completion_texts, find_stop, format_prompt, load_tokenizer,
+                               stop_strings)
 from tiny import make_model_dir
 
 # The part of Qwen3's chat template that matters here: messages in ChatML, and with enable_thinking
@@ -42,31 +42,32 @@ def test_find_stop_takes_the_earliest_end():
     assert find_stop("nothing here", ["</answer>"]) is None and find_stop("abc", []) is None
 
 
-def test_stop_string_check_reads_each_rows_text(tok):
-    assert stop_string_check(tok, []) is None
-    check = stop_string_check(tok, ["=", "99"])
+def test_stop_strings_read_each_rows_text(tok):
+    assert stop_strings(tok, []) is None and stop_strings(tok, [""]) is None
+    stop = stop_strings(tok, ["=", "99"])
     rows = [tok.encode(t, add_special_tokens=False) for t in ["1+2=3", "12", "4 99"]]
-    assert check(rows) == [True, False, True]
+    assert stop.holds(rows) == [True, False, True]
 
 
-def test_truncate_at_stop_masks_only_later_tokens(tok):
+def test_stop_strings_cut_masks_only_later_tokens(tok):
     texts = ["12+3=15;\\boxed{15}0000", "1+1=2", "7;8;9"]
     ids = [tok.encode(t, add_special_tokens=False) for t in texts]
     T = max(map(len, ids))
     tokens = torch.tensor([x + [0] * (T - len(x)) for x in ids])
     mask = torch.tensor([[j < len(x) for j in range(T)] for x in ids])
-    new, stopped = truncate_at_stop(tok, tokens, mask, ["}", ";8"])
+    new, stopped = stop_strings(tok, ["}", ";8"]).cut(tokens, mask)
     kept = [tok.decode(t[m].tolist()) for t, m in zip(tokens, new)]
     assert kept == ["12+3=15;\\boxed{15}", "1+1=2", "7;8"]
     assert stopped.tolist() == [True, False, True]
     assert (new <= mask).all()  # never un-masks padding
-    same, none = truncate_at_stop(tok, tokens, mask, [])
-    assert torch.equal(same, mask) and not none.any()
+    assert completion_texts(tok, tokens, new) == kept
 
 
-def test_eval_rows_are_cut_and_graded_again(tok):
-    row = {"completion": "\\boxed{4}junk\\boxed{5}", "gold": "4", "correct": False, "length": 20, "truncated": True}
-    cut = apply_stop(row, tok, ["}"])
-    assert cut["completion"] == "\\boxed{4}" and cut["correct"] and not cut["truncated"] and cut["length"] == 3
-    assert apply_stop(row, tok, ["</answer>"]) is row
-    assert cut_completion(tok, "1+1", ["</answer>"]) == ("1+1", None)
+def test_a_special_token_is_a_stop_string(tok):
+    """--stop "<|endoftext|>" matches although the verifier's text leaves special tokens out (issue 16)."""
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    ids = tok.encode("1+1=2", add_special_tokens=False) + [eos] + tok.encode("junk", add_special_tokens=False)
+    tokens, mask = torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.bool)
+    new, stopped = stop_strings(tok, ["<|endoftext|>"]).cut(tokens, mask)
+    assert stopped.tolist() == [True] and new.sum().item() == len("1+1=2") + 1  # kept through the special token
+    assert completion_texts(tok, tokens, new) == ["1+1=2"]

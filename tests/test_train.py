@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import train
+from nanoatr.methods import needs
 from nanoatr.methods import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,8 +72,8 @@ def test_first_minibatch_is_scored_once_and_ratios_start_at_one(tmp_path, monkey
     """pi_old's log-probs of the first minibatch come from its own update forward: the no-grad pass
     scores only the other rows, and the first minibatch's ratios are exactly 1."""
     scored, ratios = [], []
-    import nanoatr.rollout
-    real_score, real_loss = nanoatr.rollout.score, train.policy_loss
+    import nanoatr.scoring
+    real_score, real_loss = nanoatr.scoring.score, train.policy_loss
 
     def counting_score(model, prompt_ids, *args, **kw):
         if not torch.is_grad_enabled():
@@ -83,7 +84,7 @@ def test_first_minibatch_is_scored_once_and_ratios_start_at_one(tmp_path, monkey
         ratios.append((logp.detach() - old_logp).abs().max().item())
         return real_loss(method, logp, old_logp, *args, **kw)
 
-    monkeypatch.setattr(nanoatr.rollout, "score", counting_score)
+    monkeypatch.setattr(nanoatr.scoring, "score", counting_score)
     monkeypatch.setattr(train, "policy_loss", recording_loss)
     rows = run(tmp_path, "--name", "once", "--steps", "1", "--minibatches", "4", "--epochs", "2",
                "--prompts-per-step", "4", "--group-size", "4")
@@ -143,7 +144,7 @@ def test_every_method_trains_end_to_end(tmp_path, method):
     rows = run(tmp_path, "--name", "m", "--steps", "1", "--clip", method, "--lr", "1e-3", "--eval-limit", "1")
     step = [r for r in rows if "loss" in r][0]
     assert all(v == v for v in step.values() if isinstance(v, float)), "no NaN in the metrics"
-    if method in train.NEEDS_FULL_KL:
+    if needs(method, "full_kl"):
         assert step["full_kl"] >= 0  # the full-vocabulary KL reached the method
 
 

@@ -1,9 +1,9 @@
 """Methods x seeds of train.py with equal budgets, then the paper's Table 3 and Figure 2; or Figure 3,
 the delta ablation of kl3.
 
-    python -m nanoatr.sweep --clip clip clip-higher kl3 --seeds 3            # Table 3 + Figure 2
-    python -m nanoatr.sweep --ablate-delta 0.03 0.05 0.07 0.1 0.2 --seeds 2  # Figure 3
-    python -m nanoatr.sweep --clip kl3 clip:eps=0.329 --steps 60 -- --eval-limit 64   # train flags after --
+    python scripts/sweep.py --clip clip clip-higher kl3 --seeds 3            # Table 3 + Figure 2
+    python scripts/sweep.py --ablate-delta 0.03 0.05 0.07 0.1 0.2 --seeds 2  # Figure 3
+    python scripts/sweep.py --clip kl3 clip:eps=0.329 --steps 60 -- --eval-limit 64   # train flags after --
 
 A method is a --clip name, optionally with its hyper-parameters: `clip:eps=0.329`,
 `clip-higher:eps_low=0.329,eps_high=0.6`.  Every run gets the same flags (SETTINGS, then yours after
@@ -29,12 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from nanoatr import checkpoint
-from nanoatr.methods import DEFAULTS, check_hparams
-from nanoatr.metrics import moving_average
-from nanoatr.plot import COLORS, TRAIN_PANELS, Line, figure, write_svg, read_metrics, series
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a clone without installing
+from nanoatr import checkpoint  # noqa: E402
+from nanoatr.checkpoint import read_metrics  # noqa: E402
+from nanoatr.methods import check_hparams, defaults  # noqa: E402
+from plot import COLORS, Line, Panel, curve_panels, draw  # noqa: E402  (scripts/plot.py)
+
 # Where clipping acts and the policy still learns: 32 AdamW steps per rollout batch (8 minibatches x 4
 # epochs) at a small lr, so later minibatches meet ratios well away from 1.  Measured on the embedded
 # default (README, Results, has the table), seed 0, 40 steps, clip (kl3 where named), first 64 held-out
@@ -76,7 +77,7 @@ def plan(methods: list[str], seeds: int, out: Path, delta: float | None = None) 
     runs = []
     for spec in methods:
         clip, hp = parse_method(spec)
-        if delta is not None and "delta" in DEFAULTS[clip]:
+        if delta is not None and "delta" in defaults(clip):
             hp = {"delta": delta, **hp}
         slug = re.sub(r"[^A-Za-z0-9.-]+", "_", spec)
         runs += [Run(spec, clip, hp, s, out / f"{slug}-s{s}") for s in range(seeds)]
@@ -167,31 +168,22 @@ def table(results: list[dict], methods: list[str], seeds: int) -> str:
 
 
 def plot_methods(runs: list[Run], out: Path, window: int = 10) -> Path:
-    """Figure 2 with one colour per method (its seeds share it): nanoatr.plot's panels and drawing."""
+    """Figure 2 with one colour per method (its seeds share it and its legend entry)."""
     methods = list(dict.fromkeys(r.method for r in runs))
     color = {m: COLORS[i % len(COLORS)] for i, m in enumerate(methods)}
-    rows = [(r, read_metrics(r.dir / "metrics.jsonl")) for r in runs if (r.dir / "metrics.jsonl").is_file()]
-    k = next((json.loads((r.dir / "config.json").read_text())["eval_k"] for r, _ in rows), 8)
-    panels = []
-    for title, key in (*TRAIN_PANELS, (f"(d) held-out Mean@{k} (%)", f"eval/mean@{k}")):
-        lines = []
-        for run, rs in rows:
-            xs, ys = series(rs, key)
-            if not xs:
-                continue
-            smooth = not key.startswith("eval/") and window > 1
-            label = f"{run.method} s{run.seed}"
-            lines.append(Line(label, color[run.method], xs, moving_average(ys, window) if smooth else ys,
-                              ys if smooth else None, markers=not smooth))
-        panels.append((title, key, lines))
-    return write_svg(figure(panels, [(m, color[m]) for m in methods], cols=2, xlabel="step"), out)
+    done = [r for r in runs if (r.dir / "metrics.jsonl").is_file()]
+    k = next((json.loads((r.dir / "config.json").read_text())["eval_k"] for r in done), 8)
+    rows = [(r.method, color[r.method], read_metrics(r.dir / "metrics.jsonl")) for r in done]
+    panels = curve_panels(rows, window, f"eval/mean@{k}")
+    panels[-1] = panels[-1]._replace(title=f"(d) held-out Mean@{k} (%)")
+    return draw(panels, out, "step")
 
 
 def plot_ablation(results: list[dict], out: Path) -> Path:
     """Figure 3: final Mean@k and Pass@k against delta, the mean over seeds and each seed faint."""
     done = [r for r in results if r]
     k = done[0]["k"]
-    delta = {r["method"]: parse_method(r["method"])[1].get("delta", DEFAULTS["kl3"]["delta"]) for r in done}
+    delta = {r["method"]: parse_method(r["method"])[1].get("delta", defaults("kl3")["delta"]) for r in done}
     panels = []
     for i, (key, name) in enumerate((("mean@k", f"Mean@{k}"), ("pass@k", f"Pass@{k}"))):
         by_delta = {}
@@ -199,15 +191,16 @@ def plot_ablation(results: list[dict], out: Path) -> Path:
             by_delta.setdefault(delta[r["method"]], {})[r["seed"]] = r[key]
         ds = sorted(by_delta)
         seeds = sorted({s for v in by_delta.values() for s in v})
-        lines = [Line(f"seed {s}", "#bbbbbb", [d for d in ds if s in by_delta[d]],
+        lines = [Line("one seed", "#bbbbbb", [d for d in ds if s in by_delta[d]],
                       [by_delta[d][s] for d in ds if s in by_delta[d]], markers=True) for s in seeds]
         start = [r[f"{key}_start"] for r in done if not math.isnan(r[f"{key}_start"])]
         if start:  # where the runs began: is any delta better than not training?
-            lines.append(Line("warm start", "#888888", [ds[0], ds[-1]], [mean_std(start)[0]] * 2))
-        lines.append(Line("mean", COLORS[0], ds, [mean_std(list(by_delta[d].values()))[0] for d in ds], markers=True))
-        panels.append((f"({'ab'[i]}) {name} (%) against δ", key, lines))
-    legend = [("kl3, mean over seeds", COLORS[0]), ("one seed", "#bbbbbb"), ("warm start (step 0)", "#888888")]
-    return write_svg(figure(panels, legend, cols=2, xlabel="δ"), out)
+            lines.append(Line("warm start (step 0)", "#888888", [ds[0], ds[-1]], [mean_std(start)[0]] * 2,
+                              style="--"))
+        lines.append(Line("kl3, mean over seeds", COLORS[0], ds,
+                          [mean_std(list(by_delta[d].values()))[0] for d in ds], markers=True))
+        panels.append(Panel(f"({'ab'[i]}) {name} (%) against δ", key, lines))
+    return draw(panels, out, "δ")
 
 
 # ----------------------------------------------------------------------------
@@ -216,7 +209,7 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     train_args = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(prog="python -m nanoatr.sweep",
+    parser = argparse.ArgumentParser(prog="python scripts/sweep.py",
                                      description=__doc__ + f"\nSETTINGS: {' '.join(SETTINGS)} --steps {STEPS}",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clip", nargs="+", metavar="METHOD", help="methods (default: clip clip-higher kl3)")
@@ -282,9 +275,13 @@ def main(argv=None):
             f"clip_frac_low + clip_frac_high.\nSettings: `{' '.join(train_args)}`\n\n")
     (out / "table.md").write_text(head + table(results, methods, args.seeds))
     print("\n" + head + table(results, methods, args.seeds))
-    written = [plot_methods(runs, out / "curves.svg")]
-    if args.ablate_delta and any(results):
-        written.append(plot_ablation(results, out / "ablation.svg"))
+    try:
+        written = [plot_methods(runs, out / "curves.svg")]
+        if args.ablate_delta and any(results):
+            written.append(plot_ablation(results, out / "ablation.svg"))
+    except SystemExit as e:  # no matplotlib: the table is written, the figures are not
+        print(e, file=sys.stderr)
+        written = []
     print(f"wrote {out / 'table.md'}, {', '.join(map(str, written))}  ({(time.perf_counter() - t0) / 60:.1f} min)")
     for run in failed:
         log = out / "logs" / f"{run.dir.name}.log"

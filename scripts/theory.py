@@ -1,6 +1,6 @@
 """Section 5 of the paper, checked on its own setting: a tabular softmax policy at one state.
 
-    python -m nanoatr.theory [--states 2000] [--eta 1e-3] [--delta 0.07] [--seed 0] [--figure docs/figure1-kl3.svg]
+    python scripts/theory.py [--states 2000] [--eta 1e-3] [--delta 0.07] [--seed 0] [--figure docs/figure1-kl3.svg]
 
 One state s, logits theta^k (the current policy pi_k = softmax(theta^k)), an old policy pi_old
 (theta^k plus noise, so the ratios w(a) = pi_k(a) / pi_old(a) spread around 1) and an advantage A(a)
@@ -36,15 +36,18 @@ included, so a ratio outside the range keeps its gradient when A pushes it back:
 to X_- with A < 0 and X_+ with A > 0, and the same formulas hold with that smaller X.
 """
 import argparse
+import sys
 import math
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from nanoatr import methods
-from nanoatr.divergence import k3, kl3_ratio_range
-from nanoatr.plot import Line, figure, write_svg
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
+from nanoatr import methods  # noqa: E402
+from nanoatr.divergence import k3, kl3_ratio_range  # noqa: E402
+from plot import Line, Panel, draw  # noqa: E402  (scripts/plot.py)
 
 EVENTS = ("X-", "X+")
 SURROGATES = ("paper", "nanoatr")
@@ -169,30 +172,27 @@ def agreement(states: int = 2000, eta: float = 1e-3, delta: float = 0.07, seed: 
 # Figure 1: KL3 against the ratio, its range [l, u] and the symmetric [1 - eps, 1 + eps], eps = 1 - l
 
 def figure1(out, delta: float = 0.07):
-    """The paper's Figure 1 as SVG, drawn with nanoatr.plot's helpers."""
+    """The paper's Figure 1: KL3(w), the delta line, [l, u] and the symmetric ratio range of eps = 1 - l."""
     l, u = kl3_ratio_range(delta)
     eps = 1 - l
     ws = [0.45 + i * 0.005 for i in range(261)]  # w in [0.45, 1.75]
-    kl3_curve = [w - 1 - math.log(w) for w in ws]
     blue, gray, red, green = "#1f77b4", "#888888", "#d62728", "#2ca02c"
     lines = [
-        Line("delta", gray, [ws[0], ws[-1]], [delta, delta]),
-        Line("KL3(w)", blue, ws, kl3_curve),
-        Line("KL3 range", red, [l, l, u, u], [0.0, delta, delta, 0.0]),  # the delta line between the roots
-        Line("KL3 range", red, [l, l, u, u], [-0.045, -0.05, -0.05, -0.045]),
-        Line("ratio range", green, [1 - eps, 1 - eps, 1 + eps, 1 + eps], [-0.02, -0.025, -0.025, -0.02]),
+        Line("KL3(w) = w − 1 − log w", blue, ws, [w - 1 - math.log(w) for w in ws]),
+        Line(f"δ = {delta:g}", gray, [ws[0], ws[-1]], [delta, delta], style="--"),
+        Line(f"KL3 ≤ δ  ⇔  w ∈ [l_δ, u_δ] = [{l:.3f}, {u:.3f}]", red, [l, l, u, u], [0.0, delta, delta, 0.0]),
+        Line(f"KL3 ≤ δ  ⇔  w ∈ [l_δ, u_δ] = [{l:.3f}, {u:.3f}]", red, [l, l, u, u], [-0.045, -0.05, -0.05, -0.045]),
+        Line(f"ratio clip, ε = 1 − l_δ = {eps:.3f}:  w ∈ [{1 - eps:.3f}, {1 + eps:.3f}]", green,
+             [1 - eps, 1 - eps, 1 + eps, 1 + eps], [-0.02, -0.025, -0.025, -0.02]),
     ]
-    legend = [("KL3(w) = w − 1 − log w", blue), (f"δ = {delta:g}", gray),
-              (f"KL3 ≤ δ  ⇔  w ∈ [l_δ, u_δ] = [{l:.3f}, {u:.3f}]", red),
-              (f"ratio clip, ε = 1 − l_δ = {eps:.3f}:  w ∈ [{1 - eps:.3f}, {1 + eps:.3f}]", green)]
-    panel = (f"KL3 ≤ {delta:g} is an asymmetric ratio range (Theorem 4.2)", "kl3", lines)
-    return write_svg(figure([panel], legend, cols=1, xlabel="ratio w = π_θ / π_old"), out)
+    panel = Panel(f"KL3 ≤ {delta:g} is an asymmetric ratio range (Theorem 4.2)", "kl3", lines)
+    return draw([panel], out, "ratio w = π_θ / π_old", cols=1)
 
 
 # ----------------------------------------------------------------------------
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m nanoatr.theory", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python scripts/theory.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--states", type=int, default=2000, help="random states per event and surrogate")
     parser.add_argument("--eta", type=float, default=1e-3, help="policy-gradient step size (first order: small)")

@@ -1,0 +1,227 @@
+"""Scoring a completion: its tokens' log-probs, entropies and full-vocabulary KL under a policy.
+
+    score(model, prompt_ids, prompt_mask, tokens, T)   one forward over [prompt | completion] -> (B, T) log-probs
+    Scorer(model, precision)                           the same as a module's forward (DDP, autocast)
+    Reference(model, adapters_off)                     log-probs under pi_ref, for the --beta penalty
+    token_logprobs / token_logprobs_naive              log pi(y_t) and entropy from hidden states
+    full_kl / full_kl_naive                            KL(pi_old(.|s_t) || pi_theta(.|s_t)) per position
+
+A (B, T, V) tensor is never built on the fast paths: log-softmax runs chunk by chunk in forward, and
+backward recomputes each chunk and applies the gradient by hand. Each fast function has an
+obviously-correct `_naive` twin that the tests compare it with. Everything is float32 (float64 stays
+float64), whatever the model's dtype: the sampler scores tokens with the same float32 log-softmax
+(rollout.sampling_logprobs), so the trainer's and the sampler's numbers agree.
+"""
+import contextlib
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+
+# ----------------------------------------------------------------------------
+# Log-probs, entropy and full-vocabulary KL from hidden states, chunk by chunk
+
+def _log_softmax(hidden: Tensor, weight: Tensor, temperature: float, dtype) -> Tensor:
+    """log softmax(hidden @ weight.T / temperature) in `dtype`: (c, D) -> (c, V); one (c, V) temporary."""
+    return (hidden @ weight.T).to(dtype).div_(temperature).log_softmax(-1)
+
+
+class _ChunkedLogprobs(torch.autograd.Function):
+    """log softmax(h W^T / tau)[y] and the entropy of softmax(h W^T / tau), chunk by chunk.
+
+    Autograd over a plain loop would keep every chunk's (chunk, V) logits for backward, i.e. the
+    whole (N, V) again, and torch.utils.checkpoint would still hold ~5 (chunk, V) tensors while a
+    chunk is recomputed.  So backward recomputes each chunk's log-softmax and applies the
+    gradients by hand, in place:
+        d logp_y / d z = onehot(y) - p,     d H / d z = -p (log p + H)       (z = h W^T / tau)
+    Peak extra memory: about two (chunk, V) tensors, plus a (V, D) gradient buffer when W is trained.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature, chunk_size, with_entropy):
+        dtype = torch.promote_types(hidden.dtype, torch.float32)  # bf16 -> float32; float64 stays
+        logp = torch.empty(hidden.shape[0], dtype=dtype, device=hidden.device)
+        entropy = torch.empty_like(logp) if with_entropy else None
+        for i in range(0, hidden.shape[0], chunk_size):
+            logp_all = _log_softmax(hidden[i:i + chunk_size], weight, temperature, dtype)  # (c, V)
+            logp[i:i + chunk_size] = logp_all.gather(-1, targets[i:i + chunk_size, None]).squeeze(-1)
+            if with_entropy:
+                entropy[i:i + chunk_size] = -logp_all.exp().mul_(logp_all).sum(-1)
+            del logp_all  # free it before the next chunk's logits exist
+        ctx.save_for_backward(hidden, weight, targets, entropy)
+        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        hidden, weight, targets, entropy = ctx.saved_tensors
+        need_h, need_w = ctx.needs_input_grad[:2]
+        dtype = torch.promote_types(hidden.dtype, torch.float32)
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros_like(weight, dtype=dtype) if need_w else None
+        c, tau = ctx.chunk_size, ctx.temperature
+        for i in range(0, hidden.shape[0], c):
+            h, y = hidden[i:i + c], targets[i:i + c, None]
+            logp_all = _log_softmax(h, weight, tau, dtype)  # (c, V), recomputed
+            p = logp_all.exp()
+            g = grad_logp[i:i + c, None] if grad_logp is not None else torch.zeros_like(p[:, :1])
+            if grad_entropy is not None:  # dz = -p (gH (log p + H) + g), reusing logp_all's memory
+                dz = logp_all.add_(entropy[i:i + c, None]).mul_(grad_entropy[i:i + c, None]).add_(g).mul_(p).neg_()
+            else:
+                dz = p.mul_(-g)
+            dz.scatter_add_(1, y, g).div_(tau)  # + onehot(y) g;  z = h W^T / tau
+            if need_h:
+                grad_h[i:i + c] = dz.to(weight.dtype) @ weight
+            if need_w:
+                grad_w.addmm_(dz.T, h.to(dtype))
+            del logp_all, p, dz  # free them before the next chunk's logits exist
+        return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None
+
+
+def token_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, *, temperature: float = 1.0,
+                   chunk_size: int = 512, with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    """log pi(targets) (B, T) and optionally the entropy (B, T) of pi = softmax(hidden @ weight.T / temperature).
+
+    hidden (B, T, D) final-norm hidden states, weight (V, D) the lm_head, targets (B, T) token ids
+    (valid ids everywhere; padding positions may hold any id).  Logits are float32, `chunk_size`
+    tokens at a time, in forward and (recomputed) in backward, so memory is O(chunk_size * V), not
+    O(B * T * V).  Gradients flow to hidden and weight.  Outputs are float32 (float64 for float64 inputs).
+    """
+    B, T, D = hidden.shape
+    logp, entropy = _ChunkedLogprobs.apply(hidden.reshape(B * T, D), weight, targets.reshape(B * T).long(),
+                                           float(temperature), int(chunk_size), bool(with_entropy))
+    return logp.view(B, T), None if entropy is None else entropy.view(B, T)
+
+
+def token_logprobs_naive(hidden: Tensor, weight: Tensor, targets: Tensor, *, temperature: float = 1.0,
+                         with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    """The obviously-correct twin of token_logprobs: full (B, T, V) log-softmax. For tests and benchmarks."""
+    dtype = torch.promote_types(hidden.dtype, torch.float32)
+    logp_all = ((hidden @ weight.T).to(dtype) / temperature).log_softmax(-1)  # (B, T, V), the whole of it
+    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+    return logp, -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+
+
+class _ChunkedFullKL(torch.autograd.Function):
+    """KL(pi_old || pi_theta) per position from new and old hidden states, chunk by chunk.
+
+    d KL / d z_new = p_new - p_old (z_new = h W^T / tau); the old side carries no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, old_hidden, weight, old_weight, temperature, chunk_size):
+        dtype = torch.promote_types(hidden.dtype, torch.float32)
+        kl = torch.empty(hidden.shape[0], dtype=dtype, device=hidden.device)
+        for i in range(0, hidden.shape[0], chunk_size):
+            new = _log_softmax(hidden[i:i + chunk_size], weight, temperature, dtype)  # (c, V)
+            old = _log_softmax(old_hidden[i:i + chunk_size], old_weight, temperature, dtype)
+            log_ratio = old - new  # log p_old / p_new
+            kl[i:i + chunk_size] = log_ratio.mul_(old.exp_()).sum(-1)
+            del new, old, log_ratio  # free them before the next chunk's logits exist
+        ctx.save_for_backward(hidden, old_hidden, weight, old_weight)
+        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        return kl
+
+    @staticmethod
+    def backward(ctx, grad_kl):
+        hidden, old_hidden, weight, old_weight = ctx.saved_tensors
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
+        dtype = torch.promote_types(hidden.dtype, torch.float32)
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros_like(weight, dtype=dtype) if need_w else None
+        c, tau = ctx.chunk_size, ctx.temperature
+        for i in range(0, hidden.shape[0], c):
+            h = hidden[i:i + c]
+            p_old = _log_softmax(old_hidden[i:i + c], old_weight, tau, dtype).exp_()  # (c, V)
+            dz = _log_softmax(h, weight, tau, dtype).exp_().sub_(p_old).mul_(grad_kl[i:i + c, None]).div_(tau)
+            if need_h:
+                grad_h[i:i + c] = dz.to(weight.dtype) @ weight
+            if need_w:
+                grad_w.addmm_(dz.T, h.to(dtype))
+            del p_old, dz  # free them before the next chunk's logits exist
+        return grad_h, None, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
+
+
+def full_kl(hidden: Tensor, old_hidden: Tensor, weight: Tensor, *, old_weight: Optional[Tensor] = None,
+            temperature: float = 1.0, chunk_size: int = 512) -> Tensor:
+    """KL(pi_old(.|s_t) || pi_theta(.|s_t)) over the whole vocabulary at each position, (B, T) float32.
+
+    The input of --clip kl-full and truly-ppo.  Storing pi_old's (B, T, V) log-probs is out of the
+    question at V = 151,936, so the caller keeps pi_old's final hidden states instead (B, T, D; what the
+    no-grad old-logp forward computes anyway, ~V/D = 37x smaller for Qwen3-8B) and the old logits are
+    recomputed here chunk by chunk with the lm_head weight (old_weight if the lm_head itself is
+    trained, else the same frozen weight).  The gradient flows to hidden and weight, never to the old side.
+    """
+    B, T, D = hidden.shape
+    old_weight = weight.detach() if old_weight is None else old_weight.detach()
+    kl = _ChunkedFullKL.apply(hidden.reshape(B * T, D), old_hidden.detach().reshape(B * T, D), weight,
+                              old_weight, float(temperature), int(chunk_size))
+    return kl.view(B, T)
+
+
+def full_kl_naive(hidden: Tensor, old_hidden: Tensor, weight: Tensor, *, old_weight: Optional[Tensor] = None,
+                  temperature: float = 1.0) -> Tensor:
+    """The obviously-correct twin of full_kl (full (B, T, V) tensors). For tests."""
+    old_weight = weight.detach() if old_weight is None else old_weight.detach()
+    dtype = torch.promote_types(hidden.dtype, torch.float32)
+    new = ((hidden @ weight.T).to(dtype) / temperature).log_softmax(-1)  # (B, T, V)
+    old = ((old_hidden.detach() @ old_weight.T).to(dtype) / temperature).log_softmax(-1)
+    return (old.exp() * (old - new)).sum(-1)
+
+
+# ----------------------------------------------------------------------------
+# A completion's score under a model
+
+def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entropy: bool = False,
+          return_hidden: bool = False):
+    """Log-probs (B, T) of completion tokens under the current policy, entropies (B, T) or None,
+    and with return_hidden also the hidden states (B, T, D) that scored them (for full_kl).
+
+    One forward over [left-padded prompt | completion]; the hidden state at position i scores token
+    i + 1, so the last prompt position scores the first completion token. Log-softmax over the
+    vocabulary runs chunk by chunk (token_logprobs), never as a full (B, T, V) tensor.
+    """
+    P = prompt_ids.shape[1]
+    ids = torch.cat([prompt_ids, tokens], dim=1)
+    # Completion slots after a row's EOS hold padding; attending to it cannot change earlier
+    # positions (causal), so every completion slot is marked real here.
+    mask = torch.cat([prompt_mask, torch.ones_like(tokens, dtype=torch.bool)], dim=1)
+    hidden = model.hidden(ids[:, :-1], attention_mask=mask[:, :-1])[:, P - 1:]  # (B, T, D)
+    t = temperature if temperature > 0 else 1.0
+    logp, entropy = token_logprobs(hidden, model.lm_head.weight, tokens, temperature=t, with_entropy=with_entropy)
+    return (logp, entropy, hidden) if return_hidden else (logp, entropy)
+
+
+class Scorer(nn.Module):
+    """`score` as a module's forward, under the run's autocast.
+
+    DDP all-reduces only gradients produced through its own forward, so the differentiable scoring
+    pass must be one; and autocast belongs around forward passes only, not backward.
+    """
+
+    def __init__(self, model, precision):
+        super().__init__()
+        self.model, self.precision = model, precision
+
+    def forward(self, prompt_ids, prompt_mask, tokens, temperature, **kw):
+        with self.precision():
+            return score(self.model, prompt_ids, prompt_mask, tokens, temperature, **kw)
+
+
+class Reference:
+    """Scores completions under pi_ref, the policy training started from (the --beta penalty).
+
+    Under LoRA it is the same weights with the adapters switched off (`adapters_off` = peft's
+    disable_adapter), so no second copy is held; under full fine-tuning the weights themselves move,
+    so `model` is a frozen copy of --model (twice the weight memory; the trainer says so at start).
+    """
+
+    def __init__(self, model, adapters_off=contextlib.nullcontext, precision=contextlib.nullcontext):
+        self.model, self.adapters_off, self.precision = model, adapters_off, precision
+
+    @torch.no_grad()
+    def logprobs(self, prompt_ids, prompt_mask, tokens, temperature: float):
+        """log pi_ref (B, T) of the completion tokens, at the sampling temperature (as the policy is scored)."""
+        with self.adapters_off(), self.precision():
+            return score(self.model, prompt_ids, prompt_mask, tokens, temperature)[0]

@@ -1,0 +1,43 @@
+"""Merge a LoRA adapter into its base model: a full Hugging Face checkpoint directory.
+
+    python scripts/merge_adapter.py --adapter runs/<lora run>/checkpoint --out merged/ [--model BASE]
+
+The base defaults to the one the adapter names (its base_model_name_or_path). Merged in float32 by
+default (see nanoatr.lora.merge for why); the tokenizer files travel along.
+"""
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
+from nanoatr import lora  # noqa: E402
+from nanoatr.config import arg, die, parse  # noqa: E402
+from nanoatr.model import ModelError  # noqa: E402
+
+
+@dataclass
+class MergeConfig:
+    adapter: str | None = arg(None, "LoRA adapter directory (a LoRA run's checkpoint/ works as is)")
+    out: str | None = arg(None, "output directory: a full Hugging Face checkpoint")
+    model: str | None = arg(None, "base model directory (default: the adapter's base_model_name_or_path)")
+    dtype: str = arg("float32", "dtype of the merged weights", choices=["float32", "bfloat16"])
+
+
+def main(argv=None):
+    cfg, _, _ = parse(MergeConfig, argv, __doc__)
+    if not cfg.adapter or not cfg.out:
+        die("merge needs --adapter DIR and --out DIR")
+    try:
+        base = cfg.model or lora.adapter_base(cfg.adapter)
+        if not base:
+            die(f"{cfg.adapter} does not name its base model: pass --model BASE")
+        out = lora.merge(base, cfg.adapter, cfg.out, dtype=getattr(torch, cfg.dtype))
+    except (lora.AdapterError, ModelError) as e:
+        die(str(e))
+    print(f"merged {cfg.adapter} into {base}: {out}")
+
+
+if __name__ == "__main__":
+    main()
