@@ -8,6 +8,7 @@ sample.py take either as --model.
 A new checkpoint is written to checkpoint.new/ and swapped in with two renames: at every instant
 either checkpoint/ or checkpoint.old/ is complete, and `latest` finds whichever it is.
 """
+import json
 import os
 import shutil
 from pathlib import Path
@@ -58,7 +59,6 @@ def _fsync_dir(path: Path):
 
 def read_metrics(path) -> list[dict]:
     """The JSON objects of a metrics.jsonl; a truncated last line (a run killed mid-write) is dropped."""
-    import json
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path.parent}: no {path.name} (is it a run directory?)")

@@ -54,8 +54,9 @@ def add_fields(parser: argparse.ArgumentParser, cls):
         tp, default = hints[f.name], (f.default_factory() if callable(f.default_factory) else f.default)
         kw = dict(help=f.metadata.get("help", "") + (f" (default: {default})" if default is not None else ""),
                   dest=f.name, default=argparse.SUPPRESS)
-        if "choices" in f.metadata:
-            kw["choices"] = f.metadata["choices"]
+        if "choices" in f.metadata:  # a callable is read now: --clip's choices include methods registered later
+            choices = f.metadata["choices"]
+            kw["choices"] = choices() if callable(choices) else choices
         args = typing.get_args(tp)
         base = next((a for a in args if a is not type(None)), tp) if args and type(None) in args else tp
         if base is bool:
@@ -74,13 +75,14 @@ class Parser(argparse.ArgumentParser):
         die(f"{message} (see --help)")
 
 
-def parse(cls, argv=None, description: str = "", extra=None, epilog: str = ""):
+def parse(cls, argv=None, description: str = "", extra=None, epilog: str = "", usage: str = "%(prog)s [flags]"):
     """Parse argv into cls; `extra(parser)` may add flags that are not fields (returned separately).
 
     Flags not given keep the dataclass default; `given` lists the fields the user set explicitly
     (presets fill in only the others).
     """
-    parser = Parser(description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=description, epilog=epilog, usage=usage,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fields(parser, cls)
     if extra:
         extra(parser)
@@ -127,7 +129,7 @@ class TrainConfig:
     thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the "
                                 "template's own)", DATA)
     clip: str = arg("kl3", "clipping rule (nanoatr/methods.py); its hyper-parameters are the flags listed "
-                    "under 'method hyper-parameters'", METHOD, choices=sorted(methods.METHODS))
+                    "under 'method hyper-parameters'", METHOD, choices=lambda: sorted(methods.METHODS))
     aggregation: str = arg("dr-grpo", "loss aggregation", METHOD, choices=AGGREGATIONS)
     std_normalize: bool = arg(False, "divide advantages by the group's std (GRPO); off = Dr. GRPO", METHOD)
     beta: float = arg(0.0, "KL penalty to the reference policy (the starting model; loss.kl_to_reference); "

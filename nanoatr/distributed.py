@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 @dataclass(frozen=True)
@@ -68,29 +69,11 @@ def shutdown():
         dist.destroy_process_group()
 
 
-class Scorer(nn.Module):
-    """rollout.score as a module's forward, under the run's autocast.
-
-    DDP all-reduces only gradients produced through its own forward, so the differentiable scoring
-    pass must be one; and autocast belongs around forward passes only, not backward.
-    """
-
-    def __init__(self, model, precision):
-        super().__init__()
-        self.model, self.precision = model, precision
-
-    def forward(self, prompt_ids, prompt_mask, tokens, temperature, **kw):
-        from nanoatr.rollout import score
-        with self.precision():
-            return score(self.model, prompt_ids, prompt_mask, tokens, temperature, **kw)
-
-
 def wrap(module: nn.Module, d: Dist) -> nn.Module:
     """DistributedDataParallel around `module` when there are several ranks (rank 0's weights are
     broadcast to all at construction); the module itself otherwise."""
     if d.world == 1:
         return module
-    from torch.nn.parallel import DistributedDataParallel as DDP
     return DDP(module, device_ids=[d.device.index] if d.device.type == "cuda" else None)
 
 

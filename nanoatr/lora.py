@@ -10,6 +10,9 @@ peft replaces the targeted nn.Linear modules in place, inside our model. The Qwe
 keeps working as before, adapters included: rollout.generate and rollout.score call its hidden(),
 lm_head and new_cache directly. The PeftModel around it is needed only to save, to switch the
 adapters off (the reference policy of the KL penalty) and to merge.
+
+peft is imported inside the functions that use it: with the transformers models it pulls in, it takes
+~5 s to import, which only LoRA runs should pay.
 """
 import json
 import sys
@@ -17,6 +20,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from nanoatr.model import Qwen3
 from nanoatr.tokenizer import copy_tokenizer
@@ -81,7 +85,6 @@ def check_adapter(model, path, model_dir=None):
     An adapter made for another base (other sizes, or modules it lacks) would otherwise fail deep
     inside peft, or load silently wrong; a different base path with fitting shapes is only noted.
     """
-    from safetensors import safe_open
     path = Path(path)
     config = read_config(path)
     if not (path / WEIGHTS).is_file():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models
+from transformers import AutoTokenizer
 
 # What a model directory carries besides its weights and config: copied into every checkpoint.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -40,7 +41,6 @@ def char_tokenizer(chars: str, special=("<|pad|>", "<|endoftext|>", "<|unk|>"), 
 
 def load_tokenizer(path):
     """The Hugging Face fast tokenizer saved in a model directory (tokenizer.json + tokenizer_config.json)."""
-    from transformers import AutoTokenizer
     path = Path(path)
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
         raise TokenizerError(f"{path} has no tokenizer (tokenizer.json / tokenizer_config.json)")
