@@ -108,6 +108,8 @@ def save(run_dir, weights, tokenizer_files: dict[str, bytes], state: dict, keep:
     from nanoatr import lora
     if keep < 1:
         raise CheckpointError(f"keep must be >= 1, not {keep}")
+    if not isinstance(tokenizer_files, dict):  # a model directory, as older callers pass: read it now
+        tokenizer_files = read_tokenizer_files(tokenizer_files)
     run_dir, step = Path(run_dir), int(state["step"])
     new, cur = run_dir / NEW, run_dir / LATEST
     recover(run_dir)  # finishes a swap cut short, removes leftovers
@@ -140,19 +142,8 @@ def save(run_dir, weights, tokenizer_files: dict[str, bytes], state: dict, keep:
         shutil.rmtree(new, ignore_errors=True)
         raise
     try:
-        if cur.is_dir():
-            previous = check(cur, load=False)[0]
-            if previous is None:  # unusable (latest() fell back past it): not kept
-                _trash(cur)
-            else:
-                older = run_dir / f"checkpoint-step{previous:06d}"
-                if older.exists():
-                    _trash(older)
-                os.rename(cur, older)
-                _fsync(run_dir, directory=True)
-        os.rename(new, cur)
-        _fsync(run_dir, directory=True)
-    except OSError as e:  # .checkpoint-new/ is complete: recover() puts it in place if checkpoint/ is gone
+        _install(run_dir)
+    except OSError as e:  # .checkpoint-new/ is complete: recover() puts it in place
         raise CheckpointError(f"{_why(e)} while moving checkpoint {new} (step {step}) into place: {run_dir} "
                               f"keeps a complete checkpoint (--resume {run_dir} continues from it)") from None
     try:
@@ -163,6 +154,23 @@ def save(run_dir, weights, tokenizer_files: dict[str, bytes], state: dict, keep:
     except OSError as e:
         _warn(f"warning: could not remove an old checkpoint in {run_dir} ({_why(e)})")
     return cur
+
+
+def _install(run_dir: Path):
+    """The swap: checkpoint/ -> checkpoint-stepN/ (an unusable one is deleted), .checkpoint-new/ -> checkpoint/."""
+    new, cur = run_dir / NEW, run_dir / LATEST
+    if cur.is_dir():
+        previous = check(cur, load=False)[0]
+        if previous is None:  # unusable (latest() fell back past it): not kept
+            _trash(cur)
+        else:
+            older = run_dir / f"checkpoint-step{previous:06d}"
+            if older.exists():
+                _trash(older)
+            os.rename(cur, older)
+            _fsync(run_dir, directory=True)
+    os.rename(new, cur)
+    _fsync(run_dir, directory=True)
 
 
 def _older(run_dir: Path) -> list[tuple[int | None, Path]]:
@@ -183,16 +191,21 @@ def _trash(path: Path):
 def recover(run_dir):
     """Repair a run directory after a crash; call it holding the lock (resume_run and save do).
 
-    checkpoint/ missing (a save cut between its two renames): the complete .checkpoint-new/ becomes
-    checkpoint/, or else the newest usable older checkpoint does. Leftovers are then removed."""
+    A complete .checkpoint-new/ newer than checkpoint/ (a save killed after writing it) is swapped
+    in; if checkpoint/ is still missing, the newest usable older checkpoint becomes it. Leftovers
+    are removed; old checkpoints are pruned by the next save."""
     run_dir = Path(run_dir)
-    cur = run_dir / LATEST
+    new, cur = run_dir / NEW, run_dir / LATEST
     if not run_dir.is_dir():
         return
     try:
+        if new.is_dir():
+            step, problem = check(new)
+            current = check(cur, load=False)[0] if cur.is_dir() else None
+            if problem is None and (current is None or step > current):
+                _install(run_dir)
         if not cur.is_dir():
-            candidates = [(None, run_dir / NEW)] * (run_dir / NEW).is_dir() + _older(run_dir)
-            for _, path in candidates:
+            for _, path in _older(run_dir):
                 if check(path)[1] is None:
                     os.rename(path, cur)
                     _fsync(run_dir, directory=True)

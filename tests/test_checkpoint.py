@@ -18,7 +18,8 @@ def tiny(tmp_path_factory):
     from nanoatr.model import Qwen3
     from tiny import make_model_dir
     path = make_model_dir(tmp_path_factory.mktemp("tiny"), hidden_size=16, intermediate_size=32,
-                          num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, head_dim=16)
+                          num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, head_dim=16,
+                          max_position_embeddings=64)
     return Qwen3.from_pretrained(path), checkpoint.read_tokenizer_files(path)
 
 
