@@ -15,10 +15,10 @@ last. Guarantees:
 - save() writes and fsyncs everything in .checkpoint-new/, checks it, then renames checkpoint/ to
   checkpoint-stepN/ and .checkpoint-new/ to checkpoint/, fsyncing the run directory after each
   rename. A crash at any instant leaves a complete checkpoint of the previous or the new step that
-  latest() finds; recover() (start-up, under the lock) finishes a swap cut between its two renames
-  and removes leftovers. A failed save (disk full, read-only) removes its partial directory and
-  raises CheckpointError; the previous checkpoint is untouched. The tokenizer files are written
-  from memory (read_tokenizer_files once at start), never copied from a checkpoint.
+  latest() finds; recover() (start-up, under the lock) swaps in a new checkpoint that was complete
+  when the save died and removes leftovers. A failed save (disk full, read-only) removes its partial
+  directory and raises CheckpointError; the previous checkpoint is untouched. The tokenizer files
+  are written from memory (read_tokenizer_files once at start), never copied from a checkpoint.
 - latest() checks candidates newest first (sizes, safetensors headers, JSON, tokenizer, state) and
   falls back to an older one with a one-line warning naming what was wrong.
 - RunLog writes each row with one os.write and an fsync (~5 ms); a failed write is cut back off.
@@ -27,6 +27,7 @@ last. Guarantees:
 - create_run() refuses a used folder; RunLock keeps a second process out of a run folder.
 Every error a user can meet is a CheckpointError whose message is one line naming the path.
 """
+import contextlib
 import errno
 import fcntl
 import json
@@ -81,7 +82,8 @@ def _replace_bytes(path: Path, data: bytes):
         os.replace(tmp, path)
         _fsync(path.parent, directory=True)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise CheckpointError(f"cannot write {path} ({_why(e)})") from None
 
 
@@ -336,6 +338,10 @@ class RunLog:
         self._append("metrics.jsonl", [row])
         self.rows.append(row)
 
+    def has(self, step, prefix: str = "eval/") -> bool:
+        """A row of `step` with a key starting with `prefix` is logged (say, a finished run's last evaluation)."""
+        return any(r.get("step") == step and any(k.startswith(prefix) for k in r) for r in self.rows)
+
     def samples(self, step, name, rows):
         self._append("samples.jsonl", [{"step": step, "eval": name, **r} for r in rows])
 
@@ -350,10 +356,8 @@ class RunLog:
             if self.fsync:
                 os.fsync(fd)
         except OSError as e:
-            try:
+            with contextlib.suppress(OSError):
                 os.ftruncate(fd, start)
-            except OSError:
-                pass
             raise CheckpointError(f"{_why(e)} while writing {self.run_dir / name}: the row of step "
                                   f"{rows[0].get('step') if rows else '?'} was not logged") from None
 
@@ -407,8 +411,12 @@ def read_metrics(path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path.parent}: no {path.name} (is it a run directory?)")
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as e:
+        raise CheckpointError(f"cannot read {path} ({_why(e)})") from None
     rows, bad = [], []
-    for lineno, line in enumerate(path.read_bytes().splitlines(), 1):
+    for lineno, line in enumerate(lines, 1):
         try:
             row = json.loads(line)
         except ValueError:

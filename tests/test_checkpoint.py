@@ -185,6 +185,7 @@ def test_resume_cuts_a_torn_line_and_drops_rows_past_the_checkpoint(tmp_path, ca
     assert all(line.endswith("\n") for line in lines(metrics))
     assert [json.loads(line)["step"] for line in lines(tmp_path / "samples.jsonl")] == [0, 5]
     assert log.rows[-1] == {"step": 5, "loss": -5}
+    assert log.has(0) and not log.has(5) and log.has(5, prefix="loss")  # e.g. is the final evaluation logged?
 
 
 def test_repair_keeps_a_whole_row_missing_only_its_newline(tmp_path, capsys):
