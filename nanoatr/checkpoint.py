@@ -95,7 +95,8 @@ def write_json_atomic(path, obj):
 def read_tokenizer_files(model_dir) -> dict[str, bytes]:
     """The tokenizer files of a model directory, read once at start; every save writes them from memory."""
     from nanoatr.tokenizer import TOKENIZER_FILES
-    return {name: (Path(model_dir) / name).read_bytes() for name in TOKENIZER_FILES if (Path(model_dir) / name).is_file()}
+    files = [Path(model_dir) / name for name in TOKENIZER_FILES]
+    return {f.name: f.read_bytes() for f in files if f.is_file()}
 
 
 # ----------------------------------------------------------------------------

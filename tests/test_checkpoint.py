@@ -262,5 +262,6 @@ def test_a_read_only_run_folder_is_one_line(tmp_path, monkeypatch):
     def read_only(*a, **k):
         raise OSError(errno.EROFS, "Read-only file system")
     monkeypatch.setattr(checkpoint, "_write_bytes", read_only)
-    with pytest.raises(CheckpointError, match=rf"run folder {tmp_path / 'a'} is not writable \(read-only file system\)"):
+    message = rf"run folder {tmp_path / 'a'} is not writable \(read-only file system\)"
+    with pytest.raises(CheckpointError, match=message):
         checkpoint.create_run(tmp_path, "a")

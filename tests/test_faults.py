@@ -33,13 +33,11 @@ class Faults:
     def __init__(self, monkeypatch, fail_at=None, run_dir=None, snapshot=None, error=None):
         self.k, self.fail_at, self.run_dir, self.snapshot, self.error = 0, fail_at, run_dir, snapshot, error
         self.stages = []
-        real_write = checkpoint._write_bytes
         for module, name in [(os, "rename"), (os, "replace"), (os, "fsync"), (os, "mkdir"), (shutil, "rmtree"),
                              (checkpoint, "_write_bytes"), (torch, "save"), (nanoatr.model, "save_file")]:
-            real = getattr(module, name)
-            monkeypatch.setattr(module, name, self.wrap(name, real, partial=real_write if name == "_write_bytes" else None))
+            monkeypatch.setattr(module, name, self.wrap(name, getattr(module, name)))
 
-    def wrap(self, name, real, partial):
+    def wrap(self, name, real):
         def op(*args, **kw):
             if self.fail_at is None or self.k < self.fail_at:
                 self.k += 1
@@ -50,7 +48,7 @@ class Faults:
                     self.fail_at = -1  # once: the handlers below run unhindered
                     if self.error is not None:
                         raise self.error
-                    if partial is not None:  # killed halfway through writing the file
+                    if name == "_write_bytes":  # killed halfway through writing the file
                         with open(args[0], "wb") as f:
                             f.write(args[1][:len(args[1]) // 2])
                     shutil.copytree(self.run_dir, self.snapshot, symlinks=True)
@@ -102,7 +100,8 @@ def assert_clean_next_save(run, tiny, previous):
 def test_the_stages_of_a_save(monkeypatch, tiny, template, tmp_path):
     stages = count_stages(monkeypatch, tiny, template, tmp_path)
     text = "\n".join(stages)
-    for expected in ["rmtree(count/.checkpoint-new)", "mkdir(count/.checkpoint-new)", "save_file(", "_write_bytes(.checkpoint-new/tokenizer.json)",
+    for expected in ["rmtree(count/.checkpoint-new)", "mkdir(count/.checkpoint-new)", "save_file(",
+                     "_write_bytes(.checkpoint-new/tokenizer.json)",
                      "save(", "_write_bytes(.checkpoint-new/manifest.json)",
                      "rename(count/checkpoint, count/checkpoint-step000002)",
                      "rename(count/.checkpoint-new, count/checkpoint)",
@@ -129,7 +128,7 @@ def test_a_kill_at_every_stage_of_a_save(monkeypatch, tiny, template, tmp_path, 
         step = checkpoint.check(found)[0]
         assert step in (2, 3), where
         assert_loads(found, step)
-        complete = checkpoint.check(snap / ".checkpoint-new")[1] is None if (snap / ".checkpoint-new").is_dir() else False
+        complete = (snap / ".checkpoint-new").is_dir() and checkpoint.check(snap / ".checkpoint-new")[1] is None
         checkpoint.recover(snap)
         assert checkpoint.latest(snap) == snap / "checkpoint", where
         after = checkpoint.check(snap / "checkpoint")[0]
