@@ -15,9 +15,9 @@ One step, in the order of this file:
   6. metrics      one line of metrics.jsonl
 The flags are nanoatr/config.py's TrainConfig.
 """
-import json
 import math
 import random
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from nanoatr import checkpoint, distributed, lora
+from nanoatr.checkpoint import CheckpointError, RunLog
 from nanoatr.config import (ConfigError, TrainConfig, apply_preset, die, hparam_flags, parse, preset_help, resolve,
                             resumed_config)
 from nanoatr.data import DataError, load_problems
@@ -345,24 +346,6 @@ def run_eval(run: Run, eval_sets, step, log):
     return results
 
 
-class RunLog:
-    """metrics.jsonl and samples.jsonl; each line is written whole and flushed, so an interrupted
-    run leaves only complete lines behind."""
-
-    def __init__(self, run_dir: Path):
-        self.metrics = open(run_dir / "metrics.jsonl", "a")
-        self.sample_file = open(run_dir / "samples.jsonl", "a")
-
-    def write(self, row: dict):
-        self.metrics.write(json.dumps(row) + "\n")
-        self.metrics.flush()
-
-    def samples(self, step, name, rows):
-        for r in rows:
-            self.sample_file.write(json.dumps({"step": step, "eval": name, **r}) + "\n")
-        self.sample_file.flush()
-
-
 # ----------------------------------------------------------------------------
 # The loop
 
@@ -377,14 +360,46 @@ def train_step(run: Run, problems, step) -> dict:
     return metrics_row(run, batch, step, stats, losses, grad_norms) | {"time_rollout": t_rollout, "time_train": t_train}
 
 
-def train(run: Run, problems, eval_sets, run_dir, tok_dir, start):
+class Stop:
+    """Ctrl-C or SIGTERM while training: finish the step, save a checkpoint, exit with one line (130 / 143).
+    A second Ctrl-C stops at once (the steps since the last checkpoint are then lost)."""
+
+    def __init__(self):
+        self.signal = None
+
+    def __enter__(self):
+        self.previous = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def request(self, signum, frame):
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = signum
+        print(f"\n{signal.Signals(signum).name}: stopping after this step (a second Ctrl-C stops at once)",
+              file=sys.stderr, flush=True)
+
+    def requested(self, d: Dist) -> bool:
+        """On every rank alike: any rank's signal stops all of them after the same step."""
+        return distributed.all_sum(float(self.signal is not None), d) > 0
+
+
+def train(run: Run, problems, eval_sets, run_dir, tok_files, start, log, stop: Stop):
     cfg, d = run.cfg, run.d
-    log = RunLog(run_dir) if d.main else None
     say = print if d.main else (lambda *a, **k: None)
     key = f"eval/mean@{cfg.eval_k}"
-    before = run_eval(run, eval_sets, start, log) if start == 0 else None
+
+    def save(step):
+        if d.main:
+            checkpoint.save(run_dir, run.weights, tok_files, {"step": step, "optimizer": run.opt.state_dict()},
+                            keep=cfg.keep_checkpoints)
+
+    before = run_eval(run, eval_sets, 0, log) if start == 0 and not (d.main and log.has(0)) else None
     if before:
-        say(f"step {start}: held-out Mean@{cfg.eval_k} {before[key]:.1f}%  Pass@{cfg.eval_k} "
+        say(f"step 0: held-out Mean@{cfg.eval_k} {before[key]:.1f}%  Pass@{cfg.eval_k} "
             f"{before[f'eval/pass@{cfg.eval_k}']:.1f}%", flush=True)
     if cfg.compile and start < cfg.steps:
         say(f"compiling the {cfg.clip} loss with torch.compile (the first step only; --no-compile skips it)",
@@ -400,14 +415,20 @@ def train(run: Run, problems, eval_sets, run_dir, tok_dir, start):
                 res = run_eval(run, eval_sets, step + 1, log)
                 if d.main:
                     tqdm.write(f"step {step + 1}: held-out Mean@{cfg.eval_k} {res[key]:.1f}%")
-            if d.main and ((step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps):
-                checkpoint.save(run_dir, run.weights, tok_dir, {"step": step + 1, "optimizer": run.opt.state_dict()})
-    after = run_eval(run, eval_sets, cfg.steps, log)
-    say(f"step {cfg.steps}: held-out Mean@{cfg.eval_k} {after[key]:.1f}%  Pass@{cfg.eval_k} "
-        f"{after[f'eval/pass@{cfg.eval_k}']:.1f}%" + (f"  (from {before[key]:.1f}%)" if before else ""))
+            if stop.requested(d):
+                save(step + 1)
+                distributed.barrier(d)
+                return step + 1
+            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                save(step + 1)
+    if not (d.main and log.has(cfg.steps)):  # a resumed run that stopped during its final evaluation
+        after = run_eval(run, eval_sets, cfg.steps, log)
+        say(f"step {cfg.steps}: held-out Mean@{cfg.eval_k} {after[key]:.1f}%  Pass@{cfg.eval_k} "
+            f"{after[f'eval/pass@{cfg.eval_k}']:.1f}%" + (f"  (from {before[key]:.1f}%)" if before else ""))
     if cfg.merge and d.main:
         say(f"merged: {lora.merge(cfg.model, run_dir / 'checkpoint', run_dir / 'merged')}")
     say(f"metrics: {run_dir / 'metrics.jsonl'}  checkpoint: {run_dir / 'checkpoint'}")
+    return None
 
 
 # ----------------------------------------------------------------------------
@@ -443,7 +464,15 @@ def load_policy(cfg: TrainConfig, ckpt: Path | None, device):
 
 
 def main(argv=None):
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before training started (after, Stop handles it): nothing of the run is lost
+        die("interrupted during start-up", 130)
+
+
+def _main(argv=None):
     cfg, extra, given = parse(TrainConfig, argv, __doc__, hparam_flags, epilog=preset_help())
+    lock = None
     try:
         if cfg.resume:
             cfg, extra = resumed_config(cfg, extra, given)
@@ -451,38 +480,48 @@ def main(argv=None):
             cfg = apply_preset(cfg, given)
         d = distributed.setup(cfg.device)
         cfg = resolve(cfg, extra, d.world)
-        name = distributed.broadcast(cfg.name or f"{cfg.clip}-{time.strftime('%Y%m%d-%H%M%S')}", d)
-        run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / name
+        # The run folder first, before minutes of loading: a used name, a second process on the same
+        # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
+        run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
+            cfg.name or checkpoint.unique_name(cfg.clip), d)
+        if d.main:
+            lock = checkpoint.resume_run(run_dir) if cfg.resume else checkpoint.create_run(cfg.out_dir, run_dir.name)
+        distributed.barrier(d)  # rank 0 has repaired the folder before anyone reads it
         ckpt = checkpoint.latest(run_dir) if cfg.resume else None
-        if cfg.resume and ckpt is None:
-            raise ConfigError(f"--resume {cfg.resume}: no checkpoint in that directory")
+        start = checkpoint.load_state(ckpt)["step"] if ckpt else 0
+        if start > cfg.steps:
+            raise ConfigError(f"--steps {cfg.steps} is before the checkpoint's step {start} in {run_dir}: "
+                              f"give --steps {start} or more")
+        log = RunLog.open(run_dir, resume_step=start if cfg.resume else None) if d.main else None
+        if start == cfg.steps and d.main and log.has(cfg.steps):
+            print(f"run {run_dir} is finished (step {start} of {cfg.steps}, evaluated): nothing to do; "
+                  f"--resume {run_dir} --steps N with N > {start} trains further")
+            return
         torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
         model, weights = load_policy(cfg, ckpt, d.device)
         tok_dir = ckpt or cfg.model
-        tok = load_tokenizer(tok_dir)
+        tok, tok_files = load_tokenizer(tok_dir), checkpoint.read_tokenizer_files(tok_dir)
         problems = load_problems(cfg.data)
         eval_sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
+        check_lengths(cfg, model, tok, problems, eval_sets)
         ref = None
         precision = distributed.precision(cfg.dtype, d.device)
         if cfg.beta > 0:  # the starting policy: adapters off, or (full fine-tuning) a frozen copy
             ref = Reference(model, weights.disable_adapter, precision) if cfg.lora_rank else \
                 Reference(Qwen3.from_pretrained(cfg.model, device=d.device).eval().requires_grad_(False),
                           precision=precision)
-    except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError) as e:
+        trained = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+        if ckpt is not None:
+            opt.load_state_dict(checkpoint.load_state(ckpt)["optimizer"])
+        if d.main:
+            checkpoint.write_json_atomic(run_dir / "config.json", asdict(cfg))
+    except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError) as e:
         die(str(e))
-    trained = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
-    start = 0
-    if ckpt is not None:
-        state = checkpoint.load_state(ckpt)
-        opt.load_state_dict(state["optimizer"])
-        start = state["step"]
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
               stop_token_ids(tok, tok_dir), stop_strings(tok, cfg.stop), verify, d, precision, weights, ref,
               dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))
     if d.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
         if cfg.minibatches * cfg.epochs == 1:
             print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
                   f"--clip {cfg.clip} has no effect; use --minibatches or --epochs > 1", file=sys.stderr)
@@ -490,17 +529,47 @@ def main(argv=None):
               f" trained{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {len(problems)} training problems, "
               f"{d.world} x {d.device.type}, --clip {cfg.clip} {cfg.hparams}"
               + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
-                 if ref else ""), flush=True)
-    distributed.barrier(d)  # the run directory exists before any rank goes on
+                 if ref else "") + (f", from step {start}" if start else ""), flush=True)
 
     try:
-        train(run, problems, eval_sets, run_dir, tok_dir, start)
-    except KeyboardInterrupt:
-        last = checkpoint.latest(run_dir)
+        with Stop() as stop:
+            stopped_at = train(run, problems, eval_sets, run_dir, tok_files, start, log, stop)
+        if stopped_at is not None:
+            die(f"stopped by {signal.Signals(stop.signal).name} after step {stopped_at}; checkpoint saved "
+                f"(continue with --resume {run_dir})", 128 + stop.signal)
+    except CheckpointError as e:  # disk full or read-only while saving or logging: earlier checkpoints are intact
+        die(str(e), 1)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop at once
+        try:
+            last = checkpoint.latest(run_dir)
+        except CheckpointError:
+            last = None
         die(f"interrupted; the last checkpoint is {last or 'not written yet'}"
             + (f" (continue with --resume {run_dir})" if last else ""), 130)
     finally:
+        if log is not None:
+            log.close()
+        if lock is not None:
+            lock.release()
         distributed.shutdown()
+
+
+def check_lengths(cfg, model, tok, problems, eval_sets):
+    """Every prompt plus its completion budget must fit the model's positions (max_position_embeddings):
+    past them RoPE extrapolates and the model is untested. One line naming the file and the problem."""
+    limit = model.config.max_position_embeddings
+    kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
+    for name, probs, budget in [(cfg.data, problems, cfg.max_new_tokens)] + \
+            [(f, eval_sets[Path(f).stem], cfg.eval_max_new_tokens or cfg.max_new_tokens) for f in cfg.eval_data]:
+        if budget >= limit:
+            flag = "--max-new-tokens" if name == cfg.data else "--eval-max-new-tokens"
+            raise ConfigError(f"{flag} {budget} does not fit the model's {limit} positions (max_position_embeddings)")
+        lengths = [len(p) for p in encode_prompts(tok, probs, **kw)]
+        worst = max(range(len(lengths)), key=lengths.__getitem__)
+        if lengths[worst] + budget > limit:
+            raise ConfigError(f"{name}: problem {worst}'s prompt is {lengths[worst]} tokens; with a budget of "
+                              f"{budget} new tokens it needs {lengths[worst] + budget} positions, the model has "
+                              f"{limit} (max_position_embeddings); shorten it or lower the budget")
 
 
 if __name__ == "__main__":

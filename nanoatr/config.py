@@ -172,9 +172,11 @@ class TrainConfig:
     eval_batch_size: int = arg(256, "completions sampled together in evaluation", EVAL, ">=1")
     eval_limit: int = arg(0, "evaluate on the first N problems of each file (0 = all)", EVAL, ">=0")
     out_dir: str = arg("runs", "parent directory of run directories", RUN)
-    name: str = arg("", "run name (default: <clip>-<time>)", RUN)
+    name: str = arg("", "run name (default: <clip>-<time>-<random>); a new run refuses an existing folder", RUN)
     resume: str = arg("", "continue the run in this run directory from its checkpoint", RUN)
-    save_every: int = arg(50, "write the checkpoint every N steps (and at the end)", RUN, ">=1")
+    save_every: int = arg(50, "write the checkpoint every N steps (and at the end, and when stopped by Ctrl-C or "
+                          "SIGTERM)", RUN, ">=1")
+    keep_checkpoints: int = arg(2, "checkpoints kept: checkpoint/ (the latest) and older ones beside it", RUN, ">=1")
     seed: int = arg(0, "seed of prompt order, sampling and initialisation", RUN, ">=0")
     device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available; under torchrun each rank its own "
                       "GPU)", RUN)

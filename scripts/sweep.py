@@ -31,7 +31,6 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
-from nanoatr import checkpoint  # noqa: E402
 from nanoatr.checkpoint import read_metrics  # noqa: E402
 from nanoatr.methods import check_hparams, defaults  # noqa: E402
 from plot import COLORS, Line, Panel, curve_panels, draw  # noqa: E402  (scripts/plot.py)
@@ -85,8 +84,9 @@ def plan(methods: list[str], seeds: int, out: Path, delta: float | None = None) 
 
 
 def command(run: Run, steps: int, train_args: list[str]) -> list[str]:
-    """The train.py command line of a run: a fresh start, or --resume from its checkpoint."""
-    if checkpoint.latest(run.dir) is not None:
+    """The train.py command line of a run: a fresh start, or --resume of its folder (from its checkpoint, or
+    from step 0 when it was stopped before the first one)."""
+    if (run.dir / "config.json").is_file():
         return [sys.executable, "train.py", "--resume", str(run.dir), "--steps", str(steps)]
     hp = [x for k, v in run.hparams.items() for x in ("--" + k.replace("_", "-"), f"{v:g}")]
     return [sys.executable, "train.py", "--clip", run.clip, *hp, "--seed", str(run.seed), "--steps", str(steps),

@@ -66,8 +66,8 @@ def test_parse_method_and_plan(tmp_path):
     cmd = sweep.command(runs[2], 50, ["--lr", "1e-4"])
     assert cmd[1:] == ["train.py", "--clip", "kl3", "--delta", "0.1", "--seed", "0", "--steps", "50", "--out-dir",
                        str(tmp_path), "--name", "kl3-s0", "--lr", "1e-4"]
-    (runs[2].dir / "checkpoint").mkdir(parents=True)
-    (runs[2].dir / "checkpoint/trainer_state.pt").write_bytes(b"")
+    runs[2].dir.mkdir(parents=True)
+    (runs[2].dir / "config.json").write_text("{}")  # started before: resumed
     assert sweep.command(runs[2], 50, [])[1:] == ["train.py", "--resume", str(runs[2].dir), "--steps", "50"]
 
 

@@ -148,14 +148,17 @@ def test_every_method_trains_end_to_end(tmp_path, method):
         assert step["full_kl"] >= 0  # the full-vocabulary KL reached the method
 
 
-def test_ctrl_c_leaves_a_readable_checkpoint_and_metrics(tmp_path):
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_stops_after_the_step_and_saves_it(tmp_path, sig, code):
+    """Ctrl-C or SIGTERM: the step in progress finishes, is logged and saved; one line; exit 128 + signal.
+    Nothing done is lost: the checkpoint is at the last logged step, and --resume goes on from there."""
     import signal
     import subprocess
     import sys
     import time
     from nanoatr.model import Qwen3
     cmd = [sys.executable, str(ROOT / "train.py"), *FAST, "--out-dir", str(tmp_path), "--name", "c",
-           "--steps", "1000", "--save-every", "1"]
+           "--steps", "1000", "--save-every", "500"]
     # A shell's background job (CI scripts, `cmd &`) inherits SIGINT ignored, and Python then installs
     # no KeyboardInterrupt handler: give the child the default disposition, as a terminal would.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -164,16 +167,23 @@ def test_ctrl_c_leaves_a_readable_checkpoint_and_metrics(tmp_path):
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, sig))
     _, err = proc.communicate(timeout=300)  # generous: on a loaded machine one step can take many seconds
-    assert proc.returncode == 130
-    assert "interrupted; the last checkpoint is" in err and "Traceback" not in err
+    assert proc.returncode == code, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: stopped by {sig} after step ") and "checkpoint saved" in last, err
+    assert "Traceback" not in err
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]  # every line is whole
-    assert rows
+    steps = [r["step"] for r in rows if "loss" in r]
     ckpt = tmp_path / "c/checkpoint"
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-    assert state["step"] >= 1
+    assert state["step"] == steps[-1] == int(last.split("after step ")[1].split(";")[0]) >= 2
     Qwen3.from_pretrained(ckpt)
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(tmp_path / "c"), "--steps",
+                          str(state["step"] + 1)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    steps = [r["step"] for r in map(json.loads, metrics.read_text().splitlines()) if "loss" in r]
+    assert steps == list(range(1, state["step"] + 2))  # every step once, in order
 
 
 @pytest.mark.parametrize("case, message", [

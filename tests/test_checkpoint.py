@@ -1,0 +1,267 @@
+"""The run directory (nanoatr.checkpoint): checkpoints kept and validated with fallback, the tokenizer
+written from memory, logs repaired on resume and read past bad lines, run names, the lock, atomic JSON."""
+import errno
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from nanoatr import checkpoint
+from nanoatr.checkpoint import CheckpointError, RunLog
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """(a tiny Qwen3 of ours, its tokenizer files in memory)."""
+    from nanoatr.model import Qwen3
+    from tiny import make_model_dir
+    path = make_model_dir(tmp_path_factory.mktemp("tiny"), hidden_size=16, intermediate_size=32,
+                          num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, head_dim=16,
+                          max_position_embeddings=64)
+    return Qwen3.from_pretrained(path), checkpoint.read_tokenizer_files(path)
+
+
+def state(step, model=None):
+    return {"step": step, "optimizer": {"state": {0: {"exp_avg": torch.full((4,), float(step))}}},
+            "rng": torch.get_rng_state()}
+
+
+def save(run_dir, tiny, step, keep=2):
+    model, tok = tiny
+    return checkpoint.save(run_dir, model, tok, state(step), keep=keep)
+
+
+def assert_loads(path, step):
+    """A complete checkpoint: weights, tokenizer and trainer state load, at the expected step."""
+    from nanoatr.model import Qwen3
+    from nanoatr.tokenizer import load_tokenizer
+    assert checkpoint.check(path) == (step, None)
+    assert checkpoint.load_state(path)["step"] == step
+    Qwen3.from_pretrained(path)
+    load_tokenizer(path)
+
+
+def names(run_dir):
+    return sorted(p.name for p in run_dir.iterdir())
+
+
+def test_save_keeps_the_newest_k_and_latest_is_checkpoint(tmp_path, tiny):
+    for step in range(1, 5):
+        assert save(tmp_path, tiny, step) == tmp_path / "checkpoint"
+    assert names(tmp_path) == ["checkpoint", "checkpoint-step000003"]
+    assert checkpoint.latest(tmp_path) == tmp_path / "checkpoint"
+    assert_loads(tmp_path / "checkpoint", 4)
+    assert_loads(tmp_path / "checkpoint-step000003", 3)
+    assert json.loads((tmp_path / "checkpoint/manifest.json").read_text())["step"] == 4
+    save(tmp_path, tiny, 5, keep=3)
+    save(tmp_path, tiny, 6, keep=3)
+    assert names(tmp_path) == ["checkpoint", "checkpoint-step000004", "checkpoint-step000005"]
+    save(tmp_path, tiny, 7, keep=1)
+    assert names(tmp_path) == ["checkpoint"]
+    with pytest.raises(CheckpointError, match="keep must be >= 1"):
+        save(tmp_path, tiny, 8, keep=0)
+
+
+def test_empty_run_has_no_checkpoint(tmp_path):
+    assert checkpoint.latest(tmp_path) is None
+    assert checkpoint.latest(tmp_path / "missing") is None
+
+
+def test_tokenizer_comes_from_memory_not_from_a_deleted_folder(tmp_path, tiny):
+    """The bricked run of issue 15: the tokenizer was copied from checkpoint.old, which a save deletes."""
+    from tiny import make_model_dir
+    model_dir = make_model_dir(tmp_path / "model", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                               num_attention_heads=1, num_key_value_heads=1, head_dim=16)
+    tok = checkpoint.read_tokenizer_files(model_dir)
+    assert set(tok) == {"tokenizer.json", "tokenizer_config.json"}
+    shutil.rmtree(model_dir)
+    run = tmp_path / "run"
+    for step in (1, 2, 3):
+        checkpoint.save(run, tiny[0], tok, state(step))
+        assert_loads(run / "checkpoint", step)
+
+
+def test_a_legacy_run_left_with_only_checkpoint_old_resumes(tmp_path, tiny):
+    """An older nanoatr killed between its two renames left checkpoint.old/ (no manifest) alone."""
+    save(tmp_path, tiny, 2)
+    legacy = tmp_path / "checkpoint.old"
+    os.rename(tmp_path / "checkpoint", legacy)
+    (legacy / "manifest.json").unlink()
+    (tmp_path / "checkpoint.new").mkdir()  # its half-written next one
+    assert checkpoint.latest(tmp_path) == legacy
+    checkpoint.resume_run(tmp_path).release()
+    assert names(tmp_path) == [".lock", "checkpoint"]
+    assert_loads(tmp_path / "checkpoint", 2)
+    save(tmp_path, tiny, 3)
+    save(tmp_path, tiny, 4)
+    assert names(tmp_path) == [".lock", "checkpoint", "checkpoint-step000003"]
+    assert_loads(tmp_path / "checkpoint", 4)
+
+
+def _truncate(f):
+    os.truncate(f, f.stat().st_size - 10)
+
+
+def _garble(f):
+    f.write_bytes(b"\0" * f.stat().st_size)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda c: _truncate(c / "model.safetensors"), "model.safetensors has"),
+    (lambda c: _garble(c / "model.safetensors"), "model.safetensors has no valid safetensors header"),
+    (lambda c: (c / "config.json").write_text("{" + " " * 200), "config.json"),
+    (lambda c: (c / "tokenizer.json").unlink(), "tokenizer.json is missing"),
+    (lambda c: _truncate(c / "trainer_state.pt"), "trainer_state.pt has"),
+    (lambda c: _garble(c / "trainer_state.pt"), "trainer_state.pt does not load"),
+    (lambda c: (c / "manifest.json").write_text("{"), "manifest.json is unreadable"),
+])
+def test_unusable_checkpoint_falls_back_with_a_warning(tmp_path, tiny, capsys, damage, message):
+    for step in (1, 2, 3):
+        save(tmp_path, tiny, step)
+    damage(tmp_path / "checkpoint")
+    assert checkpoint.latest(tmp_path) == tmp_path / "checkpoint-step000002"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: checkpoint {tmp_path / 'checkpoint'} is unusable (")
+    assert message in err[0] and "falling back to" in err[0]
+    # training resumes from step 2 and saves step 3 again: the damaged one is not kept
+    save(tmp_path, tiny, 3)
+    assert names(tmp_path) == ["checkpoint", "checkpoint-step000002"]
+    assert checkpoint.latest(tmp_path) == tmp_path / "checkpoint" and not capsys.readouterr().err
+    assert_loads(tmp_path / "checkpoint", 3)
+
+
+def test_no_usable_checkpoint_is_one_line_naming_the_run(tmp_path, tiny):
+    save(tmp_path, tiny, 1, keep=1)
+    _truncate(tmp_path / "checkpoint/model.safetensors")
+    with pytest.raises(CheckpointError, match=rf"{tmp_path} has no usable checkpoint: .*model.safetensors has"):
+        checkpoint.latest(tmp_path)
+
+
+def test_a_save_with_a_newer_stale_checkpoint_beside_it(tmp_path, tiny):
+    """Resumed from step 2 because step 3 (kept) was damaged, saving step 3 replaces it."""
+    for step in (1, 2, 3, 4):
+        save(tmp_path, tiny, step, keep=3)
+    _truncate(tmp_path / "checkpoint/model.safetensors")
+    _truncate(tmp_path / "checkpoint-step000003/model.safetensors")
+    assert checkpoint.latest(tmp_path) == tmp_path / "checkpoint-step000002"
+    save(tmp_path, tiny, 3, keep=3)
+    assert names(tmp_path) == ["checkpoint", "checkpoint-step000002"]  # step 1 went at step 4's save
+    assert_loads(tmp_path / "checkpoint", 3)
+
+
+def test_lora_checkpoint_is_a_peft_adapter(tmp_path, tiny):
+    from nanoatr import lora
+    from nanoatr.model import Qwen3
+    model = Qwen3.from_pretrained(checkpoint_dir := save(tmp_path / "full", tiny, 1))
+    peft_model = lora.add_adapters(model, 2, 4.0, ["q_proj"], base=str(checkpoint_dir))
+    path = checkpoint.save(tmp_path / "lora", peft_model, tiny[1], state(5))
+    assert lora.is_adapter_dir(path) and checkpoint.check(path) == (5, None)
+    _garble(path / "adapter_config.json")
+    assert checkpoint.check(path)[1] == "adapter_config.json is missing or not valid JSON"
+
+
+# ----------------------------------------------------------------------------
+# Logs
+
+def lines(path):
+    return path.read_bytes().decode().splitlines(keepends=True)
+
+
+def test_resume_cuts_a_torn_line_and_drops_rows_past_the_checkpoint(tmp_path, capsys):
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"step": 0, "eval/mean@2": 1.0}] + [{"step": s, "loss": s} for s in range(1, 6)]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 6, "lo')
+    (tmp_path / "samples.jsonl").write_text('{"step": 0, "eval": "a"}\n{"step": 4, "eval": "a"}\n')
+    with RunLog.open(tmp_path, resume_step=3) as log:
+        assert log.rows == rows[:4]
+        err = capsys.readouterr().err
+        assert "cut 1 unreadable line(s) (a torn write); dropped 2 row(s) past step 3" in err
+        for s in (4, 5):
+            log.write({"step": s, "loss": -s})
+        log.samples(5, "a", [{"completion": "x"}])
+    assert [json.loads(line)["step"] for line in lines(metrics)] == [0, 1, 2, 3, 4, 5]
+    assert all(line.endswith("\n") for line in lines(metrics))
+    assert [json.loads(line)["step"] for line in lines(tmp_path / "samples.jsonl")] == [0, 5]
+    assert log.rows[-1] == {"step": 5, "loss": -5}
+    assert log.has(0) and not log.has(5) and log.has(5, prefix="loss")  # e.g. is the final evaluation logged?
+
+
+def test_repair_keeps_a_whole_row_missing_only_its_newline(tmp_path, capsys):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1}\n{"step": 2}')
+    RunLog.open(tmp_path, resume_step=2).close()
+    assert metrics.read_text() == '{"step": 1}\n{"step": 2}\n'
+    assert capsys.readouterr().err == ""  # nothing was lost
+
+
+def test_a_fresh_log_and_an_untouched_log(tmp_path):
+    with RunLog.open(tmp_path) as log:
+        log.write({"step": 1})
+    before = (tmp_path / "metrics.jsonl").stat().st_mtime_ns
+    with RunLog.open(tmp_path, resume_step=1) as log:
+        assert log.rows == [{"step": 1}]
+    assert (tmp_path / "metrics.jsonl").stat().st_mtime_ns == before  # not rewritten
+
+
+def test_read_metrics_skips_bad_lines_with_one_warning(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\n{"step": 2, "lo{"step": 3}\n\n[1]\n\xff\xfe\n{"step": 4}\n{"st')
+    assert checkpoint.read_metrics(path) == [{"step": 1}, {"step": 4}]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"warning: {path}: skipped 4 unreadable line(s) (line 2, 4, 5, ...)"]
+    with pytest.raises(CheckpointError, match="no metrics.jsonl"):
+        checkpoint.read_metrics(tmp_path / "nope" / "metrics.jsonl")
+
+
+def test_write_json_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "config.json"
+    checkpoint.write_json_atomic(path, {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+
+    def full(*a):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(CheckpointError, match=rf"cannot write {path} \(disk full\)"):
+        checkpoint.write_json_atomic(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 1} and names(tmp_path) == ["config.json"]
+
+
+# ----------------------------------------------------------------------------
+# Runs
+
+def test_unique_names_differ_within_one_second():
+    many = {checkpoint.unique_name("kl3") for _ in range(50)}  # 2^24 suffixes: a clash has p ~ 1e-4
+    assert len(many) == 50 and all(n.startswith("kl3-") for n in many)
+
+
+def test_a_new_run_refuses_a_used_folder(tmp_path):
+    lock = checkpoint.create_run(tmp_path, "a")
+    (tmp_path / "a/metrics.jsonl").write_text("")
+    lock.release()
+    with pytest.raises(CheckpointError) as e:
+        checkpoint.create_run(tmp_path, "a")
+    assert str(e.value) == (f"run folder {tmp_path / 'a'} already exists: continue it with --resume "
+                            f"{tmp_path / 'a'}, or choose another --name")
+    (tmp_path / "empty").mkdir()
+    checkpoint.create_run(tmp_path, "empty").release()  # an empty folder is fine
+    with pytest.raises(CheckpointError, match="no such run folder"):
+        checkpoint.resume_run(tmp_path / "b")
+
+
+def test_the_lock_keeps_out_a_second_writer(tmp_path):
+    with checkpoint.create_run(tmp_path, "a"):
+        with pytest.raises(CheckpointError, match=rf"run folder {tmp_path / 'a'} is in use by another "
+                                                  rf"process \(pid {os.getpid()}\)"):
+            checkpoint.resume_run(tmp_path / "a")
+    checkpoint.resume_run(tmp_path / "a").release()  # released on exit
+
+
+def test_a_read_only_run_folder_is_one_line(tmp_path, monkeypatch):
+    def read_only(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(checkpoint, "_write_bytes", read_only)
+    message = rf"run folder {tmp_path / 'a'} is not writable \(read-only file system\)"
+    with pytest.raises(CheckpointError, match=message):
+        checkpoint.create_run(tmp_path, "a")

@@ -1,0 +1,341 @@
+"""Fault injection on the run directory: a kill or an error at every stage of a save, disk full,
+real SIGKILLs of a process saving and logging in a loop, torn log lines, two processes on one run."""
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+import pytest
+import torch
+
+import nanoatr.model
+from nanoatr import checkpoint
+from nanoatr.checkpoint import CheckpointError, RunLog
+from test_checkpoint import assert_loads, names, save, state, tiny  # noqa: F401 (tiny: the fixture)
+
+
+class Killed(BaseException):
+    """A process killed at this instant: nothing after it runs (we look at a snapshot taken just before)."""
+
+
+class Faults:
+    """Counts the filesystem operations of a save; at the k-th, either takes a snapshot of the run
+    directory as a kill there would leave it and raises Killed, or raises `error`.
+
+    fsync is counted but not performed: it matters only for power loss, which no test can cause."""
+
+    def __init__(self, monkeypatch, fail_at=None, run_dir=None, snapshot=None, error=None):
+        self.k, self.fail_at, self.run_dir, self.snapshot, self.error = 0, fail_at, run_dir, snapshot, error
+        self.stages = []
+        for module, name in [(os, "rename"), (os, "replace"), (os, "fsync"), (os, "mkdir"), (shutil, "rmtree"),
+                             (checkpoint, "_write_bytes"), (torch, "save"), (nanoatr.model, "save_file")]:
+            monkeypatch.setattr(module, name, self.wrap(name, getattr(module, name)))
+
+    def wrap(self, name, real):
+        def op(*args, **kw):
+            if self.fail_at is None or self.k < self.fail_at:
+                self.k += 1
+                paths = [os.readlink(f"/proc/self/fd/{args[0]}")] if name == "fsync" else \
+                    [a for a in args if isinstance(a, (str, os.PathLike))]
+                self.stages.append(f"{name}({', '.join(_short(a) for a in paths)})")
+                if self.k == self.fail_at:
+                    self.fail_at = -1  # once: the handlers below run unhindered
+                    if self.error is not None:
+                        raise self.error
+                    if name == "_write_bytes":  # killed halfway through writing the file
+                        with open(args[0], "wb") as f:
+                            f.write(args[1][:len(args[1]) // 2])
+                    shutil.copytree(self.run_dir, self.snapshot, symlinks=True)
+                    raise Killed
+            if name == "fsync":
+                return None
+            return real(*args, **kw)
+        return op
+
+
+def _short(path):
+    return "/".join(str(path).split("/")[-2:])
+
+
+@pytest.fixture(scope="module")
+def template(tiny, tmp_path_factory):
+    """A run with checkpoints of steps 1 and 2 (keep 2), a lock file, and the leftover of a save
+    killed while writing (which the next save removes)."""
+    run = tmp_path_factory.mktemp("template")
+    for step in (1, 2):
+        save(run, tiny, step)
+    (run / ".lock").write_text("")
+    (run / ".checkpoint-new").mkdir()
+    (run / ".checkpoint-new/tokenizer.json").write_bytes(tiny[1]["tokenizer.json"][:100])
+    return run
+
+
+@pytest.fixture
+def no_fsync(monkeypatch):
+    """For the tests that simulate kills of the process (not power loss), where fsync changes nothing: speed."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+
+
+def count_stages(monkeypatch, tiny, template, tmp_path):
+    run = shutil.copytree(template, tmp_path / "count")
+    with monkeypatch.context() as m:
+        faults = Faults(m)
+        save(run, tiny, 3)
+    return faults.stages
+
+
+def assert_clean_next_save(run, tiny, previous):
+    """The next save works and leaves checkpoint/ and one older checkpoint (keep 2), nothing else."""
+    save(run, tiny, 4)
+    assert names(run) == [".lock", "checkpoint", f"checkpoint-step{previous:06d}"]
+    assert_loads(run / "checkpoint", 4)
+
+
+def test_the_stages_of_a_save(monkeypatch, tiny, template, tmp_path):
+    stages = count_stages(monkeypatch, tiny, template, tmp_path)
+    text = "\n".join(stages)
+    for expected in ["rmtree(count/.checkpoint-new)", "mkdir(count/.checkpoint-new)", "save_file(",
+                     "_write_bytes(.checkpoint-new/tokenizer.json)",
+                     "save(", "_write_bytes(.checkpoint-new/manifest.json)",
+                     "rename(count/checkpoint, count/checkpoint-step000002)",
+                     "rename(count/.checkpoint-new, count/checkpoint)",
+                     "rename(count/checkpoint-step000001, count/.checkpoint-trash-checkpoint-step000001)",
+                     "rmtree(count/.checkpoint-trash-checkpoint-step000001)"]:
+        assert expected in text, (expected, stages)
+    assert len(stages) >= 20
+
+
+def test_a_kill_at_every_stage_of_a_save(monkeypatch, tiny, template, tmp_path, capsys, no_fsync):
+    """Whenever the process dies, latest() finds step 2 or 3 complete; recover() finishes or removes
+    the interrupted save (step 3 whenever its directory was complete); the next save is clean."""
+    stages = count_stages(monkeypatch, tiny, template, tmp_path)
+    seen = set()
+    for k in range(1, len(stages) + 1):
+        run, snap = tmp_path / f"run{k}", tmp_path / f"snap{k}"
+        shutil.copytree(template, run)
+        with monkeypatch.context() as m:
+            Faults(m, fail_at=k, run_dir=run, snapshot=snap)
+            with pytest.raises(Killed):
+                save(run, tiny, 3)
+        where = f"killed before stage {k}: {stages[k - 1]}"
+        found = checkpoint.latest(snap)
+        step = checkpoint.check(found)[0]
+        assert step in (2, 3), where
+        assert_loads(found, step)
+        complete = (snap / ".checkpoint-new").is_dir() and checkpoint.check(snap / ".checkpoint-new")[1] is None
+        checkpoint.recover(snap)
+        assert checkpoint.latest(snap) == snap / "checkpoint", where
+        after = checkpoint.check(snap / "checkpoint")[0]
+        assert after == (3 if complete else step) and after >= step, where
+        assert not [n for n in names(snap) if n.startswith(".checkpoint")], where
+        seen.add((step, after))
+        assert_clean_next_save(snap, tiny, after)
+        assert capsys.readouterr().err == "", where  # no checkpoint was ever unusable
+        shutil.rmtree(run)
+        shutil.rmtree(snap)
+    assert seen == {(2, 2), (2, 3), (3, 3)}  # before, between the renames (rolled forward), after
+
+
+def test_an_error_at_every_stage_of_a_save(monkeypatch, tiny, template, tmp_path, capsys, no_fsync):
+    """Disk full at any operation: one-line CheckpointError (or, while pruning, a warning), the
+    partial directory removed, a complete checkpoint kept, and the next save clean."""
+    stages = count_stages(monkeypatch, tiny, template, tmp_path)
+    outcomes = set()
+    for k in range(1, len(stages) + 1):
+        run = shutil.copytree(template, tmp_path / f"run{k}")
+        where = f"disk full at stage {k}: {stages[k - 1]}"
+        with monkeypatch.context() as m:
+            Faults(m, fail_at=k, error=OSError(errno.ENOSPC, "No space left on device"))
+            try:
+                save(run, tiny, 3)  # failed while pruning (a warning), or harmlessly (mkdir of an existing dir)
+                outcomes.add("saved")
+                assert checkpoint.latest(run) == run / "checkpoint" and checkpoint.check(run / "checkpoint")[0] == 3
+                err = capsys.readouterr().err
+                assert err == "" or err.startswith(f"warning: could not remove an old checkpoint in {run} (disk full)")
+            except CheckpointError as e:
+                message = str(e)
+                assert "\n" not in message and "disk full" in message, (where, message)
+                if "while writing checkpoint" in message:
+                    outcomes.add("write")
+                    assert f"the previous checkpoint {run / 'checkpoint'} is intact" in message
+                    assert not (run / ".checkpoint-new").exists(), where
+                elif "into place" in message:
+                    outcomes.add("swap")
+                else:
+                    outcomes.add("recover")
+        found = checkpoint.latest(run)
+        assert checkpoint.check(found)[0] in (2, 3), where
+        assert_loads(found, checkpoint.check(found)[0])
+        previous = checkpoint.check(found)[0]
+        if checkpoint.check(run / ".checkpoint-new")[1] is None:  # the swap failed: the next save's recover()
+            previous = 3                                                # rolls forward
+        assert_clean_next_save(run, tiny, previous)
+        assert capsys.readouterr().err == "", where
+        shutil.rmtree(run)
+    assert outcomes == {"recover", "write", "swap", "saved"}  # recover(): removing the leftover
+
+
+def test_disk_full_message_and_a_writer_that_fails_silently(monkeypatch, tiny, template, tmp_path):
+    run = shutil.copytree(template, tmp_path / "run")
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", full)
+        with pytest.raises(CheckpointError) as e:
+            save(run, tiny, 3)
+    assert str(e.value) == (f"disk full while writing checkpoint {run / '.checkpoint-new'} (step 3): "
+                            f"the previous checkpoint {run / 'checkpoint'} is intact")
+    assert names(run) == [".lock", "checkpoint", "checkpoint-step000001"]
+
+    real = nanoatr.model.save_file
+
+    def short(state, path, **kw):  # as safetensors can do on a full disk: no error, a short file
+        real(state, path, **kw)
+        os.truncate(path, os.path.getsize(path) - 100)
+    with monkeypatch.context() as m:
+        m.setattr(nanoatr.model, "save_file", short)
+        with pytest.raises(CheckpointError, match=r"it is unusable: model.safetensors has \d+ bytes but its header"):
+            save(run, tiny, 3)
+    assert names(run) == [".lock", "checkpoint", "checkpoint-step000001"]
+    assert_loads(run / "checkpoint", 2)
+
+
+# ----------------------------------------------------------------------------
+# Real kills
+
+def _train_forever(run, tiny, out_dir, steps, save_every):
+    """The child: resume the run (or start it), log a row per step and save every save_every steps."""
+    model, tok = tiny
+    lock = checkpoint.resume_run(run) if run.exists() else checkpoint.create_run(out_dir, run.name)
+    found = checkpoint.latest(run)
+    start = checkpoint.load_state(found)["step"] if found else 0
+    log = RunLog.open(run, resume_step=start if found else None)
+    for step in range(start + 1, steps + 1):
+        log.write({"step": step, "loss": 1.0 / step, "pad": "x" * 2000})  # long rows: kills land mid-row too
+        if step % save_every == 0:
+            checkpoint.save(run, model, tok, state(step))
+    lock.release()
+
+
+def test_sigkill_at_random_times_loses_nothing(tmp_path, tiny):
+    """A process saving and logging in a loop is SIGKILLed at random times, then resumed: after
+    every kill latest() loads, steps never go back, and the final log holds every step once, in order."""
+    run, rng, last, steps = tmp_path / "run", random.Random(0), 0, 10 ** 9  # only a kill ends the child
+    for kill in range(9):
+        pid = os.fork()
+        if pid == 0:  # the child never returns into pytest
+            code = 0
+            try:
+                _train_forever(run, tiny, tmp_path, steps, save_every=3)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        time.sleep(rng.uniform(0.1, 0.6))
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status), f"the child ended by itself (exit {os.WEXITSTATUS(status)}), see stderr"
+        found = checkpoint.latest(run)
+        if found is not None:
+            step = checkpoint.check(found)[0]
+            assert_loads(found, step)
+            assert step >= last
+            last = step
+    assert last > 0
+    _train_forever(run, tiny, tmp_path, last + 6, save_every=3)  # resumed to the end, in process
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, last + 7))
+    assert names(run) == [".lock", "checkpoint", f"checkpoint-step{last + 3:06d}", "metrics.jsonl", "samples.jsonl"]
+
+
+# ----------------------------------------------------------------------------
+# Torn log lines
+
+def test_a_kill_mid_row_is_repaired_on_resume(tmp_path, monkeypatch):
+    with RunLog.open(tmp_path) as log:
+        for step in (1, 2, 3):
+            log.write({"step": step})
+        real = os.write
+
+        def killed(fd, data):
+            real(fd, bytes(data)[:5])
+            raise Killed
+        monkeypatch.setattr(os, "write", killed)
+        with pytest.raises(Killed):
+            log.write({"step": 4, "loss": 0.5})
+        monkeypatch.undo()
+    assert (tmp_path / "metrics.jsonl").read_text().endswith('{"step": 3}\n{"ste')
+    with RunLog.open(tmp_path, resume_step=2) as log:
+        log.write({"step": 3, "again": True})
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n{"step": 3, "again": true}\n'
+
+
+@pytest.mark.parametrize("partial", [0, 7], ids=["nothing-written", "half-written"])
+def test_disk_full_while_logging_leaves_whole_lines(tmp_path, monkeypatch, partial):
+    real = os.write
+    with RunLog.open(tmp_path) as log:
+        log.write({"step": 1})
+        calls = []
+
+        def full(fd, data):
+            calls.append(1)
+            if partial and len(calls) == 1:
+                return real(fd, bytes(data)[:partial])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(os, "write", full)
+        with pytest.raises(CheckpointError) as e:
+            log.write({"step": 2, "loss": 0.25})
+        assert str(e.value) == f"disk full while writing {tmp_path / 'metrics.jsonl'}: the row of step 2 was not logged"
+        with pytest.raises(CheckpointError, match="samples.jsonl: the row of step 2"):
+            log.samples(2, "heldout", [{"completion": "x"}])
+        monkeypatch.undo()
+        assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1}\n'
+        log.write({"step": 2})  # space again: the log goes on
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
+    assert (tmp_path / "samples.jsonl").read_text() == ""
+
+
+# ----------------------------------------------------------------------------
+# Two processes
+
+LOCKER = """
+import sys, time
+from nanoatr import checkpoint
+try:
+    lock = checkpoint.create_run(sys.argv[1], "same")
+except checkpoint.CheckpointError as e:
+    print("error:", e, flush=True)
+    sys.exit(2)
+print("ok", flush=True)
+checkpoint.write_json_atomic(lock.run_dir / "config.json", {"pid": __import__("os").getpid()})
+sys.stdin.read()  # holds the run until the test closes stdin
+"""
+
+
+def test_two_processes_on_one_run_folder(tmp_path):
+    """Started together with the same --name: exactly one runs; the other gets one line. While the
+    winner lives, --resume is refused naming its pid; once it is SIGKILLed, the lock is free."""
+    env = {**os.environ, "PYTHONPATH": str(checkpoint.Path(checkpoint.__file__).parent.parent)}
+    procs = [subprocess.Popen([sys.executable, "-c", LOCKER, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    first = [p.stdout.readline().strip() for p in procs]
+    assert sorted(line == "ok" for line in first) == [False, True], first
+    winner, loser = (procs[0], procs[1]) if first[0] == "ok" else (procs[1], procs[0])
+    assert loser.wait(timeout=30) == 2
+    refused = first[procs.index(loser)]
+    assert refused.startswith(f"error: run folder {tmp_path / 'same'} ")
+    assert "is in use by another process" in refused or "already exists" in refused
+    with pytest.raises(CheckpointError, match=rf"is in use by another process \(pid {winner.pid}\)"):
+        checkpoint.resume_run(tmp_path / "same")
+    with pytest.raises(CheckpointError, match="already exists: continue it with --resume"):
+        checkpoint.create_run(tmp_path, "same")
+    winner.kill()
+    winner.wait(timeout=30)
+    checkpoint.resume_run(tmp_path / "same").release()  # the kernel dropped the dead process's lock
