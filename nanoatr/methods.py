@@ -261,6 +261,47 @@ def kl3_is(t: Tokens, delta: float = 0.07):
     return (*unified_clip(t.ratio, t.advantages, k3_is <= delta), {"k3_is": k3_is.detach()})
 
 
+def kl3_adaptive(t: Tokens, delta: float = 0.07, adapt: float = 0.5, delta_max: float = 0.35):
+    """KL3 with a per-token threshold from the token's old probability (the paper's Sec. 6.5, future work):
+
+        C: k3(w) <= delta_t,   delta_t = min(delta * q^(-adapt), delta_max),   q = pi_old(y_t)
+    Why this rule: moving one token of old probability q by the ratio w (the rest of the distribution
+    rescaled) changes the distribution by KL(pi_old || pi) ~ q/(1-q) k3(w) to second order in w - 1,
+    so one delta for every token is a far tighter budget on the distribution for rare tokens than for
+    confident ones: the reason TRGPPO (Wang et al. 2019) and DCPO (Yang et al. 2025) widen the band of
+    low-probability tokens. adapt = 1 bounds q k3(w), about that real KL for rare tokens; adapt = 0
+    is plain kl3 (delta_t = delta); the default 0.5 is half way in log scale. A token with q = 1 keeps
+    delta; delta_max (5 delta by default, KL3 band [0.379, 2.085]) stops the band of very rare tokens
+    from opening without limit.  Flags: delta, adapt, delta_max.
+    """
+    threshold = torch.clamp(delta * torch.exp(-adapt * t.old_logp), max=delta_max)  # (B, T); padding: q = 1
+    k3 = divergence.k3(t.log_ratio)
+    return (*unified_clip(t.ratio, t.advantages, k3 <= threshold), {"kl3": k3.detach(),
+                                                                    "delta_t": threshold.detach()})
+
+
+@uses("sequences")
+def kl3_seq(t: Tokens, delta: float = 0.07):
+    """Sequence-level KL3 (the paper's Sec. 6.5, future work): GSPO's sequence ratio in the unified clip.
+
+        s = exp(mean_t log w_t),   C: T k3(s) <= delta   (T = the sequence's length),
+        loss = -min(s A, where(C, s, 1) A), copied onto each valid token
+    The sequence ratio is GSPO's geometric mean (its value and gradient; the full product of the T
+    ratios has a variance that grows with T). The scale: k3 of the full sequence ratio W = prod w_t is
+    the one-sample KL3 estimate of the sequence-level KL, a sum over T tokens, so its budget is T
+    delta (delta per token); since log W = T log s, k3(W) ~ T^2 k3(s) to second order, and
+    k3(W) <= T delta becomes T k3(s) <= delta. On a one-token sequence this is exactly kl3; a long
+    sequence may drift by about sqrt(2 delta / T) in mean log-ratio. A sequence is kept or cut whole;
+    aggregation is seq-mean-token-mean, as for gspo.  Flags: delta.
+    """
+    n = t.valid.sum(-1).clamp(min=1)                                         # (B,) T
+    log_s = torch.where(t.valid, t.log_ratio, 0.0).sum(-1) / n               # (B,) mean log w
+    divergence_seq = n * divergence.k3(log_s)                                # (B,) T k3(s)
+    s = log_s.exp()[:, None].expand_as(t.ratio)                              # (B, T)
+    loss, low, high = unified_clip(s, t.advantages, (divergence_seq <= delta)[:, None].expand_as(t.ratio))
+    return loss, low, high, {"seq_kl3": divergence_seq.detach(), "seq_clip_frac": (t.valid & (low | high)).any(-1)}
+
+
 @uses("full_kl")
 def kl_full(t: Tokens, delta: float = 0.07):
     """Full KL-guided clipping: C: KL(pi_old(.|s_t) || pi_theta(.|s_t)) <= delta, the exact KL over the
@@ -330,7 +371,7 @@ METHODS = {
     "clip": clip, "clip-higher": clip_higher, "dual-clip": dual_clip, "dynamic": dynamic,
     "clip-cov": clip_cov, "kl-cov": kl_cov, "trgppo": trgppo, "soft-gate": soft_gate,
     "kl1": kl1, "kl2": kl2, "kl3": kl3, "kl3-is": kl3_is, "kl-full": kl_full, "truly-ppo": truly_ppo,
-    "gspo": gspo, "gspo-token": gspo_token,
+    "gspo": gspo, "gspo-token": gspo_token, "kl3-adaptive": kl3_adaptive, "kl3-seq": kl3_seq,
 }
 
 # The allowed values of each hyper-parameter: (test, wording for the error message). A knob that is
@@ -347,6 +388,8 @@ RULES = {
     "kl_cov_ratio": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "kl_cov_coef": (lambda v: v >= 0, ">= 0"),
     "rollback_alpha": (lambda v: v >= 0, ">= 0"),
+    "adapt": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "delta_max": (lambda v: v > 0, "> 0"),
 }
 ANY_NUMBER = (lambda v: True, "a finite number")
 
@@ -390,4 +433,6 @@ def check_hparams(method: str, **hparams) -> dict:
             raise ValueError(f"{flag(name)} must be {wording} (got {value})")
     if "clip_cov_lb" in hp and not hp["clip_cov_lb"] < hp["clip_cov_ub"]:
         raise ValueError(f"--clip-cov-lb must be < --clip-cov-ub (got {hp['clip_cov_lb']} and {hp['clip_cov_ub']})")
+    if "delta_max" in hp and not hp["delta_max"] >= hp["delta"]:
+        raise ValueError(f"--delta-max must be >= --delta (got {hp['delta_max']} and {hp['delta']})")
     return hp

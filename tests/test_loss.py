@@ -300,6 +300,72 @@ def test_gspo_default_eps_is_tight():
 
 
 # ----------------------------------------------------------------------------
+# The paper's future work (Sec. 6.5): adaptive delta and sequence-level KL3
+
+def test_kl3_adaptive_without_adaptation_is_kl3():
+    for A in ([1.0, -1.0], [0.5, -2.0]):
+        q = ([0.05, 0.3, 0.9] * 4)[:len(W_KL)]
+        a = run("kl3-adaptive", W_KL, A, q=q, adapt=0.0)
+        b = run("kl3", W_KL, A, q=q)
+        close(a[0], b[0])
+        close(a[1], b[1])
+
+
+def test_kl3_adaptive_widens_the_band_of_rare_tokens():
+    q = [0.9, 0.9, 0.5, 0.5, 0.05, 0.05, 0.05]
+    w = [1.3, 1.5, 1.5, 1.8, 1.9, 2.3, 0.3]
+    loss, grad, m = run("kl3-adaptive", w, [1.0, -1.0], q=q, delta=0.07, adapt=1.0, delta_max=0.35)
+    kept = []
+    for A in (1.0, -1.0):  # delta_t = min(0.07 / q, 0.35), then Theorem 4.2's band of delta_t
+        row = []
+        for qi, wi in zip(q, w):
+            lo, hi = kl3_ratio_range(min(0.07 / qi, 0.35))
+            row.append(1.0 if (lo <= wi <= hi) or (wi - 1) * A < 0 else 0.0)
+        kept.append(row)
+    kept = torch.tensor(kept, dtype=F64)
+    # confident tokens keep about kl3's band [0.671, 1.422]; q = 0.5 gets delta 0.14; q = 0.05 the cap 0.35
+    assert kept[0].tolist() == [1, 0, 1, 0, 1, 0, 1] and kept[1].tolist() == [1, 1, 1, 1, 1, 1, 0]
+    close(grad, -col(1.0, -1.0) * torch.tensor(w, dtype=F64) * kept)
+    assert m["delta_t"].item() == pytest.approx(sum(min(0.07 / qi, 0.35) for qi in q) / len(q))
+    with pytest.raises(ValueError, match="--delta-max must be >= --delta"):
+        methods.check_hparams("kl3-adaptive", delta=0.1, delta_max=0.05)
+    with pytest.raises(ValueError, match=r"--adapt must be in \[0, 1\]"):
+        methods.check_hparams("kl3-adaptive", adapt=1.5)
+
+
+def test_kl3_seq_on_one_token_sequences_is_kl3():
+    rows = [[w] for w in W_KL]
+    A = [1.0 if i % 2 else -1.0 for i in range(len(W_KL))]
+    a, b = run("kl3-seq", rows, A), run("kl3", rows, A)
+    close(a[0], b[0])
+    close(a[1], b[1])
+
+
+def test_kl3_seq_keeps_or_cuts_whole_sequences():
+    logw = torch.tensor(GSPO_LOGW, dtype=F64)
+    mask = torch.ones(4, 4)
+    mask[:, 3] = 0
+    mask[3, 2] = 0  # the last sequence has 2 tokens
+    old = torch.full((4, 4), -1.0, dtype=F64)
+    logp = (old + torch.cat([logw, torch.zeros(4, 1, dtype=F64)], 1)).requires_grad_()
+    loss, m = L.policy_loss("kl3-seq", logp, old, torch.tensor(GSPO_A, dtype=F64), mask, num_sequences=4,
+                            num_tokens=int(mask.sum()), max_new_tokens=4, compile=False, delta=0.07)
+    loss.backward()
+    # mean log w per sequence and T k3(s): 0.1 -> 3 (e^.1-1-.1) = 0.0155 kept; 0.3 -> 3 x 0.0499 = 0.150,
+    # A > 0 and s > 1: cut; -0.3 -> 3 x 0.0408 = 0.122, A < 0 and s < 1: cut; 0.25 over 2 -> 2 x 0.0340 = 0.068 kept
+    k3 = [n * (math.exp(x) - 1 - x) for x, n in [(0.1, 3), (0.3, 3), (-0.3, 3), (0.25, 2)]]
+    assert [d <= 0.07 for d in k3] == [True, False, False, True]
+    s1, s4 = math.exp(0.1), math.exp(0.25)
+    expected = torch.zeros(4, 4, dtype=F64)  # seq-mean-token-mean: -A s / (4 n) per token of a kept sequence
+    expected[0, :3] = -1.0 * s1 / (4 * 3)
+    expected[3, :2] = +1.0 * s4 / (4 * 2)
+    close(logp.grad, expected)
+    assert loss.item() == pytest.approx((-s1 - 1.0 + 1.0 + s4) / 4)  # a cut sequence's loss is -A (w_old = 1)
+    assert m["seq_clip_frac"].item() == pytest.approx(2 / 4)
+    assert m["seq_kl3"].item() == pytest.approx(sum(k3) / 4)
+
+
+# ----------------------------------------------------------------------------
 # Theorem 4.1 and the shared properties
 
 def test_theorem_4_1_unified_clip_has_the_ratio_clip_gradient():
