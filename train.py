@@ -62,6 +62,7 @@ class Run:
     weights: Any                 # what a checkpoint saves: the model, or the PeftModel (its adapter)
     ref: Reference | None = None
     prompt_kw: dict | None = None
+    threads: Any = None          # distributed.CpuThreads: the CPU thread count, adjusted before each step
 
 
 # ----------------------------------------------------------------------------
@@ -407,7 +408,8 @@ def train(run: Run, problems, eval_sets, run_dir, tok_files, start, log, stop: S
     with tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train", unit="step",
               disable=not d.main) as bar:
         for step in bar:
-            row = train_step(run, problems, step)
+            threads = run.threads.adjust()
+            row = train_step(run, problems, step) | {"threads": threads}
             if d.main:
                 log.write(row)
                 bar.set_postfix(progress(row, cfg.clip))
@@ -520,7 +522,8 @@ def _main(argv=None):
         die(str(e))
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
               stop_token_ids(tok, tok_dir), stop_strings(tok, cfg.stop), verify, d, precision, weights, ref,
-              dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))
+              dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking),
+              distributed.CpuThreads(cfg.threads, d.device))
     if d.main:
         if cfg.minibatches * cfg.epochs == 1:
             print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "

@@ -180,6 +180,8 @@ class TrainConfig:
     seed: int = arg(0, "seed of prompt order, sampling and initialisation", RUN, ">=0")
     device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available; under torchrun each rank its own "
                       "GPU)", RUN)
+    threads: int = arg(0, "CPU threads of torch (0 = as many as the cores other processes leave idle, checked "
+                       "before every step; an explicit OMP_NUM_THREADS wins)", RUN, ">=0")
     preset: str | None = arg(None, "start from a published setting; flags given explicitly win (listed at the "
                              "end of --help)", RUN, choices=["paper"])
     hparams: dict = arg(None, "clip method hyper-parameters after defaults (written to config.json)", cli=False)
