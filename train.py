@@ -32,7 +32,7 @@ from nanoatr import checkpoint, distributed, lora
 from nanoatr.checkpoint import CheckpointError, RunLog
 from nanoatr.config import (ConfigError, TrainConfig, apply_preset, die, hparam_flags, parse, preset_help, resolve,
                             resumed_config)
-from nanoatr.data import DataError, load_problems
+from nanoatr.data import TASKS, DataError, load_problems
 from nanoatr.distributed import Dist
 from nanoatr.evaluate import sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.loss import aggregate, group_advantages, kl_to_reference, own_metrics, policy_loss
@@ -42,7 +42,6 @@ from nanoatr.rollout import generate, left_pad
 from nanoatr.scoring import Reference, Scorer, full_kl
 from nanoatr.tokenizer import (TokenizerError, completion_texts, encode_prompts, load_tokenizer, stop_strings,
                                stop_token_ids)
-from nanoatr.verifier import verify
 
 
 @dataclass
@@ -56,7 +55,7 @@ class Run:
     tok: Any
     stop_ids: list[int]          # EOS ids
     stop: Any                    # tokenizer.StopStrings of --stop, or None
-    reward: Callable             # reward(completion text, gold answer) -> float
+    reward: Callable             # reward(completion text, gold answer) -> float: the --task's
     d: Dist
     precision: Callable          # autocast context factory (bf16) or nullcontext
     weights: Any                 # what a checkpoint saves: the model, or the PeftModel (its adapter)
@@ -521,7 +520,7 @@ def _main(argv=None):
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError) as e:
         die(str(e))
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
-              stop_token_ids(tok, tok_dir), stop_strings(tok, cfg.stop), verify, d, precision, weights, ref,
+              stop_token_ids(tok, tok_dir), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, d, precision, weights, ref,
               dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking),
               distributed.CpuThreads(cfg.threads, d.device))
     if d.main:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nanoatr import lora, methods
+from nanoatr.data import TASKS
 from nanoatr.loss import AGGREGATIONS
 from nanoatr.rollout import SAMPLER_HELP, SAMPLERS
 from nanoatr.tokenizer import check_template
@@ -118,9 +119,11 @@ DATA, METHOD, ROLLOUT, OPTIM, EVAL, RUN = ("model and data", "method", "rollout"
 
 @dataclass
 class TrainConfig:
-    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer)", DATA)
-    data: str = arg("data/arith/train.jsonl", "training problems (jsonl: problem/answer or DAPO format)", DATA)
-    eval_data: list[str] = arg(["data/arith/heldout.jsonl"], "held-out problem files evaluated during training",
+    task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --eval-data "
+                    "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
+    model: str = arg(TASKS["math"].model, "model directory (HF format: config.json, safetensors, tokenizer)", DATA)
+    data: str = arg(TASKS["math"].data, "training problems (jsonl: problem/answer or DAPO format)", DATA)
+    eval_data: list[str] = arg(list(TASKS["math"].eval_data), "held-out problem files evaluated during training",
                                DATA)
     system_prompt: str | None = arg(None, "system message for chat-template models", DATA)
     prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
@@ -224,7 +227,10 @@ def hparam_flags(parser):
 
 
 def apply_preset(cfg: TrainConfig, given: set) -> TrainConfig:
-    """The preset's values for every field not given on the command line."""
+    """The task's files, then the preset's values, for every field not given on the command line."""
+    task = TASKS[cfg.task]
+    cfg = TrainConfig(**{**asdict(cfg), **{k: v for k, v in [("model", task.model), ("data", task.data),
+                                                               ("eval_data", list(task.eval_data))] if k not in given}})
     if cfg.preset is None:
         return cfg
     if not {"model", "data"} <= given:
