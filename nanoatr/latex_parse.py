@@ -308,8 +308,9 @@ class _Parser:
             elif c == "/" or cmd == "div":
                 self.i += 1 + len(cmd)
                 v = div(v, self.unary())
-            elif (c and c in "({") or (c.isascii() and c.isalpha()) or cmd in _ATOM_COMMANDS:
-                v = mul(v, self.power())  # implicit multiplication: 2\sqrt{3}, 2\pi, (1)(2), 3x
+            elif ((c and c in "({") or (c.isascii() and c.isalpha()) or cmd in _ATOM_COMMANDS
+                  or (c.isdigit() and self.s[:self.i].rstrip().endswith("!"))):
+                v = mul(v, self.power())  # implicit multiplication: 2\sqrt{3}, 2\pi, (1)(2), 3x, 3!4!
             else:  # a digit here ("2 3") is not a product; it stays trailing junk -> ParseError
                 return v
 
@@ -440,9 +441,11 @@ class _Parser:
         """\\sin x, \\sin(x), \\sin^2 x, \\log_2 8, \\ln 2: the argument is one power and the
         implicit product of letters after it (\\sin 2x = sin(2x)), as written in answers."""
         base = exponent = None
-        if name == "log" and self.peek() == "_":
-            self.i += 1
-            base = self.arg()
+        if name == "log":  # \log_b x; a bare \log is base 10, as in competition problems
+            base = Num(Fraction(10))
+            if self.peek() == "_":
+                self.i += 1
+                base = self.arg()
         if self.peek() == "^":
             self.i += 1
             self.in_exp += 1
@@ -453,7 +456,7 @@ class _Parser:
         x = self.power()
         while self.peek().isascii() and self.peek().isalpha() or self.command() in _GREEK | {"pi"}:
             x = mul(x, self.power())
-        v = function(name, x)
+        v = function("ln" if base is not None else name, x)
         if base is not None:
             v = div(v, function("ln", base))
         return v if exponent is None else power(v, exponent, self.budget)
@@ -534,11 +537,13 @@ _REPLACEMENTS = [(re.compile(p), r) for p, r in [
     (r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|°", ""),
     (r"\\%", "%"),
     (r"\\\$|\$|\{,\}|(?<!\\)\\[()\[\]]", ""),  # dollars, 1{,}000, \( \) \[ \]
-    (r"\\approx" + _NOT_LETTER + r"|\\in" + _NOT_LETTER + r"|∈|:=", "="),
+    (r"\\in" + _NOT_LETTER + r"|∈|:=", "="),
+    (r"\\approx" + _NOT_LETTER + r"|≈", "≈"),
     (r"\\geq?(?:slant)?" + _NOT_LETTER + r"|>=|=>|≥", "≥"),
     (r"\\leq?(?:slant)?" + _NOT_LETTER + r"|<=|=<|≤", "≤"),
     (r"\\neq?" + _NOT_LETTER + r"|!=|≠", "≠"),
     (r"\\lt" + _NOT_LETTER, "<"),
+    (r"\\[lr]?vert" + _NOT_LETTER, "|"),
     (r"\\gt" + _NOT_LETTER, ">"),
     (r"\\l(?:brace|\{)" + _NOT_LETTER, r"\\{"),
     (r"\\r(?:brace|\})" + _NOT_LETTER, r"\\}"),
@@ -548,6 +553,7 @@ _REPLACEMENTS = [(re.compile(p), r) for p, r in [
     (r"\\(?:emptyset|varnothing)" + _NOT_LETTER + r"|\\\{\s*\\\}", "∅"),
     (r"\\cup" + _NOT_LETTER + r"|(?<=[)\]])\s*U\s*(?=[(\[])", "∪"),
 ]]
+_NEEDS_REPLACEMENTS = re.compile(r"[\\$%<>=!~°U:\u0080-\uffff]")
 _UNICODE = str.maketrans({"−": "-", "×": r"\times ", "·": r"\cdot ", "π": r"\pi ", "∞": r"\infty ",
                           "√": r"\sqrt ", "∪": "∪", "\u00a0": " "})
 _TEXT_CMD = re.compile(r"\\(?:text(?:bf|it|rm|normal|sf|tt|up)?|mbox|hbox|math(?:rm|bf|it|sf|tt)"
@@ -586,8 +592,12 @@ def _unwrap_text(s: str) -> str:
 def normalize(s: str) -> str:
     """Presentation-only differences removed (see the module docstring's list)."""
     s = s.translate(_UNICODE)
-    for pattern, repl in _REPLACEMENTS:
-        s = pattern.sub(repl, s)
+    if _NEEDS_REPLACEMENTS.search(s):  # most answers ("42", "3/4") need none of the substitutions
+        for pattern, repl in _REPLACEMENTS:
+            s = pattern.sub(repl, s)
+    if "≈" in s:  # "\sqrt2 \approx 1.414" is the exact \sqrt2; "x \approx 3.14" gives x the value 3.14
+        head, _, tail = s.partition("≈")
+        s = head + "=" + tail.split("≈")[0] if _NAME.fullmatch(head.strip()) else head
     s = _unwrap_text(s)
     s = " ".join(s.split()).strip("*").strip().rstrip(".,;:").strip()
     m = _PLAIN_UNIT.fullmatch(s)
@@ -625,6 +635,9 @@ _VAR = re.compile(r"(?:[A-Za-z]|\\(?:" + "|".join(sorted(_GREEK)) + r"))(?:_\{?\
 # The name side of "x = 5", "f(2) = 7", "a_1 = 4", "AB = 6", "m\angle ABC = 30": not part of the value.
 _NAME = re.compile(r"(?:m\s*)?(?:\\(?:angle|overline|widehat|triangle)\s*)?\{?\s*(?:[A-Za-z]{1,3}|\\[a-zA-Z]+)"
                    r"\s*\}?(?:_\{?\w{1,8}\}?|'|\^\{?-1\}?)*(?:\s*\([^()=]{0,20}\))?")
+_NAMES = re.compile(r"\(\s*[A-Za-z](?:_\{?\w{1,8}\}?)?(?:\s*,\s*[A-Za-z](?:_\{?\w{1,8}\}?)?)+\s*\)")  # (x, y)
+_SET_BUILDER = re.compile(r"\\\{\s*[A-Za-z](?:_\{?\w{1,8}\}?)?\s*(?:\\mid|\||:)(.*)\\\}")  # \{x | x > 2\}
+_ABS_VAR = re.compile(r"\|\s*(" + _VAR.pattern + r")\s*\|")  # |x|
 _RELATIONS = "=<>≤≥≠"
 
 
@@ -646,6 +659,8 @@ def _text(s: str) -> Canon:
 
 def _split_top(s: str, seps) -> tuple:
     """Split at top-level separators (outside brackets); returns (parts, separators used)."""
+    if not any(sep in s for sep in seps):
+        return [s.strip()], []
     parts, used, depth, start, i = [], [], 0, 0, 0
     while i < len(s):
         c = s[i]
@@ -695,6 +710,9 @@ def _single(s: str, depth: int) -> Canon:
         return Canon("interval", s, (Interval(_NEG_INF_NUM, _INF_NUM, False, False),))
     if s == "∅":
         return Canon("set", s, ())
+    m = _SET_BUILDER.fullmatch(s)
+    if m:  # {x | x > 2} is the condition's solution set
+        return _canon(m.group(1).strip(), depth + 1)
     parts, _ = _split_top(s, ("∪",))
     if len(parts) > 1:
         return _items("union", s, parts, depth)
@@ -772,11 +790,21 @@ def _relation(s: str, sides, ops, depth: int) -> Canon:
         if iv is not None:
             return iv
     canons = tuple(_canon(x, depth + 1) for x in sides)
-    names = tuple(bool(_NAME.fullmatch(x)) and _constant(x) is None for x in sides)
+    names = tuple(bool(_NAME.fullmatch(x) or _NAMES.fullmatch(x)) and _constant(x) is None for x in sides)
     return Canon("rel", s, canons, (tuple(ops), names))
 
 
 def _inequality(s: str, sides, ops) -> Optional[Canon]:
+    if len(ops) == 1 and ops[0] in "<>≤≥":  # |x| < 3 is -3 < x < 3; |x| >= 3 is x <= -3 or x >= 3
+        flipped = _ABS_VAR.fullmatch(sides[1]) is not None
+        m = _ABS_VAR.fullmatch(sides[1] if flipped else sides[0])
+        c = _constant(sides[0] if flipped else sides[1]) if m else None
+        if c is not None and (approx(c) or (0,))[0].real > 0:
+            op = _FLIP[ops[0]] if flipped else ops[0]
+            closed = op in "≤≥"
+            ivs = ((Interval(neg(c), c, closed, closed),) if op in "<≤" else
+                   _ray("≤" if closed else "<", neg(c)) + _ray(op, c))
+            return Canon("interval", s, ivs, re.sub(r"[{}\s]", "", m.group(1)))
     if len(ops) == 1:
         for var, const, op in ((sides[0], sides[1], ops[0]), (sides[1], sides[0], _FLIP[ops[0]])):
             c = _constant(const) if _VAR.fullmatch(var) else None

@@ -54,11 +54,12 @@ _BOX = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _SENTENCE_END = re.compile(r"\n[ \t]*\n|[.!?:](?:\s|$)")  # ends a group of boxes
 # Statement markers (case-insensitive). Bounded repetitions only: they run over 20k characters.
 _ANSWER_COLON = re.compile(r"(?i)\banswer\b[*_ \t]{0,4}:")
-_ANSWER_IS = re.compile(r"(?i)\banswers?\b(?:\s+(?:to|for|of)\b[^.\n:$]{0,60}?)?"
+_ANSWER_IS = re.compile(r"(?i)\b(?:answer|option|choice)s?\b(?:\s+(?:to|for|of)\b[^.\n:$]{0,60}?)?"
                         r"\s+(?:is|are|would be|should be|will be|must be)\b"
                         r"(?:\s+(?:therefore|thus|hence|then|simply|clearly|indeed|just|exactly|now))?\s*:?")
 _FINAL_HEADING = re.compile(r"(?im)^[ \t#*_>]*final\s+answer[ \t*_#.]*$")
 _HASHES = re.compile(r"(?m)^[ \t]*####[ \t]*")
+_ANSWER_TAG = re.compile(r"(?i)<answer>")  # R1-style <think>...</think><answer>...</answer>
 _IS_THE_ANSWER = re.compile(r"(?i)\s+is\s+(?:the|my|our)\s+(?:final\s+|correct\s+)?answer\b")
 _BEFORE_IS = re.compile(r"(\$[^$\n]{1,200}\$|\\\([^\n]{1,200}?\\\)|[-+\w./{}\\]{1,40})\Z")  # on <= 210 chars
 _LINE_PREFIX = re.compile(r"[\W_]*(?:final\s*)?[\W_]*", re.IGNORECASE)
@@ -68,6 +69,7 @@ _SPAN_OPEN = re.compile(r"\$\$|\$|\\\(|\\\[")
 _SPAN_CLOSE = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 MAX_STATEMENTS = 8  # answer statements examined, counted from the last one
 _CONNECTOR = re.compile(r"(?i)\s*(?:,|;|,?\s*and|,?\s*or|\\text\{\s*(?:,|and|or)\s*\})?\s*")
+_PROSE_IS = re.compile(r"(?i)(?:the|a|an|our|my|this|that|it|there)\b[^=$\d]{0,80}?\s(?:is|are|equals|was)\s+(.+)")
 _HEDGE = re.compile(r"(?i)\b(?:or|maybe|perhaps|possibly|probably|either|alternatively)\b")
 _DISPLAY_OPEN = re.compile(r"\s*(\$\$|\\\[)")
 
@@ -161,6 +163,9 @@ def _line_answer(s: str) -> Optional[str]:
             return None  # "$12$, or maybe $13$": a hedge is no answer
         return ", ".join(taken)
     text = re.split(r"\.(?:\s|$)|\s+(?:because|since|as|so)\s", s, maxsplit=1)[0].strip(" *")
+    m = _PROSE_IS.match(text)
+    if m:  # "Answer: The number of ways is 120."
+        text = m.group(1)
     return _trim_prose(text)
 
 
@@ -178,6 +183,10 @@ def _statement_text(tail: str, kind: str, m: re.Match) -> str:
     if kind == "is the answer":  # the answer is written before the marker
         before = _BEFORE_IS.search(tail[max(0, m.start() - 210):m.start()])
         return before.group(1) if before else ""
+    if kind == "tag":
+        inner = tail[m.end():m.end() + 2 * MAX_ANSWER_CHARS]
+        end = inner.lower().find("</answer>")
+        return inner[:end].strip() if end >= 0 else ""  # unclosed: cut off, no answer
     return _after_marker(tail[m.end():])
 
 
@@ -185,9 +194,9 @@ def _last_statement(tail: str, after: int = -1, line_start_only: bool = False) -
     """The answer of the last statement after position `after` (chatter statements skipped)."""
     found = []  # (position, kind, match, starts a line): positions only, cheap to collect
     for kind, pattern in (("colon", _ANSWER_COLON), ("is", _ANSWER_IS), ("heading", _FINAL_HEADING),
-                          ("hashes", _HASHES), ("is the answer", _IS_THE_ANSWER)):
+                          ("hashes", _HASHES), ("is the answer", _IS_THE_ANSWER), ("tag", _ANSWER_TAG)):
         for m in pattern.finditer(tail, max(after, 0)):
-            starts = kind in ("heading", "hashes") or kind == "colon" and _starts_line(tail, m.start())
+            starts = kind in ("heading", "hashes", "tag") or kind == "colon" and _starts_line(tail, m.start())
             if m.start() > after and (starts or not line_start_only):
                 found.append((m.start(), kind, m))
     for _, kind, m in sorted(found, key=lambda f: f[0], reverse=True)[:MAX_STATEMENTS]:
@@ -285,6 +294,15 @@ def _unordered(xs, ys) -> bool:
     return True
 
 
+def _distinct(c: Canon) -> list:
+    """A list's elements with repeats dropped ("x = 2, 2" for a double root is the answer 2)."""
+    out = []
+    for x in c.value:
+        if not any(equivalent(x, y) for y in out):
+            out.append(x)
+    return out
+
+
 def _collections_equal(a: Canon, b: Canon) -> bool:
     ka, kb = a.kind, b.kind
     if ka == kb == "tuple":
@@ -292,10 +310,11 @@ def _collections_equal(a: Canon, b: Canon) -> bool:
     if {ka, kb} == {"tuple", "list"}:  # "2, 3" is the pair (2, 3), in that order
         return "()" in (a.extra, b.extra) and _ordered(a.value, b.value)
     if ka in ("list", "set") and kb in ("list", "set") or ka == kb == "union":
-        return _unordered(a.value, b.value)
-    for one, other in ((a, b), (b, a)):  # {5} is 5
-        if one.kind == "set" and len(one.value) == 1 and other.kind not in _COLLECTIONS:
-            return equivalent(one.value[0], other)
+        return _unordered(_distinct(a), _distinct(b))
+    for one, other in ((a, b), (b, a)):  # {5} is 5, and so is "5, 5"
+        if one.kind in ("set", "list") and other.kind not in _COLLECTIONS:
+            items = _distinct(one)
+            return len(items) == 1 and equivalent(items[0], other)
     return False
 
 
@@ -477,3 +496,13 @@ def verify(completion: str, gold: str) -> bool:
     # "not verified". Exception, not BaseException, so KeyboardInterrupt/SystemExit still stop the run.
     except Exception:
         return False
+
+
+def _warm_up():
+    """sympy fills internal caches on first use (tens of ms): pay that at import, not in a reward."""
+    for answer in ("x + \\sqrt{2}\\pi", "y = 2x + 1", "\\sin x + e", "x \\ge \\sqrt{3}"):
+        verify(f"\\boxed{{{answer}}}", answer + "+1")
+    canonical.cache_clear()
+
+
+_warm_up()
