@@ -553,7 +553,7 @@ _REPLACEMENTS = [(re.compile(p), r) for p, r in [
     (r"\\(?:emptyset|varnothing)" + _NOT_LETTER + r"|\\\{\s*\\\}", "∅"),
     (r"\\cup" + _NOT_LETTER + r"|(?<=[)\]])\s*U\s*(?=[(\[])", "∪"),
 ]]
-_NEEDS_REPLACEMENTS = re.compile(r"[\\$%<>=!~°U:\u0080-\uffff]")
+_NEEDS_REPLACEMENTS = re.compile(r"[\\$%<>=!~°U:{\u0080-\uffff]")
 _UNICODE = str.maketrans({"−": "-", "×": r"\times ", "·": r"\cdot ", "π": r"\pi ", "∞": r"\infty ",
                           "√": r"\sqrt ", "∪": "∪", "\u00a0": " "})
 _TEXT_CMD = re.compile(r"\\(?:text(?:bf|it|rm|normal|sf|tt|up)?|mbox|hbox|math(?:rm|bf|it|sf|tt)"
