@@ -193,10 +193,6 @@ def _whole(n: Num, what: str) -> int:
     return int(n.exact)
 
 
-def _log2_binom(n: int, k: int) -> float:
-    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)) / math.log(2)
-
-
 def factorial(n: Num) -> Num:
     """n! for 0 <= n <= MAX_FACTORIAL whose result fits MAX_BITS (size from lgamma, before computing)."""
     k = _whole(n, "factorial")
@@ -212,8 +208,10 @@ def binomial(n: Num, k: Num) -> Num:
         raise ParseError("binomial of a negative")
     if k < 0 or k > n:
         return Num(Fraction(0))
-    k = min(k, n - k)  # C(n, k) >= 2^k, so k <= MAX_BITS below and math.comb does <= MAX_BITS steps
-    if _log2_binom(float(n), float(k)) > MAX_BITS:
+    k = min(k, n - k)
+    # C(n, k) >= 2^k (so k <= MAX_BITS: math.comb takes few steps) and C(n, k) <= (e n / k)^k: an
+    # upper bound on the width from logarithms of the integers themselves (no float cancellation).
+    if k > MAX_BITS or k and k * (math.log2(n) - math.log2(k) + 1.443) > MAX_BITS:
         raise ParseError("binomial too large")
     return Num(Fraction(math.comb(n, k)))
 

@@ -1,4 +1,7 @@
-"""Tests for nanoatr.verifier: extraction, normalisation, equivalence policy, safety, speed."""
+"""Tests for nanoatr.verifier: extraction, normalisation and the equivalence policy, kind by kind.
+
+Safety (hostile input, bounds) is in test_verifier_safety.py; the labelled case file in
+test_verifier_cases.py."""
 import os
 import random
 import time
@@ -117,6 +120,60 @@ ALL_TABLES = (INTEGERS + FRACTIONS + DECIMALS_EXACT + SCI_AND_POWERS + RADICALS_
               + SYMBOLIC)
 
 
+# The kinds added for issue 18 (each a class of answer, not one example) ---------------------
+INEQUALITIES = [
+    ("x \\ge 5", "x \\geq 5", True), ("k \\geq 2", "k \\ge 2", True), ("x \\geqslant 1", "x \\ge 1", True),
+    ("5 \\le x", "x \\ge 5", True), ("5 < x", "x > 5", True), ("5 > x", "x > 5", False), ("x > 5", "x \\ge 5", False),
+    ("x \\ge 5", "[5, \\infty)", True), ("x > 5", "(5, \\infty)", True), ("x > 5", "[5, \\infty)", False),
+    ("(-\\infty, 2]", "x \\le 2", True), ("1 < x \\le 3", "(1, 3]", True), ("1 \\le x < 3", "(1, 3]", False),
+    ("3 \\ge x > 1", "1 < x \\le 3", True), ("x \\in (1, 3]", "1 < x \\le 3", True),
+    ("x < -1 \\text{ or } x > 2", "(-\\infty,-1)\\cup(2,\\infty)", True), ("x \\ne 0", "(-\\infty,0)\\cup(0,\\infty)", True),
+    ("|x| < 2", "-2 < x < 2", True), ("|x| \\ge 2", "x \\le -2 \\text{ or } x \\ge 2", True),
+    ("\\{x \\mid x > 2\\}", "x > 2", True), ("x \\ge \\frac{1}{2}", "x \\geq 0.5", True), ("x > 2", "t > 2", False),
+    ("y > 2x + 1", "2x + 1 < y", True), ("y > 2x + 1", "4x + 2 < 2y", True), ("y > 2x + 1", "y \\ge 2x + 1", False),
+    ("y > 2x + 1", "-y > -2x - 1", False),
+]
+
+EQUATIONS = [
+    ("y = -\\frac12 x + \\frac34", "2x+4y-3=0", True), ("2x + 4y = 3", "y = -\\frac{x}{2} + \\frac{3}{4}", True),
+    ("y = -\\frac12 x + \\frac34", "2x+4y+3=0", False), ("x = 3", "3", True), ("3", "x = 3", True), ("3 = x", "x = 3", True),
+    ("x = 3", "y = 3", False), ("(x-1)^2 + y^2 = 4", "x^2 - 2x + y^2 - 3 = 0", True), ("x^2 + y^2 = 4", "x^2+y^2=2", False),
+    ("y = x^2", "y - x^2 = 0", True), ("y = x^2", "y = x^3", False), ("f(x) = 3x - 1", "3x - 1", True),
+    ("x = 2, y = -1", "(2, -1)", True), ("(x, y) = (2, -1)", "(2, -1)", True), ("x = -1, y = 2", "(2, -1)", False),
+    ("2 \\cdot 3 = 6", "6", True), ("5 = 6", "6", False), ("x + y = 5", "5", False), ("2 = 2", "x = 2", False),
+]
+
+MATRICES = [
+    ("\\begin{bmatrix} 1 & 2 \\\\ 3 & 4 \\end{bmatrix}", "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", True),
+    ("\\begin{pmatrix} \\frac12 & \\sqrt{4} \\end{pmatrix}", "\\begin{pmatrix} 0.5 & 2 \\end{pmatrix}", True),
+    ("\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", "\\begin{pmatrix} 1 & 3 \\\\ 2 & 4 \\end{pmatrix}", False),
+    ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix} 1 & 2 \\end{pmatrix}", False),
+    ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "(1, 2)", True), ("\\langle 1, 2 \\rangle", "(1, 2)", True),
+    ("\\left[\\begin{array}{cc} 1 & 0 \\\\ 0 & 1 \\end{array}\\right]", "\\begin{pmatrix} 1 & 0 \\\\ 0 & 1 \\end{pmatrix}", True),
+]
+
+UNSIMPLIFIED = [
+    ("5!", "120", True), ("\\binom{5}{2}", "10", True), ("\\dbinom{5}{2}", "10", True), ("{5 \\choose 2}", "10", True),
+    ("\\frac{7!}{3!4!}", "35", True), ("3!", "3", False), ("\\binom{5}{2}", "\\binom{5}{3}", True), ("\\binom{5}{1}", "10", False),
+    ("\\log_2 32", "5", True), ("\\log 1000", "3", True), ("\\sin \\frac{\\pi}{6}", "\\frac{1}{2}", True),
+    ("\\cos 60^\\circ", "0.5", True), ("\\frac{x^2 - 4}{x - 2}", "x + 2", True), ("(a - b)^2", "a^2 - 2ab + b^2", True),
+    ("(a - b)^2", "a^2 - b^2", False), ("e^{i\\pi}", "-1", True), ("i^2", "-1", True), ("2^3 \\cdot 3", "24", True),
+]
+
+SETS_AND_TUPLES = [
+    ("\\left\\{ \\frac{1}{2}, \\sqrt{9} \\right\\}", "\\{3, 0.5\\}", True), ("(\\sqrt{8}, \\frac{6}{4})", "(2\\sqrt{2}, 1.5)", True),
+    ("(\\sqrt{8}, \\frac{6}{4})", "(1.5, 2\\sqrt{2})", False), ("\\mathbb{R}", "(-\\infty, \\infty)", True),
+    ("\\text{all real numbers}", "\\mathbb{R}", True), ("\\emptyset", "\\varnothing", True), ("\\{\\}", "\\emptyset", True),
+    ("\\{4\\}", "4", True), ("2, 3", "(2, 3)", True), ("3, 2", "(2, 3)", False), ("2, 2", "2", True), ("2, 2", "2, 3", False),
+]
+
+# Policy pins: percent both ways; the last box group; degrees.
+PERCENT = [("25\\%", "25", True), ("25\\%", "0.25", True), ("25", "25\\%", True), ("0.25", "25\\%", True),
+           ("25\\%", "2.5", False), ("25\\%", "\\frac14", True), ("2.5\\%", "0.025", True)]
+
+ALL_TABLES = ALL_TABLES + INEQUALITIES + EQUATIONS + MATRICES + UNSIMPLIFIED + SETS_AND_TUPLES + PERCENT
+
+
 @pytest.mark.parametrize("answer,gold,expected", ALL_TABLES)
 def test_boxed_equivalence(answer, gold, expected):
     assert verify(boxed(answer), gold) is expected
@@ -165,6 +222,55 @@ COMPLETIONS = [
 
 @pytest.mark.parametrize("completion,gold,expected", COMPLETIONS)
 def test_extraction(completion, gold, expected):
+    assert verify(completion, gold) is expected
+
+
+# Statements without a box: the last one counts; the answer is its first math span or leading value.
+STATEMENTS = [
+    ("Adding the cases, the answer is 12", "12", True),
+    ("Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac34", True),
+    ("The perimeter follows.\n\n**Final Answer**\n\\[ 42 \\]", "42", True),
+    ("### Final Answer\n\n$42$", "42", True),
+    ("So, the answer is: 12", "12", True),
+    ("The answer is 10.\nHmm, I missed a case; with it the answer is 12.", "12", True),
+    ("The answer is 10.\nHmm, I missed a case; with it the answer is 12.", "10", False),
+    ("Answer: 10\n\nAnswer: 12", "12", True),
+    ("The answer to the question is $7$.", "7", True),
+    ("The answers are $2$ and $5$.", "2, 5", True),
+    ("So $\\frac{5}{3}$ is the final answer.", "\\frac53", True),
+    ("The answer is 12 marbles, since each bag holds 3.", "12", True),
+    ("The answer is $12$, or possibly $13$.", "12", False),
+    ("The answer is 12 or 13.", "12", False),
+    ("Answer: The total is 64.", "64", True),
+    ("#### 42", "42", True),
+    ("<think>6*7</think>\n<answer>42</answer>", "42", True),
+    ("<think>6*7</think>\n<answer>42", "42", False),  # cut off inside the tag
+    ("The correct option is (D).", "D", True),
+    ("I believe the answer is correct.", "5", False),
+    ("The answer is $x = 4$.", "4", True),
+]
+
+
+@pytest.mark.parametrize("completion,gold,expected", STATEMENTS)
+def test_answer_statements(completion, gold, expected):
+    assert verify(completion, gold) is expected
+
+
+# Several boxes: equal boxes are one answer; different boxes in one final group are a list, which
+# never equals a single gold (boxing candidates earns nothing); a new sentence starts a new group.
+BOX_GROUPS = [
+    ("$\\boxed{3}$, $\\boxed{4}$, $\\boxed{5}$", "5", False),
+    ("It is $\\boxed{4}$ or $\\boxed{5}$.", "4", False),
+    ("$x = \\boxed{2}$ and $y = \\boxed{3}$", "(2, 3)", True),
+    ("$x = \\boxed{2}$ and $y = \\boxed{3}$", "2, 3", True),
+    ("So $\\boxed{\\frac12}$, i.e. $\\boxed{0.5}$.", "0.5", True),
+    ("First try: $\\boxed{4}$. That was wrong, so $\\boxed{5}$.", "5", True),
+    ("\\boxed{5}\n\n**Final Answer**\n\\boxed{5}", "5", True),
+]
+
+
+@pytest.mark.parametrize("completion,gold,expected", BOX_GROUPS)
+def test_box_groups(completion, gold, expected):
     assert verify(completion, gold) is expected
 
 
@@ -243,86 +349,8 @@ def test_property_same_value_verifies(r, data):
 def test_property_different_value_fails(r, other, data):
     assume(r != other)
     form = data.draw(st.sampled_from(latex_forms(r)))
-    dec = _terminating_decimal(r)
-    if dec and form == dec[0]:  # the documented tolerance may accept a long decimal near other
-        assume(abs(r - other) >= Fraction(1, 10 ** dec[1]))
     gold = data.draw(st.sampled_from(gold_strings(other)))
     assert not verify(boxed(form), gold), (form, gold)
-
-
-# adversarial ------------------------------------------------------------------------------
-def _random_latex(n: int, seed: int = 0) -> str:
-    rng = random.Random(seed)
-    tokens = ["\\frac{", "\\sqrt[", "}", "{", "^", "9", "\\boxed{", "(", ")", "\\pi", "\\left(", ",", "1",
-              "\\text{", "=", "\\pm", "e", "0.", "/", "\\", "$", " ", "**", "\\cdot", "-"]
-    out, size = [], 0
-    while size < n:
-        t = rng.choice(tokens)
-        out.append(t)
-        size += len(t)
-    return "".join(out)
-
-
-ADVERSARIAL = [
-    "\\boxed{__import__('os').system('touch PWNED')}",
-    "\\boxed{__import__('pathlib').Path('PWNED').touch()}",
-    "Answer: __import__('os').system('touch PWNED')",
-    "\\boxed{open('PWNED','w').write('x')}",
-    "\\boxed{9^{9^{9^{9}}}}",
-    "\\boxed{9^{9^{9^{\\pi}}}}",
-    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
-    "\\boxed{10^{10^{10}}}",
-    "\\boxed{(1+\\sqrt{2})^{100000}}",
-    "\\boxed{x^{99999999}}",
-    "\\boxed{\\pi^{\\pi^{\\pi^{\\pi}}}}",
-    "\\boxed{1e999999999}",
-    "\\boxed{1.5\\times10^{99999999}}",
-    "\\boxed{\\sqrt[999999]{2}}",
-    "\\boxed{" + "9" * 10**6 + "}",
-    "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}",
-    "\\boxed{" + "(" * 10_000 + "1" + ")" * 10_000 + "}",
-    "\\boxed{" + "\\frac" * 100 + "}",
-    "\\boxed{" + "-" * 301 + "1}",
-    "\\boxed{" + "2^" * 150 + "2}",
-    "\\boxed{" + "\\sqrt{" * 60 + "2" + "}" * 60 + "}",
-    "\\boxed{" + "+".join(["\\sqrt{%d}" % k for k in range(2, 40)]) + "}",
-    "\\boxed{" + "\\{" * 5000 + "}",
-    "\\boxed{\\frac{1}{0}}",
-    "\\boxed{0^{-1}}",
-    "\\boxed{\\frac{1}{1-1}}",
-    "\\boxed{" + ",".join(["1"] * 200) + "}",
-    "\\boxed{" + "(" * 30 + "1,2" + ")" * 30 + "}",
-    "Answer: " + "1" * 10**6,
-    "The answer is " + "\\frac{" * 10**5,
-    _random_latex(10**6, seed=1),
-    _random_latex(10**6, seed=2) + "\\boxed{" + _random_latex(350, seed=3) + "}",
-    "\\boxed{\x00\udcff\u202e1}",
-    "\\boxed{3}\n" + "*" * 15_000 + "x answer: 3",
-    "answer is " * 2000 + "Answer: " * 2000,
-    "Answer: " + "\\(" * 9000,
-    "Answer: " + "$" + "1" * 15_000,
-]
-
-
-@pytest.mark.parametrize("completion", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
-def test_adversarial(completion, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for gold in ("1", "2", "\\sqrt{2}"):
-        start = time.perf_counter()
-        result = verify(completion, gold)
-        elapsed = time.perf_counter() - start
-        assert result is False
-        assert elapsed < 1.0, elapsed
-    assert os.listdir(tmp_path) == []
-
-
-def test_hostile_gold_is_also_safe(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    start = time.perf_counter()
-    assert verify(boxed("1"), "9^{9^{9^{9}}}") is False
-    assert verify(boxed("1"), "__import__('os').system('touch PWNED')") is False
-    assert time.perf_counter() - start < 1.0
-    assert os.listdir(tmp_path) == []
 
 
 def test_never_evaluates_text(monkeypatch):
