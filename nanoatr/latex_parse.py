@@ -625,7 +625,7 @@ class Interval(NamedTuple):
 
 _INF_NUM = Num(sympy.oo, None)
 _NEG_INF_NUM = Num(-sympy.oo, None)
-_CHOICE = re.compile(r"\(?([A-E])\)?|\(([A-E])\)\s+.*")
+_CHOICE = re.compile(r"\(?([A-E])\)?|\(([A-E])\)\s*(.+)")  # "(B)", "B", "(B) 27" (a letter and its value)
 _SPACE_AROUND_SYMBOL = re.compile(r"\s*([^\w\s])\s*")
 _MATRIX = re.compile(r"[(\[]?\s*\\begin\{(?:[pbBvV]?matrix|smallmatrix|array)\}(?:\{[^{}]*\})?(.*?)"
                      r"\\end\{(?:[pbBvV]?matrix|smallmatrix|array)\}\s*[)\]]?", re.DOTALL)
@@ -719,7 +719,8 @@ def _single(s: str, depth: int) -> Canon:
         return inner._replace(text=s, extra="%") if inner.kind == "num" else _text(s)
     m = _CHOICE.fullmatch(s)
     if m:
-        return Canon("choice", m.group(1) or m.group(2), m.group(1) or m.group(2))
+        value = _canon(m.group(3).strip(), depth + 1) if m.group(3) else None
+        return Canon("choice", m.group(1) or m.group(2), m.group(1) or m.group(2), value)
     if s.startswith("\\{") and s.endswith("\\}"):
         return _items("set", s, _split_top(s[2:-2], (",", ";"))[0], depth)
     if len(s) > 2 and s[0] in "([" and s[-1] in ")]" and _balanced(s[1:-1]):
@@ -745,11 +746,36 @@ def _items(kind: str, s: str, items, depth: int, extra=None) -> Canon:
 def _list(s: str, items, seps, depth: int) -> Canon:
     """"1, 2" / "x=1 or x=2" / "x < -1 or x > 2" (a union of intervals of one variable)."""
     c = _items("list", s, items, depth)
-    if c.kind == "list" and "and" not in seps and all(x.kind == "interval" for x in c.value):
-        names = {x.extra for x in c.value}
-        if len(names) == 1:
-            return Canon("interval", s, tuple(iv for x in c.value for iv in x.value), names.pop())
+    if c.kind == "list" and all(x.kind == "interval" for x in c.value) and len({x.extra for x in c.value}) == 1:
+        if "and" not in seps:  # "x < -1 or x > 2": the union
+            return Canon("interval", s, tuple(iv for x in c.value for iv in x.value), c.value[0].extra)
+        if seps == ["and"] and all(len(x.value) == 1 for x in c.value):  # "x > 1 and x < 3": 1 < x < 3
+            meet = _intersect(c.value[0].value[0], c.value[1].value[0])
+            if meet is not None:
+                return Canon("interval", s, (meet,), c.value[0].extra)
     return c
+
+
+def _real(n: Num) -> Optional[float]:
+    """A constant's real value as a float (infinities included), else None."""
+    if not isinstance(n.exact, Fraction):
+        if n.exact in (sympy.oo, -sympy.oo):
+            return math.inf if n.exact == sympy.oo else -math.inf
+        if n.exact.free_symbols:
+            return None
+    ap = approx(n)
+    return None if ap is None or ap[0].imag else ap[0].real
+
+
+def _intersect(a: Interval, b: Interval) -> Optional[Interval]:
+    """Two intervals' intersection, when their endpoints compare as plain numbers (else None)."""
+    los = [(_real(a.lo), a.lo, a.lo_closed), (_real(b.lo), b.lo, b.lo_closed)]
+    his = [(_real(a.hi), a.hi, a.hi_closed), (_real(b.hi), b.hi, b.hi_closed)]
+    if any(t[0] is None for t in los + his):
+        return None
+    lo = max(los, key=lambda t: (t[0], not t[2]))   # the larger lower end; open beats closed on a tie
+    hi = min(his, key=lambda t: (t[0], t[2]))       # the smaller upper end; open beats closed on a tie
+    return Interval(lo[1], hi[1], lo[2], hi[2]) if lo[0] < hi[0] else None
 
 
 def _matrix(s: str, body: str, depth: int) -> Canon:

@@ -272,8 +272,11 @@ def equivalent(a: Canon, b: Canon) -> bool:
         return _numbers_equal(a, b)
     if "matrix" in (a.kind, b.kind):
         return _matrices_equal(a, b)
-    if a.kind == b.kind == "choice":
-        return a.value == b.value
+    if "choice" in (a.kind, b.kind):  # letters; "(B) 27" also matches the value 27
+        if a.kind == b.kind:
+            return a.value == b.value
+        c, o = (a, b) if a.kind == "choice" else (b, a)
+        return c.extra is not None and equivalent(c.extra, o)
     return _collections_equal(a, b)
 
 
