@@ -1,17 +1,40 @@
-"""Recursive-descent parser for the small LaTeX/ASCII math subset that final answers are written in.
+r"""Reading final answers: normalisation, answer shapes, and a recursive-descent math parser.
 
 The input is untrusted model output, so nothing here is ever eval'd or handed to sympify /
 parse_expr / parse_latex. The parser builds values itself: a ``fractions.Fraction`` while the value
-is rational (fast, exact), a sympy object once radicals, pi, infinity or variables appear.
+is rational (fast, exact), a sympy object once radicals, pi, e, i, functions, infinity or
+variables appear.
 
-Every construct that could blow up in time or memory is refused with ParseError *before* it is
-built: nesting deeper than MAX_DEPTH, literals longer than MAX_LITERAL_DIGITS, rationals wider than
-MAX_BITS, and powers whose result would be wider than MAX_BITS (estimated from the base's size and
-the exponent before anything is computed). That is what bounds the verifier's time, not a timer.
+PARSER (``parse``): integers, decimals (exact; "0.1\overline{6}" = 1/6), "1.5e3" and
+"1.5\times10^{3}", ``\frac``/``a/b``/``\frac12``, mixed numbers (``1\frac14``, "1 1/4"), ``\sqrt``
+and ``\sqrt[n]``, powers, n!, ``\binom{n}{k}`` / ``{n \choose k}``, ``\sin \cos \tan \cot \sec
+\csc \arcsin \arccos \arctan \ln \exp``, ``\log`` (base 10) and ``\log_b``, ``\pi``, e (Euler's
+number), i (imaginary unit), implicit products (``2\sqrt3``, "3xy", "3!4!"), variables (letters,
+a few Greek ones, subscripts: a_1). Every construct that could blow up in time or memory is
+refused with ParseError *before* it is built: nesting deeper than MAX_DEPTH, literals longer than
+MAX_LITERAL_DIGITS, rationals wider than MAX_BITS, powers whose result would be wider than
+MAX_BITS (estimated from the base's size and the exponent), n! past MAX_FACTORIAL or MAX_BITS,
+binomials whose width bound ``k log2(e n / k)`` passes MAX_BITS, trigonometric arguments past
+MAX_TRIG_ARG, radicands past MAX_RADICAND_BITS. That is what bounds the verifier's time, not a
+timer. Each sympy value carries ``approx``, its complex value at N_POINTS points (each variable
+gets fixed pseudo-random values): it rejects unequal answers without sympy and is the identity
+test for expressions with variables.
 
-Each sympy value carries ``approx``: its complex value at N_POINTS points (every variable gets a
-fixed pseudo-random value per point). It rejects unequal answers without sympy, and it is the
-identity test for expressions with variables (see verifier's docstring).
+NORMALISATION (``normalize``, both sides): dropped are ``\left``/``\right``, spacing (``\, \! \;
+~ \quad``), ``\displaystyle``, degree marks (``\sin 30^\circ`` is first turned into radians),
+``\$`` and ``$``, thousands separators (``1,000`` / ``1 000`` as a whole answer; ``1{,}000``,
+``1\,000``), a trailing \text{unit} or plain unit word(s) after a number ("5\text{ cm}", "12
+square units", "7 apples"; not "or"/"and"/"not"/...). ``\text{}``/``\mbox{}``/``\mathrm{}``/
+``\textbf{}`` keep their content; ``\dfrac``/``\tfrac`` are ``\frac``; ``\ge``/``\geq``/``>=``/
+``\geqslant`` are one symbol (also for <=, !=); ``\in`` is "="; ``\approx``: "x \approx 3.14" is
+x = 3.14 but "\sqrt2 \approx 1.414" is the exact \sqrt2; ``\mathbb{R}``/"all real numbers" are one
+symbol, ``\emptyset``/``\varnothing``/``\{\}`` another; ``\langle \rangle`` are parentheses.
+
+SHAPES (``canonical`` -> Canon.kind): "list" (top-level ",", ";", " or ", " and "), "rel" (=, <,
+>, <=, >=, != at top level, chains allowed), "interval" (one variable against constants, set-
+builder ``\{x \mid ...\}``, ``x \in`` an interval, |x| < c, \mathbb{R}), "union" (``\cup``),
+"set" (``\{...\}``), "tuple" ((...) or [...] with commas), "matrix" (``\begin{pmatrix}`` and
+kin), "choice" ((B), B, "(B) 27"), "num" (what ``parse`` reads; "%" noted), "text" (the rest).
 """
 from __future__ import annotations
 
@@ -814,8 +837,26 @@ def _relation(s: str, sides, ops, depth: int) -> Canon:
         if iv is not None:
             return iv
     canons = tuple(_canon(x, depth + 1) for x in sides)
+    if ops == ["="] and _VAR.fullmatch(sides[0]) and canons[1].kind != "set":  # "x \\in (1, 2]"
+        ivs = as_intervals(canons[1])
+        if ivs is not None:
+            return Canon("interval", s, ivs, re.sub(r"[{}\s]", "", sides[0]))
     names = tuple(bool(_NAME.fullmatch(x) or _NAMES.fullmatch(x)) and _constant(x) is None for x in sides)
     return Canon("rel", s, canons, (tuple(ops), names))
+
+
+def as_intervals(c: Canon):
+    """The intervals an answer denotes, or None: "x > 2", "(2, \\infty)", "(-1, 2] ∪ (3, 4)", "\\mathbb{R}"."""
+    if c.kind == "interval":
+        return c.value
+    if c.kind == "tuple" and len(c.value) == 2 and all(x.kind == "num" for x in c.value):
+        return (Interval(c.value[0].value, c.value[1].value, c.extra[0] == "[", c.extra[1] == "]"),)
+    if c.kind == "set" and len(c.value) == 1 and c.value[0].kind == "num":  # {3} in a union
+        return (Interval(c.value[0].value, c.value[0].value, True, True),)
+    if c.kind == "union":
+        parts = [as_intervals(x) for x in c.value]
+        return None if None in parts else tuple(iv for p in parts for iv in p)
+    return None
 
 
 def _inequality(s: str, sides, ops) -> Optional[Canon]:

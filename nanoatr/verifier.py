@@ -1,34 +1,74 @@
 r"""Answer verifier: ``verify(completion, gold) -> bool`` is the reward for RL with verifiable rewards.
 
 Completions are untrusted model output. Nothing from them is ever executed: no eval/exec, no
-sympify/parse_expr/parse_latex; math is read by our own parser (nanoatr.latex_parse), which refuses
-anything that could be slow or huge before building it. verify never raises, and its time is bounded
-by construction, not by a timer (see BOUNDS). The answer shapes and the equivalence rules live in
-latex_parse (``canonical``, ``equivalent``); this module finds the answer in a completion.
+sympify/parse_expr/parse_latex; math is read by our own parser (nanoatr.latex_parse, which also
+normalises answers and gives them a shape: number, list, interval, relation, matrix, ...). verify
+never raises, and its time is bounded by construction, not by a timer (BOUNDS below).
 
-EXTRACTION (the completion)
-  * Boxes: the last ``\boxed{...}`` / ``\fbox{...}`` (nested braces; also ``\boxed 5``) and the boxes
-    just before it in the same paragraph, joined only by short text ("x = \boxed{2} and y =
-    \boxed{3}"). Equal boxes count once; DIFFERENT boxes in that final group are one list answer
-    ("2, 3"), which never equals a single gold, so boxing several candidates earns nothing. An
-    unclosed ``\boxed{`` (truncated output) is no answer.
+EXTRACTION (the completion; the gold goes through the same normalisation, and its own box if any)
+  * Boxes: the last ``\boxed{...}`` / ``\fbox{...}`` (nested braces; also ``\boxed 5``) and the
+    boxes chained to it in the same sentence by short text ("$x = \boxed{2}$ and $y = \boxed{3}$",
+    "\boxed{2}, \boxed{3}"; a sentence end or a blank line ends the chain). An unclosed
+    ``\boxed{`` (truncated output) is no answer.
   * Without a box, the LAST answer statement: "Answer: X" (DAPO's required last line), "the
-    (final) answer is X" / "the answer to ... is X" / "the answers are X", a "Final Answer" heading
-    followed by the answer on the next line(s) (``**Final Answer** \[ 42 \]``), "#### X", "X is
-    the answer". Chatter ("the answer is correct") is not a statement. From the statement's line
-    the answer is its first math span ($..$, \(..\), \[..\], $$..$$), with spans joined by "," /
-    "and" / "or" forming a list; else the text up to the sentence end, where a leading number
-    followed by prose ("12 apples", "12, which is even") is the number. A hedge after it ("or
-    maybe $13$") voids the answer.
-  * A line starting "Answer:" / "Final answer:" / "####" after the last box replaces the box.
+    (final) answer is X" (also "the answer to ... is", "the answers are", "the correct option
+    is"), a "Final Answer" heading with the answer on the next line(s) (``**Final Answer** \[ 42
+    \]``), "#### X", "X is the answer", ``<answer>X</answer>``. Chatter ("the answer is correct")
+    is skipped. From the statement the answer is its first math span ($..$, \(..\), \[..\],
+    $$..$$; spans joined by "," / "and" / "or" form a list), else the text to the sentence end,
+    where a leading value followed by prose ("12 apples", "12, which is even") is the value and
+    "The number of ways is 120" is 120. A hedge after it ("12, or maybe 13") voids it.
+  * A line starting "Answer:" / "Final answer:" / "####" / ``<answer>`` after the last box
+    replaces the box (DAPO's last line wins); mid-line remarks after a box do not.
   * There is deliberately NO "last number in the text" fallback: no marker, no answer (False).
 
+EQUIVALENCE POLICY (symmetric in answer and gold)
+  * Exact by default. Decimals are the exact rationals they write (0.5 = 1/2, 27.0 = 27,
+    0.1\overline{6} = 1/6). There is NO numeric tolerance: a rounded decimal never earns the
+    reward for an exact answer (1.414 != sqrt 2, 0.3333 != 1/3, 3.14 != pi), and an exact answer
+    does not match a rounded gold (pi != 3.14): a problem that asks for a decimal has that
+    decimal as its gold, and the answer must write the same number (trailing zeros aside).
+  * How values are compared: rationals as fractions.Fraction; irrational constants by a float
+    pre-check (1e-6 relative, rejects without sympy), then sympy structural equality, else their
+    difference evaluated to 50 digits must vanish (<= 1e-40 relative); expressions in variables
+    by their values at N_POINTS fixed pseudo-random points (1e-9 relative), an identity test
+    that cannot hang ((x+1)^2 = x^2+2x+1, \frac{x^2-4}{x-2} = x+2).
+  * Percent: p% matches p (golds often write percentages bare) and p/100 (25% = 0.25 = 1/4).
+  * Equations: "x = 3" is the answer 3 against a gold that is not an equation (either way, either
+    side; "2 \cdot 3 = 6" is 6 but "5 = 6" is nothing: every non-name side must match). Two
+    equations are equal when lhs - rhs of one is a nonzero constant times the other's, tested
+    at the points ("y = -\frac12 x + \frac34" = "2x + 4y - 3 = 0"); the variables must agree,
+    so "x = 3" != "y = 3".
+  * Inequalities: one variable against constants is a set of intervals, so "x \ge 5" =
+    "5 \le x" = "[5, \infty)" = "x \in [5, \infty)", "1 < x \le 3" = "(1, 3]", "x < -1 or
+    x > 2" = "(-\infty, -1) \cup (2, \infty)", "|x| < 2" = "-2 < x < 2", "x \ne 0" = the
+    punctured line; a named variable must agree ("x > 2" != "t > 2"). Other inequalities are
+    equal up to a POSITIVE factor ("y > 2x + 1" = "4x + 2 < 2y"); strictness must agree.
+  * Intervals: endpoints and brackets must agree (brackets at infinity are ignored); unions are
+    unordered. "\mathbb{R}" = "(-\infty, \infty)" = "all real numbers".
+  * Collections: tuples "(a, b)" are ordered and their brackets must agree; bare lists "a, b",
+    "a or b" and sets "\{a, b\}" are unordered and repeats do not count ("2, 2" is 2); a bare
+    list matches a parenthesised tuple in order ("2, 3" = "(2, 3)"); "\{5\}" is 5; "a \pm b" is
+    the list {a+b, a-b} (so "\pm 2021" != 2021). Matrices (pmatrix, bmatrix, array, ...) are
+    equal entry by entry; a column or row vector also matches a tuple "(1, 2)" / "\langle 1, 2
+    \rangle".
+  * Multiple answers: equal final boxes are one answer; DIFFERENT boxes in the final chain are a
+    list, which never equals a single gold, so boxing several candidates (or "12 or 13") earns
+    nothing. A list answer equals a list gold only element for element.
+  * Choices: "(B)", "\text{(B)}", "B" compare by letter; "(B) 27" is the letter B and also the
+    value 27. Anything that is not math is text: case-insensitive, spaces only between words.
+
 BOUNDS (why no input can make it slow)
-  Only the last MAX_TAIL characters are searched, at most MAX_BOXES boxes are examined, answers
-  over MAX_ANSWER_CHARS are rejected, lists hold at most MAX_ITEMS. Every regex is linear or has
-  bounded repetitions. The parser's limits (latex_parse: nesting depth, literal digits, bits of
-  any rational, power and root sizes, factorial/binomial sizes, radicand bits) bound every sympy
-  object built; comparisons cost at most SYMPY_BUDGET sympy evaluations per call.
+  Only the last MAX_TAIL characters are searched, at most MAX_BOXES boxes and MAX_STATEMENTS
+  statements are examined, answers over MAX_ANSWER_CHARS are rejected, lists/tuples/matrices hold
+  at most MAX_ITEMS entries. Regexes run over the tail are linear or have bounded repetitions;
+  math spans are matched with str.find. The parser refuses, before building anything: nesting
+  deeper than 24, literals over 200 digits, rationals over 4096 bits, powers/roots whose result
+  would exceed that (degree <= 4096, root index <= 64), n! beyond n = 1000 or 4096 bits,
+  binomials whose width bound exceeds 4096 bits, trig arguments over 1e4, radicands over 256
+  bits in total (latex_parse's MAX_* constants). So every sympy object has a bounded size, and
+  no unbounded simplify is ever called: comparisons use evaluation at points, structural
+  equality and a 50-digit evaluation, at most SYMPY_BUDGET of them per verify call.
 """
 from __future__ import annotations
 
@@ -40,8 +80,8 @@ from typing import List, Optional
 
 import sympy
 
-from .latex_parse import (MAX_ANSWER_CHARS, Canon, Interval, Num, add, approx, canonical, div, list_of,
-                          match_brace, neg, to_sympy)
+from .latex_parse import (MAX_ANSWER_CHARS, Canon, Interval, Num, add, approx, as_intervals, canonical, div,
+                          list_of, match_brace, neg, to_sympy)
 
 __all__ = ["verify", "extract_answer", "extract_answers", "canonical", "equivalent"]
 
@@ -365,27 +405,11 @@ def values_equal(a: Num, b: Num) -> bool:
 
 
 # -- intervals and relations -----------------------------------------------------------------
-def _as_intervals(c: Canon):
-    """The intervals an answer denotes, or None: "x > 2", "(2, \\infty)", "(-1, 2] ∪ (3, 4)", "\\mathbb{R}"."""
-    if c.kind == "interval":
-        return c.value
-    if c.kind == "tuple" and len(c.value) == 2 and all(x.kind == "num" for x in c.value):
-        return (Interval(c.value[0].value, c.value[1].value, c.extra[0] == "[", c.extra[1] == "]"),)
-    if c.kind == "set" and len(c.value) == 1 and c.value[0].kind == "num":  # {3} in a union
-        return (Interval(c.value[0].value, c.value[0].value, True, True),)
-    if c.kind == "union":
-        parts = [_as_intervals(x) for x in c.value]
-        return None if None in parts else tuple(iv for p in parts for iv in p)
-    if c.kind == "rel" and c.extra[0] == ("=",) and c.extra[1][0]:  # "x \\in (1, 2]"
-        return _as_intervals(c.value[1])
-    return None
-
-
 def _intervals_equal(a: Canon, b: Canon) -> Optional[bool]:
     """None unless one side is an interval (or a union): then the verdict."""
     if "interval" not in (a.kind, b.kind) and "union" not in (a.kind, b.kind):
         return None
-    ia, ib = _as_intervals(a), _as_intervals(b)
+    ia, ib = as_intervals(a), as_intervals(b)
     if ia is None or ib is None:
         return None if "interval" not in (a.kind, b.kind) else False
     if a.kind == b.kind == "interval" and a.extra and b.extra and a.extra != b.extra:

@@ -2,9 +2,6 @@
 
 Safety (hostile input, bounds) is in test_verifier_safety.py; the labelled case file in
 test_verifier_cases.py."""
-import os
-import random
-import time
 from fractions import Fraction
 
 import pytest
