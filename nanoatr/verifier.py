@@ -30,9 +30,11 @@ EQUIVALENCE POLICY (symmetric in answer and gold)
     decimal as its gold, and the answer must write the same number (trailing zeros aside).
   * How values are compared: rationals as fractions.Fraction; irrational constants by a float
     pre-check (1e-6 relative, rejects without sympy), then sympy structural equality, else their
-    difference evaluated to 50 digits must vanish (<= 1e-40 relative); expressions in variables
-    by their values at N_POINTS fixed pseudo-random points (1e-9 relative), an identity test
-    that cannot hang ((x+1)^2 = x^2+2x+1, \frac{x^2-4}{x-2} = x+2).
+    difference evaluated to 50 digits more than the widest rational in it must vanish to that
+    precision; expressions in variables by their values at N_POINTS fixed pseudo-random float
+    points (1e-9 relative) and, where the values are rational, EXACTLY at EXACT_POINTS rational
+    points: an identity test that cannot hang ((x+1)^2 = x^2+2x+1, \frac{x^2-4}{x-2} = x+2,
+    but x + 10^{-20} != x).
   * Percent: p% matches p (golds often write percentages bare) and p/100 (25% = 0.25 = 1/4).
   * Equations: "x = 3" is the answer 3 against a gold that is not an equation (either way, either
     side; "2 \cdot 3 = 6" is 6 but "5 = 6" is nothing: every non-name side must match). Two
@@ -72,10 +74,12 @@ BOUNDS (why no input can make it slow)
 """
 from __future__ import annotations
 
+import random
 import re
 import threading
 from contextlib import contextmanager
 from fractions import Fraction
+from functools import lru_cache
 from typing import List, Optional
 
 import sympy
@@ -89,6 +93,7 @@ MAX_TAIL = 20_000   # only the end of a completion is searched (answers are at t
 MAX_BOXES = 8       # boxes examined, counted from the last one
 MAX_GAP = 48        # characters of connecting text between boxes of one final group
 SYMPY_BUDGET = 48   # sympy evaluations allowed per verify call (each on a size-bounded tree)
+EXACT_POINTS = 2    # rational points for the exact identity test of expressions in variables
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _SENTENCE_END = re.compile(r"\n[ \t]*\n|[.!?:](?:\s|$)")  # ends a group of boxes
@@ -397,11 +402,39 @@ def values_equal(a: Num, b: Num) -> bool:
         return True
     if xa is None or xb is None:  # infinities / overflowed values: only structural equality
         return False
-    if sa.free_symbols or sb.free_symbols:
-        return _close(xa, xb, 1e-9)  # identity test at the fixed random points
-    diff = sympy.N(sa - sb, 50)
+    if sa.free_symbols or sb.free_symbols:  # identity test at the fixed random points
+        if not _close(xa, xb, 1e-9):
+            return False
+        exact = _exact_values(sa - sb)  # and exactly at rational points where that is possible
+        return exact is None or all(v == 0 for v in exact)
+    # Constants: the difference must vanish to working precision, which exceeds the width of every
+    # rational in the expressions (so sqrt(10^200 + 1) - 10^100, about 5e-101, is not 0).
+    digits = max([r.p.bit_length() + r.q.bit_length() for r in (sa - sb).atoms(sympy.Rational)] + [0]) * 0.302
+    prec = 50 + int(digits)
+    diff = sympy.N(sa - sb, prec)
     scale = max(1.0, abs(xa[0]), abs(xb[0]))
-    return bool(abs(diff) <= 1e-40 * scale)
+    return bool(abs(diff) <= sympy.Float(10) ** (10 - prec) * scale)
+
+
+@lru_cache(maxsize=None)  # one entry per variable name and point
+def _rational_point(name: str, k: int) -> sympy.Rational:
+    rng = random.Random(f"nanoatr:exact:{name}:{k}")  # deterministic, independent of global seed
+    q = rng.choice([7, 11, 13])
+    return sympy.Rational(rng.choice([p for p in range(3, 20) if p % q]), q)  # never an integer
+
+
+def _exact_values(expr) -> Optional[list]:
+    """expr at EXACT_POINTS rational points, exactly; None unless every value is rational (radicals
+    or functions of the variables): then the float points alone decide. Sizes stay bounded: the
+    parser's power guard bounds every exponent, and the points are small rationals."""
+    out = []
+    for k in range(EXACT_POINTS):
+        _spend()
+        value = expr.xreplace({v: _rational_point(v.name, k) for v in expr.free_symbols})
+        if not value.is_Rational:
+            return None
+        out.append(value)
+    return out
 
 
 # -- intervals and relations -----------------------------------------------------------------
@@ -488,7 +521,13 @@ def _proportional(f: Num, g: Num, positive: bool) -> bool:
     if not ratios or abs(ratios[0]) < 1e-12 or not _close(ratios, [ratios[0]] * len(ratios), 1e-9):
         return False
     k = ratios[0]
-    return not positive or (abs(k.imag) <= 1e-9 * abs(k) and k.real > 0)
+    if positive and (abs(k.imag) > 1e-9 * abs(k) or k.real <= 0):
+        return False
+    ef, eg = _exact_values(to_sympy(f.exact)), _exact_values(to_sympy(g.exact))
+    if ef is None or eg is None:
+        return True
+    # exactly: the same ratio at every rational point (cross-multiplied: no division by zero)
+    return all(ef[0] * y == x * eg[0] for x, y in zip(ef[1:], eg[1:])) and (ef[0] != 0 or eg[0] == 0)
 
 
 def _answer_canon(answers: List[str]) -> Optional[Canon]:
