@@ -9,7 +9,7 @@ EXTRACTION (the completion; the gold goes through the same normalisation, and it
   * Boxes: the last ``\boxed{...}`` / ``\fbox{...}`` (nested braces; also ``\boxed 5``) and the
     boxes chained to it in the same sentence by short text ("$x = \boxed{2}$ and $y = \boxed{3}$",
     "\boxed{2}, \boxed{3}"; a sentence end or a blank line ends the chain). An unclosed
-    ``\boxed{`` (truncated output) is no answer.
+    ``\boxed{`` (truncated output) and a chain of more than MAX_BOXES boxes are no answer.
   * Without a box, the LAST answer statement: "Answer: X" (DAPO's required last line), "the
     (final) answer is X" (also "the answer to ... is", "the answers are", "the correct option
     is"), a "Final Answer" heading with the answer on the next line(s) (``**Final Answer** \[ 42
@@ -90,7 +90,7 @@ from .latex_parse import (MAX_ANSWER_CHARS, Canon, Interval, Num, add, approx, a
 __all__ = ["verify", "extract_answer", "extract_answers", "canonical", "equivalent"]
 
 MAX_TAIL = 20_000   # only the end of a completion is searched (answers are at the end)
-MAX_BOXES = 8       # boxes examined, counted from the last one
+MAX_BOXES = 8       # boxes in the final chain; a longer chain is no answer
 MAX_GAP = 48        # characters of connecting text between boxes of one final group
 SYMPY_BUDGET = 48   # sympy evaluations allowed per verify call (each on a size-bounded tree)
 EXACT_POINTS = 2    # rational points for the exact identity test of expressions in variables
@@ -138,7 +138,7 @@ def _box_content(s: str, m: re.Match):
 def _final_boxes(tail: str, matches: list) -> Optional[List[str]]:
     """Contents of the last box and the boxes chained to it by short connecting text."""
     contents, after = [], None
-    for m in reversed(matches[-MAX_BOXES:]):
+    for m in reversed(matches[-MAX_BOXES - 1:]):
         content, end = _box_content(tail, m)
         if after is not None:
             gap = tail[end:after]
@@ -148,6 +148,8 @@ def _final_boxes(tail: str, matches: list) -> Optional[List[str]]:
             return None  # the last box is unclosed: the output was cut off
         contents.append(content)
         after = m.start()
+    if len(contents) > MAX_BOXES:
+        return None  # a chain of more than MAX_BOXES boxes is box spam, not an answer
     return contents[::-1]
 
 

@@ -168,7 +168,12 @@ SETS_AND_TUPLES = [
 PERCENT = [("25\\%", "25", True), ("25\\%", "0.25", True), ("25", "25\\%", True), ("0.25", "25\\%", True),
            ("25\\%", "2.5", False), ("25\\%", "\\frac14", True), ("2.5\\%", "0.025", True)]
 
-ALL_TABLES = ALL_TABLES + INEQUALITIES + EQUATIONS + MATRICES + UNSIMPLIFIED + SETS_AND_TUPLES + PERCENT
+# Near misses: exact, not approximately equal (the float checks alone would accept these).
+NEAR_MISSES = [("x + 10^{-20}", "x", False), ("y = 2x + 1 + 10^{-15}", "y = 2x + 1", False),
+               ("\\sqrt{10^{200}+1} - 10^{100}", "0", False), ("1 + 10^{-30}", "1", False),
+               ("(1+\\sqrt2)^{10}", "3363 + 2378\\sqrt2", True), ("(1+\\sqrt2)^{10}", "3363 + 2379\\sqrt2", False)]
+
+ALL_TABLES = ALL_TABLES + NEAR_MISSES + INEQUALITIES + EQUATIONS + MATRICES + UNSIMPLIFIED + SETS_AND_TUPLES + PERCENT
 
 
 @pytest.mark.parametrize("answer,gold,expected", ALL_TABLES)
