@@ -7,9 +7,12 @@ never raises, and its time is bounded by construction, not by a timer (BOUNDS be
 
 EXTRACTION (the completion; the gold goes through the same normalisation, and its own box if any)
   * Boxes: the last ``\boxed{...}`` / ``\fbox{...}`` (nested braces; also ``\boxed 5``) and the
-    boxes chained to it in the same sentence by short text ("$x = \boxed{2}$ and $y = \boxed{3}$",
-    "\boxed{2}, \boxed{3}"; a sentence end or a blank line ends the chain). An unclosed
-    ``\boxed{`` (truncated output) and a chain of more than MAX_BOXES boxes are no answer.
+    boxes chained to it: in the same paragraph within MAX_GAP characters ("$x = \boxed{2}$ and
+    $y = \boxed{3}$", "\boxed{2}. \boxed{3}."), or across a paragraph break when the text
+    between hedges ("\boxed{5}\n\nOr maybe \boxed{6}"). A self-correction in a new paragraph
+    ("\boxed{5}\n\nWait, I miscounted. ... \boxed{8}") ends the chain: the last box counts.
+    An unclosed ``\boxed{`` (truncated output) and a chain of more than MAX_BOXES boxes are no
+    answer.
   * Without a box, the LAST answer statement: "Answer: X" (DAPO's required last line), "the
     (final) answer is X" (also "the answer to ... is", "the answers are", "the correct option
     is"), a "Final Answer" heading with the answer on the next line(s) (``**Final Answer** \[ 42
@@ -91,12 +94,14 @@ __all__ = ["verify", "extract_answer", "extract_answers", "canonical", "equivale
 
 MAX_TAIL = 20_000   # only the end of a completion is searched (answers are at the end)
 MAX_BOXES = 8       # boxes in the final chain; a longer chain is no answer
-MAX_GAP = 48        # characters of connecting text between boxes of one final group
+MAX_GAP = 300       # characters between two boxes of one final chain
 SYMPY_BUDGET = 48   # sympy evaluations allowed per verify call (each on a size-bounded tree)
 EXACT_POINTS = 2    # rational points for the exact identity test of expressions in variables
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
-_SENTENCE_END = re.compile(r"\n[ \t]*\n|[.!?:](?:\s|$)")  # ends a group of boxes
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")  # a new paragraph ends a chain of boxes (unless it hedges)
+_BOX_HEDGE = re.compile(r"(?i)\b(?:maybe|perhaps|possibly|alternatively|either|another (?:possible )?answer)\b"
+                        r"|(?:^|\n)[\s*$]*or\b")
 # Statement markers (case-insensitive). Bounded repetitions only: they run over 20k characters.
 _ANSWER_COLON = re.compile(r"(?i)\banswer\b[*_ \t]{0,4}:")
 _ANSWER_IS = re.compile(r"(?i)\b(?:answer|option|choice)s?\b(?:\s+(?:to|for|of)\b[^.\n:$]{0,60}?)?"
@@ -142,7 +147,7 @@ def _final_boxes(tail: str, matches: list) -> Optional[List[str]]:
         content, end = _box_content(tail, m)
         if after is not None:
             gap = tail[end:after]
-            if len(gap) > MAX_GAP or _SENTENCE_END.search(gap) or content is None:
+            if len(gap) > MAX_GAP or content is None or _BLANK_LINE.search(gap) and not _BOX_HEDGE.search(gap):
                 break
         elif content is None:
             return None  # the last box is unclosed: the output was cut off

@@ -258,15 +258,19 @@ def test_answer_statements(completion, gold, expected):
     assert verify(completion, gold) is expected
 
 
-# Several boxes: equal boxes are one answer; different boxes in one final group are a list, which
-# never equals a single gold (boxing candidates earns nothing); a new sentence starts a new group.
+# Several boxes: equal boxes are one answer; different boxes in one final chain are a list, which
+# never equals a single gold (boxing candidates earns nothing); a new paragraph starts a new chain
+# unless it hedges.
 BOX_GROUPS = [
     ("$\\boxed{3}$, $\\boxed{4}$, $\\boxed{5}$", "5", False),
     ("It is $\\boxed{4}$ or $\\boxed{5}$.", "4", False),
     ("$x = \\boxed{2}$ and $y = \\boxed{3}$", "(2, 3)", True),
     ("$x = \\boxed{2}$ and $y = \\boxed{3}$", "2, 3", True),
     ("So $\\boxed{\\frac12}$, i.e. $\\boxed{0.5}$.", "0.5", True),
-    ("First try: $\\boxed{4}$. That was wrong, so $\\boxed{5}$.", "5", True),
+    ("First try: $\\boxed{4}$. That was wrong, so $\\boxed{5}$.", "5", False),   # one paragraph: both count
+    ("First try: $\\boxed{4}$.\n\nThat was wrong: I counted a pair twice. So $\\boxed{5}$.", "5", True),
+    ("$\\boxed{4}$.\n$\\boxed{5}$.\n$\\boxed{6}$.", "6", False),
+    ("It is $\\boxed{4}$.\n\nOr maybe it is $\\boxed{5}$.", "5", False),                # a hedge across paragraphs
     ("\\boxed{5}\n\n**Final Answer**\n\\boxed{5}", "5", True),
 ]
 
