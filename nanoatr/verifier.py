@@ -7,10 +7,10 @@ never raises, and its time is bounded by construction, not by a timer (BOUNDS be
 
 EXTRACTION (the completion; the gold goes through the same normalisation, and its own box if any)
   * Boxes: the last ``\boxed{...}`` / ``\fbox{...}`` (nested braces; also ``\boxed 5``) and the
-    boxes chained to it: in the same paragraph within MAX_GAP characters ("$x = \boxed{2}$ and
-    $y = \boxed{3}$", "\boxed{2}. \boxed{3}."), or across a paragraph break when the text
-    between hedges ("\boxed{5}\n\nOr maybe \boxed{6}"). A self-correction in a new paragraph
-    ("\boxed{5}\n\nWait, I miscounted. ... \boxed{8}") ends the chain: the last box counts.
+    boxes chained to it (``_chained``): within MAX_GAP characters in the same paragraph
+    ("$x = \boxed{2}$ and $y = \boxed{3}$", "\boxed{2}. \boxed{3}."), or across a paragraph
+    break when the text between hedges ("\boxed{5}\n\nOr maybe \boxed{6}"). A correction
+    ("Wait, I miscounted. ... \boxed{8}", "that was wrong") ends the chain: the last box counts.
     An unclosed ``\boxed{`` (truncated output) and a chain of more than MAX_BOXES boxes are no
     answer.
   * Without a box, the LAST answer statement: "Answer: X" (DAPO's required last line), "the
@@ -20,7 +20,10 @@ EXTRACTION (the completion; the gold goes through the same normalisation, and it
     is skipped. From the statement the answer is its first math span ($..$, \(..\), \[..\],
     $$..$$; spans joined by "," / "and" / "or" form a list), else the text to the sentence end,
     where a leading value followed by prose ("12 apples", "12, which is even") is the value and
-    "The number of ways is 120" is 120. A hedge after it ("12, or maybe 13") voids it.
+    "The number of ways is 120" is 120. A hedge after it ("12, or maybe 13") voids it. Earlier
+    statements chain to the last one like boxes, but only across a hedge or bare repetition
+    ("Answer: 5\nAnswer: 6", "The answer is 12. The answer is 13"); after a correction or any
+    other prose the last one counts.
   * A line starting "Answer:" / "Final answer:" / "####" / ``<answer>`` after the last box
     replaces the box (DAPO's last line wins); mid-line remarks after a box do not.
   * There is deliberately NO "last number in the text" fallback: no marker, no answer (False).
@@ -100,6 +103,8 @@ EXACT_POINTS = 2    # rational points for the exact identity test of expressions
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")  # a new paragraph ends a chain of boxes (unless it hedges)
+_CORRECTION = re.compile(r"(?i)\b(?:wait|actually|mistake|error|wrong|incorrect|re-?check\w*|redo\w*|recomput\w*"
+                         r"|recalculat\w*|correct(?:ion|ing)|instead|oops|sorry|revis\w*|miscount\w*|overcount\w*)\b")
 _BOX_HEDGE = re.compile(r"(?i)\b(?:maybe|perhaps|possibly|alternatively|either|another (?:possible )?answer)\b"
                         r"|(?:^|\n)[\s*$]*or\b")
 # Statement markers (case-insensitive). Bounded repetitions only: they run over 20k characters.
@@ -147,7 +152,7 @@ def _final_boxes(tail: str, matches: list) -> Optional[List[str]]:
         content, end = _box_content(tail, m)
         if after is not None:
             gap = tail[end:after]
-            if len(gap) > MAX_GAP or content is None or _BLANK_LINE.search(gap) and not _BOX_HEDGE.search(gap):
+            if content is None or not _chained(gap):
                 break
         elif content is None:
             return None  # the last box is unclosed: the output was cut off
@@ -242,8 +247,9 @@ def _statement_text(tail: str, kind: str, m: re.Match) -> str:
     return _after_marker(tail[m.end():])
 
 
-def _last_statement(tail: str, after: int = -1, line_start_only: bool = False) -> Optional[str]:
-    """The answer of the last statement after position `after` (chatter statements skipped)."""
+def _last_statement(tail: str, after: int = -1, line_start_only: bool = False) -> Optional[List[str]]:
+    """The answer of the last statement after position `after` (chatter statements skipped), with
+    the answers of statements hedged with it (see _chained)."""
     found = []  # (position, kind, match, starts a line): positions only, cheap to collect
     for kind, pattern in (("colon", _ANSWER_COLON), ("is", _ANSWER_IS), ("heading", _FINAL_HEADING),
                           ("hashes", _HASHES), ("is the answer", _IS_THE_ANSWER), ("tag", _ANSWER_TAG)):
@@ -251,11 +257,34 @@ def _last_statement(tail: str, after: int = -1, line_start_only: bool = False) -
             starts = kind in ("heading", "hashes", "tag") or kind == "colon" and _starts_line(tail, m.start())
             if m.start() > after and (starts or not line_start_only):
                 found.append((m.start(), kind, m))
-    for _, kind, m in sorted(found, key=lambda f: f[0], reverse=True)[:MAX_STATEMENTS]:
+    answers, start = [], None  # the last statement's answer, then those hedged with it
+    for pos, kind, m in sorted(found, key=lambda f: f[0], reverse=True)[:MAX_STATEMENTS]:
         answer = _line_answer(_statement_text(tail, kind, m))
-        if answer and not _CHATTER.fullmatch(answer):
-            return answer
-    return None
+        if not answer or _CHATTER.fullmatch(answer):
+            continue
+        if answers:
+            gap = tail[m.end():start].replace(answer, "", 1)
+            if not _chained(gap, statement=True):
+                break
+        answers.append(answer)
+        start = pos
+    return answers[::-1] or None
+
+
+def _chained(gap: str, statement: bool = False) -> bool:
+    """Do two answers separated by `gap` belong to one final answer (a hedge or a list)? Yes if
+    the gap hedges ("or maybe"); no if it corrects ("Wait, I miscounted"); else boxes chain
+    within a paragraph, statements only when nothing but short words lies between them
+    ("Answer: 5\nAnswer: 6", "The answer is 12. The answer is 13")."""
+    if len(gap) > MAX_GAP:
+        return False
+    if _BOX_HEDGE.search(gap):
+        return True
+    if _CORRECTION.search(gap):
+        return False
+    if statement:
+        return not re.search(r"[a-zA-Z]{4,}", gap)
+    return not _BLANK_LINE.search(gap)
 
 
 def extract_answers(completion: str) -> List[str]:
@@ -267,10 +296,9 @@ def extract_answers(completion: str) -> List[str]:
         # line); "to double-check the answer: 2+3=5" or "the answer is correct" after it is chatter.
         later = _last_statement(tail, boxes[-1].start(), line_start_only=True)
         if later is not None:
-            return [later]
+            return later
         return [b for b in _final_boxes(tail, boxes) or [] if b.strip()]
-    answer = _last_statement(tail)
-    return [answer] if answer else []
+    return _last_statement(tail) or []
 
 
 def extract_answer(completion: str) -> Optional[str]:

@@ -236,7 +236,9 @@ STATEMENTS = [
     ("So, the answer is: 12", "12", True),
     ("The answer is 10.\nHmm, I missed a case; with it the answer is 12.", "12", True),
     ("The answer is 10.\nHmm, I missed a case; with it the answer is 12.", "10", False),
-    ("Answer: 10\n\nAnswer: 12", "12", True),
+    ("Answer: 10\n\nAnswer: 12", "12", False),                       # two final answers: a hedge
+    ("Answer: 10\n\nWait, I missed the empty set.\n\nAnswer: 12", "12", True),  # a correction
+    ("The answer is 12. Or maybe the answer is 13.", "13", False),
     ("The answer to the question is $7$.", "7", True),
     ("The answers are $2$ and $5$.", "2, 5", True),
     ("So $\\frac{5}{3}$ is the final answer.", "\\frac53", True),
@@ -259,15 +261,16 @@ def test_answer_statements(completion, gold, expected):
 
 
 # Several boxes: equal boxes are one answer; different boxes in one final chain are a list, which
-# never equals a single gold (boxing candidates earns nothing); a new paragraph starts a new chain
-# unless it hedges.
+# never equals a single gold (boxing candidates earns nothing); a new paragraph or a correction
+# ("wait", "wrong") starts a new chain, unless the text hedges ("or maybe").
 BOX_GROUPS = [
     ("$\\boxed{3}$, $\\boxed{4}$, $\\boxed{5}$", "5", False),
     ("It is $\\boxed{4}$ or $\\boxed{5}$.", "4", False),
     ("$x = \\boxed{2}$ and $y = \\boxed{3}$", "(2, 3)", True),
     ("$x = \\boxed{2}$ and $y = \\boxed{3}$", "2, 3", True),
     ("So $\\boxed{\\frac12}$, i.e. $\\boxed{0.5}$.", "0.5", True),
-    ("First try: $\\boxed{4}$. That was wrong, so $\\boxed{5}$.", "5", False),   # one paragraph: both count
+    ("First try: $\\boxed{4}$. That was wrong, so $\\boxed{5}$.", "5", True),    # a correction
+    ("So $a = \\boxed{4}$, and the sum is $\\boxed{5}$.", "5", False),         # one paragraph: both count
     ("First try: $\\boxed{4}$.\n\nThat was wrong: I counted a pair twice. So $\\boxed{5}$.", "5", True),
     ("$\\boxed{4}$.\n$\\boxed{5}$.\n$\\boxed{6}$.", "6", False),
     ("It is $\\boxed{4}$.\n\nOr maybe it is $\\boxed{5}$.", "5", False),                # a hedge across paragraphs
