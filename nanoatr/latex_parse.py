@@ -52,6 +52,8 @@ MAX_DEPTH = 24            # nested groups / parentheses / fraction arguments / e
 MAX_LITERAL_DIGITS = 200  # digits in one number literal
 MAX_BITS = 4096           # width of any rational we build (~1230 decimal digits)
 MAX_EXP = 4096            # |numerator| of an exponent
+MAX_DEGREE = 256          # |exponent| on an expression with variables (x^256; the points bound the rest)
+MAX_NODES = 2000          # nodes of a sympy expression tree
 MAX_ROOT = 64             # root index / exponent denominator
 MAX_SCI_EXP = 1000        # |k| in 1.5e{k} and 1.5\times10^{k}
 MAX_FACTORIAL = 1000      # n in n! (and n! must also fit in MAX_BITS: n <= ~560)
@@ -117,31 +119,43 @@ def _zip(f, a: Approx, b: Approx) -> Approx:
     return None if any(math.isinf(abs(v)) or v != v for v in out) else out
 
 
+def symbolic(x) -> bool:
+    """Does this exact value contain a variable?"""
+    return not isinstance(x, Fraction) and bool(x.free_symbols)
+
+
+# sympy evaluates every expression it builds, and on expressions in variables that evaluation asks
+# its assumption system questions (is this negative?) that can run for minutes (real roots of a
+# degree-4096 polynomial). So expressions with variables are built UNEVALUATED: their tree is the
+# input's, at most MAX_NODES nodes, and they are compared by evaluation at points, never by sympy
+# reasoning. Constants are still evaluated (2\sqrt3 == \sqrt{12} structurally).
 def _binop(a: Num, b: Num, frac_op, sym_op, float_op) -> Num:
     if isinstance(a.exact, Fraction) and isinstance(b.exact, Fraction):
         try:
             return Num(_check(frac_op(a.exact, b.exact)))
         except ZeroDivisionError:
             raise ParseError("division by zero") from None
-    exact = _from_sympy(sym_op(to_sympy(a.exact), to_sympy(b.exact)))
+    x, y = to_sympy(a.exact), to_sympy(b.exact)
+    exact = _from_sympy(sym_op(x, y, not (symbolic(x) or symbolic(y))))
     return Num(exact, _zip(float_op, approx(a), approx(b)))
 
 
 def add(a, b):
-    return _binop(a, b, lambda x, y: x + y, lambda x, y: x + y, lambda x, y: x + y)
+    return _binop(a, b, lambda x, y: x + y, lambda x, y, ev: sympy.Add(x, y, evaluate=ev), lambda x, y: x + y)
 
 
 def mul(a, b):
-    return _binop(a, b, lambda x, y: x * y, lambda x, y: x * y, lambda x, y: x * y)
+    return _binop(a, b, lambda x, y: x * y, lambda x, y, ev: sympy.Mul(x, y, evaluate=ev), lambda x, y: x * y)
 
 
 def div(a, b):
-    return _binop(a, b, lambda x, y: x / y, lambda x, y: x / y, lambda x, y: x / y)
+    return _binop(a, b, lambda x, y: x / y,
+                  lambda x, y, ev: sympy.Mul(x, sympy.Pow(y, -1, evaluate=ev), evaluate=ev), lambda x, y: x / y)
 
 
 def neg(a: Num) -> Num:
     ap = None if a.approx is None else tuple(-v for v in a.approx)  # Fractions: derived lazily
-    return Num(-a.exact, ap)
+    return Num(sympy.Mul(-1, a.exact, evaluate=False) if symbolic(a.exact) else -a.exact, ap)
 
 
 def _size_bits(n: Num) -> Optional[float]:
@@ -166,9 +180,10 @@ def power(b: Num, e: Num, budget: Optional[list] = None) -> Num:
     budget: [bits left] of MAX_RADICAND_BITS, shared by one whole parse."""
     budget = [MAX_RADICAND_BITS] if budget is None else budget
     size = _size_bits(b)
+    in_variables = symbolic(b.exact)
     if isinstance(e.exact, Fraction):
         p, q = e.exact.numerator, e.exact.denominator
-        if abs(p) > MAX_EXP or q > MAX_ROOT:
+        if abs(p) > (MAX_DEGREE if in_variables else MAX_EXP) or q > MAX_ROOT:
             raise ParseError("exponent too large")
         if size is None:  # infinity or overflowed approximation: only tiny exponents
             if abs(p) > 8:
@@ -180,13 +195,24 @@ def power(b: Num, e: Num, budget: Optional[list] = None) -> Num:
         ev = Fraction(p, q)
     else:  # irrational or symbolic exponent: bound it through its approximate value
         ea = approx(e)
-        if size is None or ea is None or any(abs(v) > MAX_EXP or abs(v) * size > MAX_BITS for v in ea):
+        limit = MAX_DEGREE if in_variables else MAX_EXP
+        if size is None or ea is None or any(abs(v) > limit or abs(v) * size > MAX_BITS for v in ea):
             raise ParseError("power too large")
         ev = e.exact
     if not (isinstance(ev, Fraction) and ev.denominator == 1):  # a root of a sympy value
+        # Complex powers ((2+i)^{1/3}, 2^i, x^i) send sympy into branch-cut reasoning that takes
+        # up to seconds; answers use i only in polynomials and e^{i\theta}.
+        if b.exact != sympy.E and not (_real_valued(b) and _real_valued(e)):
+            raise ParseError("complex power")
         _charge(budget, sum(r.p.bit_length() + r.q.bit_length() for r in to_sympy(b.exact).atoms(sympy.Rational)))
-    exact = _from_sympy(sympy.Pow(to_sympy(b.exact), to_sympy(ev)))
+    evaluate = not (in_variables or symbolic(ev))  # see _binop
+    exact = _from_sympy(sympy.Pow(to_sympy(b.exact), to_sympy(ev), evaluate=evaluate))
     return Num(exact, _zip(lambda x, y: x ** y, approx(b), approx(Num(ev, e.approx))))
+
+
+def _real_valued(n: Num) -> bool:
+    ap = approx(n)
+    return ap is not None and all(abs(v.imag) <= 1e-12 * max(1.0, abs(v)) for v in ap)
 
 
 def _rational_power(x: Fraction, p: int, q: int, budget: list) -> Num:
@@ -242,13 +268,13 @@ def binomial(n: Num, k: Num) -> Num:
 def function(name: str, x: Num) -> Num:
     """sin/cos/.../ln/exp of x: sympy evaluates special values itself (sin(pi/6) = 1/2)."""
     ap = approx(x)
-    if ap is None:
-        raise ParseError("function of an unknown value")
+    if ap is None or not _real_valued(x):  # sin(i), ln(2+i): rare in answers, slow in sympy
+        raise ParseError("function of an unknown or complex value")
     if name in _TRIG and any(abs(v) > MAX_TRIG_ARG for v in ap):
         raise ParseError("trigonometric argument too large")
     if name == "exp" and any(abs(v) > MAX_EXP for v in ap):
         raise ParseError("exponent too large")
-    exact = _from_sympy(_FUNCTIONS[name](to_sympy(x.exact)))
+    exact = _from_sympy(_FUNCTIONS[name](to_sympy(x.exact), evaluate=not symbolic(x.exact)))  # see _binop
     f = getattr(cmath, {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "ln": "log"}.get(name, name), None)
     inverse = {"cot": cmath.tan, "sec": cmath.cos, "csc": cmath.sin}.get(name)
     try:
@@ -261,7 +287,9 @@ def function(name: str, x: Num) -> Num:
 @lru_cache(maxsize=None)  # a handful of names (single letters, a few Greek ones)
 def _symbol(name: str) -> Num:
     rng = random.Random("nanoatr:" + name)  # deterministic per name, independent of global seed
-    return Num(sympy.Symbol(name), tuple(complex(rng.uniform(0.3, 1.7)) for _ in range(N_POINTS)))
+    # positive, like every point it is evaluated at: sympy then merges nested powers of it cheaply
+    # ((x^1000)^(3/2) is x^1500) instead of reasoning about complex branches, which can take minutes
+    return Num(sympy.Symbol(name, positive=True), tuple(complex(rng.uniform(0.3, 1.7)) for _ in range(N_POINTS)))
 
 
 _PI = Num(sympy.pi, (complex(math.pi),) * N_POINTS)
@@ -515,9 +543,14 @@ class _Parser:
 def parse(s: str) -> Num:
     """Parse one math expression; raise ParseError for anything outside the safe subset."""
     try:
-        return _Parser(s).parse()
+        v = _Parser(s).parse()
     except (ArithmeticError, TypeError) as exc:  # sympy/Fraction edge cases: not parseable math
         raise ParseError(str(exc)) from None
+    if not isinstance(v.exact, Fraction):
+        for n, _ in enumerate(sympy.preorder_traversal(v.exact)):
+            if n > MAX_NODES:  # cannot happen from MAX_ANSWER_CHARS of input; a cheap guarantee
+                raise ParseError("expression too large")
+    return v
 
 
 # =============================================================================================

@@ -91,7 +91,7 @@ from typing import List, Optional
 import sympy
 
 from .latex_parse import (MAX_ANSWER_CHARS, Canon, Interval, Num, add, approx, as_intervals, canonical, div,
-                          list_of, match_brace, neg, to_sympy)
+                          list_of, match_brace, neg, symbolic, to_sympy)
 
 __all__ = ["verify", "extract_answer", "extract_answers", "canonical", "equivalent"]
 
@@ -100,6 +100,7 @@ MAX_BOXES = 8       # boxes in the final chain; a longer chain is no answer
 MAX_GAP = 300       # characters between two boxes of one final chain
 SYMPY_BUDGET = 48   # sympy evaluations allowed per verify call (each on a size-bounded tree)
 EXACT_POINTS = 2    # rational points for the exact identity test of expressions in variables
+MAX_EXACT_DEGREE = 4096  # ... of rational functions up to this degree
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")  # a new paragraph ends a chain of boxes (unless it hedges)
@@ -437,10 +438,10 @@ def values_equal(a: Num, b: Num) -> bool:
         return True
     if xa is None or xb is None:  # infinities / overflowed values: only structural equality
         return False
-    if sa.free_symbols or sb.free_symbols:  # identity test at the fixed random points
+    if symbolic(sa) or symbolic(sb):  # identity test at the fixed random points
         if not _close(xa, xb, 1e-9):
             return False
-        exact = _exact_values(sa - sb)  # and exactly at rational points where that is possible
+        exact = _exact_values(to_sympy(add(a, neg(b)).exact))  # and exactly at rational points
         return exact is None or all(v == 0 for v in exact)
     # Constants: the difference must vanish to working precision, which exceeds the width of every
     # rational in the expressions (so sqrt(10^200 + 1) - 10^100, about 5e-101, is not 0).
@@ -458,10 +459,24 @@ def _rational_point(name: str, k: int) -> sympy.Rational:
     return sympy.Rational(rng.choice([p for p in range(3, 20) if p % q]), q)  # never an integer
 
 
+def _degree(expr) -> int:
+    """An upper bound on the degree of the rational function this (unevaluated) tree builds:
+    exponents multiply down a path, products and sums add. It bounds the size of its values at
+    the rational points: about degree x 5 bits."""
+    if expr.is_Pow:
+        return _degree(expr.base) * abs(int(expr.exp))
+    if not expr.args:
+        return 1 if expr.is_Symbol else 0
+    return sum(_degree(x) for x in expr.args)
+
+
 def _exact_values(expr) -> Optional[list]:
-    """expr at EXACT_POINTS rational points, exactly; None unless every value is rational (radicals
-    or functions of the variables): then the float points alone decide. Sizes stay bounded: the
-    parser's power guard bounds every exponent, and the points are small rationals."""
+    """expr at EXACT_POINTS rational points, exactly; None unless expr is a rational function of
+    its variables (radicals or functions of them: then the float points alone decide). Sizes stay
+    bounded: the parser bounds every exponent (MAX_DEGREE), and the points are small rationals."""
+    if (any(not p.exp.is_Integer for p in expr.atoms(sympy.Pow)) or expr.atoms(sympy.Function)
+            or _degree(expr) > MAX_EXACT_DEGREE):
+        return None  # only rational functions of bounded degree are evaluated exactly
     out = []
     for k in range(EXACT_POINTS):
         _spend()

@@ -82,6 +82,12 @@ ADVERSARIAL += [
     "<answer>" * 5000, "The answer is " + "$1$ or " * 3000, "is the answer " * 3000,
     "\\boxed{2}\\boxed{1}" * 3000, ("\\boxed{" + "9" * 399 + "}, ") * 40, "\\boxed{" + "1." * 199 + "}",
     "\\boxed{x \\ge " + "9" * 199 + "!}", "\\boxed{|x| < \\infty}", "\\boxed{\\{x \\mid " * 50 + "}",
+    # sympy's own evaluation of expressions in variables once took minutes on these (found by fuzzing):
+    "\\boxed{\\sqrt{(\\sqrt{(x)^{1000}})^{3}}}", "\\boxed{\\sqrt{(\\sqrt{(i x-1)^{200}})^{3}}}",
+    "\\boxed{\\sqrt{((x (x+i))^{200})^{\\frac{3}{2}}} / 3 - 11! \\frac{n}{(\\sqrt{2} / (ix-1))^{\\pi}} + ((x-1)^{64})^{3}}",
+    "\\boxed{\\frac{((x-1)^{200})^{3}}{(x-2)^{255}} - \\frac{(y+i)^{255}}{(x y - 1)^{200}}}",
+    "\\boxed{\\sqrt[3]{(\\sqrt{(x-y)^{250}})^{3}} = ((x+i)^{255})^{\\frac{255}{64}}}",
+    "\\boxed{(2+i)^{\\frac{1}{3}} + 2^{i} + x^{i} + \\sin(2+i)}",
 ]
 
 
