@@ -3,7 +3,9 @@ r"""Reading final answers: normalisation, answer shapes, and a recursive-descent
 The input is untrusted model output, so nothing here is ever eval'd or handed to sympify /
 parse_expr / parse_latex. The parser builds values itself: a ``fractions.Fraction`` while the value
 is rational (fast, exact), a sympy object once radicals, pi, e, i, functions, infinity or
-variables appear.
+variables appear. Constants are evaluated by sympy (2\sqrt3 is \sqrt{12}); expressions in
+variables are built UNEVALUATED, as the input wrote them, because sympy's evaluation of them asks
+its assumption system questions with no time bound (see ``_binop``).
 
 PARSER (``parse``): integers, decimals (exact; "0.1\overline{6}" = 1/6), "1.5e3" and
 "1.5\times10^{3}", ``\frac``/``a/b``/``\frac12``, mixed numbers (``1\frac14``, "1 1/4"), ``\sqrt``
@@ -13,7 +15,9 @@ number), i (imaginary unit), implicit products (``2\sqrt3``, "3xy", "3!4!"), var
 a few Greek ones, subscripts: a_1). Every construct that could blow up in time or memory is
 refused with ParseError *before* it is built: nesting deeper than MAX_DEPTH, literals longer than
 MAX_LITERAL_DIGITS, rationals wider than MAX_BITS, powers whose result would be wider than
-MAX_BITS (estimated from the base's size and the exponent), n! past MAX_FACTORIAL or MAX_BITS,
+MAX_BITS (estimated from the base's size and the exponent), powers of expressions in variables
+past MAX_DEGREE, complex powers ((2+i)^{1/3}, 2^i) and functions of complex values, trees past
+MAX_NODES, n! past MAX_FACTORIAL or MAX_BITS,
 binomials whose width bound ``k log2(e n / k)`` passes MAX_BITS, trigonometric arguments past
 MAX_TRIG_ARG, radicands past MAX_RADICAND_BITS. That is what bounds the verifier's time, not a
 timer. Each sympy value carries ``approx``, its complex value at N_POINTS points (each variable

@@ -72,11 +72,14 @@ BOUNDS (why no input can make it slow)
   at most MAX_ITEMS entries. Regexes run over the tail are linear or have bounded repetitions;
   math spans are matched with str.find. The parser refuses, before building anything: nesting
   deeper than 24, literals over 200 digits, rationals over 4096 bits, powers/roots whose result
-  would exceed that (degree <= 4096, root index <= 64), n! beyond n = 1000 or 4096 bits,
-  binomials whose width bound exceeds 4096 bits, trig arguments over 1e4, radicands over 256
-  bits in total (latex_parse's MAX_* constants). So every sympy object has a bounded size, and
-  no unbounded simplify is ever called: comparisons use evaluation at points, structural
-  equality and a 50-digit evaluation, at most SYMPY_BUDGET of them per verify call.
+  would exceed that (exponent <= 4096 on numbers, DEGREE <= 256 on expressions in variables, root
+  index <= 64), n! beyond n = 1000 or 4096 bits, binomials whose width bound exceeds 4096 bits,
+  trig arguments over 1e4, radicands over 256 bits in total, complex powers and functions of
+  complex values, trees over 2000 NODES (latex_parse's MAX_* constants). Expressions in variables
+  are built unevaluated (sympy never reasons about them: its assumption queries are unbounded);
+  constants are evaluated by sympy, within those sizes. No simplify is ever called: comparisons
+  use structural equality, evaluation at points (exact only for rational functions of degree <=
+  MAX_EXACT_DEGREE) and one bounded-precision evalf, at most SYMPY_BUDGET of them per verify call.
 """
 from __future__ import annotations
 
