@@ -101,6 +101,7 @@ __all__ = ["verify", "extract_answer", "extract_answers", "canonical", "equivale
 MAX_TAIL = 20_000   # only the end of a completion is searched (answers are at the end)
 MAX_BOXES = 8       # boxes in the final chain; a longer chain is no answer
 MAX_GAP = 300       # characters between two boxes of one final chain
+MAX_STATEMENTS = 8  # answer statements examined, counted from the last one
 SYMPY_BUDGET = 48   # sympy evaluations allowed per verify call (each on a size-bounded tree)
 EXACT_POINTS = 2    # rational points for the exact identity test of expressions in variables
 MAX_EXACT_DEGREE = 4096  # ... of rational functions up to this degree
@@ -126,7 +127,6 @@ _CHATTER = re.compile(r"(?i)(?:correct|right|wrong|incorrect|above|below|as foll
                       r"given|boxed|clear|obvious|consistent|confirmed|verified|not\b.*)\W*")
 _SPAN_OPEN = re.compile(r"\$\$|\$|\\\(|\\\[")
 _SPAN_CLOSE = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
-MAX_STATEMENTS = 8  # answer statements examined, counted from the last one
 _CONNECTOR = re.compile(r"(?i)\s*(?:,|;|,?\s*and|,?\s*or|\\text\{\s*(?:,|and|or)\s*\})?\s*")
 _PROSE_IS = re.compile(r"(?i)(?:the|a|an|our|my|this|that|it|there)\b[^=$\d]{0,80}?\s(?:is|are|equals|was)\s+(.+)")
 _HEDGE = re.compile(r"(?i)\b(?:or|maybe|perhaps|possibly|probably|either|alternatively)\b")
