@@ -11,8 +11,10 @@ import time
 
 import pytest
 
-from nanoatr import latex_parse, verifier
-from nanoatr.latex_parse import MAX_BITS, MAX_FACTORIAL, ParseError, parse
+from nanoatr import verifier
+from nanoatr.verifier import equal, values
+from nanoatr.verifier.parse import parse
+from nanoatr.verifier.values import MAX_BITS, MAX_FACTORIAL, ParseError
 from nanoatr.verifier import SYMPY_BUDGET, verify
 
 def _random_latex(n: int, seed: int = 0) -> str:
@@ -126,8 +128,8 @@ def test_factorials_and_binomials_are_sized_before_computing(monkeypatch):
     """math.factorial / math.comb only ever see arguments whose result fits MAX_BITS."""
     seen = []
     real_factorial, real_comb = math.factorial, math.comb
-    monkeypatch.setattr(latex_parse.math, "factorial", lambda n: seen.append(("!", n)) or real_factorial(n))
-    monkeypatch.setattr(latex_parse.math, "comb", lambda n, k: seen.append(("C", n, k)) or real_comb(n, k))
+    monkeypatch.setattr(values.math, "factorial", lambda n: seen.append(("!", n)) or real_factorial(n))
+    monkeypatch.setattr(values.math, "comb", lambda n, k: seen.append(("C", n, k)) or real_comb(n, k))
     for text in ADVERSARIAL + ["\\boxed{500!}", "\\boxed{\\binom{4000}{2}}", "\\boxed{\\binom{10^{12}}{3}}"]:
         verifier.canonical.cache_clear()
         verify(text, "1")
@@ -142,13 +144,13 @@ def test_factorials_and_binomials_are_sized_before_computing(monkeypatch):
 def test_sympy_work_is_budgeted(monkeypatch):
     """No call spends more than SYMPY_BUDGET sympy evaluations, whatever the input."""
     spent, worst = [0], [0]
-    real_spend = verifier._spend
+    real_spend = equal._spend
 
     def counting_spend():
         spent[0] += 1
         real_spend()
 
-    monkeypatch.setattr(verifier, "_spend", counting_spend)
+    monkeypatch.setattr(equal, "_spend", counting_spend)
     near = ", ".join(f"\\sqrt{{2}} + {k} \\cdot 10^{{-9}}" for k in range(32))  # values 1e-9 apart
     for completion, gold in [(c, "1") for c in ADVERSARIAL] + [(f"\\boxed{{{near}}}", near),
                                                               (f"\\boxed{{{near}}}", "\\sqrt{2}")]:
