@@ -52,7 +52,10 @@ def full_run(model_dir, data, tmp_path_factory):
 
 
 def rows_of(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The completion rows of an output file (its first line is the settings)."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "settings" in lines[0]
+    return lines[1:]
 
 
 def test_rows_and_table(model_dir, full_run):
@@ -78,9 +81,9 @@ def test_rows_and_table(model_dir, full_run):
 
 
 def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, tmp_path):
-    lines = full_run[0].read_text().splitlines(keepends=True)
+    head, *lines = full_run[0].read_text().splitlines(keepends=True)
     partial = tmp_path / "partial.jsonl"
-    kept = lines[:4] + lines[10:12]  # some of each benchmark
+    kept = [head] + lines[:4] + lines[10:12]  # the settings, and some of each benchmark
     partial.write_text("".join(kept) + lines[12][:15])  # and a line torn by a kill mid-write
 
     run(model_dir, data, partial, "--resume")
@@ -88,7 +91,7 @@ def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, 
     triples = [(r["benchmark"], r["problem_id"], r["sample"]) for r in rows]
     assert len(triples) == len(set(triples)) == len(lines)
     assert partial.read_text().startswith("".join(kept))
-    assert f"({len(lines) - len(kept)} new)" in capsys.readouterr().out
+    assert f"({len(lines) - len(kept) + 1} new)" in capsys.readouterr().out
 
     run(model_dir, data, partial, "--resume")  # nothing left to do
     assert len(rows_of(partial)) == len(lines)

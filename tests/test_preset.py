@@ -7,7 +7,7 @@ import train
 from nanoatr.config import TrainConfig, apply_preset, hparam_flags, parse, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUIRED = ["--model", "m", "--data", "d.jsonl"]
+REQUIRED = ["--model", "m", "--data", "d.jsonl", "--eval-data", "aime24.jsonl"]
 
 
 def resolved(*argv):

@@ -56,8 +56,8 @@ def test_text_is_written_token_by_token(loaded):
     writes = []
     out = type("Out", (), {"write": lambda self, s: writes.append(s), "flush": lambda self: None})()
     ids = tok.encode("1+2=3;4+5=9", add_special_tokens=False)
-    text, tokens = sample.print_stream(tok, iter(ids), out)
-    assert text == "1+2=3;4+5=9" and tokens == ids
+    text, tokens, by_stop = sample.print_stream(tok, iter(ids), out)
+    assert text == "1+2=3;4+5=9" and tokens == ids and not by_stop
     assert [w for w in writes if w] == list(text)  # one character per token with this tokenizer
 
 
@@ -91,6 +91,6 @@ def test_stream_ends_after_a_stop_string(loaded):
     out = type("Out", (), {"write": lambda self, s: writes.append(s), "flush": lambda self: None})()
     ids = tok.encode("1+2=3;4+5=9", add_special_tokens=False)
     consumed = []
-    text, tokens = sample.print_stream(tok, (consumed.append(i) or i for i in ids), out, stops=["=3;", "+5"])
-    assert text == "1+2=3;" == "".join(writes)  # "=3;" ends before "+5" does
+    text, tokens, by_stop = sample.print_stream(tok, (consumed.append(i) or i for i in ids), out, stops=["=3;", "+5"])
+    assert text == "1+2=3;" == "".join(writes) and by_stop  # "=3;" ends before "+5" does
     assert tokens == consumed == ids[:6]  # sampling stopped with the token that completed it
