@@ -7,7 +7,7 @@ on our modules carry the same keys as adapters made on transformers' model.
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
