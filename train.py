@@ -32,7 +32,7 @@ from nanoatr import checkpoint, distributed, lora
 from nanoatr.checkpoint import CheckpointError, RunLog
 from nanoatr.config import (ConfigError, TrainConfig, apply_preset, die, hparam_flags, parse, preset_help, resolve,
                             resumed_config)
-from nanoatr.data import DataError, load_problems
+from nanoatr.data import TASKS, DataError, load_problems
 from nanoatr.distributed import Dist
 from nanoatr.evaluate import sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.loss import aggregate, group_advantages, kl_to_reference, own_metrics, policy_loss
@@ -42,7 +42,6 @@ from nanoatr.rollout import generate, left_pad
 from nanoatr.scoring import Reference, Scorer, full_kl
 from nanoatr.tokenizer import (TokenizerError, completion_texts, encode_prompts, load_tokenizer, stop_strings,
                                stop_token_ids)
-from nanoatr.verifier import verify
 
 
 @dataclass
@@ -56,12 +55,13 @@ class Run:
     tok: Any
     stop_ids: list[int]          # EOS ids
     stop: Any                    # tokenizer.StopStrings of --stop, or None
-    reward: Callable             # reward(completion text, gold answer) -> float
+    reward: Callable             # reward(completion text, gold answer) -> float: the --task's
     d: Dist
     precision: Callable          # autocast context factory (bf16) or nullcontext
     weights: Any                 # what a checkpoint saves: the model, or the PeftModel (its adapter)
     ref: Reference | None = None
     prompt_kw: dict | None = None
+    threads: Any = None          # distributed.CpuThreads: the CPU thread count, adjusted before each step
 
 
 # ----------------------------------------------------------------------------
@@ -407,7 +407,8 @@ def train(run: Run, problems, eval_sets, run_dir, tok_files, start, log, stop: S
     with tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train", unit="step",
               disable=not d.main) as bar:
         for step in bar:
-            row = train_step(run, problems, step)
+            threads = run.threads.adjust()
+            row = train_step(run, problems, step) | {"threads": threads}
             if d.main:
                 log.write(row)
                 bar.set_postfix(progress(row, cfg.clip))
@@ -421,7 +422,7 @@ def train(run: Run, problems, eval_sets, run_dir, tok_files, start, log, stop: S
                 return step + 1
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                 save(step + 1)
-    if eval_sets and not (d.main and log.has(cfg.steps)):  # a resumed run that stopped during its final evaluation
+    if eval_sets and not (d.main and log.has(cfg.steps)):  # a resumed run that stopped in its final evaluation
         after = run_eval(run, eval_sets, cfg.steps, log)
         say(f"step {cfg.steps}: held-out Mean@{cfg.eval_k} {after[key]:.1f}%  Pass@{cfg.eval_k} "
             f"{after[f'eval/pass@{cfg.eval_k}']:.1f}%" + (f"  (from {before[key]:.1f}%)" if before else ""))
@@ -520,8 +521,10 @@ def _main(argv=None):
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError) as e:
         die(str(e))
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
-              stop_token_ids(tok, tok_dir, cfg.model), stop_strings(tok, cfg.stop), verify, d, precision, weights, ref,
-              dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))
+              stop_token_ids(tok, tok_dir, cfg.model), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, d,
+              precision, weights, ref,
+              dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking),
+              distributed.CpuThreads(cfg.threads, d.device))
     if d.main:
         if cfg.minibatches * cfg.epochs == 1:
             print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nanoatr import lora, methods
+from nanoatr.data import TASKS
 from nanoatr.loss import AGGREGATIONS
 from nanoatr.rollout import SAMPLER_HELP, SAMPLERS
 from nanoatr.tokenizer import SAMPLING_DEFAULTS, check_template
@@ -121,9 +122,11 @@ DATA, METHOD, ROLLOUT, OPTIM, EVAL, RUN = ("model and data", "method", "rollout"
 
 @dataclass
 class TrainConfig:
-    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer)", DATA)
-    data: str = arg("data/arith/train.jsonl", "training problems (jsonl: problem/answer or DAPO format)", DATA)
-    eval_data: list[str] = arg(["data/arith/heldout.jsonl"], "held-out problem files evaluated during training "
+    task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --eval-data "
+                    "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
+    model: str = arg(TASKS["math"].model, "model directory (HF format: config.json, safetensors, tokenizer)", DATA)
+    data: str = arg(TASKS["math"].data, "training problems (jsonl: problem/answer or DAPO format)", DATA)
+    eval_data: list[str] = arg(list(TASKS["math"].eval_data), "held-out problem files evaluated during training "
                                "(--eval-data with no file: no evaluation)", DATA, nargs="*")
     system_prompt: str | None = arg(None, "system message for chat-template models", DATA)
     prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
@@ -186,6 +189,8 @@ class TrainConfig:
     seed: int = arg(0, "seed of prompt order, sampling and initialisation", RUN, ">=0")
     device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available; under torchrun each rank its own "
                       "GPU)", RUN)
+    threads: int = arg(0, "CPU threads of torch (0 = as many as the cores other processes leave idle, checked "
+                       "before every step; an explicit OMP_NUM_THREADS wins)", RUN, ">=0")
     preset: str | None = arg(None, "start from a published setting; flags given explicitly win (listed at the "
                              "end of --help)", RUN, choices=["paper"])
     hparams: dict = arg(None, "clip method hyper-parameters after defaults (written to config.json)", cli=False)
@@ -228,7 +233,10 @@ def hparam_flags(parser):
 
 
 def apply_preset(cfg: TrainConfig, given: set) -> TrainConfig:
-    """The preset's values for every field not given on the command line."""
+    """The task's files, then the preset's values, for every field not given on the command line."""
+    task = TASKS[cfg.task]
+    cfg = TrainConfig(**{**asdict(cfg), **{k: v for k, v in [("model", task.model), ("data", task.data),
+                                                               ("eval_data", list(task.eval_data))] if k not in given}})
     if cfg.preset is None:
         return cfg
     if not {"model", "data"} <= given:

@@ -1,4 +1,5 @@
-"""Problems from jsonl files: one loader for the training set and every benchmark.
+"""Problems from jsonl files (one loader for the training set and every benchmark), and the tasks:
+which problems, which warm-start policy and which reward go together (TASKS, train.py's --task).
 
 The format is told from each row's fields:
 
@@ -25,7 +26,25 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
+
+from nanoatr.verifier import verify
+
+
+@dataclass(frozen=True)
+class Task:
+    """An embedded task: its warm-start policy, its problems, and the reward of a completion."""
+    model: str                            # the model directory (warm-start policy and tokenizer)
+    data: str                             # training problems
+    eval_data: tuple[str, ...]            # held-out problems, never trained on
+    reward: Callable[[str, str], float]   # reward(completion text, the problem's "answer" field)
+
+
+# --task NAME. "math" grades final answers with the verifier: the embedded arithmetic task, and any
+# --model / --data of yours (DAPO-Math-17k, AIME, AMC) with the same reward.
+TASKS = {
+    "math": Task("data/tiny-qwen3", "data/arith/train.jsonl", ("data/arith/heldout.jsonl",), verify),
+}
 
 
 class DataError(ValueError):

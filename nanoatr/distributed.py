@@ -1,4 +1,4 @@
-"""Several processes (torchrun), one device each, and the precision the model runs in.
+"""Several processes (torchrun), one device each, the precision the model runs in, and CPU threads.
 
     torchrun --nproc_per_node 4 train.py --model ... --preset paper
 
@@ -127,3 +127,53 @@ def precision(dtype: str, device: torch.device):
     if dtype == "float32":
         return contextlib.nullcontext
     return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+class CpuThreads:
+    """How many torch threads to run on the CPU: `threads` if given (--threads N), else as many as the
+    cores this process may use that other processes leave idle (--threads 0, the default).
+
+    Why: torch runs one thread per core, and its parallel regions wait at a barrier for every thread.
+    On 2 cores with one other busy process, 2 threads made the default run 3x slower than 1 thread
+    (a descheduled thread stalls each barrier); with a few busy processes, 20-60x. So before each step
+    `adjust()` reads how much CPU other processes took on our cores since the last call (/proc/stat
+    minus this process's own CPU time) and runs `cores - that, rounded`, at least 1. An explicit
+    OMP_NUM_THREADS / MKL_NUM_THREADS, or a machine without /proc/stat, keeps torch's own choice.
+    """
+
+    def __init__(self, threads: int = 0, device: torch.device = torch.device("cpu")):
+        self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.fixed = threads or None
+        if device.type != "cpu" or os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
+            self.fixed = self.fixed or torch.get_num_threads()
+        if self.fixed is None and not os.path.exists("/proc/stat"):
+            self.fixed = torch.get_num_threads()
+        self.last = self._sample() if self.fixed is None else None
+        torch.set_num_threads(self.fixed or len(self.cores) or torch.get_num_threads())
+
+    def _sample(self) -> tuple[float, float, float]:
+        """(wall seconds, busy CPU seconds of our cores, this process's CPU seconds)."""
+        busy, tick = 0, os.sysconf("SC_CLK_TCK")
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *fields = line.split()
+                if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in self.cores:
+                    user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[:8])
+                    busy += user + nice + system + irq + softirq + steal
+        return time.monotonic(), busy / tick, time.process_time()
+
+    def others(self) -> float:
+        """Cores' worth of CPU that other processes used on our cores since the last call."""
+        now = self._sample()
+        wall, busy, own = (a - b for a, b in zip(now, self.last))
+        self.last = now
+        return max(0.0, (busy - own) / wall) if wall > 0 else 0.0
+
+    def adjust(self) -> int:
+        """Set and return the thread count for the next stretch of work."""
+        if self.fixed is not None:
+            return self.fixed
+        n = max(1, min(len(self.cores), round(len(self.cores) - self.others())))
+        if n != torch.get_num_threads():
+            torch.set_num_threads(n)
+        return n

@@ -50,7 +50,8 @@ def add_adapters(model, rank: int, alpha: float, targets, base: str):
     """Wrap `model` (our Qwen3) with fresh, trainable LoRA adapters; every base weight is frozen.
 
     lora_B starts at zero, so the wrapped model starts exactly as the base. Dropout is 0: it would
-    make the first ratio differ from 1 and the KL noisy (users.md 2.14).
+    make the first ratio differ from 1 and the KL noisy (a dropout mask differs between the rollout's
+    scoring and the update's, so pi_old would not be the policy that is trained).
     """
     from peft import LoraConfig, get_peft_model
     model.name_or_path = base  # peft records it as the adapter's base_model_name_or_path

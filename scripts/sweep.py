@@ -47,9 +47,9 @@ from plot import COLORS, Line, Panel, curve_panels, draw  # noqa: E402  (scripts
 # learns, and a stable several % was not reached.  8 x 4 at 3e-5 cuts most at a cost the sweep can
 # afford.  The 3 x 3 sweep at these settings, 60 steps, full held-out: cut clip 1.75%, clip-higher
 # 1.65%, kl3 1.38%; Mean@8 28.2 -> 37.7, 39.3, 37.2; 3.4-3.7 min per run on one core.
-SETTINGS = ["--minibatches", "8", "--epochs", "4", "--lr", "3e-5", "--eval-every", "20", "--no-compile"]
-STEPS = 60
-OWN_FLAGS = {"--clip", "--seed", "--steps", "--out-dir", "--name", "--resume"}
+# Every task's settings: (train.py flags, steps). The task itself is passed as --task.
+SETTINGS = {"math": (["--minibatches", "8", "--epochs", "4", "--lr", "3e-5", "--eval-every", "20", "--no-compile"], 60)}
+OWN_FLAGS = {"--clip", "--seed", "--steps", "--out-dir", "--name", "--resume", "--task"}
 
 
 class Run(NamedTuple):
@@ -210,13 +210,15 @@ def main(argv=None):
     train_args = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(prog="python scripts/sweep.py",
-                                     description=__doc__ + f"\nSETTINGS: {' '.join(SETTINGS)} --steps {STEPS}",
+                                     description=__doc__ + "".join(f"\nSETTINGS of --task {t}: {' '.join(f)} --steps {n}"
+                                                                   for t, (f, n) in SETTINGS.items()),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clip", nargs="+", metavar="METHOD", help="methods (default: clip clip-higher kl3)")
     parser.add_argument("--ablate-delta", nargs="+", type=float, metavar="DELTA",
                         help="instead of --clip: kl3 at each delta, and Figure 3")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per method (default: 3)")
-    parser.add_argument("--steps", type=int, default=STEPS, help=f"rollout steps of every run (default: {STEPS})")
+    parser.add_argument("--task", default="math", choices=sorted(SETTINGS), help="the task (train.py --task)")
+    parser.add_argument("--steps", type=int, help="rollout steps of every run (default: the task's)")
     parser.add_argument("--delta", type=float, help="delta of every method that has one (default: its own, 0.07)")
     parser.add_argument("--jobs", type=int, default=0, help="runs at a time (default: one per core, at most one per run)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)")
@@ -228,6 +230,8 @@ def main(argv=None):
     own = OWN_FLAGS & {a.split("=")[0] for a in train_args}
     if own:
         parser.error(f"{', '.join(sorted(own))} after -- is set by the sweep itself")
+    flags, steps = SETTINGS[args.task]
+    args.steps = args.steps or steps
     if args.seeds < 1 or args.steps < 1:
         parser.error("--seeds and --steps must be >= 1")
     methods = [f"kl3:delta={d:g}" for d in args.ablate_delta] if args.ablate_delta else \
@@ -237,7 +241,7 @@ def main(argv=None):
         runs = plan(methods, args.seeds, out, args.delta)
     except ValueError as e:
         parser.error(str(e))
-    train_args = SETTINGS + train_args  # later flags win in train.py's argparse
+    train_args = ["--task", args.task, *flags, *train_args]  # later flags win in train.py's argparse
     cores = os.cpu_count() or 1
     jobs = args.jobs or max(1, min(len(runs), cores))
     threads = args.threads or max(1, cores // jobs)

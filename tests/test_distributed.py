@@ -67,3 +67,47 @@ def test_sampling_does_not_depend_on_the_number_of_ranks():
     assert train.chunk_seed(cfg, 5, 1, salt=1) != train.chunk_seed(cfg, 5, 1)
     assert train.chunk_seed(TrainConfig(seed=0), 7, 0) == 7  # one chunk: the seed it always had
     assert torch.distributed.is_available()
+
+
+def test_cpu_threads_take_the_cores_others_leave_idle(monkeypatch):
+    from nanoatr.distributed import CpuThreads
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        t = CpuThreads(0)
+        t.cores = [0, 1, 2, 3]
+        samples = iter([(10.0, 100.0, 5.0), (11.0, 103.0, 6.0), (12.0, 104.0, 7.0), (13.0, 108.0, 8.0)])
+        monkeypatch.setattr(t, "_sample", lambda: next(samples))
+        t.last = t._sample()
+        assert t.adjust() == 2 and torch.get_num_threads() == 2  # 3 busy core-s in 1 s, 1 of them ours: 2 others
+        assert t.adjust() == 4  # 1 busy, all ours: nobody else
+        assert t.adjust() == 1  # 4 busy, 1 ours: 3 others, at least one thread stays
+        assert CpuThreads(3).adjust() == 3  # --threads N is kept
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert CpuThreads(0).fixed == torch.get_num_threads()  # the user's explicit choice wins
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cpu_threads_see_a_busy_process_on_our_cores(monkeypatch):
+    """A real busy loop pinned to one of our cores shows up as about one core used by others."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from nanoatr.distributed import CpuThreads
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("no /proc/stat")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    core = sorted(os.sched_getaffinity(0))[0]
+    busy = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
+    try:
+        t = CpuThreads(0)
+        time.sleep(0.5)
+        assert t.others() > 0.5
+    finally:
+        busy.kill()
+        busy.wait()
+        torch.set_num_threads(before)

@@ -2,8 +2,8 @@
 
     python -m pytest tests/test_loss.py -q
 
-Expected gradients are written out from the formulas (clip_methods.md §V.4 / §V.5 anchors where
-they exist), never computed by the code under test.  Each batch row is a list of ratios w with one
+Expected gradients are written out from the formulas in each method's docstring (the sources it names),
+never computed by the code under test.  Each batch row is a list of ratios w with one
 advantage, plus a padding token whose logp is garbage (inf / nan): it must get zero loss and gradient.
 """
 import math
@@ -18,7 +18,7 @@ from nanoatr import methods
 from nanoatr.divergence import kl3_ratio_range
 
 F64 = torch.float64
-W = [0.5, 0.75, 0.85, 1.0, 1.1, 1.25, 1.5, 2.5, 3.5, 5.0]  # the ratio grid of clip_methods.md §V.4
+W = [0.5, 0.75, 0.85, 1.0, 1.1, 1.25, 1.5, 2.5, 3.5, 5.0]  # ratios on both sides of every band
 GARBAGE = [math.inf, math.nan, -math.inf]  # what the padding token of row i holds in logp
 
 

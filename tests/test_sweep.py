@@ -20,7 +20,8 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     results = json.loads((tmp_path / "results.json").read_text())
     assert sorted(r["seed"] for r in results) == [0, 1] and all(0 <= r["mean@k"] <= 100 for r in results)
     cfg = json.loads((tmp_path / "kl3-s1/config.json").read_text())
-    settings = dict(zip(sweep.SETTINGS[::2], sweep.SETTINGS[1::2]))
+    flags = sweep.SETTINGS["math"][0]
+    settings = dict(zip(flags[::2], flags[1::2]))
     assert (cfg["minibatches"], cfg["epochs"]) == (int(settings["--minibatches"]), int(settings["--epochs"]))
     assert (cfg["seed"], cfg["eval_k"]) == (1, 2)  # SETTINGS, then ours
     assert {gid.split("|")[0] for gid in lines_of(tmp_path / "curves.svg")} == {"kl3"}  # one colour, one entry

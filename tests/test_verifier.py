@@ -1,7 +1,7 @@
-"""Tests for nanoatr.verifier: extraction, normalisation, equivalence policy, safety, speed."""
-import os
-import random
-import time
+"""Tests for nanoatr.verifier: extraction, normalisation and the equivalence policy, kind by kind.
+
+Safety (hostile input, bounds) is in test_verifier_safety.py; the labelled case file in
+test_verifier_cases.py."""
 from fractions import Fraction
 
 import pytest
@@ -40,12 +40,14 @@ FRACTIONS = [
     ("6\\div 4", "3/2", True), ("\\frac{7}{8}", "0.875", True), ("0.875", "7/8", True),
 ]
 
-DECIMALS_AND_TOLERANCE = [
-    ("0.33", "1/3", False), ("0.333", "1/3", False), ("0.3333", "1/3", True), ("0.33333", "\\frac{1}{3}", True),
-    ("0.3334", "1/3", True), ("0.3332", "1/3", False), ("0.6667", "2/3", True), ("0.6666", "2/3", True),
+# Decimals are the exact rationals they write: no tolerance, so a rounded decimal never earns the
+# reward for an exact answer (1.414 is not sqrt 2), and an exact answer never matches a rounded gold.
+DECIMALS_EXACT = [
+    ("0.33", "1/3", False), ("0.333", "1/3", False), ("0.3333", "1/3", False), ("0.33333", "\\frac{1}{3}", False),
+    ("0.3334", "1/3", False), ("0.3332", "1/3", False), ("0.6667", "2/3", False), ("0.6666", "2/3", False),
     ("0.6665", "2/3", False), ("0.5001", "1/2", False), ("0.4999", "0.5", False), ("3.14", "\\pi", False),
-    ("3.1416", "\\pi", True), ("3.1415", "\\pi", True), ("3.1417", "\\pi", False), ("1.414", "\\sqrt{2}", True),
-    ("1.41", "\\sqrt{2}", False), ("1/3", "0.3333", True), ("0.3333", "0.33333", False), ("2.5", "2.50", True),
+    ("3.1416", "\\pi", False), ("3.1415", "\\pi", False), ("3.1417", "\\pi", False), ("1.414", "\\sqrt{2}", False),
+    ("1.41", "\\sqrt{2}", False), ("1/3", "0.3333", False), ("0.\\overline{3}", "1/3", True), ("0.1\\overline{6}", "\\frac16", True), ("0.3333", "0.33333", False), ("2.5", "2.50", True),
     ("1234.05", "1234.0", False), ("1234.0", "1234", True), (".5", "0.5", True), ("0.1", "1/10", True),
 ]
 
@@ -69,7 +71,7 @@ RADICALS_AND_PI = [
 ]
 
 PERCENT_DEGREES_UNITS = [
-    ("50\\%", "50", True), ("50", "50\\%", True), ("50\\%", "0.5", False), ("5", "50\\%", False),
+    ("50\\%", "50", True), ("50", "50\\%", True), ("50\\%", "0.5", True), ("5", "50\\%", False),
     ("12.5\\%", "12.5", True), ("30^\\circ", "30", True), ("30^{\\circ}", "30", True), ("30", "30^\\circ", True),
     ("45°", "45", True), ("30^\\circ", "60", False), ("5\\text{ cm}", "5", True), ("5 \\text{cm}^2", "5", True),
     ("5\\mbox{ inches}", "5", True), ("5\\mathrm{~m}", "5", True), ("5 cm", "5", True), ("6\\text{ cm}", "5", False),
@@ -81,7 +83,7 @@ SPACING_AND_EQUATIONS = [
     ("\\left( 1, 2 \\right)", "(1,2)", True), ("\\left(\\frac{1}{2}\\right)", "1/2", True), ("1\\!2", "12", True),
     ("3\\;", "3", True), ("~7", "7", True), ("\\quad 7", "7", True), ("\\displaystyle\\frac{1}{2}", "0.5", True),
     ("x = 5", "5", True), ("x=5", "x = 5", True), ("y = 2x+3", "2x+3", True), ("a_1 = 4", "4", True),
-    ("x = 6", "5", False), ("x + y = 5", "5", False), ("x \\approx 3.1416", "\\pi", True), ("x \\in (1, 2]", "(1,2]", True),
+    ("x = 6", "5", False), ("x + y = 5", "5", False), ("x \\approx 3.1416", "\\pi", False), ("x \\approx 3.1416", "3.1416", True), ("x \\in (1, 2]", "(1,2]", True),
     ("5.", "5", True), ("$5$", "5", True), ("\\(5\\)", "5", True),
 ]
 
@@ -110,9 +112,68 @@ SYMBOLIC = [
     ("x", "y", False), ("\\theta", "\\theta", True), ("2^{n}", "2^n", True), ("n+1", "1+n", True),
 ]
 
-ALL_TABLES = (INTEGERS + FRACTIONS + DECIMALS_AND_TOLERANCE + SCI_AND_POWERS + RADICALS_AND_PI
+ALL_TABLES = (INTEGERS + FRACTIONS + DECIMALS_EXACT + SCI_AND_POWERS + RADICALS_AND_PI
               + PERCENT_DEGREES_UNITS + SPACING_AND_EQUATIONS + INTERVALS_AND_LISTS + CHOICES_AND_TEXT
               + SYMBOLIC)
+
+
+# The kinds added for issue 18 (each a class of answer, not one example) ---------------------
+INEQUALITIES = [
+    ("x \\ge 5", "x \\geq 5", True), ("k \\geq 2", "k \\ge 2", True), ("x \\geqslant 1", "x \\ge 1", True),
+    ("5 \\le x", "x \\ge 5", True), ("5 < x", "x > 5", True), ("5 > x", "x > 5", False), ("x > 5", "x \\ge 5", False),
+    ("x \\ge 5", "[5, \\infty)", True), ("x > 5", "(5, \\infty)", True), ("x > 5", "[5, \\infty)", False),
+    ("(-\\infty, 2]", "x \\le 2", True), ("1 < x \\le 3", "(1, 3]", True), ("1 \\le x < 3", "(1, 3]", False),
+    ("3 \\ge x > 1", "1 < x \\le 3", True), ("x \\in (1, 3]", "1 < x \\le 3", True),
+    ("x < -1 \\text{ or } x > 2", "(-\\infty,-1)\\cup(2,\\infty)", True), ("x \\ne 0", "(-\\infty,0)\\cup(0,\\infty)", True),
+    ("|x| < 2", "-2 < x < 2", True), ("|x| \\ge 2", "x \\le -2 \\text{ or } x \\ge 2", True),
+    ("\\{x \\mid x > 2\\}", "x > 2", True), ("x \\ge \\frac{1}{2}", "x \\geq 0.5", True), ("x > 2", "t > 2", False),
+    ("y > 2x + 1", "2x + 1 < y", True), ("y > 2x + 1", "4x + 2 < 2y", True), ("y > 2x + 1", "y \\ge 2x + 1", False),
+    ("y > 2x + 1", "-y > -2x - 1", False),
+]
+
+EQUATIONS = [
+    ("y = -\\frac12 x + \\frac34", "2x+4y-3=0", True), ("2x + 4y = 3", "y = -\\frac{x}{2} + \\frac{3}{4}", True),
+    ("y = -\\frac12 x + \\frac34", "2x+4y+3=0", False), ("x = 3", "3", True), ("3", "x = 3", True), ("3 = x", "x = 3", True),
+    ("x = 3", "y = 3", False), ("(x-1)^2 + y^2 = 4", "x^2 - 2x + y^2 - 3 = 0", True), ("x^2 + y^2 = 4", "x^2+y^2=2", False),
+    ("y = x^2", "y - x^2 = 0", True), ("y = x^2", "y = x^3", False), ("f(x) = 3x - 1", "3x - 1", True),
+    ("x = 2, y = -1", "(2, -1)", True), ("(x, y) = (2, -1)", "(2, -1)", True), ("x = -1, y = 2", "(2, -1)", False),
+    ("2 \\cdot 3 = 6", "6", True), ("5 = 6", "6", False), ("x + y = 5", "5", False), ("2 = 2", "x = 2", False),
+]
+
+MATRICES = [
+    ("\\begin{bmatrix} 1 & 2 \\\\ 3 & 4 \\end{bmatrix}", "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", True),
+    ("\\begin{pmatrix} \\frac12 & \\sqrt{4} \\end{pmatrix}", "\\begin{pmatrix} 0.5 & 2 \\end{pmatrix}", True),
+    ("\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", "\\begin{pmatrix} 1 & 3 \\\\ 2 & 4 \\end{pmatrix}", False),
+    ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix} 1 & 2 \\end{pmatrix}", False),
+    ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "(1, 2)", True), ("\\langle 1, 2 \\rangle", "(1, 2)", True),
+    ("\\left[\\begin{array}{cc} 1 & 0 \\\\ 0 & 1 \\end{array}\\right]", "\\begin{pmatrix} 1 & 0 \\\\ 0 & 1 \\end{pmatrix}", True),
+]
+
+UNSIMPLIFIED = [
+    ("5!", "120", True), ("\\binom{5}{2}", "10", True), ("\\dbinom{5}{2}", "10", True), ("{5 \\choose 2}", "10", True),
+    ("\\frac{7!}{3!4!}", "35", True), ("3!", "3", False), ("\\binom{5}{2}", "\\binom{5}{3}", True), ("\\binom{5}{1}", "10", False),
+    ("\\log_2 32", "5", True), ("\\log 1000", "3", True), ("\\sin \\frac{\\pi}{6}", "\\frac{1}{2}", True),
+    ("\\cos 60^\\circ", "0.5", True), ("\\frac{x^2 - 4}{x - 2}", "x + 2", True), ("(a - b)^2", "a^2 - 2ab + b^2", True),
+    ("(a - b)^2", "a^2 - b^2", False), ("e^{i\\pi}", "-1", True), ("i^2", "-1", True), ("2^3 \\cdot 3", "24", True),
+]
+
+SETS_AND_TUPLES = [
+    ("\\left\\{ \\frac{1}{2}, \\sqrt{9} \\right\\}", "\\{3, 0.5\\}", True), ("(\\sqrt{8}, \\frac{6}{4})", "(2\\sqrt{2}, 1.5)", True),
+    ("(\\sqrt{8}, \\frac{6}{4})", "(1.5, 2\\sqrt{2})", False), ("\\mathbb{R}", "(-\\infty, \\infty)", True),
+    ("\\text{all real numbers}", "\\mathbb{R}", True), ("\\emptyset", "\\varnothing", True), ("\\{\\}", "\\emptyset", True),
+    ("\\{4\\}", "4", True), ("2, 3", "(2, 3)", True), ("3, 2", "(2, 3)", False), ("2, 2", "2", True), ("2, 2", "2, 3", False),
+]
+
+# Policy pins: percent both ways; the last box group; degrees.
+PERCENT = [("25\\%", "25", True), ("25\\%", "0.25", True), ("25", "25\\%", True), ("0.25", "25\\%", True),
+           ("25\\%", "2.5", False), ("25\\%", "\\frac14", True), ("2.5\\%", "0.025", True)]
+
+# Near misses: exact, not approximately equal (the float checks alone would accept these).
+NEAR_MISSES = [("x + 10^{-20}", "x", False), ("y = 2x + 1 + 10^{-15}", "y = 2x + 1", False),
+               ("\\sqrt{10^{200}+1} - 10^{100}", "0", False), ("1 + 10^{-30}", "1", False),
+               ("(1+\\sqrt2)^{10}", "3363 + 2378\\sqrt2", True), ("(1+\\sqrt2)^{10}", "3363 + 2379\\sqrt2", False)]
+
+ALL_TABLES = ALL_TABLES + NEAR_MISSES + INEQUALITIES + EQUATIONS + MATRICES + UNSIMPLIFIED + SETS_AND_TUPLES + PERCENT
 
 
 @pytest.mark.parametrize("answer,gold,expected", ALL_TABLES)
@@ -132,7 +193,9 @@ COMPLETIONS = [
     ("Final Answer: The final answer is $42$. I hope it is correct.", "42", True),
     ("So the answer is: **6**", "6", True),
     ("Therefore the answer is $\\boxed{6}$.", "6", True),
-    ("\\boxed{5} and then later \\boxed{7}", "7", True),               # the LAST box counts
+    ("\\boxed{5}.\n\nLater: \\boxed{7}", "7", True),                     # the LAST box counts
+    ("\\boxed{5}.\n\nLater: \\boxed{7}", "5", False),
+    ("\\boxed{5} and then later \\boxed{7}", "7", False),              # different boxes, one group: a hedge
     ("\\boxed{5} and then later \\boxed{7}", "5", False),
     ("\\boxed{840} ... \\boxed{840}", "840", True),
     ("\\boxed{840} ... \\boxed{840}", "840840", False),                # boxes never concatenate
@@ -152,7 +215,8 @@ COMPLETIONS = [
     ("Answer: 7\n\\boxed{6}", "6", True),
     ("\\boxed{6}\n**Final Answer:** 7", "7", True),
     ("\\boxed{5}. To double-check the answer: 2+3=5.", "5", True),  # mid-line "answer:" is chatter
-    ("Answer: 34 because 30+4", "34", False),                          # garbage after the answer
+    ("Answer: 34 because 30+4", "34", True),                           # prose after the answer
+    ("Answer: 34 or 35", "34", False),                                  # a hedge
     ("x" * 10_000 + "\\boxed{9}", "9", True),                           # long completion
     ("\\boxed{9}" + "x" * 30_000, "9", False),                          # box far before the end
 ]
@@ -160,6 +224,62 @@ COMPLETIONS = [
 
 @pytest.mark.parametrize("completion,gold,expected", COMPLETIONS)
 def test_extraction(completion, gold, expected):
+    assert verify(completion, gold) is expected
+
+
+# Statements without a box: the last one counts; the answer is its first math span or leading value.
+STATEMENTS = [
+    ("Adding the cases, the answer is 12", "12", True),
+    ("Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac34", True),
+    ("The perimeter follows.\n\n**Final Answer**\n\\[ 42 \\]", "42", True),
+    ("### Final Answer\n\n$42$", "42", True),
+    ("So, the answer is: 12", "12", True),
+    ("The answer is 10.\nHmm, I missed a case; with it the answer is 12.", "12", True),
+    ("The answer is 10.\nHmm, I missed a case; with it the answer is 12.", "10", False),
+    ("Answer: 10\n\nAnswer: 12", "12", False),                       # two final answers: a hedge
+    ("Answer: 10\n\nWait, I missed the empty set.\n\nAnswer: 12", "12", True),  # a correction
+    ("The answer is 12. Or maybe the answer is 13.", "13", False),
+    ("The answer to the question is $7$.", "7", True),
+    ("The answers are $2$ and $5$.", "2, 5", True),
+    ("So $\\frac{5}{3}$ is the final answer.", "\\frac53", True),
+    ("The answer is 12 marbles, since each bag holds 3.", "12", True),
+    ("The answer is $12$, or possibly $13$.", "12", False),
+    ("The answer is 12 or 13.", "12", False),
+    ("Answer: The total is 64.", "64", True),
+    ("#### 42", "42", True),
+    ("<think>6*7</think>\n<answer>42</answer>", "42", True),
+    ("<think>6*7</think>\n<answer>42", "42", False),  # cut off inside the tag
+    ("The correct option is (D).", "D", True),
+    ("I believe the answer is correct.", "5", False),
+    ("The answer is $x = 4$.", "4", True),
+]
+
+
+@pytest.mark.parametrize("completion,gold,expected", STATEMENTS)
+def test_answer_statements(completion, gold, expected):
+    assert verify(completion, gold) is expected
+
+
+# Several boxes: equal boxes are one answer; different boxes in one final chain are a list, which
+# never equals a single gold (boxing candidates earns nothing); a new paragraph or a correction
+# ("wait", "wrong") starts a new chain, unless the text hedges ("or maybe").
+BOX_GROUPS = [
+    ("$\\boxed{3}$, $\\boxed{4}$, $\\boxed{5}$", "5", False),
+    ("It is $\\boxed{4}$ or $\\boxed{5}$.", "4", False),
+    ("$x = \\boxed{2}$ and $y = \\boxed{3}$", "(2, 3)", True),
+    ("$x = \\boxed{2}$ and $y = \\boxed{3}$", "2, 3", True),
+    ("So $\\boxed{\\frac12}$, i.e. $\\boxed{0.5}$.", "0.5", True),
+    ("First try: $\\boxed{4}$. That was wrong, so $\\boxed{5}$.", "5", True),    # a correction
+    ("So $a = \\boxed{4}$, and the sum is $\\boxed{5}$.", "5", False),         # one paragraph: both count
+    ("First try: $\\boxed{4}$.\n\nThat was wrong: I counted a pair twice. So $\\boxed{5}$.", "5", True),
+    ("$\\boxed{4}$.\n$\\boxed{5}$.\n$\\boxed{6}$.", "6", False),
+    ("It is $\\boxed{4}$.\n\nOr maybe it is $\\boxed{5}$.", "5", False),                # a hedge across paragraphs
+    ("\\boxed{5}\n\n**Final Answer**\n\\boxed{5}", "5", True),
+]
+
+
+@pytest.mark.parametrize("completion,gold,expected", BOX_GROUPS)
+def test_box_groups(completion, gold, expected):
     assert verify(completion, gold) is expected
 
 
@@ -180,7 +300,7 @@ def test_non_string_and_numeric_golds():
 
 def test_extract_answer():
     assert extract_answer("so \\boxed{\\frac{1}{2}}.") == "\\frac{1}{2}"
-    assert extract_answer("\\boxed{1}\\boxed{2}") == "2"
+    assert extract_answer("\\boxed{1}\\boxed{2}") == "1, 2"
     assert extract_answer("\\boxed{1") is None
     assert extract_answer("no marker 42") is None
 
@@ -238,86 +358,8 @@ def test_property_same_value_verifies(r, data):
 def test_property_different_value_fails(r, other, data):
     assume(r != other)
     form = data.draw(st.sampled_from(latex_forms(r)))
-    dec = _terminating_decimal(r)
-    if dec and form == dec[0]:  # the documented tolerance may accept a long decimal near other
-        assume(abs(r - other) >= Fraction(1, 10 ** dec[1]))
     gold = data.draw(st.sampled_from(gold_strings(other)))
     assert not verify(boxed(form), gold), (form, gold)
-
-
-# adversarial ------------------------------------------------------------------------------
-def _random_latex(n: int, seed: int = 0) -> str:
-    rng = random.Random(seed)
-    tokens = ["\\frac{", "\\sqrt[", "}", "{", "^", "9", "\\boxed{", "(", ")", "\\pi", "\\left(", ",", "1",
-              "\\text{", "=", "\\pm", "e", "0.", "/", "\\", "$", " ", "**", "\\cdot", "-"]
-    out, size = [], 0
-    while size < n:
-        t = rng.choice(tokens)
-        out.append(t)
-        size += len(t)
-    return "".join(out)
-
-
-ADVERSARIAL = [
-    "\\boxed{__import__('os').system('touch PWNED')}",
-    "\\boxed{__import__('pathlib').Path('PWNED').touch()}",
-    "Answer: __import__('os').system('touch PWNED')",
-    "\\boxed{open('PWNED','w').write('x')}",
-    "\\boxed{9^{9^{9^{9}}}}",
-    "\\boxed{9^{9^{9^{\\pi}}}}",
-    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
-    "\\boxed{10^{10^{10}}}",
-    "\\boxed{(1+\\sqrt{2})^{100000}}",
-    "\\boxed{x^{99999999}}",
-    "\\boxed{\\pi^{\\pi^{\\pi^{\\pi}}}}",
-    "\\boxed{1e999999999}",
-    "\\boxed{1.5\\times10^{99999999}}",
-    "\\boxed{\\sqrt[999999]{2}}",
-    "\\boxed{" + "9" * 10**6 + "}",
-    "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}",
-    "\\boxed{" + "(" * 10_000 + "1" + ")" * 10_000 + "}",
-    "\\boxed{" + "\\frac" * 100 + "}",
-    "\\boxed{" + "-" * 301 + "1}",
-    "\\boxed{" + "2^" * 150 + "2}",
-    "\\boxed{" + "\\sqrt{" * 60 + "2" + "}" * 60 + "}",
-    "\\boxed{" + "+".join(["\\sqrt{%d}" % k for k in range(2, 40)]) + "}",
-    "\\boxed{" + "\\{" * 5000 + "}",
-    "\\boxed{\\frac{1}{0}}",
-    "\\boxed{0^{-1}}",
-    "\\boxed{\\frac{1}{1-1}}",
-    "\\boxed{" + ",".join(["1"] * 200) + "}",
-    "\\boxed{" + "(" * 30 + "1,2" + ")" * 30 + "}",
-    "Answer: " + "1" * 10**6,
-    "The answer is " + "\\frac{" * 10**5,
-    _random_latex(10**6, seed=1),
-    _random_latex(10**6, seed=2) + "\\boxed{" + _random_latex(350, seed=3) + "}",
-    "\\boxed{\x00\udcff\u202e1}",
-    "\\boxed{3}\n" + "*" * 15_000 + "x answer: 3",
-    "answer is " * 2000 + "Answer: " * 2000,
-    "Answer: " + "\\(" * 9000,
-    "Answer: " + "$" + "1" * 15_000,
-]
-
-
-@pytest.mark.parametrize("completion", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
-def test_adversarial(completion, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for gold in ("1", "2", "\\sqrt{2}"):
-        start = time.perf_counter()
-        result = verify(completion, gold)
-        elapsed = time.perf_counter() - start
-        assert result is False
-        assert elapsed < 1.0, elapsed
-    assert os.listdir(tmp_path) == []
-
-
-def test_hostile_gold_is_also_safe(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    start = time.perf_counter()
-    assert verify(boxed("1"), "9^{9^{9^{9}}}") is False
-    assert verify(boxed("1"), "__import__('os').system('touch PWNED')") is False
-    assert time.perf_counter() - start < 1.0
-    assert os.listdir(tmp_path) == []
 
 
 def test_never_evaluates_text(monkeypatch):
