@@ -272,6 +272,8 @@ def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1) -> TrainConfi
         raise ConfigError(problem)
     if cfg.merge and not cfg.lora_rank:
         raise ConfigError("--merge needs a LoRA run (--lora-rank > 0); a full fine-tuning checkpoint is already whole")
+    if cfg.base_name and not cfg.lora_rank:
+        raise ConfigError("--base-name needs a LoRA run (--lora-rank > 0): it is what the adapter records as its base")
     if any(not s for s in cfg.stop):
         raise ConfigError("--stop: empty stop string")
     cfg.lora_alpha = cfg.lora_alpha or 2.0 * cfg.lora_rank

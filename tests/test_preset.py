@@ -83,6 +83,7 @@ def test_preset_needs_its_evaluation_files_or_none(capsys, tmp_path):
     (["--thinking", "--prompt-template", "Q: {question}"], "--thinking has no effect with --prompt-template"),
     (["--no-thinking", "--prompt-template", "Q: {question}"], "--no-thinking has no effect with --prompt-template"),
     (["--system-prompt", "S", "--prompt-template", "Q: {question}"], "--system-prompt has no effect with"),
+    (["--base-name", "Qwen/Qwen3-1.7B"], "--base-name needs a LoRA run"),
 ])
 def test_prompt_flags_that_would_be_ignored_are_errors(argv, message):
     with pytest.raises(ValueError, match=message):
