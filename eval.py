@@ -8,24 +8,34 @@
 A LoRA run's checkpoint/ holds only the adapter; as --model it brings its base model along (named in
 its adapter_config.json).
 
+Temperature, top-k and top-p default to the model's generation_config.json (the published Qwen3
+instruct checkpoints: 0.6 / 20 / 0.95), else 1.0 / 0 / 1.0; a line on stderr says which were used.
+For the paper's numbers give them explicitly, as above.
+
 Every problem gets n >= k samples. Mean@k is the mean accuracy over all n samples; Pass@k is the
-unbiased estimate from n samples of the chance that one of k is correct (nanoatr.metrics). Every
-completion is appended to --out with its verdict as soon as its batch is graded, so an interrupted
-evaluation keeps its work and `--resume --out FILE` samples only what is missing.
+unbiased estimate from n samples of the chance that one of k is correct (nanoatr.metrics). --out
+starts with a line {"settings": ...} (the model, the sampling and prompt settings as used); every
+completion is appended to it with its verdict as soon as its batch is graded, so an interrupted
+evaluation keeps its work and `--resume --out FILE` samples only what is missing. --resume with other
+settings is refused (one table never mixes two evaluations).
 """
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from nanoatr import distributed, lora
-from nanoatr.config import ConfigError, EvalConfig, check_ranges, die, parse
+from nanoatr.config import (ConfigError, EvalConfig, check_ranges, die, flag, parse, prompt_flags_problem,
+                            resolve_sampling)
 from nanoatr.data import DataError, load_problems
 from nanoatr.evaluate import sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
-from nanoatr.tokenizer import TokenizerError, check_template, load_tokenizer, stop_token_ids
+from nanoatr.tokenizer import (TokenizerError, check_template, generation_defaults, load_tokenizer, read_json,
+                               stop_token_ids)
+from nanoatr.tokenizer import prompt_flags_problem as tokenizer_flags_problem
 
 
 def check(cfg: EvalConfig) -> str | None:
@@ -48,13 +58,32 @@ def check(cfg: EvalConfig) -> str | None:
         return "--resume needs --out FILE (the evaluation to continue)"
     if cfg.out and Path(cfg.out).exists() and not cfg.resume:
         return f"{cfg.out} already exists: pass --resume to continue it, or another --out"
+    return prompt_flags_problem(cfg)
+
+
+def check_writable(out: Path) -> str | None:
+    """Whether completions can be appended to `out` (its folder is created), as one line, or None:
+    checked before the model loads, not after minutes of it."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.exists():
+            with open(out, "a", encoding="utf-8"):
+                pass
+        else:
+            tempfile.TemporaryFile(dir=out.parent).close()
+    except OSError as e:
+        return f"cannot write --out {out} ({(e.strerror or str(e)).lower()})"
     return None
 
 
+CHECKPOINT_NAMES = ("checkpoint", "checkpoint.old")  # and checkpoint-stepNNNNNN (nanoatr.checkpoint.KEPT)
+
+
 def model_name(model_dir: str) -> str:
-    """The directory's name; a run's checkpoint/ is named after its run."""
+    """The directory's name; a run's checkpoint/ (or an older checkpoint-stepNNNNNN/) is named after its run."""
     path = Path(model_dir).resolve()
-    return path.parent.name if path.name in ("checkpoint", "checkpoint.old") else path.name
+    kept = path.name.startswith("checkpoint-step") and path.name[len("checkpoint-step"):].isdigit()
+    return path.parent.name if path.name in CHECKPOINT_NAMES or kept else path.name
 
 
 def default_out(model_dir: str) -> Path:
@@ -63,13 +92,33 @@ def default_out(model_dir: str) -> Path:
 
 
 ROW_FIELDS = {"benchmark", "problem_id", "sample", "correct", "gold", "length", "truncated"}
+# What the samples depend on: a file resumed with other values would mix two evaluations in one table.
+# (--k, --n, --limit, --data and --batch-size may change: rows are selected by problem and sample, and
+# gold answers are checked per row.)
+SETTINGS = ("model", "adapter", "checkpoint_step", "temperature", "top_p", "top_k", "max_new_tokens", "seed",
+            "sampler", "prompt_template", "system_prompt", "thinking", "stop", "dtype")
 
 
-def read_done(path: Path) -> list[dict]:
-    """Rows already in an output file. A torn last line (killed mid-write) is cut off the file."""
+def settings(cfg: EvalConfig, dirs) -> dict:
+    """The output file's first line: the model (absolute paths, a run checkpoint's step) and the sampling
+    settings as used (generation_config.json's values filled in)."""
+    step = read_json(Path(dirs.adapter or dirs.base, "manifest.json")).get("step")
+    return {"model": str(dirs.base.resolve()), "adapter": str(dirs.adapter.resolve()) if dirs.adapter else None,
+            "checkpoint_step": step, **{k: getattr(cfg, k) for k in SETTINGS[3:]}}
+
+
+def differences(saved: dict, now: dict) -> list[str]:
+    """The flags whose values differ between a file's settings and this run's, as 'FLAG A (now B)'."""
+    names = {"checkpoint_step": "--model (its checkpoint's step)"}
+    return [f"{names.get(k, flag(k))} {saved.get(k)!r} (now {now[k]!r})" for k in SETTINGS if saved.get(k) != now[k]]
+
+
+def read_done(path: Path) -> tuple[dict | None, list[dict]]:
+    """(the settings line, rows) already in an output file. A torn last line (killed mid-write) is cut off
+    the file."""
     if not path.exists():
-        return []
-    rows, good_bytes = [], 0
+        return None, []
+    rows, saved, good_bytes = [], None, 0
     with open(path, "rb") as f:
         lines = f.readlines()
     for lineno, line in enumerate(lines, 1):
@@ -77,15 +126,18 @@ def read_done(path: Path) -> list[dict]:
             row = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
             row = None
-        if not (isinstance(row, dict) and ROW_FIELDS <= row.keys()):
+        if lineno == 1 and isinstance(row, dict) and isinstance(row.get("settings"), dict):
+            saved = row["settings"]
+        elif not (isinstance(row, dict) and ROW_FIELDS <= row.keys()):
             if lineno == len(lines) and not line.endswith(b"\n"):
                 with open(path, "r+b") as f:
                     f.truncate(good_bytes)
                 break
             die(f"{path}:{lineno}: not an eval.py row (expected JSON with {', '.join(sorted(ROW_FIELDS))})")
-        rows.append(row)
+        else:
+            rows.append(row)
         good_bytes += len(line)
-    return rows
+    return saved, rows
 
 
 def benchmark_rows(done: list[dict], name: str, problems, n: int) -> list[dict]:
@@ -118,21 +170,36 @@ def main(argv=None):
         die(problem)
     n = cfg.n or cfg.k
     device = distributed.pick_device(cfg.device)
-    try:  # data first: a bad line is reported before minutes of model loading
+    try:  # flags, output file and data first: each is reported before minutes of model loading
+        dirs = lora.locate(cfg.model, cfg.adapter)
+        sampling = resolve_sampling(cfg, *generation_defaults(dirs.tokenizer, dirs.base))
+        out = Path(cfg.out) if cfg.out else default_out(cfg.adapter or cfg.model)
+        problem = check_writable(out)
+        if problem:
+            die(problem)
+        now = settings(cfg, dirs)
+        saved, done = read_done(out) if cfg.resume else (None, [])
+        if saved is not None and differences(saved, now):
+            die(f"--resume: {out} was sampled with other settings: {'; '.join(differences(saved, now))}. Give the "
+                f"same flags to continue it, or another --out")
         benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None) for f in cfg.data}
-        model, tok_dir = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
-        tok = load_tokenizer(tok_dir)
+        model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
+        tok = load_tokenizer(dirs.tokenizer)
+        stop_ids = stop_token_ids(tok, dirs.tokenizer, dirs.base)
+        problem = tokenizer_flags_problem(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)
     except (DataError, ModelError, TokenizerError, lora.AdapterError) as e:
         die(str(e))
+    if problem:
+        die(problem)
+    print(sampling, file=sys.stderr, flush=True)
     precision = distributed.precision(cfg.dtype, device)
-    out = Path(cfg.out) if cfg.out else default_out(cfg.adapter or cfg.model)
-    done = read_done(out) if cfg.resume else []
     results = {name: benchmark_rows(done, name, problems, n) for name, problems in benchmarks.items()}
     prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
-    stop_ids = stop_token_ids(tok, tok_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
     new = 0
     with open(out, "a", encoding="utf-8") as f:
+        if f.tell() == 0:  # a new file (or an empty one): the settings first
+            f.write(json.dumps({"settings": now}, ensure_ascii=False) + "\n")
+            f.flush()
         try:
             for name, problems in benchmarks.items():
                 skip = {(r["problem_id"], r["sample"]) for r in results[name]}

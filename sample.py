@@ -4,21 +4,28 @@
     python sample.py --temperature 0 --gold 74 "57+38-21"
     python sample.py --model runs/kl3-.../checkpoint < prompts.txt     # one prompt per line
     python sample.py --model Qwen3-1.7B/ --adapter runs/<lora run>/checkpoint --dtype bfloat16 "What is 2+2?"
+    python sample.py --model Qwen3-1.7B-Base/ --stop "<|im_end|>" --stop "</answer>" "What is 2+2?"
 
-A prompt goes through the model's chat template (or --prompt-template), exactly as in training and
-eval.py, unless --raw. stdout holds only completions (and --gold verdicts); a header per prompt
-(when several are given) and a length line per completion go to stderr.
+Prompts are the positional arguments (or stdin, one per line); --stop takes ONE string each time and
+is repeated for more, so a prompt after it is never taken for a stop string. A prompt goes through
+the model's chat template (or --prompt-template), exactly as in training and eval.py, unless --raw.
+Temperature, top-k and top-p default to the model's generation_config.json (the published Qwen3
+instruct checkpoints: 0.6 / 20 / 0.95), else 1.0 / 0 / 1.0; a line on stderr says which were used.
+stdout holds only completions (and --gold verdicts); the sampling line, a header per prompt (when
+several are given) and a length line per completion go to stderr.
 """
 import sys
 
 import torch
 
 from nanoatr import distributed, lora
-from nanoatr.config import ConfigError, SampleConfig, check_ranges, die, parse
+from nanoatr.config import ConfigError, SampleConfig, check_ranges, die, parse, resolve_sampling
+from nanoatr.config import prompt_flags_problem as flags_problem
 from nanoatr.data import Problem
 from nanoatr.model import ModelError
 from nanoatr.rollout import filter_logits, sampling_logprobs
-from nanoatr.tokenizer import TokenizerError, check_template, find_stop, format_prompt, load_tokenizer, stop_token_ids
+from nanoatr.tokenizer import (TokenizerError, check_template, format_prompt, generation_defaults, load_tokenizer,
+                               prompt_flags_problem, stop_strings, stop_token_ids)
 from nanoatr.verifier import verify
 
 
@@ -48,29 +55,31 @@ def stream(model, prompt: list[int], max_new_tokens: int, temperature: float = 1
                        position_ids=torch.tensor([[len(prompt) + t]], device=device), cache=cache)[:, -1]
 
 
-def print_stream(tokenizer, token_ids, out=None, stops=()) -> tuple[str, list[int]]:
-    """Print the text of each new token as it arrives; returns (whole text, token ids).
+def print_stream(tokenizer, token_ids, out=None, stops=()) -> tuple[str, list[int], bool]:
+    """Print the text of each new token as it arrives; returns (whole text, token ids, ended by a stop string).
 
     Text is decoded from the whole completion so far and only the new suffix is printed: a character
-    can span several byte-level tokens, and it is held back until its last byte arrives. Sampling
-    ends with the token that completes a stop string; the text ends with the stop string itself.
+    can span several byte-level tokens, and it is held back until its last byte arrives. Stop strings
+    are matched as rollout.generate matches them (tokenizer.StopStrings: text decoded WITH special
+    tokens, so --stop "<|im_end|>" works): sampling ends with the token that completes one, and the
+    completion is those tokens' text without special tokens, the text eval.py grades.
     """
     out = out or sys.stdout
+    stop = stop_strings(tokenizer, stops)
     tokens, shown = [], 0
     for tok in token_ids:
         tokens.append(tok)
         text = tokenizer.decode(tokens, skip_special_tokens=True)
-        end = find_stop(text, stops)
-        if end is not None:
-            out.write(text[shown:end])
-            return text[:end], tokens
+        if stop is not None and stop.holds([tokens])[0]:
+            out.write(text[shown:])
+            return text, tokens, True
         if not text.endswith("\ufffd"):  # else an incomplete character: wait for its next byte
             out.write(text[shown:])
             out.flush()
             shown = len(text)
     text = tokenizer.decode(tokens, skip_special_tokens=True)
     out.write(text[shown:])
-    return text, tokens
+    return text, tokens, False
 
 
 def read_prompts(positional: list[str]):
@@ -90,21 +99,36 @@ def prompt_flags(parser):
                         help="prompts to complete (default: read stdin, one prompt per line)")
 
 
-def main(argv=None):
-    cfg, extra, _ = parse(SampleConfig, argv, __doc__, prompt_flags)
+def check(cfg: SampleConfig) -> str | None:
+    """The first thing wrong with the flags, as one line, or None."""
     try:
         check_ranges(cfg)
     except ConfigError as e:
-        die(str(e))
+        return str(e)
     if cfg.prompt_template is not None and check_template(cfg.prompt_template):
-        die(check_template(cfg.prompt_template))
+        return check_template(cfg.prompt_template)
+    if any(not s for s in cfg.stop):
+        return "--stop: empty stop string"
+    return flags_problem(cfg)
+
+
+def main(argv=None):
+    cfg, extra, _ = parse(SampleConfig, argv, __doc__, prompt_flags, usage="%(prog)s [flags] [PROMPT ...]")
+    problem = check(cfg)
+    if problem:
+        die(problem)
     device = distributed.pick_device(cfg.device)
     try:
-        model, tok_dir = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
-        tok = load_tokenizer(tok_dir)
+        model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
+        tok = load_tokenizer(dirs.tokenizer)
+        stop_ids = stop_token_ids(tok, dirs.tokenizer, dirs.base)
+        defaults, source = generation_defaults(dirs.tokenizer, dirs.base)
+        problem = None if cfg.raw else prompt_flags_problem(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)
     except (ModelError, TokenizerError, lora.AdapterError) as e:
         die(str(e))
-    stop_ids = stop_token_ids(tok, tok_dir)
+    if problem:
+        die(problem)
+    print(resolve_sampling(cfg, defaults, source), file=sys.stderr, flush=True)
     precision = distributed.precision(cfg.dtype, device)
     generator = torch.Generator(device=model.lm_head.weight.device).manual_seed(cfg.seed)
     prompts = list(extra["prompts"]) if extra["prompts"] else None
@@ -124,9 +148,9 @@ def main(argv=None):
             with precision():
                 tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, stop_ids,
                                 generator)
-                completion, tokens = print_stream(tok, tokens, stops=cfg.stop)
+                completion, tokens, by_string = print_stream(tok, tokens, stops=cfg.stop)
             print()
-            stopped = tokens[-1] in stop_ids or find_stop(completion, cfg.stop) is not None
+            stopped = by_string or tokens[-1] in stop_ids
             print(f"({len(tokens)} tokens, {'stopped' if stopped else 'hit --max-new-tokens'})", file=sys.stderr)
             if cfg.gold is not None:
                 print(f"[gold {cfg.gold}: {'correct' if verify(completion, cfg.gold) else 'wrong'}]", flush=True)

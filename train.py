@@ -397,7 +397,7 @@ def train(run: Run, problems, eval_sets, run_dir, tok_files, start, log, stop: S
             checkpoint.save(run_dir, run.weights, tok_files, {"step": step, "optimizer": run.opt.state_dict()},
                             keep=cfg.keep_checkpoints)
 
-    before = run_eval(run, eval_sets, 0, log) if start == 0 and not (d.main and log.has(0)) else None
+    before = run_eval(run, eval_sets, 0, log) if eval_sets and start == 0 and not (d.main and log.has(0)) else None
     if before:
         say(f"step 0: held-out Mean@{cfg.eval_k} {before[key]:.1f}%  Pass@{cfg.eval_k} "
             f"{before[f'eval/pass@{cfg.eval_k}']:.1f}%", flush=True)
@@ -412,7 +412,7 @@ def train(run: Run, problems, eval_sets, run_dir, tok_files, start, log, stop: S
             if d.main:
                 log.write(row)
                 bar.set_postfix(progress(row, cfg.clip))
-            if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+            if cfg.eval_every and eval_sets and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
                 res = run_eval(run, eval_sets, step + 1, log)
                 if d.main:
                     tqdm.write(f"step {step + 1}: held-out Mean@{cfg.eval_k} {res[key]:.1f}%")
@@ -422,7 +422,7 @@ def train(run: Run, problems, eval_sets, run_dir, tok_files, start, log, stop: S
                 return step + 1
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                 save(step + 1)
-    if not (d.main and log.has(cfg.steps)):  # a resumed run that stopped during its final evaluation
+    if eval_sets and not (d.main and log.has(cfg.steps)):  # a resumed run that stopped in its final evaluation
         after = run_eval(run, eval_sets, cfg.steps, log)
         say(f"step {cfg.steps}: held-out Mean@{cfg.eval_k} {after[key]:.1f}%  Pass@{cfg.eval_k} "
             f"{after[f'eval/pass@{cfg.eval_k}']:.1f}%" + (f"  (from {before[key]:.1f}%)" if before else ""))
@@ -454,9 +454,10 @@ def load_policy(cfg: TrainConfig, ckpt: Path | None, device):
         model = Qwen3.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype), device=device)
         if ckpt is None:
             weights = lora.add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets,
-                                        base=str(Path(cfg.model).resolve()))
+                                        base=cfg.base_name or cfg.model)
         else:
-            weights = lora.load_adapter(model, ckpt, trainable=True, model_dir=cfg.model)
+            weights = lora.load_adapter(model, ckpt, trainable=True, model_dir=cfg.model,
+                                        base=cfg.base_name or cfg.model)
         weights.to(device)
     # Non-reentrant checkpointing (model.py) gives LoRA its gradients even though the frozen
     # embedding's output does not require grad (the reentrant kind would silently give none).
@@ -520,7 +521,8 @@ def _main(argv=None):
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError) as e:
         die(str(e))
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
-              stop_token_ids(tok, tok_dir), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, d, precision, weights, ref,
+              stop_token_ids(tok, tok_dir, cfg.model), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, d,
+              precision, weights, ref,
               dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking),
               distributed.CpuThreads(cfg.threads, d.device))
     if d.main:

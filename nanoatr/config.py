@@ -19,7 +19,7 @@ from nanoatr import lora, methods
 from nanoatr.data import TASKS
 from nanoatr.loss import AGGREGATIONS
 from nanoatr.rollout import SAMPLER_HELP, SAMPLERS
-from nanoatr.tokenizer import check_template
+from nanoatr.tokenizer import SAMPLING_DEFAULTS, check_template
 
 
 class ConfigError(ValueError):
@@ -62,8 +62,11 @@ def add_fields(parser: argparse.ArgumentParser, cls):
         base = next((a for a in args if a is not type(None)), tp) if args and type(None) in args else tp
         if base is bool:
             groups[name].add_argument(flag(f.name), action=argparse.BooleanOptionalAction, **kw)
+        elif typing.get_origin(base) is list and f.metadata.get("repeat"):  # one value per flag: --stop A --stop B
+            groups[name].add_argument(flag(f.name), action="append", type=typing.get_args(base)[0], metavar="X", **kw)
         elif typing.get_origin(base) is list:
-            groups[name].add_argument(flag(f.name), nargs="+", type=typing.get_args(base)[0], metavar="X", **kw)
+            groups[name].add_argument(flag(f.name), nargs=f.metadata.get("nargs", "+"), type=typing.get_args(base)[0],
+                                      metavar="X", **kw)
         else:
             groups[name].add_argument(flag(f.name), type=base, metavar=f.name.upper() if "choices" not in kw else None,
                                       **kw)
@@ -123,8 +126,8 @@ class TrainConfig:
                     "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
     model: str = arg(TASKS["math"].model, "model directory (HF format: config.json, safetensors, tokenizer)", DATA)
     data: str = arg(TASKS["math"].data, "training problems (jsonl: problem/answer or DAPO format)", DATA)
-    eval_data: list[str] = arg(list(TASKS["math"].eval_data), "held-out problem files evaluated during training",
-                               DATA)
+    eval_data: list[str] = arg(list(TASKS["math"].eval_data), "held-out problem files evaluated during training "
+                               "(--eval-data with no file: no evaluation)", DATA, nargs="*")
     system_prompt: str | None = arg(None, "system message for chat-template models", DATA)
     prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
                                       "template (base models; default: the chat template when the tokenizer has one)",
@@ -160,6 +163,9 @@ class TrainConfig:
     lora_rank: int = arg(0, "LoRA rank (0 = full fine-tuning); adapters are saved in peft's format", OPTIM, ">=0")
     lora_alpha: float = arg(0.0, "LoRA alpha (0 = 2 x rank)", OPTIM, ">=0")
     lora_targets: list[str] = arg(list(lora.TARGETS), "modules that get LoRA adapters", OPTIM)
+    base_name: str = arg("", "LoRA runs: the base model the adapter records (adapter_config.json's "
+                         "base_model_name_or_path), e.g. Qwen/Qwen3-1.7B for peft and vLLM users (default: --model "
+                         "as given, a relative path staying relative)", OPTIM)
     merge: bool = arg(False, "LoRA runs: at the end also write <run>/merged, base + adapter as a full HF "
                       "checkpoint", OPTIM)
     dtype: str = arg("float32", "bfloat16: frozen weights in bf16 and bf16 autocast for matmuls; trained weights "
@@ -236,6 +242,9 @@ def apply_preset(cfg: TrainConfig, given: set) -> TrainConfig:
     if not {"model", "data"} <= given:
         raise ConfigError(f"--preset {cfg.preset} needs --model (a Qwen3 checkpoint directory) and --data "
                           "(DAPO-Math-17k as jsonl)")
+    if "eval_data" not in given:  # never the embedded arithmetic file, at a 32,768-token budget
+        raise ConfigError(f"--preset {cfg.preset} needs --eval-data: its benchmark files (e.g. amc23.jsonl "
+                          "aime24.jsonl aime25.jsonl), or --eval-data with no file for no evaluation")
     return TrainConfig(**{**asdict(cfg), **{k: v for k, v in PRESETS[cfg.preset].items() if k not in given}})
 
 
@@ -258,11 +267,13 @@ def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1) -> TrainConfi
         raise ConfigError(f"--minibatches {cfg.minibatches} must divide the {chunk * cfg.group_size} completions "
                           f"of a rollout chunk (--rollout-batch {chunk} x --group-size {cfg.group_size})")
     problem = (lora.check_targets(cfg.lora_targets) if cfg.lora_rank else None) or \
-        (check_template(cfg.prompt_template) if cfg.prompt_template is not None else None)
+        (check_template(cfg.prompt_template) if cfg.prompt_template is not None else None) or prompt_flags_problem(cfg)
     if problem:
         raise ConfigError(problem)
     if cfg.merge and not cfg.lora_rank:
         raise ConfigError("--merge needs a LoRA run (--lora-rank > 0); a full fine-tuning checkpoint is already whole")
+    if cfg.base_name and not cfg.lora_rank:
+        raise ConfigError("--base-name needs a LoRA run (--lora-rank > 0): it is what the adapter records as its base")
     if any(not s for s in cfg.stop):
         raise ConfigError("--stop: empty stop string")
     cfg.lora_alpha = cfg.lora_alpha or 2.0 * cfg.lora_rank
@@ -283,6 +294,44 @@ def resumed_config(cfg: TrainConfig, extra: dict, given: set) -> tuple[TrainConf
     if "clip" not in given:
         extra = {**hparams, **{k: v for k, v in extra.items() if v is not None}}
     return cfg, extra
+
+
+# ----------------------------------------------------------------------------
+# Prompt flags (all three commands) and the sampling defaults of eval.py and sample.py
+
+def prompt_flags_problem(cfg) -> str | None:
+    """Prompt flags that would be silently ignored, as one line, or None. (Those that depend on the
+    tokenizer, e.g. --thinking with a template that has no such switch: tokenizer.prompt_flags_problem.)"""
+    ignored = [f for f, on in (("--thinking" if cfg.thinking else "--no-thinking", cfg.thinking is not None),
+                               ("--system-prompt", cfg.system_prompt is not None)) if on]
+    if getattr(cfg, "raw", False):
+        ignored += ["--prompt-template"] * (cfg.prompt_template is not None)
+        if ignored:
+            return f"{ignored[0]} has no effect with --raw (the prompt is fed as is)"
+    elif cfg.prompt_template is not None and ignored:
+        return (f"{ignored[0]} has no effect with --prompt-template (both belong to the chat template): "
+                "write it into the template, or drop --prompt-template")
+    return None
+
+
+def resolve_sampling(cfg, defaults: dict, source) -> str:
+    """Fill in cfg.temperature / top_k / top_p left unset (None): the model's generation_config.json
+    values (`defaults`, read from the file `source`), else SAMPLING_DEFAULTS (1.0 / 0 / 1.0). Returns
+    the line saying what is used and where each value came from."""
+    parts, origins = [], []
+    for key, fallback in SAMPLING_DEFAULTS.items():
+        if getattr(cfg, key) is not None:
+            origins.append(flag(key))
+        else:
+            setattr(cfg, key, defaults.get(key, fallback))
+            origins.append("generation_config.json" if key in defaults else "default")
+        parts.append(f"{key.replace('_', '-')} {getattr(cfg, key)}")
+    if len(set(origins)) == 1:
+        origin = {"generation_config.json": f"from {source}",
+                  "default": f"defaults; {source} sets none" if source else "defaults: no generation_config.json"}
+        return f"sampling: {', '.join(parts)} ({origin.get(origins[0], 'flags')})"
+    return "sampling: " + ", ".join(f"{p} ({o})" for p, o in zip(parts, origins)) + \
+        (f"; generation_config.json: {source}" if source else "")
 
 
 # ----------------------------------------------------------------------------
@@ -307,15 +356,17 @@ class EvalConfig:
                                 "template's own)", MODEL)
     k: int = arg(8, "k of Mean@k and Pass@k", SAMPLING, ">=1")
     n: int = arg(0, "samples per problem, n >= k (0 = k); more samples give a lower-variance Pass@k", SAMPLING, ">=0")
-    temperature: float = arg(1.0, "sampling temperature (0 = greedy); the paper evaluates at 0.3, the "
-                             "embedded default was trained and is evaluated at 1.0", SAMPLING, ">=0")
-    top_p: float = arg(1.0, "nucleus sampling; the paper evaluates at 0.95", SAMPLING, "(0,1]")
-    top_k: int = arg(0, "top-k sampling (0 = off)", SAMPLING, ">=0")
+    temperature: float | None = arg(None, "sampling temperature (0 = greedy); the paper evaluates at 0.3. Default: "
+                                    "the model's generation_config.json, else 1.0", SAMPLING, ">=0")
+    top_p: float | None = arg(None, "nucleus sampling; the paper evaluates at 0.95. Default: the model's "
+                              "generation_config.json, else 1.0", SAMPLING, "(0,1]")
+    top_k: int | None = arg(None, "top-k sampling (0 = off). Default: the model's generation_config.json, else 0",
+                            SAMPLING, ">=0")
     sampler: str = arg("multinomial", SAMPLER_HELP, SAMPLING, choices=SAMPLERS)
     max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
                               "math models need thousands)", SAMPLING, ">=1")
-    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base models)",
-                          SAMPLING)
+    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base models; "
+                          "special tokens such as <|im_end|> work too)", SAMPLING)
     batch_size: int = arg(64, "completions sampled together", SAMPLING, ">=1")
     seed: int = arg(0, "sampling seed", SAMPLING, ">=0")
     out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
@@ -339,11 +390,15 @@ class SampleConfig:
     thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the "
                                 "template's own)", MODEL)
     max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came", SAMPLING, ">=1")
-    temperature: float = arg(1.0, "sampling temperature (0 = greedy)", SAMPLING, ">=0")
-    top_p: float = arg(1.0, "nucleus sampling: draw only from the most likely tokens covering this mass",
-                       SAMPLING, "(0,1]")
-    top_k: int = arg(0, "draw only from the k most likely tokens (0 = off)", SAMPLING, ">=0")
-    stop: list[str] = arg([], "stop strings besides EOS: the completion ends after the first one", SAMPLING)
+    temperature: float | None = arg(None, "sampling temperature (0 = greedy). Default: the model's "
+                                    "generation_config.json, else 1.0", SAMPLING, ">=0")
+    top_p: float | None = arg(None, "nucleus sampling: draw only from the most likely tokens covering this mass. "
+                              "Default: the model's generation_config.json, else 1.0", SAMPLING, "(0,1]")
+    top_k: int | None = arg(None, "draw only from the k most likely tokens (0 = off). Default: the model's "
+                            "generation_config.json, else 0", SAMPLING, ">=0")
+    stop: list[str] = arg([], "a stop string besides EOS: the completion ends after it; one string per --stop, "
+                          "repeat the flag for more (special tokens such as <|im_end|> work too)", SAMPLING,
+                          repeat=True)
     seed: int = arg(0, "sampling seed (one generator for all prompts, in order)", SAMPLING, ">=0")
     gold: str | None = arg(None, "the correct answer: also print the verifier's verdict on each completion", OUTPUT)
     dtype: str = arg("float32", "bfloat16: weights in bf16 and bf16 matmuls (log-softmax stays float32)", OUTPUT,

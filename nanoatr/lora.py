@@ -18,6 +18,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from safetensors import safe_open
@@ -113,36 +114,56 @@ def check_adapter(model, path, model_dir=None):
                   file=sys.stderr)
 
 
-def load_adapter(model, path, trainable: bool = False, model_dir=None):
-    """Apply the adapter saved in `path` to `model` (our Qwen3, changed in place); returns the PeftModel."""
+def load_adapter(model, path, trainable: bool = False, model_dir=None, base: str | None = None):
+    """Apply the adapter saved in `path` to `model` (our Qwen3, changed in place); returns the PeftModel.
+    base: the base model name to record when it is saved again (train.py's --base-name or --model)."""
     from peft import LoraConfig, PeftModel
     check_adapter(model, path, model_dir)
     config = LoraConfig.from_pretrained(str(path))
     # Saved as CAUSAL_LM for transformers users; on our Qwen3 (no HF generation helpers) use the plain PeftModel.
     config.task_type = None
     config.inference_mode = not trainable
+    if base:
+        config.base_model_name_or_path = base
     with warnings.catch_warnings():  # peft warns that our model's name differs from the recorded base
         warnings.simplefilter("ignore", UserWarning)
         return PeftModel.from_pretrained(model, str(path), config=config, is_trainable=trainable)
 
 
-def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu"):
-    """(our Qwen3 in eval mode, the directory of its tokenizer) for sampling: --model, plus --adapter.
+class Dirs(NamedTuple):
+    """Where the parts of a model to sample from are: --model and --adapter, resolved."""
+    base: Path              # the base model directory (config.json + weights)
+    adapter: Path | None    # the LoRA adapter, if any
+    tokenizer: Path         # the tokenizer files: the adapter's when it carries them (a run's checkpoint)
 
-    --model may be an adapter directory itself (a LoRA run's checkpoint/): its base model is then
-    the one named in adapter_config.json. Adapters stay unmerged: in bf16, merging would round a
-    small LoRA update into the base weights' coarse grid (see merge).
-    """
+
+def locate(model_dir, adapter=None) -> Dirs:
+    """--model and --adapter as directories. --model may be an adapter directory itself (a LoRA run's
+    checkpoint/): its base is then the one its adapter_config.json records, which must be a directory
+    here (a relative path is read from the current directory). AdapterError says what to pass if not."""
     if adapter is None and is_adapter_dir(model_dir):
         adapter, model_dir = model_dir, adapter_base(model_dir)
         if not model_dir:
-            raise AdapterError(f"adapter {adapter} does not name its base model: pass the base as --model "
-                               f"and the adapter as --adapter")
-    model = Qwen3.from_pretrained(model_dir, dtype=dtype, device=device)
-    if adapter is not None:
-        load_adapter(model, adapter, model_dir=model_dir).to(device)  # its layers now live inside `model`
+            raise AdapterError(f"adapter {adapter} does not name its base model: pass --model BASE --adapter {adapter}")
+        if not Path(model_dir).is_dir():
+            raise AdapterError(f"adapter {adapter} was trained on {model_dir}, which is not a model directory here "
+                               f"(moved, or a name): pass --model BASE --adapter {adapter}")
     has_tokenizer = adapter is not None and (Path(adapter) / "tokenizer.json").is_file()
-    return model.eval(), Path(adapter if has_tokenizer else model_dir)
+    return Dirs(Path(model_dir), Path(adapter) if adapter is not None else None,
+                Path(adapter if has_tokenizer else model_dir))
+
+
+def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu") -> tuple:
+    """(our Qwen3 in eval mode, its Dirs) for sampling: --model, plus --adapter (see `locate`).
+
+    Adapters stay unmerged: in bf16, merging would round a small LoRA update into the base weights'
+    coarse grid (see merge).
+    """
+    dirs = locate(model_dir, adapter)
+    model = Qwen3.from_pretrained(dirs.base, dtype=dtype, device=device)
+    if dirs.adapter is not None:
+        load_adapter(model, dirs.adapter, model_dir=dirs.base).to(device)  # its layers now live inside `model`
+    return model.eval(), dirs
 
 
 def save_adapter(peft_model, path):
@@ -163,7 +184,9 @@ def merge(base_dir, adapter_dir, out_dir, dtype=torch.float32):
     model = Qwen3.from_pretrained(base_dir)
     peft_model = load_adapter(model, adapter_dir, model_dir=base_dir)
     merged = peft_model.merge_and_unload()
-    merged.to(dtype).save_pretrained(out_dir)
-    # The tokenizer travels with the adapter when nanoatr saved it (a run's checkpoint), else the base's.
-    copy_tokenizer(adapter_dir if (Path(adapter_dir) / "tokenizer.json").is_file() else base_dir, out_dir)
+    merged.to(dtype).save_pretrained(out_dir)  # config.json keeps the base's bos / eos / pad ids
+    # The base's tokenizer files and generation_config.json, then the adapter's over them: a run's
+    # checkpoint carries the tokenizer it trained with.
+    copy_tokenizer(base_dir, out_dir)
+    copy_tokenizer(adapter_dir, out_dir)
     return Path(out_dir)

@@ -7,7 +7,7 @@ on our modules carry the same keys as adapters made on transformers' model.
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -37,28 +37,72 @@ class Qwen3Config:
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     max_position_embeddings: int = 40960
+    # Not used by the model; carried from the source config.json into every config.json written, because
+    # transformers' generate stops at config.json's eos_token_id when no generation_config.json came along.
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
 
     @classmethod
-    def from_hf(cls, d: dict) -> "Qwen3Config":
-        """Read a transformers config.json dict (4.x writes `rope_theta`, 5.x `rope_parameters`)."""
+    def from_hf(cls, d) -> "Qwen3Config":
+        """Read a transformers config.json dict (4.x writes `rope_theta`, 5.x `rope_parameters`).
+        Anything that is not a Qwen3 config raises ModelError, one line without the file's name."""
+        if not isinstance(d, dict):
+            raise ModelError(f"expected a JSON object, found a {type(d).__name__}")
         if d.get("model_type") != "qwen3":
-            raise ModelError(f"config.json has model_type {d.get('model_type')!r}; nanoatr runs 'qwen3' models")
+            raise ModelError(f"has model_type {d.get('model_type')!r}; nanoatr runs 'qwen3' models")
         rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+        if not isinstance(rope, dict):
+            raise ModelError(f"rope_parameters must be an object, found {rope!r}")
         if rope.get("rope_type", rope.get("type", "default")) != "default":
             raise ModelError(f"rope type {rope.get('rope_type', rope.get('type'))!r} is not supported (only default RoPE)")
-        theta = rope.get("rope_theta", d.get("rope_theta", 1_000_000.0))
-        head_dim = d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]
-        known = {f.name for f in fields(cls)} - {"rope_theta", "head_dim"}
-        try:
-            return cls(**{k: d[k] for k in known if k in d}, rope_theta=float(theta), head_dim=head_dim)
-        except TypeError as e:  # a required field is missing
-            raise ModelError(f"config.json lacks a Qwen3 field: {e}") from None
+        missing = [k for k in SIZES if d.get(k) is None]
+        if missing:
+            raise ModelError(f"lacks the Qwen3 field {missing[0]!r}")
+        values = {k: d[k] for k in (*SIZES, *OPTIONAL) if d.get(k) is not None}
+        values["rope_theta"] = rope.get("rope_theta", d.get("rope_theta", 1_000_000.0))
+        values.setdefault("head_dim", d["hidden_size"] // d["num_attention_heads"]
+                          if is_count(d["hidden_size"]) and is_count(d["num_attention_heads"]) else None)
+        for k, v in values.items():
+            problem = field_problem(k, v)
+            if problem:
+                raise ModelError(f"{k} {problem} (found {v!r})")
+        if values["num_attention_heads"] % values["num_key_value_heads"]:
+            raise ModelError(f"num_attention_heads {values['num_attention_heads']} is not a multiple of "
+                             f"num_key_value_heads {values['num_key_value_heads']}")
+        values.update({k: float(values[k]) for k in ("rms_norm_eps", "rope_theta") if k in values})
+        return cls(**values)
 
     def to_hf(self) -> dict:
-        """The config.json that transformers' Qwen3ForCausalLM loads."""
-        d = asdict(self)
+        """The config.json that transformers' Qwen3ForCausalLM loads (token ids only where known)."""
+        d = {k: v for k, v in asdict(self).items() if v is not None or k not in TOKEN_IDS}
         d["rope_scaling"] = None  # written in the 4.x form, which 5.x still reads
         return {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu", **d}
+
+
+SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+         "num_key_value_heads")
+TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+OPTIONAL = ("head_dim", "rms_norm_eps", "tie_word_embeddings", "attention_bias", "max_position_embeddings",
+            *TOKEN_IDS)
+
+
+def is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def field_problem(name: str, v) -> str | None:
+    """What is wrong with one config.json value, or None."""
+    if name in ("tie_word_embeddings", "attention_bias"):
+        return None if isinstance(v, bool) else "must be true or false"
+    if name in ("rms_norm_eps", "rope_theta"):
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        return None if ok else "must be a positive number"
+    if name in TOKEN_IDS:
+        ids = v if isinstance(v, list) and name == "eos_token_id" else [v]
+        ok = ids and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+        return None if ok else "must be a token id" + (" or a list of them" if name == "eos_token_id" else "")
+    return None if is_count(v) else "must be a positive integer"
 
 
 class RMSNorm(nn.Module):
@@ -172,7 +216,8 @@ class Block(nn.Module):
         if real is None:
             return x + self.mlp(h)
         # The MLP, three quarters of a layer's products, runs on the real tokens only; padding keeps x.
-        return x.flatten(0, 1).index_add(0, real, self.mlp(h.flatten(0, 1)[real])).view_as(x)
+        # Under bf16 autocast the MLP returns bf16 while float32 weights keep x in float32: add in x's dtype.
+        return x.flatten(0, 1).index_add(0, real, self.mlp(h.flatten(0, 1)[real]).to(x.dtype)).view_as(x)
 
 
 class Backbone(nn.Module):
@@ -273,26 +318,42 @@ class Qwen3(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path, dtype=torch.float32, device="cpu") -> "Qwen3":
-        """Load an HF-format directory: config.json plus model.safetensors or a sharded index."""
+        """Load an HF-format directory: config.json plus model.safetensors or a sharded index.
+
+        Every way the directory can be unusable (no config, a config that is not Qwen3's or has wrong
+        types, truncated or foreign weights, a broken shard index, weights whose shapes do not fit the
+        config) is a ModelError whose one line names the file."""
         path = Path(path)
         if not path.is_dir():
             raise ModelError(f"model directory {str(path)!r} does not exist")
-        if not (path / "config.json").is_file():
-            raise ModelError(f"{path}/config.json is missing: not a Hugging Face model directory")
+        config_file = path / "config.json"
+        if not config_file.is_file():
+            raise ModelError(f"{config_file} is missing: not a Hugging Face model directory")
         try:
-            cfg = Qwen3Config.from_hf(json.loads((path / "config.json").read_text()))
-        except json.JSONDecodeError as e:
-            raise ModelError(f"{path}/config.json is not valid JSON: {e}") from None
-        state = load_state_dict(path)
+            cfg = Qwen3Config.from_hf(json.loads(config_file.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ModelError(f"{config_file} is not valid JSON: {e}") from None
+        except OSError as e:
+            raise ModelError(f"cannot read {config_file}: {e.strerror or e}") from None
+        except ModelError as e:
+            raise ModelError(f"{config_file}: {e}") from None
+        state, where = load_state_dict(path)
         with torch.device("meta"):
             model = cls(cfg)
         if cfg.tie_word_embeddings:
             state.pop("lm_head.weight", None)
-        expected = {k for k in model.state_dict() if not (cfg.tie_word_embeddings and k == "lm_head.weight")}
-        missing, unexpected = expected - state.keys(), state.keys() - expected
+        shapes = {k: v.shape for k, v in model.state_dict().items()
+                  if not (cfg.tie_word_embeddings and k == "lm_head.weight")}
+        missing, unexpected = shapes.keys() - state.keys(), state.keys() - shapes.keys()
         if missing or unexpected:
             what = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(unexpected)[:3]}"
             raise ModelError(f"{path}: weights do not match the Qwen3 config ({what})")
+        for k, shape in shapes.items():
+            if state[k].shape != shape:
+                raise ModelError(f"{where[k]}: {k} has shape {list(state[k].shape)}, but {config_file} gives "
+                                 f"{list(shape)}: the config's sizes do not match the weights")
+            if not state[k].is_floating_point():
+                raise ModelError(f"{where[k]}: {k} holds {state[k].dtype}, not floating-point weights")
         model.load_state_dict(state, strict=False, assign=True)
         if cfg.tie_word_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight
@@ -312,19 +373,37 @@ class Qwen3(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def load_state_dict(path: Path) -> dict:
+def load_state_dict(path: Path) -> tuple[dict, dict]:
+    """(tensors by name, the file each came from): model.safetensors, or the shards of an index."""
     single, index = path / "model.safetensors", path / "model.safetensors.index.json"
     if single.is_file():
-        return load_file(single)
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        state = {}
-        for shard in shards:
-            if not (path / shard).is_file():
-                raise ModelError(f"{path}: shard {shard} named in model.safetensors.index.json is missing")
-            state.update(load_file(path / shard))
-        return state
-    raise ModelError(f"{path} has no weights: expected model.safetensors or model.safetensors.index.json")
+        files = [single]
+    elif index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) and v for v in weight_map.values()):
+                raise TypeError("weight_map must map tensor names to shard file names")
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+            what = "no weight_map" if isinstance(e, KeyError) else str(e).splitlines()[0]
+            raise ModelError(f"{index} is not a shard index ({what})") from None
+        except OSError as e:
+            raise ModelError(f"cannot read {index}: {e.strerror or e}") from None
+        files = [path / shard for shard in sorted(set(weight_map.values()))]
+        for f in files:
+            if not f.is_file():
+                raise ModelError(f"{path}: shard {f.name} named in {index.name} is missing")
+    else:
+        raise ModelError(f"{path} has no weights: expected model.safetensors or model.safetensors.index.json")
+    state, where = {}, {}
+    for f in files:
+        try:
+            tensors = load_file(f)
+        except Exception as e:  # safetensors raises its own error types (truncated, bad header, not a file)
+            raise ModelError(f"{f} is not a readable safetensors file (truncated or corrupt?): "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        state.update(tensors)
+        where.update(dict.fromkeys(tensors, f))
+    return state, where
 
 
 def atomic_write(path: Path, write):

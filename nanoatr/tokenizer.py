@@ -4,7 +4,7 @@ A model directory carries its own prompt format, as Qwen3 checkpoints do: when t
 chat template the problem becomes a user message; otherwise (base models) `--prompt-template` is
 filled in. The embedded default's template is simply "question=".
 
-A sample stops at an EOS token (the tokenizer's and generation_config.json's) or, for base models
+A sample stops at an EOS token (the tokenizer's, generation_config.json's, config.json's) or, for base models
 that never emit one, after the first of the `--stop` strings (StopStrings, which rollout.generate
 applies: its completions come back finished).
 """
@@ -60,19 +60,73 @@ def copy_tokenizer(src, dst):
             shutil.copy2(Path(src) / name, Path(dst) / name)
 
 
-def stop_token_ids(tokenizer, model_dir=None) -> list[int]:
-    """EOS ids: the tokenizer's, plus generation_config.json's (Qwen3 ends chat turns with <|im_end|>)."""
+def read_json(path: Path) -> dict:
+    """A model directory's config.json / generation_config.json as a dict ({} when absent); TokenizerError
+    (one line naming the file) when it is unreadable or not a JSON object."""
+    if not path.is_file():
+        return {}
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"cannot read {path}: {e}") from None
+    if not isinstance(d, dict):
+        raise TokenizerError(f"{path} is not a JSON object")
+    return d
+
+
+def eos_ids(value, where: Path) -> list[int]:
+    ids = value if isinstance(value, list) else [] if value is None else [value]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise TokenizerError(f"{where}: eos_token_id must be a token id or a list of them (found {value!r})")
+    return ids
+
+
+def stop_token_ids(tokenizer, *model_dirs) -> list[int]:
+    """EOS ids: the tokenizer's, and those of every model directory given (a base and its adapter, say).
+
+    transformers' generate stops at generation_config.json's eos_token_id when the directory has that
+    file, else at config.json's (GenerationConfig.from_model_config), an int or a list; the tokenizer's
+    eos_token is not consulted. Qwen3's instruct checkpoints name <|im_end|> and <|endoftext|> in
+    generation_config.json, their tokenizer only <|im_end|>. A sample here stops at the union of all
+    three places, so it never runs past a token that any of them calls an end.
+    """
     ids = {tokenizer.eos_token_id}
-    gen = Path(model_dir or "", "generation_config.json")
-    if model_dir is not None and gen.is_file():
-        eos = json.loads(gen.read_text()).get("eos_token_id")
-        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    for d in filter(None, model_dirs):
+        for name in ("generation_config.json", "config.json"):
+            ids.update(eos_ids(read_json(Path(d, name)).get("eos_token_id"), Path(d, name)))
     return sorted(ids)
+
+
+SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+
+
+def generation_defaults(*model_dirs) -> tuple[dict, Path | None]:
+    """(temperature / top_k / top_p of the first generation_config.json among model_dirs, that file).
+
+    Only those three keys are read. Its do_sample is not: Mean@k needs samples (a published base
+    model's do_sample false would make every sample the same greedy one). A key the file lacks keeps
+    nanoatr's default (SAMPLING_DEFAULTS), not transformers' (top_k 50).
+    """
+    for d in filter(None, model_dirs):
+        path = Path(d, "generation_config.json")
+        if path.is_file():
+            gen = read_json(path)
+            found = {k: gen[k] for k in SAMPLING_DEFAULTS if gen.get(k) is not None}
+            for k, v in found.items():
+                ok = isinstance(v, int if k == "top_k" else (int, float)) and not isinstance(v, bool) and \
+                    (0 < v <= 1 if k == "top_p" else v >= 0)
+                if not ok:
+                    raise TokenizerError(f"{path}: {k} {v!r} is not a usable value")
+            return {k: v if k == "top_k" else float(v) for k, v in found.items()}, path
+    return {}, None
 
 
 def format_prompt(tokenizer, problem, template: str | None = None, system_prompt: str | None = None,
                   enable_thinking: bool | None = None) -> str:
     """The text the model continues. `problem` has .question and optionally .messages (chat rows)."""
+    ignored = prompt_flags_problem(tokenizer, template, system_prompt, enable_thinking)
+    if ignored:
+        raise TokenizerError(ignored)
     use_chat = template is None and getattr(tokenizer, "chat_template", None)
     if not use_chat:
         return (template or DEFAULT_TEMPLATE).format(question=problem.question)
@@ -81,6 +135,21 @@ def format_prompt(tokenizer, problem, template: str | None = None, system_prompt
         messages = [{"role": "system", "content": system_prompt}] + [m for m in messages if m["role"] != "system"]
     extra = {} if enable_thinking is None else {"enable_thinking": enable_thinking}  # Qwen3's switch
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
+
+
+def prompt_flags_problem(tokenizer, template: str | None, system_prompt: str | None,
+                         enable_thinking: bool | None) -> str | None:
+    """A --system-prompt or --thinking / --no-thinking that this tokenizer's prompt would silently ignore,
+    as one line, or None. (With --prompt-template both are errors already: config.prompt_flags_problem.)"""
+    if template is not None:
+        return None
+    chat = getattr(tokenizer, "chat_template", None)
+    if not chat and system_prompt is not None:
+        return "--system-prompt needs a chat template, and this tokenizer has none: put it into --prompt-template"
+    if enable_thinking is not None and "enable_thinking" not in str(chat or ""):
+        return (f"--{'' if enable_thinking else 'no-'}thinking would be ignored: this tokenizer's chat template "
+                "has no enable_thinking switch (Qwen3's has)")
+    return None
 
 
 def encode_prompts(tokenizer, problems, **kw) -> list[list[int]]:

@@ -2,8 +2,10 @@
 
     python scripts/merge_adapter.py --adapter runs/<lora run>/checkpoint --out merged/ [--model BASE]
 
-The base defaults to the one the adapter names (its base_model_name_or_path). Merged in float32 by
-default (see nanoatr.lora.merge for why); the tokenizer files travel along.
+The base defaults to the one the adapter names (its base_model_name_or_path), which must then be a
+directory here; if it moved, or the adapter records a name (--base-name), pass --model BASE. Merged in
+float32 by default (see nanoatr.lora.merge for why); the tokenizer files, generation_config.json and
+config.json's special-token ids travel along.
 """
 import sys
 from dataclasses import dataclass
@@ -30,9 +32,9 @@ def main(argv=None):
     if not cfg.adapter or not cfg.out:
         die("merge needs --adapter DIR and --out DIR")
     try:
-        base = cfg.model or lora.adapter_base(cfg.adapter)
-        if not base:
-            die(f"{cfg.adapter} does not name its base model: pass --model BASE")
+        if not lora.is_adapter_dir(cfg.adapter):
+            die(f"{cfg.adapter} is not a LoRA adapter directory ({lora.CONFIG} is missing)")
+        base = cfg.model or lora.locate(cfg.adapter).base  # the recorded base must be a directory here
         out = lora.merge(base, cfg.adapter, cfg.out, dtype=getattr(torch, cfg.dtype))
     except (lora.AdapterError, ModelError) as e:
         die(str(e))

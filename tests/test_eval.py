@@ -52,7 +52,10 @@ def full_run(model_dir, data, tmp_path_factory):
 
 
 def rows_of(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The completion rows of an output file (its first line is the settings)."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "settings" in lines[0]
+    return lines[1:]
 
 
 def test_rows_and_table(model_dir, full_run):
@@ -78,9 +81,9 @@ def test_rows_and_table(model_dir, full_run):
 
 
 def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, tmp_path):
-    lines = full_run[0].read_text().splitlines(keepends=True)
+    head, *lines = full_run[0].read_text().splitlines(keepends=True)
     partial = tmp_path / "partial.jsonl"
-    kept = lines[:4] + lines[10:12]  # some of each benchmark
+    kept = [head] + lines[:4] + lines[10:12]  # the settings, and some of each benchmark
     partial.write_text("".join(kept) + lines[12][:15])  # and a line torn by a kill mid-write
 
     run(model_dir, data, partial, "--resume")
@@ -88,7 +91,7 @@ def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, 
     triples = [(r["benchmark"], r["problem_id"], r["sample"]) for r in rows]
     assert len(triples) == len(set(triples)) == len(lines)
     assert partial.read_text().startswith("".join(kept))
-    assert f"({len(lines) - len(kept)} new)" in capsys.readouterr().out
+    assert f"({len(lines) - len(kept) + 1} new)" in capsys.readouterr().out
 
     run(model_dir, data, partial, "--resume")  # nothing left to do
     assert len(rows_of(partial)) == len(lines)
@@ -119,3 +122,69 @@ def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
     if case == "adapter":
         assert "is not a LoRA adapter directory" in err
+
+
+def test_output_starts_with_the_settings(model_dir, full_run):
+    settings = json.loads(full_run[0].read_text().splitlines()[0])["settings"]
+    assert settings["model"] == str(model_dir.resolve()) and settings["adapter"] is None
+    # No generation_config.json in the directory: nanoatr's defaults, as before (the embedded model's too).
+    assert (settings["temperature"], settings["top_k"], settings["top_p"]) == (1.0, 0, 1.0)
+    assert (settings["max_new_tokens"], settings["seed"], settings["stop"]) == (6, 0, [])
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--temperature", "0.5"], "--temperature 1.0 (now 0.5)"),
+    (["--top-p", "0.9", "--top-k", "5"], "--top-p 1.0 (now 0.9); --top-k 0 (now 5)"),
+    (["--max-new-tokens", "7"], "--max-new-tokens 6 (now 7)"),
+    (["--seed", "1"], "--seed 0 (now 1)"),
+    (["--stop", "="], "--stop [] (now ['='])"),
+    (["--system-prompt", "S"], "--system-prompt None (now 'S')"),
+    (["--sampler", "inverse-cdf"], "--sampler 'multinomial' (now 'inverse-cdf')"),
+    (["other model"], "--model"),
+])
+def test_resume_with_other_settings_is_refused(capsys, model_dir, data, full_run, tmp_path, flags, named):
+    """One table never mixes two evaluations: --resume names the flags that differ, and samples nothing."""
+    out = tmp_path / "o.jsonl"
+    out.write_bytes(full_run[0].read_bytes())
+    other = make_model_dir(tmp_path / "other", num_hidden_layers=1, tie_word_embeddings=True)
+    argv = ["--model", str(other if flags == ["other model"] else model_dir), "--data", *data, "--k", str(K),
+            "--n", str(N), "--out", str(out), "--max-new-tokens", "6", "--batch-size", "4", "--resume",
+            *([] if flags == ["other model"] else flags)]
+    if "--max-new-tokens" in flags:
+        del argv[argv.index("--max-new-tokens"):argv.index("--max-new-tokens") + 2]
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: --resume: ") and err.count("\n") == 1, err
+    assert named in err
+    assert out.read_bytes() == full_run[0].read_bytes()
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_unwritable_out_is_one_line_before_the_model_loads(capsys, monkeypatch, model_dir, data, tmp_path, where):
+    monkeypatch.setattr(eval_cli.lora, "load_model", lambda *a, **k: pytest.fail("loaded the model first"))
+    (tmp_path / "file").write_text("")
+    out = tmp_path if where == "a directory" else tmp_path / "file" / "o.jsonl"
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main(["--model", str(model_dir), "--data", *data, "--out", str(out)] +
+                      (["--resume"] if where == "a directory" else []))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"error: cannot write --out {out}") and err.count("\n") == 1, err
+
+
+def test_a_kept_checkpoint_is_named_after_its_run():
+    assert eval_cli.model_name("runs/kl3-x/checkpoint") == "kl3-x"
+    assert eval_cli.model_name("runs/kl3-x/checkpoint-step000040") == "kl3-x"
+    assert eval_cli.model_name("models/Qwen3-1.7B") == "Qwen3-1.7B"
+    assert eval_cli.default_out("runs/kl3-x/checkpoint-step000040/").name.startswith("kl3-x-")
+
+
+@pytest.mark.parametrize("flag, value", [("--k", "0"), ("--n", "-1"), ("--temperature", "-1"), ("--top-p", "0"),
+                                         ("--top-p", "1.5"), ("--top-k", "-1"), ("--max-new-tokens", "0"),
+                                         ("--batch-size", "0"), ("--seed", "-1"), ("--limit", "-1"),
+                                         ("--temperature", "nan")])
+def test_every_flag_is_range_checked(capsys, flag, value):
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main([flag, value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"error: {flag} must be") and err.count("\n") == 1, err

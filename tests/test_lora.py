@@ -226,3 +226,29 @@ def test_bad_adapter_input_is_one_line(case, tmp_path, capsys, hf_dir):
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and err[-1].startswith("error: ") and message in err[-1], err
     assert "Traceback" not in "\n".join(err)
+
+
+def test_adapter_records_the_model_as_given_and_a_moved_base_says_what_to_pass(tmp_path, monkeypatch, capsys):
+    """The base is recorded as --model was given (relative stays relative: the project folder can move), or
+    as --base-name. A base that is not a directory here is one line saying --model BASE --adapter DIR."""
+    monkeypatch.chdir(ROOT)
+    i = LORA_RUN.index("--model")
+    argv = [*LORA_RUN[:i], "--model", "data/tiny-qwen3", *LORA_RUN[i + 2:]]
+    train.main([*argv, "--out-dir", str(tmp_path), "--name", "rel", "--steps", "1", "--eval-data"])
+    ckpt = tmp_path / "rel/checkpoint"
+    assert lora.adapter_base(ckpt) == "data/tiny-qwen3"
+    assert lora.locate(ckpt).base == Path("data/tiny-qwen3")
+    monkeypatch.chdir(tmp_path)  # elsewhere, the relative base is not there
+    capsys.readouterr()
+    data = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "1", "--k", "1", "--max-new-tokens", "4"]
+    for main, args in [(eval_cli.main, ["--model", str(ckpt), *data, "--out", str(tmp_path / "o.jsonl")]),
+                       (sample.main, ["--model", str(ckpt), "1+1"]),
+                       (merge_adapter.main, ["--adapter", str(ckpt), "--out", str(tmp_path / "m")])]:
+        with pytest.raises(SystemExit) as e:
+            main(args)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and "trained on data/tiny-qwen3" in err, err
+        assert f"pass --model BASE --adapter {ckpt}" in err
+    eval_cli.main(["--model", str(TINY_QWEN3), "--adapter", str(ckpt), *data, "--out", str(tmp_path / "o.jsonl")])
+    merge_adapter.main(["--adapter", str(ckpt), "--model", str(TINY_QWEN3), "--out", str(tmp_path / "m")])
+    assert (tmp_path / "m/model.safetensors").is_file()

@@ -138,3 +138,135 @@ def test_logits_in_vocabulary_blocks_equal_lm_head():
         assert blocked.shape == (3, 2, cfg.vocab_size)
         torch.testing.assert_close(blocked, model.lm_head(h), rtol=1e-6, atol=1e-6)
     assert model.logits(h).grad_fn.name() != "CatBackward0"
+
+
+# ----------------------------------------------------------------------------
+# Unusable directories: one ModelError line naming the file, never a traceback (issue 15)
+
+def broken_dir(src, dst, case):
+    """A copy of model directory `src` in `dst`, broken as `case` says."""
+    import shutil
+    from safetensors.torch import load_file, save_file
+    shutil.copytree(src, dst)
+    cfg, weights = dst / "config.json", dst / "model.safetensors"
+    config = json.loads(cfg.read_text())
+    data = weights.read_bytes()
+    edit = {"config list": lambda: cfg.write_text(json.dumps([config])),
+            "config string": lambda: cfg.write_text('"qwen3"'),
+            "config not utf-8": lambda: cfg.write_bytes(b'{"model_type": "\xff"}'),
+            "hidden_size a string": lambda: cfg.write_text(json.dumps({**config, "hidden_size": "64"})),
+            "layers a float": lambda: cfg.write_text(json.dumps({**config, "num_hidden_layers": 2.5})),
+            "tie a string": lambda: cfg.write_text(json.dumps({**config, "tie_word_embeddings": "yes"})),
+            "eps negative": lambda: cfg.write_text(json.dumps({**config, "rms_norm_eps": -1})),
+            "eos a string": lambda: cfg.write_text(json.dumps({**config, "eos_token_id": "</s>"})),
+            "rope a list": lambda: cfg.write_text(json.dumps({**config, "rope_parameters": [1]})),
+            "heads not a multiple": lambda: cfg.write_text(json.dumps({**config, "num_key_value_heads": 3})),
+            "no vocab_size": lambda: cfg.write_text(json.dumps({k: v for k, v in config.items() if k != "vocab_size"})),
+            "hidden size not the weights'": lambda: cfg.write_text(json.dumps({**config, "hidden_size": 32,
+                                                                                "head_dim": 8})),
+            "vocab not the weights'": lambda: cfg.write_text(json.dumps({**config, "vocab_size": 98})),
+            "mlp not the weights'": lambda: cfg.write_text(json.dumps({**config, "intermediate_size": 64})),
+            "truncated": lambda: weights.write_bytes(data[:len(data) // 2]),
+            "header only": lambda: weights.write_bytes(data[:8]),
+            "empty weights": lambda: weights.write_bytes(b""),
+            "garbage weights": lambda: weights.write_bytes(b"\x00\x01garbage" * 100),
+            "integer weights": lambda: save_file({k: v.long() if "embed" in k else v
+                                                  for k, v in load_file(weights).items()}, weights)}
+    index = dst / "model.safetensors.index.json"
+    shards = {"index not json": "{", "index without weight_map": "{}", "index weight_map a list": '{"weight_map": []}',
+              "index names a missing shard": '{"weight_map": {"x": "model-00009.safetensors"}}'}
+    if case in shards:
+        weights.unlink()
+        index.write_text(shards[case])
+    else:
+        edit[case]()
+    return dst
+
+
+BROKEN = ["config list", "config string", "config not utf-8", "hidden_size a string", "layers a float",
+          "tie a string", "eps negative", "eos a string", "rope a list", "heads not a multiple", "no vocab_size",
+          "hidden size not the weights'", "vocab not the weights'", "mlp not the weights'", "truncated", "header only",
+          "empty weights", "garbage weights", "integer weights", "index not json", "index without weight_map",
+          "index weight_map a list", "index names a missing shard"]
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_unusable_directory_is_one_model_error_naming_the_file(hf_dir, tmp_path, case):
+    if hf_dir[1].config.tie_word_embeddings:
+        pytest.skip("one layout is enough")
+    path = broken_dir(hf_dir[0], tmp_path / "m", case)
+    with pytest.raises(ModelError) as e:
+        Qwen3.from_pretrained(path)
+    message = str(e.value)
+    assert "\n" not in message and str(path) in message, message
+    named = {"index": "model.safetensors.index", "weights": "model.safetensors", "truncated": "model.safetensors",
+             "header only": "model.safetensors", "not the weights'": "config.json"}
+    expected = next((v for k, v in named.items() if k in case), "config.json")
+    assert expected in message, message
+
+
+def test_random_damage_is_a_model_error_or_a_load(hf_dir, tmp_path):
+    """Fuzz: cut the weights at random places, or put random values into config.json fields."""
+    import random
+    src = hf_dir[0]
+    data, config = (src / "model.safetensors").read_bytes(), json.loads((src / "config.json").read_text())
+    rng = random.Random(0)
+    values = [None, -1, 0, 1.5, "x", [], {}, True, [1, "a"], 10**12]
+    for trial in range(24):
+        path = tmp_path / f"m{trial}"
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(data[:rng.randrange(len(data))] if trial % 2 else data)
+        key = rng.choice(sorted(config))
+        (path / "config.json").write_text(json.dumps(config if trial % 2 else {**config, key: rng.choice(values)}))
+        try:
+            Qwen3.from_pretrained(path)
+        except ModelError as e:
+            assert "\n" not in str(e) and str(path) in str(e), str(e)
+
+
+@pytest.mark.parametrize("command", ["eval", "train"])
+def test_truncated_weights_are_one_error_line_in_the_commands(tmp_path, capsys, command):
+    import eval as eval_cli
+    import train
+    from tiny import make_model_dir
+    path = make_model_dir(tmp_path / "m")
+    data = (path / "model.safetensors").read_bytes()
+    (path / "model.safetensors").write_bytes(data[:len(data) - 100])
+    with pytest.raises(SystemExit) as e:
+        if command == "eval":
+            eval_cli.main(["--model", str(path), "--out", str(tmp_path / "o.jsonl")])
+        else:
+            train.main(["--model", str(path), "--out-dir", str(tmp_path), "--steps", "1", "--no-compile"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err[-1].startswith(f"error: {path / 'model.safetensors'} is not a readable"), err
+
+
+def test_config_token_ids_are_kept_in_saved_checkpoints(hf_dir, tmp_path):
+    """A checkpoint written by nanoatr keeps the source config.json's bos/eos/pad ids, which transformers'
+    generate stops at when no generation_config.json came along (issue 16)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    config = json.loads((hf_dir[0] / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "bos_token_id": 1, "eos_token_id": [2, 3],
+                                                 "pad_token_id": 0}))
+    (src / "model.safetensors").write_bytes((hf_dir[0] / "model.safetensors").read_bytes())
+    Qwen3.from_pretrained(src).save_pretrained(tmp_path / "out")
+    saved = json.loads((tmp_path / "out/config.json").read_text())
+    assert (saved["bos_token_id"], saved["eos_token_id"], saved["pad_token_id"]) == (1, [2, 3], 0)
+    plain = tmp_path / "plain"
+    Qwen3.from_pretrained(hf_dir[0]).save_pretrained(plain)  # as the source has them, none invented
+    again = json.loads((plain / "config.json").read_text())
+    assert all(again.get(k) == config.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id"))
+
+
+def test_bf16_prefill_of_prompts_of_different_lengths_with_float32_weights(tiny_model):
+    """Full fine-tuning in bf16: float32 weights under bf16 autocast. The rollout's prefill skips padding in
+    the MLP with index_add, which failed on a bf16 MLP output into the float32 residual (issue 16)."""
+    ids, mask = padded_batch(tiny_model.config.vocab_size, [7, 3], left=True)
+    cache = tiny_model.new_cache(2, ids.shape[1])
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        h = tiny_model.hidden(ids, attention_mask=mask.bool(), position_ids=pos, cache=cache)
+        full = tiny_model.hidden(ids, attention_mask=mask.bool())
+    assert h.dtype == torch.float32
+    assert (h[mask.bool()] - full[mask.bool()]).abs().max() < 0.1  # bf16 rounding, same real tokens

@@ -7,7 +7,7 @@ import train
 from nanoatr.config import TrainConfig, apply_preset, hparam_flags, parse, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUIRED = ["--model", "m", "--data", "d.jsonl"]
+REQUIRED = ["--model", "m", "--data", "d.jsonl", "--eval-data", "aime24.jsonl"]
 
 
 def resolved(*argv):
@@ -65,3 +65,34 @@ def test_preset_needs_a_model_and_data(capsys, tmp_path):
         train.main(["--preset", "paper", "--out-dir", str(tmp_path)])
     assert e.value.code == 2
     assert capsys.readouterr().err.startswith("error: --preset paper needs --model")
+
+
+def test_preset_needs_its_evaluation_files_or_none(capsys, tmp_path):
+    """Never the embedded arithmetic file at a 32,768-token budget: --eval-data FILES, or --eval-data alone."""
+    with pytest.raises(SystemExit) as e:
+        train.main(["--preset", "paper", "--model", "m", "--data", "d.jsonl", "--out-dir", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --preset paper needs --eval-data") and err.count("\n") == 1
+    assert resolved("--preset", "paper", "--model", "m", "--data", "d.jsonl", "--eval-data").eval_data == []
+    assert resolved(*REQUIRED).eval_data == ["aime24.jsonl"]
+    assert resolved("--model", "m").eval_data == ["data/arith/heldout.jsonl"]  # no preset: the embedded default
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--thinking", "--prompt-template", "Q: {question}"], "--thinking has no effect with --prompt-template"),
+    (["--no-thinking", "--prompt-template", "Q: {question}"], "--no-thinking has no effect with --prompt-template"),
+    (["--system-prompt", "S", "--prompt-template", "Q: {question}"], "--system-prompt has no effect with"),
+    (["--base-name", "Qwen/Qwen3-1.7B"], "--base-name needs a LoRA run"),
+])
+def test_prompt_flags_that_would_be_ignored_are_errors(argv, message):
+    with pytest.raises(ValueError, match=message):
+        resolved(*argv)
+
+
+def test_no_evaluation_trains_and_logs_no_eval_rows(tmp_path):
+    import json
+    train.main(["--eval-data", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--no-compile",
+                "--out-dir", str(tmp_path), "--name", "r", "--eval-every", "1"])
+    rows = [json.loads(line) for line in (tmp_path / "r/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1] and not any(k.startswith("eval/") for r in rows for k in r)

@@ -56,8 +56,8 @@ def test_text_is_written_token_by_token(loaded):
     writes = []
     out = type("Out", (), {"write": lambda self, s: writes.append(s), "flush": lambda self: None})()
     ids = tok.encode("1+2=3;4+5=9", add_special_tokens=False)
-    text, tokens = sample.print_stream(tok, iter(ids), out)
-    assert text == "1+2=3;4+5=9" and tokens == ids
+    text, tokens, by_stop = sample.print_stream(tok, iter(ids), out)
+    assert text == "1+2=3;4+5=9" and tokens == ids and not by_stop
     assert [w for w in writes if w] == list(text)  # one character per token with this tokenizer
 
 
@@ -91,6 +91,44 @@ def test_stream_ends_after_a_stop_string(loaded):
     out = type("Out", (), {"write": lambda self, s: writes.append(s), "flush": lambda self: None})()
     ids = tok.encode("1+2=3;4+5=9", add_special_tokens=False)
     consumed = []
-    text, tokens = sample.print_stream(tok, (consumed.append(i) or i for i in ids), out, stops=["=3;", "+5"])
-    assert text == "1+2=3;" == "".join(writes)  # "=3;" ends before "+5" does
+    text, tokens, by_stop = sample.print_stream(tok, (consumed.append(i) or i for i in ids), out, stops=["=3;", "+5"])
+    assert text == "1+2=3;" == "".join(writes) and by_stop  # "=3;" ends before "+5" does
     assert tokens == consumed == ids[:6]  # sampling stopped with the token that completed it
+
+
+def test_stop_is_repeatable_and_never_takes_the_prompt(capsys, model_dir, loaded):
+    """--stop takes one string each time: a prompt after it is a prompt, not a second stop string. The
+    stream stops where rollout.generate's StopStrings cut."""
+    from nanoatr.tokenizer import stop_strings
+    _, tok, _ = loaded
+    prompt = format_prompt(tok, Problem(PROMPT, ""))
+    _, text = reference(loaded, prompt, 12)
+    stops = [text[2:4], "never"]
+    tokens, cut = reference(loaded, prompt, 12, stop=stop_strings(tok, stops))
+    assert len(cut) < len(text)
+    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "12", "--stop", stops[0],
+                 "--stop", stops[1], PROMPT])
+    out, err = capsys.readouterr()
+    assert out == cut + "\n" and f"({len(tokens)} tokens, stopped)" in err
+
+
+def test_sampling_defaults_without_generation_config(capsys, model_dir):
+    """No generation_config.json (the embedded default has none): 1.0 / 0 / 1.0 as always, and it says so."""
+    sample.main(["--model", str(model_dir), "--max-new-tokens", "2", PROMPT])
+    assert "sampling: temperature 1.0, top-k 0, top-p 1.0 (defaults: no generation_config.json)" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--temperature", "-1"], "--temperature must be >= 0"), (["--top-p", "0"], "--top-p must be in (0, 1]"),
+    (["--top-k", "-2"], "--top-k must be >= 0"), (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["--seed", "-1"], "--seed must be >= 0"), (["--stop", ""], "--stop: empty stop string"),
+    (["--raw", "--thinking"], "--thinking has no effect with --raw"),
+    (["--raw", "--prompt-template", "Q{question}"], "--prompt-template has no effect with --raw"),
+    (["--no-thinking"], "--no-thinking would be ignored: this tokenizer's chat template has no enable_thinking"),
+])
+def test_bad_flags_are_one_line(capsys, model_dir, argv, message):
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--model", str(model_dir), *argv, PROMPT])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err

@@ -71,3 +71,51 @@ def test_a_special_token_is_a_stop_string(tok):
     new, stopped = stop_strings(tok, ["<|endoftext|>"]).cut(tokens, mask)
     assert stopped.tolist() == [True] and new.sum().item() == len("1+1=2") + 1  # kept through the special token
     assert completion_texts(tok, tokens, new) == ["1+1=2"]
+
+
+def test_stop_token_ids_from_every_place(tok, tmp_path):
+    """The tokenizer's eos, config.json's and generation_config.json's (an int or a list), all of them."""
+    import json
+    from nanoatr.tokenizer import TokenizerError, stop_token_ids
+    eos = tok.eos_token_id
+    assert stop_token_ids(tok) == stop_token_ids(tok, tmp_path) == [eos]
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": [7, 8]}))
+    assert stop_token_ids(tok, tmp_path) == sorted({eos, 7, 8})
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 9}))
+    assert stop_token_ids(tok, tmp_path) == sorted({eos, 7, 8, 9})
+    other = tmp_path / "adapter"
+    other.mkdir()
+    (other / "generation_config.json").write_text(json.dumps({"eos_token_id": [3]}))
+    assert stop_token_ids(tok, other, tmp_path) == sorted({eos, 3, 7, 8, 9})
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": "</s>"}))
+    with pytest.raises(TokenizerError, match="config.json: eos_token_id must be a token id"):
+        stop_token_ids(tok, tmp_path)
+    (tmp_path / "config.json").write_text("[")
+    with pytest.raises(TokenizerError, match="cannot read .*config.json"):
+        stop_token_ids(tok, tmp_path)
+
+
+def test_generation_defaults_read_three_keys(tmp_path):
+    import json
+    from nanoatr.tokenizer import TokenizerError, generation_defaults
+    assert generation_defaults(tmp_path) == ({}, None)
+    gen = tmp_path / "generation_config.json"
+    gen.write_text(json.dumps({"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "eos_token_id": 1}))
+    assert generation_defaults(None, tmp_path) == ({"temperature": 0.6, "top_k": 20, "top_p": 0.95}, gen)
+    gen.write_text(json.dumps({"do_sample": False, "max_new_tokens": 2048}))  # a base model's
+    assert generation_defaults(tmp_path) == ({}, gen)
+    for bad in [{"top_p": 0}, {"top_k": 1.5}, {"temperature": -1}, {"temperature": "hot"}]:
+        gen.write_text(json.dumps(bad))
+        with pytest.raises(TokenizerError, match="is not a usable value"):
+            generation_defaults(tmp_path)
+
+
+def test_prompt_flags_a_tokenizer_would_ignore(tok, tmp_path):
+    from nanoatr.tokenizer import TokenizerError, prompt_flags_problem
+    assert prompt_flags_problem(tok, None, "S", False) is None  # QWEN3_LIKE has roles and the switch
+    plain = load_tokenizer(make_model_dir(tmp_path / "plain", {"chat_template": None}))
+    assert "--system-prompt needs a chat template" in prompt_flags_problem(plain, None, "S", None)
+    assert "--thinking would be ignored" in prompt_flags_problem(plain, None, None, True)
+    assert prompt_flags_problem(plain, "Q: {question}", None, None) is None
+    with pytest.raises(TokenizerError, match="--no-thinking would be ignored"):  # training encodes through it
+        format_prompt(plain, Problem("1+1", "2"), enable_thinking=False)
