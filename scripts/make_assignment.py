@@ -268,7 +268,7 @@ def student_text(exercises: dict, numbers: list) -> tuple:
     body = "\n".join(head) + "\n---\n\n" + "\n".join(exercises[n].section for n in numbers)
     answers = ["# Answers\n", "Your answers to each exercise's questions, in words (and numbers where asked).\n"]
     for n in numbers:
-        q = re.search(r"^\*\*(Questions|Explain)\*\*.*?(?:\n\n|\Z)", exercises[n].section, re.M | re.S)
+        q = re.search(r"^\*\*(Questions|Explain)\.?\*\*.*?(?:\n\n|\Z)", exercises[n].section, re.M | re.S)
         answers += [f"## {n}. {exercises[n].title}\n", "> " + (q.group(0).strip().replace("\n", "\n> ") if q else
                                                            "See EXERCISES.md.") + "\n", "(your answer)\n"]
     return body, "\n".join(answers)
