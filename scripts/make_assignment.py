@@ -245,17 +245,17 @@ def git_commit(repo: Path, message: str) -> str:
     return git("rev-parse", "HEAD").strip()
 
 
-def student_text(exercises: dict, numbers: list) -> tuple:
+def student_text(exercises: dict, numbers: list, root: Path = ROOT) -> tuple:
     """(EXERCISES.md, ANSWERS.md) of a student copy."""
-    doc = (ROOT / DOC).read_text() if (ROOT / DOC).is_file() else ""
+    doc = (Path(root) / DOC).read_text()
     notation = re.search(r"^Exercises 1–9 .*?\n\n", doc, re.M | re.S)
     order = re.search(r"^\*\*Order\.\*\*.*?\n\n", doc, re.M | re.S)
-    head = [f"# Exercises {', '.join(map(str, numbers))}\n",
-            "Each exercise names functions whose bodies are blank: they raise `NotImplementedError` under a "
-            "TODO block\nthat states the contract, the behaviour the tests check. Write the bodies; run the "
-            "checks from the\nrepository root. `python scripts/grade.py` runs all your checks and prints a "
-            "score (the official\ngrade runs the same tests from the teachers' own copy). Answer the "
-            "questions in ANSWERS.md.\n",
+    intro = ("Each exercise names functions whose bodies are blank: they raise `NotImplementedError` under a TODO "
+             "block that states the contract, the behaviour the tests check. Write the bodies and run the checks "
+             "from the repository root; the whole test suite (`python -m pytest`) fails wherever a blank function "
+             "is called. `python scripts/grade.py` runs all your checks and prints a score (the official grade "
+             "runs the same tests from the teachers' own copy). Answer the questions in ANSWERS.md.")
+    head = [f"# Exercises {', '.join(map(str, numbers))}\n", textwrap.fill(intro, 100) + "\n",
             "| # | exercise | write | while blank, this also stops working |", "|---|---|---|---|"]
     head += [f"| {n} | {exercises[n].title} | "
              f"{' '.join(f'`{p}::{f}`' for p, f in exercises[n].functions) or 'in words'} | {exercises[n].breaks} |"
@@ -286,7 +286,7 @@ def make_student_copy(out: Path, numbers: list, root: Path = ROOT) -> str:
         for path, name in ex.functions:
             target = out / path
             target.write_text(blank_function(target.read_text(), ex, name, path))
-    exercises_md, answers_md = student_text(exercises, numbers)
+    exercises_md, answers_md = student_text(exercises, numbers, root)
     (out / "EXERCISES.md").write_text(exercises_md)
     (out / "ANSWERS.md").write_text(answers_md)
     (out / "assignment.json").write_text(json.dumps({"exercises": numbers}, indent=1) + "\n")
