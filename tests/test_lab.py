@@ -84,11 +84,12 @@ def test_clipping_acts_only_with_several_updates_per_rollout(tmp_path):
 
 def test_kl3_adaptive_in_a_real_run(tmp_path):
     """One step, two minibatches: the first sees w = 1 (the same update for every method), so the second
-    scores the same ratios under both rules; delta_t >= delta keeps every token kl3 keeps."""
-    kl3 = train_rows(train_run(tmp_path, "kl3", "--steps", "1", "--clip", "kl3", "--lr", "1e-3"))[0]
+    scores the same ratios under both rules; delta_t >= delta keeps every token kl3 keeps. lr 3e-3 moves the
+    policy enough in one update that a few % of the second minibatch's tokens leave kl3's region."""
+    kl3 = train_rows(train_run(tmp_path, "kl3", "--steps", "1", "--clip", "kl3", "--lr", "3e-3"))[0]
     same = train_rows(train_run(tmp_path, "adapt0", "--steps", "1", "--clip", "kl3-adaptive", "--adapt", "0",
-                                "--lr", "1e-3"))[0]
-    adaptive = train_rows(train_run(tmp_path, "adapt", "--steps", "1", "--clip", "kl3-adaptive", "--lr", "1e-3"))[0]
+                                "--lr", "3e-3"))[0]
+    adaptive = train_rows(train_run(tmp_path, "adapt", "--steps", "1", "--clip", "kl3-adaptive", "--lr", "3e-3"))[0]
     for key in ("loss", "reward_mean", "clip_frac_low", "clip_frac_high", "kl3", "ratio_min", "ratio_max", "grad_norm"):
         assert same[key] == kl3[key], key                  # adapt = 0 is kl3
     assert same["delta_t"] == pytest.approx(0.07)
