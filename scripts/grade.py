@@ -22,6 +22,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,16 +44,23 @@ PRELOAD = ("torch", "torch._dynamo", "numpy", "sympy", "tokenizers", "transforme
 
 class Recorder:
     """A pytest plugin: keeps the tests that `selections` ({exercise: [(file, -k expression)]}) name,
-    records which exercise each belongs to and every test's outcome."""
+    records which exercise each belongs to and every test's outcome, saved to `out` after each test (so
+    a run stopped by the time limit keeps what finished)."""
 
-    def __init__(self, selections: dict):
+    def __init__(self, selections: dict, out: str):
         from _pytest.mark import KeywordMatcher
         from _pytest.mark.expression import Expression
         self.matcher = KeywordMatcher.from_item
         self.rules = [(ex, file, Expression.compile(k) if k else None)
                       for ex, checks in selections.items() for file, k in checks]
         self.selected = {ex: [] for ex in selections}
-        self.outcomes, self.errors = {}, []
+        self.outcomes, self.errors, self.out, self.exit = {}, [], Path(out), None
+
+    def save(self):
+        tmp = self.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"exit": self.exit, "selected": self.selected, "outcomes": self.outcomes,
+                                   "errors": self.errors}))
+        os.replace(tmp, self.out)
 
     def pytest_collection_modifyitems(self, session, config, items):
         keep, drop = [], []
@@ -66,6 +74,7 @@ class Recorder:
         if drop:
             config.hook.pytest_deselected(items=drop)
         items[:] = keep
+        self.save()
 
     @staticmethod
     def message(report) -> str:
@@ -73,7 +82,10 @@ class Recorder:
         text = crash.message if crash is not None else str(report.longrepr)
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         errors = [line for line in lines if "Error" in line or "Exception" in line]  # hypothesis: the example first
-        return (errors or lines or [report.outcome])[0][:300]
+        where = re.search(r'File "([^"]+)", line (\d+)', text)  # a module that does not import: say where
+        at = f" ({os.path.relpath(where.group(1))}:{where.group(2)})" if where and errors and \
+            where.group(1).startswith(os.getcwd()) else ""
+        return ((errors or lines or [report.outcome])[0] + at)[:300]
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -85,6 +97,8 @@ class Recorder:
             outcome[:] = ["failed", self.message(report)]
         elif report.skipped and outcome[0] == "passed":
             outcome[:] = ["skipped", self.message(report)]
+        if report.when == "teardown":
+            self.save()
 
 
 def child(spec: dict) -> None:
@@ -102,12 +116,12 @@ def child(spec: dict) -> None:
     os.dup2(log.fileno(), 2)
     import pytest
     selections = {int(ex): [tuple(c) for c in checks] for ex, checks in spec["selections"].items()}
-    recorder = Recorder(selections)
+    recorder = Recorder(selections, spec["out"])
     files = sorted({file for checks in selections.values() for file, _ in checks})
     args = [*files, "-q", "-p", "no:cacheprovider", "--rootdir", str(tree), "-c", spec["ini"], "--tb=short"]
     code = pytest.main(args + (["--collect-only"] if spec.get("collect_only") else []), plugins=[recorder])
-    Path(spec["out"]).write_text(json.dumps({"exit": int(code), "selected": recorder.selected,
-                                             "outcomes": recorder.outcomes, "errors": recorder.errors}))
+    recorder.exit = int(code)
+    recorder.save()
     sys.stdout.flush()
     sys.stderr.flush()
 
@@ -139,7 +153,7 @@ def run_child(spec: dict, timeout: float, fork: bool) -> dict:
         {"exit": None, "selected": {}, "outcomes": {}, "errors": []}
     if timed_out:
         record["errors"].append(f"stopped after {timeout:.0f} s (--timeout)")
-    elif not out.is_file():
+    elif record["exit"] is None:
         log = Path(spec["log"]).read_text(errors="replace").strip().splitlines() if Path(spec["log"]).is_file() else []
         record["errors"].append("the test process died: " + (log[-1] if log else "no output"))
     record["seconds"] = time.perf_counter() - t0
@@ -279,7 +293,11 @@ def grade(student: Path, numbers: list | None = None, reference: Path | None = N
         for n in numbers:
             ex, record = exercises[n], records[n]
             ids = record["selected"].get(str(n), [])
-            if not ids or record["errors"]:  # a module that does not import, a time-out: count the tests it should have run
+            own = {file for file, _ in ex.checks}  # errors of a shared run: those of this exercise's files
+            errors = [e for e in record["errors"] if e.split(":")[0] in own or not e.startswith("tests/")]
+            if not ids and not errors:
+                errors.append(f"no test ran (pytest exit {record['exit']}; --keep keeps its log)")
+            if not ids or errors:  # a module that does not import, a time-out: count the tests it should have run
                 if expected is None and reference is not None:
                     tree = build_tree(reference, work / "reference", None, {})
                     spec = {"tree": str(tree), "ini": str(ini), "out": str(work / "reference.json"),
@@ -296,7 +314,7 @@ def grade(student: Path, numbers: list | None = None, reference: Path | None = N
                             "written": written, "seconds": round(record["seconds"], 1),
                             "failed": [[i, o[0] + (": " + o[1] if o[1] and o[1] != o[0] else "")]
                                        for i, o in outcome.items() if o[0] != "passed"],
-                            "errors": record["errors"]})
+                            "errors": errors})
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
