@@ -378,7 +378,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     bundle = HERE if (HERE / "assignment.json").is_file() and (HERE / "reference").is_dir() else None
     reference = args.reference.resolve() if args.reference else (bundle / "reference" if bundle else None)
-    if not (args.student / ".git").exists() and not (args.student / "assignment.json").is_file() and args.exercises is None:
+    if not (args.student / "assignment.json").is_file() and args.exercises is None:
         parser.error(f"{args.student.resolve()} is not a student copy (no assignment.json): give its path")
     try:
         numbers = None

@@ -291,7 +291,8 @@ def make_student_copy(out: Path, numbers: list, root: Path = ROOT) -> str:
     (out / "ANSWERS.md").write_text(answers_md)
     (out / "assignment.json").write_text(json.dumps({"exercises": numbers}, indent=1) + "\n")
     if shutil.which("git") is None:
-        print(f"warning: no git: {out} is not a repository (run git init; git add -A; git commit there)", file=sys.stderr)
+        print(f"warning: no git: {out} is not a repository (run git init; git add -A; git commit there)",
+              file=sys.stderr)
         return ""
     return git_commit(out, f"nanoatr: exercises {', '.join(map(str, numbers))}")
 
@@ -308,10 +309,11 @@ def make_grader_bundle(grader: Path, numbers: list, root: Path = ROOT) -> None:
                                 check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = None
-    (grader / "assignment.json").write_text(json.dumps({"exercises": numbers, "reference_commit": commit}, indent=1) + "\n")
+    meta = {"exercises": numbers, "reference_commit": commit}
+    (grader / "assignment.json").write_text(json.dumps(meta, indent=1) + "\n")
     (grader / "README.md").write_text(
         f"# Grader for exercises {', '.join(map(str, numbers))} (teaching staff only: reference/ holds the answers)\n\n"
-        "In a student's repository:\n\n    python <this folder>/grade.py            # prints the scores, writes results.json\n\n"
+        "In a student's repository:\n\n    python <this folder>/grade.py     # prints the scores, writes results.json\n\n"
         "See reference/docs/teaching.md.\n")
 
 
@@ -346,7 +348,8 @@ def main(argv=None):
         exercises = load_exercises(ROOT)
         if args.list:
             for ex in exercises.values():
-                print(f"{ex.number:2}  {ex.title}\n    write: {' '.join(p + '::' + f for p, f in ex.functions) or '(in words)'}"
+                write = " ".join(f"{p}::{f}" for p, f in ex.functions) or "(in words)"
+                print(f"{ex.number:2}  {ex.title}\n    write: {write}"
                       f"\n    check: {' ; '.join(ex.commands())}\n    while blank: {ex.breaks}")
             return
         if args.paste_reference:

@@ -54,7 +54,10 @@ def reference_lines(path: str, name: str) -> list[str]:
 @pytest.mark.skipif(shutil.which("git") is None, reason="the student copy's history needs git")
 def test_the_student_copy_holds_no_answer(kit):
     student, grader = kit
-    git = lambda *a: subprocess.run(["git", *a], cwd=student, capture_output=True, text=True, check=True).stdout  # noqa: E731
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=student, capture_output=True, text=True, check=True).stdout
+
     assert len(git("log", "--all", "--oneline").splitlines()) == 1 and git("status", "--porcelain") == ""
     history = git("log", "-p", "--all")
     for f in MA.TEACHER_ONLY:
@@ -112,7 +115,8 @@ def test_pip_install_editable_then_import_from_anywhere(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                              "--disable-pip-version-check", "-e", str(ROOT)], capture_output=True, text=True, timeout=300)
+                              "--disable-pip-version-check", "-e", str(ROOT)],
+                             capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stdout + install.stderr
     elsewhere = tmp_path / "notebooks"
     elsewhere.mkdir()

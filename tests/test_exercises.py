@@ -34,7 +34,8 @@ class Selected:
 def test_pytest_command_selects_tests(command, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)  # the commands are written for the repo root
     selected = Selected()
-    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *shlex.split(command)[3:]], plugins=[selected])
+    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *shlex.split(command)[3:]],
+                       plugins=[selected])
     assert code == 0 and selected.items > 0, f"{command}: {capsys.readouterr().out[-2000:]}"
 
 

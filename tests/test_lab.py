@@ -62,7 +62,8 @@ def test_result_of_a_hand_written_log(tmp_path):
     # no evaluation at step 0: the start is nan; eval_k comes from config.json
     res = sweep.result(fake_run(tmp_path, "b", [step(1, 0.1, 0.2), {"step": 1, "eval/mean@4": 10.0,
                                                                     "eval/pass@4": 20.0}], eval_k=4), 1)
-    assert res["k"] == 4 and res["mean@k"] == 10.0 and math.isnan(res["mean@k_start"]) and math.isnan(res["pass@k_start"])
+    assert res["k"] == 4 and res["mean@k"] == 10.0
+    assert math.isnan(res["mean@k_start"]) and math.isnan(res["pass@k_start"])
     assert res["cut_low"] == pytest.approx(10.0) and res["cut_high"] == pytest.approx(20.0)
     # not finished (no evaluation at the last step): None
     assert sweep.result(fake_run(tmp_path, "c", rows[:3]), 3) is None
