@@ -1,17 +1,25 @@
-"""docs/exercises.md: every pytest command it gives selects tests, and its code runs."""
+"""docs/exercises.md: its table is well formed (the classroom kit reads it), every pytest command it gives
+selects tests, the table's checks are the sections' commands, and its code runs."""
+import ast
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import make_assignment as MA  # noqa: E402  (scripts/make_assignment.py)
+
 DOC = (ROOT / "docs/exercises.md").read_text()
 COMMANDS = re.findall(r"^python -m pytest .*$", DOC, flags=re.M)
+EXERCISES = MA.load_exercises(ROOT)
 
 
 def test_the_doc_has_an_exercise_per_section():
-    assert len(re.findall(r"^## \d+\. ", DOC, flags=re.M)) >= 6 and len(COMMANDS) >= 6
+    assert len(re.findall(r"^## \d+\. ", DOC, flags=re.M)) == len(EXERCISES) >= 11 and len(COMMANDS) >= 11
+    assert sorted(EXERCISES) == list(range(1, len(EXERCISES) + 1))
 
 
 class Selected:
@@ -26,10 +34,34 @@ class Selected:
 def test_pytest_command_selects_tests(command, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)  # the commands are written for the repo root
     selected = Selected()
-    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *shlex.split(command)[3:]], plugins=[selected])
+    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *shlex.split(command)[3:]],
+                       plugins=[selected])
     assert code == 0 and selected.items > 0, f"{command}: {capsys.readouterr().out[-2000:]}"
 
 
 def test_python_snippets_run():
     for code in re.findall(r"```python\n(.*?)```", DOC, flags=re.S):
         exec(compile(code, "docs/exercises.md", "exec"), {})
+
+
+@pytest.mark.parametrize("number", sorted(EXERCISES))
+def test_table_row_matches_its_section(number):
+    """The table's checks are exactly the section's commands; its functions exist; its contract is stated."""
+    ex = EXERCISES[number]
+    section_commands = re.findall(r"^python -m pytest .*$", ex.section, flags=re.M)
+    assert [shlex.split(c) for c in section_commands] == [shlex.split(c) for c in ex.commands()]
+    assert ex.checks and all((ROOT / file).is_file() for file, _ in ex.checks)
+    assert ex.title and ex.breaks
+    if not ex.functions:
+        assert "**Contract.**" in ex.section  # a written exercise says so
+        return
+    assert ex.contract and any("Checked" in bullet for bullet in ex.contract)
+    for path, name in ex.functions:
+        source = (ROOT / path).read_text()
+        blank = MA.blank_function(source, ex, name, path)
+        node = MA._function(ast.parse(blank), name)
+        raised = node.body[-1]
+        assert isinstance(raised, ast.Raise) and f"exercise {number}: " in ast.unparse(raised), name
+        assert ast.get_docstring(node) == ast.get_docstring(MA._function(ast.parse(source), name))
+        assert ast.unparse(node.args) == ast.unparse(MA._function(ast.parse(source), name).args)  # the signature stays
+        assert MA.paste_function(blank, source, name, path) == source  # blank, then paste back: the same file

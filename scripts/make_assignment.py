@@ -1,0 +1,380 @@
+"""Make a student copy of nanoatr for a course: the chosen exercises' functions blanked, their text
+beside them, a fresh git history; and a grader bundle for the teaching staff.
+
+    python scripts/make_assignment.py --exercises 1,4,7 --out hw1     # hw1/ for students, hw1-grader/ for TAs
+    python scripts/make_assignment.py --list                          # the exercises and what each one blanks
+    python scripts/make_assignment.py --paste-reference hw1           # put this checkout's bodies back into hw1/
+
+The exercises are the table at the top of docs/exercises.md (number, title, the functions to write as
+file::name, the pytest commands that check them); scripts/grade.py and tests/test_classroom.py read
+the same table. In the student copy each function keeps its signature and docstring; its body becomes
+a TODO block with the exercise's contract (the "**Contract**" list of its section) and
+`raise NotImplementedError("exercise N: <title>")`. EXERCISES.md holds the chosen sections, ANSWERS.md
+their questions. Everything else is copied unchanged (so everything that does not call a blanked
+function runs), except the teachers' files (TEACHER_ONLY). The copy is a new git repository with one
+commit: `git log -p` shows no answer.
+
+The grader bundle (default: <out>-grader/, never given to students) holds grade.py, this script,
+assignment.json and reference/, a copy of this checkout: the tests the grader runs and the reference
+bodies it puts back into the other exercises while grading one (docs/teaching.md).
+"""
+import argparse
+import ast
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = "docs/exercises.md"
+TEACHER_ONLY = ("docs/teaching.md", "tests/test_classroom.py")   # never in a student copy
+SKIP_DIRS = {".git", "runs", "__pycache__", ".pytest_cache", ".hypothesis", ".benchmarks", ".venv", ".whl",
+             "build", "dist"}
+STUDENT_FILES = ("EXERCISES.md", "ANSWERS.md", "assignment.json")  # what make_student_copy adds
+
+
+class Exercise(NamedTuple):
+    number: int
+    title: str                            # the one line of its NotImplementedError
+    functions: tuple                      # ((path, function name), ...); empty for a written exercise
+    checks: tuple                         # ((test file, -k expression or None), ...)
+    breaks: str                           # what else stops working while it is blank
+    contract: list                        # the bullets of its "**Contract**" list (markdown, one string each)
+    section: str                          # its section of docs/exercises.md
+
+    def commands(self) -> list[str]:
+        return [f"python -m pytest {file}" + (f" -k {shlex.quote(k)}" if k else "") for file, k in self.checks]
+
+
+# ----------------------------------------------------------------------------
+# The table of docs/exercises.md
+
+def parse_check(command: str) -> tuple:
+    """'tests/test_loss.py -k "kl2 and not compiled"' -> ('tests/test_loss.py', 'kl2 and not compiled')."""
+    args = shlex.split(command)
+    if len(args) == 1:
+        return args[0], None
+    if len(args) == 3 and args[1] == "-k":
+        return args[0], args[2]
+    raise ValueError(f"{DOC}: a check is 'FILE' or 'FILE -k EXPRESSION', not {command!r}")
+
+
+def load_exercises(root: Path = ROOT) -> dict:
+    """{number: Exercise} from the table and sections of docs/exercises.md under `root`."""
+    text = (Path(root) / DOC).read_text()
+    sections = {int(m.group(1)): m for m in re.finditer(r"^## (\d+)\. .*?(?=^## |^---|^### |\Z)", text, re.M | re.S)}
+    exercises = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")] if line.startswith("| ") else []
+        if len(cells) != 5 or not cells[0].isdigit():
+            continue
+        number = int(cells[0])
+        functions = tuple(tuple(f.split("::")) for f in re.findall(r"`([^`]+::[^`]+)`", cells[2]))
+        checks = tuple(parse_check(c) for c in re.findall(r"`([^`]+)`", cells[3]))
+        if number not in sections:
+            raise ValueError(f"{DOC}: exercise {number} is in the table but has no '## {number}. ' section")
+        section = sections[number].group(0).rstrip() + "\n"
+        exercises[number] = Exercise(number, cells[1], functions, checks, cells[4], contract_of(section), section)
+    if not exercises:
+        raise ValueError(f"{DOC}: no exercise table found")
+    return exercises
+
+
+def contract_of(section: str) -> list:
+    """The bullets of the section's **Contract** list, each joined onto one line (nested ones keep 2 spaces)."""
+    m = re.search(r"^\*\*Contract\*\*\n(.*?)(?:\n\n|\Z)", section, re.M | re.S)
+    bullets = []
+    for line in (m.group(1).splitlines() if m else []):
+        if re.match(r"^ {0,2}- ", line):
+            bullets.append(line.rstrip())
+        elif bullets:
+            bullets[-1] += " " + line.strip()
+    return bullets
+
+
+def choose(exercises: dict, spec: str) -> list:
+    """'1,4,7' or 'all' -> [1, 4, 7], checked against the table."""
+    if spec == "all":
+        return sorted(exercises)
+    try:
+        numbers = sorted({int(x) for x in spec.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"--exercises: a list of numbers like 1,4,7 or 'all' (got {spec!r})") from None
+    unknown = [n for n in numbers if n not in exercises]
+    if unknown or not numbers:
+        raise ValueError(f"--exercises: no exercise {unknown[0] if unknown else spec!r} "
+                         f"(there are {', '.join(map(str, sorted(exercises)))})")
+    return numbers
+
+
+# ----------------------------------------------------------------------------
+# Functions in source text, found with ast
+
+def _function(tree: ast.Module, name: str, path: str = "") -> ast.FunctionDef:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node
+    raise LookupError(f"{path}: no top-level function {name}()")
+
+
+def _trailing(lines: list, end: int, indent: int) -> int:
+    """Extend a function's last line over the comment lines indented into its body that follow it."""
+    while end < len(lines) and lines[end].strip().startswith("#") and \
+            len(lines[end]) - len(lines[end].lstrip()) > indent:
+        end += 1
+    return end
+
+
+def function_span(source: str, name: str, path: str = "") -> tuple:
+    """(first, end) line indices (0-based, end exclusive) of the whole def: decorators to its last line."""
+    node = _function(ast.parse(source), name, path)
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+    return first, _trailing(source.splitlines(keepends=True), node.end_lineno, node.col_offset)
+
+
+def body_span(source: str, name: str, path: str = "") -> tuple:
+    """(first, end, indent) of the function's body after its docstring (with the comments in it)."""
+    node = _function(ast.parse(source), name, path)
+    lines = source.splitlines(keepends=True)
+    body = node.body
+    has_doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
+        isinstance(body[0].value.value, str)
+    indent = body[0].col_offset
+    if has_doc:
+        first = body[0].end_lineno
+    else:  # the body's first statement, and the comment lines just above it
+        first = body[0].lineno - 1
+        while first > node.lineno and lines[first - 1].strip().startswith("#"):
+            first -= 1
+    return first, _trailing(lines, node.end_lineno, node.col_offset), indent
+
+
+def todo_block(ex: Exercise, indent: int) -> str:
+    """The comment block and the raise that replace a body."""
+    pad = " " * indent
+    out = [f"{pad}# TODO(exercise {ex.number}): {ex.title}. EXERCISES.md, section {ex.number}.",
+           f"{pad}# The contract (the tests check this, and only this):"]
+    for bullet in ex.contract:
+        nested = bullet.startswith("  ")
+        text = bullet.strip()[2:]
+        lead = "#     - " if nested else "#   - "
+        out += textwrap.wrap(text, width=max(40, 104 - indent), initial_indent=pad + lead,
+                             subsequent_indent=pad + "#" + " " * (len(lead) - 1), break_on_hyphens=False)
+    for command in ex.commands():
+        out.append(f"{pad}# Check: {command}")
+    out.append(f"{pad}raise NotImplementedError({json.dumps(f'exercise {ex.number}: {ex.title}', ensure_ascii=False)})")
+    return "\n".join(out) + "\n"
+
+
+def blank_function(source: str, ex: Exercise, name: str, path: str = "") -> str:
+    """`source` with function `name`'s body (below its docstring) replaced by exercise `ex`'s TODO block."""
+    first, end, indent = body_span(source, name, path)
+    lines = source.splitlines(keepends=True)
+    return "".join(lines[:first]) + todo_block(ex, indent) + "".join(lines[end:])
+
+
+def paste_function(source: str, reference: str, name: str, path: str = "") -> str:
+    """`source` with function `name` replaced by its definition in `reference` (appended if `source` lacks it)."""
+    ref_first, ref_end = function_span(reference, name, path)
+    definition = "".join(reference.splitlines(keepends=True)[ref_first:ref_end])
+    lines = source.splitlines(keepends=True)
+    try:
+        first, end = function_span(source, name, path)
+    except LookupError:
+        return source.rstrip("\n") + "\n\n\n" + definition
+    return "".join(lines[:first]) + definition + "".join(lines[end:])
+
+
+def without_functions(source: str, names: list, path: str = "") -> str:
+    """`source` minus the listed functions (to compare a file outside an exercise's functions)."""
+    for name in names:
+        try:
+            first, end = function_span(source, name, path)
+        except (LookupError, SyntaxError):
+            continue
+        lines = source.splitlines(keepends=True)
+        source = "".join(lines[:first]) + f"# <{name}>\n" + "".join(lines[end:])
+    return source
+
+
+# ----------------------------------------------------------------------------
+# Copies
+
+def source_files(root: Path = ROOT) -> list:
+    """The repository's files (relative paths): what git tracks plus untracked files it does not ignore."""
+    root = Path(root)
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                             capture_output=True, check=True).stdout.decode()
+        files = sorted({f for f in out.split("\0") if f and (root / f).is_file()})
+        if files:
+            return files
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    files = []  # not a git checkout (a grader bundle's reference/): every file outside SKIP_DIRS
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        files += [str(Path(dirpath, f).relative_to(root)) for f in filenames if not f.endswith(".pyc")]
+    return sorted(files)
+
+
+def copy_files(root: Path, out: Path, files: list) -> None:
+    for f in files:
+        (out / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / f, out / f)
+
+
+def git_commit(repo: Path, message: str) -> str:
+    """A fresh repository at `repo` with one commit of everything in it; returns the commit id."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "nanoatr course", "GIT_AUTHOR_EMAIL": "course@nanoatr.invalid",
+           "GIT_COMMITTER_NAME": "nanoatr course", "GIT_COMMITTER_EMAIL": "course@nanoatr.invalid"}
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("checkout", "-q", "-b", "main")
+    git("add", "-A")
+    git("-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify", "-m", message)
+    return git("rev-parse", "HEAD").strip()
+
+
+def student_text(exercises: dict, numbers: list, root: Path = ROOT) -> tuple:
+    """(EXERCISES.md, ANSWERS.md) of a student copy."""
+    doc = (Path(root) / DOC).read_text()
+    notation = re.search(r"^Exercises 1–9 .*?\n\n", doc, re.M | re.S)
+    order = re.search(r"^\*\*Order\.\*\*.*?\n\n", doc, re.M | re.S)
+    intro = ("Each exercise names functions whose bodies are blank: they raise `NotImplementedError` under a TODO "
+             "block that states the contract, the behaviour the tests check. Write the bodies and run the checks "
+             "from the repository root; the whole test suite (`python -m pytest`) fails wherever a blank function "
+             "is called. `python scripts/grade.py` runs all your checks and prints a score (the official grade "
+             "runs the same tests from the teachers' own copy). Answer the questions in ANSWERS.md.")
+    head = [f"# Exercises {', '.join(map(str, numbers))}\n", textwrap.fill(intro, 100) + "\n",
+            "| # | exercise | write | while blank, this also stops working |", "|---|---|---|---|"]
+    head += [f"| {n} | {exercises[n].title} | "
+             f"{' '.join(f'`{p}::{f}`' for p, f in exercises[n].functions) or 'in words'} | {exercises[n].breaks} |"
+             for n in numbers]
+    head.append("")
+    if notation:
+        head.append(notation.group(0).rstrip() + "\n")
+    if order:
+        head.append(order.group(0).rstrip() + "\n")
+    body = "\n".join(head) + "\n---\n\n" + "\n".join(exercises[n].section for n in numbers)
+    answers = ["# Answers\n", "Your answers to each exercise's questions, in words (and numbers where asked).\n"]
+    for n in numbers:
+        q = re.search(r"^\*\*(Questions|Explain)\.?\*\*.*?(?:\n\n|\Z)", exercises[n].section, re.M | re.S)
+        answers += [f"## {n}. {exercises[n].title}\n", "> " + (q.group(0).strip().replace("\n", "\n> ") if q else
+                                                           "See EXERCISES.md.") + "\n", "(your answer)\n"]
+    return body, "\n".join(answers)
+
+
+def make_student_copy(out: Path, numbers: list, root: Path = ROOT) -> str:
+    """Write the student repository `out` (must not exist) for exercises `numbers`; returns its commit."""
+    root, out = Path(root), Path(out)
+    exercises = load_exercises(root)
+    files = [f for f in source_files(root) if f not in TEACHER_ONLY]
+    out.mkdir(parents=True)
+    copy_files(root, out, files)
+    for n in numbers:
+        ex = exercises[n]
+        for path, name in ex.functions:
+            target = out / path
+            target.write_text(blank_function(target.read_text(), ex, name, path))
+    exercises_md, answers_md = student_text(exercises, numbers, root)
+    (out / "EXERCISES.md").write_text(exercises_md)
+    (out / "ANSWERS.md").write_text(answers_md)
+    (out / "assignment.json").write_text(json.dumps({"exercises": numbers}, indent=1) + "\n")
+    if shutil.which("git") is None:
+        print(f"warning: no git: {out} is not a repository (run git init; git add -A; git commit there)",
+              file=sys.stderr)
+        return ""
+    return git_commit(out, f"nanoatr: exercises {', '.join(map(str, numbers))}")
+
+
+def make_grader_bundle(grader: Path, numbers: list, root: Path = ROOT) -> None:
+    """The teaching staff's bundle: grade.py, this script, assignment.json, reference/ (a copy of `root`)."""
+    root, grader = Path(root), Path(grader)
+    grader.mkdir(parents=True)
+    copy_files(root, grader / "reference", source_files(root))
+    for script in ("grade.py", "make_assignment.py"):
+        shutil.copy2(Path(__file__).resolve().parent / script, grader / script)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    meta = {"exercises": numbers, "reference_commit": commit}
+    (grader / "assignment.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (grader / "README.md").write_text(
+        f"# Grader for exercises {', '.join(map(str, numbers))} (teaching staff only: reference/ holds the answers)\n\n"
+        "In a student's repository:\n\n    python <this folder>/grade.py     # prints the scores, writes results.json\n\n"
+        "See reference/docs/teaching.md.\n")
+
+
+def paste_reference(student: Path, numbers: list | None = None, root: Path = ROOT) -> list:
+    """Put `root`'s definitions of the exercises' functions back into `student`; returns the files written."""
+    exercises = load_exercises(root)
+    if numbers is None:
+        meta = Path(student) / "assignment.json"
+        numbers = json.loads(meta.read_text())["exercises"] if meta.is_file() else sorted(exercises)
+    written = []
+    for n in numbers:
+        for path, name in exercises[n].functions:
+            target = Path(student) / path
+            target.write_text(paste_function(target.read_text(), (Path(root) / path).read_text(), name, path))
+            written.append(path)
+    return sorted(set(written))
+
+
+# ----------------------------------------------------------------------------
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python scripts/make_assignment.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exercises", default="", help="exercise numbers, e.g. 1,4,7, or 'all'")
+    parser.add_argument("--out", type=Path, help="the student repository to write (must not exist)")
+    parser.add_argument("--grader", type=Path, help="the grader bundle to write (default: <out>-grader)")
+    parser.add_argument("--list", action="store_true", help="list the exercises and stop")
+    parser.add_argument("--paste-reference", type=Path, metavar="DIR",
+                        help="put this checkout's bodies of DIR's exercises (assignment.json, or --exercises) back")
+    args = parser.parse_args(argv)
+    try:
+        exercises = load_exercises(ROOT)
+        if args.list:
+            for ex in exercises.values():
+                write = " ".join(f"{p}::{f}" for p, f in ex.functions) or "(in words)"
+                print(f"{ex.number:2}  {ex.title}\n    write: {write}"
+                      f"\n    check: {' ; '.join(ex.commands())}\n    while blank: {ex.breaks}")
+            return
+        if args.paste_reference:
+            numbers = choose(exercises, args.exercises) if args.exercises else None
+            for path in paste_reference(args.paste_reference, numbers):
+                print(f"pasted the reference into {args.paste_reference / path}")
+            return
+        if not args.out or not args.exercises:
+            parser.error("give --exercises and --out (or --list, or --paste-reference DIR)")
+        numbers = choose(exercises, args.exercises)
+        grader = args.grader or args.out.with_name(args.out.name + "-grader")
+        for path in (args.out, grader):
+            if path.exists():
+                parser.error(f"{path} exists; choose another --out / --grader")
+        if grader.resolve().is_relative_to(args.out.resolve()):
+            parser.error("--grader must not be inside --out: students would get the answers")
+    except (ValueError, LookupError) as e:
+        parser.error(str(e))
+    commit = make_student_copy(args.out, numbers)
+    make_grader_bundle(grader, numbers)
+    blanked = [f"{p}::{f}" for n in numbers for p, f in exercises[n].functions]
+    print(f"student copy: {args.out} (git commit {commit[:10] or 'none'}; exercises {', '.join(map(str, numbers))}; "
+          f"blank: {', '.join(blanked) or 'nothing'})")
+    print(f"grader bundle: {grader} (keep it from students; in a student copy run: python {grader / 'grade.py'})")
+
+
+if __name__ == "__main__":
+    main()

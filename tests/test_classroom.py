@@ -1,0 +1,134 @@
+"""The classroom kit end to end (docs/teaching.md): a student copy of every exercise holds no answer and
+has a fresh history; the grader, with its own tests, gives 0 with the bodies blank, every exercise failing
+on its own blank (red), and full marks once the reference bodies are pasted back (green); and
+`pip install -e .` makes `import nanoatr` work from any folder.
+
+    python -m pytest tests/test_classroom.py -q        (about 40 s on one core: two grader runs)
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import make_assignment as MA  # noqa: E402  (scripts/make_assignment.py)
+
+EXERCISES = MA.load_exercises(ROOT)
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    """A student copy of every exercise, and its grader bundle."""
+    base = tmp_path_factory.mktemp("kit")
+    MA.main(["--exercises", "all", "--out", str(base / "hw")])
+    return base / "hw", base / "hw-grader"
+
+
+def run_grader(grader: Path, student: Path, out: Path) -> dict:
+    proc = subprocess.run([sys.executable, str(grader / "grade.py"), str(student), "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def reference_lines(path: str, name: str) -> list[str]:
+    """The lines of the reference body that appear nowhere else in the repository (so must not leak)."""
+    source = (ROOT / path).read_text()
+    first, end, _ = MA.body_span(source, name, path)
+    lines = source.splitlines()
+    elsewhere = "\n".join(lines[:first] + lines[end:])
+    for f in MA.source_files(ROOT):
+        if f != path and f.endswith((".py", ".md", ".txt", ".json", ".toml")):
+            elsewhere += "\n" + (ROOT / f).read_text(errors="replace")
+    return [line.strip() for line in lines[first:end]
+            if len(line.strip()) >= 12 and not line.strip().startswith("#") and line.strip() not in elsewhere]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="the student copy's history needs git")
+def test_the_student_copy_holds_no_answer(kit):
+    student, grader = kit
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=student, capture_output=True, text=True, check=True).stdout
+
+    assert len(git("log", "--all", "--oneline").splitlines()) == 1 and git("status", "--porcelain") == ""
+    history = git("log", "-p", "--all")
+    for f in MA.TEACHER_ONLY:
+        assert not (student / f).exists() and (grader / "reference" / f).exists()
+    assert not (student / "results.json").exists() and (grader / "reference/tests/test_advantages.py").is_file()
+    for n, ex in EXERCISES.items():
+        assert re.search(rf"^## {n}\. ", (student / "EXERCISES.md").read_text(), re.M)
+        assert f"## {n}. {ex.title}" in (student / "ANSWERS.md").read_text()
+        for path, name in ex.functions:
+            leaks = reference_lines(path, name)
+            assert leaks, f"{path}::{name}: no line of its body to look for"
+            text = (student / path).read_text()
+            for line in leaks:
+                assert line not in text and line not in history, f"{path}::{name} leaks {line!r}"
+            assert f'raise NotImplementedError("exercise {n}: {ex.title}")' in text
+            assert f"# TODO(exercise {n}): {ex.title}." in text
+
+
+def test_grader_red_then_green_for_every_exercise(kit, tmp_path):
+    """Blank: each exercise's tests all fail, each on its own NotImplementedError (the others hold the
+    reference while it is graded), even with the student's tests and pytest hooks rigged. Reference
+    pasted back: every test passes."""
+    student = tmp_path / "hw"
+    shutil.copytree(kit[0], student, symlinks=True)
+    (student / "tests/test_advantages.py").write_text("def test_nothing():\n    pass\n")  # a rigged test file
+    (student / "conftest.py").write_text("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\n"
+                                         "def pytest_runtest_makereport(item, call):\n"
+                                         "    (yield).get_result().outcome = 'passed'\n")  # a rigged hook
+    red = run_grader(kit[1], student, tmp_path / "red.json")
+    assert red["score"] == 0 and red["extra_data"]["complete"] == 0
+    assert red["extra_data"]["changed_outside"] == ["tests/test_advantages.py (changed)", "conftest.py (added)"]
+    for r in red["extra_data"]["exercises"]:
+        n = r["number"]
+        if r["written"]:
+            assert r["passed"] == r["total"] > 0 and r["max_score"] == 0, r
+            continue
+        assert r["passed"] == 0 < r["total"] and not r["errors"], r
+        assert all(f"NotImplementedError: exercise {n}: " in why for _, why in r["failed"]), r["failed"]
+
+    assert MA.paste_reference(student) == sorted({p for ex in EXERCISES.values() for p, _ in ex.functions})
+    for path in {p for ex in EXERCISES.values() for p, _ in ex.functions}:
+        assert (student / path).read_bytes() == (ROOT / path).read_bytes(), path
+    green = run_grader(kit[1], student, tmp_path / "green.json")
+    graded = [ex for ex in EXERCISES.values() if ex.functions]
+    assert green["score"] == 10 * len(graded) and green["extra_data"]["complete"] == len(graded)
+    assert all(r["passed"] == r["total"] > 0 for r in green["extra_data"]["exercises"]), green["output"]
+    assert [t["status"] for t in green["tests"]] == ["passed"] * len(EXERCISES)  # Gradescope's format
+
+
+@pytest.mark.skipif(find_spec("setuptools") is None, reason="pip install -e . without network needs setuptools")
+def test_pip_install_editable_then_import_from_anywhere(tmp_path):
+    """What a notebook in another folder does: after `pip install -e .`, `import nanoatr.methods` works and
+    the package's requirements are requirements.txt's. Into a throwaway venv that sees the installed packages."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                              "--disable-pip-version-check", "-e", str(ROOT)],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stdout + install.stderr
+    elsewhere = tmp_path / "notebooks"
+    elsewhere.mkdir()
+    out = subprocess.run([str(python), "-c", "import json, importlib.metadata as md, nanoatr.methods\n"
+                          "print(json.dumps([nanoatr.methods.__file__, md.requires('nanoatr')]))"],
+                         cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    where, requires = json.loads(out.stdout)
+    assert Path(where).resolve() == (ROOT / "nanoatr/methods.py").resolve()
+    from packaging.requirements import Requirement
+
+    def spec(lines):
+        return sorted((r.name, str(r.specifier)) for r in map(Requirement, lines))
+    pinned = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    assert spec(requires) == spec([p for p in pinned if p])
