@@ -481,7 +481,7 @@ def _main(argv=None):
         else:
             cfg = apply_preset(cfg, given)
         d = distributed.setup(cfg.device)
-        cfg = resolve(cfg, extra, d.world)
+        cfg = resolve(cfg, extra, d.world, given)
         # The run folder first, before minutes of loading: a used name, a second process on the same
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
         run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
@@ -495,7 +495,7 @@ def _main(argv=None):
             raise ConfigError(f"--steps {cfg.steps} is before the checkpoint's step {start} in {run_dir}: "
                               f"give --steps {start} or more")
         log = RunLog.open(run_dir, resume_step=start if cfg.resume else None) if d.main else None
-        if start == cfg.steps and d.main and log.has(cfg.steps):
+        if start == cfg.steps and d.main and (not cfg.eval_data or log.has(cfg.steps)):
             print(f"run {run_dir} is finished (step {start} of {cfg.steps}, evaluated): nothing to do; "
                   f"--resume {run_dir} --steps N with N > {start} trains further")
             return

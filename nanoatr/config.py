@@ -64,9 +64,9 @@ def add_fields(parser: argparse.ArgumentParser, cls):
             groups[name].add_argument(flag(f.name), action=argparse.BooleanOptionalAction, **kw)
         elif typing.get_origin(base) is list and f.metadata.get("repeat"):  # one value per flag: --stop A --stop B
             groups[name].add_argument(flag(f.name), action="append", type=typing.get_args(base)[0], metavar="X", **kw)
-        elif typing.get_origin(base) is list:
-            groups[name].add_argument(flag(f.name), nargs=f.metadata.get("nargs", "+"), type=typing.get_args(base)[0],
-                                      metavar="X", **kw)
+        elif typing.get_origin(base) is list:  # --eval-data a b, or --eval-data a --eval-data b: both kept
+            groups[name].add_argument(flag(f.name), action="extend", nargs=f.metadata.get("nargs", "+"),
+                                      type=typing.get_args(base)[0], metavar="X", **kw)
         else:
             groups[name].add_argument(flag(f.name), type=base, metavar=f.name.upper() if "choices" not in kw else None,
                                       **kw)
@@ -248,8 +248,20 @@ def apply_preset(cfg: TrainConfig, given: set) -> TrainConfig:
     return TrainConfig(**{**asdict(cfg), **{k: v for k, v in PRESETS[cfg.preset].items() if k not in given}})
 
 
-def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1) -> TrainConfig:
-    """Fill in the method's default hyper-parameters and check every value, once; ConfigError names the flag."""
+LORA_ONLY = ("lora_alpha", "lora_targets")  # --merge and --base-name have their own messages below
+EVAL_ONLY = ("eval_every", "eval_k", "eval_temperature", "eval_top_p", "eval_max_new_tokens", "eval_batch_size",
+             "eval_limit")
+
+
+def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1, given=frozenset()) -> TrainConfig:
+    """Fill in the method's default hyper-parameters and check every value, once; ConfigError names the flag.
+    given: the flags set on the command line; one that would be ignored (LoRA flags without LoRA, evaluation
+    flags without evaluation files) is an error rather than silence."""
+    ignored = [k for k in given if (k in LORA_ONLY and not cfg.lora_rank) or (k in EVAL_ONLY and not cfg.eval_data)]
+    if ignored:
+        why = "without --lora-rank > 0 there is no adapter" if ignored[0] in LORA_ONLY else \
+            "with no --eval-data there is no evaluation"
+        raise ConfigError(f"{flag(ignored[0])} would be ignored: {why}")
     try:
         cfg.hparams = methods.check_hparams(cfg.clip, **{k: v for k, v in given_hparams.items() if v is not None})
     except ValueError as e:

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -104,8 +103,6 @@ def execute(run: Run, steps: int, train_args: list[str], threads: int, log_dir: 
     """Train one run to completion in a subprocess; returns (run, exit code, seconds)."""
     if finished(run, steps):
         return run, 0, 0.0
-    if run.dir.exists() and checkpoint.latest(run.dir) is None:
-        shutil.rmtree(run.dir)  # started but never saved: begin again rather than append to its logs
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     t0 = time.perf_counter()
     with open(log_dir / f"{run.dir.name}.log", "a") as log:

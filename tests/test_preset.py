@@ -93,6 +93,23 @@ def test_prompt_flags_that_would_be_ignored_are_errors(argv, message):
 def test_no_evaluation_trains_and_logs_no_eval_rows(tmp_path):
     import json
     train.main(["--eval-data", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--no-compile",
-                "--out-dir", str(tmp_path), "--name", "r", "--eval-every", "1"])
+                "--out-dir", str(tmp_path), "--name", "r"])
     rows = [json.loads(line) for line in (tmp_path / "r/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1] and not any(k.startswith("eval/") for r in rows for k in r)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lora-alpha", "16"], "--lora-alpha would be ignored: without --lora-rank > 0"),
+    (["--lora-targets", "q_proj"], "--lora-targets would be ignored"),
+    (["--eval-data", "--eval-k", "4"], "--eval-k would be ignored: with no --eval-data"),
+])
+def test_flags_that_would_be_ignored_are_errors(argv, message):
+    cfg, extra, given = parse(TrainConfig, argv, "", hparam_flags)
+    with pytest.raises(ValueError, match=message):
+        resolve(apply_preset(cfg, given), extra, 1, given)
+
+
+def test_list_flags_given_twice_keep_every_value():
+    cfg, _, _ = parse(TrainConfig, ["--stop", "a", "--stop", "b", "--eval-data", "x.jsonl", "--eval-data", "y.jsonl"],
+                      "", hparam_flags)
+    assert cfg.stop == ["a", "b"] and cfg.eval_data == ["x.jsonl", "y.jsonl"]
