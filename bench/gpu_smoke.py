@@ -5,7 +5,7 @@
     python bench/gpu_smoke.py --device cpu --tiny      # the same code path on a tiny model (what the tests run)
 
 Each step is what train.py does after loading a checkpoint: rollout.generate with the KV cache (random
-prompts; the random model rarely stops, so every row runs to --max-new-tokens), random 0/1 rewards,
+prompts of different lengths, so left-padded; the random model rarely stops, so every row runs to --max-new-tokens), random 0/1 rewards,
 then train.optimize (old log-probs, forward/backward under bf16 autocast with gradient checkpointing,
 the torch.compile'd kl3 loss, AdamW). It prints the largest gap between the trainer's log-probs and
 the sampler's (bf16 rounding: logged, not checked; with --dtype float32 train.optimize raises above
@@ -87,7 +87,9 @@ def main(argv=None):
             torch.cuda.synchronize(d.device)
             torch.cuda.reset_peak_memory_stats(d.device)
         t0 = time.perf_counter()
-        prompts = [torch.randint(0, shape["vocab_size"], (args.prompt_len,)).tolist() for _ in range(share)]
+        # prompts of different lengths (half to all of --prompt-len): left padding, as real batches have
+        lengths = torch.randint(max(1, args.prompt_len // 2), args.prompt_len + 1, (share,)).tolist()
+        prompts = [torch.randint(0, shape["vocab_size"], (n,)).tolist() for n in lengths]
         prompts = [p for p in prompts for _ in range(G)]
         model.eval()
         with precision():
