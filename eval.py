@@ -169,7 +169,10 @@ def main(argv=None):
     if problem:
         die(problem)
     n = cfg.n or cfg.k
-    device = distributed.pick_device(cfg.device)
+    try:
+        device = distributed.pick_device(cfg.device)
+    except distributed.DeviceError as e:
+        die(str(e))
     try:  # flags, output file and data first: each is reported before minutes of model loading
         dirs = lora.locate(cfg.model, cfg.adapter)
         sampling = resolve_sampling(cfg, *generation_defaults(dirs.tokenizer, dirs.base))

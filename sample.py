@@ -117,7 +117,10 @@ def main(argv=None):
     problem = check(cfg)
     if problem:
         die(problem)
-    device = distributed.pick_device(cfg.device)
+    try:
+        device = distributed.pick_device(cfg.device)
+    except distributed.DeviceError as e:
+        die(str(e))
     try:
         model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
         tok = load_tokenizer(dirs.tokenizer)

@@ -518,7 +518,8 @@ def _main(argv=None):
             opt.load_state_dict(checkpoint.load_state(ckpt)["optimizer"])
         if d.main:
             checkpoint.write_json_atomic(run_dir / "config.json", asdict(cfg))
-    except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError) as e:
+    except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
+            distributed.DeviceError) as e:
         die(str(e))
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
               stop_token_ids(tok, tok_dir, cfg.model), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, d,

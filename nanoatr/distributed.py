@@ -20,6 +20,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+class DeviceError(ValueError):
+    """A --device that this machine does not have; the message is one line for the user."""
+
+
 @dataclass(frozen=True)
 class Dist:
     rank: int
@@ -37,8 +41,14 @@ def pick_device(flag: str, local_rank: int = 0) -> torch.device:
     if flag == "auto":
         flag = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(flag)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"--device {flag}: no CUDA device is available (use --device cpu)")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
+    if device.type == "cuda" and device.index >= torch.cuda.device_count():
+        raise DeviceError(f"--device {flag}: rank {local_rank} needs GPU {device.index}, but there are "
+                         f"{torch.cuda.device_count()} (torchrun --nproc_per_node must not exceed the GPUs, "
+                         "or use --device cpu)")
     return device
 
 

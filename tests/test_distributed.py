@@ -21,7 +21,7 @@ ARGS = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/ari
         "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "3", "--eval-k", "2",
         "--eval-batch-size", "2", "--prompts-per-step", "4", "--group-size", "4", "--rollout-batch", "2",
         "--minibatches", "2", "--micro-batch", "2", "--max-new-tokens", "32", "--steps", "2", "--lr", "1e-3",
-        "--no-compile"]
+        "--no-compile", "--device", "cpu"]  # gloo on CPU, also on a machine with a GPU
 
 
 @pytest.mark.parametrize("mode", [[], ["--lora-rank", "4", "--beta", "0.05", "--grad-checkpoint"]],
@@ -45,7 +45,9 @@ def test_two_ranks_give_the_parameters_of_one_process(tmp_path, mode):
     a, b = (load_file(tmp_path / n / "checkpoint" / weights) for n in ("one", "two"))
     start = load_file(ROOT / "data/tiny-qwen3/model.safetensors")
     assert a.keys() == b.keys()
-    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-5
+    # Equal up to float rounding: gloo sums the two ranks' gradients in another order, and Adam turns
+    # rounding in a near-zero gradient into up to ~lr/10 of a step (1e-5 here; 7.6e-5 on a 16-core Xeon)
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-4
     if not mode:
         assert max((a[k] - start[k]).abs().max().item() for k in a) > 1e-3  # it did train
 
