@@ -56,8 +56,9 @@ def test_two_ranks_give_the_parameters_of_one_process(tmp_path, mode):
     for r1, r2 in zip(*rows):
         assert r1.keys() == r2.keys()
         for key in r1:
-            # timings, and the sampler-vs-trainer gap, which measures rounding (it varies with batch shapes)
-            if not key.startswith("time") and not key.endswith("seconds") and key != "sampler_logp_gap_max":
+            # timings, CPU threads, and the sampler-vs-trainer gap, which measures rounding (it varies with shapes)
+            if not key.startswith("time") and not key.endswith("seconds") and key not in ("sampler_logp_gap_max",
+                                                                                           "threads"):
                 assert r1[key] == pytest.approx(r2[key], rel=1e-5, abs=1e-6), key
     assert rows[0][2]["ratio_max"] > 1 or rows[0][2]["ratio_min"] < 1  # the second minibatch was off-policy
 
