@@ -25,7 +25,7 @@ Presets (--presets):
   nano   issue 19's small-vocabulary shape: the embedded model's layers (hidden 128, 4 layers, 4 heads,
          2 kv heads, head_dim 32, FFN 384) with a vocabulary of 512, tied embeddings (0.85M parameters)
   small  issue 19's larger shape: vocabulary 32,000, hidden 512, 8 layers, 8 heads, 4 kv heads,
-         head_dim 64, FFN 1536, untied embeddings (58.0M parameters; bench/trl_step.py's "58M")
+         head_dim 64, FFN 1536, untied embeddings (57.9M parameters; bench/trl_step.py's "58M")
   tiny   the embedded default's shape (data/tiny-qwen3): hidden 128, 4 layers, 4 heads, 2 kv heads,
          head_dim 32, FFN 384, vocabulary 31 (0.79M parameters): per-token overhead dominates
   100m   hidden 768, 12 layers, 12 heads, 4 kv heads, head_dim 64, FFN 2048, vocabulary 32,000,

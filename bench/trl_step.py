@@ -57,7 +57,8 @@ Differences that remain, each side's own default:
     make exactly 4 forward passes of 16 completions per step (counted and printed).
   - The samples differ (each side's own sampler and seeds), so on the embedded model completion
     lengths differ from step to step; their medians are printed next to the times.
-  - AdamW: TRL uses torch's fused AdamW (its default on torch >= 2.8), ours torch's default (foreach).
+  - AdamW: TRL uses torch's fused AdamW (its default on torch >= 2.8), ours torch's default, which on
+    CPU tensors is the per-parameter for-loop (neither fused nor foreach).
   - Threads: torch's default unless --threads N; both sides run in this one process, so with the same
     count. (train.py's own default, --threads 0, picks the cores other processes leave idle before each
     step; this benchmark keeps one count for both sides.)
@@ -65,7 +66,7 @@ Differences that remain, each side's own default:
 Models (--models):
   embedded  data/tiny-qwen3 (0.79M parameters, its character tokenizer) on data/arith/train.jsonl
   58M       a random Qwen3 of bench/rollout.py's "small" shape (vocabulary 32,000, hidden 512,
-            8 layers, 8 / 4 heads of 64, FFN 1536, untied embeddings: 58.0M parameters), saved with
+            8 layers, 8 / 4 heads of 64, FFN 1536, untied embeddings: 57.9M parameters), saved with
             transformers to a temporary directory that both sides load. Its tokenizer is built in
             process: the embedded tokenizer's characters and "\\boxed{" plus 31,969 CJK / Hangul filler
             characters, one token each, so that every one of the 32,000 ids decodes (TRL decodes every
