@@ -1,7 +1,15 @@
 """Rollout throughput: nanoatr.rollout.generate vs transformers' generate, same weights, same prompts.
 
-    python bench/rollout.py                          # both presets, batch 8 and 64 (~7 min on 2 cores)
-    python bench/rollout.py --presets tiny --batches 64 --repeats 5
+    python bench/rollout.py                          # the issue's setting: nano and small, batch 64 x 64 new tokens
+    python bench/rollout.py --presets nano --repeats 1 --new-tokens 4       # a smoke run, seconds
+    python bench/rollout.py --threads 1 --profile --presets tiny,100m --batches 8,64 --new-tokens 128 \
+        --samplers multinomial,inverse-cdf          # docs/speed.md's table (before issue 19's defaults)
+
+By default it runs at the defaults a user runs: torch's own thread count (--threads N to change it)
+and nanoatr's default sampler (generate() called without `sampler=`, so whatever rollout.generate's
+default is when this runs; --samplers names others), on the two shapes of issue 19 ("nano", "small"),
+64 prompts x 64 new tokens at temperature 1. Its last line is the ratio of tokens per second, ours
+over transformers', e.g. `rollout ours/transformers: nano 1.52x, small 1.31x`.
 
 A random transformers Qwen3ForCausalLM is saved to a temporary directory and loaded by
 nanoatr.model.Qwen3.from_pretrained, so both sides run the very same float32 weights. Prompts have
@@ -9,10 +17,15 @@ random lengths (left-padded, with an attention mask for transformers); both samp
 (no top-k / top-p) with EOS suppressed, so every run produces exactly batch x new-tokens tokens.
 Timings are medians over --repeats, after --warmup untimed runs, with ours and transformers'
 interleaved so that a change in machine load hits both alike. Ours runs once per --samplers entry:
-"multinomial" (torch.multinomial, as transformers samples; generate's default) and "inverse-cdf"
-(rollout.draw's one-uniform-per-row sampler, which matters at large vocabularies).
+"default" (generate's default sampler, named in the output), "multinomial" (torch.multinomial, as
+transformers samples) or "inverse-cdf" (rollout.draw's one-uniform-per-row sampler, which matters at
+large vocabularies).
 
-Presets:
+Presets (--presets):
+  nano   issue 19's small-vocabulary shape: the embedded model's layers (hidden 128, 4 layers, 4 heads,
+         2 kv heads, head_dim 32, FFN 384) with a vocabulary of 512, tied embeddings (0.85M parameters)
+  small  issue 19's larger shape: vocabulary 32,000, hidden 512, 8 layers, 8 heads, 4 kv heads,
+         head_dim 64, FFN 1536, untied embeddings (57.9M parameters; bench/trl_step.py's "58M")
   tiny   the embedded default's shape (data/tiny-qwen3): hidden 128, 4 layers, 4 heads, 2 kv heads,
          head_dim 32, FFN 384, vocabulary 31 (0.79M parameters): per-token overhead dominates
   100m   hidden 768, 12 layers, 12 heads, 4 kv heads, head_dim 64, FFN 2048, vocabulary 32,000,
@@ -33,6 +46,7 @@ On a shared machine, measure when `uptime` shows a load below 1.5: two torch thr
 busy core make every small operation erratic (--threads 1 is steadier, but not the default setup).
 """
 import argparse
+import inspect
 import logging
 import statistics
 import sys
@@ -44,21 +58,27 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nanoatr.model import Qwen3  # noqa: E402
-from nanoatr.rollout import generate  # noqa: E402
+from nanoatr.rollout import SAMPLERS, generate  # noqa: E402
 
 PRESETS = {
+    "nano": dict(vocab_size=512, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True),
+    "small": dict(vocab_size=32_000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=64, tie_word_embeddings=False),
     "tiny": dict(vocab_size=31, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True),
     "100m": dict(vocab_size=32_000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                 num_attention_heads=12, num_key_value_heads=4, head_dim=64),
+                 num_attention_heads=12, num_key_value_heads=4, head_dim=64, tie_word_embeddings=True),
 }
+# generate()'s own default sampler, read from its signature when this runs (never assumed here).
+DEFAULT_SAMPLER = inspect.signature(generate).parameters["sampler"].default
 
 
 def build(preset: str, tmp: str, seed: int = 0):
     """(transformers model, our model) with the same random weights."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
     torch.manual_seed(seed)
-    cfg = Qwen3Config(**PRESETS[preset], tie_word_embeddings=True, max_position_embeddings=4096,
+    cfg = Qwen3Config(**PRESETS[preset], max_position_embeddings=4096,
                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     hf = Qwen3ForCausalLM(cfg).eval()
     hf.generation_config.eos_token_id = None  # EOS suppressed: every row runs the whole budget
@@ -129,13 +149,22 @@ def memory_bytes_per_s(n: int = 1 << 27, repeats: int = 5) -> float:
     return 4 * n / statistics.median(times)
 
 
+def ours_generate(ours, prompts, new_tokens, sampler, generator=None):
+    """Our rollout at temperature 1 with EOS suppressed; sampler "default" passes no `sampler=` at all."""
+    kw = {} if sampler == "default" else {"sampler": sampler}
+    return generate(ours, prompts, new_tokens, temperature=1.0, eos_token_id=None, generator=generator, **kw)
+
+
+def sampler_name(sampler: str) -> str:
+    return f"default = {DEFAULT_SAMPLER}" if sampler == "default" else sampler
+
+
 def time_all(hf, ours, prompts, new_tokens, warmup, repeats, samplers):
     """Median seconds of transformers' generate and of ours with each sampler, interleaved."""
     ids, mask = hf_inputs(prompts)
 
     def run_ours(seed, sampler):
-        out = generate(ours, prompts, new_tokens, temperature=1.0, eos_token_id=None,
-                       generator=torch.Generator().manual_seed(seed), sampler=sampler)
+        out = ours_generate(ours, prompts, new_tokens, sampler, generator=torch.Generator().manual_seed(seed))
         assert out.tokens.shape == (len(prompts), new_tokens)
 
     def run_hf(seed):
@@ -171,52 +200,67 @@ def profile_seconds(run) -> dict:
     return out | {"total": sum(times.values())}
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--presets", default="tiny,100m", help="comma-separated: " + ", ".join(PRESETS))
-    ap.add_argument("--batches", default="8,64", help="comma-separated batch sizes")
-    ap.add_argument("--new-tokens", type=int, default=128, help="tokens generated per row")
+    ap.add_argument("--presets", default="nano,small", help="comma-separated: " + ", ".join(PRESETS))
+    ap.add_argument("--batches", default="64", help="comma-separated batch sizes")
+    ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row")
     ap.add_argument("--prompt-len", default="16,32", help="min,max prompt length (uniform)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each side first")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs of each side; medians are reported")
-    ap.add_argument("--samplers", default="multinomial,inverse-cdf",
-                    help="comma-separated generate(sampler=...) values to time ours with")
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs of each side; medians are reported")
+    ap.add_argument("--samplers", default="default",
+                    help="comma-separated samplers to time ours with: default (generate's own, now "
+                         f"{DEFAULT_SAMPLER!r}), multinomial, inverse-cdf")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--no-ceiling", dest="ceiling", action="store_false",
+                    help="skip measuring the matmul ceiling (seconds; for smoke runs): no %% of matmul column")
     ap.add_argument("--profile", action="store_true",
                     help="also profile one run of each side: where the time goes, and the speed-up over "
                          "transformers that ours could reach if everything but its matrix products and "
                          "attention took no time")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    presets, batches, samplers = args.presets.split(","), [int(b) for b in args.batches.split(",")], \
+        args.samplers.split(",")
+    for name, given, known in (("--presets", presets, PRESETS), ("--samplers", samplers, ("default", *SAMPLERS))):
+        if unknown := [x for x in given if x not in known]:
+            ap.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     if args.threads:
         torch.set_num_threads(args.threads)
     logging.getLogger("transformers").setLevel(logging.ERROR)
     import transformers
+    transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar
     lo, hi = map(int, args.prompt_len.split(","))
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads; "
-          f"{args.new_tokens} new tokens, prompts {lo}-{hi} tokens, sampling T=1, medians of {args.repeats}")
-    ceiling, stream = matmul_flops_per_s(), memory_bytes_per_s()
-    print(f"ceiling: 2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s; streaming memory {stream / 1e9:.1f} GB/s")
-    summary = []
-    for preset in args.presets.split(","):
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads "
+          f"({'--threads' if args.threads else 'torch default'}); {args.new_tokens} new tokens, prompts {lo}-{hi} "
+          f"tokens, sampling T=1, ours with sampler {', '.join(map(sampler_name, samplers))}; medians of "
+          f"{args.repeats} after {args.warmup} warm-up", flush=True)
+    ceiling = matmul_flops_per_s() if args.ceiling else None
+    stream = memory_bytes_per_s() if args.profile else None  # only --profile's attention bound uses it
+    if ceiling or stream:
+        print("ceiling: " + "; ".join(([f"2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s"] if ceiling else []) +
+                                      ([f"streaming memory {stream / 1e9:.1f} GB/s"] if stream else [])), flush=True)
+    ratios = []
+    for preset in presets:
         with tempfile.TemporaryDirectory() as tmp:
             hf, ours = build(preset, tmp)
         print(f"\n{preset}: {ours.num_parameters() / 1e6:.2f}M parameters, vocabulary {ours.config.vocab_size}")
-        for B in map(int, args.batches.split(",")):
+        for B in batches:
             prompts = random_prompts(B, ours.config.vocab_size, lo, hi)
-            t = time_all(hf, ours, prompts, args.new_tokens, args.warmup, args.repeats, args.samplers.split(","))
+            t = time_all(hf, ours, prompts, args.new_tokens, args.warmup, args.repeats, samplers)
             n = B * args.new_tokens
             flops = rollout_flops(ours.config, prompts, args.new_tokens)
             print(f"  batch {B:3d}: transformers {n / t['transformers']:8.0f} tok/s")
-            for sampler in args.samplers.split(","):
+            for sampler in samplers:
                 ratio = t["transformers"] / t[sampler]
-                print(f"             ours ({sampler:11s}) {n / t[sampler]:8.0f} tok/s   ratio {ratio:4.2f}x   "
-                      f"{flops / t[sampler] / 1e9:6.2f} GFLOP/s = {100 * flops / t[sampler] / ceiling:4.1f}% of matmul")
-                summary.append(f"{preset}/b{B}/{sampler} {ratio:.2f}x")
+                print(f"             ours ({sampler_name(sampler):11s}) {n / t[sampler]:8.0f} tok/s   ratio "
+                      f"{ratio:4.2f}x   {flops / t[sampler] / 1e9:6.2f} GFLOP/s"
+                      + (f" = {100 * flops / t[sampler] / ceiling:4.1f}% of matmul" if ceiling else ""), flush=True)
+                label = preset + (f"/b{B}" if len(batches) > 1 else "") + (f"/{sampler}" if len(samplers) > 1 else "")
+                ratios.append(f"{label} {ratio:.2f}x")
             if args.profile:
                 ids, mask = hf_inputs(prompts)
                 secs = {
-                    "ours": profile_seconds(lambda: generate(ours, prompts, args.new_tokens, temperature=1.0,
-                                                             eos_token_id=None, sampler=args.samplers.split(",")[0])),
+                    "ours": profile_seconds(lambda: ours_generate(ours, prompts, args.new_tokens, samplers[0])),
                     "transformers": profile_seconds(lambda: hf.generate(
                         input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens, do_sample=True,
                         temperature=1.0, top_k=0, top_p=1.0, use_cache=True))}
@@ -228,14 +272,15 @@ def main():
                 print(f"             bound: ours with only its matmuls and attention left would be "
                       f"{t['transformers'] / floor:.2f}x transformers")
                 # Attention at memory speed: the cache streamed once per step, the rest of ours as measured.
-                ideal = t[args.samplers.split(",")[0]] - secs["ours"]["attention"] + \
+                ideal = t[samplers[0]] - secs["ours"]["attention"] + \
                     cache_bytes_read(ours.config, prompts, args.new_tokens) / stream
                 print(f"             with attention at memory speed (and all else as now) ours would be "
                       f"{t['transformers'] / ideal:.2f}x transformers")
-    ceiling_after = matmul_flops_per_s()
-    print(f"\nceiling again: {ceiling_after / 1e9:.1f} GFLOP/s (a large drift means the load changed)")
-    print("summary: ours vs transformers tokens/s: " + ", ".join(summary))
+    if ceiling:
+        print(f"\nceiling again: {matmul_flops_per_s() / 1e9:.1f} GFLOP/s (a large drift means the load changed)")
+    print("rollout ours/transformers: " + ", ".join(ratios))  # the last line: tokens/s ours over transformers'
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
