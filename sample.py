@@ -23,7 +23,7 @@ from nanoatr.config import ConfigError, SampleConfig, check_ranges, die, parse, 
 from nanoatr.config import prompt_flags_problem as flags_problem
 from nanoatr.data import Problem
 from nanoatr.model import ModelError
-from nanoatr.rollout import filter_logits, sampling_logprobs
+from nanoatr.rollout import SAMPLERS, draw, filter_logits, sampling_logprobs
 from nanoatr.tokenizer import (TokenizerError, check_template, format_prompt, generation_defaults, load_tokenizer,
                                prompt_flags_problem, stop_strings, stop_token_ids)
 from nanoatr.verifier import verify
@@ -31,7 +31,7 @@ from nanoatr.verifier import verify
 
 @torch.inference_mode()
 def stream(model, prompt: list[int], max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
-           top_k: int = 0, stop_ids=(), generator=None):
+           top_k: int = 0, stop_ids=(), generator=None, sampler: str = SAMPLERS[0]):
     """Yield completion token ids one at a time (the stop token included), for a single prompt.
 
     The batch-of-one case of rollout.generate, token for token: same sampling distribution, same draws
@@ -45,7 +45,7 @@ def stream(model, prompt: list[int], max_new_tokens: int, temperature: float = 1
     for t in range(max_new_tokens):
         logp = sampling_logprobs(logits, temperature)
         if temperature > 0:
-            tok = torch.multinomial(filter_logits(logp, top_k, top_p).exp(), 1, generator=generator)  # (1, 1)
+            tok = draw(filter_logits(logp, top_k, top_p).exp(), generator, sampler)  # (1, 1)
         else:
             tok = logp.argmax(-1, keepdim=True)
         yield int(tok)
@@ -150,7 +150,7 @@ def main(argv=None):
                 die("empty prompt: nothing to continue")
             with precision():
                 tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, stop_ids,
-                                generator)
+                                generator, cfg.sampler)
                 completion, tokens, by_string = print_stream(tok, tokens, stops=cfg.stop)
             print()
             stopped = by_string or tokens[-1] in stop_ids

@@ -140,23 +140,25 @@ class OldPolicy:
     (N, T, D) and lm_head weight, from which full_kl recomputes the distributions chunk by chunk
     ((N, T, V) log-probs would not fit at Qwen3's vocabulary)."""
 
-    def __init__(self, run: Run, N: int):
-        self.N, self.keeps_hidden = N, needs(run.cfg.clip, "full_kl")
+    def __init__(self, run: Run, N: int, T: int):
+        self.N, self.T, self.keeps_hidden = N, T, needs(run.cfg.clip, "full_kl")
         head = run.model.lm_head.weight
         self.head = head.detach().clone() if self.keeps_hidden and head.requires_grad else None  # full FT moves it
         self.logp = self.hidden = None
 
     def keep(self, rows, logp, hidden=None):
+        """Store pi_old's log-probs (b, T') (and hidden states) of `rows`, T' <= T (a trimmed micro-batch)."""
         if self.logp is None:
-            self.logp = logp.new_zeros((self.N, *logp.shape[1:]))
-            self.hidden = hidden.new_zeros((self.N, *hidden.shape[1:])) if self.keeps_hidden else None
-        self.logp[rows] = logp
+            self.logp = logp.new_zeros((self.N, self.T))
+            self.hidden = hidden.new_zeros((self.N, self.T, hidden.shape[-1])) if self.keeps_hidden else None
+        self.logp[rows, :logp.shape[1]] = logp
         if self.keeps_hidden:
-            self.hidden[rows] = hidden
+            self.hidden[rows, :hidden.shape[1]] = hidden
 
     def full_kl(self, rows, hidden, weight, temperature):
-        """KL(pi_old || pi_theta) (B, T) at every position of `rows`, with gradient through `hidden`."""
-        return full_kl(hidden, self.hidden[rows], weight, old_weight=self.head, temperature=temperature)
+        """KL(pi_old || pi_theta) (b, T') at every position of `rows`, with gradient through `hidden`."""
+        old = self.hidden[rows, :hidden.shape[1]]
+        return full_kl(hidden, old, weight, old_weight=self.head, temperature=temperature)
 
 
 @torch.no_grad()
@@ -164,13 +166,24 @@ def old_logprobs(run: Run, b: Batch, rows, micro: int) -> OldPolicy:
     """pi_old's log-probs of `rows` (all but the first minibatch's: its update's own forward, before any
     optimizer step, is pi_old's bit for bit), with the training forward (not the sampler's numbers,
     which come from other kernels and shapes), in micro-batches of the update's size."""
-    old = OldPolicy(run, len(b.tokens))
+    old = OldPolicy(run, *b.tokens.shape)
     for i in range(0, len(rows), micro):
         sel = rows[i:i + micro]
-        logp, _, *hidden = run.policy(b.prompt_ids[sel], b.prompt_mask[sel], b.tokens[sel], run.cfg.temperature,
-                                      return_hidden=old.keeps_hidden)
+        logp, _, *hidden = run.policy(*unpadded(b, sel)[:3], run.cfg.temperature, return_hidden=old.keeps_hidden)
         old.keep(sel, logp, *hidden)
     return old
+
+
+def unpadded(b: Batch, sel):
+    """Rows `sel` of a batch without the padding they all share: (prompt ids, prompt mask, tokens, mask),
+    prompts cut to the longest of them (left padding) and completions to the longest (right padding).
+    The micro-batch's forward is then on real positions only (the whole step's longest row sets the
+    batch's width). Exact up to kernel rounding: positions come from the mask, and causal attention
+    never looks at the later (padding) positions."""
+    P = b.prompt_ids.shape[1]
+    start = P - int(b.prompt_mask[sel].sum(-1).max())
+    T = max(1, int(b.mask[sel].sum(-1).max()))
+    return b.prompt_ids[sel, start:], b.prompt_mask[sel, start:], b.tokens[sel, :T], b.mask[sel, :T]
 
 
 @torch.no_grad()
@@ -228,20 +241,23 @@ def update(run: Run, b: Batch, old: OldPolicy, ref_logp, rows, micro: int, noise
                   max_new_tokens=cfg.max_new_tokens)
     stats, losses = [], []
     for j in range(0, len(rows), micro):
-        sel, mask = rows[j:j + micro], b.mask[rows[j:j + micro]]
+        sel = rows[j:j + micro]
+        prompt_ids, prompt_mask, tokens, mask = unpadded(b, sel)  # (b, P'), (b, T')
+        T = tokens.shape[1]
         with distributed.accumulating(run.policy, sync=j + micro >= len(rows)):
-            logp, entropy, *hidden = run.policy(b.prompt_ids[sel], b.prompt_mask[sel], b.tokens[sel],
-                                                cfg.temperature, with_entropy=True, return_hidden=old.keeps_hidden)
+            logp, entropy, *hidden = run.policy(prompt_ids, prompt_mask, tokens, cfg.temperature, with_entropy=True,
+                                                return_hidden=old.keeps_hidden)
             gap = 0.0  # max |logp - sampler's logp|, measured on the first minibatch
             if first:
                 old.keep(sel, logp.detach(), *(h.detach() for h in hidden))
                 if b.sampler_logp is not None:
-                    gap = check_sampler_agrees(logp, b.sampler_logp[sel], mask, cfg.dtype)
+                    gap = check_sampler_agrees(logp, b.sampler_logp[sel, :T], mask, cfg.dtype)
             extra = {"full_kl": old.full_kl(sel, hidden[0], run.model.lm_head.weight, cfg.temperature)} if hidden else {}
-            loss, metrics = policy_loss(cfg.clip, logp, old.logp[sel], b.advantages[sel], mask, agg=cfg.aggregation,
-                                        compile=cfg.compile, generator=noise, **counts, **extra, **cfg.hparams)
+            loss, metrics = policy_loss(cfg.clip, logp, old.logp[sel, :T], b.advantages[sel], mask,
+                                        agg=cfg.aggregation, compile=cfg.compile, generator=noise, **counts, **extra,
+                                        **cfg.hparams)
             if ref_logp is not None:  # --beta: the KL penalty to the reference, aggregated like the loss
-                kl = kl_to_reference(logp, old.logp[sel], ref_logp[sel], mask)
+                kl = kl_to_reference(logp, old.logp[sel, :T], ref_logp[sel, :T], mask)
                 loss = loss + cfg.beta * aggregate(kl, mask, cfg.aggregation, **counts)
                 metrics["kl_ref"] = (kl.detach() * mask).sum() / mask.sum().clamp(min=1)
             # DDP averages gradients over ranks, but the normalisers already count the whole
@@ -435,6 +451,12 @@ def train(run: Run, problems, eval_sets, run_dir, tok_files, start, log, stop: S
 # ----------------------------------------------------------------------------
 # Setting up a run
 
+def make_optimizer(cfg: TrainConfig, trained: list):
+    """AdamW over the trained parameters, fused (one kernel for all of them, on CPU ~8x faster than the
+    per-parameter loop at 58M parameters)."""
+    return torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99), fused=True)
+
+
 def load_policy(cfg: TrainConfig, ckpt: Path | None, device):
     """(our Qwen3, what its checkpoints save): full weights, or the base with LoRA adapters on it.
 
@@ -513,7 +535,7 @@ def _main(argv=None):
                 Reference(Qwen3.from_pretrained(cfg.model, device=d.device).eval().requires_grad_(False),
                           precision=precision)
         trained = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+        opt = make_optimizer(cfg, trained)
         if ckpt is not None:
             opt.load_state_dict(checkpoint.load_state(ckpt)["optimizer"])
         if d.main:

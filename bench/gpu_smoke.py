@@ -72,7 +72,7 @@ def main(argv=None):
     model.gradient_checkpointing = True
     precision = distributed.precision(args.dtype, d.device)
     trained = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=1e-3)
+    opt = train.make_optimizer(cfg, trained)
     run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None, stop_ids=[],
                     stop=None, reward=None, d=d, precision=precision, weights=weights)
     say = print if d.main else (lambda *a, **k: None)

@@ -57,8 +57,7 @@ Differences that remain, each side's own default:
     make exactly 4 forward passes of 16 completions per step (counted and printed).
   - The samples differ (each side's own sampler and seeds), so on the embedded model completion
     lengths differ from step to step; their medians are printed next to the times.
-  - AdamW: TRL uses torch's fused AdamW (its default on torch >= 2.8), ours torch's default, which on
-    CPU tensors is the per-parameter for-loop (neither fused nor foreach).
+  - AdamW: both fused (TRL's default on torch >= 2.8; ours train.make_optimizer).
   - Threads: torch's default unless --threads N; both sides run in this one process, so with the same
     count. (train.py's own default, --threads 0, picks the cores other processes leave idle before each
     step; this benchmark keeps one count for both sides.)
@@ -208,7 +207,7 @@ def ours_setup(model_dir: Path, args, phases: Phases):
     tok = load_tokenizer(model_dir)
     precision = distributed.precision(cfg.dtype, d.device)
     trained = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))  # as train._main
+    opt = train.make_optimizer(cfg, trained)  # as train._main
     run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
                     stop_token_ids(tok, model_dir), stop_strings(tok, cfg.stop), verify, d, precision, weights, None,
                     dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))

@@ -146,7 +146,7 @@ class TrainConfig:
     temperature: float = arg(1.0, "sampling temperature of rollouts (and of the log-probs trained on)", ROLLOUT, ">0")
     top_p: float = arg(1.0, "nucleus sampling of rollouts", ROLLOUT, "(0,1]")
     top_k: int = arg(0, "top-k sampling of rollouts (0 = off)", ROLLOUT, ">=0")
-    sampler: str = arg("multinomial", SAMPLER_HELP, ROLLOUT, choices=SAMPLERS)
+    sampler: str = arg(SAMPLERS[0], SAMPLER_HELP, ROLLOUT, choices=SAMPLERS)
     stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base models; "
                           "special tokens such as <|im_end|> work too)", ROLLOUT)
     rollout_batch: int = arg(0, "prompts sampled together, each such chunk with its own seed (0 = a rank's "
@@ -374,7 +374,7 @@ class EvalConfig:
                               "generation_config.json, else 1.0", SAMPLING, "(0,1]")
     top_k: int | None = arg(None, "top-k sampling (0 = off). Default: the model's generation_config.json, else 0",
                             SAMPLING, ">=0")
-    sampler: str = arg("multinomial", SAMPLER_HELP, SAMPLING, choices=SAMPLERS)
+    sampler: str = arg(SAMPLERS[0], SAMPLER_HELP, SAMPLING, choices=SAMPLERS)
     max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
                               "math models need thousands)", SAMPLING, ">=1")
     stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base models; "
@@ -411,6 +411,7 @@ class SampleConfig:
     stop: list[str] = arg([], "a stop string besides EOS: the completion ends after it; one string per --stop, "
                           "repeat the flag for more (special tokens such as <|im_end|> work too)", SAMPLING,
                           repeat=True)
+    sampler: str = arg(SAMPLERS[0], SAMPLER_HELP, SAMPLING, choices=SAMPLERS)
     seed: int = arg(0, "sampling seed (one generator for all prompts, in order)", SAMPLING, ">=0")
     gold: str | None = arg(None, "the correct answer: also print the verifier's verdict on each completion", OUTPUT)
     dtype: str = arg("float32", "bfloat16: weights in bf16 and bf16 matmuls (log-softmax stays float32)", OUTPUT,

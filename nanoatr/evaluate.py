@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 import torch
 from tqdm import tqdm
 
-from nanoatr.rollout import generate
+from nanoatr.rollout import SAMPLERS, generate
 from nanoatr.tokenizer import completion_texts, encode_prompts, stop_strings
 from nanoatr.verifier import verify
 
@@ -30,7 +30,7 @@ from nanoatr.verifier import verify
 def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int, temperature: float = 1.0,
                      top_p: float = 1.0, top_k: int = 0, stop_ids=None, batch_size: int = 256, seed: int = 0,
                      prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(),
-                     desc: str = "sampling", stops=(), sampler: str = "multinomial", reward=None):
+                     desc: str = "sampling", stops=(), sampler: str = SAMPLERS[0], reward=None):
     """Yield one dict per completion: problem_id, sample, completion, gold, correct, length, truncated.
 
     Work is flattened to (problem, sample) pairs and cut into fixed batches, each sampled with its

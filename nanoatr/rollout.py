@@ -10,7 +10,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-SAMPLERS = ("multinomial", "inverse-cdf")
+SAMPLERS = ("inverse-cdf", "multinomial")  # the first is the default
 BLOCK = 128  # tokens per block of the inverse-CDF sampler's first level
 SAMPLER_HELP = ("how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, much cheaper on CPU "
                 "at large vocabularies, with other draws for a seed")
@@ -64,7 +64,7 @@ def filter_logits(logp, top_k: int, top_p: float):
     return logp
 
 
-def draw(probs, generator=None, sampler: str = "multinomial"):
+def draw(probs, generator=None, sampler: str = SAMPLERS[0]):
     """One token id per row of probs (B, V) (unnormalised, >= 0): (B, 1). Probability 0 is never drawn.
 
     "multinomial" is torch.multinomial, which draws an exponential for every vocabulary entry: 45 ms
@@ -100,12 +100,13 @@ def locate(cdf, u):
 
 def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0,
-             sampler: str = "multinomial", stop=None) -> Rollout:
+             sampler: str = SAMPLERS[0], stop=None) -> Rollout:
     """Sample a completion for every prompt: Rollout(tokens, logprobs, mask (B, T), stopped (B,)).
 
     T is at most max_new_tokens; decoding stops early once every row has ended.
     eos_token_id is an int, a list of ints, or None (never stop before the budget).
-    sampler: how tokens are drawn (see `draw`); "inverse-cdf" is much faster on CPU at large vocabularies.
+    sampler: how tokens are drawn (see `draw`): "inverse-cdf" (the default; one uniform per row) or
+    "multinomial" (torch.multinomial, as transformers draws: the same distribution, other draws).
     stop: optional stop strings (tokenizer.StopStrings: `holds(rows)` and `cut(tokens, mask)`). Checked
     every STOP_EVERY steps while decoding, so that the batch can end sooner, and applied at the end: a
     row's mask ends with the token that completes its first stop string. The tokens kept are a prefix

@@ -139,7 +139,7 @@ def test_output_starts_with_the_settings(model_dir, full_run):
     (["--seed", "1"], "--seed 0 (now 1)"),
     (["--stop", "="], "--stop [] (now ['='])"),
     (["--system-prompt", "S"], "--system-prompt None (now 'S')"),
-    (["--sampler", "inverse-cdf"], "--sampler 'multinomial' (now 'inverse-cdf')"),
+    (["--sampler", "multinomial"], "--sampler 'inverse-cdf' (now 'multinomial')"),
     (["other model"], "--model"),
 ])
 def test_resume_with_other_settings_is_refused(capsys, model_dir, data, full_run, tmp_path, flags, named):

@@ -103,9 +103,9 @@ def test_sampler_flag_reaches_rollout_and_evaluation(tmp_path, monkeypatch):
 
     monkeypatch.setattr(train, "generate", recording(train.generate))
     monkeypatch.setattr(nanoatr.evaluate, "generate", recording(nanoatr.evaluate.generate))
-    run(tmp_path, "--name", "icdf", "--steps", "1", "--sampler", "inverse-cdf")
-    assert used and set(used) == {"inverse-cdf"}  # rollouts and both evaluations
-    assert json.loads((tmp_path / "icdf/config.json").read_text())["sampler"] == "inverse-cdf"
+    run(tmp_path, "--name", "icdf", "--steps", "1", "--sampler", "multinomial")  # not the default
+    assert used and set(used) == {"multinomial"}  # rollouts and both evaluations
+    assert json.loads((tmp_path / "icdf/config.json").read_text())["sampler"] == "multinomial"
 
 
 def test_prompt_order_visits_every_problem_once_per_pass():
