@@ -74,13 +74,15 @@ def _ordered(xs, ys) -> bool:
     return len(xs) == len(ys) and all(equivalent(x, y) for x, y in zip(xs, ys))
 
 
-def _unordered(xs, ys) -> bool:
-    """Every element matched by a distinct equivalent element (a multiset comparison)."""
+def _unordered(xs, ys, same=None) -> bool:
+    """Every element matched by a distinct element equal to it by `same` (default: equivalent): a multiset
+    comparison."""
+    same = same or equivalent
     if len(xs) != len(ys):
         return False
     unused = list(ys)
     for x in xs:
-        hit = next((k for k, y in enumerate(unused) if equivalent(x, y)), None)
+        hit = next((k for k, y in enumerate(unused) if same(x, y)), None)
         if hit is None:
             return False
         unused.pop(hit)
@@ -206,15 +208,7 @@ def _intervals_equal(a: Canon, b: Canon) -> Optional[bool]:
         return None if "interval" not in (a.kind, b.kind) else False
     if a.kind == b.kind == "interval" and a.extra and b.extra and a.extra != b.extra:
         return False  # x > 2 is not t > 2
-    if len(ia) != len(ib):
-        return False
-    unused = list(ib)
-    for x in ia:
-        hit = next((k for k, y in enumerate(unused) if _same_interval(x, y)), None)
-        if hit is None:
-            return False
-        unused.pop(hit)
-    return True
+    return _unordered(ia, ib, _same_interval)
 
 
 def _same_interval(x: Interval, y: Interval) -> bool:
