@@ -31,7 +31,7 @@ from nanoatr import distributed, lora
 from nanoatr.config import (ConfigError, EvalConfig, check_ranges, die, flag, parse, prompt_flags_problem,
                             resolve_sampling)
 from nanoatr.data import DataError, load_problems
-from nanoatr.evaluate import sample_and_grade, summarize, verdicts_by_problem
+from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
 from nanoatr.tokenizer import (TokenizerError, check_template, generation_defaults, load_tokenizer, read_json,
                                stop_token_ids)
@@ -190,6 +190,10 @@ def main(argv=None):
         tok = load_tokenizer(dirs.tokenizer)
         stop_ids = stop_token_ids(tok, dirs.tokenizer, dirs.base)
         problem = tokenizer_flags_problem(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)
+        prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
+        for f in cfg.data:
+            problem = problem or fits(tok, benchmarks[Path(f).stem], cfg.max_new_tokens,
+                                      model.config.max_position_embeddings, f, "--max-new-tokens", prompt_kw)
     except (DataError, ModelError, TokenizerError, lora.AdapterError) as e:
         die(str(e))
     if problem:
@@ -197,7 +201,6 @@ def main(argv=None):
     print(sampling, file=sys.stderr, flush=True)
     precision = distributed.precision(cfg.dtype, device)
     results = {name: benchmark_rows(done, name, problems, n) for name, problems in benchmarks.items()}
-    prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
     new = 0
     with open(out, "a", encoding="utf-8") as f:
         if f.tell() == 0:  # a new file (or an empty one): the settings first

@@ -148,6 +148,10 @@ def main(argv=None):
             ids = tok.encode(text, add_special_tokens=False)
             if not ids:
                 die("empty prompt: nothing to continue")
+            if len(ids) + cfg.max_new_tokens > model.config.max_position_embeddings:
+                die(f"the prompt is {len(ids)} tokens; with --max-new-tokens {cfg.max_new_tokens} it needs "
+                    f"{len(ids) + cfg.max_new_tokens} positions, the model has {model.config.max_position_embeddings} "
+                    "(max_position_embeddings)")
             with precision():
                 tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, stop_ids,
                                 generator, cfg.sampler)

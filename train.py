@@ -34,7 +34,7 @@ from nanoatr.config import (ConfigError, TrainConfig, apply_preset, die, hparam_
                             resumed_config)
 from nanoatr.data import TASKS, DataError, load_problems
 from nanoatr.distributed import Dist
-from nanoatr.evaluate import sample_and_grade, summarize, verdicts_by_problem
+from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.loss import aggregate, group_advantages, kl_to_reference, own_metrics, policy_loss
 from nanoatr.methods import needs
 from nanoatr.model import ModelError, Qwen3
@@ -496,7 +496,7 @@ def main(argv=None):
 
 def _main(argv=None):
     cfg, extra, given = parse(TrainConfig, argv, __doc__, hparam_flags, epilog=preset_help())
-    lock = None
+    lock = log = None
     try:
         if cfg.resume:
             cfg, extra = resumed_config(cfg, extra, given)
@@ -542,6 +542,10 @@ def _main(argv=None):
             checkpoint.write_json_atomic(run_dir / "config.json", asdict(cfg))
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
             distributed.DeviceError) as e:
+        if log is not None:
+            log.close()
+        if lock is not None and not cfg.resume:
+            checkpoint.discard_run(lock)  # nothing was written: no empty run folder is left behind
         die(str(e))
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
               stop_token_ids(tok, tok_dir, cfg.model), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, d,
@@ -582,21 +586,16 @@ def _main(argv=None):
 
 
 def check_lengths(cfg, model, tok, problems, eval_sets):
-    """Every prompt plus its completion budget must fit the model's positions (max_position_embeddings):
-    past them RoPE extrapolates and the model is untested. One line naming the file and the problem."""
-    limit = model.config.max_position_embeddings
+    """Every prompt plus its completion budget fits the model's positions (evaluate.fits); else ConfigError."""
     kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
-    for name, probs, budget in [(cfg.data, problems, cfg.max_new_tokens)] + \
-            [(f, eval_sets[Path(f).stem], cfg.eval_max_new_tokens or cfg.max_new_tokens) for f in cfg.eval_data]:
-        if budget >= limit:
-            flag = "--max-new-tokens" if name == cfg.data else "--eval-max-new-tokens"
-            raise ConfigError(f"{flag} {budget} does not fit the model's {limit} positions (max_position_embeddings)")
-        lengths = [len(p) for p in encode_prompts(tok, probs, **kw)]
-        worst = max(range(len(lengths)), key=lengths.__getitem__)
-        if lengths[worst] + budget > limit:
-            raise ConfigError(f"{name}: problem {worst}'s prompt is {lengths[worst]} tokens; with a budget of "
-                              f"{budget} new tokens it needs {lengths[worst] + budget} positions, the model has "
-                              f"{limit} (max_position_embeddings); shorten it or lower the budget")
+    positions = model.config.max_position_embeddings
+    checks = [(cfg.data, problems, cfg.max_new_tokens, "--max-new-tokens")] + \
+        [(f, eval_sets[Path(f).stem], cfg.eval_max_new_tokens or cfg.max_new_tokens, "--eval-max-new-tokens")
+         for f in cfg.eval_data]
+    for name, probs, budget, flag in checks:
+        problem = fits(tok, probs, budget, positions, name, flag, kw)
+        if problem:
+            raise ConfigError(problem)
 
 
 if __name__ == "__main__":

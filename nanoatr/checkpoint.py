@@ -507,6 +507,15 @@ def create_run(out_dir, name) -> RunLock:
     return lock
 
 
+def discard_run(lock: RunLock):
+    """A new run that stopped before writing anything (a bad flag found after the folder was made): its
+    lock released and its folder removed, so that a failed start leaves nothing behind."""
+    run_dir = lock.run_dir
+    lock.release()
+    if run_dir.is_dir() and all(p.name == LOCK or (p.is_file() and p.stat().st_size == 0) for p in run_dir.iterdir()):
+        shutil.rmtree(run_dir, ignore_errors=True)  # only the lock and empty logs
+
+
 def resume_run(run_dir) -> RunLock:
     """An existing run folder, locked, checked writable and repaired (recover); then call latest()."""
     run_dir = Path(run_dir)

@@ -68,6 +68,20 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
         model.train(was_training)
 
 
+def fits(tokenizer, problems, budget: int, positions: int, name: str, flag: str, prompt_kw: dict | None = None):
+    """None if every problem's prompt plus `budget` new tokens fits the model's `positions`
+    (max_position_embeddings: past them RoPE extrapolates untested, and the KV cache is sized by it),
+    else one line naming the flag, or the file and the problem."""
+    if budget >= positions:
+        return f"{flag} {budget} does not fit the model's {positions} positions (max_position_embeddings)"
+    lengths = [len(p) for p in encode_prompts(tokenizer, problems, **(prompt_kw or {}))]
+    worst = max(range(len(lengths)), key=lengths.__getitem__)
+    if lengths[worst] + budget > positions:
+        return (f"{name}: problem {worst}'s prompt is {lengths[worst]} tokens; with {flag} {budget} it needs "
+                f"{lengths[worst] + budget} positions, the model has {positions} (max_position_embeddings)")
+    return None
+
+
 def evaluate(model, tokenizer, problems, k: int = 8, n: int | None = None, **kw) -> tuple[dict, list[dict]]:
     """Mean@k and Pass@k in percent from n >= k samples per problem; returns (summary, rows)."""
     n = n or k

@@ -188,3 +188,11 @@ def test_every_flag_is_range_checked(capsys, flag, value):
         eval_cli.main([flag, value])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith(f"error: {flag} must be") and err.count("\n") == 1, err
+
+
+def test_a_budget_past_the_model_positions_is_one_line(model_dir, data, tmp_path, capsys):
+    """--max-new-tokens 100000000 was an out-of-memory traceback: the KV cache is sized by it."""
+    with pytest.raises(SystemExit):
+        run(model_dir, data, tmp_path / "o.jsonl", "--max-new-tokens", "100000000")
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: --max-new-tokens 100000000 does not fit the model's") and "positions" in err

@@ -132,3 +132,9 @@ def test_bad_flags_are_one_line(capsys, model_dir, argv, message):
         sample.main(["--model", str(model_dir), *argv, PROMPT])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
+
+
+def test_a_budget_past_the_model_positions_is_one_line(model_dir, capsys):
+    with pytest.raises(SystemExit):
+        sample.main(["--model", str(model_dir), "--max-new-tokens", "100000000", "1+1"])
+    assert "positions" in capsys.readouterr().err.strip().splitlines()[-1]

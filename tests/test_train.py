@@ -215,3 +215,11 @@ def test_bad_model_directory_is_one_line(tmp_path, capsys, case, message, comman
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and err[-1].startswith("error: ") and message in err[-1], err
     assert "Traceback" not in "\n".join(err)
+
+
+def test_a_budget_past_the_model_positions_is_one_line_and_leaves_no_run_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "long", "--max-new-tokens", "300"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "error: --max-new-tokens 300 does not fit the model's 256 positions (max_position_embeddings)"
+    assert not (tmp_path / "long").exists()
