@@ -376,34 +376,7 @@ def train_step(run: Run, problems, step) -> dict:
     return metrics_row(run, batch, step, stats, losses, grad_norms) | {"time_rollout": t_rollout, "time_train": t_train}
 
 
-class Stop:
-    """Ctrl-C or SIGTERM while training: finish the step, save a checkpoint, exit with one line (130 / 143).
-    A second Ctrl-C stops at once (the steps since the last checkpoint are then lost)."""
-
-    def __init__(self):
-        self.signal = None
-
-    def __enter__(self):
-        self.previous = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc):
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-
-    def request(self, signum, frame):
-        if self.signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signal = signum
-        print(f"\n{signal.Signals(signum).name}: stopping after this step (a second Ctrl-C stops at once)",
-              file=sys.stderr, flush=True)
-
-    def requested(self, d: Dist) -> bool:
-        """On every rank alike: any rank's signal stops all of them after the same step."""
-        return distributed.all_sum(float(self.signal is not None), d) > 0
-
-
-def train(run: Run, problems, eval_sets, run_dir, tok_files, start, log, stop: Stop):
+def train(run: Run, problems, eval_sets, run_dir, tok_files, start, log, stop: distributed.Stop):
     cfg, d = run.cfg, run.d
     say = print if d.main else (lambda *a, **k: None)
     key = f"eval/mean@{cfg.eval_k}"
@@ -563,7 +536,7 @@ def _main(argv=None):
                  if ref else "") + (f", from step {start}" if start else ""), flush=True)
 
     try:
-        with Stop() as stop:
+        with distributed.Stop() as stop:
             stopped_at = train(run, problems, eval_sets, run_dir, tok_files, start, log, stop)
         if stopped_at is not None:
             die(f"stopped by {signal.Signals(stop.signal).name} after step {stopped_at}; checkpoint saved "

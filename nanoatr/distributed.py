@@ -1,4 +1,4 @@
-"""Several processes (torchrun), one device each, the precision the model runs in, and CPU threads.
+"""Several processes (torchrun), one device each, the precision the model runs in, CPU threads, signals.
 
     torchrun --nproc_per_node 4 train.py --model ... --preset paper
 
@@ -11,6 +11,8 @@ environment) nothing here starts a process group and every helper is the identit
 import contextlib
 import datetime
 import os
+import signal
+import sys
 import time
 from dataclasses import dataclass
 
@@ -187,3 +189,30 @@ class CpuThreads:
         if n != torch.get_num_threads():
             torch.set_num_threads(n)
         return n
+
+
+class Stop:
+    """Ctrl-C or SIGTERM while training: finish the step, save a checkpoint, exit with one line (130 / 143).
+    A second Ctrl-C stops at once (the steps since the last checkpoint are then lost)."""
+
+    def __init__(self):
+        self.signal = None
+
+    def __enter__(self):
+        self.previous = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def request(self, signum, frame):
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = signum
+        print(f"\n{signal.Signals(signum).name}: stopping after this step (a second Ctrl-C stops at once)",
+              file=sys.stderr, flush=True)
+
+    def requested(self, d: Dist) -> bool:
+        """On every rank alike: any rank's signal stops all of them after the same step."""
+        return all_sum(float(self.signal is not None), d) > 0
