@@ -485,7 +485,8 @@ def _main(argv=None):
             lock = checkpoint.resume_run(run_dir) if cfg.resume else checkpoint.create_run(cfg.out_dir, run_dir.name)
         distributed.barrier(d)  # rank 0 has repaired the folder before anyone reads it
         ckpt = checkpoint.latest(run_dir) if cfg.resume else None
-        start = checkpoint.load_state(ckpt)["step"] if ckpt else 0
+        state = checkpoint.load_state(ckpt) if ckpt else {"step": 0}  # step and optimizer (read once: it is big)
+        start = state["step"]
         if start > cfg.steps:
             raise ConfigError(f"--steps {cfg.steps} is before the checkpoint's step {start} in {run_dir}: "
                               f"give --steps {start} or more")
@@ -510,7 +511,7 @@ def _main(argv=None):
         trained = [p for p in model.parameters() if p.requires_grad]
         opt = make_optimizer(cfg, trained)
         if ckpt is not None:
-            opt.load_state_dict(checkpoint.load_state(ckpt)["optimizer"])
+            opt.load_state_dict(state.pop("optimizer"))
         if d.main:
             checkpoint.write_json_atomic(run_dir / "config.json", asdict(cfg))
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
