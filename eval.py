@@ -29,8 +29,8 @@ import torch
 
 from nanoatr import distributed, lora
 from nanoatr.config import (ConfigError, EvalConfig, check_ranges, die, flag, parse, prompt_flags_problem,
-                            resolve_sampling)
-from nanoatr.data import DataError, load_problems
+                            resolve_sampling, task_defaults)
+from nanoatr.data import TASKS, DataError, load_problems
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
 from nanoatr.tokenizer import (TokenizerError, check_template, generation_defaults, load_tokenizer, read_json,
@@ -96,7 +96,7 @@ ROW_FIELDS = {"benchmark", "problem_id", "sample", "correct", "gold", "length", 
 # (--k, --n, --limit, --data and --batch-size may change: rows are selected by problem and sample, and
 # gold answers are checked per row.)
 SETTINGS = ("model", "adapter", "checkpoint_step", "temperature", "top_p", "top_k", "max_new_tokens", "seed",
-            "sampler", "prompt_template", "system_prompt", "thinking", "stop", "dtype")
+            "sampler", "prompt_template", "system_prompt", "thinking", "stop", "dtype", "task")
 
 
 def settings(cfg: EvalConfig, dirs) -> dict:
@@ -110,6 +110,7 @@ def settings(cfg: EvalConfig, dirs) -> dict:
 def differences(saved: dict, now: dict) -> list[str]:
     """The flags whose values differ between a file's settings and this run's, as 'FLAG A (now B)'."""
     names = {"checkpoint_step": "--model (its checkpoint's step)"}
+    saved = {"task": "math", **saved}  # files written before --task existed
     return [f"{names.get(k, flag(k))} {saved.get(k)!r} (now {now[k]!r})" for k in SETTINGS if saved.get(k) != now[k]]
 
 
@@ -164,7 +165,8 @@ def table(model: str, results: dict[str, dict], k: int) -> str:
 
 
 def main(argv=None):
-    cfg, _, _ = parse(EvalConfig, argv, __doc__)
+    cfg, _, given = parse(EvalConfig, argv, __doc__)
+    cfg = task_defaults(cfg, given)
     problem = check(cfg)
     if problem:
         die(problem)
@@ -216,7 +218,8 @@ def main(argv=None):
                 rows = sample_and_grade(model, tok, problems, n, max_new_tokens=cfg.max_new_tokens,
                                         temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                                         sampler=cfg.sampler, stop_ids=stop_ids, batch_size=cfg.batch_size,
-                                        seed=cfg.seed, prompt_kw=prompt_kw, skip=skip, stops=cfg.stop)
+                                        seed=cfg.seed, prompt_kw=prompt_kw, skip=skip, stops=cfg.stop,
+                                        reward=TASKS[cfg.task].reward)
                 with precision():  # sampling happens as the rows are drawn, so inside the context
                     for row in rows:
                         row = {"benchmark": name, **row}

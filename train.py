@@ -15,6 +15,7 @@ One step, in the order of this file:
   6. metrics      one line of metrics.jsonl
 The flags are nanoatr/config.py's TrainConfig.
 """
+import functools
 import math
 import random
 import signal
@@ -69,11 +70,13 @@ class Run:
 
 def prompt_order(n_problems: int, step: int, per_step: int, seed: int) -> list[int]:
     """Problem indices for a step: a fresh seeded shuffle every pass over the data (resumable by step)."""
-    out = []
-    for i in range(step * per_step, (step + 1) * per_step):
-        epoch, j = divmod(i, n_problems)
-        out.append(random.Random(seed * 7919 + epoch).sample(range(n_problems), n_problems)[j])
-    return out
+    return [shuffle(n_problems, seed, i // n_problems)[i % n_problems]
+            for i in range(step * per_step, (step + 1) * per_step)]
+
+
+@functools.lru_cache(maxsize=2)  # a step's prompts span at most two passes
+def shuffle(n_problems: int, seed: int, epoch: int) -> list[int]:
+    return random.Random(seed * 7919 + epoch).sample(range(n_problems), n_problems)
 
 
 def chunk_seed(cfg, step: int, chunk: int, salt: int = 0) -> int:

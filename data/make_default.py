@@ -133,7 +133,13 @@ def sft_batch(tok, stream, batch_size: int):
 
 def warm_start(model, tok, val, args):
     exclude = {p.question for p in val} | {p.question for p in load_problems(HERE / "arith/heldout.jsonl")}
-    stream = sft_stream(args.seed + 1, exclude)
+    return sft(model, tok, sft_stream(args.seed + 1, exclude), val, args, max_new_tokens=48,
+               done=lambda step, acc: acc >= args.target)
+
+
+def sft(model, tok, stream, val, args, *, max_new_tokens: int, done, reward=None) -> int:
+    """Supervised steps on `stream` until done(step, validation Mean@4) (checked every args.check_every
+    steps); returns the step count. Also the warm-start of data/make_countdown.py."""
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
     t0 = time.perf_counter()
     for step in range(1, args.max_steps + 1):
@@ -149,13 +155,13 @@ def warm_start(model, tok, val, args):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % args.check_every == 0:
-            acc = evaluate(model, tok, val, k=4, max_new_tokens=48, temperature=1.0, progress=False,
-                           seed=step)[0]["mean@4"]
+            acc = evaluate(model, tok, val, k=4, max_new_tokens=max_new_tokens, temperature=1.0, progress=False,
+                           seed=step, reward=reward)[0]["mean@4"]
             print(f"step {step:5d}  loss {loss.item():.3f}  val mean@4 {acc:5.1f}%  "
                   f"{time.perf_counter() - t0:5.0f}s", flush=True)
-            if acc >= args.target:
+            if done(step, acc):
                 return step
-    raise SystemExit(f"validation accuracy never reached {args.target}% in {args.max_steps} steps")
+    raise SystemExit(f"the warm-start never stopped in {args.max_steps} steps (see --target)")
 
 
 def main():

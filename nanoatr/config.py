@@ -232,11 +232,19 @@ def hparam_flags(parser):
         group.add_argument(flag(k), type=float, default=None, dest=k, metavar="X", help=f"defaults: {users}")
 
 
+def task_defaults(cfg, given: set):
+    """The --task's model, problem files and completion budget, for every such field not given on the
+    command line (train.py: --data and --eval-data; eval.py: --data is the held-out files)."""
+    task = TASKS[cfg.task]
+    files = {"data": task.data, "eval_data": list(task.eval_data)} if isinstance(cfg, TrainConfig) else \
+        {"data": list(task.eval_data)}
+    values = {"model": task.model, "max_new_tokens": task.max_new_tokens, **files}
+    return dataclasses.replace(cfg, **{k: v for k, v in values.items() if k not in given})
+
+
 def apply_preset(cfg: TrainConfig, given: set) -> TrainConfig:
     """The task's files, then the preset's values, for every field not given on the command line."""
-    task = TASKS[cfg.task]
-    cfg = TrainConfig(**{**asdict(cfg), **{k: v for k, v in [("model", task.model), ("data", task.data),
-                                                               ("eval_data", list(task.eval_data))] if k not in given}})
+    cfg = task_defaults(cfg, given)
     if cfg.preset is None:
         return cfg
     if not {"model", "data"} <= given:
@@ -354,6 +362,8 @@ MODEL, SAMPLING, OUTPUT = "model and data", "sampling", "output and run"
 
 @dataclass
 class EvalConfig:
+    task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
+                    "(nanoatr/data.py TASKS)", MODEL, choices=lambda: sorted(TASKS))
     model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
                      "a run's checkpoint/ directory works as is", MODEL)
     adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/) applied "

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from nanoatr.verifier import verify
+from nanoatr.verifier.countdown import reward as countdown_reward
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,16 @@ class Task:
     data: str                             # training problems
     eval_data: tuple[str, ...]            # held-out problems, never trained on
     reward: Callable[[str, str], float]   # reward(completion text, the problem's "answer" field)
+    max_new_tokens: int                   # the completion budget its warm-start was made for
 
 
 # --task NAME. "math" grades final answers with the verifier: the embedded arithmetic task, and any
-# --model / --data of yours (DAPO-Math-17k, AIME, AMC) with the same reward.
+# --model / --data of yours (DAPO-Math-17k, AIME, AMC) with the same reward. "countdown" (reach a
+# target from four numbers; data/make_countdown.py) is where the trust region visibly acts.
 TASKS = {
-    "math": Task("data/tiny-qwen3", "data/arith/train.jsonl", ("data/arith/heldout.jsonl",), verify),
+    "math": Task("data/tiny-qwen3", "data/arith/train.jsonl", ("data/arith/heldout.jsonl",), verify, 48),
+    "countdown": Task("data/tiny-qwen3-countdown", "data/countdown/train.jsonl", ("data/countdown/heldout.jsonl",),
+                      countdown_reward, 96),
 }
 
 

@@ -1,0 +1,279 @@
+r"""The Countdown task: its reward (nanoatr/verifier/countdown.py; hand-checked and adversarial cases), its
+generator (data/make_countdown.py), the shipped files, and --task countdown end to end."""
+import json
+import random
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from nanoatr.data import TASKS, load_problems
+from nanoatr.verifier.countdown import evaluate_expression, parse_answer, reward
+from tiny import make_default  # noqa: F401  (puts data/ on the path)
+import make_countdown as countdown  # noqa: E402  (data/make_countdown.py)
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+B = "\\boxed{"
+
+
+def box(expr: str) -> str:
+    return f"some steps;{B}{expr}}}"
+
+
+# ---------------------------------------------------------------------------------------------
+# hand-checked
+
+
+@pytest.mark.parametrize("expr", [
+    "(8*3)-5",          # 24-5
+    "8*3-5",            # precedence: * before -
+    "3*8-5",
+    "(3*8)-5",
+    "3*(8)-5",          # redundant parentheses
+    " 8 * 3 - 5 ",      # spaces
+    "((8*3)-5)",
+])
+def test_correct_expressions_score(expr):
+    assert reward(box(expr), "3,5,8:19") == 1.0
+
+
+@pytest.mark.parametrize("expr, answer", [
+    ("(7*3)+5", "7,3,5:26"),
+    ("(5+(1+7))*7", "7,7,1,5:91"),        # repeated number used as often as listed
+    ("(8-5)*(10+6)", "10,6,8,5:48"),
+    ("8/(3-8/3)", "3,3,8,8:24"),          # the classic: a fraction on the way, 8/(1/3) = 24
+    ("(6/4)*16", "4,6,16:24"),            # 3/2 * 16
+    ("100-1", "1,100:99"),
+    ("7", "7:7"),                         # one number
+])
+def test_hand_checked_solutions(expr, answer):
+    assert reward(box(expr), answer) == 1.0
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("8*3+5", "wrong value (29)"),
+    ("8*3", "number 5 not used"),
+    ("8*3-5-5", "5 used twice"),
+    ("8*3-4", "4 is not one of the numbers"),
+    ("8*3-5+0", "0 is not one of the numbers"),
+    ("24-5", "24 is not one of the numbers"),
+    ("19", "the target alone"),
+    ("83-5", "digits glued into a new number"),
+    ("-5+8*3", "unary minus"),
+    ("8*-3-5", "unary minus inside"),
+    ("8*3-(5)(1)", "implicit product"),
+    ("8^3-5", "power"),
+    ("8**3-5", "python power"),
+    ("8*3-5.0", "decimal"),
+    ("(8*3-5", "unbalanced"),
+    ("8*3-5)", "unbalanced"),
+    ("8*3-5=19", "an equation, not an expression"),
+    ("", "empty"),
+    ("x", "a variable"),
+    ("8×3-5", "unicode times"),
+    ("８*3-5", "fullwidth digit"),
+    ("²*3-5", "superscript digit"),
+])
+def test_wrong_expressions_score_zero(expr, why):
+    assert reward(box(expr), "3,5,8:19") == 0.0, why
+
+
+def test_numbers_must_match_as_a_multiset():
+    assert reward(box("2*2+5"), "2,2,5:9") == 1.0
+    assert reward(box("2*4+1"), "2,2,5:9") == 0.0
+    assert reward(box("2+2+5"), "2,5:9") == 0.0  # 2 given once, used twice
+    assert reward(box("9"), "2,2,5:9") == 0.0
+
+
+def test_only_the_last_box_counts():
+    right, wrong = f"{B}(8*3)-5}}", f"{B}8+3+5}}"
+    assert reward(wrong + ";" + right, "3,5,8:19") == 1.0
+    assert reward(right + ";" + wrong, "3,5,8:19") == 0.0
+    assert reward(right + ";" + B + "(8*3)-5", "3,5,8:19") == 0.0  # the last box is unclosed: truncated output
+
+
+def test_text_around_the_box():
+    assert reward(f"8*3=24;24-5=19;{B}(8*3)-5}}", "3,5,8:19") == 1.0
+    assert reward(f"{B}(8*3)-5}} and then some text 123", "3,5,8:19") == 1.0
+    assert reward("(8*3)-5", "3,5,8:19") == 0.0  # no box, no answer
+    assert reward("\\boxed (8*3)-5", "3,5,8:19") == 0.0
+    assert reward(f"{B}{{(8*3)-5}}}}", "3,5,8:19") == 0.0  # braces are not parentheses
+
+
+def test_division():
+    assert reward(box("8/2+1"), "1,2,8:5") == 1.0
+    assert reward(box("1/2*8"), "1,2,8:4") == 1.0  # exact fractions, no float rounding
+    assert reward(box("1/3*3*1"), "1,1,3,3:1") == 1.0
+    assert reward(box("8/(2-2)"), "2,2,8:0") == 0.0  # division by zero scores 0, never raises
+    assert reward(box("8/(2-2)*0"), "0,2,2,8:0") == 0.0
+    assert reward(box("(2-2)/8"), "2,2,8:0") == 1.0  # 0/8 is fine
+
+
+def test_target_zero_and_negative():
+    assert reward(box("5-5"), "5,5:0") == 1.0
+    assert reward(box("3-5"), "3,5:-2") == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# adversarial: never raises, bounded time
+
+
+def test_malformed_answers_score_zero():
+    for answer in ["", ":", "3,5", "3,5:", ":19", "a,b:c", "3,,5:8", "3,5:8:9", "3;5:8", None, 19, "1" * 300,
+                   ",".join(["1"] * 20) + ":20", "3,5:99999999999", "-3,5:2"]:
+        assert reward(box("3+5"), answer) == 0.0, answer
+
+
+def test_non_string_completions():
+    for c in [None, 123, b"\\boxed{3+5}", ["\\boxed{3+5}"]]:
+        assert reward(c, "3,5:8") == 0.0
+
+
+def test_huge_numbers_are_refused_not_computed():
+    assert reward(box("9999999*9999999"), "9999999,9999999:99999980000001") == 0.0
+    assert evaluate_expression("1" * 7 + "+1") is None   # literal longer than 6 digits
+    assert evaluate_expression("999999*999999") == (Fraction(999999 * 999999), [999999, 999999])
+    t0 = time.perf_counter()
+    # as many multiplications as characters allow: the literal cap bounds the number of factors
+    assert evaluate_expression("*".join(["999999"] * 28)) is None
+    assert reward(box("*".join(["999999"] * 28)), ",".join(["999999"] * 8) + ":1") == 0.0
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_deep_nesting_is_refused():
+    assert evaluate_expression("(" * 12 + "1" + ")" * 12) == (Fraction(1), [1])
+    assert evaluate_expression("(" * 13 + "1" + ")" * 13) is None
+    for depth in [50, 1000, 100_000]:
+        assert reward(box("(" * depth + "3+5" + ")" * depth), "3,5:8") == 0.0
+        assert reward(box("(" * depth), "3,5:8") == 0.0
+
+
+def test_long_and_garbage_strings_are_fast_and_zero():
+    rng = random.Random(0)
+    alphabet = "0123456789+-*/()[]{}\\ =;:.,abxed"
+    t0 = time.perf_counter()
+    for n in [1, 10, 100, 1000, 100_000]:
+        for _ in range(20):
+            junk = "".join(rng.choice(alphabet) for _ in range(n))
+            assert reward(junk, "3,5,8:19") in (0.0, 1.0)
+            assert reward(B + junk + "}", "3,5,8:19") in (0.0, 1.0)
+    nested = B * 100 + "3+5" + "}" * 100  # the last box is the innermost one: \boxed{3+5}
+    assert reward(nested, "3,5:8") == 1.0
+    assert reward(B * 100_000 + "3+5" + "}" * 100_000, "3,5:8") == 0.0  # no box in the searched tail
+    assert reward(B * 100_000 + "3+5", "3,5:8") == 0.0  # none closed
+    assert reward("x" * 10_000_000 + box("3+5"), "3,5:8") == 1.0  # only the tail is read
+    assert reward(box("3+5" + " " * 1000), "3,5:8") == 0.0  # over MAX_EXPR_CHARS
+    assert reward(box("1+" * 100 + "1"), "1,1:2") == 0.0  # too many literals: refused early
+    assert time.perf_counter() - t0 < 10.0
+
+
+def test_random_expressions_never_raise():
+    rng = random.Random(1)
+    tokens = ["1", "2", "3", "0", "10", "+", "-", "*", "/", "(", ")", " ", "99999", "x", "."]
+    for _ in range(3000):
+        expr = "".join(rng.choice(tokens) for _ in range(rng.randint(0, 30)))
+        assert reward(box(expr), "1,2,3:6") in (0.0, 1.0)
+        r = evaluate_expression(expr)
+        assert r is None or isinstance(r[0], Fraction)
+
+
+def test_parse_answer():
+    assert parse_answer("3,8,5,2:19") == ([3, 8, 5, 2], 19)
+    assert parse_answer(" 3,5:8 ") == ([3, 5], 8)
+    assert parse_answer("3,5") is None and parse_answer("x:1") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the generator
+
+
+SPEC = countdown.Spec(n_numbers=4, high=10, max_value=100, min_target=10, fmt="expr")
+
+
+def test_generated_solutions_are_correct_and_wrong_targets_fail():
+    rng = random.Random(0)
+    for _ in range(200):
+        question, answer, solution = countdown.make_problem(rng, SPEC)
+        assert question == answer
+        numbers, target = parse_answer(answer)
+        assert len(numbers) == 4 and all(1 <= n <= 10 for n in numbers) and 10 <= target <= 100
+        assert reward(solution, answer) == 1.0
+        assert reward(solution, ",".join(map(str, numbers)) + f":{target + 1}") == 0.0
+        steps = solution.split(B)[0].rstrip(";").split(";")
+        assert len(steps) == 3  # one step per combination
+
+
+def test_solutions_are_many_and_all_correct():
+    numbers, target = [3, 5, 8, 2], 19
+    sols = countdown.solutions(numbers, target, 100)
+    assert len(sols) >= 10 and len(set(sols)) == len(sols)
+    assert all(reward(s, "3,5,8,2:19") == 1.0 for s in sols)
+    rng = random.Random(0)
+    drawn = {countdown.random_solution(rng, numbers, target, 100) for _ in range(200)}
+    assert drawn <= set(sols) and len(drawn) >= 5  # random solutions spread over many of them
+
+
+def test_splits_are_disjoint_and_deterministic():
+    a = countdown.make_splits(3, {"x": 50, "y": 50}, SPEC)
+    b = countdown.make_splits(3, {"x": 50, "y": 50}, SPEC)
+    assert a == b
+    assert not {q for q, _, _ in a["x"]} & {q for q, _, _ in a["y"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# the shipped task
+
+
+def test_shipped_splits_are_disjoint_and_well_formed():
+    split = {name: load_problems(DATA / f"countdown/{name}.jsonl") for name in ("train", "val", "heldout")}
+    qs = {name: {p.question for p in rows} for name, rows in split.items()}
+    assert not qs["heldout"] & qs["train"] and not qs["heldout"] & qs["val"] and not qs["val"] & qs["train"]
+    for rows in split.values():
+        for p in rows[:200]:
+            numbers, target = parse_answer(p.answer)
+            assert countdown.solutions(numbers, target, 10 ** 6), p  # solvable
+
+
+def test_shipped_tokenizer_matches_the_generator():
+    shipped = json.loads((DATA / "tiny-qwen3-countdown/tokenizer.json").read_text())
+    assert json.loads(make_default.build_tokenizer().to_str()) == shipped
+
+
+def test_search_traces_end_in_a_correct_expression():
+    spec = countdown.Spec(n_numbers=4, high=10, max_value=100, min_target=10, fmt="search", max_attempts=4)
+    rng = random.Random(0)
+    attempts = []
+    for _ in range(200):
+        _, answer, trace = countdown.make_problem(rng, spec)
+        assert reward(trace, answer) == 1.0
+        body = trace.split(B)[0]
+        assert body.endswith(";") and 1 <= body.count(";") <= 4
+        attempts.append(body.count(";"))
+        *failed, last = body[:-1].split(";")
+        assert len(last.split(",")) == 3  # the successful attempt combines all four numbers
+        assert all(len(a.split(",")) == 2 for a in failed)  # a failed one stops when two values are left
+    assert set(attempts) == {1, 2, 3, 4}  # some traces succeed at once, some search
+
+
+# ---------------------------------------------------------------------------------------------
+# --task countdown: one flag picks the warm-start, the files, the budget and the reward
+
+
+def test_task_defaults_and_reward_reach_train_and_eval(tmp_path):
+    import eval as eval_cmd
+    import train
+    assert TASKS["countdown"].reward is reward and TASKS["math"].reward is not reward
+    train.main(["--task", "countdown", "--steps", "1", "--prompts-per-step", "8", "--group-size", "4",
+                "--eval-data", "--no-compile", "--out-dir", str(tmp_path), "--name", "cd", "--threads", "1"])
+    config = json.loads((tmp_path / "cd/config.json").read_text())
+    assert (config["model"], config["data"], config["max_new_tokens"]) == \
+        ("data/tiny-qwen3-countdown", "data/countdown/train.jsonl", 96)
+    row = [json.loads(line) for line in (tmp_path / "cd/metrics.jsonl").read_text().splitlines()][-1]
+    assert row["accuracy"] > 0  # the math verifier would grade every expression wrong: 0.0
+    out = tmp_path / "eval.jsonl"
+    eval_cmd.main(["--task", "countdown", "--limit", "6", "--k", "2", "--out", str(out)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()][1:]
+    assert len(rows) == 12 and any(r["correct"] for r in rows)
+    assert all(r["correct"] == (reward(r["completion"], r["gold"]) > 0) for r in rows)
+    assert all(r["benchmark"] == "heldout" for r in rows)
