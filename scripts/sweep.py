@@ -128,7 +128,8 @@ def execute(run: Run, steps: int, train_args: list[str], threads: int, log_dir: 
 # Results
 
 def result(run: Run, steps: int) -> dict | None:
-    """Final and initial held-out Mean@k / Pass@k and mean cut fractions of one run (None if unfinished)."""
+    """Final and initial held-out Mean@k / Pass@k, mean cut fractions and the policy's entropy over the last
+    20 steps (nats per completion token) of one run (None if unfinished)."""
     if not finished(run, steps):
         return None
     k = json.loads((run.dir / "config.json").read_text())["eval_k"]
@@ -143,7 +144,8 @@ def result(run: Run, steps: int) -> dict | None:
             "mean@k": evals[steps][f"eval/mean@{k}"], "pass@k": evals[steps][f"eval/pass@{k}"],
             "mean@k_start": evals[0][f"eval/mean@{k}"] if 0 in evals else math.nan,
             "pass@k_start": evals[0][f"eval/pass@{k}"] if 0 in evals else math.nan,
-            "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high")}
+            "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high"),
+            "entropy_end": sum(r["entropy"] for r in train[-20:]) / max(len(train[-20:]), 1)}
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -152,28 +154,30 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return m, math.sqrt(sum((v - m) ** 2 for v in values) / len(values))
 
 
-def pm(values: list[float]) -> str:
+def pm(values: list[float], digits: int = 2) -> str:
     m, s = mean_std(values)
-    return f"{m:.2f} ± {s:.2f}"
+    return f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
 def table(results: list[dict], methods: list[str], seeds: int) -> str:
     """Table 3 in markdown: one row per method, plus the warm-start policy (step 0) for reference."""
     done = [r for r in results if r]
     k = done[0]["k"] if done else "k"
-    lines = [f"| method | runs | Mean@{k} (%) | Pass@{k} (%) | cut tokens (%) low + high |", "|---|---|---|---|---|"]
+    lines = [f"| method | runs | Mean@{k} (%) | Pass@{k} (%) | cut tokens (%) low + high | entropy, last 20 steps |",
+             "|---|---|---|---|---|---|"]
     start = [r for r in done if not math.isnan(r["mean@k_start"])]
     if start:
         lines.append(f"| warm start (step 0) | {len(start)} | {pm([r['mean@k_start'] for r in start])} | "
-                     f"{pm([r['pass@k_start'] for r in start])} | |")
+                     f"{pm([r['pass@k_start'] for r in start])} | | |")
     for m in methods:
         rs = [r for r in done if r["method"] == m]
         if not rs:
-            lines.append(f"| {m} | 0/{seeds} | | | |")
+            lines.append(f"| {m} | 0/{seeds} | | | | |")
             continue
         low, high = mean_std([r["cut_low"] for r in rs])[0], mean_std([r["cut_high"] for r in rs])[0]
         lines.append(f"| {m} | {len(rs)}{'' if len(rs) == seeds else f'/{seeds}'} | {pm([r['mean@k'] for r in rs])} | "
-                     f"{pm([r['pass@k'] for r in rs])} | {low + high:.2f} ({low:.2f} + {high:.2f}) |")
+                     f"{pm([r['pass@k'] for r in rs])} | {low + high:.2f} ({low:.2f} + {high:.2f}) | "
+                     f"{pm([r['entropy_end'] for r in rs], 3)} |")
     return "\n".join(lines) + "\n"
 
 
