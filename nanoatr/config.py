@@ -232,13 +232,23 @@ def hparam_flags(parser):
         group.add_argument(flag(k), type=float, default=None, dest=k, metavar="X", help=f"defaults: {users}")
 
 
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def located(path: str) -> str:
+    """A task's file as written when it is there from the current directory, else the repository's own
+    (a command started from another folder)."""
+    return path if Path(path).exists() or not (REPOSITORY / path).exists() else str(REPOSITORY / path)
+
+
 def task_defaults(cfg, given: set):
     """The --task's model, problem files and completion budget, for every such field not given on the
     command line (train.py: --data and --eval-data; eval.py: --data is the held-out files)."""
     task = TASKS[cfg.task]
-    files = {"data": task.data, "eval_data": list(task.eval_data)} if isinstance(cfg, TrainConfig) else \
-        {"data": list(task.eval_data)}
-    values = {"model": task.model, "max_new_tokens": task.max_new_tokens, **files}
+    held_out = [located(f) for f in task.eval_data]
+    files = {"data": located(task.data), "eval_data": held_out} if isinstance(cfg, TrainConfig) else \
+        {"data": held_out}
+    values = {"model": located(task.model), "max_new_tokens": task.max_new_tokens, **files}
     return dataclasses.replace(cfg, **{k: v for k, v in values.items() if k not in given})
 
 

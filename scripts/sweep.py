@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -145,7 +146,8 @@ def result(run: Run, steps: int) -> dict | None:
             "mean@k_start": evals[0][f"eval/mean@{k}"] if 0 in evals else math.nan,
             "pass@k_start": evals[0][f"eval/pass@{k}"] if 0 in evals else math.nan,
             "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high"),
-            "entropy_end": sum(r["entropy"] for r in train[-20:]) / max(len(train[-20:]), 1)}
+            "entropy_end": statistics.fmean(e) if (e := [r["entropy"] for r in train[-20:] if "entropy" in r])
+            else math.nan}
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -177,7 +179,7 @@ def table(results: list[dict], methods: list[str], seeds: int) -> str:
         low, high = mean_std([r["cut_low"] for r in rs])[0], mean_std([r["cut_high"] for r in rs])[0]
         lines.append(f"| {m} | {len(rs)}{'' if len(rs) == seeds else f'/{seeds}'} | {pm([r['mean@k'] for r in rs])} | "
                      f"{pm([r['pass@k'] for r in rs])} | {low + high:.2f} ({low:.2f} + {high:.2f}) | "
-                     f"{pm([r['entropy_end'] for r in rs], 3)} |")
+                     f"{pm([r.get('entropy_end', math.nan) for r in rs], 3).replace('nan ± nan', '')} |")
     return "\n".join(lines) + "\n"
 
 
