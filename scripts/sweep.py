@@ -179,7 +179,7 @@ def table(results: list[dict], methods: list[str], seeds: int) -> str:
         low, high = mean_std([r["cut_low"] for r in rs])[0], mean_std([r["cut_high"] for r in rs])[0]
         lines.append(f"| {m} | {len(rs)}{'' if len(rs) == seeds else f'/{seeds}'} | {pm([r['mean@k'] for r in rs])} | "
                      f"{pm([r['pass@k'] for r in rs])} | {low + high:.2f} ({low:.2f} + {high:.2f}) | "
-                     f"{pm([r.get('entropy_end', math.nan) for r in rs], 3).replace('nan ± nan', '')} |")
+                     f"{'' if any(math.isnan(r['entropy_end']) for r in rs) else pm([r['entropy_end'] for r in rs], 3)} |")
     return "\n".join(lines) + "\n"
 
 
