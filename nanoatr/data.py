@@ -47,7 +47,7 @@ class Task:
 # target from four numbers; data/make_countdown.py) is where the trust region visibly acts.
 TASKS = {
     "math": Task("data/tiny-qwen3", "data/arith/train.jsonl", ("data/arith/heldout.jsonl",), verify, 48),
-    "countdown": Task("data/tiny-qwen3-countdown", "data/countdown/train.jsonl", ("data/countdown/heldout.jsonl",),
+    "countdown": Task("data/tiny-qwen3-countdown", "data/countdown/rl.jsonl", ("data/countdown/heldout.jsonl",),
                       countdown_reward, 96),
 }
 

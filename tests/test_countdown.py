@@ -235,6 +235,29 @@ def test_shipped_splits_are_disjoint_and_well_formed():
             assert countdown.solutions(numbers, target, 10 ** 6), p  # solvable
 
 
+def test_shipped_rl_prompts_are_the_pools_in_its_order():
+    pool = [p.question for p in load_problems(DATA / "countdown/train.jsonl")]
+    rl = [p.question for p in load_problems(DATA / "countdown/rl.jsonl")]
+    assert 0.4 * len(pool) < len(rl) < 0.7 * len(pool)  # 42% never solved, a few always
+    position = {q: i for i, q in enumerate(pool)}
+    assert all(q in position for q in rl) and [position[q] for q in rl] == sorted(position[q] for q in rl)
+
+
+def test_pass_rate_filter_keeps_the_sometimes_solved(monkeypatch):
+    pool = [countdown.Problem(f"{i},1,1,1:{10 + i}", f"{i},1,1,1:{10 + i}") for i in range(10)]
+    solved = {0: 0, 1: 1, 2: 7, 3: 8, 4: 4}  # problem -> how many of its 8 samples are right (0 if unnamed)
+
+    def fake_evaluate(model, tok, problems, k, **kw):
+        assert k == countdown.FILTER_SAMPLES and kw["seed"] == countdown.FILTER_SEED
+        assert kw["max_new_tokens"] == TASKS["countdown"].max_new_tokens and kw["reward"] is reward
+        rows = [{"problem_id": i, "sample": s, "correct": s < solved.get(i, 0)} for i in range(len(problems))
+                for s in range(k)]
+        return {"mean@8": 0.0}, rows
+    monkeypatch.setattr(countdown, "evaluate", fake_evaluate)
+    monkeypatch.setattr(countdown, "stop_token_ids", lambda tok, model_dir: [0])
+    assert countdown.pass_rate_filter(None, None, Path("m"), pool) == [pool[1], pool[2], pool[4]]
+
+
 def test_shipped_tokenizer_matches_the_generator():
     shipped = json.loads((DATA / "tiny-qwen3-countdown/tokenizer.json").read_text())
     assert json.loads(make_default.build_tokenizer().to_str()) == shipped
@@ -268,7 +291,7 @@ def test_task_defaults_and_reward_reach_train_and_eval(tmp_path):
                 "--eval-data", "--no-compile", "--out-dir", str(tmp_path), "--name", "cd", "--threads", "1"])
     config = json.loads((tmp_path / "cd/config.json").read_text())
     assert (config["model"], config["data"], config["max_new_tokens"]) == \
-        ("data/tiny-qwen3-countdown", "data/countdown/train.jsonl", 96)
+        ("data/tiny-qwen3-countdown", "data/countdown/rl.jsonl", 96)
     row = [json.loads(line) for line in (tmp_path / "cd/metrics.jsonl").read_text().splitlines()][-1]
     assert row["accuracy"] > 0  # the math verifier would grade every expression wrong: 0.0
     out = tmp_path / "eval.jsonl"
