@@ -248,6 +248,11 @@ def pass_rate_filter(model, tok, model_dir: Path, pool: list[Problem]) -> list[P
     return keep
 
 
+def write_rl_prompts(model, tok, model_dir: Path, data: Path):
+    """data/rl.jsonl: the pass-rate-filtered problems of data/train.jsonl."""
+    save_problems(data / "rl.jsonl", pass_rate_filter(model, tok, model_dir, load_problems(data / "train.jsonl")))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0, help="seed of the task splits and of the training")
@@ -272,7 +277,7 @@ def main():
     data, out = Path(args.data_dir), Path(args.out)
     if args.only_filter:
         model, tok = Qwen3.from_pretrained(out), load_tokenizer(out)
-        save_problems(data / "rl.jsonl", pass_rate_filter(model, tok, out, load_problems(data / "train.jsonl")))
+        write_rl_prompts(model, tok, out, data)
         return
     args.max_steps = args.steps
     torch.manual_seed(args.seed)
@@ -300,7 +305,7 @@ def main():
                        progress=False, reward=task.reward)[0]
     print(f"saved {out} after {steps} steps: held-out mean@8 {summary['mean@8']:.1f}%  pass@8 "
           f"{summary['pass@8']:.1f}%  (entropy and more: python scripts/measure_task.py --task countdown)")
-    save_problems(data / "rl.jsonl", pass_rate_filter(model, tok, out, load_problems(data / "train.jsonl")))
+    write_rl_prompts(model, tok, out, data)
 
 
 if __name__ == "__main__":

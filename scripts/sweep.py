@@ -57,9 +57,9 @@ from plot import COLORS, Line, Panel, curve_panels, draw  # noqa: E402  (scripts
 # pool 1.57 (27.1/27.7/28.6/28.1); 8 x 4 at 5e-5 2.63 (26.7/31.0/31.6/31.2), on the whole pool 2.38 (24.0
 # at 10); at 7e-5 3.76 (25.2/28.6/30.1/25.3), on the whole pool 2.80 (23.5 at 10); 16 x 4 at 5e-5 3.89
 # (25.1/24.8); 8 x 4 at 1e-4 5.14 (21.6/21.9, entropy 0.36 -> 0.44 by step 20), with --grad-clip 0.05
-# 5.22 (20.6/18.9, entropy -> 0.49), with --beta 0.04 3.48 (25.9/27.8), --beta 0.02 /
-# 0.01 over 60 steps 3.67 / 3.85 (30.3 / 30.6 at step 60), at 1.5e-4 4.40 / 4.84 (28.6 / 27.9); T = 1, 64 prompts, 8 x 2 at 2e-4
-# 1.98 (23.9/21.7/22.3). Cuts grow with AdamW steps per rollout batch and with lr; the filter adds a
+# 5.22 (20.6/18.9, entropy -> 0.49), with --beta 0.04 3.48 (25.9/27.8), --beta 0.02 / 0.01 over 60
+# steps 3.67 / 3.85 (30.3 / 30.6 at step 60), at 1.5e-4 4.40 / 4.84 (28.6 / 27.9); T = 1, 64 prompts,
+# 8 x 2 at 2e-4 1.98 (23.9/21.7/22.3). Cuts grow with AdamW steps per rollout batch and with lr; the filter adds a
 # little (fewer all-wrong groups); T = 1.2 learns a little faster than T = 1 at the same cut. Every
 # setting that cut >= 5% raised the entropy instead of the accuracy: 5% with +10 points was not found.
 # The sweep's: 8 x 4 at 6e-5, between the two that learned most and cut most while learning.
