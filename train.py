@@ -96,37 +96,86 @@ class Batch(NamedTuple):
     stopped: torch.Tensor      # (N,) ended by EOS or a stop string, not by the budget
     sampler_logp: torch.Tensor | None  # (N, T) log-probs the sampler drew each token with (checked, not
                                        # trained on); None for a batch that was not sampled (benchmarks)
+    rounds: int = 1                    # sampling rounds it took (--dynamic-sampling)
+    first_rewards: torch.Tensor | None = None  # (N,) the first round's rewards, before any group was replaced
 
 
 def rollout(run: Run, problems, step) -> Batch:
-    """This rank's share of the step's prompts, G finished completions each, graded, with advantages."""
+    """This rank's share of the step's prompts, G finished completions each, graded, with advantages.
+
+    --dynamic-sampling K (DAPO's dynamic sampling): a group whose G rewards are all equal has no advantage
+    and gives no gradient, so it is replaced, in order, by the mixed groups of up to K further rounds of
+    prompts, each a fresh draw of twice as many prompts as groups are still to replace (at most the rank's
+    share: DAPO draws whole batches, which costs a GPU little and a CPU a lot); groups still unreplaced
+    after K rounds stay.
+    """
+    G, share = run.cfg.group_size, run.cfg.prompts_per_step // run.d.world
+    rounds = [sample_round(run, problems, step, 0, share)]
+    picks = [(0, g) for g in range(share)]  # (round, group) trained in each slot
+    slots = uniform_groups(rounds[0].rewards, G)
+    while slots and len(rounds) <= run.cfg.dynamic_sampling:
+        rounds.append(sample_round(run, problems, step, len(rounds), min(share, 2 * len(slots))))
+        n = len(rounds[-1].rewards) // G
+        for g in [g for g in range(n) if g not in uniform_groups(rounds[-1].rewards, G)][:len(slots)]:
+            picks[slots.pop(0)] = (len(rounds) - 1, g)
+    T = max(r.tokens.shape[1] for r in rounds)
+
+    def pick(field, value=0):  # the picked groups' rows of a Round field, completions padded to T
+        rows = [getattr(rounds[r], field)[g * G:(g + 1) * G] for r, g in picks]
+        return torch.cat([F.pad(x, (0, T - x.shape[1]), value=value) if x.dim() == 2 else x for x in rows])
+    pad = run.tok.pad_token_id or 0
+    rewards = pick("rewards")
+    advantages = group_advantages(rewards, G, normalize_std=run.cfg.std_normalize).to(run.d.device)
+    prompt_ids, prompt_mask = left_pad([p for r, g in picks for p in rounds[r].prompts[g * G:(g + 1) * G]], pad,
+                                       run.d.device)
+    return Batch(prompt_ids, prompt_mask, pick("tokens", pad), pick("mask"), rewards, advantages, pick("stopped"),
+                 pick("sampler_logp"), rounds=len(rounds), first_rewards=rounds[0].rewards)
+
+
+class Round(NamedTuple):
+    """One round of a rank's sampling: its share of prompts x G rows, graded."""
+    prompts: list              # token ids of each row's prompt
+    tokens: torch.Tensor       # (N, T)
+    mask: torch.Tensor         # (N, T)
+    sampler_logp: torch.Tensor  # (N, T)
+    stopped: torch.Tensor      # (N,)
+    rewards: torch.Tensor      # (N,)
+
+
+def sample_round(run: Run, problems, step, r: int, n: int) -> Round:
+    """Sampling round r of a step: the first n of this rank's share of the prompts (round r > 0: of another
+    seeded draw), G completions each, in chunks of --rollout-batch prompts seeded by their place in the
+    step, graded."""
     cfg, d, tok = run.cfg, run.d, run.tok
     G, share = cfg.group_size, cfg.prompts_per_step // d.world
     C = cfg.rollout_batch or share
-    pad = tok.pad_token_id or 0
-    order = prompt_order(len(problems), step, cfg.prompts_per_step, cfg.seed)[d.rank * share:(d.rank + 1) * share]
+    order = prompt_order(len(problems), step, cfg.prompts_per_step, cfg.seed + (r << 20))  # round r: its own draw
+    order = order[d.rank * share:d.rank * share + n]
     batch = [problems[i] for i in order]
     prompts = [p for p in encode_prompts(tok, batch, **run.prompt_kw) for _ in range(G)]  # [p0 x G, p1 x G, ...]
 
     run.model.eval()
     chunks = []
-    for c in range(share // C):  # chunk c holds prompts [c*C, (c+1)*C) of this rank's share
-        g = torch.Generator(device=d.device).manual_seed(chunk_seed(cfg, step, (d.rank * share) // C + c))
+    for c in range(math.ceil(n / C)):  # chunk c holds prompts [c*C, (c+1)*C) of the rank's share
+        place = r * (cfg.prompts_per_step // C) + (d.rank * share) // C + c  # the chunk's place in the step
+        g = torch.Generator(device=d.device).manual_seed(chunk_seed(cfg, step, place))
         with run.precision():
             chunks.append(generate(run.model, prompts[c * C * G:(c + 1) * C * G], cfg.max_new_tokens,
                                    temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, sampler=cfg.sampler,
-                                   eos_token_id=run.stop_ids, generator=g, pad_id=pad, stop=run.stop))
+                                   eos_token_id=run.stop_ids, generator=g, pad_id=tok.pad_token_id or 0, stop=run.stop))
     T = max(out.tokens.shape[1] for out in chunks)  # chunks stop at their own longest row
 
     def cat(field, value=0):
         return torch.cat([F.pad(getattr(out, field), (0, T - out.tokens.shape[1]), value=value) for out in chunks])
-    tokens, mask, sampler_logp = cat("tokens", pad), cat("mask"), cat("logprobs")
-    stopped = torch.cat([out.stopped for out in chunks])
+    tokens, mask = cat("tokens", tok.pad_token_id or 0), cat("mask")
+    rewards = grade(run, completion_texts(tok, tokens, mask), [p.answer for p in batch for _ in range(G)])  # 2.
+    return Round(prompts, tokens, mask, cat("logprobs"), torch.cat([out.stopped for out in chunks]), rewards)
 
-    rewards = grade(run, completion_texts(tok, tokens, mask), [p.answer for p in batch for _ in range(G)])
-    advantages = group_advantages(rewards, G, normalize_std=cfg.std_normalize).to(d.device)
-    prompt_ids, prompt_mask = left_pad(prompts, pad, d.device)
-    return Batch(prompt_ids, prompt_mask, tokens, mask, rewards, advantages, stopped, sampler_logp)
+
+def uniform_groups(rewards: torch.Tensor, G: int) -> list[int]:
+    """Indices of the groups whose G rewards are all equal (zero advantage: no gradient)."""
+    groups = rewards.view(-1, G)
+    return (groups == groups[:, :1]).all(1).nonzero()[:, 0].tolist()
 
 
 def grade(run: Run, texts: list[str], golds: list[str]) -> torch.Tensor:
@@ -305,6 +354,11 @@ def metrics_row(run: Run, b: Batch, step, stats, losses, grad_norms) -> dict:
            "grad_norm": sum(grad_norms) / len(grad_norms),
            # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
            "loss": sum(distributed.all_gather(losses, d)) / (cfg.epochs * cfg.minibatches)}
+    if cfg.dynamic_sampling:  # the kept groups are chosen for mixed rewards: the first round's are the policy's
+        first = torch.tensor(distributed.all_gather(b.first_rewards.tolist(), d))
+        row |= {"reward_mean_first_round": first.mean().item(),
+                "accuracy_first_round": (first > 0).float().mean().item(),
+                "sampling_rounds": sum(distributed.all_gather([b.rounds], d)) / d.world}
     return row | merge_stats(distributed.all_gather(stats, d))
 
 

@@ -152,6 +152,9 @@ class TrainConfig:
     rollout_batch: int = arg(0, "prompts sampled together, each such chunk with its own seed (0 = a rank's "
                              "whole share). Samples depend on it, not on the number of ranks: set it to "
                              "compare runs on different numbers of GPUs", ROLLOUT, ">=0")
+    dynamic_sampling: int = arg(0, "DAPO's dynamic sampling: groups whose rewards are all equal (no advantage) are "
+                                "replaced by the mixed groups of up to this many more rounds of prompts; 0 = off",
+                                ROLLOUT, ">=0")
     steps: int = arg(400, "rollout steps (each feeds minibatches x epochs optimizer steps)", OPTIM, ">=1")
     minibatches: int = arg(2, "optimizer steps per epoch over a rollout batch; >1 makes clipping act", OPTIM, ">=1")
     epochs: int = arg(1, "passes over each rollout batch", OPTIM, ">=1")

@@ -3,7 +3,8 @@
     python scripts/plot.py runs/kl3 runs/clip [--out curves.svg] [--window 10]    # Figure 2
     python scripts/plot.py --passk runs/eval/kl3.jsonl [--out passk.svg]          # Figure 4
 
-Figure 2: four panels, one line per run: (a) return `reward_mean`, (b) `entropy`, (c) `completion_len`
+Figure 2: four panels, one line per run: (a) return `reward_mean` (`reward_mean_first_round` where
+logged: with --dynamic-sampling the trained groups are picked for mixed rewards), (b) `entropy`, (c) `completion_len`
 (each a faint raw line under a trailing moving average), and (d) the evaluation Mean@k logged under
 `eval/mean@K` (else the first `eval/.../mean@K` key). A run directory holds metrics.jsonl (x axis
 `step`; rows missing a key or with a non-finite value are skipped for that panel) and config.json,
@@ -125,10 +126,13 @@ def curve_panels(runs: list[tuple[str, str, list[dict]]], window: int, eval_key:
     for title, key in (*TRAIN_PANELS, (f"(d) {eval_key or 'evaluation'}", eval_key)):
         lines = []
         for label, color, rows in runs:
-            xs, ys = series(rows, key) if key else ([], [])
+            k = key
+            if k == "reward_mean" and any("reward_mean_first_round" in r for r in rows):
+                k = "reward_mean_first_round"  # the policy's return, not that of the groups kept for training
+            xs, ys = series(rows, k) if k else ([], [])
             if not xs:
                 continue
-            smooth = not key.startswith("eval/") and window > 1
+            smooth = not k.startswith("eval/") and window > 1
             lines.append(Line(label, color, xs, moving_average(ys, window) if smooth else ys,
                               ys if smooth else None, markers=not smooth))
         panels.append(Panel(title, key or "eval", lines))

@@ -66,8 +66,9 @@ from plot import COLORS, Line, Panel, curve_panels, draw  # noqa: E402  (scripts
 #
 # Every task's settings: (train.py flags, steps). The task itself is passed as --task.
 SETTINGS = {"math": (["--minibatches", "8", "--epochs", "4", "--lr", "3e-5", "--eval-every", "20", "--no-compile"], 60),
-            "countdown": (["--prompts-per-step", "32", "--minibatches", "8", "--epochs", "4", "--lr", "6e-5",
-                           "--temperature", "1.2", "--eval-every", "10", "--eval-limit", "128", "--no-compile"], 40)}
+            "countdown": (["--prompts-per-step", "32", "--minibatches", "8", "--epochs", "4", "--lr", "1e-4",
+                           "--beta", "0.01", "--dynamic-sampling", "3", "--temperature", "1.2", "--eval-every", "8",
+                           "--eval-limit", "128", "--no-compile"], 32)}
 OWN_FLAGS = {"--clip", "--seed", "--steps", "--out-dir", "--name", "--resume", "--task"}
 
 

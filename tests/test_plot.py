@@ -56,6 +56,16 @@ def test_training_figure_has_one_line_per_run_and_metric(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000  # a real picture, not an empty canvas
 
 
+def test_return_panel_draws_the_first_round_under_dynamic_sampling(tmp_path):
+    ds, plain = make_run(tmp_path, "ds", "clip"), make_run(tmp_path, "plain", "clip")
+    with (ds / "metrics.jsonl").open("a") as f:  # after the torn line: its own lines, steps 1..10 only
+        f.write("\n" + "".join(json.dumps({"step": s, "reward_mean_first_round": s / 10}) + "\n"
+                                for s in range(1, 11)))
+    got = lines_of(plot_runs([ds, plain], tmp_path / "c.svg", window=1))
+    assert got["ds (clip)|reward_mean"] == 10  # the first round's return (kept groups are picked for mixed rewards)
+    assert got["plain (clip)|reward_mean"] == 30  # the other run keeps its own key
+
+
 def test_eval_key_can_be_chosen(tmp_path):
     run = make_run(tmp_path, "r", "clip")
     assert "r (clip)|eval/amc23/mean@8" in lines_of(plot_runs([run], tmp_path / "a.svg", eval_key="eval/amc23/mean@8"))

@@ -223,3 +223,75 @@ def test_a_budget_past_the_model_positions_is_one_line_and_leaves_no_run_folder(
     assert capsys.readouterr().err.strip().splitlines()[-1] == \
         "error: --max-new-tokens 300 does not fit the model's 256 positions (max_position_embeddings)"
     assert not (tmp_path / "long").exists()
+
+
+# ----------------------------------------------------------------------------
+# --dynamic-sampling
+
+def test_uniform_groups_are_those_with_one_reward():
+    rewards = torch.tensor([1., 1., 1., 0., 0., 0., 1., 0., 0.5, 0.5, 0.5])[:9]  # groups of 3
+    assert train.uniform_groups(rewards, 3) == [0, 1]
+    assert train.uniform_groups(torch.tensor([0., 1., 1., 1.]), 2) == [1]
+
+
+def fake_rounds(monkeypatch, rewards_by_round):
+    """sample_round replaced: round r's group g holds tokens [[r, g, row]] and the given rewards."""
+    calls = []
+
+    def sample_round(run, problems, step, r, n):
+        calls.append((r, n))
+        rewards = torch.tensor(rewards_by_round[r][:n * 2], dtype=torch.float32)
+        N = len(rewards)
+        tokens = torch.tensor([[r, i // 2, i % 2] for i in range(N)])[:, :2 + r % 2]  # rounds of other lengths
+        return train.Round([[100 + r, i // 2] for i in range(N)], tokens, torch.ones_like(tokens, dtype=torch.bool),
+                           torch.zeros(tokens.shape), torch.ones(N, dtype=torch.bool), rewards)
+    monkeypatch.setattr(train, "sample_round", sample_round)
+    return calls
+
+
+def fake_run(k):
+    from nanoatr.config import TrainConfig
+    from nanoatr.distributed import Dist
+    cfg = TrainConfig(prompts_per_step=3, group_size=2, dynamic_sampling=k)
+    tok = type("Tok", (), {"pad_token_id": 0})()
+    return train.Run(cfg, None, None, None, [], tok, [], None, None, Dist(0, 1, torch.device("cpu")), None, None)
+
+
+def test_dynamic_sampling_replaces_uniform_groups_in_order(monkeypatch):
+    # round 0: groups 0 and 2 uniform; round 1: only its group 1 mixed -> fills slot 0; round 2: group 0
+    # mixed -> slot 2; no round 3 is drawn since every slot is then mixed
+    calls = fake_rounds(monkeypatch, [[1, 1, 0, 1, 0, 0], [0, 0, 1, 0, 1, 1], [1, 0, 0, 1, 0, 0], [0, 1] * 3])
+    b = train.rollout(fake_run(5), None, 0)
+    assert calls == [(0, 3), (1, 3), (2, 2)]  # round 2: 2 x the one group left
+    assert b.rounds == 3
+    assert b.tokens[:, :2].tolist() == [[1, 1], [1, 1], [0, 1], [0, 1], [2, 0], [2, 0]]  # (round, group) of each row
+    assert b.rewards.tolist() == [1, 0, 0, 1, 1, 0]
+    assert b.advantages.tolist() == [0.5, -0.5, -0.5, 0.5, 0.5, -0.5]
+    assert b.first_rewards.tolist() == [1, 1, 0, 1, 0, 0]
+    assert b.tokens.shape[1] == 3  # padded to the longest round (round 1's) with masked tokens
+    assert b.mask[:, 2].tolist() == [True, True, False, False, False, False] and b.mask[:, :2].all()
+    assert b.prompt_ids[:, -2].tolist() == [101, 101, 100, 100, 102, 102]
+
+
+def test_dynamic_sampling_stops_after_k_rounds_and_keeps_what_is_left(monkeypatch):
+    calls = fake_rounds(monkeypatch, [[1, 1, 0, 1, 0, 0], [1, 1, 1, 0, 1, 1], [0, 1] * 3])
+    b = train.rollout(fake_run(1), None, 0)
+    assert calls == [(0, 3), (1, 3)] and b.rounds == 2
+    assert b.tokens[:, :2].tolist() == [[1, 1], [1, 1], [0, 1], [0, 1], [0, 2], [0, 2]]  # slot 2 stays uniform
+    assert b.advantages.tolist() == [0.5, -0.5, -0.5, 0.5, 0, 0]
+
+
+def test_without_dynamic_sampling_one_round_is_the_batch(monkeypatch):
+    calls = fake_rounds(monkeypatch, [[1, 1, 0, 0, 0, 0]])
+    b = train.rollout(fake_run(0), None, 0)
+    assert calls == [(0, 3)] and b.rounds == 1
+    assert b.tokens[:, :2].tolist() == [[0, 0], [0, 0], [0, 1], [0, 1], [0, 2], [0, 2]]
+
+
+def test_dynamic_sampling_trains_only_mixed_groups_and_logs_the_first_round(tmp_path):
+    rows = run(tmp_path, "--name", "ds", "--steps", "2", "--dynamic-sampling", "4")
+    steps = [r for r in rows if "reward_mean" in r]
+    for r in steps:
+        assert 1 <= r["sampling_rounds"] <= 5 and 0 <= r["accuracy_first_round"] <= 1
+        if r["sampling_rounds"] < 5:  # every slot was filled: no uniform group is left
+            assert r["groups_all_correct"] == r["groups_all_wrong"] == 0
