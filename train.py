@@ -6,6 +6,7 @@
 
 One step, in the order of this file:
   1. rollout      sample G completions for each of P prompts (KV cache), finished at EOS / stop strings
+                  (--dynamic-sampling: groups with one reward for all G are replaced by those of more prompts)
   2. rewards      grade each completion (the verifier)
   3. advantages   reward minus its group's mean (Dr. GRPO)
   4. pi_old       log-probs of every completion token before any update (a no-grad forward; the first

@@ -153,7 +153,8 @@ class TrainConfig:
                              "whole share). Samples depend on it, not on the number of ranks: set it to "
                              "compare runs on different numbers of GPUs", ROLLOUT, ">=0")
     dynamic_sampling: int = arg(0, "DAPO's dynamic sampling: groups whose rewards are all equal (no advantage) are "
-                                "replaced by the mixed groups of up to this many more rounds of prompts; 0 = off",
+                                "replaced by the mixed groups of up to this many more rounds of prompts; 0 = off. "
+                                "Each rank fills its own share, so samples then depend on the number of ranks",
                                 ROLLOUT, ">=0")
     steps: int = arg(400, "rollout steps (each feeds minibatches x epochs optimizer steps)", OPTIM, ">=1")
     minibatches: int = arg(2, "optimizer steps per epoch over a rollout batch; >1 makes clipping act", OPTIM, ">=1")
