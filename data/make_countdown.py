@@ -1,6 +1,6 @@
 r"""Build the Countdown task from scratch: the task files, the tokenizer, the warm-start policy.
 
-    python data/make_countdown.py          # about 10 minutes on one CPU core
+    python data/make_countdown.py          # about 12 minutes on one CPU core
 
 Writes
     data/countdown/train.jsonl          the pool of training problems {"problem": "3,8,5,2:19", "answer": "3,8,5,2:19"}
@@ -27,10 +27,12 @@ reaches the target is written out as an expression (4 numbers 6,2,8,2, target 18
 Why this format (measured, 0.79M-parameter Qwen3, validation Mean@4 and completion-token entropy at
 temperature 1 during the warm-start): a single random solution per problem ("expr": "7+7=14;2*14=28;
 28-2=26;\boxed{(2*(7+7))-2}") loses its spread before it learns: 10.5% Mean@4 at 0.22 nats/token
-after 1000 steps. Search traces keep both: 21.7% at 0.32 nats after 1050 steps (the shipped policy;
-its held-out figures: `python scripts/measure_task.py --task countdown`). The warm-start stops at a
-fixed step count (--steps), the measured snapshot, rather than at a validation target as the
-arithmetic one does: validation accuracy is noisy here and entropy falls as training goes on.
+after 1000 steps. Search traces keep both: 21.7% at 0.32 nats after 1050 steps (the shipped policy,
+as measured when it was made; this build's own print at step 1050 reads 22.5% for the same weights,
+other sampling draws; its held-out figures: `python scripts/measure_task.py --task countdown`). The
+warm-start stops at a fixed step count (--steps), the measured snapshot, rather than at a validation
+target as the arithmetic one does: validation accuracy is noisy here and entropy falls as training
+goes on.
 
 Last, the pass-rate filter (as DAPO and most RL recipes filter their prompts): the warm-start samples
 8 completions for every pool problem and rl.jsonl keeps those it solves 1-7 times. A group whose 8
