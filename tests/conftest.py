@@ -1,10 +1,31 @@
-"""Tiny random Qwen3 checkpoints built in-process (no downloads)."""
+"""Tiny random Qwen3 checkpoints built in-process (no downloads), and the --slow option."""
 import pytest
 import torch
 
 # loss.policy_loss compiles one function; each --clip method is its own graph of it. A run uses one
 # method, but the tests loop over all of them: room for every method's graph (default 8).
 torch._dynamo.config.recompile_limit = 64
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow (about a minute more on 2 cores; see README)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a long end-to-end check, run with --slow (README: Test)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The default run skips the few tests marked slow, so the suite stays a few minutes on 2 loaded
+    cores; `python -m pytest -q --slow` runs them too."""
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
 
 TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,

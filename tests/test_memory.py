@@ -4,11 +4,14 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 import step_memory  # noqa: E402
 
 
+@pytest.mark.slow  # ~25 s on 2 cores: python -m pytest -q --slow tests/test_memory.py
 def test_a_paper_sized_step_never_builds_full_logits():
     # glibc would return every freed (512, V) chunk to the OS and fault it in again (~30 s of page faults
     # on 2 cores); keeping freed memory in the heap makes the step 3x faster and can only raise the peak.
