@@ -11,8 +11,17 @@ the torch.compile'd kl3 loss, AdamW). It prints the largest gap between the trai
 the sampler's (bf16 rounding: logged, not checked; with --dtype float32 train.optimize raises above
 1e-2), checks that the loss is finite, and prints time per phase and peak GPU memory.
 No checkpoint or tokenizer is needed: nothing is downloaded.
+
+    python bench/gpu_smoke.py --paper --shape 1.7b --steps 2    # one step of --preset paper on a Qwen3-1.7B shape
+
+--paper takes the step's shape from --preset paper (4 prompts x 8 completions of up to 2048 tokens, LoRA
+rank 32 / alpha 64, micro-batches of 8, one optimizer step, bf16, checkpointed activations) and prints
+the time of each phase: rollout, pi_old (a separate no-grad pass; none when the first update's forward
+is pi_old's), the updates (forward + backward), the optimizer; and peak GPU memory. The random model
+never samples an EOS, so every completion runs to the budget: the step's longest case.
 """
 import argparse
+import collections
 import math
 import sys
 import time
@@ -22,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # noqa: E402
-from nanoatr.config import TrainConfig, resolve  # noqa: E402
+from nanoatr.config import PRESETS, TrainConfig, resolve  # noqa: E402
 from nanoatr import distributed, lora  # noqa: E402
 from nanoatr.loss import group_advantages  # noqa: E402
 from nanoatr.scoring import Scorer  # noqa: E402
@@ -35,17 +44,21 @@ QWEN3_0_6B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, 
                   rope_theta=1_000_000.0)
 TINY = dict(QWEN3_0_6B, vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+QWEN3_1_7B = dict(QWEN3_0_6B, hidden_size=2048, intermediate_size=6144)  # Qwen3-1.7B's config.json sizes
+SHAPES = {"0.6b": QWEN3_0_6B, "1.7b": QWEN3_1_7B, "tiny": TINY}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer, hidden-64 model instead of 0.6B's shape")
+    ap.add_argument("--shape", choices=list(SHAPES), default=None, help="the model's shape (default 0.6b; --tiny: tiny)")
+    ap.add_argument("--paper", action="store_true", help="the step of --preset paper, phase by phase")
     ap.add_argument("--steps", type=int, default=3, help="training steps")
     ap.add_argument("--prompts", type=int, default=2, help="prompts per step (over all ranks)")
     ap.add_argument("--group-size", type=int, default=8, help="completions per prompt")
     ap.add_argument("--prompt-len", type=int, default=128, help="prompt tokens")
-    ap.add_argument("--max-new-tokens", type=int, default=512, help="completion tokens")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="completion tokens (512; --paper: 2048)")
     ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward")
     ap.add_argument("--lora-rank", type=int, default=32, help="0 = full fine-tuning")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
@@ -57,17 +70,27 @@ def main(argv=None):
 
     d = distributed.setup(args.device)
     torch.manual_seed(0)
-    cfg = resolve(TrainConfig(
-        prompts_per_step=args.prompts, group_size=args.group_size, minibatches=2, micro_batch=args.micro_batch,
-        max_new_tokens=args.max_new_tokens, lora_rank=args.lora_rank, dtype=args.dtype, grad_checkpoint=True,
-        compile=not args.no_compile, lr=1e-5), {}, d.world)
-    shape = TINY if args.tiny else QWEN3_0_6B
+    args.max_new_tokens = args.max_new_tokens or (None if args.paper else 512)
+    fields = dict(prompts_per_step=args.prompts, group_size=args.group_size, minibatches=2, micro_batch=args.micro_batch,
+                  max_new_tokens=args.max_new_tokens, lora_rank=args.lora_rank, dtype=args.dtype, grad_checkpoint=True,
+                  compile=not args.no_compile, lr=1e-5)
+    if args.paper:
+        keys = ("lora_rank", "lora_alpha", "lr", "weight_decay", "prompts_per_step", "group_size", "micro_batch",
+                "minibatches", "epochs", "max_new_tokens", "aggregation", "std_normalize", "clip", "dtype",
+                "grad_checkpoint")
+        fields.update({k: PRESETS["paper"][k] for k in keys})
+        args.lora_rank, args.prompts, args.group_size = fields["lora_rank"], fields["prompts_per_step"], fields["group_size"]
+        fields["max_new_tokens"] = args.max_new_tokens or fields["max_new_tokens"]
+        args.max_new_tokens, args.dtype = fields["max_new_tokens"], fields["dtype"]
+        args.prompt_len = max(args.prompt_len, 256)
+    cfg = resolve(TrainConfig(**fields), {}, d.world)
+    shape = SHAPES[args.shape or ("tiny" if args.tiny else "0.6b")]
     with torch.device(d.device):
         model = Qwen3(Qwen3Config(**shape))
     init_weights(model, std=0.02, seed=0)
     # As train.load_policy: frozen weights in --dtype, trained ones float32.
     model.to(getattr(torch, args.dtype) if args.lora_rank else torch.float32)
-    weights = lora.add_adapters(model, args.lora_rank, 2.0 * args.lora_rank, lora.TARGETS, "random") \
+    weights = lora.add_adapters(model, args.lora_rank, cfg.lora_alpha or 2.0 * args.lora_rank, lora.TARGETS, "random") \
         if args.lora_rank else model
     model.gradient_checkpointing = True
     precision = distributed.precision(args.dtype, d.device)
@@ -77,7 +100,10 @@ def main(argv=None):
                     stop=None, reward=None, d=d, precision=precision, weights=weights)
     say = print if d.main else (lambda *a, **k: None)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    say(f"{'tiny' if args.tiny else 'Qwen3-0.6B-shaped'} random model, {model.num_parameters() / 1e6:.0f}M parameters "
+    phases = collections.defaultdict(float)  # seconds per phase of the step, the GPU synchronised around each
+    for name, attr in (("pi_old", "old_logprobs"), ("update", "update")):
+        setattr(train, attr, timed_phase(getattr(train, attr), name, phases, d.device))
+    say(f"{args.shape or ('tiny' if args.tiny else '0.6b')}-shaped random model, {model.num_parameters() / 1e6:.0f}M parameters "
         f"({trained / 1e6:.1f}M trained), {args.dtype}, {d.world} x {d.device}, compile={cfg.compile}", flush=True)
 
     G, share = args.group_size, args.prompts // d.world
@@ -97,6 +123,7 @@ def main(argv=None):
         if d.device.type == "cuda":
             torch.cuda.synchronize(d.device)
         t_rollout = time.perf_counter() - t0
+        phases.clear()
         t0 = time.perf_counter()
         rewards = torch.randint(0, 2, (len(prompts),)).float()
         prompt_ids, prompt_mask = left_pad(prompts, 0, d.device)
@@ -115,9 +142,26 @@ def main(argv=None):
         say(f"step {step + 1}: rollout {t_rollout:6.1f} s ({tokens / t_rollout:7.0f} tok/s)  train {t_train:6.1f} s"
             f"  loss {row['loss']:+.2e}  kl3 {row['kl3']:.2e}  ratio [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]"
             f"  grad_norm {row['grad_norm']:.3f}  sampler gap {row['sampler_logp_gap_max']:.1e}{mem}", flush=True)
+        say(f"  phases: rollout {t_rollout:.2f} s, pi_old {phases['pi_old']:.2f} s, updates (forward + backward) "
+            f"{phases['update']:.2f} s, optimizer and the rest {t_train - phases['pi_old'] - phases['update']:.2f} s; "
+            f"step {t_rollout + t_train:.2f} s, rollout {t_rollout / (t_rollout + t_train):.0%} of it", flush=True)
     say("ok")
     distributed.shutdown()
     return 0
+
+
+def timed_phase(fn, name, phases, device):
+    """fn, adding its wall time (the GPU synchronised before and after) to phases[name]."""
+    def run(*args, **kw):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        out = fn(*args, **kw)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        phases[name] += time.perf_counter() - t0
+        return out
+    return run
 
 
 if __name__ == "__main__":

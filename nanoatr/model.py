@@ -9,6 +9,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -138,22 +139,46 @@ class KVCache:
     """Keys and values of every layer, preallocated for the whole generation and written in place.
 
     Slot j of every row holds the token fed at step j (prompt padding included); `valid` says which
-    slots are real, so left-padded prompts of different lengths share one cache.
+    slots are real, so left-padded prompts of different lengths share one cache. One tensor per layer:
+    a compiled decode step then writes each in place (one tensor for all layers compiles to a copy).
     """
 
     def __init__(self, cfg: Qwen3Config, batch: int, max_len: int, dtype, device):
-        shape = (cfg.num_hidden_layers, batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
-        self.k = torch.empty(shape, dtype=dtype, device=device)
-        self.v = torch.empty(shape, dtype=dtype, device=device)
+        shape = (batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
+        # Zeros, not empty: a decode window may reach past the filled slots, and the weight 0 that the mask
+        # gives them times a NaN left in uninitialised memory would still be NaN.
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
         self.valid = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
-        self.length = 0  # slots filled so far
+        self.length = 0  # slots filled so far by Qwen3.hidden (Qwen3.decode counts its slots in a tensor)
 
     def update(self, layer: int, k, v):
         """Write k, v (B, H_kv, S, D) after the filled slots; return the keys and values so far."""
         end = self.length + k.shape[2]
-        self.k[layer, :, :, self.length:end] = k
-        self.v[layer, :, :, self.length:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        self.k[layer][:, :, self.length:end] = k
+        self.v[layer][:, :, self.length:end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def keep_rows(self, rows):
+        """Keep only these rows (a 1-D index tensor), in this order: finished rows leave the batch."""
+        self.k = [k.index_select(0, rows) for k in self.k]
+        self.v = [v.index_select(0, rows) for v in self.v]
+        self.valid = self.valid.index_select(0, rows)
+
+
+class DecodeSlot(NamedTuple):
+    """The cache as one Qwen3.decode step sees it: the new keys go to `slot`, a (1,) tensor, and
+    attention reads the first `window` slots. Nothing depends on the slot's value but data, so one
+    compiled step (or CUDA graph) serves every slot of a window."""
+    cache: KVCache
+    slot: torch.Tensor
+    window: int
+
+    def update(self, layer: int, k, v):
+        # .to: under bf16 autocast with float32 weights (full fine-tuning) the cache is float32, k and v bf16
+        self.cache.k[layer].index_copy_(2, self.slot, k.to(self.cache.k[layer].dtype))
+        self.cache.v[layer].index_copy_(2, self.slot, v.to(self.cache.v[layer].dtype))
+        return self.cache.k[layer][:, :, :self.window], self.cache.v[layer][:, :, :self.window]
 
 
 class Attention(nn.Module):
@@ -168,7 +193,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)  # Qwen3 normalises each head's q and k before RoPE
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, cache: KVCache | None, layer: int):
+    def forward(self, x, cos, sin, mask, cache: "KVCache | DecodeSlot | None", layer: int):
         B, S, _ = x.shape
         hd = self.cfg.head_dim
         q = self.q_norm(self.q_proj(x).view(B, S, -1, hd)).transpose(1, 2)  # (B, H, S, D)
@@ -263,12 +288,7 @@ class Qwen3(nn.Module):
         if cache is not None:
             cache.valid[:, offset:offset + S] = True if attention_mask is None else attention_mask.bool()
             key_valid = cache.valid[:, :offset + S]  # (B, K)
-            if S == 1 and attention_mask is None:
-                mask = key_valid[:, None, None, :]  # a decode step needs no causal part
-            elif offset == 0 and key_valid.all():
-                mask = None
-            else:
-                mask = build_mask(key_valid, S, offset)
+            mask = None if offset == 0 and key_valid.all() else build_mask(key_valid, S, offset)
         elif attention_mask is not None and not attention_mask.bool().all():
             mask = build_mask(attention_mask.bool(), S, 0)
         else:
@@ -284,10 +304,6 @@ class Qwen3(nn.Module):
         real = None
         if cache is not None and S > 1 and attention_mask is not None and not attention_mask.all():
             real = attention_mask.flatten().nonzero()[:, 0]
-        if S == 1 and mask is not None:
-            # A decode step's mask is tiny, (B, 1, 1, K): made additive (0 / -inf) once here, because SDPA
-            # on CPU handles a boolean mask ~30% slower in every layer. Same maths: a score plus 0 is exact.
-            mask = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, float("-inf"))
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
         for i, block in enumerate(self.model.layers):
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
@@ -296,6 +312,21 @@ class Qwen3(nn.Module):
                 x = block(x, cos, sin, mask, cache, i, real)
         if cache is not None:
             cache.length += S
+        return self.model.norm(x)
+
+    def decode(self, tokens, positions, at: DecodeSlot):
+        """Final hidden states (B, 1, D) of one new token per row, tokens (B, 1) at positions (B, 1),
+        its keys and values written at slot `at.slot` of `at.cache`. The rollout's step: every shape
+        depends on B and `at.window` alone, so it compiles once and replays as a CUDA graph."""
+        at.cache.valid.index_fill_(1, at.slot, True)
+        x = self.model.embed_tokens(tokens)
+        # One query per row sees every valid slot of the window: no causal part. Additive (0 / -inf), since
+        # SDPA on CPU handles a boolean mask ~30% slower in every layer; a score plus 0 is exact.
+        mask = torch.zeros(x.shape[0], 1, 1, at.window, dtype=x.dtype, device=x.device)
+        mask.masked_fill_(~at.cache.valid[:, None, None, :at.window], float("-inf"))
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        for i, block in enumerate(self.model.layers):
+            x = block(x, cos, sin, mask, at, i)
         return self.model.norm(x)
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, cache: KVCache | None = None):

@@ -4,17 +4,32 @@ Prompts of different lengths are left-padded into one batch, prefilled once, the
 per step for every row, writing keys and values in place into a preallocated cache. A row stops at
 its first EOS (which is kept and trained on) or after its first stop string; later slots are padding
 with mask 0. Completions come back finished: the caller only decodes and grades them.
+
+One decode step (`decode_step`: the model's step, then the draw) is the same code everywhere; how it
+runs is chosen by device in one place (`decode_plan`). On the CPU it runs eagerly, every step. On a
+GPU it is compiled and replayed from CUDA graphs, one per (rows, window) shape: the host only
+launches, looks at which rows have finished every CHECK_EVERY steps, and lets finished rows leave
+the batch; LoRA adapters are merged into the weights for the rollout (lora.merged).
 """
+import contextlib
+import warnings
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+
+from nanoatr import lora
+from nanoatr.model import DecodeSlot, KVCache
 
 SAMPLERS = ("inverse-cdf", "multinomial")  # the first is the default
 BLOCK = 128  # tokens per block of the inverse-CDF sampler's first level
 SAMPLER_HELP = ("how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, much cheaper on CPU "
                 "at large vocabularies, with other draws for a seed")
 STOP_EVERY = 16  # decode steps between two checks of the `stop` callable (it decodes text: not every step)
+DECODINGS = ("eager", "graphs", "compiled")  # how decode steps run (DecodePlan.decoding)
+WINDOW = 256  # GPU: attention reads the cache in windows of this many slots (one CUDA graph per window)
+CHECK_EVERY = 16  # GPU: decode steps between two looks at which rows have finished (a look waits for the GPU)
 
 
 class Rollout(NamedTuple):
@@ -67,18 +82,23 @@ def filter_logits(logp, top_k: int, top_p: float):
 def draw(probs, generator=None, sampler: str = SAMPLERS[0]):
     """One token id per row of probs (B, V) (unnormalised, >= 0): (B, 1). Probability 0 is never drawn.
 
-    "multinomial" is torch.multinomial, which draws an exponential for every vocabulary entry: 45 ms
-    per call at B = 64, V = 32k on one CPU core, 220 ms at Qwen3's V = 152k. "inverse-cdf" draws one
-    uniform per row and finds it in the float64 cumulative sums, first of blocks of BLOCK tokens, then
-    within the block: 3.5 ms and 67 ms. Both are exact for the float32 probabilities; they use the
-    generator differently, so one seed gives different tokens under each.
+    "multinomial" is torch.multinomial, which draws an exponential for every vocabulary entry.
+    "inverse-cdf" draws one uniform per row and finds it in the cumulative sums (`inverse_cdf`), much
+    cheaper on the CPU at large vocabularies. Both are exact for the float32 probabilities; they use
+    the generator differently, so one seed gives different tokens under each.
     """
     if sampler == "multinomial":
         return torch.multinomial(probs, 1, generator=generator)
     if sampler != "inverse-cdf":
         raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
+    u = torch.rand(probs.shape[0], 1, dtype=torch.float64, generator=generator, device=probs.device)
+    return inverse_cdf(probs, u)
+
+
+def inverse_cdf(probs, u):
+    """The token (B, 1) where each row's uniform u (B, 1) in [0, 1) falls in the cumulative probabilities:
+    float64 sums, first of blocks of BLOCK tokens, then within the block (two short scans, not one of V)."""
     B, V = probs.shape
-    u = torch.rand(B, 1, dtype=torch.float64, generator=generator, device=probs.device)  # in [0, 1)
     if V <= BLOCK:
         return locate(probs.cumsum(-1, dtype=torch.float64), u)[0]
     blocks = (F.pad(probs, (0, -V % BLOCK)) if V % BLOCK else probs).reshape(B, -1, BLOCK)  # zero-padded blocks
@@ -100,7 +120,7 @@ def locate(cdf, u):
 
 def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0,
-             sampler: str = SAMPLERS[0], stop=None) -> Rollout:
+             sampler: str = SAMPLERS[0], stop=None, plan: "DecodePlan | None" = None) -> Rollout:
     """Sample a completion for every prompt: Rollout(tokens, logprobs, mask (B, T), stopped (B,)).
 
     T is at most max_new_tokens; decoding stops early once every row has ended.
@@ -111,13 +131,17 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     every STOP_EVERY steps while decoding, so that the batch can end sooner, and applied at the end: a
     row's mask ends with the token that completes its first stop string. The tokens kept are a prefix
     of those drawn without `stop`, with the same log-probs.
+    plan: how the decode steps run; None = `decode_plan` for the model's device. Every plan gives the
+    same tokens for a seed (up to float rounding of the probabilities).
     """
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
     device = model.lm_head.weight.device
+    plan = plan or decode_plan(device, sampler, temperature)
     eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []), device=device)
-    tokens, logprobs = decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, generator, pad_id,
-                              sampler, stop)
+    sampling = Sampling(float(temperature), int(top_k), float(top_p), sampler, eos)
+    with lora.merged(model) if plan.merge_adapters else contextlib.nullcontext():
+        tokens, logprobs = decode(model, prompts, max_new_tokens, sampling, generator, pad_id, stop, plan)
     # Which tokens count (up to each row's first EOS) is worked out once here, not per step. Outside
     # inference mode, so that the results are ordinary tensors autograd may save (e.g. as targets).
     is_eos = torch.isin(tokens, eos)
@@ -129,45 +153,219 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     return Rollout(tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0), mask, stopped)
 
 
-@torch.inference_mode()
-def decode(model, prompts, max_new_tokens, temperature, top_p, top_k, eos, generator, pad_id, sampler, stop=None):
-    """The decode loop: raw draws (B, T) and their log-probs (B, T), every row decoded to the end.
+# ----------------------------------------------------------------------------
+# The decode loop, and how its steps run on each device
 
-    A row that has finished keeps decoding its own (discarded) tokens, which cannot affect the other
-    rows, and draws from `generator` like the others, so the draws of every row are what they
-    would be without the early stop. The loop ends once every row has drawn an EOS.
+class DecodePlan(NamedTuple):
+    """How the decode steps of a rollout run (see `decode_plan`)."""
+    decoding: str         # "eager", "graphs" (CUDA graphs of the eager step) or "compiled" (torch.compile, + graphs on CUDA)
+    window: int           # attention reads the cache in windows of this many slots (1: exactly the filled ones)
+    check_every: int      # decode steps between two looks at which rows have finished (a look waits for the device)
+    compact: bool         # finished rows leave the batch when the live ones fit a batch half the size
+    merge_adapters: bool  # LoRA adapters folded into the weights for the rollout (one product per projection)
+
+
+def decode_plan(device, sampler: str = SAMPLERS[0], temperature: float = 1.0) -> DecodePlan:
+    """The one place where the device chooses how decoding runs.
+
+    CUDA: compiled and replayed from CUDA graphs, so the host launches a whole step at once; it looks
+    at the rows every CHECK_EVERY steps. torch.multinomial draws inside the step from a generator,
+    which a replayed graph would not advance: that sampler runs eagerly.
+    CPU: eagerly, every step looked at, as the launches cost little there (compiling the step saved
+    ~10% at 0.8M parameters and nothing at 100M, after 18-62 s of compiling: docs/speed.md).
+    """
+    if torch.device(device).type != "cuda":
+        return DecodePlan("eager", 1, 1, False, False)
+    replayable = sampler == "inverse-cdf" or temperature <= 0
+    return DecodePlan("compiled" if replayable else "eager", WINDOW, CHECK_EVERY, replayable, True)
+
+
+class Sampling(NamedTuple):
+    temperature: float
+    top_k: int
+    top_p: float
+    sampler: str
+    eos: torch.Tensor  # (E,) the token ids that end a row
+
+
+@dataclass
+class DecodeState:
+    """What one decode step reads and advances in place: fixed-shape tensors over the B rows still in the batch."""
+    cache: KVCache
+    tok: torch.Tensor    # (B, 1) the token each row drew last, fed next
+    logp: torch.Tensor   # (B, 1) its log-prob under the sampling distribution
+    pos: torch.Tensor    # (B, 1) its position in its own row
+    slot: torch.Tensor   # (1,) its cache slot, the same for every row (prompts are left-padded)
+    u: torch.Tensor      # (B, 1) float64 uniforms of the next inverse-CDF draw
+    done: torch.Tensor   # (B,) bool: drew an EOS or completed a stop string
+    rows: torch.Tensor   # (B,) each row's index among the prompts given (rows leave the batch on a GPU)
+
+    def keep_rows(self, sel):
+        self.cache.keep_rows(sel)
+        for name in ("tok", "logp", "pos", "u", "done", "rows"):
+            setattr(self, name, getattr(self, name).index_select(0, sel))
+
+
+def next_token(logits, u, sampling: Sampling, generator=None):
+    """A token per row (B, 1) and its log-prob under the sampling distribution (B, 1); inverse-CDF draws
+    use the uniforms u (B, 1), multinomial ones the generator."""
+    logp = sampling_logprobs(logits, sampling.temperature)
+    if sampling.temperature <= 0:
+        tok = logp.argmax(-1, keepdim=True)
+    elif sampling.sampler == "inverse-cdf":
+        tok = inverse_cdf(filter_logits(logp, sampling.top_k, sampling.top_p).exp(), u)
+    else:
+        tok = torch.multinomial(filter_logits(logp, sampling.top_k, sampling.top_p).exp(), 1, generator=generator)
+    return tok, logp.gather(1, tok)
+
+
+def decode_step(model, s: DecodeState, window: int, sampling: Sampling, generator=None):
+    """One token for every row, in place on s: the model's step on the last token, then the draw. No
+    value goes to the host and no shape depends on the slot, so it compiles once and replays as a graph."""
+    h = model.decode(s.tok, s.pos, DecodeSlot(s.cache, s.slot, window))[:, 0]
+    tok, logp = next_token(model.logits(h), s.u, sampling, generator)
+    s.tok.copy_(tok)
+    s.logp.copy_(logp)
+    s.pos.add_(1)
+    s.slot.add_(1)
+    s.done.logical_or_(torch.isin(tok[:, 0], sampling.eos))
+
+
+@torch.inference_mode()
+def decode(model, prompts, max_new_tokens, sampling: Sampling, generator, pad_id, stop, plan: DecodePlan):
+    """The decode loop: raw draws (B, T) and their log-probs (B, T), up to the step where every row has ended.
+
+    A finished row keeps decoding its own (discarded) tokens until it leaves the batch (plan.compact),
+    which cannot affect the other rows; the uniforms are drawn for every row at every step, so the
+    draws of each row are what they would be without the early stop or the compaction.
     """
     device = model.lm_head.weight.device
     ids, prompt_mask = left_pad(prompts, pad_id, device)
     B, P = ids.shape
     cache = model.new_cache(B, P + max_new_tokens)
     positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row
-    next_pos = positions[:, -1:] + 1  # (B, 1)
     # Prefill; only the last position's logits are needed (a (B, P, V) tensor would be wasted).
     h = model.hidden(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)
-    logits = model.logits(h[:, -1])  # (B, V)
+    s = DecodeState(cache, tok=None, logp=None, pos=positions[:, -1:] + 1, slot=torch.full((1,), P, device=device),
+                    u=torch.zeros(B, 1, dtype=torch.float64, device=device),
+                    done=torch.zeros(B, dtype=torch.bool, device=device), rows=torch.arange(B, device=device))
+    uniforms = sampling.sampler == "inverse-cdf" and sampling.temperature > 0
+    if uniforms:
+        torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=s.u)
+    s.tok, s.logp = next_token(model.logits(h[:, -1]), s.u, sampling, generator)  # the first token
+    s.done |= torch.isin(s.tok[:, 0], sampling.eos)
+    steps = StepRunner(model, sampling, generator, plan)
 
-    tokens = torch.empty(B, max_new_tokens, dtype=torch.long, device=device)
-    logprobs = torch.empty(B, max_new_tokens, device=device)
-    done = torch.zeros(B, dtype=torch.bool, device=device)
-    for t in range(max_new_tokens):
-        logp = sampling_logprobs(logits, temperature)  # (B, V)
-        if temperature > 0:
-            tok = draw(filter_logits(logp, top_k, top_p).exp(), generator, sampler)  # (B, 1)
-        else:
-            tok = logp.argmax(-1, keepdim=True)
-        tokens[:, t:t + 1] = tok
-        logprobs[:, t:t + 1] = logp.gather(1, tok)
-        if len(eos):
-            done |= torch.isin(tok[:, 0], eos)
+    tokens = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, device=device)  # step-major: a row per step
+    logprobs = torch.zeros(max_new_tokens, B, device=device)
+    stop_at = torch.full((B,), max_new_tokens, device=device)  # the step at which a stop string ended a row
+    ends = len(sampling.eos) > 0 or stop is not None
+    all_u = s.u if plan.compact else None  # every row's uniform, of which the live rows take theirs
+    t = 0
+    while True:
+        tokens[t].index_copy_(0, s.rows, s.tok[:, 0])
+        logprobs[t].index_copy_(0, s.rows, s.logp[:, 0])
+        looked = False
         if stop is not None and (t + 1) % STOP_EVERY == 0:
-            rows = (~done).nonzero()[:, 0].tolist()
-            hit = stop.holds(tokens[rows, :t + 1].tolist()) if rows else []
-            done[[r for r, h in zip(rows, hit) if h]] = True
-        if (len(eos) or stop is not None) and bool(done.all()):
-            return tokens[:, :t + 1], logprobs[:, :t + 1]
-        if t + 1 < max_new_tokens:
-            # Decode: one token per row; attention_mask None = a real token (the cache knows the rest).
-            logits = model.logits(model.hidden(tok, position_ids=next_pos, cache=cache)[:, 0])
-            next_pos += 1
-    return tokens, logprobs
+            live = (~s.done).nonzero()[:, 0]
+            hit = torch.tensor(stop.holds(tokens[:t + 1, s.rows[live]].T.tolist()), dtype=torch.bool, device=device)
+            s.done[live[hit]] = True
+            stop_at[s.rows[live[hit]]] = t
+            looked = True
+        if ends and (looked or (t + 1) % plan.check_every == 0):
+            live = int((~s.done).sum())
+            if live == 0:
+                break
+            if plan.compact and bucket(live) < len(s.rows):
+                s.keep_rows(torch.cat([(~s.done).nonzero()[:, 0], s.done.nonzero()[:bucket(live) - live, 0]]))
+                steps.forget()  # their graphs read the tensors just replaced
+        t += 1
+        if t == max_new_tokens:
+            break
+        if uniforms and all_u is not None and len(s.rows) < B:
+            torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=all_u)
+            torch.index_select(all_u, 0, s.rows, out=s.u)
+        elif uniforms:
+            torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=s.u)
+        steps(s, window=min(P + max_new_tokens, -(-(P + t) // plan.window) * plan.window))
+    # Keep the steps up to the last row's end (its first EOS, or the step its stop string was found at):
+    # what a look at every step would have kept.
+    tokens, logprobs = tokens[:t + 1].T, logprobs[:t + 1].T
+    if ends:
+        is_eos = torch.isin(tokens, sampling.eos)
+        first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1), max_new_tokens)
+        t = min(t, int(torch.minimum(first_eos, stop_at).max()))
+    return tokens[:, :t + 1].contiguous(), logprobs[:, :t + 1].contiguous()
+
+
+def bucket(n: int) -> int:
+    """The batch size that n live rows decode in once finished rows leave: the power of two >= n."""
+    return 1 << (n - 1).bit_length()
+
+
+class StepRunner:
+    """Runs decode_step as the plan says: eagerly, compiled, or replayed from CUDA graphs.
+
+    A graph is recorded the first time a (rows, window) shape comes, right after the step has run for
+    real at that shape (on a side stream, as CUDA graphs need: compiling and warming up happen there);
+    recording runs nothing, so every step runs exactly once. Graphs share one memory pool and are
+    replayed in the order they were recorded (windows only grow, the batch only shrinks).
+    """
+
+    def __init__(self, model, sampling: Sampling, generator, plan: DecodePlan):
+        self.model, self.sampling, self.generator = model, sampling, generator
+        self.step = compiled_step() if plan.decoding == "compiled" else decode_step
+        device = model.lm_head.weight.device
+        self.graphs = {} if plan.decoding in ("graphs", "compiled") and device.type == "cuda" else None
+        # Under autocast, a replayed graph must not use autocast's cache of cast weights (freed on exit).
+        amp = torch.is_autocast_enabled(device.type)
+        self.autocast = (torch.autocast(device.type, torch.get_autocast_dtype(device.type), cache_enabled=False)
+                         if amp and self.graphs is not None else contextlib.nullcontext())
+        self.pool = torch.cuda.graph_pool_handle() if self.graphs is not None else None
+
+    def run(self, s: DecodeState, window: int):
+        with self.autocast:
+            try:
+                self.step(self.model, s, window, self.sampling, self.generator)
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as err:  # compiling failed (no Triton, an unsupported op...): nothing ran yet
+                if self.step is decode_step:
+                    raise
+                warnings.warn(f"torch.compile of the decode step failed ({type(err).__name__}: {str(err)[:200]}); "
+                              "decoding uncompiled from now on")
+                self.step = compiled_step.failed = decode_step
+                self.step(self.model, s, window, self.sampling, self.generator)
+
+    def __call__(self, s: DecodeState, window: int):
+        if self.graphs is None:
+            return self.run(s, window)
+        graph = self.graphs.get((len(s.rows), window))
+        if graph is not None:
+            return graph.replay()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.run(s, window)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = self.graphs[(len(s.rows), window)] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            self.run(s, window)
+
+    def forget(self):
+        if self.graphs is not None:
+            self.graphs.clear()
+
+
+def compiled_step():
+    """torch.compile(decode_step) as one graph (fullgraph: no break, so nothing runs on the host in it),
+    built on first use and kept: one compile per model and shape kind (Dynamo makes the batch and window
+    dimensions dynamic once they have changed). After a failed compile, the eager step."""
+    if compiled_step.failed is not None:
+        return compiled_step.failed
+    if compiled_step.fn is None:
+        compiled_step.fn = torch.compile(decode_step, fullgraph=True)
+    return compiled_step.fn
+
+
+compiled_step.fn = compiled_step.failed = None

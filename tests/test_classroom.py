@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 from importlib.util import find_spec
@@ -110,10 +111,15 @@ def test_grader_red_then_green_for_every_exercise(kit, tmp_path):
 @pytest.mark.skipif(find_spec("setuptools") is None, reason="pip install -e . without network needs setuptools")
 def test_pip_install_editable_then_import_from_anywhere(tmp_path):
     """What a notebook in another folder does: after `pip install -e .`, `import nanoatr.methods` works and
-    the package's requirements are requirements.txt's. Into a throwaway venv that sees the installed packages."""
+    the package's requirements are requirements.txt's. Into a throwaway venv that sees the packages of the
+    environment running the tests (a .pth file naming its site-packages): `--system-site-packages` would
+    give the base interpreter's instead, which from inside a venv may lack what the build needs."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "running-environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                               "--disable-pip-version-check", "-e", str(ROOT)],
                              capture_output=True, text=True, timeout=300)

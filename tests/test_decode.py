@@ -1,0 +1,192 @@
+"""How decode steps run (rollout.DecodePlan): every plan gives the rollout of the plain eager loop.
+
+On a GPU the step is compiled and replayed from CUDA graphs, attends over windows of the cache wider
+than its filled part, looks at the rows only every CHECK_EVERY steps and lets finished rows leave the
+batch. Each of these is run here on the CPU (all but the graphs, which need CUDA: bench/gpu_rollout.py
+--check runs the same comparison there) and must not change a token.
+"""
+import pytest
+import torch
+
+from nanoatr import lora, rollout
+from nanoatr.model import DecodeSlot, Qwen3, Qwen3Config, init_weights
+from nanoatr.rollout import CHECK_EVERY, WINDOW, DecodePlan, bucket, decode_plan, generate
+
+EAGER = DecodePlan("eager", 1, 1, False, False)  # the CPU's plan: exact windows, a look at every step
+GPU_LIKE = DecodePlan("eager", 8, 4, True, False)  # the GPU's habits, without the graphs
+
+
+@pytest.fixture(scope="module")
+def small_vocab_model():
+    """A random model with 40 tokens, 3 of them EOS: rows end at many different steps."""
+    model = Qwen3(Qwen3Config(vocab_size=40, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16))
+    init_weights(model, std=0.1, seed=0)
+    return model.eval()
+
+
+def ragged(n, vocab=40, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (int(k),), generator=g).tolist() for k in torch.randint(1, 12, (n,), generator=g)]
+
+
+def rollout_with(model, plan, prompts, n=60, eos=(7, 9, 11), **kw):
+    return generate(model, prompts, n, eos_token_id=list(eos), generator=torch.Generator().manual_seed(0), plan=plan, **kw)
+
+
+def assert_same(a, b, atol=1e-5):
+    assert a.tokens.shape == b.tokens.shape
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask) and torch.equal(a.stopped, b.stopped)
+    assert (a.logprobs - b.logprobs).abs().max() <= atol
+
+
+def test_the_device_chooses_the_plan_in_one_place():
+    assert decode_plan("cpu") == EAGER
+    assert decode_plan("cuda") == DecodePlan("compiled", WINDOW, CHECK_EVERY, True, True)
+    # torch.multinomial draws from the generator inside the step, which a replayed graph would not advance
+    assert decode_plan("cuda", "multinomial").decoding == "eager"
+    assert decode_plan("cuda", "multinomial", temperature=0).decoding == "compiled"  # greedy draws nothing
+
+
+@pytest.mark.parametrize("plan", [GPU_LIKE, DecodePlan("eager", 1, 3, True, False), DecodePlan("eager", 16, 1, False, False),
+                                  DecodePlan("eager", 5, CHECK_EVERY, True, False)],
+                         ids=["windows-looks-compaction", "compaction", "windows", "gpu-look-interval"])
+def test_every_plan_gives_the_eager_rollout(small_vocab_model, plan):
+    prompts = ragged(24)
+    ref = rollout_with(small_vocab_model, EAGER, prompts)
+    assert ref.mask.sum(1).min() < 10 and 40 < ref.mask.sum(1).max() <= 60, "rows end at different steps"
+    assert_same(ref, rollout_with(small_vocab_model, plan, prompts))
+
+
+def test_the_width_is_the_longest_row_whatever_the_look_interval(small_vocab_model):
+    """A look every few steps decodes a few steps past the last EOS; they are cut off again."""
+    prompts = ragged(6, seed=3)
+    ref = rollout_with(small_vocab_model, EAGER, prompts, n=200)
+    assert ref.tokens.shape[1] < 200 and ref.tokens.shape[1] == ref.mask.sum(1).max()
+    assert_same(ref, rollout_with(small_vocab_model, DecodePlan("eager", 8, 16, True, False), prompts, n=200))
+
+
+def test_stop_strings_under_the_gpu_plan(small_vocab_model):
+    """Stop strings are looked for every STOP_EVERY steps under every plan, on the rows still live."""
+    prompts = ragged(8, seed=4)
+
+    class Stop:  # a row "holds a stop string" once it has drawn token 3 twice, and ends with that token
+        def holds(self, rows):
+            return [row.count(3) >= 2 for row in rows]
+
+        def cut(self, tokens, mask):
+            second = (tokens == 3).cumsum(1) >= 2
+            hit = second.any(1)
+            end = torch.where(hit, second.int().argmax(1), tokens.shape[1])
+            return mask & (torch.arange(tokens.shape[1]) <= end[:, None]), hit
+
+    ref = rollout_with(small_vocab_model, EAGER, prompts, n=120, eos=(), stop=Stop())
+    assert 0 < ref.stopped.sum() < len(prompts)
+    assert_same(ref, rollout_with(small_vocab_model, GPU_LIKE, prompts, n=120, eos=(), stop=Stop()))
+
+
+def test_finished_rows_leave_the_batch_in_halvings(small_vocab_model, monkeypatch):
+    """The step runs on bucket(live) rows (a power of two), windows are multiples of plan.window that
+    cover every filled slot."""
+    seen = []
+    step = rollout.decode_step
+
+    def spy(model, s, window, *args):
+        seen.append((len(s.rows), window, int(s.slot)))
+        return step(model, s, window, *args)
+    monkeypatch.setattr(rollout, "decode_step", spy)
+    prompts = ragged(24)
+    rollout_with(small_vocab_model, GPU_LIKE, prompts)
+    sizes = [b for b, _, _ in seen]
+    assert sizes[0] == 24 and sizes == sorted(sizes, reverse=True) and len(set(sizes)) > 2
+    assert all(b & (b - 1) == 0 for b in sizes if b < 24), "after the first compaction, powers of two"
+    cache_len = max(map(len, prompts)) + 60
+    assert all((w % 8 == 0 or w == cache_len) and slot < w <= cache_len for _, w, slot in seen)
+    assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 24)] == [1, 2, 4, 8, 8, 16, 32]
+
+
+def test_a_window_past_the_filled_slots_changes_nothing(small_vocab_model):
+    """Qwen3.decode over a wider window than the filled slots: the unfilled ones are masked out, and
+    zeros (not uninitialised memory, whose NaN would survive a weight of 0)."""
+    model = small_vocab_model
+    ids = torch.tensor([[0, 0, 5, 6, 7], [1, 2, 3, 4, 5]])
+    mask = ids.new_tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]).bool()
+    outs = []
+    for window in (6, 16):
+        cache = model.new_cache(2, 16)
+        with torch.no_grad():
+            model.hidden(ids, attention_mask=mask, position_ids=(mask.long().cumsum(-1) - 1).clamp(min=0), cache=cache)
+            outs.append(model.decode(torch.tensor([[9], [9]]), torch.tensor([[3], [5]]),
+                                     DecodeSlot(cache, torch.tensor([5]), window)))
+        assert all((k[:, :, 6:] == 0).all() for k in cache.k)
+    assert (outs[0] - outs[1]).abs().max() < 1e-6
+    # and the step equals the full forward's last position
+    full = model.hidden(torch.cat([ids, torch.tensor([[9], [9]])], 1), attention_mask=torch.cat([mask, mask[:, :1] | True], 1))
+    assert (outs[0][:, 0] - full[:, -1]).abs().max() < 1e-5
+
+
+def test_no_host_sync_inside_the_per_token_loop(small_vocab_model, monkeypatch):
+    """Under the GPU's plan the loop reads values back (.item(), .tolist(), bool(), int(), nonzero) only
+    when it looks at the rows, every CHECK_EVERY steps, never per token."""
+    prompts = ragged(16)
+    reads = []
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "nonzero"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _original=original, _name=name, **k):
+            reads.append(_name)
+            return _original(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    n = 96
+    plan = DecodePlan("eager", 8, CHECK_EVERY, True, False)
+    steps = []
+    monkeypatch.setattr(rollout, "StepRunner", counting_runner(rollout.StepRunner, steps))
+    with torch.no_grad():
+        out = rollout_with(small_vocab_model, plan, prompts, n=n, eos=(7,))
+    monkeypatch.undo()
+    assert len(steps) > 2 * CHECK_EVERY, "the rollout ran long enough to tell"
+    looks = -(-len(steps) // CHECK_EVERY) + 1
+    # per look: int(live) and, when rows leave, two nonzero(); the prefill's padding index, the final cut
+    assert len(reads) <= 3 * looks + 4, reads
+    assert out.tokens.shape[1] == out.mask.sum(1).max()
+
+
+def counting_runner(cls, steps):
+    class Counting(cls):
+        def __call__(self, s, window):
+            steps.append(window)
+            return super().__call__(s, window)
+    return Counting
+
+
+@pytest.mark.parametrize("compaction", [False, True])
+def test_the_compiled_step_gives_the_eager_tokens_and_logprobs(small_vocab_model, compaction):
+    """torch.compile of decode_step (what the GPU replays as CUDA graphs), on the CPU: the same tokens for
+    the same seed, log-probs to float rounding (fused kernels round differently)."""
+    prompts = ragged(12, seed=2)
+    ref = rollout_with(small_vocab_model, EAGER, prompts, n=40)
+    compiled = rollout_with(small_vocab_model, DecodePlan("compiled", 8, 4, compaction, False), prompts, n=40)
+    assert_same(ref, compiled, atol=1e-4)
+
+
+def test_lora_is_merged_for_the_rollout_and_the_base_weights_come_back_bit_for_bit(small_vocab_model):
+    import copy
+    model = copy.deepcopy(small_vocab_model)
+    peft_model = lora.add_adapters(model, 4, 8.0, lora.TARGETS, "random")
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)  # a trained adapter: the merged weights differ from the base
+    base = {k: v.clone() for k, v in model.state_dict().items() if "base_layer" in k}
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        plain = model(ids)
+        with lora.merged(model):
+            assert all(m.merged for m in model.modules() if hasattr(m, "lora_A"))
+            merged = model(ids)
+            assert any(not torch.equal(model.state_dict()[k], v) for k, v in base.items())
+    assert (plain - merged).abs().max() < 1e-5
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in base.items()), "restored exactly"
+    assert not any(m.merged for m in model.modules() if hasattr(m, "lora_A"))
+    prompts = ragged(8)
+    assert_same(rollout_with(model, EAGER, prompts), rollout_with(model, EAGER._replace(merge_adapters=True), prompts))
