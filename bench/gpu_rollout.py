@@ -113,7 +113,7 @@ def check(device):
         outs[name] = generate(model, prompts, 200, generator=g, eos_token_id=eos, plan=plan)
     a, b = outs["eager"], outs["compiled"]
     same = a.tokens.shape == b.tokens.shape and torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask)
-    gap = (a.logprobs - b.logprobs).abs().max().item() if same else float("nan")
+    gap = (a.sampler_logp - b.sampler_logp).abs().max().item() if same else float("nan")
     print(f"check: compiled+graphs vs eager, float32, 24 rows x <= 200 tokens (lengths {a.mask.sum(1).min().item()}"
           f"-{a.mask.sum(1).max().item()}): tokens {'identical' if same else 'DIFFER'}, log-prob gap {gap:.1e}")
     if device.type == "cuda":

@@ -6,7 +6,7 @@
 
 Each step is what train.py does after loading a checkpoint: rollout.generate with the KV cache (random
 prompts of different lengths, so left-padded; the random model rarely stops, so every row runs to --max-new-tokens), random 0/1 rewards,
-then train.optimize (old log-probs, forward/backward under bf16 autocast with gradient checkpointing,
+then train.optimize (pi_old's log-probs, forward/backward under bf16 autocast with gradient checkpointing,
 the torch.compile'd kl3 loss, AdamW). It prints the largest gap between the trainer's log-probs and
 the sampler's (bf16 rounding: logged, not checked; with --dtype float32 train.optimize raises above
 1e-2), checks that the loss is finite, and prints time per phase and peak GPU memory.
@@ -36,7 +36,7 @@ from nanoatr import distributed, lora  # noqa: E402
 from nanoatr.loss import group_advantages  # noqa: E402
 from nanoatr.scoring import Scorer  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
-from nanoatr.rollout import generate, left_pad  # noqa: E402
+from nanoatr.rollout import generate  # noqa: E402
 
 # Qwen3-0.6B's config.json (hidden 1024, 28 layers, 16 query / 8 key-value heads of 128, tied embeddings).
 QWEN3_0_6B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
@@ -96,8 +96,11 @@ def main(argv=None):
     precision = distributed.precision(args.dtype, d.device)
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = train.make_optimizer(cfg, trained)
-    run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None, stop_ids=[],
-                    stop=None, reward=None, d=d, precision=precision, weights=weights)
+    shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step // d.world, cfg.group_size,
+                              d.rank, d.world)
+    run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None, eos_ids=[],
+                    stop_strings=None, reward=None, shard=shard, d=d, precision=precision,
+                    peft_model=weights if args.lora_rank else None)
     say = print if d.main else (lambda *a, **k: None)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     phases = collections.defaultdict(float)  # seconds per phase of the step, the GPU synchronised around each
@@ -126,15 +129,12 @@ def main(argv=None):
         phases.clear()
         t0 = time.perf_counter()
         rewards = torch.randint(0, 2, (len(prompts),)).float()
-        prompt_ids, prompt_mask = left_pad(prompts, 0, d.device)
-        batch = train.Batch(prompt_ids, prompt_mask, out.tokens, out.mask, rewards,
-                            group_advantages(rewards, G).to(d.device), torch.zeros(len(prompts), dtype=torch.bool),
-                            out.logprobs)
-        stats, losses, grad_norms = train.optimize(run, batch, step)
+        batch = out._replace(rewards=rewards, advantages=group_advantages(rewards, G).to(d.device))
+        updates = train.optimize(run, batch, step)
         if d.device.type == "cuda":
             torch.cuda.synchronize(d.device)
         t_train = time.perf_counter() - t0
-        row = train.metrics_row(run, batch, step, stats, losses, grad_norms)
+        row = train.metrics(run, batch, updates, {})
         if not all(math.isfinite(row[k]) for k in ("loss", "grad_norm", "kl3", "entropy")):
             raise SystemExit(f"error: non-finite metrics at step {step + 1}: {row}")
         tokens = int(out.mask.sum()) * d.world

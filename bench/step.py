@@ -41,7 +41,7 @@ from nanoatr.data import load_problems  # noqa: E402
 from nanoatr.loss import policy_loss  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
 from nanoatr.rollout import Rollout, generate, left_pad, sampling_logprobs  # noqa: E402
-from nanoatr.scoring import score  # noqa: E402
+from nanoatr.scoring import Scores, score  # noqa: E402
 from nanoatr.tokenizer import encode_prompts, load_tokenizer, stop_token_ids  # noqa: E402
 from nanoatr.verifier import verify  # noqa: E402
 
@@ -80,7 +80,7 @@ class Reference:
         tokens = out[:, ids.shape[1]:]
         is_eos = torch.isin(tokens, torch.tensor(stop_ids))
         real = (is_eos.cumsum(1) - is_eos.long()) == 0
-        return Rollout(tokens, torch.zeros(tokens.shape), real, is_eos.any(-1))
+        return Rollout(ids, mask, tokens, torch.zeros(tokens.shape), real, is_eos.any(-1))
 
     def score(self, prompt_ids, prompt_mask, tokens, temperature, with_entropy=False):
         P = prompt_ids.shape[1]
@@ -90,7 +90,7 @@ class Reference:
         logp_all = sampling_logprobs(logits[:, P - 1:], temperature)  # (B, T, V)
         logp = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
-        return logp, entropy
+        return Scores(logp, entropy, None)
 
 
 def one_step(policy, opt, problems, tok, stop_ids, args, step, tokens_from=None):
@@ -129,7 +129,7 @@ def one_step(policy, opt, problems, tok, stop_ids, args, step, tokens_from=None)
     for m, idx in enumerate(idxs):
         if m > 0 or policy.rescore_first:
             with torch.no_grad():
-                old_logp[idx] = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], args.temperature)[0]
+                old_logp[idx] = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], args.temperature).logp
     t["old logp"] = time.perf_counter() - t0
 
     for k in ("update fwd", "backward", "optimizer"):
@@ -137,7 +137,7 @@ def one_step(policy, opt, problems, tok, stop_ids, args, step, tokens_from=None)
     for m, idx in enumerate(idxs):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        logp, entropy = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], args.temperature, with_entropy=True)
+        logp, entropy = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], args.temperature, with_entropy=True)[:2]
         if m == 0 and not policy.rescore_first:
             old_logp[idx] = logp.detach()
         loss, _ = policy_loss("kl3", logp, old_logp[idx], advantages[idx], mask[idx], num_sequences=mb,
@@ -154,7 +154,7 @@ def one_step(policy, opt, problems, tok, stop_ids, args, step, tokens_from=None)
         t["backward"] += t2 - t1
         t["optimizer"] += t3 - t2
     if tokens_from is None:  # how far the rollout's own log-probs are from the recomputed ones
-        t["rollout vs old logp"] = float(((out.logprobs - old_logp).abs() * mask).max())
+        t["rollout vs old logp"] = float(((out.sampler_logp - old_logp).abs() * mask).max())
     return t, (tokens, mask), out
 
 

@@ -33,7 +33,8 @@ def child(variant: str, rows: int, T: int, V: int, D: int, lora_rank: int) -> di
     import train
     from nanoatr import loss, lora
     from nanoatr.config import TrainConfig, resolve
-    from nanoatr.distributed import Dist
+    from nanoatr.distributed import Dist, Shard
+    from nanoatr.rollout import Rollout
     from nanoatr.scoring import Scorer
     from nanoatr.model import Qwen3, Qwen3Config, init_weights
     if variant == "naive":  # rollout.score imports token_logprobs from nanoatr.loss at each call
@@ -47,13 +48,14 @@ def child(variant: str, rows: int, T: int, V: int, D: int, lora_rank: int) -> di
     weights = lora.add_adapters(model, lora_rank, 2.0 * lora_rank, lora.TARGETS, base="random") if lora_rank else model
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=1e-6)
-    run = train.Run(cfg, model, Scorer(model, contextlib.nullcontext), opt, trained, tok=None, stop_ids=[], stop=None,
-                    reward=None, d=Dist(0, 1, torch.device("cpu")), precision=contextlib.nullcontext, weights=weights)
+    run = train.Run(cfg, model, Scorer(model, contextlib.nullcontext), opt, trained, tok=None, eos_ids=[],
+                    stop_strings=None, reward=None, shard=Shard(cfg.seed, 1, 1, rows), d=Dist(0, 1, torch.device("cpu")),
+                    precision=contextlib.nullcontext, peft_model=weights if lora_rank else None)
     g = torch.Generator().manual_seed(0)
     rewards = torch.randint(0, 2, (rows,), generator=g).float()
-    batch = train.Batch(torch.randint(0, V, (rows, 16), generator=g), torch.ones(rows, 16, dtype=torch.bool),
-                        torch.randint(0, V, (rows, T), generator=g), torch.ones(rows, T, dtype=torch.bool),
-                        rewards, torch.randn(rows, generator=g), torch.ones(rows, dtype=torch.bool), None)
+    batch = Rollout(torch.randint(0, V, (rows, 16), generator=g), torch.ones(rows, 16, dtype=torch.bool),
+                    torch.randint(0, V, (rows, T), generator=g), None, torch.ones(rows, T, dtype=torch.bool),
+                    torch.ones(rows, dtype=torch.bool), rewards, torch.randn(rows, generator=g))
     before = rss_mb()
     t0 = time.perf_counter()
     train.optimize(run, batch, step=0)

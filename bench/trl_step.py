@@ -29,8 +29,8 @@ compiles our loss and lets TRL build its dataloader), the two sides alternating 
 TrainerCallback runs our step k right after TRL's step k ends, and TRL's step k+1 is timed from
 then to its on_step_end -- so TRL's time includes everything its loop does between two optimizer
 steps (fetching the batch, tokenising, logging), as a user's run pays it. Our step is
-train.train_step (train.rollout + train.optimize + the metrics line), on a train.Run built by hand as
-train.py builds it (train.load_policy, Scorer, AdamW as in train._main).
+train.grpo_step (train.rollout + train.optimize + the metrics line), on a train.Run built by hand as
+train.py builds it (train.load_policy, Scorer, AdamW as in train.setup).
 
 How TRL is configured (GRPOConfig), and what it maps to in ours (TrainConfig):
   per_device_train_batch_size=16, gradient_accumulation_steps=4   micro_batch=16; minibatches=1
@@ -188,7 +188,7 @@ def build_58m(out: Path, seed: int = 0):
 
 
 # ----------------------------------------------------------------------------
-# Ours: train.py's own functions on a train.Run built as train._main builds it
+# Ours: train.py's own functions on a train.Run built as train.setup builds it
 
 def ours_setup(model_dir: Path, args, phases: Phases):
     import train
@@ -203,17 +203,18 @@ def ours_setup(model_dir: Path, args, phases: Phases):
                               top_k=0, lr=args.lr, weight_decay=0.0, grad_clip=1.0, aggregation="dr-grpo",
                               std_normalize=False, beta=0.0, clip=args.clip, compile=args.compile), {})
     d = Dist(0, 1, torch.device("cpu"))
-    model, weights = train.load_policy(cfg, None, d.device)
+    model, peft_model = train.load_policy(cfg, None, d.device)
     tok = load_tokenizer(model_dir)
     precision = distributed.precision(cfg.dtype, d.device)
     trained = [p for p in model.parameters() if p.requires_grad]
-    opt = train.make_optimizer(cfg, trained)  # as train._main
+    opt = train.make_optimizer(cfg, trained)  # as train.setup
+    shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step, cfg.group_size)
     run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
-                    stop_token_ids(tok, model_dir), stop_strings(tok, cfg.stop), verify, d, precision, weights, None,
-                    dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))
+                    stop_token_ids(tok, model_dir), stop_strings(tok, cfg.stop), verify, shard, d, precision, peft_model,
+                    None, dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))
     phases.wrap(train, "generate", "generate")
     phases.wrap(train, "grade", "reward")
-    phases.wrap(run.policy, "forward", "forward")
+    phases.wrap(run.score, "forward", "forward")
     phases.wrap(train, "policy_loss", "forward")
     phases.wrap(run.opt, "step", "optimizer")
     return run
@@ -292,20 +293,21 @@ def make_callback(phases: Phases, ours_step, record):
 
 def bench_model(name: str, model_dir: Path, args, phases: Phases) -> float:
     import train
+    from nanoatr import distributed
     from nanoatr.data import load_problems
     from nanoatr.tokenizer import encode_prompts
     problems = load_problems(ROOT / args.data)
     run = ours_setup(model_dir, args, phases)
     n_steps = args.warmup + args.steps
     # TRL's dataset laid out in our prompt order: TRL's step k (shuffle off) has our step k's prompts.
-    rows = [problems[i] for k in range(n_steps) for i in train.prompt_order(len(problems), k, P, run.cfg.seed)]
+    rows = [problems[i] for k in range(n_steps) for i in distributed.prompt_order(len(problems), k, P, run.cfg.seed)]
     results = {"ours": [], "TRL": []}
     tokens = {"ours": [], "TRL": []}
     forwards = {"ours": [], "TRL": []}
     trainer = None
 
     def ours_step(step):
-        row = train.train_step(run, problems, step)
+        row = train.grpo_step(run, problems, step)
         return row["completion_len"] * P * G
 
     def record(side, t, n_tokens=None):

@@ -22,6 +22,7 @@ from typing import Iterable, Sequence
 import torch
 from tqdm import tqdm
 
+from nanoatr import distributed
 from nanoatr.rollout import SAMPLERS, generate
 from nanoatr.tokenizer import completion_texts, encode_prompts, stop_strings
 from nanoatr.verifier import verify
@@ -56,12 +57,12 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
                            top_p=top_p, top_k=top_k, eos_token_id=stop_ids, generator=g, sampler=sampler,
                            pad_id=tokenizer.pad_token_id or 0, stop=stop_strings(tokenizer, stops))
             texts = completion_texts(tokenizer, out.tokens, out.mask)
-            for (i, j), text, length, stopped in zip(batch, texts, out.mask.sum(-1).tolist(), out.stopped.tolist()):
+            for (i, j), text, length, finished in zip(batch, texts, out.mask.sum(-1).tolist(), out.finished.tolist()):
                 if (i, j) in skip:
                     continue
                 yield {"problem_id": i, "sample": j, "completion": text, "gold": problems[i].answer,
                        "correct": bool(reward(text, problems[i].answer)), "length": length,
-                       "truncated": not stopped}
+                       "truncated": not finished}
                 bar.update(1)
     finally:
         bar.close()
@@ -95,6 +96,41 @@ def evaluate(model, tokenizer, problems, k: int = 8, n: int | None = None, **kw)
     summary["truncated"] = sum(r["truncated"] for r in rows) / max(len(rows), 1)
     summary["seconds"] = time.perf_counter() - t0
     return summary, rows
+
+
+def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, d, **sampling) -> tuple[dict, dict]:
+    """Mean@k / Pass@k on every held-out file of a training run: (results under eval/<file>/... and
+    eval/mean@k, eval/pass@k (the files' average), a few sample rows per file for samples.jsonl).
+
+    The ranks share the work: each samples every world-th of sample_and_grade's fixed batches (each
+    seeded by its position), so the samples are those one process would draw.
+    """
+    results, samples = {}, {}
+    for name, problems in eval_sets.items():
+        t0 = time.perf_counter()
+        pairs = [(i, j) for i in range(len(problems)) for j in range(k)]
+        others = {p for b, start in enumerate(range(0, len(pairs), batch_size)) if b % d.world != d.rank
+                  for p in pairs[start:start + batch_size]}
+        rows = list(sample_and_grade(model, tokenizer, problems, k, skip=others, batch_size=batch_size,
+                                     progress=False, **sampling))
+        rows = sorted(distributed.all_gather(rows, d), key=lambda r: (r["problem_id"], r["sample"]))
+        summary = summarize(verdicts_by_problem(rows), [k])
+        summary.update(completion_len=sum(r["length"] for r in rows) / len(rows),
+                       truncated=sum(r["truncated"] for r in rows) / len(rows), seconds=time.perf_counter() - t0)
+        results.update({f"eval/{name}/{key}": v for key, v in summary.items()})
+        samples[name] = rows[:: max(1, len(rows) // 4)][:4]
+    for key in (f"mean@{k}", f"pass@{k}"):
+        results[f"eval/{key}"] = sum(results[f"eval/{n}/{key}"] for n in eval_sets) / len(eval_sets)
+    return results, samples
+
+
+def check_budgets(tokenizer, files: list[tuple], positions: int, prompt_kw: dict | None = None) -> str | None:
+    """`fits` for each (file name, problems, budget, flag): the first problem, as one line, or None."""
+    for name, problems, budget, flag in files:
+        problem = fits(tokenizer, problems, budget, positions, name, flag, prompt_kw)
+        if problem:
+            return problem
+    return None
 
 
 # ---------------------------------------------------------------------------

@@ -33,10 +33,37 @@ CHECK_EVERY = 16  # GPU: decode steps between two looks at which rows have finis
 
 
 class Rollout(NamedTuple):
-    tokens: torch.Tensor    # (B, T) sampled completion tokens, pad_id after a row has stopped
-    logprobs: torch.Tensor  # (B, T) log-prob of each sampled token under the sampling distribution, 0 after
-    mask: torch.Tensor      # (B, T) bool, True for real completion tokens (the EOS included, after a stop string not)
-    stopped: torch.Tensor   # (B,) bool, ended by an EOS or a stop string (False: ran out of max_new_tokens)
+    """Completions of a batch of prompts: what generate() returns, and what a GRPO step carries to the
+    update once the trainer has filled in the rewards and advantages (N rows)."""
+    prompt_ids: torch.Tensor    # (N, P) the prompts, left-padded
+    prompt_mask: torch.Tensor   # (N, P) bool, True for real prompt tokens
+    tokens: torch.Tensor        # (N, T) sampled completion tokens, pad_id after a row has finished
+    sampler_logp: torch.Tensor  # (N, T) log-prob each token was drawn with (the sampling distribution), 0 after
+    mask: torch.Tensor          # (N, T) bool, True for real completion tokens (the EOS included, after a stop string not)
+    finished: torch.Tensor      # (N,) bool, ended by an EOS or a stop string (False: ran out of max_new_tokens)
+    rewards: torch.Tensor | None = None     # (N,) the task's reward of each completion
+    advantages: torch.Tensor | None = None  # (N,) its advantage within its group
+
+    def select(self, rows) -> "Rollout":
+        """Rows `rows` (an index tensor, list or slice) of every field."""
+        return Rollout(*(None if x is None else x[rows] for x in self))
+
+    @staticmethod
+    def cat(parts: "list[Rollout]", pad_id: int, width: int = 0) -> "Rollout":
+        """Rollouts one below the other: prompts left-padded to the longest, completions right-padded
+        to the longest (or to `width`)."""
+        P, T = max(r.prompt_ids.shape[1] for r in parts), max(width, *(r.tokens.shape[1] for r in parts))
+
+        def field(i, value):
+            xs = [r[i] for r in parts]
+            if xs[0] is None:
+                return None
+            if xs[0].dim() == 1:
+                return torch.cat(xs)
+            left = i < 2  # the prompt fields
+            return torch.cat([F.pad(x, ((P if left else 0) - x.shape[1] * left, 0 if left else T - x.shape[1]),
+                                    value=value) for x in xs])
+        return Rollout(*(field(i, v) for i, v in enumerate((pad_id, False, pad_id, 0.0, False, None, None, None))))
 
 
 def left_pad(prompts: list[list[int]], pad_id: int = 0, device="cpu"):
@@ -121,7 +148,7 @@ def locate(cdf, u):
 def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0,
              sampler: str = SAMPLERS[0], stop=None, plan: "DecodePlan | None" = None) -> Rollout:
-    """Sample a completion for every prompt: Rollout(tokens, logprobs, mask (B, T), stopped (B,)).
+    """Sample a completion for every prompt: a Rollout (its prompts, tokens, sampler_logp, mask, finished).
 
     T is at most max_new_tokens; decoding stops early once every row has ended.
     eos_token_id is an int, a list of ints, or None (never stop before the budget).
@@ -140,17 +167,18 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     plan = plan or decode_plan(device, sampler, temperature)
     eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []), device=device)
     sampling = Sampling(float(temperature), int(top_k), float(top_p), sampler, eos)
+    ids, prompt_mask = left_pad(prompts, pad_id, device)
     with lora.merged(model) if plan.merge_adapters else contextlib.nullcontext():
-        tokens, logprobs = decode(model, prompts, max_new_tokens, sampling, generator, pad_id, stop, plan)
+        tokens, logprobs = decode(model, ids, prompt_mask, max_new_tokens, sampling, generator, pad_id, stop, plan)
     # Which tokens count (up to each row's first EOS) is worked out once here, not per step. Outside
     # inference mode, so that the results are ordinary tensors autograd may save (e.g. as targets).
     is_eos = torch.isin(tokens, eos)
     mask = (is_eos.cumsum(1) - is_eos.long()) == 0  # (B, T)
-    stopped = (is_eos & mask).any(-1)
+    finished = (is_eos & mask).any(-1)
     if stop is not None:
         mask, by_stop = stop.cut(tokens, mask)
-        stopped |= by_stop
-    return Rollout(tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0), mask, stopped)
+        finished |= by_stop
+    return Rollout(ids, prompt_mask, tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0), mask, finished)
 
 
 # ----------------------------------------------------------------------------
@@ -232,15 +260,15 @@ def decode_step(model, s: DecodeState, window: int, sampling: Sampling, generato
 
 
 @torch.inference_mode()
-def decode(model, prompts, max_new_tokens, sampling: Sampling, generator, pad_id, stop, plan: DecodePlan):
-    """The decode loop: raw draws (B, T) and their log-probs (B, T), up to the step where every row has ended.
+def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generator, pad_id, stop, plan: DecodePlan):
+    """The decode loop from left-padded prompts (B, P): raw draws (B, T) and their log-probs (B, T), up to
+    the step where every row has ended.
 
     A finished row keeps decoding its own (discarded) tokens until it leaves the batch (plan.compact),
     which cannot affect the other rows; the uniforms are drawn for every row at every step, so the
     draws of each row are what they would be without the early stop or the compaction.
     """
     device = model.lm_head.weight.device
-    ids, prompt_mask = left_pad(prompts, pad_id, device)
     B, P = ids.shape
     cache = model.new_cache(B, P + max_new_tokens)
     positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row

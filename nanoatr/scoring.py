@@ -13,7 +13,7 @@ float64), whatever the model's dtype: the sampler scores tokens with the same fl
 (rollout.sampling_logprobs), so the trainer's and the sampler's numbers agree.
 """
 import contextlib
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -173,10 +173,16 @@ def full_kl_naive(hidden: Tensor, old_hidden: Tensor, weight: Tensor, *, old_wei
 # ----------------------------------------------------------------------------
 # A completion's score under a model
 
+class Scores(NamedTuple):
+    """A completion's tokens scored by a policy."""
+    logp: Tensor                # (B, T) log pi(token) at the sampling temperature
+    entropy: Optional[Tensor]   # (B, T) entropy of pi at each position (with_entropy), else None
+    hidden: Optional[Tensor]    # (B, T, D) final hidden states that scored them (return_hidden, for full_kl), else None
+
+
 def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entropy: bool = False,
-          return_hidden: bool = False):
-    """Log-probs (B, T) of completion tokens under the current policy, entropies (B, T) or None,
-    and with return_hidden also the hidden states (B, T, D) that scored them (for full_kl).
+          return_hidden: bool = False) -> Scores:
+    """Scores (log-probs, entropies, hidden states) of completion tokens under the current policy.
 
     One forward over [left-padded prompt | completion]; the hidden state at position i scores token
     i + 1, so the last prompt position scores the first completion token. Log-softmax over the
@@ -190,7 +196,7 @@ def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entro
     hidden = model.hidden(ids[:, :-1], attention_mask=mask[:, :-1])[:, P - 1:]  # (B, T, D)
     t = temperature if temperature > 0 else 1.0
     logp, entropy = token_logprobs(hidden, model.lm_head.weight, tokens, temperature=t, with_entropy=with_entropy)
-    return (logp, entropy, hidden) if return_hidden else (logp, entropy)
+    return Scores(logp, entropy, hidden if return_hidden else None)
 
 
 class Scorer(nn.Module):
@@ -224,4 +230,4 @@ class Reference:
     def logprobs(self, prompt_ids, prompt_mask, tokens, temperature: float):
         """log pi_ref (B, T) of the completion tokens, at the sampling temperature (as the policy is scored)."""
         with self.adapters_off(), self.precision():
-            return score(self.model, prompt_ids, prompt_mask, tokens, temperature)[0]
+            return score(self.model, prompt_ids, prompt_mask, tokens, temperature).logp

@@ -43,7 +43,7 @@ def mean_entropy(model, tok, problems, n: int, max_new_tokens: int, temperature:
         out = generate(model, batch, max_new_tokens, temperature=temperature, eos_token_id=stop_ids, generator=g,
                        pad_id=pad)
         prompt_ids, prompt_mask = left_pad(batch, pad)
-        _, entropy = score(model, prompt_ids, prompt_mask, out.tokens, temperature, with_entropy=True)
+        entropy = score(model, prompt_ids, prompt_mask, out.tokens, temperature, with_entropy=True).entropy
         total += float((entropy * out.mask).sum())
         count += float(out.mask.sum())
     model.train(was_training)

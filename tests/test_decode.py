@@ -36,8 +36,8 @@ def rollout_with(model, plan, prompts, n=60, eos=(7, 9, 11), **kw):
 
 def assert_same(a, b, atol=1e-5):
     assert a.tokens.shape == b.tokens.shape
-    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask) and torch.equal(a.stopped, b.stopped)
-    assert (a.logprobs - b.logprobs).abs().max() <= atol
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask) and torch.equal(a.finished, b.finished)
+    assert (a.sampler_logp - b.sampler_logp).abs().max() <= atol
 
 
 def test_the_device_chooses_the_plan_in_one_place():
@@ -81,7 +81,7 @@ def test_stop_strings_under_the_gpu_plan(small_vocab_model):
             return mask & (torch.arange(tokens.shape[1]) <= end[:, None]), hit
 
     ref = rollout_with(small_vocab_model, EAGER, prompts, n=120, eos=(), stop=Stop())
-    assert 0 < ref.stopped.sum() < len(prompts)
+    assert 0 < ref.finished.sum() < len(prompts)
     assert_same(ref, rollout_with(small_vocab_model, GPU_LIKE, prompts, n=120, eos=(), stop=Stop()))
 
 

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 import train
 from nanoatr.config import TrainConfig
+from nanoatr.distributed import Shard
 
 ROOT = Path(__file__).resolve().parent.parent
 # --rollout-batch 2: both runs sample the same two chunks of 2 prompts with the same seeds (one chunk
@@ -64,11 +65,19 @@ def test_two_ranks_give_the_parameters_of_one_process(tmp_path, mode):
 
 
 def test_sampling_does_not_depend_on_the_number_of_ranks():
-    """A rollout chunk's seed is a function of the step and its place in the step, not of the rank."""
-    cfg = TrainConfig(seed=3)
-    assert train.chunk_seed(cfg, 5, 1) != train.chunk_seed(cfg, 5, 0) != train.chunk_seed(cfg, 6, 0)
-    assert train.chunk_seed(cfg, 5, 1, salt=1) != train.chunk_seed(cfg, 5, 1)
-    assert train.chunk_seed(TrainConfig(seed=0), 7, 0) == 7  # one chunk: the seed it always had
+    """A rollout chunk's seed is a function of the step and its place in the step, not of the rank: two
+    ranks with two prompts each see the chunks (and seeds, and minibatch rows) one process sees."""
+    shard = Shard(seed=3, prompts_per_step=4, chunk=1, group_size=2)
+    assert shard.chunk_seed(5, 1) != shard.chunk_seed(5, 0) != shard.chunk_seed(6, 0)
+    assert shard.chunk_seed(5, 1, salt=1) != shard.chunk_seed(5, 1)
+    assert Shard(0, 4, 4, 2).chunk_seed(7, 0) == 7  # one chunk: the seed it always had
+    one = Shard(3, 4, 1, 2)
+    ranks = [Shard(3, 4, 1, 2, rank=r, world=2) for r in range(2)]
+    assert [seed for _, seed in one.chunks(5, 0, 4)] == [seed for s in ranks for _, seed in s.chunks(5, 0, 2)]
+    assert one.problems(10, 5, 0, 4) == [i for s in ranks for i in s.problems(10, 5, 0, 2)]
+    rows = one.minibatches(5, 2, 2)
+    per_rank = [s.minibatches(5, 2, 2) for s in ranks]
+    assert all(torch.equal(rows[m], torch.cat([per_rank[0][m], per_rank[1][m] + 4])) for m in range(4))
     assert torch.distributed.is_available()
 
 

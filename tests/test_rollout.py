@@ -43,7 +43,7 @@ def test_logprobs_equal_one_full_forward(tiny_model, temperature, sampler):
                    sampler=sampler)
     for i, p in enumerate(PROMPTS):
         ref = full_forward_logprobs(tiny_model, p, out.tokens[i].tolist(), temperature)
-        assert (out.logprobs[i] - ref).abs().max() <= 1e-4
+        assert (out.sampler_logp[i] - ref).abs().max() <= 1e-4
 
 
 def test_rows_that_stop_are_masked(tiny_model):
@@ -57,7 +57,7 @@ def test_rows_that_stop_are_masked(tiny_model):
             assert out.mask[i, :stop + 1].all(), "the EOS itself is a real, trained token"
             assert not out.mask[i, stop + 1:].any()
             assert all(t == 0 for t in row[stop + 1:])
-            assert (out.logprobs[i, stop + 1:] == 0).all()
+            assert (out.sampler_logp[i, stop + 1:] == 0).all()
         else:
             assert out.mask[i].all()
     assert eos in out.tokens[0].tolist()
@@ -88,13 +88,13 @@ def test_stop_callable_ends_decoding_sooner_and_changes_no_token(tiny_model):
     assert out.tokens.shape[1] == 2 * STOP_EVERY
     assert seen == [len(PROMPTS), len(PROMPTS) - 1]  # a finished row is not checked again
     assert torch.equal(out.tokens, free.tokens[:, :2 * STOP_EVERY])
-    assert torch.equal(out.logprobs, free.logprobs[:, :2 * STOP_EVERY])
+    assert torch.equal(out.sampler_logp, free.sampler_logp[:, :2 * STOP_EVERY])
 
     class Never(Stop):
         def holds(self, rows):
             return [False] * len(rows)
     never = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), stop=Never())
-    assert torch.equal(never.tokens, free.tokens) and not never.stopped.any()
+    assert torch.equal(never.tokens, free.tokens) and not never.finished.any()
 
 
 def test_sampling_is_reproducible_with_a_generator(tiny_model):
@@ -147,9 +147,9 @@ def test_rollout_tensors_can_be_saved_for_backward(tiny_model):
     from nanoatr.rollout import left_pad
     from nanoatr.scoring import score
     out = generate(tiny_model, PROMPTS, 5, generator=torch.Generator().manual_seed(0))
-    assert not any(t.is_inference() for t in out)
+    assert not any(t.is_inference() for t in out if t is not None)
     ids, mask = left_pad(PROMPTS)
-    logp, _ = score(tiny_model, ids, mask, out.tokens, 1.0)
+    logp = score(tiny_model, ids, mask, out.tokens, 1.0).logp
     logp.sum().backward()
     tiny_model.zero_grad(set_to_none=True)
 

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 import train
+from nanoatr.distributed import prompt_order
 from nanoatr.methods import needs
+from nanoatr.rollout import Rollout
 from nanoatr.methods import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,9 +111,9 @@ def test_sampler_flag_reaches_rollout_and_evaluation(tmp_path, monkeypatch):
 
 
 def test_prompt_order_visits_every_problem_once_per_pass():
-    seen = [i for step in range(5) for i in train.prompt_order(20, step, 4, seed=1)]
+    seen = [i for step in range(5) for i in prompt_order(20, step, 4, seed=1)]
     assert sorted(seen) == list(range(20))
-    assert train.prompt_order(20, 2, 4, seed=1) == train.prompt_order(20, 2, 4, seed=1)
+    assert prompt_order(20, 2, 4, seed=1) == prompt_order(20, 2, 4, seed=1)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -243,31 +245,33 @@ def fake_rounds(monkeypatch, rewards_by_round):
         rewards = torch.tensor(rewards_by_round[r][:n * 2], dtype=torch.float32)
         N = len(rewards)
         tokens = torch.tensor([[r, i // 2, i % 2] for i in range(N)])[:, :2 + r % 2]  # rounds of other lengths
-        return train.Round([[100 + r, i // 2] for i in range(N)], tokens, torch.ones_like(tokens, dtype=torch.bool),
-                           torch.zeros(tokens.shape), torch.ones(N, dtype=torch.bool), rewards)
+        prompts = torch.tensor([[100 + r, i // 2] for i in range(N)])
+        return Rollout(prompts, torch.ones_like(prompts, dtype=torch.bool), tokens, torch.zeros(tokens.shape),
+                       torch.ones_like(tokens, dtype=torch.bool), torch.ones(N, dtype=torch.bool), rewards)
     monkeypatch.setattr(train, "sample_round", sample_round)
     return calls
 
 
 def fake_run(k):
     from nanoatr.config import TrainConfig
-    from nanoatr.distributed import Dist
+    from nanoatr.distributed import Dist, Shard
     cfg = TrainConfig(prompts_per_step=3, group_size=2, dynamic_sampling=k)
     tok = type("Tok", (), {"pad_token_id": 0})()
-    return train.Run(cfg, None, None, None, [], tok, [], None, None, Dist(0, 1, torch.device("cpu")), None, None)
+    return train.Run(cfg, model=None, score=None, opt=None, trained=[], tok=tok, eos_ids=[], stop_strings=None,
+                     reward=None, shard=Shard(cfg.seed, 3, 3, 2), d=Dist(0, 1, torch.device("cpu")), precision=None)
 
 
 def test_dynamic_sampling_replaces_uniform_groups_in_order(monkeypatch):
     # round 0: groups 0 and 2 uniform; round 1: only its group 1 mixed -> fills slot 0; round 2: group 0
     # mixed -> slot 2; no round 3 is drawn since every slot is then mixed
     calls = fake_rounds(monkeypatch, [[1, 1, 0, 1, 0, 0], [0, 0, 1, 0, 1, 1], [1, 0, 0, 1, 0, 0], [0, 1] * 3])
-    b = train.rollout(fake_run(5), None, 0)
+    b, sampling = train.rollout(fake_run(5), None, 0)
     assert calls == [(0, 3), (1, 3), (2, 2)]  # round 2: 2 x the one group left
-    assert b.rounds == 3
+    assert sampling["rounds"] == 3
     assert b.tokens[:, :2].tolist() == [[1, 1], [1, 1], [0, 1], [0, 1], [2, 0], [2, 0]]  # (round, group) of each row
     assert b.rewards.tolist() == [1, 0, 0, 1, 1, 0]
     assert b.advantages.tolist() == [0.5, -0.5, -0.5, 0.5, 0.5, -0.5]
-    assert b.first_rewards.tolist() == [1, 1, 0, 1, 0, 0]
+    assert sampling["first_rewards"].tolist() == [1, 1, 0, 1, 0, 0]
     assert b.tokens.shape[1] == 3  # padded to the longest round (round 1's) with masked tokens
     assert b.mask[:, 2].tolist() == [True, True, False, False, False, False] and b.mask[:, :2].all()
     assert b.prompt_ids[:, -2].tolist() == [101, 101, 100, 100, 102, 102]
@@ -275,16 +279,16 @@ def test_dynamic_sampling_replaces_uniform_groups_in_order(monkeypatch):
 
 def test_dynamic_sampling_stops_after_k_rounds_and_keeps_what_is_left(monkeypatch):
     calls = fake_rounds(monkeypatch, [[1, 1, 0, 1, 0, 0], [1, 1, 1, 0, 1, 1], [0, 1] * 3])
-    b = train.rollout(fake_run(1), None, 0)
-    assert calls == [(0, 3), (1, 3)] and b.rounds == 2
+    b, sampling = train.rollout(fake_run(1), None, 0)
+    assert calls == [(0, 3), (1, 3)] and sampling["rounds"] == 2
     assert b.tokens[:, :2].tolist() == [[1, 1], [1, 1], [0, 1], [0, 1], [0, 2], [0, 2]]  # slot 2 stays uniform
     assert b.advantages.tolist() == [0.5, -0.5, -0.5, 0.5, 0, 0]
 
 
 def test_without_dynamic_sampling_one_round_is_the_batch(monkeypatch):
     calls = fake_rounds(monkeypatch, [[1, 1, 0, 0, 0, 0]])
-    b = train.rollout(fake_run(0), None, 0)
-    assert calls == [(0, 3)] and b.rounds == 1
+    b, sampling = train.rollout(fake_run(0), None, 0)
+    assert calls == [(0, 3)] and sampling == {}  # no --dynamic-sampling: nothing of it in the metrics
     assert b.tokens[:, :2].tolist() == [[0, 0], [0, 0], [0, 1], [0, 1], [0, 2], [0, 2]]
 
 

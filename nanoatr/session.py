@@ -1,0 +1,185 @@
+"""A training run's life around the loop: its folder and lock, resuming, the metrics log, checkpoints
+on schedule, Ctrl-C / SIGTERM, the CPU thread count, and one-line errors. train.py reads:
+
+    with Session(argv, ...) as session:        # flags, the run folder made (or resumed) and locked
+        run = setup(session)                   # what a step needs; a bad file is one `error:` line
+        for step in session.steps(...):        # from the checkpoint's step; checkpoints every --save-every
+            session.log(grpo_step(run, step))  #   and at the end; Ctrl-C / SIGTERM: after this step, saved
+
+Whatever goes wrong is one `error:` line and an exit code: a bad flag or file before training (the
+new run folder is then removed: nothing is left behind), a full or read-only disk while saving or
+logging (earlier checkpoints are intact), a second Ctrl-C (the last checkpoint is named). The files
+themselves (atomic checkpoints, the log, the lock) are nanoatr/checkpoint.py's.
+"""
+import signal
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from nanoatr import checkpoint, distributed, lora
+from nanoatr.checkpoint import CheckpointError, RunLog
+from nanoatr.config import (ConfigError, TrainConfig, apply_preset, die, hparam_flags, parse, preset_help, resolve,
+                            resumed_config)
+from nanoatr.data import DataError
+from nanoatr.model import ModelError
+from nanoatr.tokenizer import TokenizerError
+
+START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
+                distributed.DeviceError)
+
+
+class Finished(Exception):
+    """The run has nothing left to do (a finished run resumed): not an error."""
+
+
+class Session:
+    """A run folder opened for training (a context manager); see the module's docstring."""
+
+    def __init__(self, argv=None, doc: str = ""):
+        self.lock = self.log = self.bar = None
+        self.training = False
+        self.stopped_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
+        cfg, extra, given = parse(TrainConfig, argv, doc, hparam_flags, epilog=preset_help())
+        self.cfg, self.extra, self.given = cfg, extra, given
+
+    def __enter__(self) -> "Session":
+        try:
+            self.open()
+        except Finished as done:
+            self.close()
+            print(done)
+            raise SystemExit(0)
+        except START_ERRORS as e:
+            self.fail(e)
+        except KeyboardInterrupt:
+            self.fail("interrupted during start-up", 130)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def open(self):
+        """Flags resolved, the run folder made or resumed and locked, the checkpoint to start from read."""
+        if self.cfg.resume:
+            cfg, extra = resumed_config(self.cfg, self.extra, self.given)
+        else:
+            cfg, extra = apply_preset(self.cfg, self.given), self.extra
+        self.d = d = distributed.setup(cfg.device)
+        self.cfg = cfg = resolve(cfg, extra, d.world, self.given)
+        # The run folder first, before minutes of loading: a used name, a second process on the same
+        # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
+        self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
+            cfg.name or checkpoint.unique_name(cfg.clip), d)
+        if d.main:
+            self.lock = checkpoint.resume_run(self.dir) if cfg.resume else checkpoint.create_run(cfg.out_dir,
+                                                                                                 self.dir.name)
+        distributed.barrier(d)  # rank 0 has repaired the folder before anyone reads it
+        self.checkpoint = checkpoint.latest(self.dir) if cfg.resume else None
+        # step and optimizer state, read once (it is big)
+        self.state = checkpoint.load_state(self.checkpoint) if self.checkpoint else {"step": 0}
+        self.start = self.state["step"]
+        if self.start > cfg.steps:
+            raise ConfigError(f"--steps {cfg.steps} is before the checkpoint's step {self.start} in {self.dir}: "
+                              f"give --steps {self.start} or more")
+        self.log = RunLog.open(self.dir, resume_step=self.start if cfg.resume else None) if d.main else None
+        if self.start == cfg.steps and d.main and (not cfg.eval_data or self.log.has(cfg.steps)):
+            raise Finished(f"run {self.dir} is finished (step {self.start} of {cfg.steps}, evaluated): nothing to "
+                           f"do; --resume {self.dir} --steps N with N > {self.start} trains further")
+        self.threads = distributed.CpuThreads(cfg.threads, d.device)
+
+    def started(self, weights, optimizer, tokenizer_files: dict):
+        """Setup is done: what the checkpoints save; the run's config.json written."""
+        self.weights, self.optimizer, self.tokenizer_files = weights, optimizer, tokenizer_files
+        if self.d.main:
+            checkpoint.write_json_atomic(self.dir / "config.json", asdict(self.cfg))
+
+    def steps(self, progress=None):
+        """The steps from the checkpoint's to --steps, under a progress bar (`progress(row)`: its fields).
+        After each: a checkpoint every --save-every steps and at the last; on Ctrl-C / SIGTERM a
+        checkpoint, and the loop ends (the exit then names the signal)."""
+        cfg, d = self.cfg, self.d
+        self.training, self.progress = True, progress
+        with distributed.Stop() as stop, tqdm(range(self.start, cfg.steps), initial=self.start, total=cfg.steps,
+                                              desc="train", unit="step", disable=not d.main) as self.bar:
+            try:
+                for step in self.bar:
+                    self.thread_count = self.threads.adjust()
+                    yield step
+                    if stop.requested(d):
+                        self.save(step + 1)
+                        distributed.barrier(d)
+                        self.stopped_at = (step + 1, stop.signal)
+                        return
+                    if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                        self.save(step + 1)
+            finally:
+                self.bar = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.stopped_at is not None
+
+    def save(self, step: int):
+        if self.d.main:
+            checkpoint.save(self.dir, self.weights, self.tokenizer_files,
+                            {"step": step, "optimizer": self.optimizer.state_dict()}, keep=self.cfg.keep_checkpoints)
+
+    def log_step(self, row: dict):
+        """A step's metrics line, and the progress bar's fields."""
+        if self.d.main:
+            self.log.write(row | {"threads": self.thread_count})
+            if self.progress:
+                self.bar.set_postfix(self.progress(row))
+
+    def say(self, line: str | None):
+        """Print a line (None: nothing), on rank 0 only; above the progress bar while it runs."""
+        if line is not None and self.d.main:
+            tqdm.write(line) if self.bar is not None else print(line, flush=True)
+
+    def __exit__(self, kind, error, tb):
+        try:
+            if kind is None and self.stopped:
+                step, signum = self.stopped_at
+                die(f"stopped by {signal.Signals(signum).name} after step {step}; checkpoint saved "
+                    f"(continue with --resume {self.dir})", 128 + signum)
+            if kind is not None and issubclass(kind, START_ERRORS) and not self.training:
+                self.fail(error)
+            if kind is CheckpointError:  # disk full or read-only while saving or logging: earlier checkpoints intact
+                die(str(error), 1)
+            if kind is KeyboardInterrupt:
+                self.interrupted()
+        finally:
+            self.close()
+        return False
+
+    def fail(self, error, code: int = 2):
+        """One line for an error before training; a new run folder with nothing in it is removed."""
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        if self.lock is not None and not self.cfg.resume:
+            checkpoint.discard_run(self.lock)  # nothing was written: no empty run folder is left behind
+            self.lock = None
+        self.close()
+        die(str(error), code)
+
+    def interrupted(self):
+        """Ctrl-C during start-up, or a second one while training: stop at once, say where things stand."""
+        if not self.training:
+            self.fail("interrupted during start-up", 130)
+        try:
+            last = checkpoint.latest(self.dir)
+        except CheckpointError:
+            last = None
+        die(f"interrupted; the last checkpoint is {last or 'not written yet'}"
+            + (f" (continue with --resume {self.dir})" if last else ""), 130)
+
+    def close(self):
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+        distributed.shutdown()
