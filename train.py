@@ -15,7 +15,6 @@ The run folder, checkpoints, resuming and signals are nanoatr/session.py's; the 
 TrainConfig. A first reading without DDP, chunks, dynamic sampling or checkpoints: grpo.py (~100 lines).
 """
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,14 +24,14 @@ import torch
 from torch import nn
 
 from nanoatr import distributed, lora
-from nanoatr.config import ConfigError, TrainConfig
+from nanoatr.config import TrainConfig
 from nanoatr.data import TASKS, load_problems
 from nanoatr.evaluate import check_budgets, during_training
-from nanoatr.loss import aggregate, group_advantages, kl_to_reference, own_metrics, policy_loss
+from nanoatr.loss import aggregate, group_advantages, kl_to_reference, merge_stats, policy_loss, progress, uniform_groups
 from nanoatr.methods import needs
 from nanoatr.model import Qwen3
 from nanoatr.rollout import Rollout, generate
-from nanoatr.scoring import Reference, Scorer, full_kl
+from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
 from nanoatr.session import Session
 from nanoatr.tokenizer import completion_texts, encode_prompts, load_tokenizer, stop_strings, stop_token_ids
 from nanoatr.checkpoint import read_tokenizer_files
@@ -133,12 +132,6 @@ def grade(run: Run, out: Rollout, golds: list[str]) -> torch.Tensor:
     return torch.tensor([float(run.reward(text, gold)) for text, gold in zip(texts, golds)])
 
 
-def uniform_groups(rewards: torch.Tensor, G: int) -> list[int]:
-    """Indices of the groups whose G rewards are all equal (zero advantage: no gradient)."""
-    groups = rewards.view(-1, G)
-    return (groups == groups[:, :1]).all(1).nonzero()[:, 0].tolist()
-
-
 # 4. pi_old: what every ratio of the step is taken against
 
 class OldLogprobs:
@@ -179,7 +172,7 @@ def old_logprobs(run: Run, batch: Rollout, first: torch.Tensor) -> OldLogprobs:
     rest[first] = False
     rows, micro = rest.nonzero()[:, 0], micro_batch(run, len(first))
     for i in range(0, len(rows), micro):
-        old.keep(rows[i:i + micro], run.score(*unpadded(batch, rows[i:i + micro])[:3], run.cfg.temperature,
+        old.keep(rows[i:i + micro], run.score(*batch.unpadded(rows[i:i + micro])[:3], run.cfg.temperature,
                                               return_hidden=old.keeps_hidden))
     return old
 
@@ -197,7 +190,7 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, fi
     micro, stats, losses = micro_batch(run, len(rows)), [], []
     for j in range(0, len(rows), micro):
         sel = rows[j:j + micro]
-        prompt_ids, prompt_mask, tokens, mask = unpadded(batch, sel)  # (b, P'), (b, T')
+        prompt_ids, prompt_mask, tokens, mask = batch.unpadded(sel)  # (b, P'), (b, T'): no shared padding
         T = tokens.shape[1]
         with distributed.accumulating(run.score, sync=j + micro >= len(rows)):
             new = run.score(prompt_ids, prompt_mask, tokens, cfg.temperature, with_entropy=True,
@@ -227,36 +220,8 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, fi
     return {"stats": stats, "losses": losses, "grad_norm": grad_norm}
 
 
-def check_sampler_agrees(logp, sampler_logp, mask, dtype: str) -> float:
-    """Max |log-prob the trainer scores - log-prob the sampler drew with| over real tokens.
-
-    Both are pi_old's log-probs of the same tokens, computed by different code (a full forward vs the
-    KV-cache decode), so in float32 they agree up to rounding (~1e-5 on the embedded default). A gap
-    over 1e-2 is a bug -- a temperature applied on one side only, dropout, completions shifted by a
-    token -- and fails loudly rather than training on wrong ratios. In bfloat16 the rounding alone can
-    reach that on rare tokens, so the gap is only logged there.
-    """
-    gap = float(((logp.detach() - sampler_logp).abs() * mask).max()) if mask.any() else 0.0
-    if dtype == "float32" and gap > 1e-2:
-        raise RuntimeError(f"the trainer's log-probs differ from the sampler's by up to {gap:.2e}: they score "
-                           "different distributions (temperature? dropout? completions misaligned?)")
-    return gap
-
-
 def micro_batch(run: Run, rows: int) -> int:
     return run.cfg.micro_batch or rows
-
-
-def unpadded(b: Rollout, sel):
-    """Rows `sel` of a batch without the padding they all share: (prompt ids, prompt mask, tokens, mask),
-    prompts cut to the longest of them (left padding) and completions to the longest (right padding).
-    The micro-batch's forward is then on real positions only (the whole step's longest row sets the
-    batch's width). Exact up to kernel rounding: positions come from the mask, and causal attention
-    never looks at the later (padding) positions."""
-    P = b.prompt_ids.shape[1]
-    start = P - int(b.prompt_mask[sel].sum(-1).max())
-    T = max(1, int(b.mask[sel].sum(-1).max()))
-    return b.prompt_ids[sel, start:], b.prompt_mask[sel, start:], b.tokens[sel, :T], b.mask[sel, :T]
 
 
 @torch.no_grad()
@@ -293,26 +258,6 @@ def metrics(run: Run, b: Rollout, updates: list[dict], sampling: dict) -> dict:
     return row | merge_stats(distributed.all_gather([s for u in updates for s in u["stats"]], d))
 
 
-def merge_stats(stats: list[dict]) -> dict:
-    """Token-weighted means over micro-batches; min/max where the name says so."""
-    out, weight = {}, sum(s["_tokens"] for s in stats) or 1.0
-    for k in stats[0]:
-        if k == "_tokens":
-            continue
-        values = [s[k] for s in stats]
-        out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else \
-            sum(v * s["_tokens"] for v, s in zip(values, stats)) / weight
-    return out
-
-
-def progress(row: dict, clip: str) -> dict:
-    """The progress bar's fields: accuracy, the share of tokens cut, what the method itself acts on (its
-    divergence, gate or cut metric; the ratio range for plain ratio clips), completion length."""
-    own = {k: f"{row[k]:.4f}" for k in own_metrics(clip)} or {"w": f"[{row['ratio_min']:.2f},{row['ratio_max']:.2f}]"}
-    return {"acc": f"{row['accuracy']:.2f}", "cut": f"{row['clip_frac_low'] + row['clip_frac_high']:.3f}", **own,
-            "len": f"{row['completion_len']:.0f}"}
-
-
 # ----------------------------------------------------------------------------
 # The loop, and what it needs
 
@@ -342,9 +287,9 @@ def train(run: Run, problems, eval_sets: dict, session: Session):
 
 
 def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | None:
-    """Mean@k / Pass@k on the held-out files, logged (none: None; already logged for this step: not redone)."""
+    """Mean@k / Pass@k on the held-out files, logged; None without files, or if this step's is logged."""
     cfg = run.cfg
-    if not eval_sets or (run.d.main and session.log.has(step)):
+    if not eval_sets or session.evaluated(step):
         return None
     with run.precision():
         results, samples = during_training(
@@ -352,10 +297,7 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
             max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens, temperature=cfg.eval_temperature,
             top_p=cfg.eval_top_p, sampler=cfg.sampler, stop_ids=run.eos_ids, prompt_kw=run.prompt_kw, stops=cfg.stop,
             reward=run.reward)
-    if run.d.main:
-        for name, rows in samples.items():
-            session.log.samples(step, name, rows)
-        session.log.write({"step": step, **results})
+    session.log_eval(step, results, samples)
     return results
 
 
@@ -363,18 +305,15 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     """The policy, its optimizer, tokenizer, problems and reward: (Run, training problems, held-out sets)."""
     cfg, d = session.cfg, session.d
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
-    model, peft_model = load_policy(cfg, session.checkpoint, d.device)
+    model, peft_model = lora.load_policy(cfg, session.checkpoint, d.device)  # full weights, or a base + LoRA
     tok_dir = session.checkpoint or cfg.model
     tok = load_tokenizer(tok_dir)
     prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
     problems = load_problems(cfg.data)
     eval_sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
-    budgets = [(cfg.data, problems, cfg.max_new_tokens, "--max-new-tokens")] + [
+    check_budgets(tok, [(cfg.data, problems, cfg.max_new_tokens, "--max-new-tokens")] + [
         (f, eval_sets[Path(f).stem], cfg.eval_max_new_tokens or cfg.max_new_tokens, "--eval-max-new-tokens")
-        for f in cfg.eval_data]
-    problem = check_budgets(tok, budgets, model.config.max_position_embeddings, prompt_kw)
-    if problem:
-        raise ConfigError(problem)
+        for f in cfg.eval_data], model.config.max_position_embeddings, prompt_kw)
     precision = distributed.precision(cfg.dtype, d.device)
     ref = None
     if cfg.beta > 0:  # the starting policy: adapters off, or (full fine-tuning) a frozen copy
@@ -385,59 +324,19 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     if session.checkpoint is not None:
         opt.load_state_dict(session.state.pop("optimizer"))
     session.started(peft_model or model, opt, read_tokenizer_files(tok_dir))
-    share = cfg.prompts_per_step // d.world
-    shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.rollout_batch or share, cfg.group_size, d.rank, d.world)
+    shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.rollout_batch or cfg.prompts_per_step // d.world,
+                              cfg.group_size, d.rank, d.world)
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
               stop_token_ids(tok, tok_dir, cfg.model), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, shard, d,
               precision, peft_model, ref, prompt_kw)
-    describe(run, len(problems), session)
+    session.describe(model, trained, len(problems), beta=bool(ref))
     return run, problems, eval_sets
-
-
-def describe(run: Run, n_problems: int, session: Session):
-    """The run's first lines: what trains, on what, with which clipping rule."""
-    cfg, model = run.cfg, run.model
-    if cfg.minibatches * cfg.epochs == 1 and run.d.main:
-        print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
-              f"--clip {cfg.clip} has no effect; use --minibatches or --epochs > 1", file=sys.stderr)
-    trained = sum(p.numel() for p in run.trained)
-    session.say(f"run {session.dir}: {model.num_parameters() / 1e6:.2f}M parameters ({trained / 1e6:.2f}M trained"
-                f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {n_problems} training problems, "
-                f"{run.d.world} x {run.d.device.type}, --clip {cfg.clip} {cfg.hparams}"
-                + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
-                   if run.ref else "") + (f", from step {session.start}" if session.start else ""))
 
 
 def make_optimizer(cfg: TrainConfig, trained: list):
     """AdamW over the trained parameters, fused (one kernel for all of them, on CPU ~8x faster than the
     per-parameter loop at 58M parameters)."""
     return torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99), fused=True)
-
-
-def load_policy(cfg: TrainConfig, ckpt: Path | None, device):
-    """(our Qwen3, the PeftModel around it under LoRA or None): full weights, or the base with adapters.
-
-    Trained weights are float32 whatever --dtype (AdamW on bf16 weights loses small updates); under
-    LoRA the frozen base is stored in --dtype and peft keeps the adapters in float32.
-    """
-    if lora.is_adapter_dir(cfg.model):
-        raise ConfigError(f"--model {cfg.model} is a LoRA adapter; train on its merged model instead "
-                          f"(python scripts/merge_adapter.py --adapter {cfg.model} --out DIR)")
-    if ckpt is not None and lora.is_adapter_dir(ckpt) != bool(cfg.lora_rank):
-        held = "an adapter" if cfg.lora_rank == 0 else "full weights"
-        raise ConfigError(f"--resume: the checkpoint {ckpt} holds {held} but the run has --lora-rank {cfg.lora_rank}")
-    if not cfg.lora_rank:
-        model, peft_model = Qwen3.from_pretrained(ckpt or cfg.model, device=device), None
-    else:
-        model = Qwen3.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype), device=device)
-        base = cfg.base_name or cfg.model
-        peft_model = lora.add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, base=base) \
-            if ckpt is None else lora.load_adapter(model, ckpt, trainable=True, model_dir=cfg.model, base=base)
-        peft_model.to(device)
-    # Non-reentrant checkpointing (model.py) gives LoRA its gradients even though the frozen
-    # embedding's output does not require grad (the reentrant kind would silently give none).
-    model.gradient_checkpointing = cfg.grad_checkpoint
-    return model, peft_model
 
 
 def main(argv=None):

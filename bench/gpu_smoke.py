@@ -88,7 +88,7 @@ def main(argv=None):
     with torch.device(d.device):
         model = Qwen3(Qwen3Config(**shape))
     init_weights(model, std=0.02, seed=0)
-    # As train.load_policy: frozen weights in --dtype, trained ones float32.
+    # As lora.load_policy: frozen weights in --dtype, trained ones float32.
     model.to(getattr(torch, args.dtype) if args.lora_rank else torch.float32)
     weights = lora.add_adapters(model, args.lora_rank, cfg.lora_alpha or 2.0 * args.lora_rank, lora.TARGETS, "random") \
         if args.lora_rank else model

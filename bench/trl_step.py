@@ -30,7 +30,7 @@ TrainerCallback runs our step k right after TRL's step k ends, and TRL's step k+
 then to its on_step_end -- so TRL's time includes everything its loop does between two optimizer
 steps (fetching the batch, tokenising, logging), as a user's run pays it. Our step is
 train.grpo_step (train.rollout + train.optimize + the metrics line), on a train.Run built by hand as
-train.py builds it (train.load_policy, Scorer, AdamW as in train.setup).
+train.py builds it (lora.load_policy, Scorer, AdamW as in train.setup).
 
 How TRL is configured (GRPOConfig), and what it maps to in ours (TrainConfig):
   per_device_train_batch_size=16, gradient_accumulation_steps=4   micro_batch=16; minibatches=1
@@ -192,7 +192,7 @@ def build_58m(out: Path, seed: int = 0):
 
 def ours_setup(model_dir: Path, args, phases: Phases):
     import train
-    from nanoatr import distributed
+    from nanoatr import distributed, lora
     from nanoatr.config import TrainConfig, resolve
     from nanoatr.distributed import Dist
     from nanoatr.scoring import Scorer
@@ -203,7 +203,7 @@ def ours_setup(model_dir: Path, args, phases: Phases):
                               top_k=0, lr=args.lr, weight_decay=0.0, grad_clip=1.0, aggregation="dr-grpo",
                               std_normalize=False, beta=0.0, clip=args.clip, compile=args.compile), {})
     d = Dist(0, 1, torch.device("cpu"))
-    model, peft_model = train.load_policy(cfg, None, d.device)
+    model, peft_model = lora.load_policy(cfg, None, d.device)
     tok = load_tokenizer(model_dir)
     precision = distributed.precision(cfg.dtype, d.device)
     trained = [p for p in model.parameters() if p.requires_grad]

@@ -124,13 +124,16 @@ def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, 
     return results, samples
 
 
-def check_budgets(tokenizer, files: list[tuple], positions: int, prompt_kw: dict | None = None) -> str | None:
-    """`fits` for each (file name, problems, budget, flag): the first problem, as one line, or None."""
+def check_budgets(tokenizer, files: list[tuple], positions: int, prompt_kw: dict | None = None):
+    """`fits` for each (file name, problems, budget, flag); the first problem raises a ValueError (one line)."""
     for name, problems, budget, flag in files:
         problem = fits(tokenizer, problems, budget, positions, name, flag, prompt_kw)
         if problem:
-            return problem
-    return None
+            raise BudgetError(problem)
+
+
+class BudgetError(ValueError):
+    """A prompt plus its completion budget that does not fit the model's positions; one line for the user."""
 
 
 # ---------------------------------------------------------------------------

@@ -186,6 +186,33 @@ def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu") -> tu
     return model.eval(), dirs
 
 
+def load_policy(cfg, ckpt: Path | None, device):
+    """train.py's policy from its flags (cfg: config.TrainConfig) and the checkpoint it resumes from, if any:
+    (our Qwen3, the PeftModel around it under LoRA or None), full weights or the base with adapters.
+
+    Trained weights are float32 whatever --dtype (AdamW on bf16 weights loses small updates); under
+    LoRA the frozen base is stored in --dtype and peft keeps the adapters in float32.
+    """
+    if is_adapter_dir(cfg.model):
+        raise AdapterError(f"--model {cfg.model} is a LoRA adapter; train on its merged model instead "
+                           f"(python scripts/merge_adapter.py --adapter {cfg.model} --out DIR)")
+    if ckpt is not None and is_adapter_dir(ckpt) != bool(cfg.lora_rank):
+        held = "an adapter" if cfg.lora_rank == 0 else "full weights"
+        raise AdapterError(f"--resume: the checkpoint {ckpt} holds {held} but the run has --lora-rank {cfg.lora_rank}")
+    if not cfg.lora_rank:
+        model, peft_model = Qwen3.from_pretrained(ckpt or cfg.model, device=device), None
+    else:
+        model = Qwen3.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype), device=device)
+        base = cfg.base_name or cfg.model
+        peft_model = add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, base=base) \
+            if ckpt is None else load_adapter(model, ckpt, trainable=True, model_dir=cfg.model, base=base)
+        peft_model.to(device)
+    # Non-reentrant checkpointing (model.py) gives LoRA its gradients even though the frozen
+    # embedding's output does not require grad (the reentrant kind would silently give none).
+    model.gradient_checkpointing = cfg.grad_checkpoint
+    return model, peft_model
+
+
 def save_adapter(peft_model, path):
     """adapter_config.json + adapter_model.safetensors, as peft writes them for transformers' models."""
     config = peft_model.peft_config["default"]

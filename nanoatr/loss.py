@@ -76,6 +76,12 @@ def group_advantages(rewards: Tensor, group_size: int, normalize_std: bool = Fal
 # ----------------------------------------------------------------------------
 # Per-token loss and metrics
 
+def uniform_groups(rewards: torch.Tensor, G: int) -> list[int]:
+    """Indices of the groups whose G rewards are all equal (zero advantage: no gradient)."""
+    groups = rewards.view(-1, G)
+    return (groups == groups[:, :1]).all(1).nonzero()[:, 0].tolist()
+
+
 def token_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
                full_kl: Optional[Tensor] = None, generator: Optional[torch.Generator] = None,
                **hparams) -> tuple[Tensor, dict[str, Tensor]]:
@@ -258,3 +264,26 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
                       "using the eager loss from now on (pass --no-compile to skip compiling)")
         _EAGER.add(method)
         return _fused_loss(*args)
+
+
+# ----------------------------------------------------------------------------
+# A step's loss metrics, merged over micro-batches and ranks, and the progress bar's share of them
+
+def merge_stats(stats: list[dict]) -> dict:
+    """Token-weighted means over micro-batches; min/max where the name says so."""
+    out, weight = {}, sum(s["_tokens"] for s in stats) or 1.0
+    for k in stats[0]:
+        if k == "_tokens":
+            continue
+        values = [s[k] for s in stats]
+        out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else \
+            sum(v * s["_tokens"] for v, s in zip(values, stats)) / weight
+    return out
+
+
+def progress(row: dict, clip: str) -> dict:
+    """The progress bar's fields: accuracy, the share of tokens cut, what the method itself acts on (its
+    divergence, gate or cut metric; the ratio range for plain ratio clips), completion length."""
+    own = {k: f"{row[k]:.4f}" for k in own_metrics(clip)} or {"w": f"[{row['ratio_min']:.2f},{row['ratio_max']:.2f}]"}
+    return {"acc": f"{row['accuracy']:.2f}", "cut": f"{row['clip_frac_low'] + row['clip_frac_high']:.3f}", **own,
+            "len": f"{row['completion_len']:.0f}"}

@@ -48,6 +48,16 @@ class Rollout(NamedTuple):
         """Rows `rows` (an index tensor, list or slice) of every field."""
         return Rollout(*(None if x is None else x[rows] for x in self))
 
+    def unpadded(self, rows):
+        """Rows `rows` without the padding they all share: (prompt ids, prompt mask, tokens, mask), prompts
+        cut to the longest of them (left padding) and completions to the longest (right padding). A
+        micro-batch's forward is then on real positions only (the step's longest row sets the batch's
+        width). Exact up to kernel rounding: positions come from the mask, and causal attention never
+        looks at the later (padding) positions."""
+        start = self.prompt_ids.shape[1] - int(self.prompt_mask[rows].sum(-1).max())
+        T = max(1, int(self.mask[rows].sum(-1).max()))
+        return self.prompt_ids[rows, start:], self.prompt_mask[rows, start:], self.tokens[rows, :T], self.mask[rows, :T]
+
     @staticmethod
     def cat(parts: "list[Rollout]", pad_id: int, width: int = 0) -> "Rollout":
         """Rollouts one below the other: prompts left-padded to the longest, completions right-padded

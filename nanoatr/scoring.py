@@ -231,3 +231,19 @@ class Reference:
         """log pi_ref (B, T) of the completion tokens, at the sampling temperature (as the policy is scored)."""
         with self.adapters_off(), self.precision():
             return score(self.model, prompt_ids, prompt_mask, tokens, temperature).logp
+
+
+def check_sampler_agrees(logp, sampler_logp, mask, dtype: str) -> float:
+    """Max |log-prob the trainer scores - log-prob the sampler drew with| over real tokens.
+
+    Both are pi_old's log-probs of the same tokens, computed by different code (a full forward vs the
+    KV-cache decode), so in float32 they agree up to rounding (~1e-5 on the embedded default). A gap
+    over 1e-2 is a bug -- a temperature applied on one side only, dropout, completions shifted by a
+    token -- and fails loudly rather than training on wrong ratios. In bfloat16 the rounding alone can
+    reach that on rare tokens, so the gap is only logged there.
+    """
+    gap = float(((logp.detach() - sampler_logp).abs() * mask).max()) if mask.any() else 0.0
+    if dtype == "float32" and gap > 1e-2:
+        raise RuntimeError(f"the trainer's log-probs differ from the sampler's by up to {gap:.2e}: they score "
+                           "different distributions (temperature? dropout? completions misaligned?)")
+    return gap

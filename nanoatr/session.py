@@ -12,6 +12,7 @@ logging (earlier checkpoints are intact), a second Ctrl-C (the last checkpoint i
 themselves (atomic checkpoints, the log, the lock) are nanoatr/checkpoint.py's.
 """
 import signal
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,11 +23,12 @@ from nanoatr.checkpoint import CheckpointError, RunLog
 from nanoatr.config import (ConfigError, TrainConfig, apply_preset, die, hparam_flags, parse, preset_help, resolve,
                             resumed_config)
 from nanoatr.data import DataError
+from nanoatr.evaluate import BudgetError
 from nanoatr.model import ModelError
 from nanoatr.tokenizer import TokenizerError
 
 START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
-                distributed.DeviceError)
+                distributed.DeviceError, BudgetError)
 
 
 class Finished(Exception):
@@ -136,6 +138,30 @@ class Session:
         """Print a line (None: nothing), on rank 0 only; above the progress bar while it runs."""
         if line is not None and self.d.main:
             tqdm.write(line) if self.bar is not None else print(line, flush=True)
+
+    def describe(self, model, trained: list, n_problems: int, beta: bool):
+        """The run's first lines: what trains, on what, with which clipping rule (and a warning if it is inert)."""
+        cfg = self.cfg
+        if cfg.minibatches * cfg.epochs == 1 and self.d.main:
+            print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
+                  f"--clip {cfg.clip} has no effect; use --minibatches or --epochs > 1", file=sys.stderr)
+        n = sum(p.numel() for p in trained)
+        self.say(f"run {self.dir}: {model.num_parameters() / 1e6:.2f}M parameters ({n / 1e6:.2f}M trained"
+                 f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {n_problems} training problems, "
+                 f"{self.d.world} x {self.d.device.type}, --clip {cfg.clip} {cfg.hparams}"
+                 + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
+                    if beta else "") + (f", from step {self.start}" if self.start else ""))
+
+    def evaluated(self, step: int) -> bool:
+        """This step's evaluation is already in the log (a resumed run)."""
+        return self.d.main and self.log.has(step)
+
+    def log_eval(self, step: int, results: dict, samples: dict):
+        """An evaluation's line of metrics.jsonl, and a few of its completions per file in samples.jsonl."""
+        if self.d.main:
+            for name, rows in samples.items():
+                self.log.samples(step, name, rows)
+            self.log.write({"step": step, **results})
 
     def __exit__(self, kind, error, tb):
         try:

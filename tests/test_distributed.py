@@ -11,7 +11,6 @@ import torch
 from safetensors.torch import load_file
 
 import train
-from nanoatr.config import TrainConfig
 from nanoatr.distributed import Shard
 
 ROOT = Path(__file__).resolve().parent.parent
