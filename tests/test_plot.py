@@ -22,7 +22,9 @@ def _has_matplotlib() -> bool:
 
 # matplotlib is optional (requirements-dev.txt): only the tests that draw skip without it; the rest of
 # the module (the numbers behind the figures, the error lines, the install hint) runs everywhere.
-draws = pytest.mark.skipif(not _has_matplotlib(), reason="draws a figure: needs matplotlib (pip install matplotlib)")
+# test_sweep.py and test_theory.py use the same flag for their figures.
+HAS_MATPLOTLIB = _has_matplotlib()
+draws = pytest.mark.skipif(not HAS_MATPLOTLIB, reason="draws a figure: needs matplotlib (pip install matplotlib)")
 
 
 def make_run(root, name, clip, steps=30, eval_every=10):
