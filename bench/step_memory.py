@@ -8,7 +8,7 @@ then forward with entropy, the kl3 loss, backward and AdamW, on a batch shaped l
 (8 completions of 2048 tokens), with a random 1-layer Qwen3 whose hidden size is small (the
 vocabulary dominates the memory either way) and LoRA r 32 as in the paper. Each variant runs in a fresh
 subprocess and reports its peak RSS above the RSS it had once model and batch existed (bench/loss.py's
-method and helper). "naive" swaps loss.token_logprobs for token_logprobs_naive (one full (B, T, V)
+method and helper). "naive" swaps scoring.token_logprobs for token_logprobs_naive (one full (B, T, V)
 float32 log-softmax): at 8 x 2048 x 151,936 a single such tensor is 9.96 GB and the naive step would
 need several, so it runs on --naive-rows rows only.
 """
@@ -28,18 +28,23 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from loss import rss_mb  # noqa: E402  (bench/loss.py)
 
 
-def child(variant: str, rows: int, T: int, V: int, D: int, lora_rank: int) -> dict:
-    """Runs in a subprocess: one train.optimize step; its peak RSS (MB) above the RSS before it."""
+def naive_token_logprobs(h, w, y, temperature=1.0, chunk_size=0, with_entropy=False):
+    """scoring.token_logprobs as the naive path computes it: one full (B, T, V) float32 log-softmax."""
+    from nanoatr.scoring import token_logprobs_naive
+    return token_logprobs_naive(h, w, y, temperature=temperature, with_entropy=with_entropy)
+
+
+def step_inputs(rows: int, T: int, V: int, D: int, lora_rank: int):
+    """(train.Run, rollout.Rollout) of the measured step: a random 1-layer Qwen3 of vocabulary V and hidden
+    size D (LoRA r lora_rank, 0 = full fine-tuning), `rows` completions of T tokens after 16-token prompts.
+    tests/test_memory.py runs train.optimize on them too."""
     import train
-    from nanoatr import loss, lora
+    from nanoatr import lora
     from nanoatr.config import TrainConfig, resolve
     from nanoatr.distributed import Dist, Shard
     from nanoatr.rollout import Rollout
     from nanoatr.scoring import Scorer
     from nanoatr.model import Qwen3, Qwen3Config, init_weights
-    if variant == "naive":  # rollout.score imports token_logprobs from nanoatr.loss at each call
-        loss.token_logprobs = lambda h, w, y, temperature=1.0, chunk_size=0, with_entropy=False: \
-            loss.token_logprobs_naive(h, w, y, temperature=temperature, with_entropy=with_entropy)
     cfg = resolve(TrainConfig(prompts_per_step=1, group_size=rows, minibatches=1, micro_batch=rows,
                                           max_new_tokens=T, lora_rank=lora_rank, compile=False), {})
     model = Qwen3(Qwen3Config(vocab_size=V, hidden_size=D, intermediate_size=2 * D, num_hidden_layers=1,
@@ -56,6 +61,16 @@ def child(variant: str, rows: int, T: int, V: int, D: int, lora_rank: int) -> di
     batch = Rollout(torch.randint(0, V, (rows, 16), generator=g), torch.ones(rows, 16, dtype=torch.bool),
                     torch.randint(0, V, (rows, T), generator=g), None, torch.ones(rows, T, dtype=torch.bool),
                     torch.ones(rows, dtype=torch.bool), rewards, torch.randn(rows, generator=g))
+    return run, batch
+
+
+def child(variant: str, rows: int, T: int, V: int, D: int, lora_rank: int) -> dict:
+    """Runs in a subprocess: one train.optimize step; its peak RSS (MB) above the RSS before it."""
+    import train
+    from nanoatr import scoring
+    if variant == "naive":  # scoring.score looks token_logprobs up in its module at each call
+        scoring.token_logprobs = naive_token_logprobs
+    run, batch = step_inputs(rows, T, V, D, lora_rank)
     before = rss_mb()
     t0 = time.perf_counter()
     train.optimize(run, batch, step=0)

@@ -30,12 +30,22 @@ def test_groups_are_consecutive_not_interleaved():
 
 
 @pytest.mark.parametrize("normalize_std", [False, True])
-@pytest.mark.parametrize("value", [0.0, 1.0, 0.1, 1 / 3, 1234.567])
-def test_equal_rewards_give_exactly_zero(value, normalize_std):
-    # 0.1 and 1/3 are not representable: the mean of 7 float32 copies leaves a rounding residue
-    rewards = torch.full((7,), value, dtype=torch.float32)
-    out = group_advantages(torch.cat([rewards, torch.tensor([0.0, 1, 0, 1, 0, 1, 0])]), 7, normalize_std)
-    assert torch.equal(out[:7], torch.zeros(7))
+@pytest.mark.parametrize("value, dtype, residue", [
+    (0.0, torch.float32, False), (1.0, torch.float32, False), (0.1, torch.float32, False),
+    (1 / 3, torch.float32, False), (1234.567, torch.float32, False),
+    (0.1, torch.float64, True), (0.7, torch.float64, True), (1234.567, torch.float64, True)])
+def test_equal_rewards_give_exactly_zero(value, dtype, residue, normalize_std):
+    """A group whose rewards are all equal has no advantage: exactly 0, not a rounding residue that
+    normalize_std would blow up. The means are taken in float64, where 7 float32 copies sum and
+    divide exactly (no residue: those cases pass even without the equal-rewards guard), but 7
+    float64 copies of 0.1, 0.7 or 1234.567 do not: their mean is a few ulps off, and only the guard
+    (group_advantages' `equal`) makes those advantages 0."""
+    rewards = torch.full((7,), value, dtype=dtype)
+    as_used = rewards.double()  # what group_advantages takes the mean of
+    assert bool((as_used - as_used.mean()).abs().max() > 0) == residue  # the case exercises the guard, or not
+    out = group_advantages(torch.cat([rewards, torch.tensor([0.0, 1, 0, 1, 0, 1, 0], dtype=dtype)]), 7, normalize_std)
+    assert out.dtype == dtype
+    assert torch.equal(out[:7], torch.zeros(7, dtype=dtype))
     assert out[7:].abs().sum() > 0 and torch.isfinite(out).all()
 
 

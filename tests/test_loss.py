@@ -641,7 +641,10 @@ def test_chunked_logprobs_float32_and_bfloat16():
     close(ent, ref_ent)
     logp16, _ = S.token_logprobs(hidden.bfloat16(), weight.bfloat16(), targets, chunk_size=4)
     assert logp16.dtype == torch.float32
-    close(logp16, ref, atol=0.1, rtol=0.05)
+    # Measured: at most 0.0296 off (these inputs), the bf16 rounding of logits up to |z| = 11.3 (the
+    # logits themselves are up to 0.026 off); 0.04 leaves a third of margin. A log-softmax left in
+    # bf16 (no float32 upcast) is 0.050 off here and fails.
+    close(logp16, ref, atol=0.04, rtol=0)
 
 
 def test_full_kl_equals_naive_and_vanishes_on_policy():

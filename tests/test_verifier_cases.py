@@ -15,8 +15,8 @@ import pytest
 from nanoatr.verifier import canonical, verify
 
 CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "verifier_cases.jsonl").open()]
-# Cases we get wrong on purpose or have not fixed, with the reason (strict: fixing one fails the test
-# until it is removed from here).
+# Cases we get wrong on purpose or have not fixed: id -> the reason. Each is a strict xfail, so a
+# case that starts passing fails the suite (XPASS(strict)) until it is removed from here.
 KNOWN = {}
 
 
@@ -29,10 +29,20 @@ def test_case_file_is_well_formed():
         assert isinstance(c["label"], bool) and c["completion"] and c["gold"] and c["category"]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c['id']}-{c['category']}" for c in CASES])
+def _param(case):
+    known = KNOWN.get(case["id"])
+    marks = [pytest.mark.xfail(reason=known, strict=True)] if known else []
+    return pytest.param(case, marks=marks, id=f"{case['id']}-{case['category']}")
+
+
+def test_known_ids_exist():
+    """A KNOWN entry whose id is not in the case file would be a strict xfail that never runs."""
+    assert set(KNOWN) <= {c["id"] for c in CASES}
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
 def test_case(case):
-    if case["id"] in KNOWN:
-        pytest.xfail(KNOWN[case["id"]])
+    """Every labelled case gets its label; a KNOWN case must still get it wrong (strict xfail)."""
     assert verify(case["completion"], case["gold"]) is case["label"]
 
 

@@ -98,10 +98,23 @@ def _distinct(c: Canon) -> list:
     return out
 
 
+def _infinite(c: Canon) -> bool:
+    return c.kind == "num" and (c.value.exact is sympy.oo or c.value.exact is -sympy.oo)
+
+
+def _brackets_agree(a: Canon, b: Canon) -> bool:
+    """Two tuples' brackets agree, except at an infinite end of a pair: "[5, \\infty]" is the interval
+    "[5, \\infty)", as it is against "x \\ge 5" (brackets at infinity are ignored)."""
+    if a.extra == b.extra:
+        return True
+    return len(a.value) == len(b.value) == 2 and all(
+        p == q or _infinite(x) and _infinite(y) for p, q, x, y in zip(a.extra, b.extra, a.value, b.value))
+
+
 def _collections_equal(a: Canon, b: Canon) -> bool:
     ka, kb = a.kind, b.kind
     if ka == kb == "tuple":
-        return a.extra == b.extra and _ordered(a.value, b.value)
+        return _brackets_agree(a, b) and _ordered(a.value, b.value)
     if {ka, kb} == {"tuple", "list"}:  # "2, 3" is the pair (2, 3), in that order
         return "()" in (a.extra, b.extra) and _ordered(a.value, b.value)
     if ka in ("list", "set") and kb in ("list", "set") or ka == kb == "union":
