@@ -1,0 +1,56 @@
+"""grpo.py, the one-file GRPO a student reads first, computes train.py's step: on the same batch, the
+same minibatches and the same starting weights, the same losses and gradients, minibatch after
+minibatch, to float rounding (train.py scores micro-batches cut to their own length and takes the
+first minibatch's pi_old from its own forward; grpo.py does neither). Both sides step with plain SGD
+here: AdamW divides by the root of each gradient's square, which turns the rounding noise of
+near-zero gradients into whole steps, and the optimizer is torch's, not what is compared."""
+import contextlib
+import copy
+
+import pytest
+import torch
+
+import grpo
+import train
+from nanoatr.config import TrainConfig, resolve
+from nanoatr.data import TASKS, load_problems
+from nanoatr.distributed import Dist, Shard
+from nanoatr.methods import check_hparams
+from nanoatr.model import Qwen3
+from nanoatr.scoring import Scorer
+from nanoatr.tokenizer import load_tokenizer, stop_token_ids
+
+
+def close(a, b, rel=1e-4):
+    return (a - b).abs().max() <= rel * b.abs().max() + 1e-7
+
+
+@pytest.mark.parametrize("clip", ["kl3", "gspo"])  # a token-level rule and a sequence-level one
+def test_grpo_py_computes_train_py_step(clip):
+    task = TASKS["math"]
+    model, tok = Qwen3.from_pretrained(task.model), load_tokenizer(task.model)
+    problems = load_problems(task.data, limit=4)
+    batch = grpo.rollout(model, tok, problems, 4, 24, task.reward, torch.Generator().manual_seed(0))
+    assert 0 < batch.rewards.mean() < 1 and batch.advantages.abs().sum() > 0, "a batch with something to learn"
+    twin = copy.deepcopy(model)
+    cfg = resolve(TrainConfig(prompts_per_step=4, group_size=4, minibatches=2, epochs=2, max_new_tokens=24,
+                              compile=False, clip=clip, lr=30.0), {})  # SGD, a large step: later minibatches move off-policy
+    trained = list(twin.parameters())
+    run = train.Run(cfg, twin, Scorer(twin, contextlib.nullcontext), torch.optim.SGD(trained, lr=cfg.lr), trained, tok,
+                    stop_token_ids(tok), None, task.reward, Shard(cfg.seed, 4, 4, 4), Dist(0, 1, torch.device("cpu")),
+                    contextlib.nullcontext)
+    minibatches = run.shard.minibatches(0, cfg.epochs, cfg.minibatches)
+    old = train.old_logprobs(run, batch, first=minibatches[0])
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    old_logp = grpo.old_logprobs(model, batch)
+    hparams = check_hparams(clip)
+    ratios_moved = False
+    for i, rows in enumerate(minibatches):
+        theirs = train.update(run, batch, old, None, rows, run.shard.noise(0), first=i == 0)
+        loss, metrics = grpo.update(model, opt, batch, old_logp, rows, clip, hparams, cfg.max_new_tokens)
+        assert loss == pytest.approx(theirs["losses"][0], rel=1e-4, abs=1e-7), (clip, i)
+        for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+            assert close(p.grad, q.grad), (clip, i, name)
+            assert close(p.detach(), q.detach(), rel=1e-5), (clip, i, name)
+        ratios_moved |= float(metrics["ratio_max"]) > 1.001 or float(metrics["ratio_min"]) < 0.999
+    assert ratios_moved, "the later minibatches were off-policy: the rule itself was compared, not only w = 1"
