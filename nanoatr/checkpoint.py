@@ -10,26 +10,27 @@
 
 A checkpoint is the weights (a full model directory, config.json + model.safetensors; or a LoRA
 adapter in peft's format, adapter_config.json + adapter_model.safetensors), the tokenizer files,
-trainer_state.pt (optimizer, step, ...) and manifest.json ({"step", "files": {name: size}}), written
-last. Guarantees:
+trainer_state.pt (optimizer, step, ...) and manifest.json ({"step", "files": {name: size}, "sha256":
+{name: digest}}), written last. Guarantees:
 - save() writes and fsyncs everything in .checkpoint-new/, checks it, then renames checkpoint/ to
   checkpoint-stepN/ and .checkpoint-new/ to checkpoint/, fsyncing the run directory after each
   rename. A crash at any instant leaves a complete checkpoint of the previous or the new step that
   latest() finds; recover() (start-up, under the lock) swaps in a new checkpoint that was complete
-  when the save died and removes leftovers. A failed save (disk full, read-only) removes its partial
-  directory and raises CheckpointError; the previous checkpoint is untouched. The tokenizer files
+  when the save died and removes leftovers. A failed save (disk full, read-only; in any writer) removes
+  its partial directory and raises CheckpointError; the previous checkpoint is untouched. The tokenizer files
   are written from memory (read_tokenizer_files once at start), never copied from a checkpoint.
-- latest() checks candidates newest first (sizes, safetensors headers, JSON, tokenizer, state) and
-  falls back to an older one with a one-line warning naming what was wrong.
+- latest() checks candidates newest first (sizes, safetensors headers, JSON, tokenizer, SHA-256s, state)
+  and falls back to an older one with a one-line warning naming what was wrong (a changed byte too).
 - RunLog writes each row with one os.write and an fsync (~5 ms); a failed write is cut back off.
   Opened on resume from step s, it cuts a torn last line and drops rows past s (they are redone),
   so every step appears once. read_metrics() skips unreadable lines with one warning per file.
-- create_run() refuses a used folder; RunLock keeps a second process out of a run folder.
+- create_run() refuses a used folder; RunLock keeps a second process out of a run folder. A failed start leaves nothing.
 Every error a user can meet is a CheckpointError whose message is one line naming the path.
 """
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -40,6 +41,7 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from nanoatr import lora
 from nanoatr.tokenizer import TOKENIZER_FILES
@@ -58,8 +60,22 @@ def _warn(message: str):
     print(message, file=sys.stderr, flush=True)
 
 
-def _why(e: OSError) -> str:
-    return "disk full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e)).lower()
+def _why(e: BaseException) -> str | None:
+    """An OSError in a phrase ("disk full"), also as torch.save (RuntimeError) or safetensors report it; else None."""
+    if isinstance(e, SafetensorError) and (code := re.search(r"(?:os error|code:) (\d+)", str(e))):
+        e = OSError(int(code[1]), os.strerror(int(code[1])))
+    e = e.__context__ if isinstance(e, RuntimeError) and isinstance(e.__context__, OSError) else e
+    if isinstance(e, OSError):
+        return "disk full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e)).lower()
+
+
+def _sha256(path) -> str | None:
+    """What sha256sum prints, None if unreadable; 1-2 GB/s on a core with SHA-NI (bench/checkpoint_hash.py)."""
+    h = hashlib.sha256()
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        while block := f.read(8 << 20):
+            h.update(block)
+        return h.hexdigest()
 
 
 def _fsync(path, directory: bool = False):
@@ -122,26 +138,24 @@ def save(run_dir, weights, tokenizer_files: dict[str, bytes], state: dict, keep:
             weights.save_pretrained(new)
         for name, data in tokenizer_files.items():
             _write_bytes(new / name, data)
-        with open(new / STATE, "wb") as f:  # a file object: disk full is an OSError, not torch's RuntimeError
+        with open(new / STATE, "wb") as f:  # a file object: torch's "unexpected pos" then has the OSError as context
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        files = {f.name: f.stat().st_size for f in sorted(new.iterdir()) if f.is_file()}
-        for name in files:
-            _fsync(new / name)  # those written by save_pretrained / peft
-        _write_bytes(new / MANIFEST, json.dumps({"step": step, "files": files}).encode())
+        for f in (files := [f for f in sorted(new.iterdir()) if f.is_file()]):
+            _fsync(f)  # those written by save_pretrained / peft
+        _write_bytes(new / MANIFEST, json.dumps({"step": step, "files": {f.name: f.stat().st_size for f in files},
+                                                 "sha256": {f.name: _sha256(f) for f in files}}).encode())
         _fsync(new, directory=True)
-        problem = check(new)[1]
+        problem = check(new, hashes=False)[1]  # hashes: just read from these very files
         if problem:  # a writer that failed without an error
             raise CheckpointError(problem)
-    except (OSError, CheckpointError) as e:
+    except BaseException as e:
         shutil.rmtree(new, ignore_errors=True)
-        why = _why(e) if isinstance(e, OSError) else f"it is unusable: {e}"
+        if (why := f"it is unusable: {e}" if isinstance(e, CheckpointError) else _why(e)) is None:
+            raise  # Ctrl-C, or a bug: as it is
         previous = f"the previous checkpoint {cur} is intact" if cur.is_dir() else "no earlier checkpoint exists"
         raise CheckpointError(f"{why} while writing checkpoint {new} (step {step}): {previous}") from None
-    except BaseException:
-        shutil.rmtree(new, ignore_errors=True)
-        raise
     try:
         _install(run_dir)
     except OSError as e:  # .checkpoint-new/ is complete: recover() puts it in place
@@ -239,19 +253,19 @@ def latest(run_dir) -> Path | None:
     return None
 
 
-def check(path, load: bool = True) -> tuple[int | None, str | None]:
+def check(path, load: bool = True, hashes: bool | None = None) -> tuple[int | None, str | None]:
     """(step, None) for a complete checkpoint directory, else (None, what is wrong in one phrase).
 
-    Checks the manifest's file sizes, each safetensors header against its file size, the JSON
-    config, the tokenizer and (load=True, or no manifest: a checkpoint from an older nanoatr) that
-    trainer_state.pt unpickles (memory-mapped: its tensors are not read)."""
+    Checks the manifest's file sizes, each safetensors header against its file size, the JSON config, the tokenizer,
+    (load, or no manifest: an older nanoatr's) that trainer_state.pt unpickles (memory-mapped), and (hashes, by
+    default load) each file's SHA-256 (every byte read: 2-4 s per 3.4 GB; an older manifest has sizes only)."""
     path = Path(path)
-    manifest = None
+    manifest, digests = None, {}
     if (path / MANIFEST).is_file():
         try:
             manifest = json.loads((path / MANIFEST).read_bytes())
-            sizes, step = dict(manifest["files"]), int(manifest["step"])
-        except (ValueError, KeyError, TypeError, OSError):
+            sizes, step, digests = dict(manifest["files"]), int(manifest["step"]), dict(manifest.get("sha256", {}))
+        except (ValueError, KeyError, TypeError, AttributeError, OSError):
             return None, f"{MANIFEST} is unreadable"
         for name, size in sizes.items():
             if not (path / name).is_file():
@@ -282,6 +296,9 @@ def check(path, load: bool = True) -> tuple[int | None, str | None]:
         if manifest is not None and saved != step:
             return None, f"{STATE} holds step {saved} but {MANIFEST} says {step}"
         step = saved
+    for name in digests if (load if hashes is None else hashes) else ():  # last: the slow check, and the others
+        if _sha256(path / name) != digests[name]:                          # name a damage more precisely
+            return None, f"{name} does not match its SHA-256 in {MANIFEST} (changed since the save)"
     return step, None
 
 
@@ -453,8 +470,9 @@ class RunLock:
             pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise CheckpointError(f"run folder {self.run_dir} is in use by another process (pid {pid})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # the pid is only for a second process's message (disk full: see
+            os.ftruncate(fd, 0)             # check_writable)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
         return self
 
@@ -475,9 +493,10 @@ def check_writable(run_dir):
     probe = Path(run_dir) / f".write-test-{os.getpid()}"
     try:
         _write_bytes(probe, b"ok")
-        probe.unlink()
     except OSError as e:
         raise CheckpointError(f"run folder {run_dir} is not writable ({_why(e)})") from None
+    finally:  # also after a failed write: on a full disk the file is made, then its write fails
+        probe.unlink(missing_ok=True)
 
 
 def _used(run_dir: Path) -> bool:
@@ -502,7 +521,7 @@ def create_run(out_dir, name) -> RunLock:
             raise refuse
         check_writable(run_dir)
     except BaseException:
-        lock.release()
+        discard_run(lock)  # and the folder if empty: a start that fails here (disk full) leaves nothing
         raise
     return lock
 

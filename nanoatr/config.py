@@ -314,17 +314,38 @@ def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1, given=frozens
     return cfg
 
 
+# What a resume cannot change, and why: train.py takes the folder from --resume, applies no preset or task
+# defaults, and loads the optimizer (its lr and weight decay) and the adapter (its shape) from the checkpoint.
+FIXED_ON_RESUME = {
+    "preset": "a resumed run keeps the settings it was started with",
+    "name": "a resumed run stays in its folder", "out_dir": "a resumed run stays in its folder",
+    "task": "a run keeps its task's model, data and reward; start a new run for another task",
+    "lr": "the checkpoint's optimizer state has its own", "weight_decay": "the checkpoint's optimizer state has its own",
+    "lora_rank": "the checkpoint holds full weights or an adapter of the run's rank",
+    "lora_alpha": "the checkpoint's adapter keeps its own", "lora_targets": "the checkpoint's adapter keeps its own",
+}
+
+
 def resumed_config(cfg: TrainConfig, extra: dict, given: set) -> tuple[TrainConfig, dict]:
-    """The run's saved config, with only the flags given now on top (e.g. --steps to go further)."""
+    """The run's saved config, with only the flags given now on top (e.g. --steps to go further). A flag
+    the resume would ignore (FIXED_ON_RESUME) with a value other than the run's is a ConfigError, so that
+    config.json never records a setting that did not run."""
     saved_file = Path(cfg.resume) / "config.json"
     if not saved_file.is_file():
         raise ConfigError(f"--resume {cfg.resume}: no config.json there, not a run directory")
     try:
         saved = json.loads(saved_file.read_text())
         hparams = saved.pop("hparams") or {}
-        cfg = TrainConfig(**{**saved, **{k: getattr(cfg, k) for k in given}})
+        run = TrainConfig(**saved)
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, KeyError, TypeError) as e:
         raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
+    fixed = [f.name for f in dataclasses.fields(TrainConfig)
+             if f.name in given and f.name in FIXED_ON_RESUME and getattr(cfg, f.name) != getattr(run, f.name)]
+    if fixed:
+        k = fixed[0]
+        raise ConfigError(f"{flag(k)} would be ignored by --resume: {FIXED_ON_RESUME[k]} ({saved_file} has "
+                          f'"{k}": {json.dumps(getattr(run, k))})')
+    cfg = dataclasses.replace(run, **{k: getattr(cfg, k) for k in given})
     if "clip" not in given:
         extra = {**hparams, **{k: v for k, v in extra.items() if v is not None}}
     return cfg, extra

@@ -1,6 +1,7 @@
 """The run directory (nanoatr.checkpoint): checkpoints kept and validated with fallback, the tokenizer
 written from memory, logs repaired on resume and read past bad lines, run names, the lock, atomic JSON."""
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -108,6 +109,13 @@ def _garble(f):
     f.write_bytes(b"\0" * f.stat().st_size)
 
 
+def _flip(f):
+    """One bit of one byte in the middle changed: same size, headers intact, the file still loads."""
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 1
+    f.write_bytes(bytes(data))
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda c: _truncate(c / "model.safetensors"), "model.safetensors has"),
     (lambda c: _garble(c / "model.safetensors"), "model.safetensors has no valid safetensors header"),
@@ -116,6 +124,9 @@ def _garble(f):
     (lambda c: _truncate(c / "trainer_state.pt"), "trainer_state.pt has"),
     (lambda c: _garble(c / "trainer_state.pt"), "trainer_state.pt does not load"),
     (lambda c: (c / "manifest.json").write_text("{"), "manifest.json is unreadable"),
+    (lambda c: _flip(c / "model.safetensors"), "model.safetensors does not match its SHA-256 in manifest.json"),
+    (lambda c: _flip(c / "trainer_state.pt"), "trainer_state.pt does not match its SHA-256 in manifest.json"),
+    (lambda c: _flip(c / "tokenizer.json"), "tokenizer.json does not match its SHA-256 in manifest.json"),
 ])
 def test_unusable_checkpoint_falls_back_with_a_warning(tmp_path, tiny, capsys, damage, message):
     for step in (1, 2, 3):
@@ -130,6 +141,29 @@ def test_unusable_checkpoint_falls_back_with_a_warning(tmp_path, tiny, capsys, d
     assert names(tmp_path) == ["checkpoint", "checkpoint-step000002"]
     assert checkpoint.latest(tmp_path) == tmp_path / "checkpoint" and not capsys.readouterr().err
     assert_loads(tmp_path / "checkpoint", 3)
+
+
+def test_the_manifest_records_each_files_sha256(tmp_path, tiny):
+    path = save(tmp_path, tiny, 1)
+    manifest = json.loads((path / "manifest.json").read_text())
+    files = sorted(p.name for p in path.iterdir() if p.name != "manifest.json")
+    assert sorted(manifest["files"]) == sorted(manifest["sha256"]) == files
+    for name in files:  # what sha256sum prints
+        assert manifest["sha256"][name] == hashlib.sha256((path / name).read_bytes()).hexdigest()
+
+
+def test_an_older_manifest_without_hashes_is_checked_by_size(tmp_path, tiny, capsys):
+    """A checkpoint of an older nanoatr (sizes only) still loads; nothing can tell a changed byte there."""
+    path = save(tmp_path, tiny, 1)
+    manifest = json.loads((path / "manifest.json").read_text())
+    del manifest["sha256"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    assert_loads(path, 1)
+    _flip(path / "model.safetensors")
+    assert checkpoint.latest(tmp_path) == path and checkpoint.check(path) == (1, None)
+    _truncate(path / "model.safetensors")
+    assert "model.safetensors has" in checkpoint.check(path)[1]  # sizes are still checked
+    assert capsys.readouterr().err == ""
 
 
 def test_no_usable_checkpoint_is_one_line_naming_the_run(tmp_path, tiny):

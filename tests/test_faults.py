@@ -1,9 +1,12 @@
-"""Fault injection on the run directory: a kill or an error at every stage of a save, disk full,
-real SIGKILLs of a process saving and logging in a loop, torn log lines, two processes on one run."""
+"""Fault injection on the run directory: a kill or an error at every stage of a save, disk full (in
+every writer, as each reports it), real SIGKILLs of a process saving and logging in a loop, torn log
+lines, a failed start that leaves nothing, two processes on one run."""
 import errno
+import io
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -13,6 +16,7 @@ import traceback
 
 import pytest
 import torch
+from safetensors import SafetensorError
 
 import nanoatr.model
 from nanoatr import checkpoint
@@ -205,6 +209,176 @@ def test_disk_full_message_and_a_writer_that_fails_silently(monkeypatch, tiny, t
             save(run, tiny, 3)
     assert names(run) == [".lock", "checkpoint", "checkpoint-step000001"]
     assert_loads(run / "checkpoint", 2)
+
+
+# ----------------------------------------------------------------------------
+# Each writer's own error on a failed write: torch.save and safetensors do not raise OSError
+
+ENOSPC_SAFETENSORS = {  # seen on a full tmpfs (0.8), and the Debug form of older versions
+    "safetensors": "Error while serializing: I/O error: No space left on device (os error 28)",
+    "safetensors-0.4": 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left '
+                       'on device" })'}
+
+
+class FullFile(io.FileIO):
+    """A file on a disk with `room` bytes left: a write past them fails as the kernel's does (ENOSPC)."""
+    room = 1000
+
+    def write(self, data):
+        if self.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+def full_disk_for(monkeypatch, name, nth=1):
+    """checkpoint's open() of the nth file called `name` for writing gives a FullFile; the real torch.save
+    writing into it then raises what it raises on a full disk. Returns what torch.save raised."""
+    opened, raised, real_save = [], [], torch.save
+
+    def fake_open(path, mode="r", *args, **kw):
+        if os.path.basename(path) == name and "w" in mode:
+            opened.append(path)
+            if len(opened) == nth:
+                return FullFile(path, mode)
+        return open(path, mode, *args, **kw)
+
+    def spy(*args, **kw):
+        try:
+            return real_save(*args, **kw)
+        except Exception as e:
+            raised.append(e)
+            raise
+    monkeypatch.setattr(checkpoint, "open", fake_open, raising=False)
+    monkeypatch.setattr(torch, "save", spy)
+    return raised
+
+
+def disk_full_message(run, step=3):
+    return (f"disk full while writing checkpoint {run / '.checkpoint-new'} (step {step}): the previous checkpoint "
+            f"{run / 'checkpoint'} is intact")
+
+
+@pytest.mark.parametrize("writer", ["torch.save", "safetensors", "safetensors-0.4", "peft"])
+def test_disk_full_in_every_writer_is_one_line(monkeypatch, tiny, template, tmp_path, writer):
+    """torch.save raises RuntimeError "[enforce fail at inline_container.cc:672] . unexpected pos", safetensors
+    (ours and peft's) SafetensorError "... (os error 28)": each is the one line of any other failed save."""
+    from nanoatr import lora
+    run = shutil.copytree(template, tmp_path / "run")
+    weights = tiny[0]
+    with monkeypatch.context() as m:
+        if writer == "torch.save":
+            raised = full_disk_for(m, "trainer_state.pt")
+        else:
+            def full(*args, **kw):
+                raise SafetensorError(ENOSPC_SAFETENSORS.get(writer, ENOSPC_SAFETENSORS["safetensors"]))
+            if writer == "peft":
+                import peft.peft_model
+                weights = lora.add_adapters(nanoatr.model.Qwen3.from_pretrained(run / "checkpoint"), 2, 4.0,
+                                            ["q_proj"], base="base")
+                m.setattr(peft.peft_model, "safe_save_file", full)
+            else:
+                m.setattr(nanoatr.model, "save_file", full)
+        with pytest.raises(CheckpointError) as e:
+            checkpoint.save(run, weights, tiny[1], state(3))
+    if writer == "torch.save":  # the real torch error, from a real failed write
+        assert type(raised[0]) is RuntimeError and "inline_container.cc" in str(raised[0])
+        assert "unexpected pos" in str(raised[0])
+    assert str(e.value) == disk_full_message(run)
+    assert names(run) == [".lock", "checkpoint", "checkpoint-step000001"]
+    assert_loads(run / "checkpoint", 2)
+    assert_clean_next_save(run, tiny, 2)
+
+
+def in_child(limit: int, fn) -> tuple[str, str]:
+    """fn() in a forked process where the kernel refuses to write past `limit` bytes of any file
+    (RLIMIT_FSIZE: EFBIG, a real failed write without root or a full disk); (type, message) of what it raised."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child never returns into pytest
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+            fn()
+            out = ["ok", ""]
+        except BaseException as e:
+            out = [type(e).__name__, str(e)]
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return tuple(json.loads(out))
+
+
+@pytest.mark.parametrize("writer", ["safetensors", "torch.save"])
+def test_a_write_the_kernel_refuses_is_one_line_whichever_writer(tiny, template, tmp_path, writer):
+    """Real writers, real failed writes: the weights (safetensors, first written), or trainer_state.pt
+    (torch.save), made the only file larger than the limit."""
+    run = shutil.copytree(template, tmp_path / "run")
+    largest = max(f.stat().st_size for f in (run / "checkpoint").iterdir())
+    limit, big = (1000, state(3)) if writer == "safetensors" else \
+        (largest + 1000, {**state(3), "optimizer": {"state": {0: {"exp_avg": torch.zeros(largest // 2)}}}})
+    assert in_child(limit, lambda: checkpoint.save(run, tiny[0], tiny[1], big)) == (
+        "CheckpointError", f"file too large while writing checkpoint {run / '.checkpoint-new'} (step 3): the "
+                           f"previous checkpoint {run / 'checkpoint'} is intact")
+    assert names(run) == [".lock", "checkpoint", "checkpoint-step000001"]
+    assert_loads(run / "checkpoint", 2)
+    assert_clean_next_save(run, tiny, 2)
+
+
+def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes(tmp_path, monkeypatch, capsys):
+    """train.py, its second checkpoint on a full disk: exit 1 with one line, no traceback; --resume then
+    goes on from the first checkpoint, and the log holds every step once."""
+    import train
+    from test_train import FAST
+    run = tmp_path / "r"
+    with monkeypatch.context() as m:
+        full_disk_for(m, "trainer_state.pt", nth=2)
+        with pytest.raises(SystemExit) as e:
+            train.main([*FAST, "--out-dir", str(tmp_path), "--name", "r", "--steps", "3", "--save-every", "1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "error: " + disk_full_message(run, step=2)
+    assert checkpoint.check(run / "checkpoint")[0] == 1 and not (run / ".checkpoint-new").exists()
+    train.main(["--resume", str(run)])  # room again
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3]
+    assert_loads(run / "checkpoint", 3)
+
+
+# ----------------------------------------------------------------------------
+# A failed start leaves nothing
+
+@pytest.mark.parametrize("start", ["new", "resume"])
+@pytest.mark.parametrize("how", ["fsync", "rlimit"])
+def test_a_start_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, tiny, start, how):
+    """No probe file in the run folder, no new run folder (with its lock) left behind. fsync: ENOSPC
+    where ext4 or NFS report it; rlimit: every write refused by the kernel."""
+    run = tmp_path / "r"
+    if start == "resume":
+        checkpoint.create_run(tmp_path, "r").release()
+        save(run, tiny, 1)
+        before = names(run)
+
+    def begin():
+        (checkpoint.resume_run(run) if start == "resume" else checkpoint.create_run(tmp_path, "r")).release()
+    if how == "rlimit":
+        got = in_child(0, begin)
+    else:
+        def full(fd):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(os, "fsync", full)
+        with pytest.raises(CheckpointError) as e:
+            begin()
+        monkeypatch.undo()
+        got = ("CheckpointError", str(e.value))
+    why = "disk full" if how == "fsync" else "file too large"
+    assert got == ("CheckpointError", f"run folder {run} is not writable ({why})")
+    if start == "new":
+        assert not run.exists()
+    else:
+        assert names(run) == before
 
 
 # ----------------------------------------------------------------------------
