@@ -21,6 +21,7 @@ Deliberate choices, in one place:
 The log-probs themselves come from nanoatr/scoring.py.
 """
 import functools
+import math
 import warnings
 from typing import Optional
 
@@ -256,14 +257,73 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
     counts = torch.tensor([num_sequences, num_tokens, max_new_tokens], dtype=dtype, device=logp.device)
     args = (method, agg, logp, old_logp, advantages, mask, full_kl, noise, counts, hp)
     if not compile or method in _EAGER:
-        return _fused_loss(*args)
-    try:
-        return _compiled_loss()(*args)
-    except Exception as err:  # a missing C compiler, an unsupported op...: the eager loss is the same maths
-        warnings.warn(f"torch.compile of the {method} loss failed ({type(err).__name__}: {str(err)[:200]}); "
-                      "using the eager loss from now on (pass --no-compile to skip compiling)")
-        _EAGER.add(method)
-        return _fused_loss(*args)
+        loss, metrics = _fused_loss(*args)
+    else:
+        try:
+            loss, metrics = _compiled_loss()(*args)
+        except Exception as err:  # a missing C compiler, an unsupported op...: the eager loss is the same maths
+            warnings.warn(f"torch.compile of the {method} loss failed ({type(err).__name__}: {str(err)[:200]}); "
+                          "using the eager loss from now on (pass --no-compile to skip compiling)")
+            _EAGER.add(method)
+            loss, metrics = _fused_loss(*args)
+    return loss, metrics | ratio_quantiles(logp, old_logp, mask) | band_metrics(method, hp)
+
+
+QUANTILES = (0.01, 0.1, 0.9, 0.99)
+
+
+def ratio_quantiles(logp, old_logp, mask) -> dict[str, Tensor]:
+    """Where the ratios sit: w at the 1st, 10th, 90th and 99th percentile of the valid tokens (ratio_p01 ...).
+    Unlike ratio_min / ratio_max, which one outlier sets, they show how much of the batch a band reaches."""
+    w = (logp.detach() - old_logp.detach())[mask.bool()].float().clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
+    if w.numel() == 0:
+        w = torch.ones(1, device=logp.device)
+    q = torch.quantile(w, torch.tensor(QUANTILES, device=w.device))
+    return {f"ratio_p{round(100 * p):02d}": v for p, v in zip(QUANTILES, q)}
+
+
+def band_metrics(method: str, hp: dict) -> dict[str, Tensor]:
+    """band_low / band_high: the method's effective band (effective_band), where it has one."""
+    band = effective_band(method, tuple(sorted(hp.items())))
+    return {} if band is None else {"band_low": torch.tensor(band[0]), "band_high": torch.tensor(band[1])}
+
+
+@functools.lru_cache(maxsize=64)
+def effective_band(method: str, hp: tuple) -> tuple[float, float] | None:
+    """(low, high): the ratios outside which `method` cuts a token that moved the way its advantage
+    pushes it (A < 0 below low, A > 0 above high; an unbounded side is inf or 0), found by probing the
+    method's own function (so a new method needs nothing more). None where the cut is not a function
+    of w alone: it depends on pi_old (trgppo, dynamic), on the full-vocabulary KL, on random or
+    covariance picks, on the sequence's length, or the method never cuts (soft-gate, kl-cov)."""
+    fn, hp = METHODS[method], dict(hp)
+    if needs(method, "full_kl") or needs(method, "noise"):
+        return None
+
+    def cuts(log_w: Tensor, sign: float, q: float = 0.3, length: int = 1) -> Tensor:
+        lw = log_w.to(torch.float64)[:, None].expand(-1, length)
+        t = Tokens(lw.exp(), lw, torch.full_like(lw, sign), torch.ones_like(lw, dtype=torch.bool),
+                   torch.full_like(lw, math.log(q)), None, None)
+        _, low, high, _ = fn(t, **hp)
+        return (low if sign < 0 else high)[:, 0]
+
+    grid = torch.linspace(-8.0, 8.0, 4001, dtype=torch.float64)  # log w, 0.004 apart
+    edges = []
+    for sign, side in ((-1.0, grid[grid < 0].flip(0)), (1.0, grid[grid > 0])):
+        cut = cuts(side, sign)
+        if not torch.equal(cut, cuts(side, sign, q=0.01)) or not torch.equal(cut, cuts(side, sign, length=3)):
+            return None
+        if not cut.any():
+            edges.append(math.inf * sign)
+            continue
+        first = int(cut.int().argmax())
+        inner, outer = (float(side[first - 1]) if first else 0.0), float(side[first])
+        for _ in range(30):  # bisect between the last kept and the first cut log w: to 4e-12
+            mid = (inner + outer) / 2
+            inner, outer = (mid, outer) if not cuts(torch.tensor([mid]), sign)[0] else (inner, mid)
+        edges.append(outer)
+    if edges == [-math.inf, math.inf]:
+        return None
+    return math.exp(edges[0]), math.exp(edges[1])
 
 
 # ----------------------------------------------------------------------------
@@ -282,8 +342,9 @@ def merge_stats(stats: list[dict]) -> dict:
 
 
 def progress(row: dict, clip: str) -> dict:
-    """The progress bar's fields: accuracy, the share of tokens cut, what the method itself acts on (its
-    divergence, gate or cut metric; the ratio range for plain ratio clips), completion length."""
-    own = {k: f"{row[k]:.4f}" for k in own_metrics(clip)} or {"w": f"[{row['ratio_min']:.2f},{row['ratio_max']:.2f}]"}
-    return {"acc": f"{row['accuracy']:.2f}", "cut": f"{row['clip_frac_low'] + row['clip_frac_high']:.3f}", **own,
-            "len": f"{row['completion_len']:.0f}"}
+    """The progress bar's fields: accuracy, the share of tokens cut (in %: a tenth of a percent shows), what
+    the method itself acts on (its divergence, gate or cut metric), where the ratios sit (1% to 99%),
+    completion length."""
+    own = {k: f"{row[k]:.4f}" for k in own_metrics(clip)}
+    return {"acc": f"{row['accuracy']:.2f}", "cut": f"{100 * (row['clip_frac_low'] + row['clip_frac_high']):.2f}%",
+            **own, "w": f"[{row['ratio_p01']:.2f},{row['ratio_p99']:.2f}]", "len": f"{row['completion_len']:.0f}"}

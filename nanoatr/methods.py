@@ -23,8 +23,9 @@ Adding a method takes three steps:
      ratio / advantages / old_logp (full_kl, noise, or "sequences" for a loss per sequence)
   2. add `"my-rule": my_rule` to METHODS at the end of this file: it is now a --clip choice
   3. if a knob is new, give it a range in RULES (a knob without one must merely be a finite number)
-The generic tests (tests/test_loss.py) then run on it: padding, micro-batch invariance, compiled ==
-eager, metrics.
+The generic tests then run on it (`python -m pytest tests/test_loss.py -k my-rule`): padding,
+micro-batch invariance, compiled == eager, metrics, its docstring's "Flags:" line, and that it cuts a
+token pushed far the way its advantage pushes, on the side it reports.
 """
 import inspect
 import math
@@ -428,8 +429,9 @@ def check_hparams(method: str, **hparams) -> dict:
     hp = {**allowed, **hparams}
     for name, value in hp.items():
         ok, wording = RULES.get(name, ANY_NUMBER)
-        if not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                and math.isfinite(value) and ok(value)):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
+            raise ValueError(f"{flag(name)} must be a finite number (got {value})")
+        if not ok(value):
             raise ValueError(f"{flag(name)} must be {wording} (got {value})")
     if "clip_cov_lb" in hp and not hp["clip_cov_lb"] < hp["clip_cov_ub"]:
         raise ValueError(f"--clip-cov-lb must be < --clip-cov-ub (got {hp['clip_cov_lb']} and {hp['clip_cov_ub']})")

@@ -24,6 +24,7 @@ from nanoatr.config import (ConfigError, TrainConfig, apply_preset, die, hparam_
                             resumed_config)
 from nanoatr.data import DataError
 from nanoatr.evaluate import BudgetError
+from nanoatr.loss import effective_band
 from nanoatr.model import ModelError
 from nanoatr.tokenizer import TokenizerError
 
@@ -148,7 +149,7 @@ class Session:
         n = sum(p.numel() for p in trained)
         self.say(f"run {self.dir}: {model.num_parameters() / 1e6:.2f}M parameters ({n / 1e6:.2f}M trained"
                  f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {n_problems} training problems, "
-                 f"{self.d.world} x {self.d.device.type}, --clip {cfg.clip} {cfg.hparams}"
+                 f"{self.d.world} x {self.d.device.type}, --clip {cfg.clip} {cfg.hparams}{band(cfg)}"
                  + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
                     if beta else "") + (f", from step {self.start}" if self.start else ""))
 
@@ -209,3 +210,9 @@ class Session:
             self.lock.release()
             self.lock = None
         distributed.shutdown()
+
+
+def band(cfg) -> str:
+    """', it keeps w in [0.671, 1.422]': the method's effective band (loss.effective_band), where it has one."""
+    found = effective_band(cfg.clip, tuple(sorted(cfg.hparams.items())))
+    return "" if found is None else f", keeps w in [{found[0]:.3f}, {found[1]:.3f}]"

@@ -449,6 +449,108 @@ def test_padding_gets_no_loss_and_no_gradient_whatever_it_holds(method):
         assert torch.isfinite(kl.grad).all() and (kl.grad[pad] == 0).all()
 
 
+# ----------------------------------------------------------------------------
+# Generic checks of the rule itself: where it cuts, and which side it says it cut
+
+# A token that moved far the way its advantage pushes it (A > 0: w up; A < 0: w down) keeps its gradient
+# only where a method is built that way; every other method must cut it (or, for the rules that never
+# cut, restrain it to under a tenth of the plain policy gradient). A new method that never cuts, or cuts
+# the wrong side, fails here unless it is declared with its reason.
+KEEPS_FAR_TOKENS = {
+    ("kl1", "high"): "a lower bound only: -log w <= delta",
+    ("clip-cov", "low"): "eps_low 1 at its defaults (its source's): no lower bound",
+    ("kl-cov", "low"): "a log-ratio penalty on the top-covariance tokens, never a cut",
+    ("kl-cov", "high"): "a log-ratio penalty on the top-covariance tokens, never a cut",
+    ("soft-gate", "low"): "SAPO's gate tends to 4 s (1 - s), s = sigma(-tau_neg), as w -> 0: it keeps ~79%",
+}
+
+
+def far_token(method, side, log_w):
+    """(d loss / d logp, plain policy gradient -A w, cut_low, cut_high) of sequences of 3 tokens at
+    ratio exp(+-log_w) with A = +-1 (the way A pushes): full_kl, where a method needs it, is k3(w) with its
+    gradient (a faithful stand-in for the full-vocabulary KL near one token)."""
+    sign = 1.0 if side == "high" else -1.0
+    old = torch.full((1, 3), math.log(0.3), dtype=F64)
+    logp = (old + sign * log_w).requires_grad_()
+    lw = logp - old
+    full_kl = (lw.exp() - 1 - lw) if methods.needs(method, "full_kl") else None
+    loss, cut = L.token_loss(method, logp, old, torch.tensor([sign], dtype=F64), torch.ones(1, 3), full_kl=full_kl,
+                             generator=torch.Generator().manual_seed(0)), None
+    loss, m = loss
+    loss.sum().backward()
+    plain = -sign * lw.detach().exp()
+    return logp.grad, plain, m["clip_frac_low"].item(), m["clip_frac_high"].item()
+
+
+@pytest.mark.parametrize("side", ["low", "high"])
+@pytest.mark.parametrize("method", list(methods.METHODS))
+def test_every_method_cuts_a_token_pushed_far_the_way_its_advantage_pushes(method, side):
+    for log_w in (3.0, 6.0):  # w = 20 and 403 above, 0.05 and 0.0025 below
+        grad, plain, low, high = far_token(method, side, log_w)
+        if (method, side) in KEEPS_FAR_TOKENS:
+            assert low == high == 0, f"{method} keeps these tokens by design, so it cannot report them cut"
+            continue
+        said = low if side == "low" else high
+        if said or (low + high) > 0:
+            assert said == 1 and (low if side == "high" else high) == 0, f"{method} cut the wrong side"
+            assert (grad == 0).all(), f"{method}: a token reported cut keeps a gradient"
+        else:  # a rule that never cuts: a gate or a rollback must restrain the token
+            assert (grad / plain < 0.1).all(), f"{method} lets a token at w = exp({'-' if side == 'low' else ''}{log_w}) " \
+                                               "keep its full gradient: it never cuts (declare it if that is the design)"
+
+
+@pytest.mark.parametrize("method", list(methods.METHODS))
+def test_cut_low_means_w_below_1_and_cut_high_w_above_1(method):
+    """On random ratios, advantages and pi_old: every token cut low has w < 1, every one cut high w > 1
+    (for the sequence-level methods, w is the sequence's ratio, the geometric mean, which they clip)."""
+    g = torch.Generator().manual_seed(1)
+    B, T = 64, 5
+    log_w = (torch.rand(B, T, generator=g, dtype=F64) - 0.5) * 8  # w in [e^-4, e^4]
+    old = torch.rand(B, T, generator=g, dtype=F64).clamp(min=1e-3).log()
+    adv = torch.randn(B, generator=g, dtype=F64)
+    logp = old + log_w
+    lw = log_w.clone()
+    full_kl = (lw.exp() - 1 - lw) if methods.needs(method, "full_kl") else None
+    t_valid = torch.ones(B, T, dtype=torch.bool)
+    hp = methods.check_hparams(method)
+    t = methods.Tokens(lw.exp(), lw, adv[:, None].expand(B, T), t_valid, old, full_kl,
+                       torch.rand(B, T, generator=g, dtype=F64))
+    _, low, high, _ = methods.METHODS[method](t, **hp)
+    w = lw.mean(-1, keepdim=True).exp().expand(B, T) if methods.needs(method, "sequences") else lw.exp()
+    assert (w[low] < 1).all() and (w[high] > 1).all(), method
+    assert low.any() or high.any() or (method, "low") in KEEPS_FAR_TOKENS or method in ("soft-gate", "truly-ppo")
+
+
+@pytest.mark.parametrize("method, band", [
+    ("clip", (0.8, 1.2)), ("clip-higher", (0.8, 1.28)), ("dual-clip", (0.8, 1.2)), ("kl3", kl3_ratio_range(0.07)),
+    ("kl1", (math.exp(-0.07), math.inf)), ("kl2", (math.exp(-math.sqrt(0.14)), math.exp(math.sqrt(0.14)))),
+    ("gspo", (1 - 3e-4, 1 + 4e-4)), ("trgppo", None), ("dynamic", None), ("soft-gate", None), ("kl-cov", None),
+    ("kl3-seq", None), ("kl-full", None), ("kl3-adaptive", None)])
+def test_effective_band_is_probed_from_the_method_itself(method, band):
+    """The band logged every step (band_low / band_high) and printed in the run header: where the method
+    cuts a token pushed that way, found from its own function; None where that depends on more than w."""
+    found = L.effective_band(method, tuple(sorted(methods.defaults(method).items())))
+    if band is None:
+        assert found is None, method
+    else:
+        assert found == pytest.approx(band, rel=1e-6), method
+    wider = L.effective_band("kl3", (("delta", 0.2),))
+    assert wider == pytest.approx(kl3_ratio_range(0.2), rel=1e-6)
+
+
+def test_the_ratio_quantiles_and_the_band_are_in_every_methods_metrics():
+    logp, old, adv, mask, _ = inputs("kl3")
+    _, m = L.policy_loss("kl3", logp, old, adv, mask, num_sequences=4, num_tokens=float(mask.sum()),
+                         max_new_tokens=8, compile=False)
+    w = (logp - old)[mask.bool()].float().exp()
+    for name, q in (("ratio_p01", 0.01), ("ratio_p10", 0.1), ("ratio_p90", 0.9), ("ratio_p99", 0.99)):
+        assert m[name].item() == pytest.approx(torch.quantile(w, q).item(), rel=1e-6), name
+    assert (m["band_low"].item(), m["band_high"].item()) == pytest.approx(kl3_ratio_range(0.07), rel=1e-6)
+    _, m = L.policy_loss("soft-gate", logp, old, adv, mask, num_sequences=4, num_tokens=float(mask.sum()),
+                         max_new_tokens=8, compile=False)
+    assert "band_low" not in m and "ratio_p99" in m
+
+
 def test_metrics_are_detached_0_dim_tensors():
     logp, old, adv, mask, _ = inputs("soft-gate")
     _, metrics = L.token_loss("soft-gate", logp.requires_grad_(), old, adv, mask)
@@ -480,6 +582,16 @@ def test_defaults_match_the_sources():
         assert fn.__doc__ and all(name in fn.__doc__ for name in D[method]), method
 
 
+@pytest.mark.parametrize("method", list(methods.METHODS))
+def test_the_docstring_names_every_knob(method):
+    """Each method's docstring ends its description with "Flags: a, b." naming exactly its knobs (each is a
+    train.py flag): a reader of methods.py sees every knob without reading the signature."""
+    doc = methods.METHODS[method].__doc__ or ""
+    named = [line.split("Flags:", 1)[1] for line in doc.splitlines() if "Flags:" in line]
+    assert len(named) == 1, f"{method}: its docstring needs one 'Flags: ...' line"
+    assert [k.strip(" .") for k in named[0].split(",") if k.strip(" .")] == list(methods.defaults(method)), method
+
+
 @pytest.mark.parametrize("method, hp, message", [
     ("kl3", {"delta": -1.0}, r"--delta must be > 0 \(got -1.0\)"),
     ("kl3", {"delta": 0.0}, "--delta must be > 0"),
@@ -491,7 +603,8 @@ def test_defaults_match_the_sources():
     ("soft-gate", {"tau_neg": 0.0}, "--tau-neg must be > 0"),
     ("kl-cov", {"kl_cov_ratio": 2.0}, "--kl-cov-ratio must be"),
     ("clip-cov", {"clip_cov_lb": 6.0}, "--clip-cov-lb must be < --clip-cov-ub"),
-    ("kl3", {"delta": math.nan}, "--delta must be > 0"),
+    ("kl3", {"delta": math.nan}, r"--delta must be a finite number \(got nan\)"),
+    ("clip", {"eps": math.inf}, r"--eps must be a finite number \(got inf\)"),
     ("kl3", {"eps": 0.2}, "--eps does not apply to --clip kl3"),
     ("nope", {}, "--clip must be one of"),
 ])
