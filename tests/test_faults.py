@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors import SafetensorError
 
-import nanoatr.model
+import nanoatr.model.files
 from nanoatr import checkpoint
 from nanoatr.checkpoint import CheckpointError, RunLog
 from test_checkpoint import assert_loads, names, save, state, tiny  # noqa: F401 (tiny: the fixture)
@@ -38,7 +38,7 @@ class Faults:
         self.k, self.fail_at, self.run_dir, self.snapshot, self.error = 0, fail_at, run_dir, snapshot, error
         self.stages = []
         for module, name in [(os, "rename"), (os, "replace"), (os, "fsync"), (os, "mkdir"), (shutil, "rmtree"),
-                             (checkpoint, "_write_bytes"), (torch, "save"), (nanoatr.model, "save_file")]:
+                             (checkpoint, "_write_bytes"), (torch, "save"), (nanoatr.model.files, "save_file")]:
             monkeypatch.setattr(module, name, self.wrap(name, getattr(module, name)))
 
     def wrap(self, name, real):
@@ -198,13 +198,13 @@ def test_disk_full_message_and_a_writer_that_fails_silently(monkeypatch, tiny, t
                             f"the previous checkpoint {run / 'checkpoint'} is intact")
     assert names(run) == [".lock", "checkpoint", "checkpoint-step000001"]
 
-    real = nanoatr.model.save_file
+    real = nanoatr.model.files.save_file
 
     def short(state, path, **kw):  # as safetensors can do on a full disk: no error, a short file
         real(state, path, **kw)
         os.truncate(path, os.path.getsize(path) - 100)
     with monkeypatch.context() as m:
-        m.setattr(nanoatr.model, "save_file", short)
+        m.setattr(nanoatr.model.files, "save_file", short)
         with pytest.raises(CheckpointError, match=r"it is unusable: model.safetensors has \d+ bytes but its header"):
             save(run, tiny, 3)
     assert names(run) == [".lock", "checkpoint", "checkpoint-step000001"]
@@ -277,7 +277,7 @@ def test_disk_full_in_every_writer_is_one_line(monkeypatch, tiny, template, tmp_
                                             ["q_proj"], base="base")
                 m.setattr(peft.peft_model, "safe_save_file", full)
             else:
-                m.setattr(nanoatr.model, "save_file", full)
+                m.setattr(nanoatr.model.files, "save_file", full)
         with pytest.raises(CheckpointError) as e:
             checkpoint.save(run, weights, tiny[1], state(3))
     if writer == "torch.save":  # the real torch error, from a real failed write
