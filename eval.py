@@ -34,7 +34,7 @@ from nanoatr.data import TASKS, DataError, load_problems
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
 from nanoatr.tokenizer import (TokenizerError, check_template, generation_defaults, load_tokenizer, read_json,
-                               stop_token_ids)
+                               eos_token_ids)
 from nanoatr.tokenizer import prompt_flags_problem as tokenizer_flags_problem
 
 
@@ -190,7 +190,7 @@ def main(argv=None):
         benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None) for f in cfg.data}
         model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
         tok = load_tokenizer(dirs.tokenizer)
-        stop_ids = stop_token_ids(tok, dirs.tokenizer, dirs.base)
+        eos_ids = eos_token_ids(tok, dirs.tokenizer, dirs.base)
         problem = tokenizer_flags_problem(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)
         prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
         for f in cfg.data:
@@ -217,7 +217,7 @@ def main(argv=None):
                       file=sys.stderr, flush=True)
                 rows = sample_and_grade(model, tok, problems, n, max_new_tokens=cfg.max_new_tokens,
                                         temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                                        sampler=cfg.sampler, stop_ids=stop_ids, batch_size=cfg.batch_size,
+                                        sampler=cfg.sampler, eos_ids=eos_ids, batch_size=cfg.batch_size,
                                         seed=cfg.seed, prompt_kw=prompt_kw, skip=skip, stops=cfg.stop,
                                         reward=TASKS[cfg.task].reward)
                 with precision():  # sampling happens as the rows are drawn, so inside the context

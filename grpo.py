@@ -19,14 +19,14 @@ from nanoatr.methods import METHODS, check_hparams
 from nanoatr.model import Qwen3
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import score
-from nanoatr.tokenizer import completion_texts, encode_prompts, load_tokenizer, stop_token_ids
+from nanoatr.tokenizer import completion_texts, encode_prompts, load_tokenizer, eos_token_ids
 
 
 def rollout(model, tok, problems, G: int, max_new_tokens: int, reward, generator) -> Rollout:
     """1.-3. G completions of each problem, their rewards, and their advantages within the group."""
     prompts = [p for p in encode_prompts(tok, problems) for _ in range(G)]  # [p0 x G, p1 x G, ...]
     model.eval()
-    batch = generate(model, prompts, max_new_tokens, eos_token_id=stop_token_ids(tok), generator=generator,
+    batch = generate(model, prompts, max_new_tokens, eos_token_id=eos_token_ids(tok), generator=generator,
                      pad_id=tok.pad_token_id or 0)  # 1. sample, with the KV cache
     texts = completion_texts(tok, batch.tokens, batch.mask)
     rewards = torch.tensor([reward(text, p.answer) for text, p in zip(texts, [p for p in problems for _ in range(G)])],

@@ -25,13 +25,13 @@ from nanoatr.data import Problem
 from nanoatr.model import ModelError
 from nanoatr.rollout import SAMPLERS, draw, filter_logits, sampling_logprobs
 from nanoatr.tokenizer import (TokenizerError, check_template, format_prompt, generation_defaults, load_tokenizer,
-                               prompt_flags_problem, stop_strings, stop_token_ids)
+                               prompt_flags_problem, stop_strings, eos_token_ids)
 from nanoatr.verifier import verify
 
 
 @torch.inference_mode()
 def stream(model, prompt: list[int], max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
-           top_k: int = 0, stop_ids=(), generator=None, sampler: str = SAMPLERS[0]):
+           top_k: int = 0, eos_ids=(), generator=None, sampler: str = SAMPLERS[0]):
     """Yield completion token ids one at a time (the stop token included), for a single prompt.
 
     The batch-of-one case of rollout.generate, token for token: same sampling distribution, same draws
@@ -49,7 +49,7 @@ def stream(model, prompt: list[int], max_new_tokens: int, temperature: float = 1
         else:
             tok = logp.argmax(-1, keepdim=True)
         yield int(tok)
-        if int(tok) in stop_ids or t + 1 == max_new_tokens:
+        if int(tok) in eos_ids or t + 1 == max_new_tokens:
             return
         logits = model(tok, attention_mask=torch.ones_like(tok, dtype=torch.bool),
                        position_ids=torch.tensor([[len(prompt) + t]], device=device), cache=cache)[:, -1]
@@ -124,7 +124,7 @@ def main(argv=None):
     try:
         model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
         tok = load_tokenizer(dirs.tokenizer)
-        stop_ids = stop_token_ids(tok, dirs.tokenizer, dirs.base)
+        eos_ids = eos_token_ids(tok, dirs.tokenizer, dirs.base)
         defaults, source = generation_defaults(dirs.tokenizer, dirs.base)
         problem = None if cfg.raw else prompt_flags_problem(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)
     except (ModelError, TokenizerError, lora.AdapterError) as e:
@@ -153,11 +153,11 @@ def main(argv=None):
                     f"{len(ids) + cfg.max_new_tokens} positions, the model has {model.config.max_position_embeddings} "
                     "(max_position_embeddings)")
             with precision():
-                tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, stop_ids,
+                tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, eos_ids,
                                 generator, cfg.sampler)
                 completion, tokens, by_string = print_stream(tok, tokens, stops=cfg.stop)
             print()
-            stopped = by_string or tokens[-1] in stop_ids
+            stopped = by_string or tokens[-1] in eos_ids
             print(f"({len(tokens)} tokens, {'stopped' if stopped else 'hit --max-new-tokens'})", file=sys.stderr)
             if cfg.gold is not None:
                 print(f"[gold {cfg.gold}: {'correct' if verify(completion, cfg.gold) else 'wrong'}]", flush=True)

@@ -33,7 +33,7 @@ from nanoatr.model import Qwen3
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
 from nanoatr.session import Session
-from nanoatr.tokenizer import completion_texts, encode_prompts, load_tokenizer, stop_strings, stop_token_ids
+from nanoatr.tokenizer import completion_texts, encode_prompts, load_tokenizer, stop_strings, eos_token_ids
 from nanoatr.checkpoint import read_tokenizer_files
 
 
@@ -275,7 +275,7 @@ def train(run: Run, problems, eval_sets: dict, session: Session):
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
             res = evaluate(run, eval_sets, session, step + 1)
             session.say(f"step {step + 1}: held-out Mean@{k} {res[f'eval/mean@{k}']:.1f}%" if res else None)
-    if session.stopped:
+    if session.ended_by_signal:
         return
     after = evaluate(run, eval_sets, session, cfg.steps)  # also a resumed run that stopped in its last evaluation
     if after:
@@ -295,7 +295,7 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
         results, samples = during_training(
             run.model, run.tok, eval_sets, cfg.eval_k, cfg.eval_batch_size, run.d, seed=cfg.seed,
             max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens, temperature=cfg.eval_temperature,
-            top_p=cfg.eval_top_p, sampler=cfg.sampler, stop_ids=run.eos_ids, prompt_kw=run.prompt_kw, stops=cfg.stop,
+            top_p=cfg.eval_top_p, sampler=cfg.sampler, eos_ids=run.eos_ids, prompt_kw=run.prompt_kw, stops=cfg.stop,
             reward=run.reward)
     session.log_eval(step, results, samples)
     return results
@@ -327,7 +327,7 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.rollout_batch or cfg.prompts_per_step // d.world,
                               cfg.group_size, d.rank, d.world)
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
-              stop_token_ids(tok, tok_dir, cfg.model), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, shard, d,
+              eos_token_ids(tok, tok_dir, cfg.model), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, shard, d,
               precision, peft_model, ref, prompt_kw)
     session.describe(model, trained, len(problems), beta=bool(ref))
     return run, problems, eval_sets

@@ -42,7 +42,7 @@ from nanoatr.loss import policy_loss  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
 from nanoatr.rollout import Rollout, generate, left_pad, sampling_logprobs  # noqa: E402
 from nanoatr.scoring import Scores, score  # noqa: E402
-from nanoatr.tokenizer import encode_prompts, load_tokenizer, stop_token_ids  # noqa: E402
+from nanoatr.tokenizer import encode_prompts, load_tokenizer, eos_token_ids  # noqa: E402
 from nanoatr.verifier import verify  # noqa: E402
 
 PHASES = ["rollout", "reward", "advantages", "old logp", "update fwd", "backward", "optimizer"]
@@ -54,9 +54,9 @@ class Ours:
     def __init__(self, path):
         self.model = Qwen3.from_pretrained(path)
 
-    def generate(self, prompts, args, stop_ids, pad, gen):
+    def generate(self, prompts, args, eos_ids, pad, gen):
         return generate(self.model, prompts, args.max_new_tokens, temperature=args.temperature,
-                        eos_token_id=stop_ids, generator=gen, pad_id=pad)
+                        eos_token_id=eos_ids, generator=gen, pad_id=pad)
 
     def score(self, prompt_ids, prompt_mask, tokens, temperature, with_entropy=False):
         return score(self.model, prompt_ids, prompt_mask, tokens, temperature, with_entropy=with_entropy)
@@ -70,15 +70,15 @@ class Reference:
         from transformers import Qwen3ForCausalLM
         self.model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32)
 
-    def generate(self, prompts, args, stop_ids, pad, gen):
+    def generate(self, prompts, args, eos_ids, pad, gen):
         ids, mask = left_pad(prompts, pad)
         torch.manual_seed(gen.initial_seed())
         with torch.no_grad():
             out = self.model.generate(input_ids=ids, attention_mask=mask.long(), max_new_tokens=args.max_new_tokens,
                                       do_sample=True, temperature=args.temperature, top_k=0, top_p=1.0,
-                                      eos_token_id=stop_ids, pad_token_id=pad, use_cache=True)
+                                      eos_token_id=eos_ids, pad_token_id=pad, use_cache=True)
         tokens = out[:, ids.shape[1]:]
-        is_eos = torch.isin(tokens, torch.tensor(stop_ids))
+        is_eos = torch.isin(tokens, torch.tensor(eos_ids))
         real = (is_eos.cumsum(1) - is_eos.long()) == 0
         return Rollout(ids, mask, tokens, torch.zeros(tokens.shape), real, is_eos.any(-1))
 
@@ -93,7 +93,7 @@ class Reference:
         return Scores(logp, entropy, None)
 
 
-def one_step(policy, opt, problems, tok, stop_ids, args, step, tokens_from=None):
+def one_step(policy, opt, problems, tok, eos_ids, args, step, tokens_from=None):
     """Times of every phase (dict) and the rollout this step trained on."""
     t = {}
     P, G, pad = args.prompts, args.group, tok.pad_token_id or 0
@@ -104,7 +104,7 @@ def one_step(policy, opt, problems, tok, stop_ids, args, step, tokens_from=None)
 
     t0 = time.perf_counter()
     policy.model.eval()
-    out = policy.generate(prompts, args, stop_ids, pad, torch.Generator().manual_seed(step))
+    out = policy.generate(prompts, args, eos_ids, pad, torch.Generator().manual_seed(step))
     t["rollout"] = time.perf_counter() - t0
     tokens, mask = (out.tokens, out.mask) if tokens_from is None else tokens_from  # score the same tokens
 
@@ -190,7 +190,7 @@ def main():
     root = Path(__file__).resolve().parents[1]
     model_dir, data = root / args.model, root / args.data
     tok = load_tokenizer(model_dir)
-    stop_ids = stop_token_ids(tok, model_dir)
+    eos_ids = eos_token_ids(tok, model_dir)
     problems = load_problems(data)
     sides = {"ours": Ours(model_dir)}
     if args.reference:
@@ -204,7 +204,7 @@ def main():
     for step in range(args.warmup + args.steps):
         shared = None
         for name, policy in sides.items():  # same step, same prompts; interleaved so load drift hits both
-            t, shared_now, out = one_step(policy, opts[name], problems, tok, stop_ids, args, step, shared)
+            t, shared_now, out = one_step(policy, opts[name], problems, tok, eos_ids, args, step, shared)
             shared = shared or shared_now
             if step >= args.warmup:
                 times[name].append(t)

@@ -59,7 +59,7 @@ from make_default import TOKENIZER_CONFIG, build_tokenizer, sft  # noqa: E402
 from nanoatr.data import TASKS, Problem, load_problems, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
-from nanoatr.tokenizer import load_tokenizer, stop_token_ids  # noqa: E402
+from nanoatr.tokenizer import load_tokenizer, eos_token_ids  # noqa: E402
 
 SIZES = {"heldout": 256, "val": 128, "train": 4096}  # drawn in this order, disjoint by question
 FILTER_SAMPLES, FILTER_SEED = 8, 12345  # the pass-rate filter: samples per problem, and their seed
@@ -238,7 +238,7 @@ def pass_rate_filter(model, tok, model_dir: Path, pool: list[Problem]) -> list[P
     at temperature 1 (train.py's sampler and budget), in the pool's order."""
     task = TASKS["countdown"]
     summary, rows = evaluate(model, tok, pool, k=FILTER_SAMPLES, max_new_tokens=task.max_new_tokens,
-                             stop_ids=stop_token_ids(tok, model_dir), seed=FILTER_SEED, reward=task.reward,
+                             eos_ids=eos_token_ids(tok, model_dir), seed=FILTER_SEED, reward=task.reward,
                              progress=False)
     solved = [0] * len(pool)
     for r in rows:

@@ -269,7 +269,7 @@ class CpuThreads:
             torch.set_num_threads(n)
 
 
-class Stop:
+class Interrupts:
     """Ctrl-C or SIGTERM while training: finish the step, save a checkpoint, exit with one line (130 / 143).
     A second Ctrl-C stops at once (the steps since the last checkpoint are then lost)."""
 

@@ -32,7 +32,7 @@ START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.Adapter
                 distributed.DeviceError, BudgetError)
 
 
-class Finished(Exception):
+class NothingToDo(Exception):
     """The run has nothing left to do (a finished run resumed): not an error."""
 
 
@@ -42,14 +42,14 @@ class Session:
     def __init__(self, argv=None, doc: str = ""):
         self.lock = self.log = self.bar = None
         self.training = False
-        self.stopped_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
+        self.interrupted_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
         cfg, extra, given = parse(TrainConfig, argv, doc, hparam_flags, epilog=preset_help())
         self.cfg, self.extra, self.given = cfg, extra, given
 
     def __enter__(self) -> "Session":
         try:
             self.open()
-        except Finished as done:
+        except NothingToDo as done:
             self.close()
             print(done)
             raise SystemExit(0)
@@ -87,7 +87,7 @@ class Session:
                               f"give --steps {self.start} or more")
         self.log = RunLog.open(self.dir, resume_step=self.start if cfg.resume else None) if d.main else None
         if self.start == cfg.steps and d.main and (not cfg.eval_data or self.log.has(cfg.steps)):
-            raise Finished(f"run {self.dir} is finished (step {self.start} of {cfg.steps}, evaluated): nothing to "
+            raise NothingToDo(f"run {self.dir} is finished (step {self.start} of {cfg.steps}, evaluated): nothing to "
                            f"do; --resume {self.dir} --steps N with N > {self.start} trains further")
         self.threads = distributed.CpuThreads(cfg.threads, d.device)
 
@@ -103,16 +103,16 @@ class Session:
         checkpoint, and the loop ends (the exit then names the signal)."""
         cfg, d = self.cfg, self.d
         self.training, self.progress = True, progress
-        with distributed.Stop() as stop, tqdm(range(self.start, cfg.steps), initial=self.start, total=cfg.steps,
+        with distributed.Interrupts() as interrupts, tqdm(range(self.start, cfg.steps), initial=self.start, total=cfg.steps,
                                               desc="train", unit="step", disable=not d.main) as self.bar:
             try:
                 for step in self.bar:
                     self.thread_count = self.threads.adjust()
                     yield step
-                    if stop.requested(d):
+                    if interrupts.requested(d):
                         self.save(step + 1)
                         distributed.barrier(d)
-                        self.stopped_at = (step + 1, stop.signal)
+                        self.interrupted_at = (step + 1, interrupts.signal)
                         return
                     if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                         self.save(step + 1)
@@ -120,8 +120,8 @@ class Session:
                 self.bar = None
 
     @property
-    def stopped(self) -> bool:
-        return self.stopped_at is not None
+    def ended_by_signal(self) -> bool:
+        return self.interrupted_at is not None
 
     def save(self, step: int):
         if self.d.main:
@@ -166,8 +166,8 @@ class Session:
 
     def __exit__(self, kind, error, tb):
         try:
-            if kind is None and self.stopped:
-                step, signum = self.stopped_at
+            if kind is None and self.ended_by_signal:
+                step, signum = self.interrupted_at
                 die(f"stopped by {signal.Signals(signum).name} after step {step}; checkpoint saved "
                     f"(continue with --resume {self.dir})", 128 + signum)
             if kind is not None and issubclass(kind, START_ERRORS) and not self.training:
@@ -175,7 +175,7 @@ class Session:
             if kind is CheckpointError:  # disk full or read-only while saving or logging: earlier checkpoints intact
                 die(str(error), 1)
             if kind is KeyboardInterrupt:
-                self.interrupted()
+                self.abort()
         finally:
             self.close()
         return False
@@ -191,7 +191,7 @@ class Session:
         self.close()
         die(str(error), code)
 
-    def interrupted(self):
+    def abort(self):
         """Ctrl-C during start-up, or a second one while training: stop at once, say where things stand."""
         if not self.training:
             self.fail("interrupted during start-up", 130)

@@ -81,7 +81,7 @@ def eos_ids(value, where: Path) -> list[int]:
     return ids
 
 
-def stop_token_ids(tokenizer, *model_dirs) -> list[int]:
+def eos_token_ids(tokenizer, *model_dirs) -> list[int]:
     """EOS ids: the tokenizer's, and those of every model directory given (a base and its adapter, say).
 
     transformers' generate stops at generation_config.json's eos_token_id when the directory has that

@@ -25,12 +25,12 @@ from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
 from nanoatr.rollout import generate, left_pad  # noqa: E402
 from nanoatr.scoring import score  # noqa: E402
-from nanoatr.tokenizer import encode_prompts, load_tokenizer, stop_token_ids  # noqa: E402
+from nanoatr.tokenizer import encode_prompts, load_tokenizer, eos_token_ids  # noqa: E402
 
 
 @torch.no_grad()
 def mean_entropy(model, tok, problems, n: int, max_new_tokens: int, temperature: float = 1.0, seed: int = 0,
-                 batch_size: int = 256, stop_ids=None) -> float:
+                 batch_size: int = 256, eos_ids=None) -> float:
     """Token-weighted mean entropy (nats) of the policy at its own sampled completion tokens."""
     prompts = [p for p in encode_prompts(tok, problems) for _ in range(n)]
     total = count = 0.0
@@ -40,7 +40,7 @@ def mean_entropy(model, tok, problems, n: int, max_new_tokens: int, temperature:
     for start in range(0, len(prompts), batch_size):
         batch = prompts[start:start + batch_size]
         g = torch.Generator().manual_seed(seed * 1_000_003 + start + 1)
-        out = generate(model, batch, max_new_tokens, temperature=temperature, eos_token_id=stop_ids, generator=g,
+        out = generate(model, batch, max_new_tokens, temperature=temperature, eos_token_id=eos_ids, generator=g,
                        pad_id=pad)
         prompt_ids, prompt_mask = left_pad(batch, pad)
         entropy = score(model, prompt_ids, prompt_mask, out.tokens, temperature, with_entropy=True).entropy
@@ -68,11 +68,11 @@ def main():
     budget = args.max_new_tokens or task.max_new_tokens
     model = Qwen3.from_pretrained(model_dir)
     tok = load_tokenizer(model_dir)
-    stop_ids = stop_token_ids(tok, model_dir)
+    eos_ids = eos_token_ids(tok, model_dir)
     problems = load_problems(data, limit=args.limit or None)
     summary, rows = evaluate(model, tok, problems, k=args.k, max_new_tokens=budget, temperature=args.temperature,
-                             stop_ids=stop_ids, seed=args.seed, progress=False, reward=task.reward)
-    entropy = mean_entropy(model, tok, problems, args.k, budget, args.temperature, args.seed, stop_ids=stop_ids)
+                             eos_ids=eos_ids, seed=args.seed, progress=False, reward=task.reward)
+    entropy = mean_entropy(model, tok, problems, args.k, budget, args.temperature, args.seed, eos_ids=eos_ids)
     for r in rows[:: max(1, len(rows) // args.show)][:args.show] if args.show else []:
         print(f"{'+' if r['correct'] else '-'} {problems[r['problem_id']].question}= {r['completion']}")
     k = args.k

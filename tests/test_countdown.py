@@ -254,7 +254,7 @@ def test_pass_rate_filter_keeps_the_sometimes_solved(monkeypatch):
                 for s in range(k)]
         return {"mean@8": 0.0}, rows
     monkeypatch.setattr(countdown, "evaluate", fake_evaluate)
-    monkeypatch.setattr(countdown, "stop_token_ids", lambda tok, model_dir: [0])
+    monkeypatch.setattr(countdown, "eos_token_ids", lambda tok, model_dir: [0])
     assert countdown.pass_rate_filter(None, None, Path("m"), pool) == [pool[1], pool[2], pool[4]]
 
 

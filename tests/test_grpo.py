@@ -18,7 +18,7 @@ from nanoatr.distributed import Dist, Shard
 from nanoatr.methods import check_hparams
 from nanoatr.model import Qwen3
 from nanoatr.scoring import Scorer
-from nanoatr.tokenizer import load_tokenizer, stop_token_ids
+from nanoatr.tokenizer import load_tokenizer, eos_token_ids
 
 
 def close(a, b, rel=1e-4):
@@ -37,7 +37,7 @@ def test_grpo_py_computes_train_py_step(clip):
                               compile=False, clip=clip, lr=30.0), {})  # SGD, a large step: later minibatches move off-policy
     trained = list(twin.parameters())
     run = train.Run(cfg, twin, Scorer(twin, contextlib.nullcontext), torch.optim.SGD(trained, lr=cfg.lr), trained, tok,
-                    stop_token_ids(tok), None, task.reward, Shard(cfg.seed, 4, 4, 4), Dist(0, 1, torch.device("cpu")),
+                    eos_token_ids(tok), None, task.reward, Shard(cfg.seed, 4, 4, 4), Dist(0, 1, torch.device("cpu")),
                     contextlib.nullcontext)
     minibatches = run.shard.minibatches(0, cfg.epochs, cfg.minibatches)
     old = train.old_logprobs(run, batch, first=minibatches[0])

@@ -16,7 +16,7 @@ from nanoatr import lora
 from nanoatr.data import Problem
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
-from nanoatr.tokenizer import encode_prompts, load_tokenizer, stop_token_ids
+from nanoatr.tokenizer import encode_prompts, load_tokenizer, eos_token_ids
 from qwen3_dirs import CHAT, ENDOFTEXT, IM_END, NO_THINKING, hf_model, script, write_dir
 
 PROBLEMS = [("What is 1+1?", "2"), ("Compute 7 - 5, please, and explain every step of it carefully.", "2")]
@@ -69,7 +69,7 @@ def hf_greedy(path, prompt, max_new_tokens):
 def ours_greedy(path, tok, prompt, max_new_tokens, stops=()):
     from nanoatr.tokenizer import stop_strings
     out = generate(Qwen3.from_pretrained(path).eval(), [prompt], max_new_tokens, temperature=0.0,
-                   eos_token_id=stop_token_ids(tok, path), pad_id=tok.pad_token_id, stop=stop_strings(tok, stops))
+                   eos_token_id=eos_token_ids(tok, path), pad_id=tok.pad_token_id, stop=stop_strings(tok, stops))
     return out.tokens[0, :int(out.mask[0].sum())].tolist()
 
 
@@ -143,7 +143,7 @@ def test_eos_ids_from_every_place_stop_where_transformers_stops(place, dirs, tok
     path = write_dir(tmp_path / "m", None, config=config, generation=generation, weights_from=dirs["base"])
     theirs = hf(path).generation_config.eos_token_id
     theirs = set(theirs if isinstance(theirs, list) else [] if theirs is None else [theirs])
-    assert set(stop_token_ids(tok, path)) == theirs | {IM_END}  # the instruct tokenizer's eos is <|im_end|>
+    assert set(eos_token_ids(tok, path)) == theirs | {IM_END}  # the instruct tokenizer's eos is <|im_end|>
     prompt = chat_ids(tok, "Hi?", enable_thinking=False)  # the scripted model then says " Hi there" <|endoftext|>
     expected = hf_greedy(path, prompt, 8)
     assert ours_greedy(path, tok, prompt, 8) == expected

@@ -7,7 +7,7 @@ import sample
 from nanoatr.data import Problem
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
-from nanoatr.tokenizer import format_prompt, load_tokenizer, stop_token_ids
+from nanoatr.tokenizer import format_prompt, load_tokenizer, eos_token_ids
 from tiny import make_model_dir
 
 PROMPT = "12+34-5"
@@ -21,14 +21,14 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def loaded(model_dir):
     tok = load_tokenizer(model_dir)
-    return Qwen3.from_pretrained(model_dir).eval(), tok, stop_token_ids(tok, model_dir)
+    return Qwen3.from_pretrained(model_dir).eval(), tok, eos_token_ids(tok, model_dir)
 
 
 def reference(loaded, text, max_new_tokens, temperature=0.0, seed=0, **kw):
     """rollout.generate's completion (tokens, text) for one prompt."""
-    model, tok, stop_ids = loaded
+    model, tok, eos_ids = loaded
     ids = tok.encode(text, add_special_tokens=False)
-    out = generate(model, [ids], max_new_tokens, temperature=temperature, eos_token_id=stop_ids,
+    out = generate(model, [ids], max_new_tokens, temperature=temperature, eos_token_id=eos_ids,
                    generator=torch.Generator().manual_seed(seed), pad_id=tok.pad_token_id, **kw)
     tokens = out.tokens[0, :int(out.mask[0].sum())].tolist()
     return tokens, tok.decode(tokens, skip_special_tokens=True)
@@ -44,10 +44,10 @@ def test_greedy_stream_prints_the_rollout_text(capsys, model_dir, loaded):
 
 @pytest.mark.parametrize("kw", [dict(), dict(top_k=5, top_p=0.9)])
 def test_seeded_stream_equals_generate(loaded, kw):
-    model, tok, stop_ids = loaded
+    model, tok, eos_ids = loaded
     tokens, _ = reference(loaded, PROMPT, 16, temperature=1.0, seed=3, **kw)
     streamed = sample.stream(model, tok.encode(PROMPT, add_special_tokens=False), 16, temperature=1.0,
-                             stop_ids=stop_ids, generator=torch.Generator().manual_seed(3), **kw)
+                             eos_ids=eos_ids, generator=torch.Generator().manual_seed(3), **kw)
     assert list(streamed) == tokens
 
 

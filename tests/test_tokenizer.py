@@ -76,23 +76,23 @@ def test_a_special_token_is_a_stop_string(tok):
 def test_stop_token_ids_from_every_place(tok, tmp_path):
     """The tokenizer's eos, config.json's and generation_config.json's (an int or a list), all of them."""
     import json
-    from nanoatr.tokenizer import TokenizerError, stop_token_ids
+    from nanoatr.tokenizer import TokenizerError, eos_token_ids
     eos = tok.eos_token_id
-    assert stop_token_ids(tok) == stop_token_ids(tok, tmp_path) == [eos]
+    assert eos_token_ids(tok) == eos_token_ids(tok, tmp_path) == [eos]
     (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": [7, 8]}))
-    assert stop_token_ids(tok, tmp_path) == sorted({eos, 7, 8})
+    assert eos_token_ids(tok, tmp_path) == sorted({eos, 7, 8})
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 9}))
-    assert stop_token_ids(tok, tmp_path) == sorted({eos, 7, 8, 9})
+    assert eos_token_ids(tok, tmp_path) == sorted({eos, 7, 8, 9})
     other = tmp_path / "adapter"
     other.mkdir()
     (other / "generation_config.json").write_text(json.dumps({"eos_token_id": [3]}))
-    assert stop_token_ids(tok, other, tmp_path) == sorted({eos, 3, 7, 8, 9})
+    assert eos_token_ids(tok, other, tmp_path) == sorted({eos, 3, 7, 8, 9})
     (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": "</s>"}))
     with pytest.raises(TokenizerError, match="config.json: eos_token_id must be a token id"):
-        stop_token_ids(tok, tmp_path)
+        eos_token_ids(tok, tmp_path)
     (tmp_path / "config.json").write_text("[")
     with pytest.raises(TokenizerError, match="cannot read .*config.json"):
-        stop_token_ids(tok, tmp_path)
+        eos_token_ids(tok, tmp_path)
 
 
 def test_generation_defaults_read_three_keys(tmp_path):
