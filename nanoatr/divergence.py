@@ -17,7 +17,8 @@ A constraint "estimate <= delta" on one token is a constraint on w alone, so it 
 
 The KL3 range is the paper's Theorem 4.2: 0 < l < 1 < u and 1 - l < u - 1 (wider above 1);
 delta = 0.07 gives [0.671, 1.422]. W_0 and W_-1 are the two real branches of Lambert W
-(w e^w = z), computed here by Halley's iteration so that scipy is not needed.
+(w e^w = z), computed here by Halley's iteration so that scipy is not needed; kl3_ratio_range finds
+its two roots by Newton's method instead (exercise 4 of docs/exercises.md), and the tests check both agree.
 """
 import math
 
@@ -102,13 +103,23 @@ def kl2_ratio_range(delta: float) -> tuple[float, float]:
 
 
 def kl3_ratio_range(delta: float) -> tuple[float, float]:
-    """Ratios with KL3 = w - 1 - log w <= delta (Theorem 4.2): (l, u) = (-W_0(z), -W_-1(z)), z = -e^(-1-delta).
+    """Ratios with KL3 = w - 1 - log w <= delta (Theorem 4.2): the roots l < 1 < u of w - 1 - log w = delta.
 
-    From w - 1 - log w = delta:  w e^-w = e^(-1-delta)  =>  (-w) e^(-w) = z  =>  w = -W(z), one root per branch.
+    In closed form (l, u) = (-W_0(z), -W_-1(z)) with z = -e^(-1-delta); found here by Newton's method instead,
+    as exercise 4 asks (its tests make lambert_w raise, and check that the two agree). f(w) = w - 1 - log w -
+    delta is convex, so from the outer side of each root, where f > 0, Newton walks to it monotonically.
     """
     _check_delta(delta)
-    z = -math.exp(-1.0 - delta)
-    return -lambert_w(z, 0), -lambert_w(z, -1)
+
+    def root(w):
+        for _ in range(100):
+            step = ((w - 1) - math.log(w) - delta) / (1 - 1 / w)
+            w -= step
+            if abs(step) <= 1e-15 * w:
+                break
+        return w
+
+    return root(math.exp(-1.0 - delta)), root(2.0 + 2.0 * delta)  # f(e^(-1-delta)) = e^(-1-delta) > 0; f(2 + 2 delta) > 0
 
 
 def kl3_is_ratio_range(delta: float) -> tuple[float, float]:

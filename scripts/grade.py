@@ -1,7 +1,7 @@
 """The autograder of a student copy (scripts/make_assignment.py): per exercise, tests passed / total and a
 score, printed and written as JSON (Gradescope's results.json format, details under "extra_data").
 
-    python hw1-grader/grade.py                    # official: run inside the student's repository
+    python ../hw1-grader/grade.py                 # official: run inside the student's repository
     python hw1-grader/grade.py STUDENT_DIR --json results.json
     python scripts/grade.py                       # in a student copy: a self-check with your own tests/
 
@@ -229,10 +229,10 @@ def changed_outside(student: Path, reference: Path, exercises: dict, numbers: li
                 a, b = None, ""
             if a != b:
                 out.append(f"{f} (changed)")
-        elif mine.read_bytes() != ref.read_bytes():
+        elif mine.read_bytes() != MA.handed_out(f, ref.read_bytes()):
             out.append(f"{f} (changed)")
     known = set(handed) | set(MA.STUDENT_FILES) | {"results.json"}
-    for f in MA.source_files(student):
+    for f in MA.source_files(student, untracked=True):
         if f not in known:
             out.append(f"{f} (added)")
     return out

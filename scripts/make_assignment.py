@@ -1,22 +1,25 @@
 """Make a student copy of nanoatr for a course: the chosen exercises' functions blanked, their text
 beside them, a fresh git history; and a grader bundle for the teaching staff.
 
-    python scripts/make_assignment.py --exercises 1,4,7 --out hw1     # hw1/ for students, hw1-grader/ for TAs
-    python scripts/make_assignment.py --list                          # the exercises and what each one blanks
-    python scripts/make_assignment.py --paste-reference hw1           # put this checkout's bodies back into hw1/
+    python scripts/make_assignment.py --exercises 1,4,7 --out ../hw1   # ../hw1/ for students, ../hw1-grader/ for TAs
+    python scripts/make_assignment.py --list                            # the exercises and what each one blanks
+    python scripts/make_assignment.py --paste-reference ../hw1          # put this checkout's bodies back into it
 
 The exercises are the table at the top of docs/exercises.md (number, title, the functions to write as
 file::name, the pytest commands that check them); scripts/grade.py and tests/test_classroom.py read
 the same table. In the student copy each function keeps its signature and docstring; its body becomes
 a TODO block with the exercise's contract (the "**Contract**" list of its section) and
 `raise NotImplementedError("exercise N: <title>")`. EXERCISES.md holds the chosen sections, ANSWERS.md
-their questions. Everything else is copied unchanged (so everything that does not call a blanked
-function runs), except the teachers' files (TEACHER_ONLY). The copy is a new git repository with one
-commit: `git log -p` shows no answer.
+their questions. Every other file git tracks is copied unchanged (so everything that does not call a
+blanked function runs), except the teachers' files (TEACHER_ONLY) and the teacher-only blocks of the
+markdown files (between <!-- teacher-only --> and <!-- /teacher-only -->). Untracked files are left out
+(a `pip install .` leaves every answer in build/lib/), and named. The copy is a new git repository with
+one commit: `git log -p` shows no answer. Both folders must be outside this checkout: inside it, a
+`git add -A` would commit the answers.
 
 The grader bundle (default: <out>-grader/, never given to students) holds grade.py, this script,
-assignment.json and reference/, a copy of this checkout: the tests the grader runs and the reference
-bodies it puts back into the other exercises while grading one (docs/teaching.md).
+assignment.json and reference/, a copy of this checkout's tracked files: the tests the grader runs and
+the reference bodies it puts back into the other exercises while grading one (docs/teaching.md).
 """
 import argparse
 import ast
@@ -36,6 +39,7 @@ DOC = "docs/exercises.md"
 TEACHER_ONLY = ("docs/teaching.md", "tests/test_classroom.py")   # never in a student copy
 SKIP_DIRS = {".git", "runs", "__pycache__", ".pytest_cache", ".hypothesis", ".benchmarks", ".venv", ".whl",
              "build", "dist"}
+TEACHER_BLOCK = re.compile(r"^<!-- teacher-only.*?-->\n.*?^<!-- /teacher-only -->\n", re.M | re.S)  # in markdown
 STUDENT_FILES = ("EXERCISES.md", "ANSWERS.md", "assignment.json")  # what make_student_copy adds
 
 
@@ -44,6 +48,7 @@ class Exercise(NamedTuple):
     title: str                            # the one line of its NotImplementedError
     functions: tuple                      # ((path, function name), ...); empty for a written exercise
     checks: tuple                         # ((test file, -k expression or None), ...)
+    builds_on: tuple                      # the exercises whose functions its own call or its checks run
     breaks: str                           # what else stops working while it is blank
     contract: list                        # the bullets of its "**Contract**" list (markdown, one string each)
     section: str                          # its section of docs/exercises.md
@@ -72,15 +77,17 @@ def load_exercises(root: Path = ROOT) -> dict:
     exercises = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")] if line.startswith("| ") else []
-        if len(cells) != 5 or not cells[0].isdigit():
+        if len(cells) != 6 or not cells[0].isdigit():
             continue
         number = int(cells[0])
         functions = tuple(tuple(f.split("::")) for f in re.findall(r"`([^`]+::[^`]+)`", cells[2]))
         checks = tuple(parse_check(c) for c in re.findall(r"`([^`]+)`", cells[3]))
+        builds_on = tuple(int(n) for n in re.findall(r"\d+", cells[4]))
         if number not in sections:
             raise ValueError(f"{DOC}: exercise {number} is in the table but has no '## {number}. ' section")
         section = sections[number].group(0).rstrip() + "\n"
-        exercises[number] = Exercise(number, cells[1], functions, checks, cells[4], contract_of(section), section)
+        exercises[number] = Exercise(number, cells[1], functions, checks, builds_on, cells[5], contract_of(section),
+                                     section)
     if not exercises:
         raise ValueError(f"{DOC}: no exercise table found")
     return exercises
@@ -111,6 +118,14 @@ def choose(exercises: dict, spec: str) -> list:
         raise ValueError(f"--exercises: no exercise {unknown[0] if unknown else spec!r} "
                          f"(there are {', '.join(map(str, sorted(exercises)))})")
     return numbers
+
+
+def course_order(root: Path = ROOT) -> list:
+    """The course order of docs/exercises.md's **Order.** paragraph, as sessions: [[7, 8], [1, 2], ...]."""
+    m = re.search(r"^\*\*Order\.\*\*.*?course order[^:]*: ([\d, →]+)\.", (Path(root) / DOC).read_text(), re.M | re.S)
+    if not m:
+        raise ValueError(f"{DOC}: no course order ('A course order ...: 7, 8 → 1, 2 → ...') in its **Order.** paragraph")
+    return [[int(n) for n in session.split(",")] for session in m.group(1).split("→")]
 
 
 # ----------------------------------------------------------------------------
@@ -206,22 +221,41 @@ def without_functions(source: str, names: list, path: str = "") -> str:
 # ----------------------------------------------------------------------------
 # Copies
 
-def source_files(root: Path = ROOT) -> list:
-    """The repository's files (relative paths): what git tracks plus untracked files it does not ignore."""
-    root = Path(root)
+def _git_files(root: Path, *args) -> list | None:
+    """`git ls-files -z ARGS` in root (existing files only), or None where root is not a git checkout."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
-                             capture_output=True, check=True).stdout.decode()
-        files = sorted({f for f in out.split("\0") if f and (root / f).is_file()})
-        if files:
-            return files
+        out = subprocess.run(["git", "ls-files", "-z", *args], cwd=root, capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
-        pass
+        return None
+    return sorted({f for f in out.decode().split("\0") if f and (Path(root) / f).is_file()})
+
+
+def source_files(root: Path = ROOT, untracked: bool = False) -> list:
+    """The repository's files (relative paths): what git tracks (and with `untracked`, the untracked files it
+    does not ignore too: what a student added). A student copy is made of tracked files only, so that a build
+    folder (build/lib/ holds every answer after `pip install .`) or a TA's scratch file never reaches it."""
+    root = Path(root)
+    files = _git_files(root, "--cached", *(["--others", "--exclude-standard"] if untracked else []))
+    if files:
+        return files
     files = []  # not a git checkout (a grader bundle's reference/): every file outside SKIP_DIRS
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info")]
         files += [str(Path(dirpath, f).relative_to(root)) for f in filenames if not f.endswith(".pyc")]
     return sorted(files)
+
+
+def untracked_files(root: Path = ROOT) -> list:
+    """The untracked files git does not ignore: what a student copy and a grader bundle leave out."""
+    return _git_files(Path(root), "--others", "--exclude-standard") or []
+
+
+def handed_out(path: str, data: bytes) -> bytes:
+    """A file as a student copy holds it: a markdown file loses its teacher-only blocks (a link to
+    docs/teaching.md, which the copy leaves out); every other file is unchanged."""
+    if not path.endswith(".md"):
+        return data
+    return TEACHER_BLOCK.sub("", data.decode()).encode()
 
 
 def copy_files(root: Path, out: Path, files: list) -> None:
@@ -245,11 +279,31 @@ def git_commit(repo: Path, message: str) -> str:
     return git("rev-parse", "HEAD").strip()
 
 
+def student_order(exercises: dict, numbers: list, root: Path = ROOT) -> str:
+    """The **Order.** paragraph of a student copy: the course's order and dependencies among `numbers` only
+    (the exercises a copy does not hold have their reference bodies, so nothing waits on them)."""
+    def names(ns):
+        return ", ".join(map(str, ns[:-1])) + " and " + str(ns[-1]) if len(ns) > 1 else str(ns[0])
+
+    text = ["**Order.** Blank functions raise only when called, so this copy runs everything that does not call "
+            "them (the table's last column)."]
+    needs = {n: [m for m in exercises[n].builds_on if m in numbers] for n in numbers}
+    for n in [n for n in numbers if needs[n]]:
+        text.append(f"{n} builds on {names(needs[n])}: until {'it is' if len(needs[n]) == 1 else 'they are'} "
+                    f"done, {n}'s checks fail on {'its' if len(needs[n]) == 1 else 'their'} NotImplementedError.")
+    if any(needs.values()):
+        text.append("(Not when graded: the grader puts the reference into the others while it grades one.)")
+    order = [n for session in course_order(root) for n in session if n in numbers]
+    order += [n for n in numbers if n not in order]
+    if len(order) > 1:
+        text.append(f"A good order: {' → '.join(map(str, order))}.")
+    return textwrap.fill(" ".join(text), 100) + "\n"
+
+
 def student_text(exercises: dict, numbers: list, root: Path = ROOT) -> tuple:
     """(EXERCISES.md, ANSWERS.md) of a student copy."""
     doc = (Path(root) / DOC).read_text()
-    notation = re.search(r"^Exercises 1–9 .*?\n\n", doc, re.M | re.S)
-    order = re.search(r"^\*\*Order\.\*\*.*?\n\n", doc, re.M | re.S)
+    notation = re.search(r"^\*\*Notation\.\*\*.*?\n\n", doc, re.M | re.S)
     intro = ("Each exercise names functions whose bodies are blank: they raise `NotImplementedError` under a TODO "
              "block that states the contract, the behaviour the tests check. Write the bodies and run the checks "
              "from the repository root; the whole test suite (`python -m pytest`) fails wherever a blank function "
@@ -263,8 +317,7 @@ def student_text(exercises: dict, numbers: list, root: Path = ROOT) -> tuple:
     head.append("")
     if notation:
         head.append(notation.group(0).rstrip() + "\n")
-    if order:
-        head.append(order.group(0).rstrip() + "\n")
+    head.append(student_order(exercises, numbers, root))
     body = "\n".join(head) + "\n---\n\n" + "\n".join(exercises[n].section for n in numbers)
     answers = ["# Answers\n", "Your answers to each exercise's questions, in words (and numbers where asked).\n"]
     for n in numbers:
@@ -281,6 +334,9 @@ def make_student_copy(out: Path, numbers: list, root: Path = ROOT) -> str:
     files = [f for f in source_files(root) if f not in TEACHER_ONLY]
     out.mkdir(parents=True)
     copy_files(root, out, files)
+    for f in files:
+        if f.endswith(".md"):
+            (out / f).write_bytes(handed_out(f, (out / f).read_bytes()))
     for n in numbers:
         ex = exercises[n]
         for path, name in ex.functions:
@@ -338,7 +394,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python scripts/make_assignment.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exercises", default="", help="exercise numbers, e.g. 1,4,7, or 'all'")
-    parser.add_argument("--out", type=Path, help="the student repository to write (must not exist)")
+    parser.add_argument("--out", type=Path, help="the student repository to write (must not exist; outside this "
+                                                 "checkout, e.g. ../hw1)")
     parser.add_argument("--grader", type=Path, help="the grader bundle to write (default: <out>-grader)")
     parser.add_argument("--list", action="store_true", help="list the exercises and stop")
     parser.add_argument("--paste-reference", type=Path, metavar="DIR",
@@ -361,19 +418,29 @@ def main(argv=None):
             parser.error("give --exercises and --out (or --list, or --paste-reference DIR)")
         numbers = choose(exercises, args.exercises)
         grader = args.grader or args.out.with_name(args.out.name + "-grader")
-        for path in (args.out, grader):
+        for flag, path in (("--out", args.out), ("--grader", grader)):
             if path.exists():
                 parser.error(f"{path} exists; choose another --out / --grader")
+            if path.resolve().is_relative_to(ROOT.resolve()):
+                parser.error(f"{flag} {path} is inside this checkout ({ROOT}): a `git add -A` would commit the "
+                             f"answers and pytest would collect its tests; write it outside, e.g. --out ../hw1")
         if grader.resolve().is_relative_to(args.out.resolve()):
             parser.error("--grader must not be inside --out: students would get the answers")
     except (ValueError, LookupError) as e:
         parser.error(str(e))
-    commit = make_student_copy(args.out, numbers)
-    make_grader_bundle(grader, numbers)
+    commit = make_student_copy(args.out, numbers, ROOT)
+    make_grader_bundle(grader, numbers, ROOT)
     blanked = [f"{p}::{f}" for n in numbers for p, f in exercises[n].functions]
     print(f"student copy: {args.out} (git commit {commit[:10] or 'none'}; exercises {', '.join(map(str, numbers))}; "
           f"blank: {', '.join(blanked) or 'nothing'})")
-    print(f"grader bundle: {grader} (keep it from students; in a student copy run: python {grader / 'grade.py'})")
+    left_out = untracked_files(ROOT)
+    if left_out:
+        shown = ", ".join(left_out[:5]) + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else "")
+        print(f"left out {len(left_out)} untracked file{'s' if len(left_out) > 1 else ''} (both copies hold what git "
+              f"tracks; git add what students need): {shown}")
+    grade = os.path.relpath(grader.resolve() / "grade.py", args.out.resolve())
+    print(f"grader bundle: {grader} (keep it from students; to grade a copy: cd {shlex.quote(str(args.out))} && "
+          f"python {shlex.quote(grade)})")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,11 @@
 """Section 5 of the paper, checked on its own setting: a tabular softmax policy at one state.
 
-    python scripts/theory.py [--states 2000] [--eta 1e-3] [--delta 0.07] [--seed 0] [--figure docs/figure1-kl3.svg]
+    python scripts/theory.py [--states 2000] [--eta 1e-3] [--delta 0.07] [--seed 0] [--figure PATH]
+    python scripts/theory.py --figure docs/figure1-kl3.svg      # regenerate the figure of the docs
+
+The numbers need torch only. Figure 1 is drawn with matplotlib (optional: without it the script says so
+in one line) to runs/theory/figure1-kl3.svg, a .png beside it: an ignored folder, so that a student's
+run never changes a tracked file.
 
 One state s, logits theta^k (the current policy pi_k = softmax(theta^k)), an old policy pi_old
 (theta^k plus noise, so the ratios w(a) = pi_k(a) / pi_old(a) spread around 1) and an advantage A(a)
@@ -50,6 +55,7 @@ from nanoatr.divergence import k3, kl3_ratio_range  # noqa: E402
 from plot import Line, Panel, draw  # noqa: E402  (scripts/plot.py)
 
 EVENTS = ("X-", "X+")
+FIGURE = "runs/theory/figure1-kl3.svg"  # not tracked (runs/ is ignored); --figure docs/figure1-kl3.svg for the docs
 SURROGATES = ("paper", "nanoatr")
 
 
@@ -171,6 +177,14 @@ def agreement(states: int = 2000, eta: float = 1e-3, delta: float = 0.07, seed: 
 # ----------------------------------------------------------------------------
 # Figure 1: KL3 against the ratio, its range [l, u] and the symmetric [1 - eps, 1 + eps], eps = 1 - l
 
+def has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def figure1(out, delta: float = 0.07):
     """The paper's Figure 1: KL3(w), the delta line, [l, u] and the symmetric ratio range of eps = 1 - l."""
     l, u = kl3_ratio_range(delta)
@@ -198,7 +212,8 @@ def main(argv=None):
     parser.add_argument("--eta", type=float, default=1e-3, help="policy-gradient step size (first order: small)")
     parser.add_argument("--delta", type=float, default=0.07, help="KL3 threshold; eps follows from the premise")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--figure", default="docs/figure1-kl3.svg", help="where to write Figure 1 ('' = skip)")
+    parser.add_argument("--figure", default=FIGURE, help=f"where to write Figure 1, and a .png beside it (default: "
+                        f"{FIGURE}; docs/figure1-kl3.svg is the docs' copy; '' = skip)")
     args = parser.parse_args(argv)
     l, u = kl3_ratio_range(args.delta)
     print(f"delta {args.delta:g}: KL3 range [l, u] = [{l:.4f}, {u:.4f}]; X-: eps = u - 1 = {u - 1:.4f}, "
@@ -217,7 +232,9 @@ def main(argv=None):
     print("\nprinted Cov = eta Cov(A 1_X, log pi) (Theorem 5.2); pi-weighted = eta Cov(pi (A 1_X - E[A 1_X]), log pi),\n"
           "the first-order term of Theorem 5.1's vanilla step (Eq. 30 drops pi(a)); Thm 5.1 max err: |measured\n"
           "Delta theta - formula|; 1st order rel err: median |Delta H - pi-weighted| / |pi-weighted|.")
-    if args.figure:
+    if args.figure and not has_matplotlib():
+        print("figure 1 not drawn: it needs matplotlib (pip install matplotlib); the numbers above do not")
+    elif args.figure:
         print(f"wrote {figure1(args.figure, args.delta)}")
 
 

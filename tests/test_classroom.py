@@ -1,7 +1,8 @@
 """The classroom kit end to end (docs/teaching.md): a student copy of every exercise holds no answer and
 has a fresh history; the grader, with its own tests, gives 0 with the bodies blank, every exercise failing
-on its own blank (red), and full marks once the reference bodies are pasted back (green); and
-`pip install -e .` makes `import nanoatr` work from any folder.
+on its own blank (red), and full marks once the reference bodies are pasted back (green); a copy holds
+tracked files only, links no file it lacks, names only its own exercises; the kit refuses to write inside
+this checkout; the rubric adds up; and `pip install -e .` makes `import nanoatr` work from any folder.
 
     python -m pytest tests/test_classroom.py -q        (about 40 s on one core: two grader runs)
 """
@@ -75,6 +76,104 @@ def test_the_student_copy_holds_no_answer(kit):
                 assert line not in text and line not in history, f"{path}::{name} leaks {line!r}"
             assert f'raise NotImplementedError("exercise {n}: {ex.title}")' in text
             assert f"# TODO(exercise {n}): {ex.title}." in text
+
+
+def test_the_student_copy_links_only_what_it_holds(kit):
+    """docs/teaching.md is left out, so is the README's teacher-only link to it; every relative link resolves."""
+    student = kit[0]
+    for md in student.rglob("*.md"):
+        text = md.read_text()
+        assert "teacher-only" not in text, md
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            path = target.split("#")[0]
+            if path and not re.match(r"[a-z]+:", path):
+                assert (md.parent / path).exists(), f"{md.relative_to(student)} links {target}, which the copy lacks"
+    assert "teaching.md" not in (student / "README.md").read_text()
+    assert "teaching.md" in (ROOT / "README.md").read_text()  # the checkout's README keeps it
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_student_copy_ignores_the_graders_results(kit):
+    check = subprocess.run(["git", "check-ignore", "-q", "results.json"], cwd=kit[0])
+    assert check.returncode == 0, "results.json (written by python scripts/grade.py) is not ignored in a student copy"
+
+
+def test_the_student_order_names_only_its_exercises():
+    """The **Order.** and **Notation.** paragraphs of EXERCISES.md: the assignment's exercises, nothing else."""
+    for numbers in ([1, 4, 7], [1, 2], [2, 5, 9, 11], [6]):
+        head = MA.student_text(EXERCISES, numbers, ROOT)[0].split("\n---\n")[0] + "\n\n"
+        order = re.search(r"^\*\*Order\.\*\*.*?\n\n", head, re.M | re.S).group(0)
+        notation = re.search(r"^\*\*Notation\.\*\*.*?\n\n", head, re.M | re.S).group(0)
+        named = {int(n) for n in re.findall(r"\b\d+\b", order + notation)}
+        assert named <= set(numbers), (numbers, order + notation)
+    order = MA.student_order(EXERCISES, [1, 2], ROOT)
+    assert "2 builds on 1" in order and "A good order: 1 → 2." in order
+    assert "A good order: 7 → 1 → 4." in MA.student_order(EXERCISES, [1, 4, 7], ROOT)
+
+
+def mini_checkout(root: Path) -> Path:
+    """A git checkout holding what a copy of exercise 1 needs (the table, methods.py, .gitignore), committed,
+    then what `pip install .` and a TA leave lying around: build/lib/nanoatr/methods.py and notes.txt."""
+    for f in (MA.DOC, "nanoatr/methods.py", ".gitignore"):
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, root / f)
+    MA.git_commit(root, "mini")
+    (root / "build/lib/nanoatr").mkdir(parents=True)
+    shutil.copy2(ROOT / "nanoatr/methods.py", root / "build/lib/nanoatr/methods.py")
+    (root / "notes.txt").write_text("grading notes\n")
+    return root
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_copy_holds_tracked_files_only_and_says_what_it_left_out(tmp_path, monkeypatch, capsys):
+    """A non-editable `pip install .` leaves every answer in build/lib/: ignored, and never copied (nor is an
+    untracked file git does not ignore, which is named). The printed command grades from inside the copy."""
+    root = mini_checkout(tmp_path / "nanoatr")
+    assert MA.untracked_files(root) == ["notes.txt"]
+    monkeypatch.setattr(MA, "ROOT", root)
+    monkeypatch.chdir(tmp_path)
+    MA.main(["--exercises", "1", "--out", "hw1"])
+    out = capsys.readouterr().out
+    for copy in (tmp_path / "hw1", tmp_path / "hw1-grader/reference"):
+        assert (copy / "nanoatr/methods.py").is_file()
+        assert not (copy / "build").exists() and not (copy / "notes.txt").exists(), copy
+    assert "left out 1 untracked file" in out and "notes.txt" in out
+    cd, grade = re.search(r"to grade a copy: cd (\S+) && python (\S+)\)", out).groups()
+    assert (tmp_path / cd / grade).resolve() == (tmp_path / "hw1-grader/grade.py").resolve()
+
+
+@pytest.mark.parametrize("where", ["out", "grader"])
+def test_a_copy_inside_this_checkout_is_refused(where, tmp_path, capsys):
+    """Inside the checkout, `git add -A` would commit the answers and pytest would collect the copies' tests."""
+    inside = ROOT / "runs" / f"hw-refused-{os.getpid()}"
+    args = ["--exercises", "1", "--out", str(inside) if where == "out" else str(tmp_path / "hw1")]
+    if where == "grader":
+        args += ["--grader", str(inside)]
+    with pytest.raises(SystemExit) as stop:
+        MA.main(args)
+    assert stop.value.code == 2 and not inside.exists() and not (tmp_path / "hw1").exists()
+    assert f"--{where} {inside} is inside this checkout" in capsys.readouterr().err
+
+
+def test_pytest_collects_the_tests_folder_only():
+    """A run folder, student copy or grader bundle lying in the checkout is never collected."""
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
+
+
+def test_the_rubric_adds_up():
+    """docs/teaching.md: each exercise's `Rubric (N):` line, whose points in parentheses add up to N: 5 for
+    the written part of a coded exercise, 10 for a written exercise."""
+    text = (ROOT / "docs/teaching.md").read_text()
+    sections = dict(re.findall(r"^### (\d+)\. .*?\n(.*?)(?=^##|\Z)", text.split("## Per exercise")[1], re.M | re.S))
+    assert sorted(map(int, sections)) == sorted(EXERCISES)
+    for n, section in sections.items():
+        rubrics = re.findall(r"^- Rubric \((\d+)\): (.*?)(?=^- |^\S|\Z)", section, re.M | re.S)
+        assert len(rubrics) == 1, f"exercise {n}: {len(rubrics)} 'Rubric (N):' lines"
+        total, body = int(rubrics[0][0]), rubrics[0][1]
+        assert total == (5 if EXERCISES[int(n)].functions else 10), f"exercise {n}: Rubric ({total})"
+        assert sum(map(int, re.findall(r"\((\d+)\)", body))) == total, f"exercise {n}: the points do not add up"
 
 
 def test_grader_red_then_green_for_every_exercise(kit, tmp_path):

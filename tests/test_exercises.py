@@ -65,3 +65,21 @@ def test_table_row_matches_its_section(number):
         assert ast.get_docstring(node) == ast.get_docstring(MA._function(ast.parse(source), name))
         assert ast.unparse(node.args) == ast.unparse(MA._function(ast.parse(source), name).args)  # the signature stays
         assert MA.paste_function(blank, source, name, path) == source  # blank, then paste back: the same file
+
+
+def test_builds_on_lists_the_calls_and_the_course_order_follows_it():
+    """`builds on` names at least every exercise whose function an exercise's function calls by name (the
+    rest, runs that train, by hand), and the course order of the **Order.** paragraph has every exercise
+    once, after what it builds on (a student copy's order is this one, filtered)."""
+    owner = {name: n for n, ex in EXERCISES.items() for _, name in ex.functions}
+    for n, ex in EXERCISES.items():
+        for path, name in ex.functions:
+            node = MA._function(ast.parse((ROOT / path).read_text()), name)
+            called = {c.func.id if isinstance(c.func, ast.Name) else c.func.attr for c in ast.walk(node)
+                      if isinstance(c, ast.Call) and isinstance(c.func, (ast.Name, ast.Attribute))}
+            needs = {owner[f] for f in called if f in owner and owner[f] != n}
+            assert needs <= set(ex.builds_on), f"exercise {n}: {name} calls exercises {sorted(needs)}"
+    order = [n for session in MA.course_order(ROOT) for n in session]
+    assert sorted(order) == sorted(EXERCISES)
+    for n, ex in EXERCISES.items():
+        assert all(order.index(m) < order.index(n) for m in ex.builds_on), f"exercise {n} comes before {ex.builds_on}"

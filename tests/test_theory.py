@@ -1,11 +1,14 @@
 """Section 5 on a tabular softmax policy (nanoatr.theory): Theorem 5.1 exactly, Theorem 5.2's sign."""
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
 import theory  # noqa: E402  (scripts/theory.py)
 from nanoatr.divergence import kl3_ratio_range
 
@@ -76,3 +79,31 @@ def test_main_prints_agreement(tmp_path, capsys):
     theory.main(["--states", "60", "--figure", str(tmp_path / "f.svg") if HAS_MATPLOTLIB else ""])
     out = capsys.readouterr().out
     assert "paper     X-" in out and "nanoatr   X+" in out and (tmp_path / "f.svg").is_file() == HAS_MATPLOTLIB
+
+
+def test_main_without_matplotlib_prints_the_numbers_and_one_line(tmp_path, monkeypatch, capsys):
+    """Exercise 9 asks students to run the script; matplotlib is optional (requirements-dev.txt)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    monkeypatch.chdir(tmp_path)
+    theory.main(["--states", "60"])
+    out = capsys.readouterr().out
+    assert "paper     X-" in out and "nanoatr   X+" in out
+    assert [line for line in out.splitlines() if "matplotlib" in line] == \
+        ["figure 1 not drawn: it needs matplotlib (pip install matplotlib); the numbers above do not"]
+    assert not any(tmp_path.rglob("*.svg"))
+
+
+def test_default_figure_is_not_a_tracked_file(tmp_path, monkeypatch, capsys):
+    """A student's run writes under runs/ (ignored); the docs' figure changes only when asked for by path."""
+    assert theory.FIGURE.startswith("runs/")
+    if shutil.which("git") and (ROOT / ".git").exists():
+        assert subprocess.run(["git", "check-ignore", "-q", theory.FIGURE], cwd=ROOT).returncode == 0
+    from test_plot import HAS_MATPLOTLIB
+    if not HAS_MATPLOTLIB:
+        return
+    docs = (ROOT / "docs/figure1-kl3.svg").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    theory.main(["--states", "60"])
+    assert (tmp_path / theory.FIGURE).is_file() and (tmp_path / theory.FIGURE).with_suffix(".png").is_file()
+    assert (ROOT / "docs/figure1-kl3.svg").read_bytes() == docs
+    assert f"wrote {theory.FIGURE}" in capsys.readouterr().out
