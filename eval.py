@@ -176,7 +176,7 @@ def main(argv=None):
     except distributed.DeviceError as e:
         die(str(e))
     try:  # flags, output file and data first: each is reported before minutes of model loading
-        dirs = lora.locate(cfg.model, cfg.adapter)
+        dirs = lora.locate(cfg.model, cfg.adapter, cfg.revision)
         sampling = resolve_sampling(cfg, *generation_defaults(dirs.tokenizer, dirs.base))
         out = Path(cfg.out) if cfg.out else default_out(cfg.adapter or cfg.model)
         problem = check_writable(out)
@@ -188,7 +188,7 @@ def main(argv=None):
             die(f"--resume: {out} was sampled with other settings: {'; '.join(differences(saved, now))}. Give the "
                 f"same flags to continue it, or another --out")
         benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None) for f in cfg.data}
-        model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
+        model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device, cfg.revision)
         tok = load_tokenizer(dirs.tokenizer)
         eos_ids = eos_token_ids(tok, dirs.tokenizer, dirs.base)
         problem = tokenizer_flags_problem(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)

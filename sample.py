@@ -122,7 +122,7 @@ def main(argv=None):
     except distributed.DeviceError as e:
         die(str(e))
     try:
-        model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device)
+        model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device, cfg.revision)
         tok = load_tokenizer(dirs.tokenizer)
         eos_ids = eos_token_ids(tok, dirs.tokenizer, dirs.base)
         defaults, source = generation_defaults(dirs.tokenizer, dirs.base)

@@ -282,7 +282,7 @@ def train(run: Run, problems, eval_sets: dict, session: Session):
         session.say(f"step {cfg.steps}: held-out Mean@{k} {after[f'eval/mean@{k}']:.1f}%  Pass@{k} "
                     f"{after[f'eval/pass@{k}']:.1f}%" + (f"  (from {before[f'eval/mean@{k}']:.1f}%)" if before else ""))
     if cfg.merge and run.d.main:
-        session.say(f"merged: {lora.merge(cfg.model, session.dir / 'checkpoint', session.dir / 'merged')}")
+        session.say(f"merged: {lora.merge(session.model_dir, session.dir / 'checkpoint', session.dir / 'merged')}")
     session.say(f"metrics: {session.dir / 'metrics.jsonl'}  checkpoint: {session.dir / 'checkpoint'}")
 
 
@@ -305,8 +305,8 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     """The policy, its optimizer, tokenizer, problems and reward: (Run, training problems, held-out sets)."""
     cfg, d = session.cfg, session.d
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
-    model, peft_model = lora.load_policy(cfg, session.checkpoint, d.device)  # full weights, or a base + LoRA
-    tok_dir = session.checkpoint or cfg.model
+    model, peft_model = lora.load_policy(cfg, session.model_dir, session.checkpoint, d.device)  # or base + LoRA
+    tok_dir = session.checkpoint or session.model_dir
     tok = load_tokenizer(tok_dir)
     prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
     problems = load_problems(cfg.data)
@@ -318,7 +318,8 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     ref = None
     if cfg.beta > 0:  # the starting policy: adapters off, or (full fine-tuning) a frozen copy
         ref = Reference(model, peft_model.disable_adapter, precision) if peft_model else \
-            Reference(Qwen3.from_pretrained(cfg.model, device=d.device).eval().requires_grad_(False), precision=precision)
+            Reference(Qwen3.from_pretrained(session.model_dir, device=d.device).eval().requires_grad_(False),
+                      precision=precision)
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, trained)
     if session.checkpoint is not None:
@@ -327,7 +328,7 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.rollout_batch or cfg.prompts_per_step // d.world,
                               cfg.group_size, d.rank, d.world)
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
-              eos_token_ids(tok, tok_dir, cfg.model), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, shard, d,
+              eos_token_ids(tok, tok_dir, session.model_dir), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, shard, d,
               precision, peft_model, ref, prompt_kw)
     session.describe(model, trained, len(problems), beta=bool(ref))
     return run, problems, eval_sets

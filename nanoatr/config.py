@@ -124,7 +124,9 @@ DATA, METHOD, ROLLOUT, OPTIM, EVAL, RUN = ("model and data", "method", "rollout"
 class TrainConfig:
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --eval-data "
                     "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
-    model: str = arg(TASKS["math"].model, "model directory (HF format: config.json, safetensors, tokenizer)", DATA)
+    model: str = arg(TASKS["math"].model, "model directory (HF format: config.json, safetensors, tokenizer), or a "
+                     "Hugging Face hub id (Qwen/Qwen3-1.7B) fetched into or read from its cache", DATA)
+    revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is a hub id", DATA)
     data: str = arg(TASKS["math"].data, "training problems (jsonl: problem/answer or DAPO format)", DATA)
     eval_data: list[str] = arg(list(TASKS["math"].eval_data), "held-out problem files evaluated during training "
                                "(--eval-data with no file: no evaluation)", DATA, nargs="*")
@@ -399,10 +401,11 @@ MODEL, SAMPLING, OUTPUT = "model and data", "sampling", "output and run"
 class EvalConfig:
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
                     "(nanoatr/data.py TASKS)", MODEL, choices=lambda: sorted(TASKS))
-    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
-                     "a run's checkpoint/ directory works as is", MODEL)
-    adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/) applied "
-                              "on top of --model", MODEL)
+    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer), or a "
+                     "hub id (Qwen/Qwen3-1.7B); a run's checkpoint/ directory works as is", MODEL)
+    adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/), or a hub "
+                              "id, applied on top of --model", MODEL)
+    revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is a hub id", MODEL)
     data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (jsonl: problem/answer or DAPO "
                           "format); each is one column of the table, named by its file stem", MODEL)
     limit: int = arg(0, "use only the first N problems of each file (0 = all)", MODEL, ">=0")
@@ -436,10 +439,11 @@ class EvalConfig:
 
 @dataclass
 class SampleConfig:
-    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer); "
-                     "a run's checkpoint/ directory works as is", MODEL)
-    adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/) applied "
-                              "on top of --model", MODEL)
+    model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer), or a "
+                     "hub id (Qwen/Qwen3-1.7B); a run's checkpoint/ directory works as is", MODEL)
+    adapter: str | None = arg(None, "LoRA adapter directory (peft format, e.g. a LoRA run's checkpoint/), or a hub "
+                              "id, applied on top of --model", MODEL)
+    revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is a hub id", MODEL)
     raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template", MODEL)
     system_prompt: str | None = arg(None, "system message for chat-template models", MODEL)
     prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "

@@ -24,7 +24,8 @@ from typing import NamedTuple
 import torch
 from safetensors import safe_open
 
-from nanoatr.model import Qwen3
+from nanoatr.model import ModelError, Qwen3
+from nanoatr.model.files import local_dir
 from nanoatr.tokenizer import copy_tokenizer
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -157,55 +158,61 @@ class Dirs(NamedTuple):
     tokenizer: Path         # the tokenizer files: the adapter's when it carries them (a run's checkpoint)
 
 
-def locate(model_dir, adapter=None) -> Dirs:
-    """--model and --adapter as directories. --model may be an adapter directory itself (a LoRA run's
-    checkpoint/): its base is then the one its adapter_config.json records, which must be a directory
-    here (a relative path is read from the current directory). AdapterError says what to pass if not."""
+def locate(model_dir, adapter=None, revision: str | None = None) -> Dirs:
+    """--model and --adapter as local directories; either may be a hub id (model/files.local_dir, at
+    --revision for --model). --model may be an adapter directory itself (a LoRA run's checkpoint/): its
+    base is then the one its adapter_config.json records, a directory here (a relative path is read from
+    the current directory) or a hub id. AdapterError says what to pass if neither."""
+    model_dir = local_dir(model_dir, revision)
+    adapter = None if adapter is None else local_dir(adapter, what="--adapter")
     if adapter is None and is_adapter_dir(model_dir):
-        adapter, model_dir = model_dir, adapter_base(model_dir)
-        if not model_dir:
+        adapter, base = model_dir, adapter_base(model_dir)
+        if not base:
             raise AdapterError(f"adapter {adapter} does not name its base model: pass --model BASE --adapter {adapter}")
-        if not Path(model_dir).is_dir():
-            raise AdapterError(f"adapter {adapter} was trained on {model_dir}, which is not a model directory here "
-                               f"(moved, or a name): pass --model BASE --adapter {adapter}")
+        try:
+            model_dir = local_dir(base, what=f"adapter {adapter}'s base")
+        except ModelError:
+            raise AdapterError(f"adapter {adapter} was trained on {base}, which is neither a model directory here "
+                               f"nor a hub id in reach (moved, or a name): pass --model BASE --adapter {adapter}") from None
     has_tokenizer = adapter is not None and (Path(adapter) / "tokenizer.json").is_file()
     return Dirs(Path(model_dir), Path(adapter) if adapter is not None else None,
                 Path(adapter if has_tokenizer else model_dir))
 
 
-def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu") -> tuple:
+def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu", revision: str | None = None) -> tuple:
     """(our Qwen3 in eval mode, its Dirs) for sampling: --model, plus --adapter (see `locate`).
 
     Adapters stay unmerged: in bf16, merging would round a small LoRA update into the base weights'
     coarse grid (see merge).
     """
-    dirs = locate(model_dir, adapter)
+    dirs = locate(model_dir, adapter, revision)
     model = Qwen3.from_pretrained(dirs.base, dtype=dtype, device=device)
     if dirs.adapter is not None:
         load_adapter(model, dirs.adapter, model_dir=dirs.base).to(device)  # its layers now live inside `model`
     return model.eval(), dirs
 
 
-def load_policy(cfg, ckpt: Path | None, device):
-    """train.py's policy from its flags (cfg: config.TrainConfig) and the checkpoint it resumes from, if any:
+def load_policy(cfg, model_dir: Path, ckpt: Path | None, device):
+    """train.py's policy from its flags (cfg: config.TrainConfig), --model as a local directory (model_dir)
+    and the checkpoint it resumes from, if any:
     (our Qwen3, the PeftModel around it under LoRA or None), full weights or the base with adapters.
 
     Trained weights are float32 whatever --dtype (AdamW on bf16 weights loses small updates); under
     LoRA the frozen base is stored in --dtype and peft keeps the adapters in float32.
     """
-    if is_adapter_dir(cfg.model):
+    if is_adapter_dir(model_dir):
         raise AdapterError(f"--model {cfg.model} is a LoRA adapter; train on its merged model instead "
                            f"(python scripts/merge_adapter.py --adapter {cfg.model} --out DIR)")
     if ckpt is not None and is_adapter_dir(ckpt) != bool(cfg.lora_rank):
         held = "an adapter" if cfg.lora_rank == 0 else "full weights"
         raise AdapterError(f"--resume: the checkpoint {ckpt} holds {held} but the run has --lora-rank {cfg.lora_rank}")
     if not cfg.lora_rank:
-        model, peft_model = Qwen3.from_pretrained(ckpt or cfg.model, device=device), None
+        model, peft_model = Qwen3.from_pretrained(ckpt or model_dir, device=device), None
     else:
-        model = Qwen3.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype), device=device)
+        model = Qwen3.from_pretrained(model_dir, dtype=getattr(torch, cfg.dtype), device=device)
         base = cfg.base_name or cfg.model
         peft_model = add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, base=base) \
-            if ckpt is None else load_adapter(model, ckpt, trainable=True, model_dir=cfg.model, base=base)
+            if ckpt is None else load_adapter(model, ckpt, trainable=True, model_dir=model_dir, base=base)
         peft_model.to(device)
     # Non-reentrant checkpointing (model.py) gives LoRA its gradients even though the frozen
     # embedding's output does not require grad (the reentrant kind would silently give none).

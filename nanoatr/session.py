@@ -26,6 +26,7 @@ from nanoatr.data import DataError
 from nanoatr.evaluate import BudgetError
 from nanoatr.loss import effective_band
 from nanoatr.model import ModelError
+from nanoatr.model.files import local_dir
 from nanoatr.tokenizer import TokenizerError
 
 START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
@@ -90,6 +91,7 @@ class Session:
             raise NothingToDo(f"run {self.dir} is finished (step {self.start} of {cfg.steps}, evaluated): nothing to "
                            f"do; --resume {self.dir} --steps N with N > {self.start} trains further")
         self.threads = distributed.CpuThreads(cfg.threads, d.device)
+        self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
 
     def started(self, weights, optimizer, tokenizer_files: dict):
         """Setup is done: what the checkpoints save; the run's config.json written."""

@@ -78,11 +78,15 @@ def test_prompts_from_stdin(capsys, monkeypatch, model_dir):
     assert sum(line.startswith("[gold 2: ") for line in capsys.readouterr().out.splitlines()) == 2
 
 
-def test_not_an_adapter_is_one_line(capsys, model_dir):
+def test_not_an_adapter_is_one_line(capsys, model_dir, tmp_path):
     with pytest.raises(SystemExit) as e:
         sample.main(["--model", str(model_dir), "--adapter", "x", PROMPT])
     assert e.value.code == 2
-    assert capsys.readouterr().err == "error: x is not a LoRA adapter directory (adapter_config.json is missing)\n"
+    assert capsys.readouterr().err == "error: --adapter x: no such directory\n"
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--model", str(model_dir), "--adapter", str(tmp_path), PROMPT])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == f"error: {tmp_path} is not a LoRA adapter directory (adapter_config.json is missing)\n"
 
 
 def test_stream_ends_after_a_stop_string(loaded):

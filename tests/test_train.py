@@ -155,7 +155,7 @@ def test_prompt_order_visits_every_problem_once_per_pass():
     (["--delta", "-1"], "--delta"),
     (["--delta", "0"], "--delta"),
     (["--clip", "clip", "--delta", "0.1"], "--delta does not apply to --clip clip"),
-    (["--model", "/nonexistent/dir"], "does not exist"),
+    (["--model", "/nonexistent/dir"], "--model /nonexistent/dir: no such directory"),
     (["--steps", "0"], "--steps must be >= 1"),
     (["--minibatches", "3"], "--minibatches 3 must divide"),
 ])

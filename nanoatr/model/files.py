@@ -1,5 +1,6 @@
-"""A Qwen3 checkpoint directory in and out: config.json checked into Qwen3Config's fields, the
-safetensors weights (one file or shards) checked against the config, and both written atomically.
+"""A Qwen3 checkpoint directory in and out: a local directory or a Hugging Face hub id (local_dir),
+config.json checked into Qwen3Config's fields, the safetensors weights (one file or shards) checked
+against the config, and both written atomically.
 
 Every way a directory can be unusable (no config, a config that is not Qwen3's or has wrong types,
 truncated or foreign weights, a broken shard index, weights whose shapes do not fit the config) is a
@@ -10,14 +11,56 @@ import dataclasses
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import torch
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, HFValidationError, LocalEntryNotFoundError,
+                                    RepositoryNotFoundError, RevisionNotFoundError)
 from safetensors.torch import load_file, save_file
 
 
 class ModelError(ValueError):
     """A checkpoint directory that cannot be loaded; the message is one line for the user."""
+
+
+# What nanoatr reads of a hub repository: configs, safetensors weights, tokenizer and chat template files
+# (never .bin / .pt / .gguf weights, which a repository may carry beside them).
+HUB_FILES = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "tokenizer*"]
+
+
+def local_dir(name, revision: str | None = None, what: str = "--model") -> Path:
+    """`name` as a local model directory: itself when it is a directory, else a Hugging Face hub id
+    ("Qwen/Qwen3-1.7B") found in, or downloaded into, huggingface_hub's cache (its progress bar; HF_HOME /
+    HF_HUB_CACHE say where; HF_HUB_OFFLINE=1 reads the cache only), at `revision` (a branch, tag or
+    commit; default main). Anything else is one ModelError line saying which and what to pass instead."""
+    path = Path(name)
+    if path.is_dir():
+        if revision:
+            raise ModelError(f"--revision {revision}: {what} {name} is a local directory, which has no revisions")
+        return path
+    if path.exists() or not re.fullmatch(r"[\w.-]+/[\w.-]+", str(name)) or path.parent.is_dir():
+        raise ModelError(f"{what} {name}: no such directory" + (" (a file)" if path.is_file() else ""))
+    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+    at = f" at revision {revision}" if revision else ""
+    local = "pass a local model directory"
+    try:
+        return Path(snapshot_download(str(name), revision=revision, allow_patterns=HUB_FILES, local_files_only=offline))
+    except LocalEntryNotFoundError:
+        why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
+        raise ModelError(f"{what} {name}{at} is not in the local hub cache and {why}: download it where there is a "
+                         f"network (huggingface-cli download {name}), or {local}") from None
+    except GatedRepoError:
+        raise ModelError(f"{what} {name} is gated on the hub: accept its license there and log in "
+                         f"(huggingface-cli login), or {local}") from None
+    except RevisionNotFoundError:
+        raise ModelError(f"--revision {revision}: {name} has no such branch, tag or commit on the hub") from None
+    except RepositoryNotFoundError:
+        raise ModelError(f"{what} {name}: no such model on the hub (a private one needs huggingface-cli login), "
+                         f"and no such directory here; {local}") from None
+    except (HfHubHTTPError, HFValidationError, OSError) as e:
+        raise ModelError(f"{what} {name}: the hub failed ({str(e).splitlines()[0][:160]}); {local}") from None
 
 
 def config_fields(d) -> dict:
