@@ -19,6 +19,10 @@ completion is appended to it with its verdict as soon as its batch is graded, so
 evaluation keeps its work and `--resume --out FILE` samples only what is missing. --resume with other
 settings is refused (one table never mixes two evaluations).
 """
+import nanoatr
+
+nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
+
 import json
 import sys
 import tempfile
@@ -208,6 +212,7 @@ def main(argv=None):
         if f.tell() == 0:  # a new file (or an empty one): the settings first
             f.write(json.dumps({"settings": now}, ensure_ascii=False) + "\n")
             f.flush()
+        nanoatr.ctrl_c_raises()  # from here a Ctrl-C keeps what was sampled (below)
         try:
             for name, problems in benchmarks.items():
                 skip = {(r["problem_id"], r["sample"]) for r in results[name]}

@@ -14,6 +14,10 @@ instruct checkpoints: 0.6 / 20 / 0.95), else 1.0 / 0 / 1.0; a line on stderr say
 stdout holds only completions (and --gold verdicts); the sampling line, a header per prompt (when
 several are given) and a length line per completion go to stderr.
 """
+import nanoatr
+
+nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
+
 import sys
 
 import torch
@@ -135,6 +139,7 @@ def main(argv=None):
     precision = distributed.precision(cfg.dtype, device)
     generator = torch.Generator(device=model.lm_head.weight.device).manual_seed(cfg.seed)
     prompts = list(extra["prompts"]) if extra["prompts"] else None
+    nanoatr.ctrl_c_raises()  # from here a Ctrl-C ends the stream quietly (below)
     try:
         for i, text in enumerate(read_prompts(extra["prompts"])):
             if prompts and len(prompts) > 1:

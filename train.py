@@ -14,6 +14,10 @@ This file is one GRPO step, then the loop around it. The step, in order:
 The run folder, checkpoints, resuming and signals are nanoatr/session.py's; the flags nanoatr/config.py's
 TrainConfig. A first reading without DDP, chunks, dynamic sampling or checkpoints: grpo.py (~100 lines).
 """
+import nanoatr
+
+nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
+
 import math
 import time
 from dataclasses import dataclass

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+import nanoatr
 from nanoatr import checkpoint, distributed, lora
 from nanoatr.checkpoint import CheckpointError, RunLog
 from nanoatr.config import (ConfigError, TrainConfig, apply_preset, die, hparam_flags, parse, preset_help, resolve,
@@ -41,6 +42,7 @@ class Session:
     """A run folder opened for training (a context manager); see the module's docstring."""
 
     def __init__(self, argv=None, doc: str = ""):
+        nanoatr.ctrl_c_raises()  # from here on, a Ctrl-C is the session's (a new run folder is removed first)
         self.lock = self.log = self.bar = None
         self.training = False
         self.interrupted_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
@@ -183,13 +185,20 @@ class Session:
         return False
 
     def fail(self, error, code: int = 2):
-        """One line for an error before training; a new run folder with nothing in it is removed."""
+        """One line for an error before training. A new run folder that holds nothing of value (no
+        checkpoint, no logged row; its config.json is written again by the next start) is removed;
+        one that does is kept, and the line says how to continue it."""
+        logged = self.log is not None and bool(self.log.rows)
         if self.log is not None:
             self.log.close()
             self.log = None
         if self.lock is not None and not self.cfg.resume:
-            checkpoint.discard_run(self.lock)  # nothing was written: no empty run folder is left behind
+            if not logged and not any(self.dir.glob("checkpoint*")):
+                (self.dir / "config.json").unlink(missing_ok=True)
+            checkpoint.discard_run(self.lock)  # only the lock and empty logs left: the folder goes
             self.lock = None
+            if self.dir.is_dir():
+                error = f"{error}; the run folder {self.dir} holds what was logged (continue with --resume {self.dir})"
         self.close()
         die(str(error), code)
 

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 import time
 import traceback
 
@@ -513,3 +514,31 @@ def test_two_processes_on_one_run_folder(tmp_path):
     winner.kill()
     winner.wait(timeout=30)
     checkpoint.resume_run(tmp_path / "same").release()  # the kernel dropped the dead process's lock
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("command, delay", [("train.py", 0.3), ("train.py", 2.5), ("eval.py", 0.3), ("sample.py", 0.3)])
+def test_ctrl_c_during_start_up_is_one_line(tmp_path, command, delay):
+    """Ctrl-C while a command imports torch or loads its model: one `error:` line, exit 130, no traceback,
+    and no run folder left behind (train.py's is removed: nothing was written to it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    args = {"train.py": ["--no-compile", "--out-dir", str(tmp_path / "runs"), "--name", "r"],
+            "eval.py": ["--out", str(tmp_path / "e.jsonl")], "sample.py": ["1+1="]}[command]
+    proc = subprocess.Popen([sys.executable, str(ROOT / command), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    run = tmp_path / "runs" / "r"
+    if run.exists():  # the held-out evaluation of step 0 was logged before the Ctrl-C: kept, and said so
+        assert (run / "metrics.jsonl").read_text() and err == (
+            f"error: interrupted during start-up; the run folder {run} holds what was logged (continue with "
+            f"--resume {run})\n"), err
+    else:
+        assert err == "error: interrupted during start-up\n", err
