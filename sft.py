@@ -160,7 +160,8 @@ def main(argv=None):
                 raise ConfigError(problem)
         precision = distributed.precision(cfg.dtype, device)
         recipe = Recipe(cfg.lr, cfg.warmup, cfg.weight_decay, (0.9, 0.95), cfg.grad_clip, cfg.micro_batch)
-        trainer = Trainer(model, tok.pad_token_id, recipe, precision)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id  # pads are never trained
+        trainer = Trainer(model, pad, recipe, precision)
         if ckpt is not None:
             trainer.opt.load_state_dict(state["optimizer"])
         start = state["step"]
@@ -186,6 +187,8 @@ def main(argv=None):
                 start, steps, log, stop)
     except CheckpointError as e:
         die(str(e), 1)
+    except KeyboardInterrupt:  # a second Ctrl-C: at once, from the last checkpoint
+        die(f"interrupted; continue with --resume {run_dir} (from its last checkpoint, if one was written)", 130)
     finally:
         log.close()
         lock.release()

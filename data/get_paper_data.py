@@ -98,13 +98,13 @@ class Files:
 
     def __init__(self, from_dir: str | None):
         self.root = Path(from_dir) if from_dir else None
-        self.commit: dict[str, str] = {}
+        self.commit: dict[str, str | None] = {}
 
     def names(self, src: Source) -> list[str]:
         if self.root is not None:
             base = self.root / src.repo
             listed = [p.relative_to(base).as_posix() for p in sorted(base.rglob("*")) if p.is_file()]
-            self.commit[src.repo] = f"local copy {base}"
+            self.commit[src.repo] = None  # a local copy: no commit to record
         else:
             api = self._api()
             try:
@@ -335,9 +335,11 @@ def main(argv=None):
                 write_jsonl(out_dir / file, rows_)
                 written.append(f"{out_dir / file} ({len(rows_)})")
             src = srcs[name]
-            record[name] = {"repo": src.repo, "revision": src.revision, "commit": files.commit[src.repo],
-                            "files": src.files, "written": {f: len(r) for f, r in outputs.items()}, "counts": note}
-            print(f"{name}: {note} <- {src.repo}@{files.commit[src.repo]}", flush=True)
+            commit = files.commit[src.repo]
+            record[name] = {"repo": src.repo, "revision": src.revision, "commit": commit,
+                            "local_copy": None if commit else str(files.root / src.repo), "files": src.files,
+                            "written": {f: len(r) for f, r in outputs.items()}, "counts": note}
+            print(f"{name}: {note} <- {f'{src.repo}@{commit}' if commit else files.root / src.repo}", flush=True)
     except DataError as e:
         die(str(e))
     except KeyboardInterrupt:

@@ -461,6 +461,9 @@ class EvalConfig:
     out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
                           "(default: runs/eval/<model name>-<time>.jsonl)", OUTPUT)
     resume: bool = arg(False, "continue --out: skip the (benchmark, problem, sample) triples already in it", OUTPUT)
+    runs: list[str] = arg([], "training run directories: print Table 2 from the evaluations they logged (each run's "
+                          "step 0, and the last evaluation with the best of each column in brackets), sampling "
+                          "nothing; no other flag applies", OUTPUT)
     dtype: str = arg("float32", "bfloat16: weights in bf16 and bf16 matmuls (log-softmax stays float32)", OUTPUT,
                      choices=["float32", "bfloat16"])
     device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)", OUTPUT)

@@ -228,6 +228,24 @@ def test_loss_falls_and_the_format_is_learned(tmp_path, arith, capsys):
     assert "held-out Mean@1" in capsys.readouterr().out
 
 
+def test_qwen3s_chat_format_is_learned_without_thinking(tmp_path, qwen3):
+    """Qwen3's tokenizer, chat template and --no-thinking: a random tiny model learns to answer four toy
+    questions in the written-solution format (the think block dropped), greedy Mean@1 0% -> 100%."""
+    rows = [{"problem": f"What is {a}+{b}?", "answer": str(a + b),
+             "solution": f"<think>\nAdd.\n</think>\n\n${a}+{b}={a + b}$, so the answer is $\\boxed{{{a + b}}}$."}
+            for a, b in [(1, 2), (3, 4), (5, 1), (2, 6)]]
+    data = write_jsonl(tmp_path / "toy.jsonl", rows)
+    run, metrics = sft_run(tmp_path, "toy", "--model", str(qwen3), "--data", data, "--eval-data", data,
+                           "--lora-rank", "0", "--no-thinking", "--steps", "80", "--batch-size", "4", "--lr", "1e-2",
+                           "--warmup", "5", "--eval-k", "1", "--eval-temperature", "0", "--eval-max-new-tokens", "24",
+                           "--max-len", "64")
+    assert [r["eval/mean@1"] for r in metrics if "eval/mean@1" in r] == [0.0, 100.0]
+    losses = [r["loss"] for r in metrics if "loss" in r]
+    assert losses[-1] < 0.1 * losses[0]
+    last = [json.loads(line) for line in (run / "samples.jsonl").open()][-1]["completion"]
+    assert "<think>" not in last and last.endswith("so the answer is $\\boxed{8}$.")
+
+
 def test_lora_sft_model_loads_in_train_eval_and_transformers(tmp_path, qwen3, capsys):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
