@@ -51,7 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere without installing
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run from anywhere without installing
 
 from nanoatr.config import arg, die, parse  # noqa: E402
 from nanoatr.data import DataError, load_problems, repair_latex_escapes  # noqa: E402
@@ -79,7 +80,7 @@ OUTPUTS = {"dapo-math-17k": ["dapo-math-17k.jsonl"], "aime24": ["aime24.jsonl"],
 @dataclass
 class GetDataConfig:
     datasets: list[str] = arg(list(SOURCES), "which to write", choices=list(SOURCES))
-    out: str = arg("data/paper", "output directory")
+    out: str = arg(str(HERE / "paper"), "output directory")
     sft_size: int = arg(10_000, "OpenMathReasoning problems for the SFT (one solution each)", range=">=1")
     sft_heldout: int = arg(64, "more OpenMathReasoning problems, held out: the SFT's periodic accuracy",
                            range=">=0")

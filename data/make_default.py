@@ -12,6 +12,11 @@ The policy is a ~0.8M-parameter Qwen3 trained by supervised learning on worked s
 paper's formatting SFT; the loop is nanoatr/sft.py's, the one sft.py runs on real checkpoints) until its validation accuracy (4 samples at temperature 1) first reaches
 --target. Stopping on a measured accuracy, not a step count, keeps the starting point where RL has
 room to show a gain: accuracy jumps late in this training, so a fixed step count over- or undershoots.
+
+A rebuild writes the task files byte for byte, but not the shipped policy, which was made at commit
+a129ecd: today's code stops at step 750 with held-out Mean@8 27.9%, Pass@8 67.2% (the same bytes at
+b5c8c5a, before the warm-start moved to nanoatr/sft.py, and after, on one thread and on two), and its
+weights differ from the shipped ones.
 """
 import argparse
 import json

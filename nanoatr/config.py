@@ -338,10 +338,10 @@ SFT_DATA, SFT_OPTIM = "model and data", "optimisation"
 
 @dataclass
 class SFTConfig:
-    model: str = arg("", "the Qwen3 model directory to fine-tune (HF format: config.json, safetensors, tokenizer)",
-                     SFT_DATA)
-    data: str = arg("", "SFT rows, jsonl {problem, solution, answer} (data/get_paper_data.py: omr-sft.jsonl)",
-                    SFT_DATA)
+    model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, safetensors, "
+                            "tokenizer)", SFT_DATA)
+    data: str | None = arg(None, "SFT rows, jsonl {problem, solution, answer} (data/get_paper_data.py: "
+                           "omr-sft.jsonl)", SFT_DATA)
     eval_data: list[str] = arg([], "held-out problem files whose Mean@k is measured every --eval-every steps "
                                "(e.g. omr-heldout.jsonl; none: no evaluation)", SFT_DATA, nargs="*")
     system_prompt: str | None = arg(None, "system message for chat-template models (as train.py)", SFT_DATA)

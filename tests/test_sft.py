@@ -19,7 +19,7 @@ import train
 from nanoatr import sft
 from nanoatr.data import Problem, load_solutions
 from nanoatr.model import Qwen3, init_weights
-from nanoatr.tokenizer import encode_prompts, load_tokenizer
+from nanoatr.tokenizer import encode_prompts, format_prompt, load_tokenizer
 from qwen3_dirs import hf_model, write_dir
 from tiny import make_default, make_model_dir
 
@@ -151,7 +151,7 @@ def test_each_epoch_takes_every_example_once_in_its_own_order():
     assert sft.batch_indices(n, 1, B, 1) != sft.batch_indices(n, 1, B, 0)
 
 
-def reference_sft(model, tok, stream, val, lr, batch_size, steps):
+def reference_sft(model, tok, stream, lr, batch_size, steps):
     """data/make_default.py's loop before nanoatr/sft.py (commit b5c8c5a), verbatim but for the checks."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
     for step in range(1, steps + 1):
@@ -160,7 +160,6 @@ def reference_sft(model, tok, stream, val, lr, batch_size, steps):
         rows = []
         for _ in range(batch_size):
             question, solution = next(stream)
-            from nanoatr.tokenizer import format_prompt
             prompt = tok.encode(format_prompt(tok, Problem(question, "")), add_special_tokens=False)
             rows.append((prompt, tok.encode(solution, add_special_tokens=False) + [tok.eos_token_id]))
         S = max(len(p) + len(c) for p, c in rows)
@@ -188,7 +187,7 @@ def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys):
         init_weights(model, seed=0)
         stream = make_default.sft_stream(1, set())
         if which == "old":
-            reference_sft(model, tok, stream, [], 1e-3, 16, 12)
+            reference_sft(model, tok, stream, 1e-3, 16, 12)
         else:
             sft.warm_start(model, tok, stream, [Problem("12+34-5", "41")], sft.Recipe(lr=1e-3), batch_size=16,
                            max_steps=12, check_every=12, max_new_tokens=8, done=lambda step, acc: True)
@@ -228,11 +227,12 @@ def test_loss_falls_and_the_format_is_learned(tmp_path, arith, capsys):
     assert "held-out Mean@1" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # ~18 s on one core: every step's logits and embedding gradient span Qwen3's 151,936 tokens
 def test_qwen3s_chat_format_is_learned_without_thinking(tmp_path, qwen3):
     """Qwen3's tokenizer, chat template and --no-thinking: a random tiny model learns to answer four toy
     questions in the written-solution format (the think block dropped), greedy Mean@1 0% -> 100%."""
     rows = [{"problem": f"What is {a}+{b}?", "answer": str(a + b),
-             "solution": f"<think>\nAdd.\n</think>\n\n${a}+{b}={a + b}$, so the answer is $\\boxed{{{a + b}}}$."}
+             "solution": f"<think>\nAdd.\n</think>\n\nSo $\\boxed{{{a + b}}}$."}
             for a, b in [(1, 2), (3, 4), (5, 1), (2, 6)]]
     data = write_jsonl(tmp_path / "toy.jsonl", rows)
     run, metrics = sft_run(tmp_path, "toy", "--model", str(qwen3), "--data", data, "--eval-data", data,
@@ -243,7 +243,7 @@ def test_qwen3s_chat_format_is_learned_without_thinking(tmp_path, qwen3):
     losses = [r["loss"] for r in metrics if "loss" in r]
     assert losses[-1] < 0.1 * losses[0]
     last = [json.loads(line) for line in (run / "samples.jsonl").open()][-1]["completion"]
-    assert "<think>" not in last and last.endswith("so the answer is $\\boxed{8}$.")
+    assert last == "So $\\boxed{8}$."  # the written part only: no think block of its own
 
 
 def test_lora_sft_model_loads_in_train_eval_and_transformers(tmp_path, qwen3, capsys):
