@@ -4,6 +4,7 @@
     python eval.py --model runs/kl3-.../checkpoint --data amc23.jsonl aime24.jsonl aime25.jsonl \\
         --k 8 --temperature 0.3 --top-p 0.95 --max-new-tokens 32768 --dtype bfloat16   # the paper's setting
     python eval.py --model Qwen3-1.7B/ --adapter runs/<lora run>/checkpoint ...       # base + LoRA adapter
+    python eval.py --runs runs/atr-1.7b runs/clip-1.7b     # Table 2 from the runs' evaluations: final (best)
 
 A LoRA run's checkpoint/ holds only the adapter; as --model it brings its base model along (named in
 its adapter_config.json).
@@ -32,6 +33,7 @@ from pathlib import Path
 import torch
 
 from nanoatr import distributed, lora
+from nanoatr.checkpoint import CheckpointError, read_metrics
 from nanoatr.config import (ConfigError, EvalConfig, check_ranges, die, flag, parse, prompt_flags_problem,
                             resolve_sampling, task_defaults)
 from nanoatr.data import TASKS, DataError, load_problems
@@ -158,18 +160,62 @@ def benchmark_rows(done: list[dict], name: str, problems, n: int) -> list[dict]:
 def table(model: str, results: dict[str, dict], k: int) -> str:
     """The paper's Table 2 layout: per benchmark Mean@k (%) and Pass@k (%), then their average."""
     avg = {key: sum(r[key] for r in results.values()) / len(results) for key in (f"mean@{k}", f"pass@{k}")}
-    names, cells = list(results) + ["Average"], list(results.values()) + [avg]
+    cells = [f"{c[f'{m}@{k}']:.2f}" for c in list(results.values()) + [avg] for m in ("mean", "pass")]
+    return grid("Model", list(results), k, [(model, cells)])
+
+
+def grid(corner: str, names: list[str], k: int, rows: list[tuple[str, list[str]]]) -> str:
+    """Columns of (Mean@k, Pass@k) per benchmark and their Average, one line per (label, cells) row."""
     sub = f"Mean@{k} (%)", f"Pass@{k} (%)"
-    w = max(len(sub[0]), len(sub[1])) + 2
-    label = max(len("Model"), len(model)) + 2
-    lines = ["Model".ljust(label) + "".join(n[:2 * w - 2].ljust(2 * w) for n in names),
-             " " * label + "".join(f"{sub[0]:>{w}}{sub[1]:>{w}}" for _ in names),
-             model.ljust(label) + "".join(f"{c[f'mean@{k}']:>{w}.2f}{c[f'pass@{k}']:>{w}.2f}" for c in cells)]
+    w = max([len(sub[0]), len(sub[1])] + [len(c) for _, cells in rows for c in cells]) + 2
+    label = max([len(corner)] + [len(name) for name, _ in rows]) + 2
+    lines = [corner.ljust(label) + "".join(n[:2 * w - 2].ljust(2 * w) for n in names + ["Average"]),
+             " " * label + "".join(f"{sub[0]:>{w}}{sub[1]:>{w}}" for _ in names + ["Average"])]
+    lines += [name.ljust(label) + "".join(f"{c:>{w}}" for c in cells) for name, cells in rows]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def run_evaluations(run_dir: str) -> tuple[list[str], int, dict[int, dict]]:
+    """(benchmark names, k, {step: metrics row}) of the evaluations a training (or SFT) run logged."""
+    config = read_json(Path(run_dir, "config.json"))
+    k, names = config.get("eval_k"), [Path(f).stem for f in config.get("eval_data") or []]
+    rows = {r["step"]: r for r in read_metrics(Path(run_dir, "metrics.jsonl")) if f"eval/mean@{k}" in r}
+    if not names or not rows:
+        die(f"{run_dir}: no evaluation logged in its metrics.jsonl (a run with --eval-data logs eval/... rows)")
+    return names, k, rows
+
+
+def runs_table(run_dirs: list[str]) -> str:
+    """Table 2 of training runs, from their logs: each run's start (its step-0 evaluation, the model it
+    began from) and "final (best)": the last evaluation, and in brackets the best of each column over the
+    run's evaluations after step 0 (the paper's Table 2 reports both)."""
+    rows, layout = [], None
+    for run_dir in run_dirs:
+        names, k, evals = run_evaluations(run_dir)
+        if layout not in (None, (names, k)):
+            die(f"--runs: {run_dir} evaluated {names} at k {k}, the runs before it {layout[0]} at k {layout[1]}")
+        layout = names, k
+        keys = [f"eval/{n}/{m}@{k}" for n in names for m in ("mean", "pass")] + [f"eval/mean@{k}", f"eval/pass@{k}"]
+        last, trained = evals[max(evals)], [r for s, r in evals.items() if s > 0] or list(evals.values())
+        name = model_name(run_dir)
+        if 0 in evals and max(evals) > 0:
+            rows.append((f"{name} (step 0)", [f"{evals[0][key]:.2f}" for key in keys]))
+        rows.append((f"{name} (step {max(evals)})",
+                     [f"{last[key]:.2f} ({max(r[key] for r in trained):.2f})" for key in keys]))
+    return grid("Run", layout[0], layout[1], rows) + \
+        "\n\nfinal (best): the last evaluation, in brackets the best of each column over the run's evaluations"
 
 
 def main(argv=None):
     cfg, _, given = parse(EvalConfig, argv, __doc__)
+    if cfg.runs:  # Table 2 from training runs' own evaluations: nothing is sampled
+        if given - {"runs"}:
+            die(f"--runs reads the runs' logged evaluations: {flag(sorted(given - {'runs'})[0])} would be ignored")
+        try:
+            print(runs_table(cfg.runs))
+        except (CheckpointError, TokenizerError) as e:
+            die(str(e))
+        return None
     cfg = task_defaults(cfg, given)
     problem = check(cfg)
     if problem:

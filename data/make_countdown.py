@@ -16,7 +16,7 @@ expression in the last \boxed{} scores. A problem has many solutions, and the wa
 spread its probability over them: that is the regime the paper is about, where a token's probability
 can move a lot between rollout and update, so the choice of trust region matters.
 
-The warm-start is supervised learning (as make_default.py's) on a RANDOM search trace, drawn afresh
+The warm-start is supervised learning (nanoatr/sft.py, as make_default.py's) on a RANDOM search trace, drawn afresh
 each time a problem comes up: attempts separated by ';', the steps of one attempt by ','. An attempt
 combines two values at a time at random until two are left, then takes the step that makes the target
 if one does (a one-step look-ahead), else it is abandoned and the next one starts; the attempt that
@@ -55,7 +55,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from anywhere without installing
 sys.path.insert(0, str(HERE))
 
-from make_default import TOKENIZER_CONFIG, build_tokenizer, sft  # noqa: E402
+from make_default import TOKENIZER_CONFIG, build_tokenizer  # noqa: E402
+from nanoatr import sft  # noqa: E402
 from nanoatr.data import TASKS, Problem, load_problems, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
@@ -281,7 +282,6 @@ def main():
         model, tok = Qwen3.from_pretrained(out), load_tokenizer(out)
         write_rl_prompts(model, tok, out, data)
         return
-    args.max_steps = args.steps
     torch.manual_seed(args.seed)
     spec = Spec(args.numbers, 1, args.high, args.max_value, args.min_target, args.format, args.attempts)
     task = TASKS["countdown"]
@@ -300,8 +300,9 @@ def main():
     val = load_problems(data / "val.jsonl")
     heldout = load_problems(data / "heldout.jsonl")
     stream = sft_stream(args.seed + 1, {p.question for p in val + heldout}, spec)
-    steps = sft(model, tok, stream, val, args, max_new_tokens=task.max_new_tokens, reward=task.reward,
-                done=lambda step, acc: step >= args.steps)
+    steps = sft.warm_start(model, tok, stream, val, sft.Recipe(lr=args.lr), batch_size=args.batch_size,
+                           max_steps=args.steps, check_every=args.check_every, max_new_tokens=task.max_new_tokens,
+                           done=lambda step, acc: step >= args.steps, reward=task.reward)
     model.save_pretrained(out)
     summary = evaluate(model, tok, heldout, k=8, max_new_tokens=task.max_new_tokens, temperature=1.0,
                        progress=False, reward=task.reward)[0]

@@ -354,6 +354,59 @@ def resumed_config(cfg: TrainConfig, extra: dict, given: set) -> tuple[TrainConf
 
 
 # ----------------------------------------------------------------------------
+# sft.py
+
+SFT_DATA, SFT_OPTIM = "model and data", "optimisation"
+
+
+@dataclass
+class SFTConfig:
+    model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, safetensors, "
+                            "tokenizer)", SFT_DATA)
+    data: str | None = arg(None, "SFT rows, jsonl {problem, solution, answer} (data/get_paper_data.py: "
+                           "omr-sft.jsonl)", SFT_DATA)
+    eval_data: list[str] = arg([], "held-out problem files whose Mean@k is measured every --eval-every steps "
+                               "(e.g. omr-heldout.jsonl; none: no evaluation)", SFT_DATA, nargs="*")
+    system_prompt: str | None = arg(None, "system message for chat-template models (as train.py)", SFT_DATA)
+    prompt_template: str | None = arg(None, "prompt text with a {question} field instead of the chat template "
+                                      "(as train.py)", SFT_DATA)
+    thinking: bool | None = arg(None, "Qwen3's enable_thinking switch (as train.py). --no-thinking trains on the "
+                                "written solution after a <think> block; thinking keeps the block", SFT_DATA)
+    max_len: int = arg(2048, "longest example, prompt + solution + EOS, in tokens; a longer one is an error "
+                       "naming it, unless --skip-long", SFT_DATA, ">=1")
+    skip_long: bool = arg(False, "drop the examples longer than --max-len (counted and reported) instead of "
+                          "stopping", SFT_DATA)
+    epochs: float = arg(1.0, "passes over --data (each in its own shuffle)", SFT_OPTIM, ">0")
+    steps: int = arg(0, "optimizer steps (0 = --epochs x rows / --batch-size)", SFT_OPTIM, ">=0")
+    batch_size: int = arg(16, "examples per optimizer step", SFT_OPTIM, ">=1")
+    micro_batch: int = arg(0, "examples per forward/backward (gradient accumulation); 0 = the whole batch",
+                           SFT_OPTIM, ">=0")
+    lr: float = arg(1e-4, "AdamW learning rate, after a linear --warmup", SFT_OPTIM, ">0")
+    warmup: int = arg(20, "steps of linear learning-rate warm-up", SFT_OPTIM, ">=0")
+    weight_decay: float = arg(0.01, "AdamW weight decay", SFT_OPTIM, ">=0")
+    grad_clip: float = arg(1.0, "clip the gradient norm to this (0 = off)", SFT_OPTIM, ">=0")
+    lora_rank: int = arg(32, "LoRA rank (0 = full fine-tuning)", SFT_OPTIM, ">=0")
+    lora_alpha: float = arg(0.0, "LoRA alpha (0 = 2 x rank)", SFT_OPTIM, ">=0")
+    lora_targets: list[str] = arg(list(lora.TARGETS), "modules that get LoRA adapters", SFT_OPTIM)
+    dtype: str = arg("float32", "bfloat16: frozen weights in bf16 and bf16 autocast (a GPU); trained weights and "
+                     "log-softmax stay float32", SFT_OPTIM, choices=["float32", "bfloat16"])
+    grad_checkpoint: bool = arg(False, "recompute each layer's activations in backward", SFT_OPTIM)
+    eval_every: int = arg(0, "evaluate every N steps (0 = before and after training only)", EVAL, ">=0")
+    eval_k: int = arg(4, "k of Mean@k / Pass@k (samples per held-out problem)", EVAL, ">=1")
+    eval_temperature: float = arg(1.0, "sampling temperature of evaluation (0 = greedy)", EVAL, ">=0")
+    eval_top_p: float = arg(1.0, "nucleus of evaluation sampling", EVAL, "(0,1]")
+    eval_max_new_tokens: int = arg(0, "completion budget of evaluation (0 = --max-len)", EVAL, ">=0")
+    eval_batch_size: int = arg(64, "completions sampled together in evaluation", EVAL, ">=1")
+    eval_limit: int = arg(0, "evaluate on the first N problems of each file (0 = all)", EVAL, ">=0")
+    out_dir: str = arg("runs", "parent directory of run directories", RUN)
+    name: str = arg("", "run name (default: sft-<time>-<random>)", RUN)
+    resume: str = arg("", "continue the SFT run in this run directory from its checkpoint", RUN)
+    save_every: int = arg(100, "write the checkpoint every N steps (and at the end, and when stopped)", RUN, ">=1")
+    seed: int = arg(0, "seed of the data order, LoRA's initialisation and evaluation sampling", RUN, ">=0")
+    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)", RUN)
+
+
+# ----------------------------------------------------------------------------
 # Prompt flags (all three commands) and the sampling defaults of eval.py and sample.py
 
 def prompt_flags_problem(cfg) -> str | None:
@@ -432,6 +485,9 @@ class EvalConfig:
     out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
                           "(default: runs/eval/<model name>-<time>.jsonl)", OUTPUT)
     resume: bool = arg(False, "continue --out: skip the (benchmark, problem, sample) triples already in it", OUTPUT)
+    runs: list[str] = arg([], "training run directories: print Table 2 from the evaluations they logged (each run's "
+                          "step 0, and the last evaluation with the best of each column in brackets), sampling "
+                          "nothing; no other flag applies", OUTPUT)
     dtype: str = arg("float32", "bfloat16: weights in bf16 and bf16 matmuls (log-softmax stays float32)", OUTPUT,
                      choices=["float32", "bfloat16"])
     device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)", OUTPUT)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -81,6 +81,34 @@ def load_problems(path: str | Path, limit: int | None = None, dedupe: bool = Tru
     if not problems and limit != 0:
         raise DataError(f"{path}: no problems found (the file is empty)")
     return problems
+
+
+@dataclass(frozen=True)
+class Solved:
+    """A supervised example: a question, its worked solution (what the model is trained to write) and the
+    final answer (the held-out check grades against it)."""
+    question: str
+    solution: str
+    answer: str
+    where: str = field(default="", compare=False)  # file:line, for messages about this row
+
+
+def load_solutions(path: str | Path) -> list[Solved]:
+    """SFT rows {"problem" (or "question"), "solution", "answer"} from a .jsonl (or .json list) file, in order,
+    every row kept (a second solution of a question is more data, not a repeat). A row without a question,
+    a solution or an answer is a DataError naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    out = []
+    for where, row in _rows(path):
+        problem = _parse_row(row, where)  # the question and the answer, checked as for any problem file
+        if "solution" not in row:
+            raise DataError(f"{where}: no 'solution' (an SFT row needs problem, solution and answer)")
+        out.append(Solved(problem.question, _text(row["solution"], where, "solution"), problem.answer, where))
+    if not out:
+        raise DataError(f"{path}: no rows found (the file is empty)")
+    return out
 
 
 def dedupe(problems: list[Problem]) -> tuple[list[Problem], int]:

@@ -9,7 +9,7 @@ torch._dynamo.config.recompile_limit = 64
 
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true",
-                     help="also run the tests marked slow (about 25 s more on 2 cores; see README)")
+                     help="also run the tests marked slow (about 45 s more on 2 cores; see README)")
 
 
 def pytest_configure(config):

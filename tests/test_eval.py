@@ -198,3 +198,52 @@ def test_a_budget_past_the_model_positions_is_one_line(model_dir, data, tmp_path
         run(model_dir, data, tmp_path / "o.jsonl", "--max-new-tokens", "100000000")
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: --max-new-tokens 100000000 does not fit the model's") and "positions" in err
+
+
+# ----------------------------------------------------------------------------
+# --runs: Table 2 from training runs' logged evaluations, final (best)
+
+def fake_run(root, name, evals: dict, names=("amc23", "aime24", "aime25"), k=8):
+    """A run directory as train.py leaves it: config.json and metrics.jsonl with eval/ rows (and step rows)."""
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"eval_k": k, "eval_data": [f"data/{n}.jsonl" for n in names]}))
+    lines = []
+    for step, values in evals.items():  # values: (mean, pass) per benchmark
+        row = {"step": step}
+        for n, (m, p) in zip(names, values):
+            row.update({f"eval/{n}/mean@{k}": m, f"eval/{n}/pass@{k}": p})
+        row[f"eval/mean@{k}"] = sum(m for m, _ in values) / len(values)
+        row[f"eval/pass@{k}"] = sum(p for _, p in values) / len(values)
+        lines += [json.dumps({"step": step, "loss": 0.1}), json.dumps(row)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return str(run)
+
+
+def test_runs_table_is_table_2_final_and_best(tmp_path, capsys):
+    run = fake_run(tmp_path, "atr", {0: [(28.0, 48.0), (6.0, 13.0), (4.0, 20.0)],
+                                     50: [(42.0, 70.0), (14.0, 30.0), (10.0, 20.0)],
+                                     100: [(40.0, 72.0), (13.0, 26.0), (12.0, 30.0)]})
+    eval_cli.main(["--runs", run])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["Run", "amc23", "aime24", "aime25", "Average"]
+    assert lines[1].split() == ["Mean@8", "(%)", "Pass@8", "(%)"] * 4
+    assert lines[2].split() == ["atr", "(step", "0)", "28.00", "48.00", "6.00", "13.00", "4.00", "20.00",
+                                "12.67", "27.00"]
+    # final = step 100; best = per column over steps 50 and 100 (the average's best is its own best step)
+    assert lines[3].split() == ["atr", "(step", "100)", "40.00", "(42.00)", "72.00", "(72.00)", "13.00", "(14.00)",
+                                "26.00", "(30.00)", "12.00", "(12.00)", "30.00", "(30.00)", "21.67", "(22.00)",
+                                "42.67", "(42.67)"]
+    assert "final (best)" in lines[-1]
+
+
+def test_runs_table_errors_are_one_line(tmp_path, capsys):
+    a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)] * 3})
+    b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)] * 2}, names=("amc23", "aime24"))
+    for argv, message in [(["--runs", a, b], "evaluated ['amc23', 'aime24'] at k 8, the runs before it"),
+                          (["--runs", a, "--k", "4"], "--k would be ignored"),
+                          (["--runs", str(tmp_path / "none")], "no metrics.jsonl")]:
+        with pytest.raises(SystemExit):
+            eval_cli.main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err

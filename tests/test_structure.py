@@ -1,5 +1,5 @@
 """The shape of the house: what `import nanoatr` loads, no import cycles, every library module used by
-train.py / eval.py / sample.py, and a new --clip method added in three steps."""
+train.py / eval.py / sample.py / sft.py, and a new --clip method added in three steps."""
 import ast
 import subprocess
 import sys
@@ -80,14 +80,14 @@ def test_no_import_cycles_and_function_local_imports_only_for_optional_packages(
 
 def test_every_library_module_is_used_by_a_command():
     reached, todo = set(), []
-    for command in ("train.py", "eval.py", "sample.py"):
+    for command in ("train.py", "eval.py", "sample.py", "sft.py"):
         todo += imports(ROOT / command)[0]
     while todo:
         name = todo.pop()
         if name not in reached:
             reached.add(name)
             todo += imports(LIBRARY[name])[0]
-    assert reached == set(LIBRARY), f"not imported by train/eval/sample: {sorted(set(LIBRARY) - reached)}"
+    assert reached == set(LIBRARY), f"not imported by train/eval/sample/sft: {sorted(set(LIBRARY) - reached)}"
 
 
 # ----------------------------------------------------------------------------

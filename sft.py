@@ -1,0 +1,229 @@
+"""Supervised fine-tuning of a Qwen3 directory on question -> solution pairs: the paper's SFT "on the
+OpenMathReasoning dataset for formatting before the RLVR process" (Appendix B), one command.
+
+    python sft.py --model /models/Qwen3-1.7B --data data/paper/omr-sft.jsonl \\
+        --eval-data data/paper/omr-heldout.jsonl --no-thinking --dtype bfloat16 --name sft-1.7b
+    python train.py --preset paper --model runs/sft-1.7b/model --no-thinking ...   # RL from its model
+    python sft.py --resume runs/sft-1.7b                                          # continue a stopped run
+
+Writes runs/<name>/: config.json; metrics.jsonl (the loss of every step; eval/<file>/mean@k and pass@k
+before, every --eval-every steps and after); checkpoint/ (the LoRA adapter in peft's format, or the full
+weights, with the optimizer: --resume continues from it exactly); and at the end model/, a whole model
+directory (the base with the adapter merged in, float32, or the full weights; the tokenizer and
+generation_config.json) that train.py --model, eval.py --model and transformers load. train.py has no
+--adapter: it starts its own LoRA on --model, so the SFT's adapter is merged; the adapter alone stays in
+checkpoint/ for peft (eval.py --model runs/<name>/checkpoint takes it too).
+
+Examples are [prompt | solution + EOS] with the prompt built as train.py builds it (the chat template,
+--system-prompt, --thinking / --no-thinking) and the loss on the solution's tokens only
+(nanoatr/sft.py). The held-out accuracy is eval.py's: nanoatr.evaluate's sampling, verifier and Mean@k /
+Pass@k. An example longer than --max-len is an error naming its file and line, unless --skip-long drops
+(and counts) those; nothing is cut silently. LoRA or full fine-tuning (--lora-rank 0); --dtype bfloat16
+on a GPU (the frozen base in bf16, bf16 autocast), float32 on the CPU. One process, one device.
+"""
+import dataclasses
+import json
+import math
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from nanoatr import checkpoint, distributed, lora
+from nanoatr.checkpoint import CheckpointError, RunLog
+from nanoatr.config import (EVAL_ONLY, ConfigError, SFTConfig, check_ranges, die, parse, prompt_flags_problem)
+from nanoatr.data import DataError, load_problems, load_solutions
+from nanoatr.evaluate import evaluate, fits
+from nanoatr.model import ModelError
+from nanoatr.sft import Recipe, Trainer, batch_indices, encode, load
+from nanoatr.tokenizer import TokenizerError, check_template, load_tokenizer, stop_token_ids
+from nanoatr.tokenizer import prompt_flags_problem as tokenizer_flags_problem
+
+
+def check(cfg: SFTConfig, given: set) -> str | None:
+    """The first thing wrong with the flags, as one line, or None."""
+    if not cfg.model or not cfg.data:
+        return "sft.py needs --model DIR (a Qwen3 directory) and --data FILE (rows with problem, solution, answer)"
+    try:
+        check_ranges(cfg)
+    except ConfigError as e:
+        return str(e)
+    if not cfg.lora_rank and {"lora_alpha", "lora_targets"} & given:
+        return "--lora-alpha / --lora-targets would be ignored: without --lora-rank > 0 there is no adapter"
+    eval_flags = sorted(k.replace("_", "-") for k in given if k in EVAL_ONLY or k == "eval_every")
+    if eval_flags and not cfg.eval_data:
+        return f"--{eval_flags[0]} would be ignored: with no --eval-data there is no evaluation"
+    if cfg.prompt_template is not None and (problem := check_template(cfg.prompt_template)):
+        return problem
+    return (lora.check_targets(cfg.lora_targets) if cfg.lora_rank else None) or prompt_flags_problem(cfg)
+
+
+def resumed(cfg: SFTConfig, given: set) -> SFTConfig:
+    """The run's saved settings, with the flags given now on top (say, --steps to train further)."""
+    saved = Path(cfg.resume) / "config.json"
+    try:
+        values = json.loads(saved.read_text())
+        return SFTConfig(**{**values, **{k: getattr(cfg, k) for k in given}})
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"--resume {cfg.resume}: {saved} is not an SFT run's config.json ({e})") from None
+
+
+def examples_of(cfg: SFTConfig, tok, prompt_kw: dict) -> tuple[list, int]:
+    """The encoded examples of --data within --max-len, and how many were longer (dropped with --skip-long,
+    else a DataError naming the first)."""
+    rows = load_solutions(cfg.data)
+    examples = encode(tok, [(r.question, r.solution) for r in rows], **prompt_kw)
+    lengths = [len(p) + len(c) for p, c in examples]
+    long = [i for i, n in enumerate(lengths) if n > cfg.max_len]
+    if long and not cfg.skip_long:
+        raise DataError(f"{rows[long[0]].where}: the example is {lengths[long[0]]} tokens (prompt + solution + EOS), "
+                        f"over --max-len {cfg.max_len}; {len(long)} of {len(rows)} rows are: --skip-long drops them, "
+                        "or raise --max-len")
+    kept = [e for e, n in zip(examples, lengths) if n <= cfg.max_len]
+    if not kept:
+        raise DataError(f"{cfg.data}: every example is longer than --max-len {cfg.max_len}")
+    return kept, len(long)
+
+
+def held_out(cfg, model, tok, sets: dict, stop_ids, prompt_kw, precision, step: int, log) -> dict:
+    """Mean@k / Pass@k on every --eval-data file (eval.py's code), logged as eval/<file>/... and their mean."""
+    k, row = cfg.eval_k, {"step": step}
+    for name, problems in sets.items():
+        with precision():
+            summary, samples = evaluate(model, tok, problems, k=k, max_new_tokens=cfg.eval_max_new_tokens or cfg.max_len,
+                                        temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, stop_ids=stop_ids,
+                                        batch_size=cfg.eval_batch_size, seed=cfg.seed, prompt_kw=prompt_kw,
+                                        progress=False)
+        row.update({f"eval/{name}/{key}": v for key, v in summary.items()})
+        log.samples(step, name, samples[:: max(1, len(samples) // 4)][:4])
+    for key in (f"mean@{k}", f"pass@{k}"):
+        row[f"eval/{key}"] = sum(row[f"eval/{n}/{key}"] for n in sets) / len(sets)
+    log.write(row)
+    tqdm.write(f"step {step}: held-out Mean@{k} {row[f'eval/mean@{k}']:.1f}%  Pass@{k} {row[f'eval/pass@{k}']:.1f}%")
+    return row
+
+
+def write_model(cfg: SFTConfig, run_dir: Path, weights, tok_files: dict) -> Path:
+    """run_dir/model: a whole model directory, built beside it and renamed into place (an interrupted write
+    leaves the previous one, or none)."""
+    new, final = run_dir / ".model-new", run_dir / "model"
+    shutil.rmtree(new, ignore_errors=True)
+    if cfg.lora_rank:
+        lora.merge(cfg.model, run_dir / "checkpoint", new)  # float32: see lora.merge
+    else:
+        weights.save_pretrained(new)
+        for name, data in tok_files.items():
+            (new / name).write_bytes(data)
+    if final.exists():
+        old = run_dir / ".model-old"
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        new.rename(final)
+        shutil.rmtree(old)
+    else:
+        new.rename(final)
+    return final
+
+
+def main(argv=None):
+    cfg, _, given = parse(SFTConfig, argv, __doc__)
+    lock = log = None
+    try:
+        if cfg.resume:
+            cfg = resumed(cfg, given)
+        if problem := check(cfg, given):
+            raise ConfigError(problem)
+        device = distributed.pick_device(cfg.device)
+        run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / (cfg.name or checkpoint.unique_name("sft"))
+        lock = checkpoint.resume_run(run_dir) if cfg.resume else checkpoint.create_run(cfg.out_dir, run_dir.name)
+        ckpt = checkpoint.latest(run_dir) if cfg.resume else None
+        state = checkpoint.load_state(ckpt) if ckpt else {"step": 0}
+        tok, tok_files = load_tokenizer(cfg.model), checkpoint.read_tokenizer_files(cfg.model)
+        prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
+        if problem := tokenizer_flags_problem(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking):
+            raise ConfigError(problem)
+        examples, dropped = examples_of(cfg, tok, prompt_kw)
+        sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
+        torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
+        model, weights = load(cfg.model, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, targets=cfg.lora_targets,
+                              dtype=getattr(torch, cfg.dtype), device=device, adapter=ckpt)
+        model.gradient_checkpointing = cfg.grad_checkpoint
+        positions = model.config.max_position_embeddings
+        if cfg.max_len > positions:
+            raise ConfigError(f"--max-len {cfg.max_len} is past the model's {positions} positions (max_position_embeddings)")
+        for f in cfg.eval_data:
+            if problem := fits(tok, sets[Path(f).stem], cfg.eval_max_new_tokens or cfg.max_len, positions, f,
+                               "--eval-max-new-tokens", prompt_kw):
+                raise ConfigError(problem)
+        precision = distributed.precision(cfg.dtype, device)
+        recipe = Recipe(cfg.lr, cfg.warmup, cfg.weight_decay, (0.9, 0.95), cfg.grad_clip, cfg.micro_batch)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id  # pads are never trained
+        trainer = Trainer(model, pad, recipe, precision)
+        if ckpt is not None:
+            trainer.opt.load_state_dict(state["optimizer"])
+        start = state["step"]
+        steps = cfg.steps or math.ceil(cfg.epochs * len(examples) / cfg.batch_size)
+        log = RunLog.open(run_dir, resume_step=start if cfg.resume else None)
+        checkpoint.write_json_atomic(run_dir / "config.json", dataclasses.asdict(cfg))
+    except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
+            distributed.DeviceError) as e:
+        if log is not None:
+            log.close()
+        if lock is not None and not cfg.resume:
+            checkpoint.discard_run(lock)  # nothing was written: no empty run folder is left behind
+        die(str(e))
+    trained = sum(p.numel() for p in trainer.params)
+    print(f"sft {run_dir}: {model.num_parameters() / 1e6:.2f}M parameters ({trained / 1e6:.2f}M trained"
+          f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {len(examples)} examples"
+          f"{f' ({dropped} over --max-len {cfg.max_len} dropped)' if dropped else ''}, {steps} steps of "
+          f"{cfg.batch_size}, {device.type}" + (f", from step {start}" if start else ""), flush=True)
+    stop_ids = stop_token_ids(tok, cfg.model)
+    try:
+        with distributed.Stop() as stop:
+            run(cfg, run_dir, model, weights, trainer, tok, tok_files, examples, sets, stop_ids, prompt_kw, precision,
+                start, steps, log, stop)
+    except CheckpointError as e:
+        die(str(e), 1)
+    except KeyboardInterrupt:  # a second Ctrl-C: at once, from the last checkpoint
+        die(f"interrupted; continue with --resume {run_dir} (from its last checkpoint, if one was written)", 130)
+    finally:
+        log.close()
+        lock.release()
+
+
+def run(cfg, run_dir, model, weights, trainer, tok, tok_files, examples, sets, stop_ids, prompt_kw, precision,
+        start, steps, log, stop):
+    """The steps from start to steps: the loss logged every step, held-out Mean@k before, every --eval-every
+    steps and after, checkpoints every --save-every steps; then the whole model in run_dir/model."""
+    def save(step):
+        checkpoint.save(run_dir, weights, tok_files, {"step": step, "optimizer": trainer.opt.state_dict()})
+
+    if sets and not log.has(0) and start == 0:
+        held_out(cfg, model, tok, sets, stop_ids, prompt_kw, precision, 0, log)
+    t0 = time.perf_counter()
+    with tqdm(range(start + 1, steps + 1), initial=start, total=steps, desc="sft", unit="step") as bar:
+        for step in bar:
+            batch = [examples[i] for i in batch_indices(len(examples), step, cfg.batch_size, cfg.seed)]
+            loss = trainer.step(step, batch)
+            log.write({"step": step, "loss": loss, "lr": trainer.recipe.lr_at(step),
+                       "tokens": sum(len(c) for _, c in batch), "time": time.perf_counter() - t0})
+            bar.set_postfix(loss=f"{loss:.3f}")
+            if sets and cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
+                held_out(cfg, model, tok, sets, stop_ids, prompt_kw, precision, step, log)
+            if stop.signal is not None:
+                save(step)
+                die(f"stopped by {signal.Signals(stop.signal).name} after step {step}; checkpoint saved "
+                    f"(continue with --resume {run_dir})", 128 + stop.signal)
+            if step % cfg.save_every == 0 or step == steps:
+                save(step)
+    if sets and not log.has(steps):
+        held_out(cfg, model, tok, sets, stop_ids, prompt_kw, precision, steps, log)
+    print(f"model: {write_model(cfg, run_dir, weights, tok_files)}  (train.py --model, eval.py --model)  "
+          f"metrics: {run_dir / 'metrics.jsonl'}")
+
+
+if __name__ == "__main__":
+    main()

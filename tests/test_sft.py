@@ -1,0 +1,331 @@
+"""The SFT: nanoatr/sft.py (examples, loss, steps, data order) and sft.py end to end on tiny models: the loss
+falls and the format is learned, its model loads in train.py, eval.py and transformers / peft, resuming
+is exact, bad input is one line. With Qwen3's real tokenizer (tests/data) for the chat template and the
+thinking switch.
+
+Run: python -m pytest tests/test_sft.py -q
+"""
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import eval as eval_cmd
+import sft as sft_cmd
+import train
+from nanoatr import sft
+from nanoatr.data import Problem, load_solutions
+from nanoatr.model import Qwen3, init_weights
+from nanoatr.tokenizer import encode_prompts, format_prompt, load_tokenizer
+from qwen3_dirs import hf_model, write_dir
+from tiny import make_default, make_model_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = "<think>\nAdd them.\n</think>\n\nWe add: $1+1=2$, so the answer is $\\boxed{2}$."
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory):
+    """A tiny random Qwen3 with the real tokenizer and chat template (Qwen3-1.7B's layout)."""
+    return write_dir(tmp_path_factory.mktemp("qwen3") / "instruct", hf_model(tie=True))
+
+
+@pytest.fixture(scope="module")
+def qtok(qwen3):
+    return load_tokenizer(qwen3)
+
+
+def arithmetic_rows(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        q, a, s = make_default.make_problem(rng)
+        rows.append({"problem": q, "solution": s, "answer": a})
+    return rows
+
+
+def write_jsonl(path: Path, rows) -> str:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+# ----------------------------------------------------------------------------
+# Examples: the prompt as train.py builds it, the completion, the thinking switch
+
+@pytest.mark.parametrize("thinking", [None, True, False])
+def test_prompt_is_train_pys_and_the_think_block_follows_the_switch(qtok, thinking):
+    [(prompt, completion)] = sft.encode(qtok, [("What is 1+1?", SOLUTION)], enable_thinking=thinking)
+    assert prompt == encode_prompts(qtok, [Problem("What is 1+1?", "")], enable_thinking=thinking)[0]
+    assert completion[-1] == qtok.eos_token_id == qtok.convert_tokens_to_ids("<|im_end|>")
+    text = qtok.decode(completion[:-1])
+    if thinking is False:  # the prompt closed an empty think block: the written part only
+        assert qtok.decode(prompt).endswith("<think>\n\n</think>\n\n")
+        assert text == "We add: $1+1=2$, so the answer is $\\boxed{2}$."
+    else:
+        assert qtok.decode(prompt).endswith("<|im_start|>assistant\n") and text == SOLUTION
+
+
+def test_completion_text():
+    assert sft.completion_text(SOLUTION, "...<think>\n\n</think>\n\n") == SOLUTION.split("</think>\n\n")[1]
+    assert sft.completion_text(SOLUTION, "...assistant\n") == SOLUTION
+    assert sft.completion_text("no block", "...</think>\n\n") == "no block"
+
+
+def test_pad_batch_masks_the_completion_only():
+    ids, mask = sft.pad_batch([([5, 6], [7, 8, 1]), ([5], [9, 1])], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7, 8, 1], [5, 9, 1, 0, 0]]
+    assert mask.tolist() == [[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]]
+
+
+# ----------------------------------------------------------------------------
+# The loss and the step
+
+def tiny_model(vocab=37, seed=0):
+    from conftest import TINY
+    from nanoatr.model import Qwen3Config
+    model = Qwen3(Qwen3Config(**{**TINY, "vocab_size": vocab}, rope_theta=10_000.0))
+    init_weights(model, std=0.1, seed=seed)
+    return model
+
+
+def batch(seed=0, vocab=37):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(3, vocab, (int(p),), generator=g).tolist(), torch.randint(3, vocab, (int(c),), generator=g).tolist())
+            for p, c in zip(torch.randint(1, 6, (5,), generator=g), torch.randint(1, 9, (5,), generator=g))]
+
+
+def test_loss_is_the_mean_nll_of_completion_tokens_on_both_paths(monkeypatch):
+    model, examples = tiny_model(), batch()
+    ids, mask = sft.pad_batch(examples, pad_id=0)
+    logp = torch.log_softmax(model(ids[:, :-1]).double(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+    expected = -(logp * mask[:, 1:]).sum() / mask[:, 1:].sum()  # by hand: every completion token once
+    grads = []
+    for budget in (sft.DIRECT_LOGITS, 0):  # one (B, S, V) tensor, then scoring.token_logprobs chunk by chunk
+        monkeypatch.setattr(sft, "DIRECT_LOGITS", budget)
+        model.zero_grad()
+        loss = sft.completion_loss(model, ids, mask, mask[:, 1:].sum())
+        loss.backward()
+        assert abs(loss.item() - expected.item()) < 1e-5
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_whatever_the_padding_holds_the_loss_is_the_same():
+    model, examples = tiny_model(), batch()
+    ids, mask = sft.pad_batch(examples, pad_id=0)
+    pads = torch.zeros_like(mask, dtype=torch.bool)
+    for i, (p, c) in enumerate(examples):
+        pads[i, len(p) + len(c):] = True
+    junk = torch.where(pads, torch.full_like(ids, 11), ids)
+    a = sft.completion_loss(model, ids, mask, mask[:, 1:].sum())
+    b = sft.completion_loss(model, junk, mask, mask[:, 1:].sum())
+    assert a.item() == b.item()  # right padding: real tokens never see a pad
+
+
+def test_micro_batches_add_up_to_the_whole_batch():
+    examples, states = batch(1), []
+    for micro in (0, 2):
+        model = tiny_model(seed=3)
+        trainer = sft.Trainer(model, 0, sft.Recipe(lr=1e-2, warmup=0, micro_batch=micro))
+        loss = trainer.step(1, examples)  # the step's gradients stay in .grad until the next step
+        states.append((loss, torch.cat([p.grad.flatten() for p in model.parameters()])))
+    assert states[0][0] == pytest.approx(states[1][0], abs=1e-6)
+    assert torch.allclose(states[0][1], states[1][1], atol=1e-6)
+    assert sft.micro_batches([3, 5, 2, 4, 1], 2) == [(slice(0, 2), 5), (slice(2, 4), 4), (slice(4, 6), 1)]
+
+
+def test_warm_up_is_linear_then_flat():
+    r = sft.Recipe(lr=1e-3, warmup=100)
+    assert [r.lr_at(s) for s in (1, 50, 100, 500)] == [1e-5, 5e-4, 1e-3, 1e-3]
+    assert sft.Recipe(lr=1e-3, warmup=0).lr_at(1) == 1e-3
+
+
+def test_each_epoch_takes_every_example_once_in_its_own_order():
+    n, B = 10, 4
+    taken = [i for step in range(1, 6) for i in sft.batch_indices(n, step, B, seed=0)]  # 20 = 2 epochs
+    assert sorted(taken[:10]) == sorted(taken[10:]) == list(range(10)) and taken[:10] != taken[10:]
+    assert sft.batch_indices(n, 3, B, 0) == taken[8:12]  # step 3 alone: what a resumed run takes
+    assert sft.batch_indices(n, 1, B, 1) != sft.batch_indices(n, 1, B, 0)
+
+
+def reference_sft(model, tok, stream, lr, batch_size, steps):
+    """data/make_default.py's loop before nanoatr/sft.py (commit b5c8c5a), verbatim but for the checks."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
+    for step in range(1, steps + 1):
+        for group in opt.param_groups:
+            group["lr"] = lr * min(1.0, step / 100)
+        rows = []
+        for _ in range(batch_size):
+            question, solution = next(stream)
+            prompt = tok.encode(format_prompt(tok, Problem(question, "")), add_special_tokens=False)
+            rows.append((prompt, tok.encode(solution, add_special_tokens=False) + [tok.eos_token_id]))
+        S = max(len(p) + len(c) for p, c in rows)
+        ids = torch.full((batch_size, S), tok.pad_token_id)
+        mask = torch.zeros(batch_size, S)
+        for i, (p, c) in enumerate(rows):
+            ids[i, :len(p) + len(c)] = torch.tensor(p + c)
+            mask[i, len(p):len(p) + len(c)] = 1
+        logits = model(ids[:, :-1])
+        nll = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
+        loss = (nll * mask[:, 1:].flatten()).sum() / mask[:, 1:].sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+
+def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys):
+    """The embedded warm-starts now run through nanoatr/sft.py; the weights after 12 steps are exactly the
+    old loop's (what makes data/make_*.py rebuild the shipped policies byte for byte)."""
+    tok = load_tokenizer(ROOT / "data/tiny-qwen3")
+    models = []
+    for which in ("old", "new"):
+        model = Qwen3(make_default.tiny_config(len(tok)))
+        init_weights(model, seed=0)
+        stream = make_default.sft_stream(1, set())
+        if which == "old":
+            reference_sft(model, tok, stream, 1e-3, 16, 12)
+        else:
+            sft.warm_start(model, tok, stream, [Problem("12+34-5", "41")], sft.Recipe(lr=1e-3), batch_size=16,
+                           max_steps=12, check_every=12, max_new_tokens=8, done=lambda step, acc: True)
+        models.append(model.state_dict())
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
+    assert "step    12  loss" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------
+# sft.py end to end
+
+@pytest.fixture(scope="module")
+def arith(tmp_path_factory):
+    """Toy arithmetic SFT data and its held-out problems (the same questions: the format is what is learned)."""
+    root = tmp_path_factory.mktemp("arith")
+    rows = arithmetic_rows(48)
+    return write_jsonl(root / "sft.jsonl", rows), write_jsonl(root / "heldout.jsonl", rows[:8])
+
+
+def sft_run(tmp_path, name, *args):
+    sft_cmd.main(["--out-dir", str(tmp_path), "--name", name, *args])
+    run = tmp_path / name
+    return run, [json.loads(line) for line in (run / "metrics.jsonl").open()]
+
+
+def test_loss_falls_and_the_format_is_learned(tmp_path, arith, capsys):
+    """A random tiny model learns the worked-solution format: loss down, held-out Mean@4 (greedy) up."""
+    model = make_model_dir(tmp_path / "random", seed=0)
+    run, rows = sft_run(tmp_path, "fmt", "--model", str(model), "--data", arith[0], "--eval-data", arith[1],
+                        "--lora-rank", "0", "--lr", "3e-3", "--warmup", "5", "--steps", "150", "--batch-size", "16",
+                        "--eval-every", "75", "--eval-temperature", "0", "--eval-k", "1", "--max-len", "64")
+    losses = [r["loss"] for r in rows if "loss" in r]
+    evals = [r["eval/mean@1"] for r in rows if "eval/mean@1" in r]
+    assert len(losses) == 150 and sum(losses[-10:]) < 0.25 * sum(losses[:10])
+    assert evals[0] == 0.0 and evals[-1] >= 50.0, evals
+    assert (run / "model/model.safetensors").is_file() and (run / "checkpoint/trainer_state.pt").is_file()
+    assert "held-out Mean@1" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # ~18 s on one core: every step's logits and embedding gradient span Qwen3's 151,936 tokens
+def test_qwen3s_chat_format_is_learned_without_thinking(tmp_path, qwen3):
+    """Qwen3's tokenizer, chat template and --no-thinking: a random tiny model learns to answer four toy
+    questions in the written-solution format (the think block dropped), greedy Mean@1 0% -> 100%."""
+    rows = [{"problem": f"What is {a}+{b}?", "answer": str(a + b),
+             "solution": f"<think>\nAdd.\n</think>\n\nSo $\\boxed{{{a + b}}}$."}
+            for a, b in [(1, 2), (3, 4), (5, 1), (2, 6)]]
+    data = write_jsonl(tmp_path / "toy.jsonl", rows)
+    run, metrics = sft_run(tmp_path, "toy", "--model", str(qwen3), "--data", data, "--eval-data", data,
+                           "--lora-rank", "0", "--no-thinking", "--steps", "80", "--batch-size", "4", "--lr", "1e-2",
+                           "--warmup", "5", "--eval-k", "1", "--eval-temperature", "0", "--eval-max-new-tokens", "24",
+                           "--max-len", "64")
+    assert [r["eval/mean@1"] for r in metrics if "eval/mean@1" in r] == [0.0, 100.0]
+    losses = [r["loss"] for r in metrics if "loss" in r]
+    assert losses[-1] < 0.1 * losses[0]
+    last = [json.loads(line) for line in (run / "samples.jsonl").open()][-1]["completion"]
+    assert last == "So $\\boxed{8}$."  # the written part only: no think block of its own
+
+
+def test_lora_sft_model_loads_in_train_eval_and_transformers(tmp_path, qwen3, capsys):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    data = write_jsonl(tmp_path / "d.jsonl", [{"problem": "What is 1+1?", "solution": SOLUTION, "answer": "2"},
+                                             {"problem": "What is 2+2?", "solution": SOLUTION.replace("2", "4"),
+                                              "answer": "4"}])
+    run, rows = sft_run(tmp_path, "lora", "--model", str(qwen3), "--data", data, "--eval-data", data,
+                        "--lora-rank", "4", "--steps", "2", "--batch-size", "2", "--no-thinking", "--eval-k", "1",
+                        "--eval-max-new-tokens", "4", "--max-len", "128")
+    model = run / "model"
+    assert json.loads((run / "config.json").read_text())["thinking"] is False
+    # transformers and peft: the merged model, and the adapter on its base, give the same logits
+    ids = torch.tensor([[1, 2, 3, 151645]])
+    with torch.no_grad():
+        merged = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()(input_ids=ids).logits
+        base = AutoModelForCausalLM.from_pretrained(qwen3, dtype=torch.float32).eval()
+        adapted = PeftModel.from_pretrained(base, str(run / "checkpoint")).eval()(input_ids=ids).logits
+        ours = Qwen3.from_pretrained(model).eval()(ids)
+    assert (merged - adapted).abs().max() < 1e-4 and (ours - merged).abs().max() < 1e-4
+    assert (model / "tokenizer.json").is_file() and (model / "generation_config.json").is_file()
+    # train.py starts RL from it; eval.py evaluates it (and the adapter directory as it is)
+    train.main(["--model", str(model), "--data", data, "--eval-data", "--steps", "1", "--prompts-per-step", "2",
+                "--group-size", "2", "--max-new-tokens", "4", "--no-compile", "--no-thinking", "--lora-rank", "2",
+                "--out-dir", str(tmp_path), "--name", "rl"])
+    assert (tmp_path / "rl/checkpoint/adapter_model.safetensors").is_file()
+    for m in (model, run / "checkpoint"):
+        summary = eval_cmd.main(["--model", str(m), "--data", data, "--k", "1", "--max-new-tokens", "4",
+                                 "--no-thinking", "--out", str(tmp_path / f"{m.name}.jsonl")])
+        assert set(summary["d"]) == {"mean@1", "pass@1"}
+
+
+def test_resume_continues_as_the_uninterrupted_run(tmp_path, arith):
+    model = make_model_dir(tmp_path / "random", seed=1)
+    common = ["--model", str(model), "--data", arith[0], "--lora-rank", "2", "--batch-size", "8", "--lr", "1e-2",
+              "--max-len", "64", "--save-every", "1"]
+    whole, _ = sft_run(tmp_path, "whole", *common, "--steps", "4")
+    part, _ = sft_run(tmp_path, "part", *common, "--steps", "2")
+    sft_cmd.main(["--resume", str(part), "--steps", "4"])
+    rows = [json.loads(line) for line in (part / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    from safetensors.torch import load_file
+    wa, wb = load_file(whole / "checkpoint/adapter_model.safetensors"), load_file(part / "checkpoint/adapter_model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert load_file(whole / "model/model.safetensors").keys() == load_file(part / "model/model.safetensors").keys()
+
+
+def one_error(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        sft_cmd.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_bad_input_is_one_line_and_leaves_no_run(tmp_path, arith, capsys):
+    model = make_model_dir(tmp_path / "m", seed=0)
+    base = ["--model", str(model), "--out-dir", str(tmp_path / "runs"), "--name", "x", "--lora-rank", "0"]
+    no_solution = write_jsonl(tmp_path / "ns.jsonl", [{"problem": "1+1", "solution": "1+1=2;\\boxed{2}",
+                                                       "answer": "2"}, {"problem": "2+2", "answer": "4"}])
+    assert one_error(capsys, base + ["--data", no_solution]).endswith(
+        "ns.jsonl:2: no 'solution' (an SFT row needs problem, solution and answer)")
+    no_answer = write_jsonl(tmp_path / "na.jsonl", [{"problem": "2+2", "solution": "\\boxed{4}"}])
+    assert "na.jsonl:1: missing answer" in one_error(capsys, base + ["--data", no_answer])
+    line = one_error(capsys, base + ["--data", arith[0], "--max-len", "20"])
+    assert "sft.jsonl:" in line and "over --max-len 20;" in line and "of 48 rows are: --skip-long drops them" in line
+    assert one_error(capsys, ["--data", arith[0]]).startswith("error: sft.py needs --model DIR")
+    assert "--eval-k would be ignored" in one_error(capsys, base + ["--data", arith[0], "--eval-k", "2"])
+    assert "--lora-alpha" in one_error(capsys, base + ["--data", arith[0], "--lora-alpha", "8"])
+    assert "--lr must be > 0" in one_error(capsys, base + ["--data", arith[0], "--lr", "0"])
+    assert "--thinking would be ignored" in one_error(capsys, base + ["--data", arith[0], "--thinking"])
+    assert not (tmp_path / "runs/x").exists()
+
+
+def test_skip_long_drops_and_counts(tmp_path, arith, capsys):
+    model = make_model_dir(tmp_path / "m", seed=0)
+    lengths = [len(p) + len(c) for p, c in sft.encode(load_tokenizer(model), [(r.question, r.solution)
+                                                                              for r in load_solutions(arith[0])])]
+    limit = sorted(lengths)[len(lengths) // 2]
+    sft_run(tmp_path, "skip", "--model", str(model), "--data", arith[0], "--lora-rank", "0", "--steps", "1",
+            "--max-len", str(limit), "--skip-long")
+    dropped = sum(n > limit for n in lengths)
+    assert f"{48 - dropped} examples ({dropped} over --max-len {limit} dropped)" in capsys.readouterr().out
