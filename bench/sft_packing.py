@@ -1,11 +1,11 @@
-"""Padding or packing for the SFT (nanoatr/sft.py) on the CPU, with the embedded tasks' tiny models.
+"""Padding or packing for the SFT (sft.py) on the CPU, with the embedded tasks' tiny models.
 
     python bench/sft_packing.py            # ~1 minute on one core
 
 The same 64 worked solutions per step in three layouts, forward + backward of the completion loss,
 the layouts interleaved step by step (a busy machine slows all three alike), median seconds over
 --repeats steps after one warm-up step:
-    padding   one row per example, right-padded to the batch's longest (nanoatr/sft.py's layout)
+    padding   one row per example, right-padded to the batch's longest (sft.py's layout)
     packed    the examples concatenated into rows of --pack-len tokens, positions restarting at each
               example, plain causal attention over the row: examples see the ones before them in
               their row, so this is the cheapest packing, not a correct one
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "data"))
 import make_countdown  # noqa: E402
 import make_default  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
-from nanoatr.sft import encode, pad_batch  # noqa: E402
+from sft import encode, pad_batch  # noqa: E402
 from nanoatr.tokenizer import load_tokenizer  # noqa: E402
 
 

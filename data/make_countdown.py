@@ -16,7 +16,7 @@ expression in the last \boxed{} scores. A problem has many solutions, and the wa
 spread its probability over them: that is the regime the paper is about, where a token's probability
 can move a lot between rollout and update, so the choice of trust region matters.
 
-The warm-start is supervised learning (nanoatr/sft.py, as make_default.py's) on a RANDOM search trace, drawn afresh
+The warm-start is supervised learning (sft.py, as make_default.py's) on a RANDOM search trace, drawn afresh
 each time a problem comes up: attempts separated by ';', the steps of one attempt by ','. An attempt
 combines two values at a time at random until two are left, then takes the step that makes the target
 if one does (a one-step look-ahead), else it is abandoned and the next one starts; the attempt that
@@ -56,7 +56,7 @@ sys.path.insert(0, str(HERE.parent))  # run from anywhere without installing
 sys.path.insert(0, str(HERE))
 
 from make_default import TOKENIZER_CONFIG, build_tokenizer  # noqa: E402
-from nanoatr import sft  # noqa: E402
+import sft  # noqa: E402  (the repository's sft.py: the SFT step)
 from nanoatr.data import TASKS, Problem, load_problems, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402

@@ -9,13 +9,13 @@ Writes
     data/tiny-qwen3/            config.json, model.safetensors, tokenizer.json, tokenizer_config.json
 
 The policy is a ~0.8M-parameter Qwen3 trained by supervised learning on worked solutions (the
-paper's formatting SFT; the loop is nanoatr/sft.py's, the one sft.py runs on real checkpoints) until its validation accuracy (4 samples at temperature 1) first reaches
+paper's formatting SFT; the loop is sft.py's, the one sft.py runs on real checkpoints) until its validation accuracy (4 samples at temperature 1) first reaches
 --target. Stopping on a measured accuracy, not a step count, keeps the starting point where RL has
 room to show a gain: accuracy jumps late in this training, so a fixed step count over- or undershoots.
 
 A rebuild writes the task files byte for byte, but not the shipped policy, which was made at commit
 a129ecd: today's code stops at step 750 with held-out Mean@8 27.9%, Pass@8 67.2% (the same bytes at
-b5c8c5a, before the warm-start moved to nanoatr/sft.py, and after, on one thread and on two), and its
+b5c8c5a, before the warm-start moved to the shared SFT step, and after, on one thread and on two), and its
 weights differ from the shipped ones.
 """
 import argparse
@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere without installing
 
-from nanoatr import sft  # noqa: E402
+import sft  # noqa: E402  (the repository's sft.py: the SFT step)
 from nanoatr.data import Problem, load_problems, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
@@ -119,7 +119,7 @@ def tiny_config(vocab_size: int) -> Qwen3Config:
 
 
 def warm_start(model, tok, val, args) -> int:
-    """The shared SFT (nanoatr/sft.py) on the endless worked-solution stream, every held-out and validation
+    """The shared SFT (sft.py) on the endless worked-solution stream, every held-out and validation
     question left out, until validation Mean@4 first reaches --target."""
     exclude = {p.question for p in val} | {p.question for p in load_problems(HERE / "arith/heldout.jsonl")}
     return sft.warm_start(model, tok, sft_stream(args.seed + 1, exclude), val, sft.Recipe(lr=args.lr),

@@ -1,4 +1,4 @@
-"""The SFT: nanoatr/sft.py (examples, loss, steps, data order) and sft.py end to end on tiny models: the loss
+"""The SFT: sft.py (examples, loss, steps, data order) and sft.py end to end on tiny models: the loss
 falls and the format is learned, its model loads in train.py, eval.py and transformers / peft, resuming
 is exact, bad input is one line. With Qwen3's real tokenizer (tests/data) for the chat template and the
 thinking switch.
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import eval as eval_cmd
 import sft as sft_cmd
 import train
-from nanoatr import sft
+import sft
 from nanoatr.data import Problem, load_solutions
 from nanoatr.model import Qwen3, init_weights
 from nanoatr.tokenizer import encode_prompts, format_prompt, load_tokenizer
@@ -152,7 +152,7 @@ def test_each_epoch_takes_every_example_once_in_its_own_order():
 
 
 def reference_sft(model, tok, stream, lr, batch_size, steps):
-    """data/make_default.py's loop before nanoatr/sft.py (commit b5c8c5a), verbatim but for the checks."""
+    """data/make_default.py's loop before the shared SFT step (commit b5c8c5a), verbatim but for the checks."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
     for step in range(1, steps + 1):
         for group in opt.param_groups:
@@ -178,7 +178,7 @@ def reference_sft(model, tok, stream, lr, batch_size, steps):
 
 
 def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys):
-    """The embedded warm-starts now run through nanoatr/sft.py; the weights after 12 steps are exactly the
+    """The embedded warm-starts now run through sft.py; the weights after 12 steps are exactly the
     old loop's (what makes data/make_*.py rebuild the shipped policies byte for byte)."""
     tok = load_tokenizer(ROOT / "data/tiny-qwen3")
     models = []
