@@ -203,7 +203,7 @@ def ours_setup(model_dir: Path, args, phases: Phases):
                               top_k=0, lr=args.lr, weight_decay=0.0, grad_clip=1.0, aggregation="dr-grpo",
                               std_normalize=False, beta=0.0, clip=args.clip, compile=args.compile), {})
     d = Dist(0, 1, torch.device("cpu"))
-    model, peft_model = lora.load_policy(cfg, None, d.device)
+    model, peft_model = lora.load_policy(cfg, Path(cfg.model), None, d.device)
     tok = load_tokenizer(model_dir)
     precision = distributed.precision(cfg.dtype, d.device)
     trained = [p for p in model.parameters() if p.requires_grad]

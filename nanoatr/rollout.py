@@ -12,6 +12,8 @@ launches, looks at which rows have finished every CHECK_EVERY steps, and lets fi
 the batch; LoRA adapters are merged into the weights for the rollout (lora.merged).
 """
 import contextlib
+import ctypes
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -213,9 +215,26 @@ def decode_plan(device, sampler: str = SAMPLERS[0], temperature: float = 1.0) ->
     ~10% at 0.8M parameters and nothing at 100M, after 18-62 s of compiling: docs/speed.md).
     """
     if torch.device(device).type != "cuda":
+        steady_cpu_allocator()
         return DecodePlan("eager", 1, 1, False, False)
     replayable = sampler == "inverse-cdf" or temperature <= 0
     return DecodePlan("compiled" if replayable else "eager", WINDOW, CHECK_EVERY, replayable, True)
+
+
+@functools.cache
+def steady_cpu_allocator() -> bool:
+    """Fix glibc malloc's mmap threshold at 32 MB (its largest), once per process; False without glibc.
+
+    Why: glibc moves the threshold as large blocks are freed, and in a decode loop it can settle at or
+    below the size of the step's largest temporaries (the (B, V) logits and probabilities), which are
+    then mmapped and page-faulted afresh at every step: at 58M parameters, 8x the page faults and a 7-14%
+    slower rollout depending on what was freed before (docs/speed.md). Fixed, they stay on the heap.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-3, 32 << 20)) and bool(libc.mallopt(-1, 128 << 20))  # M_MMAP_ / M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        return False
 
 
 class Sampling(NamedTuple):
@@ -280,7 +299,7 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
     """
     device = model.lm_head.weight.device
     B, P = ids.shape
-    cache = model.new_cache(B, P + max_new_tokens)
+    cache = model.new_cache(B, P + max_new_tokens, windows=plan.window > 1)
     positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row
     # Prefill; only the last position's logits are needed (a (B, P, V) tensor would be wasted).
     h = model.hidden(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)
