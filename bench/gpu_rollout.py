@@ -37,15 +37,9 @@ from nanoatr import lora  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config  # noqa: E402
 from nanoatr.rollout import CHECK_EVERY, DecodePlan, decode_plan, generate  # noqa: E402
 
-# The config.json sizes of Qwen/Qwen3-0.6B and Qwen/Qwen3-1.7B (both tie their embeddings).
-SHAPES = {
-    "0.6b": dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
-    "1.7b": dict(vocab_size=151_936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
-    "tiny": dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_smoke import SHAPES  # noqa: E402  (Qwen3-0.6B's and 1.7B's config.json sizes, and a tiny one)
+
 
 
 def sync(device):
