@@ -15,9 +15,7 @@ The run folder, checkpoints, resuming and signals are nanoatr/session.py's; the 
 TrainConfig. A first reading without DDP, chunks, dynamic sampling or checkpoints: grpo.py (~100 lines).
 """
 import nanoatr
-
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
-
 import math
 import time
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ import torch
 from torch import nn
 
 from nanoatr import distributed, lora
+from nanoatr.checkpoint import read_tokenizer_files
 from nanoatr.config import TrainConfig
 from nanoatr.data import TASKS, load_problems
 from nanoatr.evaluate import check_budgets, during_training
@@ -37,8 +36,7 @@ from nanoatr.model import Qwen3
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
 from nanoatr.session import Session
-from nanoatr.tokenizer import completion_texts, encode_prompts, load_tokenizer, stop_strings, eos_token_ids
-from nanoatr.checkpoint import read_tokenizer_files
+from nanoatr.tokenizer import completion_texts, encode_prompts, eos_token_ids, load_tokenizer, stop_strings
 
 
 @dataclass
@@ -174,7 +172,7 @@ def old_logprobs(run: Run, batch: Rollout, first: torch.Tensor) -> OldLogprobs:
     old = OldLogprobs(run, *batch.tokens.shape)
     rest = torch.ones(len(batch.tokens), dtype=torch.bool)
     rest[first] = False
-    rows, micro = rest.nonzero()[:, 0], micro_batch(run, len(first))
+    rows, micro = rest.nonzero()[:, 0], run.cfg.micro_batch or len(first)  # --micro-batch, else a minibatch
     for i in range(0, len(rows), micro):
         old.keep(rows[i:i + micro], run.score(*batch.unpadded(rows[i:i + micro])[:3], run.cfg.temperature,
                                               return_hidden=old.keeps_hidden))
@@ -191,7 +189,7 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, fi
     run.opt.zero_grad(set_to_none=True)
     counts = dict(num_sequences=len(rows) * d.world, num_tokens=distributed.all_sum(float(batch.mask[rows].sum()), d),
                   max_new_tokens=cfg.max_new_tokens)
-    micro, stats, losses = micro_batch(run, len(rows)), [], []
+    micro, stats, losses = cfg.micro_batch or len(rows), [], []
     for j in range(0, len(rows), micro):
         sel = rows[j:j + micro]
         prompt_ids, prompt_mask, tokens, mask = batch.unpadded(sel)  # (b, P'), (b, T'): no shared padding
@@ -222,10 +220,6 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, fi
     grad_norm = float(torch.nn.utils.clip_grad_norm_(run.trained, cfg.grad_clip or math.inf))
     run.opt.step()
     return {"stats": stats, "losses": losses, "grad_norm": grad_norm}
-
-
-def micro_batch(run: Run, rows: int) -> int:
-    return run.cfg.micro_batch or rows
 
 
 @torch.no_grad()
