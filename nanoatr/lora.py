@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.model.files import local_dir
@@ -238,9 +238,14 @@ def merge(base_dir, adapter_dir, out_dir, dtype=torch.float32):
     model = Qwen3.from_pretrained(base_dir)
     peft_model = load_adapter(model, adapter_dir, model_dir=base_dir)
     merged = peft_model.merge_and_unload()
-    merged.to(dtype).save_pretrained(out_dir)  # config.json keeps the base's bos / eos / pad ids
-    # The base's tokenizer files and generation_config.json, then the adapter's over them: a run's
-    # checkpoint carries the tokenizer it trained with.
-    copy_tokenizer(base_dir, out_dir)
-    copy_tokenizer(adapter_dir, out_dir)
+    try:
+        merged.to(dtype).save_pretrained(out_dir)  # config.json keeps the base's bos / eos / pad ids
+        # The base's tokenizer files and generation_config.json, then the adapter's over them: a run's
+        # checkpoint carries the tokenizer it trained with.
+        copy_tokenizer(base_dir, out_dir)
+        copy_tokenizer(adapter_dir, out_dir)
+    except (OSError, SafetensorError) as e:  # a full or read-only disk: each file is written atomically
+        why = getattr(e, "strerror", None) or str(e).splitlines()[0]
+        raise AdapterError(f"cannot write the merged model to {out_dir} ({why}); the adapter {adapter_dir} "
+                           "is intact") from None
     return Path(out_dir)

@@ -176,8 +176,8 @@ class Session:
                     f"(continue with --resume {self.dir})", 128 + signum)
             if kind is not None and issubclass(kind, START_ERRORS) and not self.training:
                 self.fail(error)
-            if kind is CheckpointError:  # disk full or read-only while saving or logging: earlier checkpoints intact
-                die(str(error), 1)
+            if kind is CheckpointError or (kind is lora.AdapterError and self.training):
+                die(str(error), 1)  # disk full or read-only while saving, logging or merging: what was saved is intact
             if kind is KeyboardInterrupt:
                 self.abort()
         finally:

@@ -544,3 +544,34 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, command, delay):
             f"--resume {run})\n"), err
     else:
         assert err == "error: interrupted during start-up\n", err
+
+
+@pytest.mark.parametrize("where", ["merge_adapter.py", "train.py --merge"])
+def test_a_full_disk_while_merging_is_one_line(tmp_path, monkeypatch, where):
+    """Writing the merged model (scripts/merge_adapter.py, or train.py --merge after a LoRA run) on a full
+    disk: one `error:` line naming the folder, the adapter intact; not a SafetensorError traceback."""
+    import json as _json
+    from safetensors import SafetensorError
+    import nanoatr.model.files
+    import train
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import merge_adapter
+    from tiny import make_model_dir
+    base = make_model_dir(tmp_path / "base")
+    data = tmp_path / "p.jsonl"
+    data.write_text("".join(_json.dumps({"problem": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(4)))
+    args = ["--model", str(base), "--data", str(data), "--eval-data", "--steps", "1", "--prompts-per-step", "2",
+            "--group-size", "2", "--max-new-tokens", "4", "--lora-rank", "2", "--no-compile",
+            "--out-dir", str(tmp_path / "runs"), "--name", "r"]
+    if where == "merge_adapter.py":
+        train.main(args)
+    monkeypatch.setattr(nanoatr.model.files, "save_file",
+                        lambda *a, **k: (_ for _ in ()).throw(SafetensorError(ENOSPC_SAFETENSORS["safetensors"])))
+    with pytest.raises(SystemExit) as e:
+        if where == "merge_adapter.py":
+            merge_adapter.main(["--adapter", str(tmp_path / "runs/r/checkpoint"), "--out", str(tmp_path / "m")])
+        else:
+            train.main(args + ["--merge"])
+    assert e.value.code in (1, 2)
+    adapter = tmp_path / "runs/r/checkpoint/adapter_model.safetensors"
+    assert adapter.is_file(), "the adapter is intact"
