@@ -29,7 +29,7 @@ from nanoatr import distributed, lora
 from nanoatr.checkpoint import read_tokenizer_files
 from nanoatr.config import TrainConfig
 from nanoatr.data import TASKS, load_problems
-from nanoatr.evaluate import check_budgets, during_training
+from nanoatr.evaluate import check_budgets, during_training, scores_line
 from nanoatr.loss import aggregate, group_advantages, kl_to_reference, merge_stats, policy_loss, progress, uniform_groups
 from nanoatr.methods import needs
 from nanoatr.model import Qwen3
@@ -265,20 +265,19 @@ def train(run: Run, problems, eval_sets: dict, session: Session):
     cfg, k = run.cfg, run.cfg.eval_k
     before = evaluate(run, eval_sets, session, 0) if session.start == 0 else None
     if before:
-        session.say(f"step 0: held-out Mean@{k} {before[f'eval/mean@{k}']:.1f}%  Pass@{k} {before[f'eval/pass@{k}']:.1f}%")
+        session.say(f"step 0: {scores_line(before, k)}")
     if cfg.compile and session.start < cfg.steps:
         session.say(f"compiling the {cfg.clip} loss with torch.compile (the first step only; --no-compile skips it)")
     for step in session.steps(progress=lambda row: progress(row, cfg.clip)):
         session.log_step(grpo_step(run, problems, step))
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
             res = evaluate(run, eval_sets, session, step + 1)
-            session.say(f"step {step + 1}: held-out Mean@{k} {res[f'eval/mean@{k}']:.1f}%" if res else None)
+            session.say(f"step {step + 1}: {scores_line(res, k)}" if res else None)
     if session.ended_by_signal:
         return
     after = evaluate(run, eval_sets, session, cfg.steps)  # also a resumed run that stopped in its last evaluation
     if after:
-        session.say(f"step {cfg.steps}: held-out Mean@{k} {after[f'eval/mean@{k}']:.1f}%  Pass@{k} "
-                    f"{after[f'eval/pass@{k}']:.1f}%" + (f"  (from {before[f'eval/mean@{k}']:.1f}%)" if before else ""))
+        session.say(f"step {cfg.steps}: {scores_line(after, k, before)}")
     if cfg.merge and run.d.main:
         session.say(f"merged: {lora.merge(session.model_dir, session.dir / 'checkpoint', session.dir / 'merged')}")
     session.say(f"metrics: {session.dir / 'metrics.jsonl'}  checkpoint: {session.dir / 'checkpoint'}")

@@ -43,6 +43,7 @@ class Line(NamedTuple):
     raw: list[float] | None = None  # unsmoothed values, drawn faint under ys
     markers: bool = False           # dots on the points: evaluations are sparse
     style: str = "-"
+    band: tuple[list[float], list[float]] | None = None  # (low, high) at each x, shaded: an interval over seeds
 
 
 class Panel(NamedTuple):
@@ -66,6 +67,9 @@ def draw(panels: list[Panel], out, xlabel: str, cols: int = 2, log2x: bool = Fal
         for line in panel.lines:
             if line.raw is not None:
                 ax.plot(line.xs, line.raw, color=line.color, alpha=0.2, linewidth=0.8)
+            if line.band is not None:
+                ax.fill_between(line.xs, *line.band, color=line.color, alpha=0.18, linewidth=0,
+                                gid=f"{line.label}|{panel.metric}|band")
             (art,) = ax.plot(line.xs, line.ys, line.style, color=line.color, label=line.label, linewidth=1.5,
                              marker="o" if line.markers else None, markersize=3)
             art.set_gid(f"{line.label}|{panel.metric}")

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
 from nanoatr.checkpoint import read_metrics  # noqa: E402
 from nanoatr.methods import check_hparams, defaults  # noqa: E402
-from plot import COLORS, Line, Panel, curve_panels, draw  # noqa: E402  (scripts/plot.py)
+from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402  (scripts/plot.py)
+import stats  # noqa: E402  (scripts/stats.py)
 
 # Where clipping acts and the policy still learns: 32 AdamW steps per rollout batch (8 minibatches x 4
 # epochs) at a small lr, so later minibatches meet ratios well away from 1.  Measured on the embedded
@@ -71,8 +72,9 @@ from plot import COLORS, Line, Panel, curve_panels, draw  # noqa: E402  (scripts
 # Every task's settings: (train.py flags, steps). The task itself is passed as --task.
 SETTINGS = {"math": (["--minibatches", "8", "--epochs", "4", "--lr", "3e-5", "--eval-every", "20", "--no-compile"], 60),
             "countdown": (["--prompts-per-step", "32", "--minibatches", "8", "--epochs", "4", "--lr", "1e-4",
-                           "--beta", "0.01", "--dynamic-sampling", "3", "--temperature", "1.2", "--eval-every", "8",
-                           "--eval-limit", "128", "--no-compile"], 32)}
+                           "--beta", "0.01", "--dynamic-sampling", "3", "--temperature", "1.2", "--no-compile"], 32)}
+# A task whose flags set no --eval-every is evaluated (on every problem of its held-out files) at step 0, at the
+# last step and at the step before it: a run's score is the mean of its last two evaluations (result).
 OWN_FLAGS = {"--clip", "--seed", "--steps", "--out-dir", "--name", "--resume", "--task"}
 
 
@@ -140,26 +142,39 @@ def execute(run: Run, steps: int, train_args: list[str], threads: int, log_dir: 
 # ----------------------------------------------------------------------------
 # Results
 
+ENTROPY_WINDOW = 20  # the table's entropy: the mean over a run's last 20 steps (all of them in a shorter run)
+
+
 def result(run: Run, steps: int) -> dict | None:
-    """Final and initial held-out Mean@k / Pass@k, mean cut fractions and the policy's entropy over the last
-    20 steps (nats per completion token) of one run (None if unfinished)."""
+    """One finished run's numbers (None if unfinished). For the files' average ("mean@k", "pass@k") and for
+    each evaluated file ("heldout/mean@k", ...): the score at the end, which is the mean of the evaluations
+    logged at the last step and at the step before it (the sweep's settings evaluate both; one evaluation
+    when only the last is logged), and at step 0 ("..._start", nan if not evaluated). Also the mean cut
+    fractions (%) and the entropy (nats per completion token) over the last min(20, steps) steps."""
     if not finished(run, steps):
         return None
     k = json.loads((run.dir / "config.json").read_text())["eval_k"]
     rows = read_metrics(run.dir / "metrics.jsonl")
     evals = {r["step"]: r for r in rows if f"eval/mean@{k}" in r}  # a resumed step keeps its last row
     train = list({r["step"]: r for r in rows if "clip_frac_low" in r}.values())  # resumed steps: last row
+    end = [s for s in (steps - 1, steps) if s in evals]
+    splits = list(dict.fromkeys(m.group(1) for r in evals.values() for key in r
+                                if (m := re.fullmatch(rf"eval/(.+)/mean@{k}", key))))
 
     def mean(key):
         return 100 * sum(r[key] for r in train) / max(len(train), 1)
 
-    return {"method": run.method, "seed": run.seed, "k": k, "dir": str(run.dir),
-            "mean@k": evals[steps][f"eval/mean@{k}"], "pass@k": evals[steps][f"eval/pass@{k}"],
-            "mean@k_start": evals[0][f"eval/mean@{k}"] if 0 in evals else math.nan,
-            "pass@k_start": evals[0][f"eval/pass@{k}"] if 0 in evals else math.nan,
-            "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high"),
-            "entropy_end": statistics.fmean(e) if (e := [r["entropy"] for r in train[-20:] if "entropy" in r])
-            else math.nan}
+    entropy = [r["entropy"] for r in train[-min(ENTROPY_WINDOW, steps):] if "entropy" in r]
+    res = {"method": run.method, "seed": run.seed, "k": k, "dir": str(run.dir), "end_steps": end, "splits": splits,
+           "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high"),
+           "entropy_end": statistics.fmean(entropy) if entropy else math.nan}
+    for prefix in ["", *(f"{split}/" for split in splits)]:
+        for metric in ("mean", "pass"):
+            key = f"eval/{prefix}{metric}@{k}"
+            at_end = [evals[s][key] for s in end if key in evals[s]]
+            res[f"{prefix}{metric}@k"] = statistics.fmean(at_end) if at_end else math.nan
+            res[f"{prefix}{metric}@k_start"] = evals[0][key] if key in evals.get(0, {}) else math.nan
+    return res
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -169,51 +184,126 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def pm(values: list[float], digits: int = 2) -> str:
+    """'mean ± std' over seeds; one value alone has no spread to show."""
     m, s = mean_std(values)
-    return f"{m:.{digits}f} ± {s:.{digits}f}"
+    return f"{m:.{digits}f}" if len(values) == 1 else f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
-def table(results: list[dict], methods: list[str], seeds: int) -> str:
-    """Table 3 in markdown: one row per method, plus the warm-start policy (step 0) for reference."""
+def hyperparameters(method: str) -> str:
+    """'eps=0.2', 'delta=0.05': the method's hyper-parameters as the runs used them (its defaults, then the spec's)."""
+    clip, hp = parse_method(method)
+    return ", ".join(f"{k}={v:g}" for k, v in {**defaults(clip), **hp}.items()) or "none"
+
+
+def scores(done: list[dict]) -> list[tuple[str, str]]:
+    """(result key, column name) of the scores to report: Mean@k and Pass@k of each evaluated file, or of
+    their average when the runs logged no file's own."""
+    k, splits = done[0]["k"], done[0]["splits"]
+    return [(f"{p}{m}@k", f"{p.replace('/', ' ')}{m.capitalize()}@{k}") for p in [f"{s}/" for s in splits] or [""]
+            for m in ("mean", "pass")]
+
+
+def table(results: list[dict], methods: list[str], seeds: int, steps: int) -> str:
+    """Table 3 in markdown: one row per method (its hyper-parameters, mean ± std over seeds of each score),
+    plus the warm-start policy (step 0) for reference."""
     done = [r for r in results if r]
-    k = done[0]["k"] if done else "k"
-    lines = [f"| method | runs | Mean@{k} (%) | Pass@{k} (%) | cut tokens (%) low + high | entropy, last 20 steps |",
-             "|---|---|---|---|---|---|"]
+    cols = scores(done) if done else [("mean@k", "Mean@k"), ("pass@k", "Pass@k")]
+    window = min(ENTROPY_WINDOW, steps)
+    lines = [f"| method | hyper-parameters | runs | {' | '.join(f'{name} (%)' for _, name in cols)} | "
+             f"cut tokens (%) low + high | entropy, last {window} steps |", "|---" * (len(cols) + 5) + "|"]
     start = [r for r in done if not math.isnan(r["mean@k_start"])]
     if start:
-        lines.append(f"| warm start (step 0) | {len(start)} | {pm([r['mean@k_start'] for r in start])} | "
-                     f"{pm([r['pass@k_start'] for r in start])} | | |")
+        lines.append(f"| warm start (step 0) | | {len(start)} | " +
+                     " | ".join(pm([r[f"{key}_start"] for r in start]) for key, _ in cols) + " | | |")
     for m in methods:
         rs = [r for r in done if r["method"] == m]
         if not rs:
-            lines.append(f"| {m} | 0/{seeds} | | | | |")
+            lines.append(f"| {m} | {hyperparameters(m)} | 0/{seeds} |" + " |" * (len(cols) + 2))
             continue
         low, high = mean_std([r["cut_low"] for r in rs])[0], mean_std([r["cut_high"] for r in rs])[0]
-        lines.append(f"| {m} | {len(rs)}{'' if len(rs) == seeds else f'/{seeds}'} | {pm([r['mean@k'] for r in rs])} | "
-                     f"{pm([r['pass@k'] for r in rs])} | {low + high:.2f} ({low:.2f} + {high:.2f}) | "
-                     f"{'' if any(math.isnan(r['entropy_end']) for r in rs) else pm([r['entropy_end'] for r in rs], 3)} |")
+        entropy = "" if any(math.isnan(r["entropy_end"]) for r in rs) else pm([r["entropy_end"] for r in rs], 3)
+        lines.append(f"| {m} | {hyperparameters(m)} | {len(rs)}{'' if len(rs) == seeds else f'/{seeds}'} | " +
+                     " | ".join(pm([r[key] for r in rs]) for key, _ in cols) +
+                     f" | {low + high:.2f} ({low:.2f} + {high:.2f}) | {entropy} |")
     return "\n".join(lines) + "\n"
 
 
-def plot_methods(runs: list[Run], out: Path, window: int = 10) -> Path:
-    """Figure 2 with one colour per method (its seeds share it and its legend entry)."""
+WARM_START = "warm-start"  # --compare kl3/warm-start: each run's end against its own step-0 evaluation
+
+
+def comparisons(results: list[dict], pairs: list[tuple[str, str]], steps: int) -> str:
+    """The seed-paired differences A - B (scripts/stats.py) of every score and of the end entropy, in markdown:
+    the mean difference with its 95% bootstrap interval, wins : losses over seeds, the sign test, and the seeds
+    a decision would need at the observed effect and spread."""
+    done = [r for r in results if r]
+    if not done or not pairs:
+        return ""
+    window = min(ENTROPY_WINDOW, steps)
+    metrics = [*scores(done), ("entropy_end", f"entropy, last {window} steps")]
+    lines = ["| A − B | score | seeds | mean difference [95% interval] | interval | A > B : A < B | sign test p | "
+             "seeds needed |", "|---" * 8 + "|"]
+    def by_seed(method: str, key: str) -> dict:  # "warm-start": step 0 of the other method's own runs
+        own = [r for r in done if r["method"] == (a if method == WARM_START else method)]
+        key = f"{key}_start" if method == WARM_START else key
+        return {r["seed"]: r[key] for r in own if key in r and not math.isnan(r[key])}
+
+    for a, b in pairs:
+        for key, name in metrics:
+            p = stats.paired(by_seed(a, key), by_seed(b, key))
+            if not p.n:
+                continue
+            digits = 3 if key == "entropy_end" else 2
+            side = {"confirmed": "above 0", "refuted": "below 0"}.get(stats.verdict(p, +1), "contains 0")
+            needed = "—" if math.isnan(p.seeds_needed) else "∞" if math.isinf(p.seeds_needed) else f"{p.seeds_needed:.0f}"
+            lines.append(f"| {a} − {b} | {name} | {p.n} | {p.mean:+.{digits}f} [{p.low:+.{digits}f}, "
+                         f"{p.high:+.{digits}f}] | {side} | {p.wins} : {p.losses} | {p.p_sign:.3f} | {needed} |")
+    return "\n".join(lines) + "\n"
+
+
+def banded(values_by_seed: list[tuple[list[float], list[float]]]) -> tuple[list[float], list[float], tuple]:
+    """(steps, mean over seeds, (low, high) 95% bootstrap band) at the steps every seed logged."""
+    common = sorted(set.intersection(*(set(xs) for xs, _ in values_by_seed)))
+    at = [dict(zip(xs, ys)) for xs, ys in values_by_seed]
+    rows = [stats.mean_interval([a[x] for a in at]) for x in common]
+    return common, [r[0] for r in rows], ([r[1] for r in rows], [r[2] for r in rows])
+
+
+def plot_methods(runs: list[Run], out: Path, window: int = 4) -> Path:
+    """Figure 2 with bands: for each method the mean over its seeds and the 95% bootstrap band, of the return,
+    the entropy and the completion length (each seed smoothed over `window` steps first) and of every
+    evaluated file's Mean@k."""
     methods = list(dict.fromkeys(r.method for r in runs))
-    color = {m: COLORS[i % len(COLORS)] for i, m in enumerate(methods)}
     done = [r for r in runs if (r.dir / "metrics.jsonl").is_file()]
     k = next((json.loads((r.dir / "config.json").read_text())["eval_k"] for r in done), 8)
-    rows = [(r.method, color[r.method], read_metrics(r.dir / "metrics.jsonl")) for r in done]
-    panels = curve_panels(rows, window, f"eval/mean@{k}")
-    panels[-1] = panels[-1]._replace(title=f"(d) held-out Mean@{k} (%)")
+    logs = {r.dir: read_metrics(r.dir / "metrics.jsonl") for r in done}
+    files = list(dict.fromkeys(m.group(1) for rows in logs.values() for row in rows for key in row
+                               if (m := re.fullmatch(rf"eval/(.+)/mean@{k}", key))))
+    evals = [(f"{f} Mean@{k} (%)", f"eval/{f}/mean@{k}") for f in files] or [(f"Mean@{k} (%)", f"eval/mean@{k}")]
+    panels = []
+    for i, (title, key) in enumerate([*TRAIN_PANELS, *evals]):
+        lines = []
+        for j, m in enumerate(methods):
+            per_seed = []
+            for r in (r for r in done if r.method == m):
+                k_ = "reward_mean_first_round" if key == "reward_mean" and any(
+                    "reward_mean_first_round" in row for row in logs[r.dir]) else key
+                xs, ys = series(logs[r.dir], k_)
+                if xs:
+                    per_seed.append((xs, ys if key.startswith("eval/") else moving_average(ys, window)))
+            if per_seed:
+                xs, ys, band = banded(per_seed)
+                lines.append(Line(m, COLORS[j % len(COLORS)], xs, ys, markers=key.startswith("eval/"), band=band))
+        panels.append(Panel(f"({'abcdefgh'[i]}) {title.split(') ')[-1]}", key, lines))
     return draw(panels, out, "step")
 
 
 def plot_ablation(results: list[dict], out: Path) -> Path:
-    """Figure 3: final Mean@k and Pass@k against delta, the mean over seeds and each seed faint."""
+    """Figure 3: Mean@k and Pass@k at the end against delta for each evaluated file: the mean over seeds with
+    its 95% bootstrap band, each seed faint, and the warm start."""
     done = [r for r in results if r]
-    k = done[0]["k"]
     delta = {r["method"]: parse_method(r["method"])[1].get("delta", defaults("kl3")["delta"]) for r in done}
     panels = []
-    for i, (key, name) in enumerate((("mean@k", f"Mean@{k}"), ("pass@k", f"Pass@{k}"))):
+    for i, (key, name) in enumerate(scores(done)):
         by_delta = {}
         for r in done:
             by_delta.setdefault(delta[r["method"]], {})[r["seed"]] = r[key]
@@ -225,9 +315,10 @@ def plot_ablation(results: list[dict], out: Path) -> Path:
         if start:  # where the runs began: is any delta better than not training?
             lines.append(Line("warm start (step 0)", "#888888", [ds[0], ds[-1]], [mean_std(start)[0]] * 2,
                               style="--"))
-        lines.append(Line("kl3, mean over seeds", COLORS[0], ds,
-                          [mean_std(list(by_delta[d].values()))[0] for d in ds], markers=True))
-        panels.append(Panel(f"({'ab'[i]}) {name} (%) against δ", key, lines))
+        mean = [stats.mean_interval(list(by_delta[d].values())) for d in ds]
+        lines.append(Line("kl3, mean over seeds (95% band)", COLORS[0], ds, [m[0] for m in mean], markers=True,
+                          band=([m[1] for m in mean], [m[2] for m in mean])))
+        panels.append(Panel(f"({'abcdefgh'[i]}) {name} (%) against δ", key, lines))
     return draw(panels, out, "δ")
 
 
@@ -247,6 +338,9 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per method (default: 3)")
     parser.add_argument("--task", default="math", choices=sorted(SETTINGS), help="the task (train.py --task)")
     parser.add_argument("--steps", type=int, help="rollout steps of every run (default: the task's)")
+    parser.add_argument("--compare", nargs="+", metavar="A/B", default=None,
+                        help="seed-paired comparisons to print, as A/B with methods as written in --clip, or "
+                        "A/warm-start for A's runs against their own step 0 (default: every method against the first)")
     parser.add_argument("--delta", type=float, help="delta of every method that has one (default: its own, 0.07)")
     parser.add_argument("--jobs", type=int, default=0, help="runs at a time (default: one per core, at most one per run)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)")
@@ -269,7 +363,13 @@ def main(argv=None):
         runs = plan(methods, args.seeds, out, args.delta)
     except ValueError as e:
         parser.error(str(e))
-    train_args = ["--task", args.task, *flags, *train_args]  # later flags win in train.py's argparse
+    pairs = [tuple(c.split("/", 1)) for c in args.compare] if args.compare else [(m, methods[0]) for m in methods[1:]]
+    unknown = [x for pair in pairs for x in pair if x not in [*methods, WARM_START]] + \
+        [c for c in args.compare or [] if "/" not in c]
+    if unknown:
+        parser.error(f"--compare {unknown[0]}: write A/B with A and B among the methods ({' '.join(methods)})")
+    ends = [] if "--eval-every" in flags or args.steps < 2 else ["--eval-every", str(args.steps - 1)]
+    train_args = ["--task", args.task, *flags, *ends, *train_args]  # later flags win in train.py's argparse
     cores = os.cpu_count() or 1
     jobs = args.jobs or max(1, min(len(runs), cores))
     threads = args.threads or max(1, cores // jobs)
@@ -291,22 +391,28 @@ def main(argv=None):
           f"{jobs} at a time x {threads} threads; logs in {out / 'logs'}", flush=True)
     failed, t0 = [], time.perf_counter()
     with ThreadPoolExecutor(jobs) as pool:
+        order = sorted(runs, key=lambda r: r.seed)  # seed by seed: a sweep stopped early has every method's first seeds
         for i, (run, code, secs) in enumerate(pool.map(lambda r: execute(r, args.steps, train_args, threads,
-                                                                         out / "logs"), runs), 1):
+                                                                         out / "logs"), order), 1):
             res = result(run, args.steps) if code == 0 else None
-            status = (f"Mean@{res['k']} {res['mean@k']:.1f}  Pass@{res['k']} {res['pass@k']:.1f}  "
-                      f"cut {res['cut_low'] + res['cut_high']:.2f}%" if res else f"FAILED (exit {code})")
+            status = ("; ".join(f"{name} {res[key]:.1f}" for key, name in scores([res])) +
+                      f"; cut {res['cut_low'] + res['cut_high']:.2f}%" if res else f"FAILED (exit {code})")
             print(f"[{i}/{len(runs)}] {run.dir.name}: {status}" + (f"  ({secs / 60:.1f} min)" if secs else
                                                                      "  (finished before)"), flush=True)
             if not res:
                 failed.append(run)
     results = [result(run, args.steps) for run in runs]
     (out / "results.json").write_text(json.dumps([r for r in results if r], indent=2))
-    head = (f"{'δ ablation of kl3' if args.ablate_delta else 'Clipping methods'}, held-out split at step "
-            f"{args.steps} (final), mean ± std over {args.seeds} seed(s); cut = mean over training steps of "
-            f"clip_frac_low + clip_frac_high.\nSettings: `{' '.join(train_args)}`\n\n")
-    (out / "table.md").write_text(head + table(results, methods, args.seeds))
-    print("\n" + head + table(results, methods, args.seeds))
+    ends = " and ".join(f"step {s}" for s in next((r["end_steps"] for r in results if r), [args.steps]))
+    head = (f"{'δ ablation of kl3' if args.ablate_delta else 'Clipping methods'}: each score is the mean of the "
+            f"evaluations at {ends}, then mean ± std over {args.seeds} seed(s) (population std); cut = mean over "
+            f"training steps of clip_frac_low + clip_frac_high.\nSettings: `{' '.join(train_args)}`\n\n")
+    paired = comparisons(results, pairs, args.steps)
+    report = head + table(results, methods, args.seeds, args.steps) + (
+        f"\nSeed-paired differences (scripts/stats.py: 95% bootstrap interval of the mean difference, exact sign "
+        f"test, seeds for 80% power at the observed effect and spread):\n\n{paired}" if paired else "")
+    (out / "table.md").write_text(report)
+    print("\n" + report)
     try:
         written = [plot_methods(runs, out / "curves.svg")]
         if args.ablate_delta and any(results):
@@ -314,7 +420,7 @@ def main(argv=None):
     except SystemExit as e:  # no matplotlib: the table is written, the figures are not
         print(e, file=sys.stderr)
         written = []
-    print(f"wrote {out / 'table.md'}, {', '.join(map(str, written))}  ({(time.perf_counter() - t0) / 60:.1f} min)")
+    print(f"wrote {', '.join(map(str, [out / 'table.md', *written]))}  ({(time.perf_counter() - t0) / 60:.1f} min)")
     for run in failed:
         log = out / "logs" / f"{run.dir.name}.log"
         tail = log.read_text(errors="replace").replace("\r", "\n").strip().splitlines()[-3:] if log.is_file() else []

@@ -12,6 +12,7 @@ from nanoatr.data import TASKS, load_problems
 from nanoatr.verifier.countdown import evaluate_expression, parse_answer, reward
 from tiny import make_default  # noqa: F401  (puts data/ on the path)
 import make_countdown as countdown  # noqa: E402  (data/make_countdown.py)
+import make_countdown_transfer as mt  # noqa: E402  (data/make_countdown_transfer.py)
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 B = "\\boxed{"
@@ -297,6 +298,27 @@ def test_task_defaults_and_reward_reach_train_and_eval(tmp_path):
     out = tmp_path / "eval.jsonl"
     eval_cmd.main(["--task", "countdown", "--limit", "6", "--k", "2", "--out", str(out)])
     rows = [json.loads(line) for line in out.read_text().splitlines()][1:]
-    assert len(rows) == 12 and any(r["correct"] for r in rows)
+    assert len(rows) == 24 and any(r["correct"] for r in rows)  # 6 x 2 of each file: held-out and transfer
     assert all(r["correct"] == (reward(r["completion"], r["gold"]) > 0) for r in rows)
-    assert all(r["benchmark"] == "heldout" for r in rows)
+    assert [r["benchmark"] for r in rows[::12]] == ["heldout", "transfer"]
+
+
+def test_transfer_split_is_rebuilt_byte_for_byte_disjoint_and_solvable(tmp_path):
+    """data/countdown/transfer.jsonl is what data/make_countdown_transfer.py writes; none of its problems is
+    in another split (numbers in any order, same target); each target is in 10..100 and reachable under the
+    reward's rules (checked here by a found expression that reward() accepts)."""
+    out = tmp_path / "transfer.jsonl"
+    mt.save_problems(out, [mt.Problem(q, q) for q in mt.make_transfer(
+        mt.SEED, mt.SIZE, {mt.key(p.question) for s in ("train", "val", "heldout")
+                           for p in load_problems(DATA / f"countdown/{s}.jsonl")})])
+    assert out.read_bytes() == (DATA / "countdown/transfer.jsonl").read_bytes()
+    transfer = load_problems(out)
+    others = {mt.key(p.question) for s in ("train", "val", "heldout") for p in load_problems(DATA / f"countdown/{s}.jsonl")}
+    assert len({mt.key(p.question) for p in transfer}) == 256 and not others & {mt.key(p.question) for p in transfer}
+    for p in transfer[:40]:
+        numbers, target = mt.key(p.question)
+        assert 10 <= target <= 100 and all(1 <= n <= 10 for n in numbers)
+        assert any(v == target for v in mt.reachable(numbers))
+    # reachable() is the reward's rules: 8 / (3 - 8 / 3) = 24 needs a fraction on the way
+    assert 24 in mt.reachable((3, 3, 8, 8)) and reward("\\boxed{8/(3-8/3)}", "3,3,8,8:24") == 1.0
+    assert 24 not in mt.integer_reachable((3, 3, 8, 8))

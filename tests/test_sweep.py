@@ -15,8 +15,9 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     argv = ["--clip", "kl3", "--seeds", "2", "--steps", "2", "--jobs", "2", "--out", str(tmp_path), "--", *TINY]
     sweep.main(argv)
     table = (tmp_path / "table.md").read_text()
-    assert "| method | runs | Mean@2 (%) | Pass@2 (%) | cut tokens (%) low + high |" in table
-    assert "| kl3 | 2 | " in table and "| warm start (step 0) | 2 | " in table
+    assert "| method | hyper-parameters | runs | heldout Mean@2 (%) | heldout Pass@2 (%) | cut tokens (%) low + high | " \
+           "entropy, last 2 steps |" in table  # the window is the run's length when it is shorter than 20 steps
+    assert "| kl3 | delta=0.07 | 2 | " in table and "| warm start (step 0) | | 2 | " in table
     results = json.loads((tmp_path / "results.json").read_text())
     assert sorted(r["seed"] for r in results) == [0, 1] and all(0 <= r["mean@k"] <= 100 for r in results)
     cfg = json.loads((tmp_path / "kl3-s1/config.json").read_text())
@@ -52,13 +53,17 @@ def test_delta_ablation_table_and_figure(tmp_path):
         fake_run(run, 3, mean=40.0 + 10 * i)  # finished already: the sweep only reads them
     sweep.main(["--ablate-delta", *deltas, "--seeds", "2", "--steps", "3", "--out", str(tmp_path)])
     table = (tmp_path / "table.md").read_text()
-    assert "| kl3:delta=0.05 | 2 | 45.00 ± 5.00 | 75.00 ± 5.00 | 1.50 (1.00 + 0.50) |" in table
-    assert "| kl3:delta=0.1 | 2 | 65.00 ± 5.00 |" in table
+    assert "| kl3:delta=0.05 | delta=0.05 | 2 | 45.00 ± 5.00 | 75.00 ± 5.00 | 1.50 (1.00 + 0.50) |" in table
+    assert "| kl3:delta=0.1 | delta=0.1 | 2 | 65.00 ± 5.00 |" in table
+    # the default comparison: every delta against the first, seed by seed (seed 1 - seed 1, seed 0 - seed 0)
+    assert "| kl3:delta=0.1 − kl3:delta=0.05 | Mean@8 | 2 | +20.00 [+20.00, +20.00] | above 0 | 2 : 0 | 0.500 | 2 |" \
+        in table
     if not HAS_MATPLOTLIB:
         assert not (tmp_path / "ablation.svg").exists()
         return
     lines = lines_of(tmp_path / "ablation.svg")
-    assert lines["kl3, mean over seeds|mean@k"] == lines["kl3, mean over seeds|pass@k"] == 2  # two deltas
+    assert lines["kl3, mean over seeds (95% band)|mean@k"] == lines["kl3, mean over seeds (95% band)|pass@k"] == 2
+    assert "kl3, mean over seeds (95% band)|mean@k|band" in lines  # the interval, shaded
     assert lines["warm start (step 0)|mean@k"] == 2
 
 
@@ -106,5 +111,79 @@ def test_a_failed_run_is_reported(tmp_path, capsys):
         sweep.main(["--clip", "kl3", "--seeds", "1", "--steps", "1", "--out", str(tmp_path), "--", "--lr", "-1"])
     assert e.value.code == 1
     captured = capsys.readouterr()
-    assert "FAILED" in captured.out and "| kl3 | 0/1 |" in (tmp_path / "table.md").read_text()
+    assert "FAILED" in captured.out and "| kl3 | delta=0.07 | 0/1 |" in (tmp_path / "table.md").read_text()
     assert "--lr must be > 0" in captured.err
+
+
+# ----------------------------------------------------------------------------
+# scripts/stats.py: the seed-paired statistics under the table
+
+import stats  # noqa: E402  (scripts/stats.py)
+
+
+def test_sign_test_against_hand_computed_binomial_tails():
+    assert stats.sign_test(5, 0) == 2 / 2 ** 5                  # 0.0625: five of five is not enough at 5%
+    assert stats.sign_test(9, 1) == pytest.approx(2 * (1 + 10) / 2 ** 10)  # 0.0215
+    assert stats.sign_test(1, 9) == stats.sign_test(9, 1)       # two-sided
+    assert stats.sign_test(3, 3) == 1.0 and stats.sign_test(0, 0) == 1.0
+
+
+def test_bootstrap_interval_and_seeds_needed():
+    assert stats.bootstrap_interval([2.0] * 6) == (2.0, 2.0)
+    low, high = stats.bootstrap_interval([0.0, 1.0] * 50)   # mean 0.5, standard error 0.05
+    assert 0.38 < low < 0.42 and 0.58 < high < 0.62          # about 0.5 -+ 1.96 * 0.05
+    assert stats.bootstrap_interval([1.0, 5.0, 3.0]) == stats.bootstrap_interval([1.0, 5.0, 3.0])  # seeded
+    # d = 1, 3 (mean 2, sd sqrt(2)): ((1.96 + 0.84) * 1.414 / 2)^2 = 3.92 -> 4 seeds
+    assert stats.seeds_needed([1.0, 3.0]) == 4
+    assert stats.seeds_needed([1.0, -1.0]) == float("inf") and stats.seeds_needed([1.0]) != stats.seeds_needed([1.0])
+
+
+def test_paired_uses_only_common_seeds_and_the_verdict_reads_the_interval():
+    p = stats.paired({0: 3.0, 1: 5.0, 2: 1.0, 7: 9.0}, {0: 1.0, 1: 2.0, 2: 2.0})   # seed 7 has no partner
+    assert (p.n, p.mean, p.wins, p.losses) == (3, pytest.approx(4 / 3), 2, 1)
+    assert p.low < 0 < p.high and stats.verdict(p, +1) == "undecided"
+    up = stats.paired({s: 2.0 + s % 2 for s in range(10)}, {s: 1.0 for s in range(10)})
+    assert stats.verdict(up, +1) == "confirmed" and stats.verdict(up, -1) == "refuted"
+    assert up.p_sign == 2 / 2 ** 10
+
+
+def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
+    run = sweep.Run("kl3", "kl3", {}, 0, tmp_path / "r")
+    run.dir.mkdir()
+    (run.dir / "config.json").write_text(json.dumps({"clip": "kl3", "eval_k": 8}))
+    ev = lambda step, h, t: {"step": step, "eval/heldout/mean@8": h, "eval/heldout/pass@8": h + 10,  # noqa: E731
+                             "eval/transfer/mean@8": t, "eval/transfer/pass@8": t + 1,
+                             "eval/mean@8": (h + t) / 2, "eval/pass@8": (h + t) / 2 + 5.5}
+    rows = [ev(0, 20.0, 2.0)] + [{"step": s, "entropy": 0.1 * s, "clip_frac_low": 0.0, "clip_frac_high": 0.0}
+                                 for s in range(1, 32)] + [ev(29, 99.0, 99.0), ev(30, 30.0, 4.0), ev(31, 34.0, 2.0)]
+    (run.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = sweep.result(run, 31)
+    assert res["splits"] == ["heldout", "transfer"] and res["end_steps"] == [30, 31]   # step 29 is not the end
+    assert (res["heldout/mean@k"], res["heldout/pass@k"], res["transfer/mean@k"]) == (32.0, 42.0, 3.0)
+    assert (res["heldout/mean@k_start"], res["transfer/pass@k_start"], res["mean@k"]) == (20.0, 3.0, 17.5)
+    assert res["entropy_end"] == pytest.approx(0.1 * sum(range(12, 32)) / 20)      # the last 20 of 31 steps
+    table = sweep.table([res], ["kl3"], 1, 31)
+    assert "| kl3 | delta=0.07 | 1 | 32.00 | 42.00 | 3.00 | 4.00 |" in table      # one seed: no ± 0.00
+    assert "heldout Mean@8 (%) | heldout Pass@8 (%) | transfer Mean@8 (%) | transfer Pass@8 (%)" in table
+
+
+def test_train_prints_each_evaluated_file():
+    from nanoatr.evaluate import scores_line
+    one = {"eval/a/mean@8": 10.0, "eval/a/pass@8": 20.0, "eval/mean@8": 10.0, "eval/pass@8": 20.0}
+    assert scores_line(one, 8, before=one) == "held-out Mean@8 10.0%  Pass@8 20.0%  (from 10.0%)"
+    two = {**one, "eval/b/mean@8": 30.0, "eval/b/pass@8": 40.0, "eval/mean@8": 20.0, "eval/pass@8": 30.0}
+    assert scores_line(two, 8) == "a Mean@8 10.0%  Pass@8 20.0%; b Mean@8 30.0%  Pass@8 40.0%"
+
+
+def test_compare_against_the_warm_start_and_bad_pairs(tmp_path, capsys):
+    for i, run in enumerate(sweep.plan(["clip", "kl3"], 2, tmp_path.resolve())):
+        fake_run(run, 3, mean=31.0 + i)   # step 0 logs 30.0: every run ends 1-4 points above its start
+    sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path),
+                "--compare", "kl3/warm-start", "kl3/clip"])
+    table = (tmp_path / "table.md").read_text()
+    assert "| kl3 − warm-start | Mean@8 | 2 | +3.50 [+3.00, +4.00] | above 0 | 2 : 0 | 0.500 |" in table
+    assert "| kl3 − clip | Mean@8 | 2 | +2.00 [+2.00, +2.00] | above 0 | 2 : 0 |" in table
+    assert "| kl3 − clip | entropy, last 3 steps | 2 | +0.000 [+0.000, +0.000] | contains 0 | 0 : 0 | 1.000 | ∞ |" in table
+    with pytest.raises(SystemExit):
+        sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--compare", "kl3"])
+    assert "--compare kl3: write A/B" in capsys.readouterr().err

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-__all__ = ["reward", "parse_answer", "evaluate_expression"]
+__all__ = ["reward", "parse_answer", "last_box", "evaluate_expression"]
 
 BOXED = "\\boxed{"
 MAX_COMPLETION_TAIL = 4000   # only the end of a completion is searched for the box
@@ -54,7 +54,7 @@ def parse_answer(answer: str) -> tuple[list[int], int] | None:
     return numbers, t
 
 
-def _last_box(completion: str) -> str | None:
+def last_box(completion: str) -> str | None:
     """Content of the last \\boxed{...} (nested braces), or None (none, unclosed, or too long)."""
     s = completion[-MAX_COMPLETION_TAIL:]
     i = s.rfind(BOXED)
@@ -161,7 +161,7 @@ def reward(completion: str, answer: str) -> float:
         if parsed is None:
             return 0.0
         numbers, target = parsed
-        content = _last_box(completion)
+        content = last_box(completion)
         if content is None:
             return 0.0
         result = evaluate_expression(content, max_literals=len(numbers))
