@@ -139,6 +139,28 @@ def execute(run: Run, steps: int, train_args: list[str], threads: int, log_dir: 
     return run, code, time.perf_counter() - t0
 
 
+def train_all(runs: list[Run], steps: int, train_args: list[str], jobs: int, threads: int, out: Path, saved: Path,
+              settings: dict) -> list[Run]:
+    """Train every unfinished run, `jobs` at a time, seed by seed (a sweep stopped early has every method's first
+    seeds), a line per run as it ends; returns the runs that failed."""
+    saved.write_text(json.dumps(settings, indent=2))
+    print(f"{len(runs)} runs ({len({r.method for r in runs})} methods x {len({r.seed for r in runs})} seeds, {steps} "
+          f"steps each), {jobs} at a time x {threads} threads; logs in {out / 'logs'}", flush=True)
+    failed = []
+    with ThreadPoolExecutor(jobs) as pool:
+        order = sorted(runs, key=lambda r: r.seed)
+        for i, (run, code, secs) in enumerate(pool.map(lambda r: execute(r, steps, train_args, threads, out / "logs"),
+                                                       order), 1):
+            res = result(run, steps) if code == 0 else None
+            status = ("; ".join(f"{name} {res[key]:.1f}" for key, name in scores([res])) +
+                      f"; cut {res['cut_low'] + res['cut_high']:.2f}%" if res else f"FAILED (exit {code})")
+            print(f"[{i}/{len(runs)}] {run.dir.name}: {status}" + (f"  ({secs / 60:.1f} min)" if secs else
+                                                                     "  (finished before)"), flush=True)
+            if not res:
+                failed.append(run)
+    return failed
+
+
 # ----------------------------------------------------------------------------
 # Results
 
@@ -346,6 +368,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)")
     parser.add_argument("--out", type=Path, default=Path("runs/sweep"), help="sweep directory (default: runs/sweep)")
     parser.add_argument("--dry-run", action="store_true", help="print the train.py commands and stop")
+    parser.add_argument("--report", action="store_true", help="train nothing: write the table, the comparisons and "
+                        "the figures from the runs finished so far (a sweep in progress is left alone)")
     args = parser.parse_args(argv)
     if args.clip and args.ablate_delta:
         parser.error("--clip and --ablate-delta exclude each other (the ablation runs kl3)")
@@ -385,27 +409,13 @@ def main(argv=None):
     saved = out / "sweep.json"
     if saved.is_file() and json.loads(saved.read_text()) != settings:
         raise SystemExit(f"error: {out} holds a sweep with other settings ({saved}); choose another --out")
-    saved.write_text(json.dumps(settings, indent=2))
-
-    print(f"{len(runs)} runs ({len(methods)} methods x {args.seeds} seeds, {args.steps} steps each), "
-          f"{jobs} at a time x {threads} threads; logs in {out / 'logs'}", flush=True)
-    failed, t0 = [], time.perf_counter()
-    with ThreadPoolExecutor(jobs) as pool:
-        order = sorted(runs, key=lambda r: r.seed)  # seed by seed: a sweep stopped early has every method's first seeds
-        for i, (run, code, secs) in enumerate(pool.map(lambda r: execute(r, args.steps, train_args, threads,
-                                                                         out / "logs"), order), 1):
-            res = result(run, args.steps) if code == 0 else None
-            status = ("; ".join(f"{name} {res[key]:.1f}" for key, name in scores([res])) +
-                      f"; cut {res['cut_low'] + res['cut_high']:.2f}%" if res else f"FAILED (exit {code})")
-            print(f"[{i}/{len(runs)}] {run.dir.name}: {status}" + (f"  ({secs / 60:.1f} min)" if secs else
-                                                                     "  (finished before)"), flush=True)
-            if not res:
-                failed.append(run)
+    t0 = time.perf_counter()
+    failed = [] if args.report else train_all(runs, args.steps, train_args, jobs, threads, out, saved, settings)
     results = [result(run, args.steps) for run in runs]
     (out / "results.json").write_text(json.dumps([r for r in results if r], indent=2))
-    ends = " and ".join(f"step {s}" for s in next((r["end_steps"] for r in results if r), [args.steps]))
+    at = " and ".join(f"step {s}" for s in next((r["end_steps"] for r in results if r), [args.steps]))
     head = (f"{'δ ablation of kl3' if args.ablate_delta else 'Clipping methods'}: each score is the mean of the "
-            f"evaluations at {ends}, then mean ± std over {args.seeds} seed(s) (population std); cut = mean over "
+            f"evaluations at {at}, then mean ± std over {args.seeds} seed(s) (population std); cut = mean over "
             f"training steps of clip_frac_low + clip_frac_high.\nSettings: `{' '.join(train_args)}`\n\n")
     paired = comparisons(results, pairs, args.steps)
     report = head + table(results, methods, args.seeds, args.steps) + (

@@ -187,3 +187,14 @@ def test_compare_against_the_warm_start_and_bad_pairs(tmp_path, capsys):
     with pytest.raises(SystemExit):
         sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--compare", "kl3"])
     assert "--compare kl3: write A/B" in capsys.readouterr().err
+
+
+def test_report_reads_the_finished_runs_and_trains_nothing(tmp_path):
+    runs = sweep.plan(["clip", "kl3"], 2, tmp_path.resolve())
+    for run in runs:
+        if run.seed == 0:
+            fake_run(run, 3, mean=31.0)
+    sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--report"])
+    table = (tmp_path / "table.md").read_text()
+    assert "| clip | eps=0.2 | 1/2 | 31.00 |" in table and "| kl3 | delta=0.07 | 1/2 | 31.00 |" in table
+    assert not any(run.dir.exists() for run in runs if run.seed == 1) and not (tmp_path / "sweep.json").exists()
