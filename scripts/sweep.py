@@ -275,7 +275,7 @@ def comparisons(results: list[dict], pairs: list[tuple[str, str]], steps: int) -
             if not p.n:
                 continue
             digits = 3 if key == "entropy_end" else 2
-            side = {"confirmed": "above 0", "refuted": "below 0"}.get(stats.verdict(p, +1), "contains 0")
+            side = "—" if p.n < 2 else {"confirmed": "above 0", "refuted": "below 0"}.get(stats.verdict(p, +1), "contains 0")
             needed = "—" if math.isnan(p.seeds_needed) else "∞" if math.isinf(p.seeds_needed) else f"{p.seeds_needed:.0f}"
             lines.append(f"| {a} − {b} | {name} | {p.n} | {p.mean:+.{digits}f} [{p.low:+.{digits}f}, "
                          f"{p.high:+.{digits}f}] | {side} | {p.wins} : {p.losses} | {p.p_sign:.3f} | {needed} |")
@@ -290,12 +290,12 @@ def banded(values_by_seed: list[tuple[list[float], list[float]]]) -> tuple[list[
     return common, [r[0] for r in rows], ([r[1] for r in rows], [r[2] for r in rows])
 
 
-def plot_methods(runs: list[Run], out: Path, window: int = 4) -> Path:
-    """Figure 2 with bands: for each method the mean over its seeds and the 95% bootstrap band, of the return,
+def plot_methods(runs: list[Run], out: Path, steps: int, window: int = 4) -> Path:
+    """Figure 2 with bands: for each method the mean over its finished seeds and the 95% bootstrap band, of the return,
     the entropy and the completion length (each seed smoothed over `window` steps first) and of every
     evaluated file's Mean@k."""
     methods = list(dict.fromkeys(r.method for r in runs))
-    done = [r for r in runs if (r.dir / "metrics.jsonl").is_file()]
+    done = [r for r in runs if finished(r, steps)]  # a run in progress would cut every band short
     k = next((json.loads((r.dir / "config.json").read_text())["eval_k"] for r in done), 8)
     logs = {r.dir: read_metrics(r.dir / "metrics.jsonl") for r in done}
     files = list(dict.fromkeys(m.group(1) for rows in logs.values() for row in rows for key in row
@@ -424,9 +424,10 @@ def main(argv=None):
     (out / "table.md").write_text(report)
     print("\n" + report)
     try:
-        written = [plot_methods(runs, out / "curves.svg")]
-        if args.ablate_delta and any(results):
-            written.append(plot_ablation(results, out / "ablation.svg"))
+        written = [plot_methods(runs, out / "curves.svg", args.steps)]
+        kl3 = [r for r in results if r and parse_method(r["method"])[0] == "kl3"]
+        if len({r["method"] for r in kl3}) > 1:  # kl3 at two or more deltas: Figure 3 (with --ablate-delta or not)
+            written.append(plot_ablation(kl3, out / "ablation.svg"))
     except SystemExit as e:  # no matplotlib: the table is written, the figures are not
         print(e, file=sys.stderr)
         written = []
