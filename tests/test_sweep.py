@@ -198,3 +198,17 @@ def test_report_reads_the_finished_runs_and_trains_nothing(tmp_path):
     table = (tmp_path / "table.md").read_text()
     assert "| clip | eps=0.2 | 1/2 | 31.00 |" in table and "| kl3 | delta=0.07 | 1/2 | 31.00 |" in table
     assert not any(run.dir.exists() for run in runs if run.seed == 1) and not (tmp_path / "sweep.json").exists()
+
+
+def test_without_matplotlib_the_last_line_names_the_table_alone(tmp_path, capsys, monkeypatch):
+    for run in sweep.plan(["kl3"], 1, tmp_path.resolve()):
+        fake_run(run, 3, mean=31.0)
+
+    def no_matplotlib(*args, **kwargs):
+        raise SystemExit("error: drawing figures needs matplotlib: pip install matplotlib")
+    monkeypatch.setattr(sweep, "plot_methods", no_matplotlib)
+    sweep.main(["--clip", "kl3", "--seeds", "1", "--steps", "3", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    last = captured.out.strip().splitlines()[-1]
+    assert last.startswith(f"wrote {tmp_path / 'table.md'}  (") and ", " not in last.split("  (")[0]
+    assert "pip install matplotlib" in captured.err
