@@ -257,10 +257,6 @@ def run(cfg, run_dir, model, weights, trainer, tok, tok_files, examples, sets, e
           f"metrics: {run_dir / 'metrics.jsonl'}")
 
 
-if __name__ == "__main__":
-    main()
-
-
 # ----------------------------------------------------------------------------
 # The SFT step: examples, the completion-only loss, one AdamW step
 
@@ -413,3 +409,7 @@ def warm_start(model, tok, stream, val, recipe: Recipe, *, batch_size: int, max_
             if done(step, acc):
                 return step
     raise SystemExit(f"the warm-start never stopped in {max_steps} steps (see --target)")
+
+
+if __name__ == "__main__":
+    main()

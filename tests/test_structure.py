@@ -1,6 +1,7 @@
 """The shape of the house: what `import nanoatr` loads, no import cycles, every library module used by
 train.py / eval.py / sample.py / sft.py, and a new --clip method added in three steps."""
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,32 @@ def test_no_import_cycles_and_function_local_imports_only_for_optional_packages(
             visit(nxt, path + [nxt])
     for name in graph:
         visit(name, [name])
+
+
+def is_main_guard(node) -> bool:
+    return isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test)
+
+
+def test_a_command_runs_its_main_only_after_everything_it_defines():
+    """`if __name__ == "__main__": main()` is a file's last statement: one placed above a function main calls
+    passes every test that imports the file and fails the command itself (sft.py did: NameError: encode)."""
+    files = [*ROOT.glob("*.py"), *ROOT.glob("scripts/*.py"), *ROOT.glob("data/*.py"), *ROOT.glob("bench/*.py"),
+             ROOT / "tests/hub_fixtures.py"]
+    bodies = {f.relative_to(ROOT): ast.parse(f.read_text()).body for f in files}
+    late = [f for f, body in bodies.items() if any(map(is_main_guard, body)) and not is_main_guard(body[-1])]
+    assert not late, f"definitions after the __main__ guard: {late}"
+
+
+def test_sft_runs_as_a_command(tmp_path):
+    """sft.py as the docs run it (a subprocess), two steps on the arithmetic warm-start's own examples."""
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(f'{{"problem": "{a}+{b}", "solution": "{a}+{b}={a + b}. \\\\boxed{{{a + b}}}", '
+                            f'"answer": "{a + b}"}}\n' for a in range(3, 9) for b in range(2, 6)))
+    out = subprocess.run([sys.executable, "sft.py", "--model", "data/tiny-qwen3", "--data", str(data), "--steps", "2",
+                          "--batch-size", "4", "--max-len", "48", "--out-dir", str(tmp_path), "--name", "s"],
+                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "s/model/config.json").is_file()
 
 
 def test_every_library_module_is_used_by_a_command():
