@@ -129,9 +129,12 @@ def scores_line(results: dict, k: int, before: dict | None = None) -> str:
     """'held-out Mean@8 53.7%  Pass@8 77.7%  (from 28.0%)' for one evaluated file; with several, one such part
     per file, named ('heldout Mean@8 ...; transfer Mean@8 ...'). `before`: step 0's results, for the 'from'."""
     names = [m.group(1) for key in results if (m := re.fullmatch(rf"eval/(.+)/mean@{k}", key))]
-    parts = [(f"{n} ", f"eval/{n}/") for n in names] if len(names) > 1 else [("held-out ", "eval/")]
-    return "; ".join(f"{label}Mean@{k} {results[f'{p}mean@{k}']:.1f}%  Pass@{k} {results[f'{p}pass@{k}']:.1f}%" +
-                     (f"  (from {before[f'{p}mean@{k}']:.1f}%)" if before else "") for label, p in parts)
+    if len(names) < 2:
+        return (f"held-out Mean@{k} {results[f'eval/mean@{k}']:.1f}%  Pass@{k} {results[f'eval/pass@{k}']:.1f}%" +
+                (f"  (from {before[f'eval/mean@{k}']:.1f}%)" if before else ""))
+    return "; ".join(f"{n} Mean@{k} {results[f'eval/{n}/mean@{k}']:.1f}%" +
+                     (f" (from {before[f'eval/{n}/mean@{k}']:.1f}%)" if before else "") +
+                     f"  Pass@{k} {results[f'eval/{n}/pass@{k}']:.1f}%" for n in names)
 
 
 def check_budgets(tokenizer, files: list[tuple], positions: int, prompt_kw: dict | None = None):

@@ -173,6 +173,8 @@ def test_train_prints_each_evaluated_file():
     assert scores_line(one, 8, before=one) == "held-out Mean@8 10.0%  Pass@8 20.0%  (from 10.0%)"
     two = {**one, "eval/b/mean@8": 30.0, "eval/b/pass@8": 40.0, "eval/mean@8": 20.0, "eval/pass@8": 30.0}
     assert scores_line(two, 8) == "a Mean@8 10.0%  Pass@8 20.0%; b Mean@8 30.0%  Pass@8 40.0%"
+    assert scores_line(two, 8, before=two) == \
+        "a Mean@8 10.0% (from 10.0%)  Pass@8 20.0%; b Mean@8 30.0% (from 30.0%)  Pass@8 40.0%"
 
 
 def test_compare_against_the_warm_start_and_bad_pairs(tmp_path, capsys):
