@@ -1,4 +1,5 @@
 """nanoatr: a minimal GRPO trainer for RL with verifiable rewards, built around ATR-GRPO (KL3 clipping)."""
+import os
 import signal
 import sys
 
@@ -20,5 +21,13 @@ def ctrl_c_raises():
 
 
 def _interrupted(signum, frame):
-    print("error: interrupted during start-up", file=sys.stderr)
-    raise SystemExit(130)
+    # Exit here and now: raising SystemExit would unwind through whatever Python was running, and an import
+    # cut half-way (numpy.linalg, inside torch._dynamo) was swallowed by a library's bare except, the process
+    # going on to a RecursionError traceback. Before the command's own handler nothing needs cleaning up.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os.write(2, b"error: interrupted during start-up\n")
+    os._exit(130)

@@ -546,6 +546,17 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, command, delay):
         assert err == "error: interrupted during start-up\n", err
 
 
+def test_ctrl_c_during_start_up_ends_the_process_even_inside_a_swallowing_except():
+    """A library's bare `except:` around an import must not swallow the start-up Ctrl-C (under load one did:
+    eval.py printed the error line, then went on with numpy half-imported into a RecursionError traceback)."""
+    import subprocess
+    import sys
+    code = ("import os, signal, time, nanoatr\nnanoatr.quiet_ctrl_c()\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    time.sleep(5)\nexcept BaseException:\n    pass\nprint('went on')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert (out.returncode, out.stdout, out.stderr) == (130, "", "error: interrupted during start-up\n")
+
+
 @pytest.mark.parametrize("where", ["merge_adapter.py", "train.py --merge"])
 def test_a_full_disk_while_merging_is_one_line(tmp_path, monkeypatch, where):
     """Writing the merged model (scripts/merge_adapter.py, or train.py --merge after a LoRA run) on a full
