@@ -237,3 +237,23 @@ def test_pip_install_editable_then_import_from_anywhere(tmp_path):
         return sorted((r.name, str(r.specifier)) for r in map(Requirement, lines))
     pinned = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
     assert spec(requires) == spec([p for p in pinned if p])
+
+
+def test_pip_install_non_editable_ships_every_module(tmp_path):
+    """`pip install .` (not -e) installs what setuptools finds: every module of nanoatr, subpackages
+    included. With `packages = ["nanoatr"]` the wheel held nanoatr/*.py only, and `from nanoatr.model import
+    Qwen3` failed after a plain install. Built from a copy of what the build reads, so no build/ is left
+    in this checkout."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "nanoatr", src / "nanoatr", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "requirements.txt", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(src)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    import zipfile
+    (wheel,) = (tmp_path / "dist").glob("nanoatr-*.whl")
+    shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("nanoatr/")}
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "nanoatr").rglob("*.py")}
+    assert modules - shipped == set(), f"{wheel.name} lacks {sorted(modules - shipped)}"
