@@ -60,7 +60,7 @@ def test_a_local_directory_wins_and_has_no_revision(tmp_path, offline):
 
 @pytest.mark.parametrize("name, revision, message", [
     ("tiny-org/absent", None, "--model tiny-org/absent is not in the local hub cache and HF_HUB_OFFLINE is set: "
-                              "download it where there is a network \\(huggingface-cli download tiny-org/absent\\), "
+                              "download it where there is a network \\((hf|huggingface-cli) download tiny-org/absent\\), "
                               "or pass a local model directory"),
     (REPO, "v9", f"--model {REPO} at revision v9 is not in the local hub cache"),
     ("no/such/dir", None, "--model no/such/dir: no such directory"),
@@ -73,7 +73,7 @@ def test_what_cannot_be_found_is_one_line_saying_which(offline, name, revision, 
 
 
 @pytest.mark.parametrize("error, message", [
-    (RepositoryNotFoundError, "no such model on the hub \\(a private one needs huggingface-cli login\\)"),
+    (RepositoryNotFoundError, "no such model on the hub \\(a private one needs (hf auth|huggingface-cli) login\\)"),
     (GatedRepoError, "is gated on the hub: accept its license there and log in"),
 ])
 def test_the_hubs_own_refusals_are_one_line(monkeypatch, error, message):
@@ -117,3 +117,16 @@ def test_train_eval_sample_and_merge_take_a_hub_id(hub_cache, tmp_path):
     bad = run("sample.py", "--model", "tiny-org/absent", "1+1=", cache=hub_cache, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: --model tiny-org/absent")
     shutil.rmtree(tmp_path / "runs")
+
+
+@pytest.mark.parametrize("action", ["download tiny-org/absent", "login"])
+def test_the_hub_command_the_errors_name_is_installed(action):
+    """The download / login command a hub error tells the user to run is one this environment has and
+    knows (its --help runs): huggingface_hub 1.0 dropped `huggingface-cli` for `hf`, and the message
+    named the old one."""
+    cli, *words = files.hub_cli(action).split()
+    found = shutil.which(cli, path=str(Path(sys.executable).parent)) or shutil.which(cli)
+    assert found, f"the errors name {cli}, which is not installed here"
+    subcommand = words[:-1] if action.startswith("download") else words  # without the model's name
+    help_ = subprocess.run([found, *subcommand, "--help"], capture_output=True, text=True, timeout=60)
+    assert help_.returncode == 0, help_.stdout + help_.stderr

@@ -12,6 +12,8 @@ import json
 import math
 import os
 import re
+import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -28,6 +30,15 @@ class ModelError(ValueError):
 # What nanoatr reads of a hub repository: configs, safetensors weights, tokenizer and chat template files
 # (never .bin / .pt / .gguf weights, which a repository may carry beside them).
 HUB_FILES = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "tokenizer*"]
+
+
+def hub_cli(action: str) -> str:
+    """The command line that does `action` ("download NAME", "login") with the hub's CLI as installed here:
+    huggingface_hub >= 0.34 has `hf` (`hf auth login`), and 1.0 dropped `huggingface-cli`."""
+    beside = Path(sys.executable).parent  # a venv used without activating it: its bin/ is not on PATH
+    if any(shutil.which(n, path=p) for n in ("hf", "hf.exe") for p in (str(beside), None)):
+        return "hf " + ("auth login" if action == "login" else action)
+    return "huggingface-cli " + action
 
 
 def local_dir(name, revision: str | None = None, what: str = "--model") -> Path:
@@ -50,14 +61,14 @@ def local_dir(name, revision: str | None = None, what: str = "--model") -> Path:
     except LocalEntryNotFoundError:
         why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
         raise ModelError(f"{what} {name}{at} is not in the local hub cache and {why}: download it where there is a "
-                         f"network (huggingface-cli download {name}), or {local}") from None
+                         f"network ({hub_cli(f'download {name}')}), or {local}") from None
     except GatedRepoError:
         raise ModelError(f"{what} {name} is gated on the hub: accept its license there and log in "
-                         f"(huggingface-cli login), or {local}") from None
+                         f"({hub_cli('login')}), or {local}") from None
     except RevisionNotFoundError:
         raise ModelError(f"--revision {revision}: {name} has no such branch, tag or commit on the hub") from None
     except RepositoryNotFoundError:
-        raise ModelError(f"{what} {name}: no such model on the hub (a private one needs huggingface-cli login), "
+        raise ModelError(f"{what} {name}: no such model on the hub (a private one needs {hub_cli('login')}), "
                          f"and no such directory here; {local}") from None
     except (HfHubHTTPError, HFValidationError, OSError) as e:
         raise ModelError(f"{what} {name}: the hub failed ({str(e).splitlines()[0][:160]}); {local}") from None
