@@ -21,7 +21,7 @@ trainer_state.pt (optimizer, step, ...) and manifest.json ({"step", "files": {na
   are written from memory (read_tokenizer_files once at start), never copied from a checkpoint.
 - latest() checks candidates newest first (sizes, safetensors headers, JSON, tokenizer, SHA-256s, state)
   and falls back to an older one with a one-line warning naming what was wrong (a changed byte too).
-- RunLog writes each row with one os.write and an fsync (~5 ms); a failed write is cut back off.
+- RunLog writes each row with one os.write and an fsync; a failed write is cut back off.
   Opened on resume from step s, it cuts a torn last line and drops rows past s (they are redone),
   so every step appears once. read_metrics() skips unreadable lines with one warning per file.
 - create_run() refuses a used folder; RunLock keeps a second process out of a run folder. A failed start leaves nothing.
@@ -70,7 +70,7 @@ def _why(e: BaseException) -> str | None:
 
 
 def _sha256(path) -> str | None:
-    """What sha256sum prints, None if unreadable; 1-2 GB/s on a core with SHA-NI (bench/checkpoint_hash.py)."""
+    """What sha256sum prints, None if unreadable."""
     h = hashlib.sha256()
     with contextlib.suppress(OSError), open(path, "rb") as f:
         while block := f.read(8 << 20):
@@ -258,7 +258,7 @@ def check(path, load: bool = True, hashes: bool | None = None) -> tuple[int | No
 
     Checks the manifest's file sizes, each safetensors header against its file size, the JSON config, the tokenizer,
     (load, or no manifest: an older nanoatr's) that trainer_state.pt unpickles (memory-mapped), and (hashes, by
-    default load) each file's SHA-256 (every byte read: 2-4 s per 3.4 GB; an older manifest has sizes only)."""
+    default load) each file's SHA-256 (every byte read, docs/speed.md says what it costs; an older manifest has sizes only)."""
     path = Path(path)
     manifest, digests = None, {}
     if (path / MANIFEST).is_file():

@@ -216,15 +216,14 @@ class CpuThreads:
     cores this process may use that other processes leave idle (--threads 0, the default).
 
     Why: torch runs one thread per core, and its parallel regions wait at a barrier for every thread.
-    On 2 cores with one other busy process, 2 threads made the default run 3x slower than 1 thread
-    (a descheduled thread stalls each barrier); with a few busy processes, 20-60x. So before each step
+    On a machine where other processes are busy, one thread per core is much slower than one thread per
+    idle core (a descheduled thread stalls each barrier; docs/speed.md, "A busy machine"). So before each step
     `adjust()` reads how much CPU other processes took on our cores since the last call (/proc/stat
     minus this process's own CPU time) and runs `cores - that, rounded`, at least 1. An explicit
     OMP_NUM_THREADS / MKL_NUM_THREADS, or a machine without /proc/stat, keeps torch's own choice.
 
     torch.set_num_threads is called only when the count changes: any call, even to the count torch
-    already runs, made the default run's rollout about 30% slower here (decoding 128 rows: 146 ms before
-    the call, 204 ms after torch.set_num_threads(2) on 2 cores; it also fixes MKL's thread count).
+    already runs, slows the rollout after it (it also fixes MKL's thread count; docs/speed.md).
     """
 
     def __init__(self, threads: int = 0, device: torch.device = torch.device("cpu")):
