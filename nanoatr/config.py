@@ -72,11 +72,31 @@ def add_fields(parser: argparse.ArgumentParser, cls):
                                       **kw)
 
 
+# TRL's names (GRPOConfig, SFTConfig) for what our flags set: an unknown flag that is one of them is told
+# ours. Where the meaning differs, docs/real-scale.md's table says how (with verl's keys and the paper's).
+TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs", "steps_per_generation": "--minibatches",
+             "per_device_train_batch_size": "--micro-batch", "max_completion_length": "--max-new-tokens",
+             "learning_rate": "--lr", "max_grad_norm": "--grad-clip", "max_steps": "--steps",
+             "eval_steps": "--eval-every", "save_steps": "--save-every", "gradient_checkpointing": "--grad-checkpoint",
+             "epsilon": "--eps", "epsilon_high": "--eps-high", "scale_rewards": "--std-normalize",
+             "loss_type": "--aggregation", "model_name_or_path": "--model", "output_dir": "--out-dir"}
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line, not after a usage block of every flag."""
 
     def error(self, message):
-        die(f"{message} (see --help)")
+        trl = list(self.trl_flags(message.split()[2:])) if message.startswith("unrecognized arguments:") else []
+        die(f"{message} (see --help)" + (f"; TRL's {', '.join(f'{a} is {b}' for a, b in trl)} here "
+                                         f"(docs/real-scale.md maps TRL's and verl's names)" if trl else ""))
+
+    def trl_flags(self, words):
+        """(flag, ours) for each of `words` that is a TRL name of one of this command's flags."""
+        for word in words:
+            name = word.split("=")[0]
+            ours = TRL_NAMES.get(name.lstrip("-").replace("-", "_")) if name.startswith("--") else None
+            if ours in self._option_string_actions:
+                yield name, ours
 
 
 def parse(cls, argv=None, description: str = "", extra=None, epilog: str = "", usage: str = "%(prog)s [flags]"):

@@ -1,10 +1,11 @@
 """--preset paper: the paper's Appendix B (Table 4) on our flags; explicit flags win; --help shows it."""
+import re
 from pathlib import Path
 
 import pytest
 
 import train
-from nanoatr.config import TrainConfig, apply_preset, hparam_flags, parse, resolve
+from nanoatr.config import TRL_NAMES, TrainConfig, apply_preset, hparam_flags, parse, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["--model", "m", "--data", "d.jsonl", "--eval-data", "aime24.jsonl"]
@@ -113,3 +114,39 @@ def test_list_flags_given_twice_keep_every_value():
     cfg, _, _ = parse(TrainConfig, ["--stop", "a", "--stop", "b", "--eval-data", "x.jsonl", "--eval-data", "y.jsonl"],
                       "", hparam_flags)
     assert cfg.stop == ["a", "b"] and cfg.eval_data == ["x.jsonl", "y.jsonl"]
+
+
+@pytest.mark.parametrize("trl, ours", sorted(TRL_NAMES.items()))
+def test_a_trl_name_is_told_its_flag_here(capsys, trl, ours):
+    """Users of TRL type its GRPOConfig names: the one error line names our flag, for both spellings."""
+    for spelled in (f"--{trl}", f"--{trl.replace('_', '-')}"):
+        with pytest.raises(SystemExit):
+            parse(TrainConfig, [spelled, "1"], "", hparam_flags)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"TRL's {spelled} is {ours} here" in err, err
+
+
+def test_every_trl_name_is_in_the_docs_table_beside_its_flag():
+    """TRL_NAMES and docs/real-scale.md's table say the same: each TRL name on the row of the flag it maps to;
+    and each mapped flag is one of train.py's."""
+    rows = [line for line in (ROOT / "docs/real-scale.md").read_text().splitlines() if line.startswith("| `--")]
+    flags = {s for a in train_parser_actions() for s in a.option_strings}
+    for trl, ours in TRL_NAMES.items():
+        assert ours in flags, f"{ours} is not a flag of train.py"
+        assert any(re.search(rf"(?<![\w-]){ours}(?![\w-])", row.split("|")[1]) and re.search(rf"\b{trl}\b", row.split("|")[3])
+                   for row in rows), \
+            f"docs/real-scale.md: no table row of {ours} naming TRL's {trl}"
+
+
+def test_an_unknown_flag_that_is_no_trl_name_gets_no_hint(capsys):
+    with pytest.raises(SystemExit):
+        parse(TrainConfig, ["--foo", "1"], "", hparam_flags)
+    assert "TRL" not in capsys.readouterr().err
+
+
+def train_parser_actions():
+    from nanoatr.config import Parser, add_fields
+    parser = Parser()
+    add_fields(parser, TrainConfig)
+    hparam_flags(parser)
+    return parser._actions
