@@ -13,6 +13,7 @@ import shutil
 import site
 import subprocess
 import sys
+import zipfile
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -252,7 +253,6 @@ def test_pip_install_non_editable_ships_every_module(tmp_path):
                             "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(src)],
                            capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stdout + build.stderr
-    import zipfile
     (wheel,) = (tmp_path / "dist").glob("nanoatr-*.whl")
     shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("nanoatr/")}
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "nanoatr").rglob("*.py")}
