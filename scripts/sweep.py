@@ -227,16 +227,21 @@ def scores(done: list[dict]) -> list[tuple[str, str]]:
 
 def table(results: list[dict], methods: list[str], seeds: int, steps: int) -> str:
     """Table 3 in markdown: one row per method (its hyper-parameters, mean ± std over seeds of each score),
-    plus the warm-start policy (step 0) for reference."""
+    plus the warm-start policy (step 0) for reference, mean ± std over the seeds of the finished runs."""
     done = [r for r in results if r]
     cols = scores(done) if done else [("mean@k", "Mean@k"), ("pass@k", "Pass@k")]
     window = min(ENTROPY_WINDOW, steps)
     lines = [f"| method | hyper-parameters | runs | {' | '.join(f'{name} (%)' for _, name in cols)} | "
              f"cut tokens (%) low + high | entropy, last {window} steps |", "|---" * (len(cols) + 5) + "|"]
-    start = [r for r in done if not math.isnan(r["mean@k_start"])]
+    start = {}  # seed -> its runs' step-0 evaluations: one warm start per seed, however many methods ran it
+    for r in done:
+        if not math.isnan(r["mean@k_start"]):
+            start.setdefault(r["seed"], []).append(r)
     if start:
-        lines.append(f"| warm start (step 0) | | {len(start)} | " +
-                     " | ".join(pm([r[f"{key}_start"] for r in start]) for key, _ in cols) + " | | |")
+        def at_start(key):  # each seed's step-0 score (its runs' mean: equal where they ran on one kind of machine)
+            return [statistics.fmean(r[f"{key}_start"] for r in rs) for rs in start.values()]
+        lines.append(f"| warm start (step 0) | | {len(start)} seed{'s' * (len(start) > 1)} | " +
+                     " | ".join(pm(at_start(key)) for key, _ in cols) + " | | |")
     for m in methods:
         rs = [r for r in done if r["method"] == m]
         if not rs:

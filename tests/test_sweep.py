@@ -17,7 +17,7 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     table = (tmp_path / "table.md").read_text()
     assert "| method | hyper-parameters | runs | heldout Mean@2 (%) | heldout Pass@2 (%) | cut tokens (%) low + high | " \
            "entropy, last 2 steps |" in table  # the window is the run's length when it is shorter than 20 steps
-    assert "| kl3 | delta=0.07 | 2 | " in table and "| warm start (step 0) | | 2 | " in table
+    assert "| kl3 | delta=0.07 | 2 | " in table and "| warm start (step 0) | | 2 seeds | " in table
     results = json.loads((tmp_path / "results.json").read_text())
     assert sorted(r["seed"] for r in results) == [0, 1] and all(0 <= r["mean@k"] <= 100 for r in results)
     cfg = json.loads((tmp_path / "kl3-s1/config.json").read_text())
@@ -35,11 +35,11 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     assert capsys.readouterr().out.count("(finished before)") == 2
 
 
-def fake_run(run, steps, mean, cut=0.01):
+def fake_run(run, steps, mean, cut=0.01, start=30.0):
     """A finished run directory as train.py leaves it: config.json and metrics.jsonl."""
     run.dir.mkdir(parents=True)
     (run.dir / "config.json").write_text(json.dumps({"clip": run.clip, "eval_k": 8, "seed": run.seed}))
-    rows = [{"step": 0, "eval/mean@8": 30.0, "eval/pass@8": 60.0}]
+    rows = [{"step": 0, "eval/mean@8": start, "eval/pass@8": start + 30}]
     rows += [{"step": s, "reward_mean": 0.3 + s / 100, "entropy": 0.1 - s / 100, "completion_len": 30 + s, "clip_frac_low": cut,
               "clip_frac_high": cut / 2} for s in range(1, steps + 1)]
     rows += [{"step": steps, "eval/mean@8": mean, "eval/pass@8": mean + 30}]
@@ -189,6 +189,18 @@ def test_compare_against_the_warm_start_and_bad_pairs(tmp_path, capsys):
     with pytest.raises(SystemExit):
         sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--compare", "kl3"])
     assert "--compare kl3: write A/B" in capsys.readouterr().err
+
+
+def test_warm_start_row_counts_each_seed_once(tmp_path):
+    """Seed 0 finished under two methods, seed 1 under one: the warm start is the mean over the two seeds
+    (30 and 40), not over the three runs (33.33)."""
+    for run in sweep.plan(["clip", "kl3"], 2, tmp_path.resolve()):
+        if run.method == "clip" or run.seed == 0:
+            fake_run(run, 3, mean=50.0, start=30.0 + 10 * run.seed)
+    sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--report"])
+    table = (tmp_path / "table.md").read_text()
+    assert "| warm start (step 0) | | 2 seeds | 35.00 ± 5.00 | 65.00 ± 5.00 | | |" in table
+    assert "| kl3 | delta=0.07 | 1/2 | 50.00 |" in table
 
 
 def test_report_reads_the_finished_runs_and_trains_nothing(tmp_path):
