@@ -47,7 +47,8 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
     pairs = [(i, j) for i in range(len(problems)) for j in range(n)]
     was_training = model.training
     model.eval()
-    bar = tqdm(total=sum(p not in skip for p in pairs), desc=desc, unit="compl", disable=not progress, leave=False)
+    bar = tqdm(total=sum(p not in skip for p in pairs), desc=desc, unit="compl", leave=False,
+               disable=None if progress else True)  # None: tqdm draws only on a terminal, never into a pipe or file
     try:
         for start in range(0, len(pairs), batch_size):
             batch = pairs[start:start + batch_size]

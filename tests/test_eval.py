@@ -247,3 +247,13 @@ def test_runs_table_errors_are_one_line(tmp_path, capsys):
             eval_cli.main(argv)
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_progress_bar_stays_out_of_a_pipe(model_dir, data, tmp_path, capfd):
+    """`python eval.py ... 2>&1 | tee log`: stderr is no terminal, so no bar is drawn into the table's stream
+    (tqdm draws only on a terminal); the table itself is printed."""
+    capfd.readouterr()
+    run(model_dir, data, tmp_path / "out.jsonl")
+    out, err = capfd.readouterr()
+    assert out.splitlines()[0].split() == ["Model", "alpha", "beta", "Average"]
+    assert "\r" not in err and "compl/s" not in err and "compl]" not in err
