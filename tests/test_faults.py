@@ -553,7 +553,8 @@ def test_ctrl_c_during_start_up_ends_the_process_even_inside_a_swallowing_except
     import sys
     code = ("import os, signal, time, nanoatr\nnanoatr.quiet_ctrl_c()\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n"
             "    time.sleep(5)\nexcept BaseException:\n    pass\nprint('went on')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a `cmd &` shell ignores it
     assert (out.returncode, out.stdout, out.stderr) == (130, "", "error: interrupted during start-up\n")
 
 
