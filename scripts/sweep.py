@@ -5,26 +5,35 @@ the delta ablation of kl3.
     python scripts/sweep.py --ablate-delta 0.03 0.05 0.07 0.1 0.2 --seeds 2  # Figure 3
     python scripts/sweep.py --clip kl3 clip:eps=0.329 --steps 60 -- --eval-limit 64   # train flags after --
 
-A method is a --clip name, optionally with its hyper-parameters: `clip:eps=0.329`,
-`clip-higher:eps_low=0.329,eps_high=0.6`.  Every run gets the same flags (SETTINGS, then yours after
-`--`) and differs only in method and seed.  Runs go to OUT/<method>-s<seed>/ as ordinary train.py
-run directories; logs to OUT/logs/.  A finished run is not run again and an interrupted one resumes
-from its checkpoint, so the same command continues a sweep.  Subprocesses run --jobs at a time,
-each with --threads torch threads (default: the cores shared out, e.g. 2 jobs x 1 thread on 2 cores).
+An arm (a --clip entry) is a method, optionally with its hyper-parameters and train.py flags of its own:
+`clip:eps=0.329`, `kl3:delta=0.07,aggregation=seq-mean-token-mean,lr=2e-4` (a unique prefix of a flag
+will do: `agg=`).  Every run gets the same flags (SETTINGS, then yours after `--`, then its arm's) and
+differs only in arm and seed; a --preset after `--` replaces SETTINGS (the preset wins).  Runs go to
+OUT/<arm>-s<seed>/ as ordinary train.py run directories, named by what differs from the method's
+defaults (kl3:delta=0.07 is kl3); logs to OUT/logs/.  A finished run is not run again and an interrupted
+one resumes from its checkpoint, so the same command continues a sweep.  On CUDA one run per GPU at a time
+(--gpus, default every visible GPU), each with its CUDA_VISIBLE_DEVICES; on the CPU --jobs at a time.
+Each run has --threads torch threads (default: the cores shared out, e.g. 2 jobs x 1 thread on 2 cores).
+
+    python scripts/sweep.py --gpus 0,1,2,3 --clip clip kl3 --seeds 8 -- --preset paper --model ... --data ...
 
 Writes OUT/table.md (final held-out Mean@k / Pass@k, mean +- std over seeds, and the fraction of
-tokens whose gradient was cut), OUT/curves.svg (Figure 2, one colour per method), OUT/results.json,
+tokens whose gradient was cut; then the verdicts of --hypothesis and --reject, and the seed-paired
+comparisons: scripts/stats.py), OUT/curves.svg (Figure 2, one colour per method), OUT/results.json,
 and with --ablate-delta OUT/ablation.svg (Figure 3: Mean@k and Pass@k against delta).
 """
 import argparse
+import dataclasses
 import json
 import math
 import os
+import queue
 import re
 import statistics
 import subprocess
 import sys
 import time
+import typing
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
@@ -32,7 +41,10 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
 from nanoatr.checkpoint import read_metrics  # noqa: E402
-from nanoatr.methods import check_hparams, defaults  # noqa: E402
+import torch  # noqa: E402
+from nanoatr import config  # noqa: E402
+from nanoatr.config import PRESETS, TrainConfig  # noqa: E402
+from nanoatr.methods import METHODS, check_hparams, defaults  # noqa: E402
 from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402  (scripts/plot.py)
 import stats  # noqa: E402  (scripts/stats.py)
 
@@ -79,34 +91,102 @@ OWN_FLAGS = {"--clip", "--seed", "--steps", "--out-dir", "--name", "--resume", "
 
 
 class Run(NamedTuple):
-    method: str    # the spec as given, the table's row name: "kl3", "clip:eps=0.329"
+    method: str    # the arm as given, the table's row name: "kl3", "clip:eps=0.329", "kl3:lr=2e-4"
     clip: str
-    hparams: dict  # flags beyond the method's defaults
+    hparams: dict  # the method's hyper-parameters the arm sets
     seed: int
     dir: Path
+    flags: tuple = ()  # (train.py field, value) pairs the arm sets besides its method's hyper-parameters
 
 
-def parse_method(spec: str) -> tuple[str, dict]:
-    """'clip-higher:eps_low=0.3,eps_high=0.6' -> ('clip-higher', {'eps_low': 0.3, 'eps_high': 0.6})."""
+# train.py flags an arm may not set: the sweep's own, the preset (one for the whole sweep, after --) and the
+# lists (a repeated list flag extends the list instead of replacing it)
+ARM_EXCLUDED = {flag[2:].replace("-", "_") for flag in OWN_FLAGS} | {"preset"}
+
+
+def train_fields() -> dict:
+    """train.py's flags an arm may set: field name -> its type."""
+    return {f.name: f.type for f in dataclasses.fields(TrainConfig) if f.metadata.get("cli") is not False
+            and f.name not in ARM_EXCLUDED and typing.get_origin(f.type) is not list}
+
+
+def is_switch(name: str) -> bool:
+    """A train.py flag without a value: --compile / --no-compile."""
+    return bool in (train_fields()[name], *typing.get_args(train_fields()[name]))
+
+
+def flag_argv(name: str, value: str) -> list[str]:
+    """The train.py argv of one arm flag: --name value, or for a switch --name (true) / --no-name (false)."""
+    if is_switch(name):
+        return [config.flag(name) if value == "true" else "--no-" + config.flag(name)[2:]]
+    return [config.flag(name), value]
+
+
+def train_flag(spec: str, key: str, value: str) -> tuple[str, str]:
+    """An arm's train.py flag: (field, value), the field named in full (a unique prefix is taken, as train.py's
+    argparse takes it) and the value as train.py parses it (a bad one: train.py's one error line)."""
+    fields = train_fields()
+    names = [key] if key in fields else [n for n in fields if n.startswith(key)]
+    if key in ARM_EXCLUDED or typing.get_origin(typing.get_type_hints(TrainConfig).get(key)) is list:
+        raise ValueError(f"method {spec!r}: {config.flag(key)} is one for the whole sweep (the sweep's own, or a "
+                         "train.py flag after --)")
+    if len(names) != 1:
+        what = f"could be {', '.join(map(config.flag, names))}" if names else \
+            "is neither a hyper-parameter of its method nor a train.py flag"
+        raise ValueError(f"method {spec!r}: {config.flag(key)} {what}")
+    name = names[0]
+    if is_switch(name):
+        if value.lower() not in ("true", "false"):
+            raise ValueError(f"method {spec!r}: {config.flag(name)} is a switch: {name}=true or {name}=false")
+        value = value.lower()
+    cfg = config.parse(TrainConfig, flag_argv(name, value), extra=config.hparam_flags)[0]
+    config.check_ranges(cfg)  # ConfigError (a ValueError) naming the flag
+    parsed = getattr(cfg, name)
+    return name, value if isinstance(parsed, bool) else f"{parsed:g}" if isinstance(parsed, float) else str(parsed)
+
+
+def parse_method(spec: str) -> tuple[str, dict, tuple]:
+    """An arm: 'kl3:delta=0.07,agg=seq-mean-token-mean,lr=2e-4' -> ('kl3', {'delta': 0.07},
+    (('aggregation', 'seq-mean-token-mean'), ('lr', '0.0002'))). A key that is a hyper-parameter of some
+    method goes to the method (checked against this one's); any other must be a train.py flag."""
     clip, _, rest = spec.partition(":")
     try:
-        hparams = {k.strip().replace("-", "_"): float(v) for k, v in (kv.split("=") for kv in rest.split(",") if kv)}
+        pairs = [(k.strip().replace("-", "_"), v.strip())
+                 for k, v in (kv.split("=") for kv in rest.split(",") if kv)]
     except ValueError:
-        raise ValueError(f"method {spec!r}: write hyper-parameters as name=value,name=value") from None
-    check_hparams(clip, **hparams)  # unknown method, foreign or bad flag: ValueError naming it
-    return clip, hparams
+        raise ValueError(f"method {spec!r}: write settings as name=value,name=value") from None
+    every_hparam = {k for m in METHODS for k in defaults(m)}
+    try:
+        hparams = {k: float(v) for k, v in pairs if k in every_hparam}
+    except ValueError:
+        raise ValueError(f"method {spec!r}: hyper-parameters are numbers") from None
+    check_hparams(clip, **hparams)  # unknown method, foreign or bad hyper-parameter: ValueError naming it
+    flags = [train_flag(spec, k, v) for k, v in pairs if k not in every_hparam]
+    return clip, hparams, tuple(sorted(flags))
+
+
+def run_name(clip: str, hparams: dict, flags: tuple) -> str:
+    """The folder name of an arm: its method, the hyper-parameters it sets away from their defaults (in the
+    method's order) and its train.py flags (sorted), so that one run has one name however it is written:
+    kl3:delta=0.07 is kl3; kl3:lr=2e-4,delta=0.05 is kl3_delta_0.05_lr_0.0002."""
+    changed = [(k, f"{hparams[k]:g}") for k, v in defaults(clip).items() if k in hparams and hparams[k] != v]
+    words = [clip, *(f"{k}_{v}" for k, v in [*changed, *flags])]
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", "_".join(words))
 
 
 def plan(methods: list[str], seeds: int, out: Path, delta: float | None = None) -> list[Run]:
-    """Every (method, seed) run; --delta goes to the methods that have one and did not set it."""
-    runs = []
+    """Every (arm, seed) run; --delta goes to the methods that have one and did not set it. Two arms that are
+    one run (kl3 and kl3:delta=0.07) are refused."""
+    runs, named = [], {}
     for spec in methods:
-        clip, hp = parse_method(spec)
+        clip, hp, flags = parse_method(spec)
         if delta is not None and "delta" in defaults(clip):
             hp = {"delta": delta, **hp}
-        # a method at its own defaults is the same run however it is written: kl3:delta=0.07 is kl3
-        slug = clip if all(defaults(clip).get(k) == v for k, v in hp.items()) else re.sub(r"[^A-Za-z0-9.-]+", "_", spec)
-        runs += [Run(spec, clip, hp, s, out / f"{slug}-s{s}") for s in range(seeds)]
+        name = run_name(clip, hp, flags)
+        if name in named:
+            raise ValueError(f"methods {named[name]!r} and {spec!r} are the same run ({name})")
+        named[name] = spec
+        runs += [Run(spec, clip, hp, s, out / f"{name}-s{s}", flags) for s in range(seeds)]
     return runs
 
 
@@ -115,9 +195,10 @@ def command(run: Run, steps: int, train_args: list[str]) -> list[str]:
     from step 0 when it was stopped before the first one)."""
     if (run.dir / "config.json").is_file():
         return [sys.executable, "train.py", "--resume", str(run.dir), "--steps", str(steps)]
-    hp = [x for k, v in run.hparams.items() for x in ("--" + k.replace("_", "-"), f"{v:g}")]
+    hp = [x for k, v in run.hparams.items() for x in (config.flag(k), f"{v:g}")]
+    own = [x for k, v in run.flags for x in flag_argv(k, v)]
     return [sys.executable, "train.py", "--clip", run.clip, *hp, "--seed", str(run.seed), "--steps", str(steps),
-            "--out-dir", str(run.dir.parent), "--name", run.dir.name, *train_args]
+            "--out-dir", str(run.dir.parent), "--name", run.dir.name, *train_args, *own]  # the arm's flags win
 
 
 def finished(run: Run, steps: int) -> bool:
@@ -127,35 +208,63 @@ def finished(run: Run, steps: int) -> bool:
                                   for r in read_metrics(path))
 
 
-def execute(run: Run, steps: int, train_args: list[str], threads: int, log_dir: Path) -> tuple[Run, int, float]:
-    """Train one run to completion in a subprocess; returns (run, exit code, seconds)."""
-    if finished(run, steps):
-        return run, 0, 0.0
+def visible_gpus() -> list[str]:
+    """The GPUs this process sees, as CUDA_VISIBLE_DEVICES names them for a child process: its entries when it is
+    set (a job given "2" runs on physical GPU 2), else 0 .. device_count - 1; none without CUDA."""
+    if not torch.cuda.is_available():
+        return []
+    count, listed = torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES")
+    return [g.strip() for g in listed.split(",")][:count] if listed else [str(i) for i in range(count)]
+
+
+def job_env(threads: int, gpu: str | None) -> dict:
+    """The environment of one train.py job: its torch threads, and on CUDA the one GPU it may use."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
+
+
+def execute(run: Run, steps: int, train_args: list[str], env: dict, log_dir: Path) -> tuple[int, float]:
+    """Train one run to completion in a subprocess; returns (exit code, seconds)."""
+    if finished(run, steps):
+        return 0, 0.0
     t0 = time.perf_counter()
     with open(log_dir / f"{run.dir.name}.log", "a") as log:
         code = subprocess.run(command(run, steps, train_args), cwd=ROOT, env=env, stdout=log,
                               stderr=subprocess.STDOUT).returncode
-    return run, code, time.perf_counter() - t0
+    return code, time.perf_counter() - t0
 
 
-def train_all(runs: list[Run], steps: int, train_args: list[str], jobs: int, threads: int, out: Path, saved: Path,
-              settings: dict) -> list[Run]:
-    """Train every unfinished run, `jobs` at a time, seed by seed (a sweep stopped early has every method's first
-    seeds), a line per run as it ends; returns the runs that failed."""
+def train_all(runs: list[Run], steps: int, train_args: list[str], devices: list[str | None], threads: int,
+              out: Path, saved: Path, settings: dict) -> list[Run]:
+    """Train every unfinished run, one per device at a time (a GPU id, or None for a CPU job slot), seed by seed
+    (a sweep stopped early has every method's first seeds), a line per run as it ends; returns the runs that
+    failed."""
     saved.write_text(json.dumps(settings, indent=2))
+    where = f"one per GPU ({', '.join(devices)})" if devices[0] is not None else "on the CPU"
     print(f"{len(runs)} runs ({len({r.method for r in runs})} methods x {len({r.seed for r in runs})} seeds, {steps} "
-          f"steps each), {jobs} at a time x {threads} threads; logs in {out / 'logs'}", flush=True)
+          f"steps each), {len(devices)} at a time {where} x {threads} threads; logs in {out / 'logs'}", flush=True)
+    free = queue.Queue()  # the devices no job holds
+    for device in devices:
+        free.put(device)
+
+    def job(run: Run) -> tuple[Run, int, float, str | None]:
+        device = free.get()  # one of len(devices) workers: a device is always free
+        try:
+            return run, *execute(run, steps, train_args, job_env(threads, device), out / "logs"), device
+        finally:
+            free.put(device)
+
     failed = []
-    with ThreadPoolExecutor(jobs) as pool:
-        order = sorted(runs, key=lambda r: r.seed)
-        for i, (run, code, secs) in enumerate(pool.map(lambda r: execute(r, steps, train_args, threads, out / "logs"),
-                                                       order), 1):
+    with ThreadPoolExecutor(len(devices)) as pool:
+        for i, (run, code, secs, device) in enumerate(pool.map(job, sorted(runs, key=lambda r: r.seed)), 1):
             res = result(run, steps) if code == 0 else None
             status = ("; ".join(f"{name} {res[key]:.1f}" for key, name in scores([res])) +
                       f"; cut {res['cut_low'] + res['cut_high']:.2f}%" if res else f"FAILED (exit {code})")
-            print(f"[{i}/{len(runs)}] {run.dir.name}: {status}" + (f"  ({secs / 60:.1f} min)" if secs else
-                                                                     "  (finished before)"), flush=True)
+            took = f"  ({secs / 60:.1f} min{f' on GPU {device}' if device is not None else ''})" if secs else \
+                "  (finished before)"
+            print(f"[{i}/{len(runs)}] {run.dir.name}: {status}{took}", flush=True)
             if not res:
                 failed.append(run)
     return failed
@@ -212,9 +321,11 @@ def pm(values: list[float], digits: int = 2) -> str:
 
 
 def hyperparameters(method: str) -> str:
-    """'eps=0.2', 'delta=0.05': the method's hyper-parameters as the runs used them (its defaults, then the spec's)."""
-    clip, hp = parse_method(method)
-    return ", ".join(f"{k}={v:g}" for k, v in {**defaults(clip), **hp}.items()) or "none"
+    """'eps=0.2', 'delta=0.05, lr=0.0002': the method's hyper-parameters as the runs used them (its defaults,
+    then the arm's), then the arm's own train.py flags."""
+    clip, hp, flags = parse_method(method)
+    words = [*(f"{k}={v:g}" for k, v in {**defaults(clip), **hp}.items()), *(f"{k}={v}" for k, v in flags)]
+    return ", ".join(words) or "none"
 
 
 def scores(done: list[dict]) -> list[tuple[str, str]]:
@@ -240,7 +351,8 @@ def table(results: list[dict], methods: list[str], seeds: int, steps: int) -> st
     if start:
         def at_start(key):  # each seed's step-0 score (its runs' mean: equal where they ran on one kind of machine)
             return [statistics.fmean(r[f"{key}_start"] for r in rs) for rs in start.values()]
-        lines.append(f"| warm start (step 0) | | {len(start)} seed{'s' * (len(start) > 1)} | " +
+        seeds_run = f"{len(start)} seed{'s' * (len(start) > 1)}"
+        lines.append(f"| warm start (step 0), one value per seed | | {seeds_run} | " +
                      " | ".join(pm(at_start(key)) for key, _ in cols) + " | | |")
     for m in methods:
         rs = [r for r in done if r["method"] == m]
@@ -258,46 +370,122 @@ def table(results: list[dict], methods: list[str], seeds: int, steps: int) -> st
 WARM_START = "warm-start"  # --compare kl3/warm-start: each run's end against its own step-0 evaluation
 
 
+class Hypothesis(NamedTuple):
+    a: str           # A - B, methods as written in --clip (B may be warm-start)
+    b: str
+    score: str       # a result key: "heldout/mean@k", "entropy_end"
+    predicted: int   # +1: A > B, -1: A < B
+
+
+class Claim(NamedTuple):  # --reject: is a difference of `effect` (or beyond it) ruled out?
+    a: str
+    b: str
+    score: str
+    effect: float
+
+
+SCORE = r"(?:[\w.-]+/)?(?:mean|pass)|entropy"  # heldout/mean, transfer/pass, mean (the files' average), entropy
+
+
+def score_key(name: str) -> str:
+    """'heldout/mean' -> 'heldout/mean@k', 'entropy' -> 'entropy_end': the result key a score name stands for."""
+    return "entropy_end" if name == "entropy" else f"{name}@k"
+
+
+def paired(done: list[dict], a: str, b: str, key: str) -> stats.Paired:
+    """A - B in `key`, seed by seed over the seeds both finished; B = warm-start: A's runs at their own step 0."""
+    def by_seed(method: str, key: str) -> dict:
+        return {r["seed"]: r[key] for r in done if r["method"] == method and key in r and not math.isnan(r[key])}
+    return stats.paired(by_seed(a, key), by_seed(a, f"{key}_start") if b == WARM_START else by_seed(b, key))
+
+
+def score_names(done: list[dict], steps: int) -> dict:
+    """result key -> column name of every score of the runs and of the end entropy."""
+    return {**dict(scores(done)), "entropy_end": f"entropy, last {min(ENTROPY_WINDOW, steps)} steps"}
+
+
+def difference(p: stats.Paired, key: str) -> str:
+    """'-0.93 [-2.62, +0.76]': the mean difference and its 95% t-interval (none for one seed)."""
+    digits = 3 if key == "entropy_end" else 2
+    return f"{p.mean:+.{digits}f}" + (f" [{p.low:+.{digits}f}, {p.high:+.{digits}f}]" if p.n > 1 else "")
+
+
+def seeds_text(needed: float) -> str:
+    return "—" if math.isnan(needed) else f"> {stats.MAX_SEEDS}" if math.isinf(needed) else f"{needed:.0f}"
+
+
 def comparisons(results: list[dict], pairs: list[tuple[str, str]], steps: int) -> str:
     """The seed-paired differences A - B (scripts/stats.py) of every score and of the end entropy, in markdown:
-    the mean difference with its 95% bootstrap interval, wins : losses over seeds, the sign test, and the seeds
-    a decision would need at the observed effect and spread."""
+    the mean difference with its 95% paired t-interval, wins : losses over seeds, the sign test, the minimal
+    detectable effect (80% power, t-based) and the seeds a decision would need at the observed effect and spread."""
     done = [r for r in results if r]
     if not done or not pairs:
         return ""
-    window = min(ENTROPY_WINDOW, steps)
-    metrics = [*scores(done), ("entropy_end", f"entropy, last {window} steps")]
-    lines = ["| A − B | score | seeds | mean difference [95% interval] | interval | A > B : A < B | sign test p | "
-             "seeds needed |", "|---" * 8 + "|"]
-    def by_seed(method: str, key: str) -> dict:  # "warm-start": step 0 of the other method's own runs
-        own = [r for r in done if r["method"] == (a if method == WARM_START else method)]
-        key = f"{key}_start" if method == WARM_START else key
-        return {r["seed"]: r[key] for r in own if key in r and not math.isnan(r[key])}
-
+    lines = ["| A − B | score | seeds | mean difference [95% t-interval] | interval | A > B : A < B "
+             "| sign test p | detectable (80% power) | seeds needed |", "|---" * 9 + "|"]
     for a, b in pairs:
-        for key, name in metrics:
-            p = stats.paired(by_seed(a, key), by_seed(b, key))
+        for key, name in score_names(done, steps).items():
+            p = paired(done, a, b, key)
             if not p.n:
                 continue
+            side = "—" if p.n < 2 else {"confirmed": "above 0", "refuted": "below 0"}.get(stats.verdict(p, +1),
+                                                                                         "contains 0")
             digits = 3 if key == "entropy_end" else 2
-            side = "—" if p.n < 2 else {"confirmed": "above 0", "refuted": "below 0"}.get(stats.verdict(p, +1), "contains 0")
-            needed = "—" if math.isnan(p.seeds_needed) else "∞" if math.isinf(p.seeds_needed) else f"{p.seeds_needed:.0f}"
-            lines.append(f"| {a} − {b} | {name} | {p.n} | {p.mean:+.{digits}f} [{p.low:+.{digits}f}, "
-                         f"{p.high:+.{digits}f}] | {side} | {p.wins} : {p.losses} | {p.p_sign:.3f} | {needed} |")
+            lines.append(f"| {a} − {b} | {name} | {p.n} | {difference(p, key)} | {side} | {p.wins} : {p.losses} "
+                         f"| {p.p_sign:.3f} | {stats.detectable(p.n, p.sd):.{digits}f} | "
+                         f"{seeds_text(stats.seeds_needed(p))} |")
     return "\n".join(lines) + "\n"
 
 
+def verdicts(results: list[dict], hypotheses: list[Hypothesis], claims: list[Claim], steps: int) -> str:
+    """The pre-registered hypotheses in markdown: each one's verdict by its 95% paired t-interval (scripts/stats.py)
+    and, when undecided, the effect the seeds could have detected and the seeds a decision would need; then a line
+    per --reject claim (one-sided paired t-test against the stated effect)."""
+    done = [r for r in results if r]
+    if not done or not (hypotheses or claims):
+        return ""
+    names = score_names(done, steps)
+    lines = ["| A − B | score | predicted | seeds | mean difference [95% t-interval] | A > B : A < B "
+             "| sign test p | verdict | detectable (80% power) | seeds needed |", "|---" * 10 + "|"]
+    for h in hypotheses:
+        p = paired(done, h.a, h.b, h.score)
+        side = "> 0" if h.predicted > 0 else "< 0"
+        head = f"| {h.a} − {h.b} | {names.get(h.score, h.score)} | {side} | {p.n} |"
+        if not p.n:
+            why = "no seed finished both" if h.score in names else "not a score of these runs"
+            lines.append(f"{head} {why} |" + " |" * 5)
+            continue
+        verdict = stats.verdict(p, h.predicted)
+        digits = 3 if h.score == "entropy_end" else 2
+        power = f"{stats.detectable(p.n, p.sd):.{digits}f} | {seeds_text(stats.seeds_needed(p))}" \
+            if verdict == "undecided" else "— | —"
+        lines.append(f"{head} {difference(p, h.score)} | {p.wins} : {p.losses} | {p.p_sign:.3f} | **{verdict}** | "
+                     f"{power} |")
+    text = "\n".join(lines) + "\n" if hypotheses else ""
+    for c in claims:
+        p = paired(done, c.a, c.b, c.score)
+        r = stats.reject(p, c.effect)
+        what = f"a {'gain' if c.effect > 0 else 'loss'} of {abs(c.effect):g} or more"
+        test = f"one-sided paired t-test against {c.effect:+g}: t = {r.t:.2f}, df {p.n - 1}, p = {r.p:.2g}" \
+            if p.n > 1 else f"{p.n} seed(s): no test" if c.score in names else "not a score of these runs"
+        text += f"\n- {c.a} − {c.b}, {names.get(c.score, c.score)}: {what} is " \
+                f"{'rejected' if r.rejected else 'not rejected'} ({test})."
+    return text + ("\n" if claims else "")
+
+
 def banded(values_by_seed: list[tuple[list[float], list[float]]]) -> tuple[list[float], list[float], tuple]:
-    """(steps, mean over seeds, (low, high) 95% bootstrap band) at the steps every seed logged."""
+    """(steps, mean over seeds, (low, high) 95% t-interval band or None for one seed) at the steps every seed
+    logged."""
     common = sorted(set.intersection(*(set(xs) for xs, _ in values_by_seed)))
     at = [dict(zip(xs, ys)) for xs, ys in values_by_seed]
     rows = [stats.mean_interval([a[x] for a in at]) for x in common]
-    return common, [r[0] for r in rows], ([r[1] for r in rows], [r[2] for r in rows])
+    band = ([r[1] for r in rows], [r[2] for r in rows]) if len(values_by_seed) > 1 else None
+    return common, [r[0] for r in rows], band
 
 
 def plot_methods(runs: list[Run], out: Path, steps: int, window: int = 4) -> Path:
-    """Figure 2 with bands: for each method the mean over its finished seeds and the 95% bootstrap band, of the return,
-    the entropy and the completion length (each seed smoothed over `window` steps first) and of every
+    """Figure 2 with bands: for each method the mean over its finished seeds and the 95% t-interval band, of the
+    return, the entropy and the completion length (each seed smoothed over `window` steps first) and of every
     evaluated file's Mean@k."""
     methods = list(dict.fromkeys(r.method for r in runs))
     done = [r for r in runs if finished(r, steps)]  # a run in progress would cut every band short
@@ -326,7 +514,7 @@ def plot_methods(runs: list[Run], out: Path, steps: int, window: int = 4) -> Pat
 
 def plot_ablation(results: list[dict], out: Path) -> Path:
     """Figure 3: Mean@k and Pass@k at the end against delta for each evaluated file: the mean over seeds with
-    its 95% bootstrap band, each seed faint, and the warm start."""
+    its 95% t-interval band, each seed faint, and the warm start."""
     done = [r for r in results if r]
     delta = {r["method"]: parse_method(r["method"])[1].get("delta", defaults("kl3")["delta"]) for r in done}
     panels = []
@@ -355,11 +543,12 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     train_args = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(prog="python scripts/sweep.py",
-                                     description=__doc__ + "".join(f"\nSETTINGS of --task {t}: {' '.join(f)} --steps {n}"
-                                                                   for t, (f, n) in SETTINGS.items()),
+    settings_help = "".join(f"\nSETTINGS of --task {t} (none under --preset): {' '.join(f)} --steps {n}"
+                            for t, (f, n) in SETTINGS.items())
+    parser = argparse.ArgumentParser(prog="python scripts/sweep.py", description=__doc__ + settings_help,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clip", nargs="+", metavar="METHOD", help="methods (default: clip clip-higher kl3)")
+    parser.add_argument("--clip", nargs="+", metavar="ARM", help="arms: methods, each with its hyper-parameters "
+                        "and train.py flags if any, as above (default: clip clip-higher kl3)")
     parser.add_argument("--ablate-delta", nargs="+", type=float, metavar="DELTA",
                         help="instead of --clip: kl3 at each delta, and Figure 3")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per method (default: 3)")
@@ -368,8 +557,18 @@ def main(argv=None):
     parser.add_argument("--compare", nargs="+", metavar="A/B", default=None,
                         help="seed-paired comparisons to print, as A/B with methods as written in --clip, or "
                         "A/warm-start for A's runs against their own step 0 (default: every method against the first)")
+    parser.add_argument("--hypothesis", nargs=3, action="append", default=[], metavar=("A/B", "SCORE", "SIDE"),
+                        help="a pre-registered hypothesis, repeatable: A - B is above (or below) 0 in SCORE "
+                        "(heldout/mean, transfer/pass, mean: the files' average, entropy); its verdict by the 95%% "
+                        "paired t-interval is printed above the comparisons, which are then exploratory")
+    parser.add_argument("--reject", nargs=3, action="append", default=[], metavar=("A/B", "SCORE", "EFFECT"),
+                        help="is a difference A - B of EFFECT or beyond (e.g. the paper's 3.67) ruled out? A "
+                        "one-sided paired t-test at the 5%% level, repeatable")
     parser.add_argument("--delta", type=float, help="delta of every method that has one (default: its own, 0.07)")
-    parser.add_argument("--jobs", type=int, default=0, help="runs at a time (default: one per core, at most one per run)")
+    parser.add_argument("--gpus", help="GPUs to run on, e.g. 0,1,2,3: one run per GPU at a time, each with its "
+                        "CUDA_VISIBLE_DEVICES (default: every GPU visible; on a machine without CUDA, CPU jobs)")
+    parser.add_argument("--jobs", type=int, default=0, help="CPU runs at a time (default: one per core, at most "
+                        "one per run); on GPUs the number of GPUs")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)")
     parser.add_argument("--out", type=Path, default=Path("runs/sweep"), help="sweep directory (default: runs/sweep)")
     parser.add_argument("--dry-run", action="store_true", help="print the train.py commands and stop")
@@ -378,10 +577,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.clip and args.ablate_delta:
         parser.error("--clip and --ablate-delta exclude each other (the ablation runs kl3)")
-    own = OWN_FLAGS & {a.split("=")[0] for a in train_args}
+    given = config.parse(TrainConfig, train_args, extra=config.hparam_flags)  # a bad flag: train.py's error line
+    own = sorted(config.flag(name) for name in given[2] if config.flag(name) in OWN_FLAGS)
     if own:
-        parser.error(f"{', '.join(sorted(own))} after -- is set by the sweep itself")
-    flags, steps = SETTINGS[args.task]
+        parser.error(f"{', '.join(own)} after -- is set by the sweep itself")
+    preset = given[0].preset
+    # A preset wins: the sweep's SETTINGS are tuned for the embedded tasks, and a preset (the paper's, for
+    # Qwen3-1.7B on GPUs) is a setting of its own; only --steps, the sweep's own flag, is still the sweep's.
+    flags, steps = ([], PRESETS[preset]["steps"]) if preset else SETTINGS[args.task]
     args.steps = args.steps or steps
     if args.seeds < 1 or args.steps < 1:
         parser.error("--seeds and --steps must be >= 1")
@@ -392,17 +595,49 @@ def main(argv=None):
         runs = plan(methods, args.seeds, out, args.delta)
     except ValueError as e:
         parser.error(str(e))
-    pairs = [tuple(c.split("/", 1)) for c in args.compare] if args.compare else [(m, methods[0]) for m in methods[1:]]
-    unknown = [x for pair in pairs for x in pair if x not in [*methods, WARM_START]] + \
-        [c for c in args.compare or [] if "/" not in c]
-    if unknown:
-        parser.error(f"--compare {unknown[0]}: write A/B with A and B among the methods ({' '.join(methods)})")
-    ends = [] if "--eval-every" in flags or args.steps < 2 else ["--eval-every", str(args.steps - 1)]
+
+    def pair(text: str, flag: str) -> tuple[str, str]:  # "A/B" with A and B among the methods (B: or warm-start)
+        a, slash, b = text.partition("/")
+        if not slash or a not in methods or b not in [*methods, WARM_START]:
+            parser.error(f"{flag} {text}: write A/B with A and B among the methods ({' '.join(methods)})")
+        return a, b
+
+    def score(name: str, flag: str) -> str:
+        if not re.fullmatch(SCORE, name):
+            parser.error(f"{flag} ... {name}: a score is heldout/mean, transfer/pass (a file's), mean, pass or "
+                         "entropy")
+        return score_key(name)
+
+    pairs = [pair(c, "--compare") for c in args.compare] if args.compare else [(m, methods[0]) for m in methods[1:]]
+    sides = {"above": 1, "below": -1}
+    hypotheses = [Hypothesis(*pair(ab, "--hypothesis"), score(name, "--hypothesis"), sides.get(side, 0))
+                  for ab, name, side in args.hypothesis]
+    if any(h.predicted == 0 for h in hypotheses):
+        parser.error("--hypothesis A/B SCORE SIDE: SIDE is above or below (A - B above or below 0)")
+    try:
+        claims = [Claim(*pair(ab, "--reject"), score(name, "--reject"), float(effect))
+                  for ab, name, effect in args.reject]
+    except ValueError:
+        parser.error("--reject A/B SCORE EFFECT: EFFECT is a number, e.g. 3.67")
+    if any(c.effect == 0 or not math.isfinite(c.effect) for c in claims):
+        parser.error("--reject A/B SCORE EFFECT: EFFECT is a difference other than 0")
+    ends = [] if preset or "--eval-every" in flags or args.steps < 2 else ["--eval-every", str(args.steps - 1)]
     train_args = ["--task", args.task, *flags, *ends, *train_args]  # later flags win in train.py's argparse
+    gpus = [g.strip() for g in args.gpus.split(",")] if args.gpus is not None else visible_gpus()
+    if "" in gpus or len(set(gpus)) < len(gpus):
+        parser.error(f"--gpus {args.gpus}: name each GPU once, e.g. --gpus 0,1,2,3")
+    if gpus and args.jobs:
+        parser.error(f"--jobs with GPUs ({','.join(gpus)}): one run per GPU at a time; choose them with --gpus")
     cores = os.cpu_count() or 1
-    jobs = args.jobs or max(1, min(len(runs), cores))
-    threads = args.threads or max(1, cores // jobs)
+    devices = gpus or [None] * (args.jobs or max(1, min(len(runs), cores)))
+    threads = args.threads or max(1, cores // len(devices))
+    if preset:
+        print(f"--preset {preset} after --: the sweep's settings of --task {args.task} are not applied (the "
+              f"preset's win); {args.steps} steps", flush=True)
     if args.dry_run:
+        if gpus:
+            print(f"# {len(gpus)} at a time: each command runs with CUDA_VISIBLE_DEVICES set to a GPU of "
+                  f"{','.join(gpus)} that no other run holds")
         for run in runs:
             print(f"cd {ROOT} && OMP_NUM_THREADS={threads} {' '.join(command(run, args.steps, train_args))}")
         return
@@ -415,23 +650,33 @@ def main(argv=None):
     if saved.is_file() and json.loads(saved.read_text()) != settings:
         raise SystemExit(f"error: {out} holds a sweep with other settings ({saved}); choose another --out")
     t0 = time.perf_counter()
-    failed = [] if args.report else train_all(runs, args.steps, train_args, jobs, threads, out, saved, settings)
+    failed = [] if args.report else train_all(runs, args.steps, train_args, devices, threads, out, saved,
+                                              settings)
     results = [result(run, args.steps) for run in runs]
     (out / "results.json").write_text(json.dumps([r for r in results if r], indent=2))
     at = " and ".join(f"step {s}" for s in next((r["end_steps"] for r in results if r), [args.steps]))
     head = (f"{'δ ablation of kl3' if args.ablate_delta else 'Clipping methods'}: each score is the mean of the "
             f"evaluations at {at}, then mean ± std over {args.seeds} seed(s) (population std); cut = mean over "
             f"training steps of clip_frac_low + clip_frac_high.\nSettings: `{' '.join(train_args)}`\n\n")
-    paired = comparisons(results, pairs, args.steps)
+    decided = verdicts(results, hypotheses, claims, args.steps)
+    compared = comparisons(results, pairs, args.steps)
     report = head + table(results, methods, args.seeds, args.steps) + (
-        f"\nSeed-paired differences (scripts/stats.py: 95% bootstrap interval of the mean difference, exact sign "
-        f"test, seeds for 80% power at the observed effect and spread):\n\n{paired}" if paired else "")
+        "\nPre-registered hypotheses (scripts/stats.py): confirmed when the 95% paired t-interval of the mean "
+        "difference (df = seeds - 1) lies wholly on the predicted side of 0, refuted when wholly on the other, "
+        "undecided otherwise; for an undecided one the difference a paired t-test at the 5% level would detect "
+        "with 80% power at this spread (t-based approximation) and the seeds a decision would need (t-based, and at "
+        f"least {stats.MIN_SIGN_SEEDS}: fewer cannot make the sign test significant):\n\n{decided}"
+        if decided else "") + (
+        f"\nSeed-paired differences{', exploratory: no correction for multiple comparisons' if decided else ''} "
+        "(scripts/stats.py: 95% paired t-interval of the mean difference, exact sign test, the difference "
+        f"detectable with 80% power at this spread and the seeds needed for the observed one, both t-based):\n\n"
+        f"{compared}" if compared else "")
     (out / "table.md").write_text(report)
     print("\n" + report)
     try:
         written = [plot_methods(runs, out / "curves.svg", args.steps)]
-        kl3 = [r for r in results if r and parse_method(r["method"])[0] == "kl3"]
-        if len({r["method"] for r in kl3}) > 1:  # kl3 at two or more deltas: Figure 3 (with --ablate-delta or not)
+        kl3 = [r for r in results if r and parse_method(r["method"])[::2] == ("kl3", ())]  # no train.py flag
+        if len({r["method"] for r in kl3}) > 1:  # kl3 at two or more deltas: Figure 3
             written.append(plot_ablation(kl3, out / "ablation.svg"))
     except SystemExit as e:  # no matplotlib: the table is written, the figures are not
         print(e, file=sys.stderr)

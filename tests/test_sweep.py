@@ -1,12 +1,20 @@
 """nanoatr.sweep: methods x seeds of train.py, Table 3, Figure 2, the delta ablation (Figure 3)."""
 import json
+import math
+import os
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import stats  # noqa: E402  (scripts/stats.py)
 import sweep  # noqa: E402  (scripts/sweep.py)
+from nanoatr import config  # noqa: E402
+from nanoatr.config import PRESETS, TrainConfig  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
 TINY = ["--eval-limit", "4", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40"]
 
@@ -17,7 +25,7 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     table = (tmp_path / "table.md").read_text()
     assert "| method | hyper-parameters | runs | heldout Mean@2 (%) | heldout Pass@2 (%) | cut tokens (%) low + high | " \
            "entropy, last 2 steps |" in table  # the window is the run's length when it is shorter than 20 steps
-    assert "| kl3 | delta=0.07 | 2 | " in table and "| warm start (step 0) | | 2 seeds | " in table
+    assert "| kl3 | delta=0.07 | 2 | " in table and "| warm start (step 0), one value per seed | | 2 seeds | " in table
     results = json.loads((tmp_path / "results.json").read_text())
     assert sorted(r["seed"] for r in results) == [0, 1] and all(0 <= r["mean@k"] <= 100 for r in results)
     cfg = json.loads((tmp_path / "kl3-s1/config.json").read_text())
@@ -35,12 +43,12 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     assert capsys.readouterr().out.count("(finished before)") == 2
 
 
-def fake_run(run, steps, mean, cut=0.01, start=30.0):
+def fake_run(run, steps, mean, cut=0.01, start=30.0, entropy=0.1):
     """A finished run directory as train.py leaves it: config.json and metrics.jsonl."""
     run.dir.mkdir(parents=True)
     (run.dir / "config.json").write_text(json.dumps({"clip": run.clip, "eval_k": 8, "seed": run.seed}))
     rows = [{"step": 0, "eval/mean@8": start, "eval/pass@8": start + 30}]
-    rows += [{"step": s, "reward_mean": 0.3 + s / 100, "entropy": 0.1 - s / 100, "completion_len": 30 + s, "clip_frac_low": cut,
+    rows += [{"step": s, "reward_mean": 0.3 + s / 100, "entropy": entropy - s / 100, "completion_len": 30 + s, "clip_frac_low": cut,
               "clip_frac_high": cut / 2} for s in range(1, steps + 1)]
     rows += [{"step": steps, "eval/mean@8": mean, "eval/pass@8": mean + 30}]
     (run.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -56,8 +64,9 @@ def test_delta_ablation_table_and_figure(tmp_path):
     assert "| kl3:delta=0.05 | delta=0.05 | 2 | 45.00 ± 5.00 | 75.00 ± 5.00 | 1.50 (1.00 + 0.50) |" in table
     assert "| kl3:delta=0.1 | delta=0.1 | 2 | 65.00 ± 5.00 |" in table
     # the default comparison: every delta against the first, seed by seed (seed 1 - seed 1, seed 0 - seed 0)
-    assert "| kl3:delta=0.1 − kl3:delta=0.05 | Mean@8 | 2 | +20.00 [+20.00, +20.00] | above 0 | 2 : 0 | 0.500 | 2 |" \
-        in table
+    # no spread: nothing more is detectable, and 6 seeds are the fewest the sign test can decide with
+    assert "| kl3:delta=0.1 − kl3:delta=0.05 | Mean@8 | 2 | +20.00 [+20.00, +20.00] | above 0 | 2 : 0 | 0.500 | 0.00 " \
+        "| 6 |" in table
     if not HAS_MATPLOTLIB:
         assert not (tmp_path / "ablation.svg").exists()
         return
@@ -69,17 +78,18 @@ def test_delta_ablation_table_and_figure(tmp_path):
 
 def test_parse_method_and_plan(tmp_path):
     assert sweep.parse_method("clip-higher:eps_low=0.329,eps-high=0.6") == ("clip-higher", {"eps_low": 0.329,
-                                                                                           "eps_high": 0.6})
+                                                                                           "eps_high": 0.6}, ())
     with pytest.raises(ValueError, match="--delta does not apply to --clip clip"):
         sweep.parse_method("clip:delta=0.1")
     with pytest.raises(ValueError, match="name=value"):
         sweep.parse_method("kl3:delta")
     runs = sweep.plan(["clip", "kl3", "kl3:delta=0.2"], 2, tmp_path, delta=0.1)
-    assert [(r.dir.name, r.hparams) for r in runs[::2]] == [("clip-s0", {}), ("kl3-s0", {"delta": 0.1}),
+    # the folder names the delta a run used, also when --delta set it: kl3 at 0.1 is not the kl3 of another sweep
+    assert [(r.dir.name, r.hparams) for r in runs[::2]] == [("clip-s0", {}), ("kl3_delta_0.1-s0", {"delta": 0.1}),
                                                            ("kl3_delta_0.2-s0", {"delta": 0.2})]
     cmd = sweep.command(runs[2], 50, ["--lr", "1e-4"])
     assert cmd[1:] == ["train.py", "--clip", "kl3", "--delta", "0.1", "--seed", "0", "--steps", "50", "--out-dir",
-                       str(tmp_path), "--name", "kl3-s0", "--lr", "1e-4"]
+                       str(tmp_path), "--name", "kl3_delta_0.1-s0", "--lr", "1e-4"]
     runs[2].dir.mkdir(parents=True)
     (runs[2].dir / "config.json").write_text("{}")  # started before: resumed
     assert sweep.command(runs[2], 50, [])[1:] == ["train.py", "--resume", str(runs[2].dir), "--steps", "50"]
@@ -113,38 +123,6 @@ def test_a_failed_run_is_reported(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "FAILED" in captured.out and "| kl3 | delta=0.07 | 0/1 |" in (tmp_path / "table.md").read_text()
     assert "--lr must be > 0" in captured.err
-
-
-# ----------------------------------------------------------------------------
-# scripts/stats.py: the seed-paired statistics under the table
-
-import stats  # noqa: E402  (scripts/stats.py)
-
-
-def test_sign_test_against_hand_computed_binomial_tails():
-    assert stats.sign_test(5, 0) == 2 / 2 ** 5                  # 0.0625: five of five is not enough at 5%
-    assert stats.sign_test(9, 1) == pytest.approx(2 * (1 + 10) / 2 ** 10)  # 0.0215
-    assert stats.sign_test(1, 9) == stats.sign_test(9, 1)       # two-sided
-    assert stats.sign_test(3, 3) == 1.0 and stats.sign_test(0, 0) == 1.0
-
-
-def test_bootstrap_interval_and_seeds_needed():
-    assert stats.bootstrap_interval([2.0] * 6) == (2.0, 2.0)
-    low, high = stats.bootstrap_interval([0.0, 1.0] * 50)   # mean 0.5, standard error 0.05
-    assert 0.38 < low < 0.42 and 0.58 < high < 0.62          # about 0.5 -+ 1.96 * 0.05
-    assert stats.bootstrap_interval([1.0, 5.0, 3.0]) == stats.bootstrap_interval([1.0, 5.0, 3.0])  # seeded
-    # d = 1, 3 (mean 2, sd sqrt(2)): ((1.96 + 0.84) * 1.414 / 2)^2 = 3.92 -> 4 seeds
-    assert stats.seeds_needed([1.0, 3.0]) == 4
-    assert stats.seeds_needed([1.0, -1.0]) == float("inf") and stats.seeds_needed([1.0]) != stats.seeds_needed([1.0])
-
-
-def test_paired_uses_only_common_seeds_and_the_verdict_reads_the_interval():
-    p = stats.paired({0: 3.0, 1: 5.0, 2: 1.0, 7: 9.0}, {0: 1.0, 1: 2.0, 2: 2.0})   # seed 7 has no partner
-    assert (p.n, p.mean, p.wins, p.losses) == (3, pytest.approx(4 / 3), 2, 1)
-    assert p.low < 0 < p.high and stats.verdict(p, +1) == "undecided"
-    up = stats.paired({s: 2.0 + s % 2 for s in range(10)}, {s: 1.0 for s in range(10)})
-    assert stats.verdict(up, +1) == "confirmed" and stats.verdict(up, -1) == "refuted"
-    assert up.p_sign == 2 / 2 ** 10
 
 
 def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
@@ -183,9 +161,11 @@ def test_compare_against_the_warm_start_and_bad_pairs(tmp_path, capsys):
     sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path),
                 "--compare", "kl3/warm-start", "kl3/clip"])
     table = (tmp_path / "table.md").read_text()
-    assert "| kl3 − warm-start | Mean@8 | 2 | +3.50 [+3.00, +4.00] | above 0 | 2 : 0 | 0.500 |" in table
+    # d = 3, 4: mean 3.5, se 0.5, t(0.975, 1) = 12.706: 3.5 -+ 6.35
+    assert "| kl3 − warm-start | Mean@8 | 2 | +3.50 [-2.85, +9.85] | contains 0 | 2 : 0 | 0.500 |" in table
     assert "| kl3 − clip | Mean@8 | 2 | +2.00 [+2.00, +2.00] | above 0 | 2 : 0 |" in table
-    assert "| kl3 − clip | entropy, last 3 steps | 2 | +0.000 [+0.000, +0.000] | contains 0 | 0 : 0 | 1.000 | ∞ |" in table
+    assert "| kl3 − clip | entropy, last 3 steps | 2 | +0.000 [+0.000, +0.000] | contains 0 | 0 : 0 | 1.000 | 0.000 | " \
+        "> 1000 |" in table
     with pytest.raises(SystemExit):
         sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--compare", "kl3"])
     assert "--compare kl3: write A/B" in capsys.readouterr().err
@@ -199,7 +179,7 @@ def test_warm_start_row_counts_each_seed_once(tmp_path):
             fake_run(run, 3, mean=50.0, start=30.0 + 10 * run.seed)
     sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--report"])
     table = (tmp_path / "table.md").read_text()
-    assert "| warm start (step 0) | | 2 seeds | 35.00 ± 5.00 | 65.00 ± 5.00 | | |" in table
+    assert "| warm start (step 0), one value per seed | | 2 seeds | 35.00 ± 5.00 | 65.00 ± 5.00 | | |" in table
     assert "| kl3 | delta=0.07 | 1/2 | 50.00 |" in table
 
 
@@ -226,3 +206,167 @@ def test_without_matplotlib_the_last_line_names_the_table_alone(tmp_path, capsys
     last = captured.out.strip().splitlines()[-1]
     assert last.startswith(f"wrote {tmp_path / 'table.md'}  (") and ", " not in last.split("  (")[0]
     assert "pip install matplotlib" in captured.err
+
+
+# ----------------------------------------------------------------------------
+# Arms with train.py flags
+
+def train_config(cmd: list[str]):
+    """(TrainConfig, method hyper-parameters) as train.py reads a command line."""
+    cfg, hparams, _ = config.parse(TrainConfig, cmd[cmd.index("train.py") + 1:], extra=config.hparam_flags)
+    return cfg, hparams
+
+
+def test_arms_set_train_flags_and_keep_one_name_per_run(tmp_path):
+    arm = "kl3:delta=0.07,agg=seq-mean-token-mean,lr=2e-4"
+    assert sweep.parse_method(arm) == ("kl3", {"delta": 0.07}, (("aggregation", "seq-mean-token-mean"),
+                                                               ("lr", "0.0002")))
+    runs = sweep.plan([arm, "kl3:delta=0.05,compile=false", "kl3"], 1, tmp_path)
+    assert [r.dir.name for r in runs] == ["kl3_aggregation_seq-mean-token-mean_lr_0.0002-s0",
+                                          "kl3_delta_0.05_compile_false-s0", "kl3-s0"]
+    # one run, one folder, however it is written; two arms that are one run are refused
+    assert sweep.plan(["kl3:lr=0.0002,aggregation=seq-mean-token-mean"], 1, tmp_path)[0].dir == runs[0].dir
+    with pytest.raises(ValueError, match="'kl3' and 'kl3:delta=0.07' are the same run"):
+        sweep.plan(["kl3", "kl3:delta=0.07"], 1, tmp_path)
+    # the arm's flags come last: they win over the sweep's settings and the flags after --
+    cfg, hparams = train_config(sweep.command(runs[0], 32, ["--lr", "1e-4", "--aggregation", "dr-grpo"]))
+    assert (cfg.clip, cfg.aggregation, cfg.lr, hparams["delta"], cfg.seed) == ("kl3", "seq-mean-token-mean", 2e-4,
+                                                                               0.07, 0)
+    cfg, hparams = train_config(sweep.command(runs[1], 32, ["--compile"]))
+    assert (cfg.compile, cfg.lr, hparams["delta"]) == (False, TrainConfig.lr, 0.05)
+    fake_run(runs[0], 3, mean=31.0)
+    sweep.main(["--clip", arm, "--seeds", "1", "--steps", "3", "--out", str(tmp_path), "--report"])
+    assert f"| {arm} | delta=0.07, aggregation=seq-mean-token-mean, lr=0.0002 | 1 | 31.00 |" in \
+        (tmp_path / "table.md").read_text()
+
+
+@pytest.mark.parametrize("arm, message", [
+    ("kl3:nope=1", "--nope is neither a hyper-parameter of its method nor a train.py flag"),
+    ("kl3:e=1", "--e could be --epochs, --eval-every"),
+    ("kl3:seed=1", "--seed is one for the whole sweep"),
+    ("kl3:eval_data=x.jsonl", "--eval-data is one for the whole sweep"),
+    ("kl3:compile=yes", "--compile is a switch: compile=true or compile=false"),
+    ("kl3:agg=sum", "argument --aggregation: invalid choice: 'sum'"),
+    ("kl3:lr=-1", "--lr must be > 0"),
+    ("clip:delta=0.1", "--delta does not apply to --clip clip"),
+])
+def test_a_bad_arm_is_one_error_line(arm, message, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        sweep.main(["--clip", arm, "--out", str(tmp_path), "--dry-run"])
+    err = capsys.readouterr().err
+    assert message in err and sum("error:" in line for line in err.splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------
+# GPUs and presets (issue 36)
+
+def test_each_job_gets_a_gpu_of_its_own(tmp_path, monkeypatch, capsys):
+    """Fake GPU ids 3 and 5, six runs: each train.py job sees one GPU in CUDA_VISIBLE_DEVICES, two run at a time,
+    never two on one GPU."""
+    runs = {r.dir.name: r for r in sweep.plan(["clip", "kl3"], 3, tmp_path.resolve())}
+    jobs, busy, lock = [], set(), threading.Lock()
+
+    def fake_train(cmd, cwd, env, stdout, stderr):
+        name, gpu = cmd[cmd.index("--name") + 1], env["CUDA_VISIBLE_DEVICES"]
+        with lock:
+            jobs.append((name, gpu, env["OMP_NUM_THREADS"], sorted(busy)))
+            busy.add(gpu)
+        time.sleep(0.05)
+        fake_run(runs[name], 3, mean=31.0)
+        with lock:
+            busy.discard(gpu)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(sweep.subprocess, "run", fake_train)
+    sweep.main(["--clip", "clip", "kl3", "--seeds", "3", "--steps", "3", "--gpus", "3,5", "--out", str(tmp_path)])
+    threads = str(max(1, (os.cpu_count() or 1) // 2))
+    assert sorted(name for name, *_ in jobs) == sorted(runs)
+    assert all(gpu in ("3", "5") and gpu not in held and n == threads for _, gpu, n, held in jobs)
+    assert {gpu for _, gpu, *_ in jobs} == {"3", "5"} and any(held for *_, held in jobs)  # both, at once
+    out = capsys.readouterr().out
+    assert "6 runs (2 methods x 3 seeds, 3 steps each), 2 at a time one per GPU (3, 5)" in out
+    assert out.count(" on GPU 3)") + out.count(" on GPU 5)") == 6
+
+
+def test_the_gpus_by_default_are_the_visible_ones(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(sweep.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(sweep.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert sweep.visible_gpus() == ["0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6,7")  # a job given "6" runs on physical GPU 6
+    assert sweep.visible_gpus() == ["4", "6"]
+    sweep.main(["--clip", "kl3", "--seeds", "3", "--out", str(tmp_path), "--dry-run"])
+    assert "# 2 at a time: each command runs with CUDA_VISIBLE_DEVICES set to a GPU of 4,6 that no other run holds" \
+        in capsys.readouterr().out
+    for argv, message in [(["--jobs", "2"], "--jobs with GPUs (4,6): one run per GPU at a time"),
+                          (["--gpus", "0,0"], "--gpus 0,0: name each GPU once")]:
+        with pytest.raises(SystemExit):
+            sweep.main(["--clip", "kl3", "--out", str(tmp_path), "--dry-run", *argv])
+        assert message in capsys.readouterr().err
+    monkeypatch.setattr(sweep.torch.cuda, "is_available", lambda: False)
+    assert sweep.visible_gpus() == []
+
+
+def test_a_preset_wins_over_the_sweeps_settings(tmp_path, capsys):
+    """--preset after --: the sweep's SETTINGS of the task and its end evaluations are not added (they would
+    override the preset's lr, minibatches, ...); the steps are the preset's unless --steps is given."""
+    paper = ["--preset", "paper", "--model", "m", "--data", "d.jsonl", "--eval-data", "e.jsonl"]
+    sweep.main(["--clip", "kl3", "--seeds", "1", "--dry-run", "--out", str(tmp_path), "--", *paper])
+    out = capsys.readouterr().out
+    assert "--preset paper after --: the sweep's settings of --task math are not applied (the preset's win)" in out
+    cfg = config.apply_preset(*train_config(out.strip().splitlines()[-1].split())[:1],
+                              given={"model", "data", "eval_data", "clip", "seed", "steps", "out_dir", "name",
+                                     "task", "preset"})
+    assert (cfg.lr, cfg.minibatches, cfg.eval_every) == tuple(PRESETS["paper"][k] for k in ("lr", "minibatches",
+                                                                                                "eval_every"))
+    assert cfg.steps == PRESETS["paper"]["steps"]
+    sweep.main(["--clip", "kl3", "--seeds", "1", "--steps", "5", "--dry-run", "--out", str(tmp_path), "--", *paper])
+    assert " --steps 5 " in capsys.readouterr().out
+    sweep.main(["--clip", "kl3", "--seeds", "1", "--dry-run", "--out", str(tmp_path)])  # no preset: the settings
+    assert " ".join(sweep.SETTINGS["math"][0]) in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------
+# Pre-registered hypotheses, rejections, pairing by seed
+
+def test_hypotheses_verdicts_and_a_rejected_gain(tmp_path):
+    """clip ends at 30 + s on seed s, kl3 at clip + d with d = 1, -1, 2, -2, 0 on seeds 1-5 (seed 0 only under
+    clip): mean 0, sd sqrt(2.5), se 0.7071, t(0.975, 4) = 2.776: 0 -+ 1.96; detectable (2.776 + 0.941) 0.7071 =
+    2.63. kl3's entropy is 0.02 below clip's on every seed."""
+    d = {1: 1.0, 2: -1.0, 3: 2.0, 4: -2.0, 5: 0.0}
+    for run in sweep.plan(["clip", "kl3"], 6, tmp_path.resolve()):
+        if run.method == "clip":
+            fake_run(run, 3, mean=30.0 + run.seed)
+        elif run.seed in d:
+            fake_run(run, 3, mean=30.0 + run.seed + d[run.seed], entropy=0.08)
+    sweep.main(["--clip", "clip", "kl3", "--seeds", "6", "--steps", "3", "--out", str(tmp_path), "--report",
+                "--hypothesis", "kl3/clip", "mean", "above", "--hypothesis", "kl3/clip", "entropy", "below",
+                "--hypothesis", "kl3/clip", "entropy", "above", "--hypothesis", "kl3/clip", "heldout/mean", "above",
+                "--reject", "kl3/clip", "mean", "3.67", "--reject", "kl3/clip", "mean", "1"])
+    table = (tmp_path / "table.md").read_text()
+    assert "| kl3 − clip | Mean@8 | > 0 | 5 | +0.00 [-1.96, +1.96] | 2 : 2 | 1.000 | **undecided** | 2.63 | > 1000 |" \
+        in table
+    assert "| kl3 − clip | entropy, last 3 steps | < 0 | 5 | -0.020 [-0.020, -0.020] | 0 : 5 | 0.062 | **confirmed** " \
+        "| — | — |" in table
+    assert "| kl3 − clip | entropy, last 3 steps | > 0 | 5 | -0.020 [-0.020, -0.020] | 0 : 5 | 0.062 | **refuted** |" \
+        in table
+    assert "| kl3 − clip | heldout/mean@k | > 0 | 0 | not a score of these runs |" in table
+    t = -3.67 / math.sqrt(2.5 / 5)   # -5.19
+    assert f"- kl3 − clip, Mean@8: a gain of 3.67 or more is rejected (one-sided paired t-test against +3.67: " \
+           f"t = -5.19, df 4, p = {stats.t_cdf(t, 4):.2g})." in table
+    assert "- kl3 − clip, Mean@8: a gain of 1 or more is not rejected (one-sided paired t-test against +1: " \
+           "t = -1.41, df 4, p = 0.12)." in table
+    assert "Seed-paired differences, exploratory: no correction for multiple comparisons" in table
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--hypothesis", "kl3/clip", "mean", "up"], "SIDE is above or below"),
+    (["--hypothesis", "kl3/clip", "means", "above"], "--hypothesis ... means: a score is"),
+    (["--hypothesis", "kl3/nope", "mean", "above"], "--hypothesis kl3/nope: write A/B"),
+    (["--reject", "kl3/clip", "mean", "big"], "EFFECT is a number"),
+    (["--reject", "kl3/clip", "mean", "0"], "EFFECT is a difference other than 0"),
+])
+def test_bad_hypotheses(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        sweep.main(["--clip", "clip", "kl3", "--out", str(tmp_path), "--dry-run", *argv])
+    assert message in capsys.readouterr().err

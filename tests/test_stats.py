@@ -1,0 +1,116 @@
+"""scripts/stats.py: the t distribution, the seed-paired t-interval, the verdict rule, power and rejection."""
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import stats  # noqa: E402  (scripts/stats.py)
+
+
+@pytest.mark.parametrize("p, df, published", [
+    (0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 4, 2.776), (0.975, 7, 2.365), (0.975, 9, 2.262),
+    (0.975, 19, 2.093), (0.975, 60, 2.000), (0.95, 9, 1.833), (0.8, 5, 0.920), (0.8, 9, 0.883), (0.8, 8, 0.889),
+])
+def test_t_quantiles_match_published_tables(p, df, published):
+    assert stats.t_quantile(p, df) == pytest.approx(published, abs=5e-4)
+
+
+@pytest.mark.parametrize("t", [0.0, 0.3, 1.0, 2.5, -1.7, 40.0])
+def test_t_cdf_against_closed_forms(t):
+    assert stats.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-14)           # Cauchy
+    assert stats.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-14)
+    x = t / math.sqrt(3)
+    assert stats.t_cdf(t, 3) == pytest.approx(0.5 + (x / (1 + x * x) + math.atan(x)) / math.pi, abs=1e-14)
+    for df in (4, 9, 30):
+        assert stats.t_cdf(-t, df) == pytest.approx(1 - stats.t_cdf(t, df), abs=1e-14)
+    assert stats.t_cdf(1.959964, 20_000) == pytest.approx(0.975, abs=1e-4)  # towards the normal
+    with pytest.raises(ValueError, match="positive integer"):
+        stats.t_cdf(1.0, 0)
+
+
+def test_sign_test_against_hand_computed_binomial_tails():
+    assert stats.sign_test(5, 0) == 2 / 2 ** 5                  # 0.0625: five of five is not enough at 5%
+    assert stats.sign_test(6, 0) == 2 / 2 ** 6                  # 0.031: six of six is
+    assert stats.sign_test(9, 1) == pytest.approx(2 * (1 + 10) / 2 ** 10)  # 0.0215
+    assert stats.sign_test(1, 9) == stats.sign_test(9, 1)       # two-sided
+    assert stats.sign_test(3, 3) == 1.0 and stats.sign_test(0, 0) == 1.0
+
+
+def test_paired_t_interval_against_a_hand_computation():
+    """d = 1, 2, 3, 4, 5: mean 3, sd sqrt(2.5), se sqrt(2.5 / 5) = 0.7071; t(0.975, 4) = 2.776 (tables):
+    3 -+ 1.963."""
+    p = stats.paired({s: 10.0 + s for s in range(5)}, {s: 9.0 for s in range(5)})
+    assert (p.n, p.mean, p.sd, p.wins, p.losses) == (5, 3.0, pytest.approx(math.sqrt(2.5)), 5, 0)
+    assert (p.low, p.high) == (pytest.approx(3 - 2.776 * 0.70711, abs=1e-3), pytest.approx(3 + 2.776 * 0.70711, abs=1e-3))
+    assert p.p_sign == 2 / 2 ** 5
+    assert stats.mean_interval([1.0, 2.0, 3.0, 4.0, 5.0]) == (3.0, p.low, p.high)
+    one = stats.paired({0: 2.0}, {0: 1.0})                       # one seed: a difference, no interval
+    assert one.mean == 1.0 and math.isnan(one.low) and math.isnan(one.high) and math.isnan(one.sd)
+    assert all(math.isnan(x) for x in stats.mean_interval([]))
+
+
+def test_pairing_is_by_seed_not_by_the_order_the_sides_were_built_in():
+    """Seed 3 ran only under A, and A's runs are listed in another order than B's: the pairs are seeds 0, 1, 2,
+    d = 1, 2, 4 (mean 7/3, 3 : 0). Pairing by order would give 7 - 0, 10 - 2, 1 - 6 (mean 10/3, 2 : 1)."""
+    a = {3: 7.0, 2: 10.0, 0: 1.0, 1: 4.0}
+    b = {0: 0.0, 1: 2.0, 2: 6.0}
+    p = stats.paired(a, b)
+    assert (p.n, p.mean, p.wins, p.losses) == (3, pytest.approx(7 / 3), 3, 0)
+    assert p.sd == pytest.approx(math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2))
+    assert stats.paired(b, a).mean == pytest.approx(-7 / 3)
+
+
+UP = {s: 2.0 + s % 2 for s in range(10)}        # A - B = 1 or 2 on every seed: interval above 0
+DOWN = {s: -1.0 - s % 2 for s in range(10)}     # -1 or -2: below 0
+ACROSS = {s: (-1.0) ** s * (1 + s) for s in range(10)}  # both signs: the interval contains 0
+
+
+@pytest.mark.parametrize("diffs, predicted, expected", [
+    (UP, +1, "confirmed"), (UP, -1, "refuted"),
+    (DOWN, -1, "confirmed"), (DOWN, +1, "refuted"),   # "A < B" (e.g. entropy lower): confirmed below 0
+    (ACROSS, +1, "undecided"), (ACROSS, -1, "undecided"),
+])
+def test_verdict_reads_the_interval_for_either_predicted_side(diffs, predicted, expected):
+    p = stats.paired(diffs, {s: 0.0 for s in range(10)})
+    assert (p.low > 0, p.high < 0) == (diffs is UP, diffs is DOWN)
+    assert stats.verdict(p, predicted) == expected
+
+
+def test_verdict_of_one_seed_and_a_bad_side():
+    assert stats.verdict(stats.paired({0: 5.0}, {0: 1.0}), +1) == "undecided"
+    with pytest.raises(ValueError, match="predicted"):
+        stats.verdict(stats.paired(UP, {s: 0.0 for s in range(10)}), 0)
+
+
+def test_detectable_effect_and_seeds_needed_are_t_based():
+    # the audit's H1: sd 2.36 over 10 seeds: (t(0.975, 9) + t(0.8, 9)) 2.36 / sqrt(10) = (2.262 + 0.883) 0.7463
+    assert stats.detectable(10, 2.36) == pytest.approx(3.145 * 2.36 / math.sqrt(10), abs=2e-3)   # 2.35
+    # mean 1, sd 1: n = 9 gives (2.306 + 0.889) / 3 = 1.065 > 1, n = 10 gives 3.145 / 3.162 = 0.995 <= 1
+    # (normal quantiles would say ((1.960 + 0.842) * 1 / 1)^2 = 7.85, 8 seeds)
+    assert stats.seeds_needed(stats.Paired(4, 1.0, 1.0, 0, 0, 0, 0, 1.0)) == 10
+    assert stats.seeds_needed(stats.Paired(4, -1.0, 1.0, 0, 0, 0, 0, 1.0)) == 10      # either sign
+    # a large effect: the t-test would decide over 2 seeds, the sign test beside it needs 6
+    assert stats.seeds_needed(stats.Paired(3, 5.0, 0.1, 0, 0, 0, 0, 1.0)) == stats.MIN_SIGN_SEEDS == 6
+    assert stats.seeds_needed(stats.Paired(10, 0.0, 1.0, 0, 0, 0, 0, 1.0)) == math.inf
+    assert stats.seeds_needed(stats.Paired(10, 0.01, 1.0, 0, 0, 0, 0, 1.0)) == math.inf   # > MAX_SEEDS
+    assert math.isnan(stats.seeds_needed(stats.paired({0: 1.0}, {0: 0.0}))) and math.isnan(stats.detectable(1, 1.0))
+
+
+def test_reject_a_stated_effect_one_sided():
+    """The audit's H1 against the paper's +3.67: mean -0.93, sd 2.36, n 10, se 0.7463:
+    t = (-0.93 - 3.67) / 0.7463 = -6.16, p < 1e-4."""
+    h1 = stats.Paired(10, -0.93, 2.36, 0, 0, 0, 0, 1.0)
+    r = stats.reject(h1, 3.67)
+    assert r.t == pytest.approx(-4.60 / (2.36 / math.sqrt(10)), abs=1e-9) and r.p < 1e-4 and r.rejected
+    # against +0.3: t = -1.23 / 0.7463 = -1.648, between t(0.9, 9) = 1.383 and t(0.95, 9) = 1.833: not rejected
+    near = stats.reject(h1, 0.3)
+    assert 0.05 < near.p < 0.1 and not near.rejected
+    # t exactly at -t(0.95, 9) = -1.833: p = 0.05 (the table's one-sided 5% point)
+    edge = stats.reject(stats.Paired(10, 1.0 - 1.833113 * 0.5 / math.sqrt(10), 0.5, 0, 0, 0, 0, 1.0), 1.0)
+    assert edge.p == pytest.approx(0.05, abs=1e-6)
+    # a stated loss: -3.67 or below is rejected when the mean is well above it, -0.3 is not when the mean is below
+    assert stats.reject(stats.Paired(10, 0.93, 2.36, 0, 0, 0, 0, 1.0), -3.67).rejected
+    loss = stats.reject(h1, -0.3)
+    assert loss.p == pytest.approx(1 - stats.t_cdf((-0.93 + 0.3) / (2.36 / math.sqrt(10)), 9)) and not loss.rejected
