@@ -139,7 +139,7 @@ def test_pass_at_k_curve(tmp_path):
 
 
 def write_benchmarks(path, correct_counts: dict, n):
-    """An eval.py --data a b c --out file: its settings line, then rows whose problem ids restart per benchmark."""
+    """An `eval.py --data a b c --out` file: its settings line, then rows whose problem ids restart per file."""
     rows = [{"benchmark": name, "problem_id": p, "sample": j, "correct": j < c} for name, counts in
             correct_counts.items() for p, c in enumerate(counts) for j in range(n)]
     path.write_text(json.dumps({"settings": {"k": n}}) + "\n" + "".join(json.dumps(r) + "\n" for r in rows))
@@ -158,7 +158,8 @@ def test_pass_at_k_curve_keys_problems_by_benchmark(tmp_path):
     # Pass@2 of a problem with 2 of 4 right: 1 - C(2,2)/C(4,2) = 5/6
     assert ks == [1, 2, 4] and means == pytest.approx([200 / 3] * 3)
     assert passes == pytest.approx([200 / 3, 100 * (5 / 6 + 5 / 6 + 1) / 3, 100.0])
-    assert list(pass_at_k_curves(write_completions(tmp_path / "c.jsonl", [0, 8], n=8))) == [None]  # no benchmark field
+    no_field = write_completions(tmp_path / "c.jsonl", [0, 8], n=8)  # rows without a benchmark field
+    assert list(pass_at_k_curves(no_field)) == [None]
     (tmp_path / "d.jsonl").write_text(path.read_text() + path.read_text().splitlines(keepends=True)[1])
     with pytest.raises(ValueError, match="d.jsonl: amc23: repeated sample 0 of problem 0"):
         pass_at_k_curves(tmp_path / "d.jsonl")
