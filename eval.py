@@ -4,7 +4,8 @@
     python eval.py --model runs/kl3-.../checkpoint --data amc23.jsonl aime24.jsonl aime25.jsonl \\
         --k 8 --temperature 0.3 --top-p 0.95 --max-new-tokens 32768 --dtype bfloat16   # the paper's setting
     python eval.py --model Qwen3-1.7B/ --adapter runs/<lora run>/checkpoint ...       # base + LoRA adapter
-    python eval.py --runs runs/atr-1.7b runs/clip-1.7b     # Table 2 from the runs' evaluations: final (best)
+    python eval.py --runs runs/kl3-s* runs/clip-s*       # Table 2 from the runs' own evaluations, per method
+                                                         # over seeds: mean ± 95% interval, final and best
 
 A LoRA run's checkpoint/ holds only the adapter; as --model it brings its base model along (named in
 its adapter_config.json).
@@ -19,16 +20,25 @@ starts with a line {"settings": ...} (the model, the sampling and prompt setting
 completion is appended to it with its verdict as soon as its batch is graded, so an interrupted
 evaluation keeps its work and `--resume --out FILE` samples only what is missing. --resume with other
 settings is refused (one table never mixes two evaluations).
+
+--runs samples nothing: it reads the evaluations training (and SFT) runs logged (config.json, metrics.jsonl)
+and prints one table per evaluation setting (temperature, top-p, budget, k, files, model, prompt: runs
+evaluated otherwise get their own table, headed by what differs), with the base model's row (step 0) once,
+then per method (clip, its hyper-parameters, any other training flag that differs between the runs) its
+final and best evaluation over seeds: mean ± the half-width of a 95% t-interval, and n.
 """
 import nanoatr
 
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
 
 import json
+import math
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -164,46 +174,221 @@ def table(model: str, results: dict[str, dict], k: int) -> str:
     return grid("Model", list(results), k, [(model, cells)])
 
 
-def grid(corner: str, names: list[str], k: int, rows: list[tuple[str, list[str]]]) -> str:
-    """Columns of (Mean@k, Pass@k) per benchmark and their Average, one line per (label, cells) row."""
+def grid(corner: str, names: list[str], k: int, rows: list[tuple[str, list[str]]], before: tuple = ()) -> str:
+    """Columns of (Mean@k, Pass@k) per benchmark and their Average, one line per (label, cells) row.
+    before: the names of columns ahead of the benchmarks (headed on the second line); each row's cells start
+    with their values."""
     sub = f"Mean@{k} (%)", f"Pass@{k} (%)"
-    w = max([len(sub[0]), len(sub[1])] + [len(c) for _, cells in rows for c in cells]) + 2
+    w = max([len(sub[0]), len(sub[1])] + [len(c) for _, cells in rows for c in cells[len(before):]]) + 2
     label = max([len(corner)] + [len(name) for name, _ in rows]) + 2
-    lines = [corner.ljust(label) + "".join(n[:2 * w - 2].ljust(2 * w) for n in names + ["Average"]),
-             " " * label + "".join(f"{sub[0]:>{w}}{sub[1]:>{w}}" for _ in names + ["Average"])]
-    lines += [name.ljust(label) + "".join(f"{c:>{w}}" for c in cells) for name, cells in rows]
+    lead = [max([len(b)] + [len(cells[i]) for _, cells in rows]) + 2 for i, b in enumerate(before)]
+    lines = [corner.ljust(label + sum(lead)) + "".join(n[:2 * w - 2].ljust(2 * w) for n in names + ["Average"]),
+             " " * label + "".join(b.rjust(v) for b, v in zip(before, lead)) +
+             "".join(f"{sub[0]:>{w}}{sub[1]:>{w}}" for _ in names + ["Average"])]
+    widths = lead + [w] * (2 * len(names) + 2)
+    lines += [name.ljust(label) + "".join(f"{c:>{v}}" for c, v in zip(cells, widths)) for name, cells in rows]
     return "\n".join(line.rstrip() for line in lines)
 
 
-def run_evaluations(run_dir: str) -> tuple[list[str], int, dict[int, dict]]:
-    """(benchmark names, k, {step: metrics row}) of the evaluations a training (or SFT) run logged."""
+# ----------------------------------------------------------------------------
+# --runs: Table 2 over seeds, from the evaluations the training (or SFT) runs logged
+
+def t_central(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with df >= 1 degrees of freedom, in closed form (Abramowitz and Stegun
+    26.7.3 and 26.7.4), with theta = arctan(t / sqrt(df)) and c = cos(theta):
+        df even: sin(theta) (1 + 1/2 c^2 + 1*3/(2*4) c^4 + ... + 1*3*..*(df-3)/(2*4*..*(df-2)) c^(df-2))
+        df odd:  2/pi (theta + sin(theta) c (1 + 2/3 c^2 + ... + 2*4*..*(df-3)/(1*3*..*(df-2)) c^(df-3)))
+                 (df 1: 2 theta / pi)"""
+    theta = math.atan(t / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    term = 1.0
+    if df % 2 == 0:
+        series = 1.0
+        for j in range(1, df // 2):
+            term *= c2 * (2 * j - 1) / (2 * j)
+            series += term
+        return math.sin(theta) * series
+    series = 1.0 if df > 1 else 0.0
+    for j in range(1, (df - 1) // 2):
+        term *= c2 * (2 * j) / (2 * j + 1)
+        series += term
+    return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * series)
+
+
+def t_quantile_95(df: int) -> float:
+    """The t with P(|T| < t) = 0.95 for df degrees of freedom (12.706 at df 1, 2.262 at 9, 2.093 at 19), by
+    bisection on t_central, which grows with t."""
+    low, high = 0.0, 1.0
+    while t_central(high, df) < 0.95:
+        high *= 2
+    for _ in range(100):
+        mid = (low + high) / 2
+        low, high = (mid, high) if t_central(mid, df) < 0.95 else (low, mid)
+    return (low + high) / 2
+
+
+def t_interval(values: list[float]) -> tuple[float, float | None]:
+    """(mean, half-width of its 95% t-interval: t_quantile_95(n - 1) * sd / sqrt(n)) of values over n seeds;
+    one seed has no interval (None)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, t_quantile_95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+# What a run's logged evaluations depend on (config.json of train.py and sft.py): runs that differ in one are
+# in different tables, each with its own base-model row.
+EVALUATION = ("model", "revision", "task", "eval_data", "eval_limit", "eval_k", "eval_temperature",
+              "eval_top_p", "eval_top_k", "eval_max_new_tokens", "sampler", "prompt_template", "system_prompt",
+              "thinking", "stop")
+SHOWN = ("eval_k", "eval_temperature", "eval_top_p", "eval_top_k", "eval_max_new_tokens")  # under every table
+# What says nothing about what was trained (where and how fast it ran, how it was saved and logged): runs
+# differing only in these and their seed are one method. Every other field (besides clip and its hparams,
+# always in the label) that differs between the runs of a table is named in their labels.
+BOOKKEEPING = ("name", "out_dir", "resume", "device", "threads", "save_every", "keep_checkpoints", "eval_every",
+               "eval_batch_size", "compile", "grad_checkpoint", "merge", "base_name", "preset", "changes")
+
+
+class RunLog(NamedTuple):
+    name: str                # the run directory's name
+    config: dict             # its config.json: what the run started with
+    evals: dict[int, dict]   # step -> the evaluation logged at that step
+    changes: list[str]       # changed on a resume, as its record says ("changes" in config.json or metrics)
+
+
+def evaluation(config: dict) -> dict:
+    """The settings a run's evaluations were sampled with (EVALUATION, the completion budget as used)."""
+    values = {key: config.get(key) for key in EVALUATION}
+    values["eval_top_k"] = config.get("eval_top_k", 0)  # train.py and sft.py evaluate without top-k
+    values["eval_max_new_tokens"] = config.get("eval_max_new_tokens") or config.get("max_new_tokens") or \
+        config.get("max_len")  # 0 = the run's own budget: train.py's --max-new-tokens, sft.py's --max-len
+    return values
+
+
+def columns(names: list[str], k: int) -> list[str]:
+    """The metrics keys of Table 2's columns: Mean@k and Pass@k per benchmark, then their average."""
+    return [f"eval/{n}/{m}@{k}" for n in names for m in ("mean", "pass")] + [f"eval/mean@{k}", f"eval/pass@{k}"]
+
+
+def described(change, step) -> str:
+    """One entry of a run's changes as text: 'at step S: what' (a dict's items, or the entry as it is)."""
+    if isinstance(change, dict):
+        step = change.get("step", step)
+        change = ", ".join(f"{k} {shown(v)}" for k, v in change.items() if k != "step")
+    return f"at step {step}: {change}" if step is not None else str(change)
+
+
+def read_run(run_dir: str) -> RunLog:
+    """A run's settings, evaluations and recorded changes; one line naming the run when it has none to show."""
     config = read_json(Path(run_dir, "config.json"))
-    k, names = config.get("eval_k"), [Path(f).stem for f in config.get("eval_data") or []]
-    rows = {r["step"]: r for r in read_metrics(Path(run_dir, "metrics.jsonl")) if f"eval/mean@{k}" in r}
-    if not names or not rows:
+    rows = read_metrics(Path(run_dir, "metrics.jsonl"))
+    if not config:
+        die(f"{run_dir}: no config.json (is it a run directory?)")
+    names, k = [Path(f).stem for f in config.get("eval_data") or []], config.get("eval_k")
+    evals = {r["step"]: r for r in rows if f"eval/mean@{k}" in r and isinstance(r.get("step"), int)}
+    if not names or not evals:
         die(f"{run_dir}: no evaluation logged in its metrics.jsonl (a run with --eval-data logs eval/... rows)")
-    return names, k, rows
+    for step, row in evals.items():
+        for key in columns(names, k):
+            if isinstance(row.get(key), bool) or not isinstance(row.get(key), (int, float)):
+                die(f"{run_dir}/metrics.jsonl: the evaluation of step {step} has no number {key}")
+    recorded = [(None, config.get("changes"))] + [(r.get("step"), r["changes"]) for r in rows if "changes" in r]
+    changes = [described(c, step) for step, value in recorded if value
+               for c in (value if isinstance(value, list) else [value])]
+    return RunLog(model_name(run_dir), config, evals, changes)
+
+
+def shown(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def method_label(config: dict, named: list[str]) -> str:
+    """'kl3 (delta=0.07)': the clip method (sft for an SFT run), its hyper-parameters and the `named` fields."""
+    settings = {**(config.get("hparams") or {}), **{k: config.get(k) for k in named}}
+    method = config.get("clip") or "sft"
+    return f"{method} ({', '.join(f'{k}={shown(v)}' for k, v in settings.items())})" if settings else method
+
+
+def final_and_best(run: RunLog, keys: list[str]) -> tuple[list[float], list[float]]:
+    """The run's last evaluation, and the best of each column over its evaluations after step 0 (over all of
+    them when step 0 is the only one)."""
+    trained = [row for step, row in run.evals.items() if step > 0] or list(run.evals.values())
+    return [run.evals[max(run.evals)][key] for key in keys], [max(row[key] for row in trained) for key in keys]
+
+
+def over_seeds(per_seed: list[list[float]]) -> list[str]:
+    """n, then 'mean ± half-width' (t_interval) of each column over the seeds' values."""
+    cells = [str(len(per_seed))]
+    for mean, half in map(t_interval, zip(*per_seed)):
+        cells.append(f"{mean:.2f}" if half is None else f"{mean:.2f} ± {half:.2f}")
+    return cells
+
+
+def by_method(runs: list[RunLog]) -> dict[str, dict]:
+    """{method label: {seed: run}}: runs differing only in their seed and BOOKKEEPING are one method; the label
+    names the clip method, its hyper-parameters and every other training setting that differs between runs."""
+    fields = dict.fromkeys(f for run in runs for f in run.config if f not in EVALUATION + BOOKKEEPING)
+    named = [f for f in fields if f not in ("seed", "clip", "hparams") and
+             len({json.dumps(run.config.get(f), sort_keys=True) for run in runs}) > 1]
+    methods: dict[str, dict] = {}
+    for run in runs:
+        label, seed = method_label(run.config, named), run.config.get("seed")
+        if seed in methods.setdefault(label, {}):
+            die(f"--runs: {methods[label][seed].name} and {run.name} are both {label} at seed {seed}: "
+                "each method's rows pool one run per seed")
+        methods[label][seed] = run
+    return methods
+
+
+def base_model(runs: list[RunLog], keys: list[str]) -> list[list[float]]:
+    """Each seed's step-0 evaluation (the model the runs start from): the mean of that seed's runs, which
+    are equal where they ran alike. [] when no run logged one."""
+    starts: dict = {}
+    for run in runs:
+        if 0 in run.evals:
+            starts.setdefault(run.config.get("seed"), []).append([run.evals[0][key] for key in keys])
+    return [[statistics.fmean(column) for column in zip(*values)] for values in starts.values()]
+
+
+def seed_table(runs: list[RunLog]) -> str:
+    """One table of runs evaluated alike: the base model's row, then each method's final and best rows over
+    its seeds; under it the evaluation settings, and the runs that did not finish or were changed on resume."""
+    settings = evaluation(runs[0].config)
+    names, k = [Path(f).stem for f in settings["eval_data"]], settings["eval_k"]
+    keys = columns(names, k)
+    base = base_model(runs, keys)
+    rows = [("Base model (step 0)", over_seeds(base))] if base else []
+    for label, by_seed in by_method(runs).items():
+        finals, bests = zip(*(final_and_best(run, keys) for run in by_seed.values()))
+        rows += [(f"{label} final", over_seeds(list(finals))), (f"{label} best", over_seeds(list(bests)))]
+    notes = ["evaluation: " + ", ".join(f"{flag(key)} {shown(settings[key])}" for key in SHOWN)]
+    for run in runs:
+        last, steps = max(run.evals), run.config.get("steps")
+        if isinstance(steps, int) and last < steps:
+            notes.append(f"{run.name}: last evaluation at step {last} of {steps} (not finished)")
+        notes += [f"{run.name}: changed on resume {change}" for change in run.changes]
+    return grid("Method", names, k, rows, before=("n",)) + "\n" + "\n".join(notes)
 
 
 def runs_table(run_dirs: list[str]) -> str:
-    """Table 2 of training runs, from their logs: each run's start (its step-0 evaluation, the model it
-    began from) and "final (best)": the last evaluation, and in brackets the best of each column over the
-    run's evaluations after step 0 (the paper's Table 2 reports both)."""
-    rows, layout = [], None
-    for run_dir in run_dirs:
-        names, k, evals = run_evaluations(run_dir)
-        if layout not in (None, (names, k)):
-            die(f"--runs: {run_dir} evaluated {names} at k {k}, the runs before it {layout[0]} at k {layout[1]}")
-        layout = names, k
-        keys = [f"eval/{n}/{m}@{k}" for n in names for m in ("mean", "pass")] + [f"eval/mean@{k}", f"eval/pass@{k}"]
-        last, trained = evals[max(evals)], [r for s, r in evals.items() if s > 0] or list(evals.values())
-        name = model_name(run_dir)
-        if 0 in evals and max(evals) > 0:
-            rows.append((f"{name} (step 0)", [f"{evals[0][key]:.2f}" for key in keys]))
-        rows.append((f"{name} (step {max(evals)})",
-                     [f"{last[key]:.2f} ({max(r[key] for r in trained):.2f})" for key in keys]))
-    return grid("Run", layout[0], layout[1], rows) + \
-        "\n\nfinal (best): the last evaluation, in brackets the best of each column over the run's evaluations"
+    """Table 2 over seeds from training runs' logs, as the paper prints it: per method the mean over seeds and
+    the half-width of its 95% t-interval, final (each run's last evaluation) and best (each run's best of each
+    column after step 0), the base model's row once. Runs evaluated with other settings (EVALUATION) get
+    their own table, headed by the settings that differ."""
+    tables: dict[str, list[RunLog]] = {}
+    for run in map(read_run, run_dirs):
+        tables.setdefault(json.dumps(evaluation(run.config), sort_keys=True), []).append(run)
+    settings = [evaluation(runs[0].config) for runs in tables.values()]
+    differ = [key for key in EVALUATION if len({json.dumps(s[key]) for s in settings}) > 1]
+    parts = []
+    for i, (runs, s) in enumerate(zip(tables.values(), settings), 1):
+        head = f"Table {i} of {len(tables)}: evaluated with " + ", ".join(f"{flag(key)} {shown(s[key])}"
+                                                                            for key in differ) + "\n"
+        parts.append((head if len(tables) > 1 else "") + seed_table(runs))
+    return "\n\n".join(parts) + (
+        "\n\nmean ± the half-width of its 95% t-interval over the n seeds (t at n-1 degrees of freedom; "
+        "one seed: its value).\nfinal: each run's last evaluation; best: each run's best of each column after "
+        "step 0; base model: each seed's step-0 evaluation")
 
 
 def main(argv=None):

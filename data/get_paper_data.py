@@ -4,6 +4,7 @@ the Hugging Face hub, written as the jsonl files nanoatr/data.py reads.
     python data/get_paper_data.py                          # everything into data/paper/ (downloads ~1 GB)
     python data/get_paper_data.py --datasets aime24 aime25 amc23
     python data/get_paper_data.py --from-dir ~/hub-files   # files brought in by other means: DIR/REPO/PATH
+                                                           # (a .parquet may be there as .jsonl, same rows)
 
 Writes, in --out (data/paper/):
     dapo-math-17k.jsonl   the RL prompts: DAPO-Math-17k's rows as served (verl format: its "Answer:"
@@ -102,6 +103,8 @@ class Files:
         self.commit: dict[str, str | None] = {}
 
     def names(self, src: Source) -> list[str]:
+        """The data files of `src`, in name order: those matching its pattern, else (a copy brought in by
+        other means) those matching its .jsonl twin, read as the parquet's rows would be."""
         if self.root is not None:
             base = self.root / src.repo
             listed = [p.relative_to(base).as_posix() for p in sorted(base.rglob("*")) if p.is_file()]
@@ -114,12 +117,27 @@ class Files:
             except Exception as e:  # httpx, huggingface_hub and OS errors alike: the user needs one line
                 raise DataError(hub_problem(src, e)) from None
             self.commit[src.repo] = sha
-        names = sorted(n for n in listed if fnmatch.fnmatch(n, src.files))
-        if not names:
-            where = self.root / src.repo if self.root else f"{src.repo}@{src.revision}"
-            raise DataError(f"{where}: no data file matches {src.files!r} (files there: {', '.join(listed[:5])}"
-                            f"{', ...' if len(listed) > 5 else ''}); pin another with --source")
-        return names
+        for pattern in dict.fromkeys([src.files, jsonl_twin(src.files)]):
+            names = sorted(n for n in listed if fnmatch.fnmatch(n, pattern))
+            if names:
+                return names
+        if self.root is not None:
+            raise DataError(self.layout_problem(src))
+        shown = ", ".join(listed[:5]) + (", ..." if len(listed) > 5 else "")
+        raise DataError(f"{src.repo}@{src.revision}: no data file matches {src.files!r} (files there: {shown}); "
+                        "pin another with --source")
+
+    def layout_problem(self, src: Source) -> str:
+        """Why a local copy has no file for `src`: where the file was expected (DIR/REPO/PATH) and a few of
+        the files that are there, under DIR/REPO when it holds any, else under DIR."""
+        base, twin = self.root / src.repo, jsonl_twin(src.files)
+        nor = f" (nor {twin!r})" if twin != src.files else ""
+        under = base if some_files(base) else self.root
+        found = some_files(under)
+        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        there = f"files under {under}: {shown}" if found else f"{under} holds no file"
+        return (f"{base}: no data file matches {src.files!r}{nor}; --from-dir expects the hub's files as "
+                f"DIR/REPO/PATH: {base / src.files}; {there}")
 
     def path(self, src: Source, name: str) -> Path:
         if self.root is not None:
@@ -136,6 +154,23 @@ class Files:
         from huggingface_hub.utils import logging
         logging.set_verbosity_error()  # its retry warnings would bury the one line we print
         return HfApi()
+
+
+def jsonl_twin(pattern: str) -> str:
+    """A parquet pattern's .jsonl counterpart (data/x.parquet -> data/x.jsonl); other patterns as they are."""
+    return pattern[:-len(".parquet")] + ".jsonl" if pattern.endswith(".parquet") else pattern
+
+
+def some_files(root: Path, most: int = 5) -> list[str]:
+    """Files under `root` (relative to it, folders walked in name order), a few more than `most` at most:
+    the walk stops there, as DIR may be a large folder. [] when there is no such folder."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        found += [Path(folder, f).relative_to(root).as_posix() for f in sorted(files)]
+        if len(found) > most:
+            break
+    return found
 
 
 def hub_problem(src: Source, e: Exception, name: str = "") -> str:
@@ -325,6 +360,9 @@ def sources(cfg) -> dict[str, Source]:
 
 def main(argv=None):
     cfg, _, _ = parse(GetDataConfig, argv, __doc__)
+    if cfg.from_dir is not None and not Path(cfg.from_dir).is_dir():
+        why = "not a directory" if Path(cfg.from_dir).exists() else "no such directory"
+        die(f"--from-dir {cfg.from_dir}: {why}")
     out_dir = Path(cfg.out)
     try:
         srcs = sources(cfg)

@@ -10,9 +10,9 @@ logged: with --dynamic-sampling the trained groups are picked for mixed rewards)
 `step`; rows missing a key or with a non-finite value are skipped for that panel) and config.json,
 whose `clip` names the method in the legend.
 
-Figure 4: Mean@K and Pass@K against K (log2 axis), one line per eval.py output file (one row per
-completion: problem_id, sample, correct); K runs over 1, 2, 4, ... up to the fewest samples any
-problem has, and that number itself.
+Figure 4: Mean@K and Pass@K against K (log2 axis), one line per eval.py output file and benchmark
+(one row per completion: benchmark, problem_id, sample, correct); K runs over 1, 2, 4, ... up to the
+fewest samples any problem of that benchmark has, and that number itself.
 
 matplotlib is optional (training never needs it): without it these commands say how to install it.
 Every line carries a gid "<label>|<metric>" in the SVG, so tests and scripts can find it.
@@ -178,30 +178,40 @@ def default_ks(n: int) -> list[int]:
     return ks if ks[-1] == n else ks + [n]
 
 
-def pass_at_k_curve(path: Path) -> tuple[list[int], list[float], list[float]]:
-    """(K values, Mean@K %, Pass@K %) from one eval.py output file."""
+def pass_at_k_curves(path: Path) -> dict[str | None, tuple[list[int], list[float], list[float]]]:
+    """{benchmark: (K values, Mean@K %, Pass@K %)} from one eval.py output file. Its problems are keyed by
+    (benchmark, problem_id): `eval.py --data a b c` numbers each file's problems from 0. Rows without a
+    `benchmark` field (older files) make one curve, under None."""
     if not Path(path).is_file():
         raise ValueError(f"{path}: file not found")
     rows = [r for r in read_metrics(Path(path)) if {"problem_id", "sample", "correct"} <= r.keys()]
     if not rows:
         raise ValueError(f"{path}: no eval rows (expected problem_id, sample, correct per completion)")
-    try:
-        verdicts = verdicts_by_problem(rows)
-        ks = default_ks(min(len(v) for v in verdicts))
-        stats = summarize(verdicts, ks)
-    except ValueError as e:  # name the file: a repeated sample, a problem with no samples
-        raise ValueError(f"{path}: {e}") from None
-    return ks, [stats[f"mean@{k}"] for k in ks], [stats[f"pass@{k}"] for k in ks]
+    by_benchmark: dict[str | None, list[dict]] = {}
+    for row in rows:
+        by_benchmark.setdefault(row.get("benchmark"), []).append(row)
+    curves = {}
+    for name, mine in by_benchmark.items():
+        try:
+            verdicts = verdicts_by_problem(mine)
+            ks = default_ks(min(len(v) for v in verdicts))
+            stats = summarize(verdicts, ks)
+        except ValueError as e:  # name the file (and benchmark): a repeated sample, a problem with no samples
+            raise ValueError(f"{path}: {name + ': ' if name else ''}{e}") from None
+        curves[name] = ks, [stats[f"mean@{k}"] for k in ks], [stats[f"pass@{k}"] for k in ks]
+    return curves
 
 
 def plot_pass_at_k(eval_files, out) -> Path:
-    """Mean@K and Pass@K (percent) against K, one line per eval file (Figure 4)."""
+    """Mean@K and Pass@K (percent) against K, one line per eval file and benchmark (Figure 4); the legend
+    reads FOLDER/FILE: BENCHMARK (FOLDER/FILE for a file without benchmark fields)."""
     mean_lines, pass_lines = [], []
-    for i, path in enumerate(map(Path, eval_files)):
-        label, color = "/".join(path.parts[-2:]), COLORS[i % len(COLORS)]
-        ks, means, passes = pass_at_k_curve(path)
-        mean_lines.append(Line(label, color, ks, means, markers=True))
-        pass_lines.append(Line(label, color, ks, passes, markers=True))
+    for path in map(Path, eval_files):
+        for name, (ks, means, passes) in pass_at_k_curves(path).items():
+            label = "/".join(path.parts[-2:]) + (f": {name}" if name else "")
+            color = COLORS[len(mean_lines) % len(COLORS)]
+            mean_lines.append(Line(label, color, ks, means, markers=True))
+            pass_lines.append(Line(label, color, ks, passes, markers=True))
     return draw([Panel("(a) Mean@K (%)", "mean@k", mean_lines), Panel("(b) Pass@K (%)", "pass@k", pass_lines)],
                 out, "K", log2x=True)
 

@@ -3,14 +3,19 @@ import contextlib
 import dataclasses
 import io
 import json
+import math
+from pathlib import Path
 
 import pytest
 
 import eval as eval_cli
+import train as train_cli
+from nanoatr.config import TrainConfig
 from nanoatr.data import TASKS
 from nanoatr.evaluate import summarize, verdicts_by_problem
 from tiny import make_model_dir
 
+ROOT = Path(__file__).resolve().parent.parent
 K, N = 2, 3
 PROBLEMS = {"alpha": [("12+34", "46"), ("5*6", "30"), ("70-8", "62")], "beta": [("9+9", "18"), ("11*3", "33")]}
 
@@ -201,15 +206,41 @@ def test_a_budget_past_the_model_positions_is_one_line(model_dir, data, tmp_path
 
 
 # ----------------------------------------------------------------------------
-# --runs: Table 2 from training runs' logged evaluations, final (best)
+# --runs: Table 2 over seeds from training runs' logged evaluations, final and best
 
-def fake_run(root, name, evals: dict, names=("amc23", "aime24", "aime25"), k=8):
-    """A run directory as train.py leaves it: config.json and metrics.jsonl with eval/ rows (and step rows)."""
+def test_t_quantile_against_the_printed_tables():
+    for df, t in [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (9, 2.262), (19, 2.093), (30, 2.042)]:
+        assert eval_cli.t_quantile_95(df) == pytest.approx(t, abs=5e-4), df
+    assert eval_cli.t_quantile_95(1000) == pytest.approx(1.962, abs=5e-4)  # near the normal's 1.960
+    # the CDF in closed form: df 1 is Cauchy, P(|T| < t) = 2 atan(t) / pi; df 2: t / sqrt(t^2 + 2)
+    assert eval_cli.t_central(1.0, 1) == pytest.approx(0.5)
+    assert eval_cli.t_central(3.0, 2) == pytest.approx(3 / math.sqrt(11))
+    # df 3 and 4 by the series' first terms, at t = sqrt(df) (theta = pi/4, cos^2 = 1/2)
+    assert eval_cli.t_central(math.sqrt(3), 3) == pytest.approx(2 / math.pi * (math.pi / 4 + 0.5))
+    assert eval_cli.t_central(2.0, 4) == pytest.approx(math.sqrt(0.5) * (1 + 0.5 * 0.5))
+
+
+def test_t_interval_by_hand():
+    assert eval_cli.t_interval([40.0, 42.0, 44.0]) == pytest.approx((42.0, 4.303 * 2 / math.sqrt(3)), abs=1e-3)
+    assert eval_cli.t_interval([10.0, 14.0]) == pytest.approx((12.0, 12.706 * math.sqrt(8) / math.sqrt(2)),
+                                                                  abs=1e-3)
+    assert eval_cli.t_interval([7.0]) == (7.0, None)
+
+
+NAMES = ("amc23", "aime24", "aime25")
+
+
+def fake_run(root, name, evals: dict, names=NAMES, k=8, seed=0, clip="kl3", hparams=None, **config):
+    """A run directory as train.py leaves it: config.json (TrainConfig's fields, as train.py writes them) and
+    metrics.jsonl with step rows and eval/ rows. evals: {step: [(mean, pass) per benchmark]}."""
     run = root / name
     run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"eval_k": k, "eval_data": [f"data/{n}.jsonl" for n in names]}))
+    cfg = dataclasses.asdict(TrainConfig(eval_data=[f"data/{n}.jsonl" for n in names], eval_k=k, seed=seed,
+                                         clip=clip, name=name, steps=max(evals), **config))
+    cfg["hparams"] = hparams if hparams is not None else {"kl3": {"delta": 0.07}, "clip": {"eps": 0.2}}[clip]
+    (run / "config.json").write_text(json.dumps(cfg))
     lines = []
-    for step, values in evals.items():  # values: (mean, pass) per benchmark
+    for step, values in evals.items():
         row = {"step": step}
         for n, (m, p) in zip(names, values):
             row.update({f"eval/{n}/mean@{k}": m, f"eval/{n}/pass@{k}": p})
@@ -220,33 +251,188 @@ def fake_run(root, name, evals: dict, names=("amc23", "aime24", "aime25"), k=8):
     return str(run)
 
 
-def test_runs_table_is_table_2_final_and_best(tmp_path, capsys):
+def table_rows(printed: str) -> dict[str, list[str]]:
+    """The rows of a printed table: label -> [n, cells...], cells as 'mean ± half' or 'mean'."""
+    rows = {}
+    for line in printed.splitlines()[2:]:
+        if not line or line.startswith(("evaluation:", "Table")) or ":" in line.split("  ")[0]:
+            break
+        label, rest = line.split("  ", 1)
+        rows[label.strip()] = [c.strip() for c in rest.strip().split("  ") if c.strip()]
+    return rows
+
+
+def seed_runs(root, **config):
+    """kl3 over seeds 0-2 and clip over seeds 0-1, each evaluated at steps 0, 50 and 100 on one benchmark.
+    Step 0 is the model they start from: seed s draws its own samples, equal across the methods."""
+    start = {0: 30.0, 1: 32.0, 2: 34.0}
+    runs = [fake_run(root, f"kl3-s{s}", {0: [(start[s], 50.0)], 50: [(f - 4, 60.0 + s)], 100: [(f, 70.0)]},
+                     names=("amc23",), seed=s, **config)
+            for s, f in [(0, 40.0), (1, 42.0), (2, 44.0)]]
+    runs += [fake_run(root, f"clip-s{s}", {0: [(start[s], 50.0)], 50: [(f, 66.0)], 100: [(f - 2, 64.0)]},
+                      names=("amc23",), seed=s, clip="clip", **config)
+             for s, f in [(0, 10.0), (1, 14.0)]]
+    return runs
+
+
+def test_runs_table_pools_seeds_per_method(tmp_path, capsys):
+    eval_cli.main(["--runs", *seed_runs(tmp_path)])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split() == ["Method", "amc23", "Average"]
+    assert lines[1].split() == ["n"] + ["Mean@8", "(%)", "Pass@8", "(%)"] * 2
+    t2, t3 = 12.706, 4.303  # t quantiles at 1 and 2 degrees of freedom
+    h3 = f"{t3 * 2 / math.sqrt(3):.2f}"  # three seeds with sd 2: 4.97
+    rows = table_rows(out)
+    assert list(rows) == ["Base model (step 0)", "kl3 (delta=0.07) final", "kl3 (delta=0.07) best",
+                          "clip (eps=0.2) final", "clip (eps=0.2) best"]  # the base model's row once
+    # step 0: one value per seed (30, 32, 34: the clip runs' equal ones are not counted again)
+    assert rows["Base model (step 0)"] == ["3"] + [f"32.00 ± {h3}", "50.00 ± 0.00"] * 2
+    assert rows["kl3 (delta=0.07) final"] == ["3"] + [f"42.00 ± {h3}", "70.00 ± 0.00"] * 2
+    # best per run and column: Mean@8 at step 100 (40, 42, 44), Pass@8 at step 100 (70 > 60 + s)
+    assert rows["kl3 (delta=0.07) best"] == ["3"] + [f"42.00 ± {h3}", "70.00 ± 0.00"] * 2
+    # clip: final 8 and 12, best 10 and 14 (step 50), Pass@8 64 final, 66 best: sd of two values 2 apart
+    h2 = f"{t2 * math.sqrt(8) / math.sqrt(2):.2f}"  # 25.41
+    assert rows["clip (eps=0.2) final"] == ["2"] + [f"10.00 ± {h2}", "64.00 ± 0.00"] * 2
+    assert rows["clip (eps=0.2) best"] == ["2"] + [f"12.00 ± {h2}", "66.00 ± 0.00"] * 2
+    assert "evaluation: --eval-k 8, --eval-temperature 1.0, --eval-top-p 1.0, --eval-top-k 0, " \
+           "--eval-max-new-tokens 48" in out
+    assert "95% t-interval over the n seeds" in out and "Table 1 of" not in out
+
+
+def test_runs_table_of_three_benchmarks_averages_per_seed(tmp_path, capsys):
+    """The Average columns: per seed the files' average (eval/mean@k), then over seeds; final and best."""
     run = fake_run(tmp_path, "atr", {0: [(28.0, 48.0), (6.0, 13.0), (4.0, 20.0)],
                                      50: [(42.0, 70.0), (14.0, 30.0), (10.0, 20.0)],
                                      100: [(40.0, 72.0), (13.0, 26.0), (12.0, 30.0)]})
     eval_cli.main(["--runs", run])
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["Run", "amc23", "aime24", "aime25", "Average"]
-    assert lines[1].split() == ["Mean@8", "(%)", "Pass@8", "(%)"] * 4
-    assert lines[2].split() == ["atr", "(step", "0)", "28.00", "48.00", "6.00", "13.00", "4.00", "20.00",
-                                "12.67", "27.00"]
-    # final = step 100; best = per column over steps 50 and 100 (the average's best is its own best step)
-    assert lines[3].split() == ["atr", "(step", "100)", "40.00", "(42.00)", "72.00", "(72.00)", "13.00", "(14.00)",
-                                "26.00", "(30.00)", "12.00", "(12.00)", "30.00", "(30.00)", "21.67", "(22.00)",
-                                "42.67", "(42.67)"]
-    assert "final (best)" in lines[-1]
+    rows = table_rows(capsys.readouterr().out)
+    assert rows["Base model (step 0)"] == ["1", "28.00", "48.00", "6.00", "13.00", "4.00", "20.00", "12.67",
+                                           "27.00"]
+    assert rows["kl3 (delta=0.07) final"] == ["1", "40.00", "72.00", "13.00", "26.00", "12.00", "30.00", "21.67",
+                                              "42.67"]
+    # best = per column over steps 50 and 100 (the average's best is its own best step: 22.00 at step 50)
+    assert rows["kl3 (delta=0.07) best"] == ["1", "42.00", "72.00", "14.00", "30.00", "12.00", "30.00", "22.00",
+                                             "42.67"]
+
+
+@pytest.mark.parametrize("setting, value, named", [
+    ("eval_temperature", 0.3, "--eval-temperature 0.3"),
+    ("eval_top_p", 0.95, "--eval-top-p 0.95"),
+    ("eval_max_new_tokens", 64, "--eval-max-new-tokens 64"),
+    ("eval_limit", 10, "--eval-limit 10"),
+    ("eval_k", 4, "--eval-k 4"),
+    ("eval_data", ["other/amc23.jsonl"], '--eval-data ["other/amc23.jsonl"]'),
+    ("model", "models/Qwen3-8B", "--model models/Qwen3-8B"),
+])
+def test_runs_evaluated_otherwise_get_their_own_table(tmp_path, capsys, setting, value, named):
+    """A run evaluated at temperature 0.3 was put beside one at 1.0 without a word: now each evaluation has
+    its own table (and base-model row), headed by the settings that differ."""
+    first = fake_run(tmp_path, "a", {0: [(30.0, 50.0)], 10: [(40.0, 60.0)]}, names=("amc23",))
+    other = {"eval_data": value} if setting == "eval_data" else {setting: value}
+    k = value if setting == "eval_k" else 8
+    second = fake_run(tmp_path, "b", {0: [(20.0, 40.0)], 10: [(25.0, 45.0)]}, names=("amc23",), k=k,
+                      **({} if setting in ("eval_k", "eval_data") else other))
+    if setting == "eval_data":
+        config = json.loads((tmp_path / "b/config.json").read_text())
+        (tmp_path / "b/config.json").write_text(json.dumps({**config, **other}))
+    eval_cli.main(["--runs", first, second])
+    out = capsys.readouterr().out
+    tables = out.split("\n\n")
+    default = {"eval_temperature": "1.0", "eval_top_p": "1.0", "eval_max_new_tokens": "48", "eval_limit": "0",
+               "eval_k": "8", "eval_data": '["data/amc23.jsonl"]', "model": TrainConfig().model}[setting]
+    assert tables[0].startswith(f"Table 1 of 2: evaluated with {named.split()[0]} {default}\n")
+    assert tables[1].startswith(f"Table 2 of 2: evaluated with {named}\n")
+    assert [list(table_rows(t.split("\n", 1)[1])) for t in tables[:2]] == \
+        [["Base model (step 0)", "kl3 (delta=0.07) final", "kl3 (delta=0.07) best"]] * 2
+    assert table_rows(tables[1].split("\n", 1)[1])["Base model (step 0)"][:3] == ["1", "20.00", "40.00"]
+
+
+def test_a_training_setting_that_differs_is_named_in_the_label(tmp_path, capsys):
+    runs = [fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 5: [(3.0, 4.0)]}, names=("amc23",), lr=1e-4),
+            fake_run(tmp_path, "b", {0: [(1.0, 2.0)], 5: [(5.0, 6.0)]}, names=("amc23",), lr=3e-5),
+            fake_run(tmp_path, "c", {0: [(1.0, 2.0)], 5: [(7.0, 8.0)]}, names=("amc23",), hparams={"delta": 0.1}),
+            fake_run(tmp_path, "d", {0: [(1.0, 2.0)], 5: [(9.0, 8.0)]}, names=("amc23",), seed=1,
+                     device="cuda:3")]
+    eval_cli.main(["--runs", *runs])
+    rows = table_rows(capsys.readouterr().out)
+    # lr and delta make methods; where a run ran (--device) does not: a and d are one method over two seeds
+    assert {label: cells[:2] for label, cells in rows.items()} == {
+        "Base model (step 0)": ["2", "1.00 ± 0.00"],
+        "kl3 (delta=0.07, lr=0.0001) final": ["2", "6.00 ± 38.12"],  # 3 and 9: 12.706 * sd 4.243 / sqrt(2)
+        "kl3 (delta=0.07, lr=0.0001) best": ["2", "6.00 ± 38.12"],
+        "kl3 (delta=0.07, lr=3e-05) final": ["1", "5.00"], "kl3 (delta=0.07, lr=3e-05) best": ["1", "5.00"],
+        "kl3 (delta=0.1, lr=0.0001) final": ["1", "7.00"], "kl3 (delta=0.1, lr=0.0001) best": ["1", "7.00"]}
+
+
+def test_two_runs_of_one_method_and_seed_are_refused(tmp_path, capsys):
+    a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 5: [(3.0, 4.0)]}, names=("amc23",))
+    b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)], 5: [(5.0, 6.0)]}, names=("amc23",), device="cuda:1")
+    with pytest.raises(SystemExit):
+        eval_cli.main(["--runs", a, b])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --runs: a and b are both kl3 (delta=0.07) at seed 0: each method's rows pool one run "
+                   "per seed"]
+
+
+def test_changes_on_resume_and_unfinished_runs_are_in_the_notes(tmp_path, capsys):
+    a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 16: [(3.0, 4.0)]}, names=("amc23",))
+    config = json.loads((tmp_path / "a/config.json").read_text())
+    config["changes"] = [{"step": 16, "steps": 40, "eval_every": 8}]
+    (tmp_path / "a/config.json").write_text(json.dumps(config))
+    b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)], 20: [(5.0, 6.0)]}, names=("amc23",), seed=1)
+    with open(tmp_path / "b/metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 10, "changes": ["--max-new-tokens 48 -> 64"]}) + "\n")
+    config = json.loads((tmp_path / "b/config.json").read_text())
+    (tmp_path / "b/config.json").write_text(json.dumps({**config, "steps": 30}))
+    eval_cli.main(["--runs", a, b])
+    notes = capsys.readouterr().out.splitlines()
+    assert "a: changed on resume at step 16: steps 40, eval_every 8" in notes
+    assert "b: changed on resume at step 10: --max-new-tokens 48 -> 64" in notes
+    assert "b: last evaluation at step 20 of 30 (not finished)" in notes
+    assert not any(line.startswith("a: last evaluation") for line in notes)
 
 
 def test_runs_table_errors_are_one_line(tmp_path, capsys):
     a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)] * 3})
-    b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)] * 2}, names=("amc23", "aime24"))
-    for argv, message in [(["--runs", a, b], "evaluated ['amc23', 'aime24'] at k 8, the runs before it"),
-                          (["--runs", a, "--k", "4"], "--k would be ignored"),
-                          (["--runs", str(tmp_path / "none")], "no metrics.jsonl")]:
+    (tmp_path / "noconfig").mkdir()
+    (tmp_path / "noconfig/metrics.jsonl").write_text("")
+    b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)] * 3})
+    metrics = (tmp_path / "b/metrics.jsonl").read_text()
+    (tmp_path / "b/metrics.jsonl").write_text(metrics.replace('"eval/aime24/pass@8": 2.0',
+                                                              '"eval/aime24/pass@8": null'))
+    for argv, message in [(["--runs", a, "--k", "4"], "--k would be ignored"),
+                          (["--runs", str(tmp_path / "none")], "no metrics.jsonl"),
+                          (["--runs", str(tmp_path / "noconfig")], "noconfig: no config.json"),
+                          (["--runs", b], "the evaluation of step 0 has no number eval/aime24/pass@8")]:
         with pytest.raises(SystemExit):
             eval_cli.main(argv)
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_runs_table_from_tiny_train_runs(tmp_path, capsys):
+    """What train.py writes is what --runs reads: two methods over two seeds, one step each."""
+    for clip in ("kl3", "clip"):
+        for seed in (0, 1):
+            train_cli.main(["--model", str(ROOT / "data/tiny-qwen3"), "--data",
+                            str(ROOT / "data/arith/train.jsonl"), "--eval-data",
+                            str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "4",
+                            "--eval-k", "2", "--prompts-per-step", "2", "--group-size", "2",
+                            "--max-new-tokens", "8", "--steps", "1", "--no-compile", "--clip", clip,
+                            "--seed", str(seed), "--out-dir", str(tmp_path), "--name", f"{clip}-{seed}"])
+    capsys.readouterr()
+    eval_cli.main(["--runs", *(str(tmp_path / f"{c}-{s}") for c in ("kl3", "clip") for s in (0, 1))])
+    out = capsys.readouterr().out
+    rows = table_rows(out)
+    assert list(rows) == ["Base model (step 0)", "kl3 (delta=0.07) final", "kl3 (delta=0.07) best",
+                          "clip (eps=0.2) final", "clip (eps=0.2) best"]
+    assert all(cells[0] == "2" and len(cells) == 5 for cells in rows.values()), rows
+    finals = [[r for r in map(json.loads, (tmp_path / f"kl3-{s}/metrics.jsonl").open())
+               if r.get("step") == 1 and "eval/mean@2" in r][0]["eval/heldout/mean@2"] for s in (0, 1)]
+    assert rows["kl3 (delta=0.07) final"][1].startswith(f"{(finals[0] + finals[1]) / 2:.2f}")
+    assert "evaluation: --eval-k 2, --eval-temperature 1.0, --eval-top-p 1.0, --eval-top-k 0, " \
+           "--eval-max-new-tokens 8" in out
 
 
 def test_progress_bar_stays_out_of_a_pipe(model_dir, data, tmp_path, capfd):

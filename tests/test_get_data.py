@@ -219,3 +219,53 @@ def test_an_interrupted_run_leaves_the_previous_files(capsys, monkeypatch, hub, 
     code, _, err = run(capsys, "--from-dir", str(hub), "--out", str(out), "--sft-size", "3", "--sft-heldout", "1")
     assert code == 130 and one_error(err).startswith("error: interrupted")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temp file left, nothing half-written
+
+
+def test_a_missing_from_dir_is_one_line_saying_so(capsys, tmp_path):
+    code, _, err = run(capsys, "--from-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"))
+    assert code == 2 and one_error(err) == f"error: --from-dir {tmp_path / 'nowhere'}: no such directory"
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_flat_folder_lists_its_files_and_the_expected_layout(capsys, hub, tmp_path):
+    """The files straight in DIR (not DIR/REPO/PATH): the line names what is there and where it should be;
+    --source, which names another repository, cannot fix a layout and is not offered."""
+    flat = tmp_path / "flat"
+    (flat / "more").mkdir(parents=True)
+    parquet = hub / "BytedTsinghua-SIA/DAPO-Math-17k/data/dapo-math-17k.parquet"
+    (flat / "dapo-math-17k.parquet").write_bytes(parquet.read_bytes())
+    for name in ("a.txt", "b.txt", "c.txt", "more/d.txt", "more/e.txt"):
+        (flat / name).write_text("")
+    code, _, err = run(capsys, "--from-dir", str(flat), "--out", str(tmp_path / "o"), "--datasets", "dapo-math-17k")
+    line = one_error(err)
+    assert code == 2 and line.startswith(f"error: {flat}/BytedTsinghua-SIA/DAPO-Math-17k: no data file matches "
+                                         "'data/dapo-math-17k.parquet' (nor 'data/dapo-math-17k.jsonl')")
+    expected = flat / "BytedTsinghua-SIA/DAPO-Math-17k/data/dapo-math-17k.parquet"
+    assert f"expects the hub's files as DIR/REPO/PATH: {expected};" in line
+    assert line.endswith(f"files under {flat}: a.txt, b.txt, c.txt, dapo-math-17k.parquet, more/d.txt, ...")
+    assert "--source" not in line
+
+
+def test_an_empty_folder_says_it_is_empty(capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(capsys, "--from-dir", str(tmp_path / "empty"), "--datasets", "aime25", "--out",
+                       str(tmp_path / "o"))
+    assert code == 2 and one_error(err).endswith(f"{tmp_path / 'empty'} holds no file")
+
+
+def test_a_dapo_jsonl_in_the_documented_layout_is_read_as_the_parquet(capsys, hub, tmp_path):
+    """DIR/BytedTsinghua-SIA/DAPO-Math-17k/data/dapo-math-17k.jsonl, the parquet's rows as JSON lines (what
+    pandas' to_json(orient='records', lines=True) writes): the same output file as from the parquet."""
+    code, _, err = run(capsys, "--from-dir", str(hub), "--out", str(tmp_path / "from-parquet"), "--datasets",
+                       "dapo-math-17k")
+    assert code == 0, err
+    folder = hub / "BytedTsinghua-SIA/DAPO-Math-17k/data"
+    rows = pq.read_table(folder / "dapo-math-17k.parquet").to_pylist()
+    (folder / "dapo-math-17k.parquet").unlink()
+    (folder / "dapo-math-17k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, stdout, err = run(capsys, "--from-dir", str(hub), "--out", str(tmp_path / "from-jsonl"), "--datasets",
+                            "dapo-math-17k")
+    assert code == 0, err
+    assert "dapo-math-17k: 2 prompts (11 rows: 9 repeats dropped)" in stdout
+    assert (tmp_path / "from-jsonl/dapo-math-17k.jsonl").read_bytes() == \
+        (tmp_path / "from-parquet/dapo-math-17k.jsonl").read_bytes()

@@ -34,8 +34,9 @@ def test_data_sft_rl_table(tmp_path, capsys):
     capsys.readouterr()
     eval_cmd.main(["--runs", str(runs / "rl")])
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["Run", "amc23", "aime24", "aime25", "Average"]
-    assert table[2].startswith("rl (step 0)") and table[3].startswith("rl (step 2)") and "(" in table[3][12:]
+    assert table[0].split() == ["Method", "amc23", "aime24", "aime25", "Average"]
+    assert [line.split("  ")[0] for line in table[2:5]] == ["Base model (step 0)", "kl3 (delta=0.07) final",
+                                                            "kl3 (delta=0.07) best"]
     summary = eval_cmd.main(["--model", str(runs / "rl/checkpoint"), "--data", *benchmarks, "--limit", "4",
                              "--k", "2", "--out", str(tmp_path / "eval.jsonl")])
     assert set(summary) == {"amc23", "aime24", "aime25"}

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from plot import default_ks, main, moving_average, pass_at_k_curve, plot_pass_at_k, plot_runs, series  # noqa: E402
+from plot import (default_ks, main, moving_average, pass_at_k_curves, plot_pass_at_k, plot_runs,  # noqa: E402
+                  series)
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -125,16 +126,53 @@ def write_completions(path, correct_counts, n):
 
 def test_pass_at_k_curve(tmp_path):
     completions = write_completions(tmp_path / "c.jsonl", [0, 1, 8], n=8)
-    ks, means, passes = pass_at_k_curve(completions)
+    ks, means, passes = pass_at_k_curves(completions)[None]  # rows without a benchmark field: one curve
     assert ks == [1, 2, 4, 8]
     assert means == pytest.approx([100 * 9 / 24] * 4)
     assert passes[0] == pytest.approx(100 * 9 / 24) and passes[-1] == pytest.approx(200 / 3)
     (tmp_path / "e.jsonl").write_text('{"foo": 1}\n')
     with pytest.raises(ValueError, match="no eval rows"):
-        pass_at_k_curve(tmp_path / "e.jsonl")
-    (tmp_path / "d.jsonl").write_text(completions.read_text() * 2)  # two benchmarks mixed up
+        pass_at_k_curves(tmp_path / "e.jsonl")
+    (tmp_path / "d.jsonl").write_text(completions.read_text() * 2)  # two files concatenated
     with pytest.raises(ValueError, match="d.jsonl: repeated sample"):
-        pass_at_k_curve(tmp_path / "d.jsonl")
+        pass_at_k_curves(tmp_path / "d.jsonl")
+
+
+def write_benchmarks(path, correct_counts: dict, n):
+    """An `eval.py --data a b c --out` file: its settings line, then rows whose problem ids restart per file."""
+    rows = [{"benchmark": name, "problem_id": p, "sample": j, "correct": j < c} for name, counts in
+            correct_counts.items() for p, c in enumerate(counts) for j in range(n)]
+    path.write_text(json.dumps({"settings": {"k": n}}) + "\n" + "".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_pass_at_k_curve_keys_problems_by_benchmark(tmp_path):
+    """eval.py --data amc23 aime24 aime25 numbers the problems of each file from 0: the curve of each
+    benchmark is its own (it was `repeated sample 0 of problem 0`)."""
+    path = write_benchmarks(tmp_path / "e.jsonl", {"amc23": [0, 4], "aime24": [2, 2, 4]}, n=4)
+    curves = pass_at_k_curves(path)
+    assert list(curves) == ["amc23", "aime24"]
+    ks, means, passes = curves["amc23"]
+    assert ks == [1, 2, 4] and means == pytest.approx([50.0] * 3) and passes == pytest.approx([50.0] * 3)
+    ks, means, passes = curves["aime24"]
+    # Pass@2 of a problem with 2 of 4 right: 1 - C(2,2)/C(4,2) = 5/6
+    assert ks == [1, 2, 4] and means == pytest.approx([200 / 3] * 3)
+    assert passes == pytest.approx([200 / 3, 100 * (5 / 6 + 5 / 6 + 1) / 3, 100.0])
+    no_field = write_completions(tmp_path / "c.jsonl", [0, 8], n=8)  # rows without a benchmark field
+    assert list(pass_at_k_curves(no_field)) == [None]
+    (tmp_path / "d.jsonl").write_text(path.read_text() + path.read_text().splitlines(keepends=True)[1])
+    with pytest.raises(ValueError, match="d.jsonl: amc23: repeated sample 0 of problem 0"):
+        pass_at_k_curves(tmp_path / "d.jsonl")
+
+
+@draws
+def test_pass_at_k_figure_has_one_line_per_benchmark(tmp_path, capsys):
+    path = write_benchmarks(tmp_path / "e.jsonl", {"amc23": [0, 4], "aime24": [2, 2, 4], "aime25": [1]}, n=4)
+    main(["--passk", str(path)])
+    got = lines_of(tmp_path / "passk.svg")
+    label = "/".join(path.parts[-2:])
+    assert got == {f"{label}: {b}|{m}": 3 for b in ("amc23", "aime24", "aime25") for m in ("mean@k", "pass@k")}
+    assert "wrote" in capsys.readouterr().out
 
 
 @draws
