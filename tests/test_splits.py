@@ -1,13 +1,17 @@
 """Held out means held out: no evaluation problem of an embedded task is a training or RL problem up to its
 key (nanoatr.data.arith_key, countdown_key: the numbers as a multiset and the answer or target), and no
 evaluation problem comes twice, within a split or across them."""
+import sys
 from pathlib import Path
 
 import pytest
 
 from nanoatr.data import Problem, arith_key, countdown_key, load_problems
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "data"
+sys.path.insert(0, str(ROOT / "scripts"))
+import split_overlap  # noqa: E402  (scripts/split_overlap.py)
 
 # (directory, key, the splits trained on, the evaluation splits); countdown's rl.jsonl is a subset of
 # train.jsonl (the pool the SFT warm-start's pass-rate filter chose from), both are listed
@@ -59,3 +63,12 @@ def test_countdown_key_is_the_numbers_and_the_target():
     assert countdown_key(Problem("2,2,5,8:19", "2,2,5,8:19")) != countdown_key(Problem("2,5,8,8:19", "2,5,8,8:19"))
     with pytest.raises(ValueError, match="not a Countdown problem"):
         countdown_key(Problem("63*15", "945"))
+
+
+def test_split_overlap_prints_the_documented_figures():
+    """scripts/split_overlap.py, whose figures data/make_default.py quotes: the clean held-out split shares
+    no key with train.jsonl, but 137 of its 256 problems share one with the warm-start's SFT stream."""
+    lines = split_overlap.report("arith", DATA, 750)
+    assert lines[0] == ("arith heldout: 256 problems; sharing a key with train 0; repeats 0; "
+                        "sharing a key with the warm-start's stream (750 x 64) 137")
+    assert lines[1].startswith("arith val: 128 problems; sharing a key with train 0; repeats 0;")
