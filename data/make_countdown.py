@@ -1,14 +1,34 @@
 r"""Build the Countdown task from scratch: the task files, the tokenizer, the warm-start policy.
 
-    python data/make_countdown.py          # about 12 minutes on one CPU core
+    python data/make_countdown.py                  # about 12 minutes on one CPU core
+    python data/make_countdown.py --only-splits    # train, heldout and val alone, byte for byte (seconds)
 
 Writes
     data/countdown/train.jsonl          the pool of training problems {"problem": "3,8,5,2:19", "answer": "3,8,5,2:19"}
     data/countdown/rl.jsonl             the RL prompts (--task countdown): the pool's problems the warm-start
                                         solves sometimes but not always (1-7 of 8 samples)
-    data/countdown/heldout.jsonl        held-out test problems (never trained on, by SFT or RL)
-    data/countdown/val.jsonl            problems only used to print progress during the warm-start
+    data/countdown/heldout.jsonl        held-out test problems: none is a pool (so an RL) problem up to its key
+    data/countdown/val.jsonl            validation problems, as clean, for choosing settings
     data/tiny-qwen3-countdown/          config.json, model.safetensors, tokenizer.json, tokenizer_config.json
+
+The splits. A first draw (seed --seed) gives held-out, validation and pool problems, in this order,
+disjoint as strings; train.jsonl is its pool. Its held-out and validation parts were the shipped ones
+until issue 38 found 119 of the 256 held-out problems (95 of them RL prompts) and 65 of the 128
+validation ones to be pool problems up to the order of their numbers. They are retired: only the
+warm-start below still uses them, as the shipped policy was made. heldout.jsonl and val.jsonl are drawn
+afresh (seed --seed + EVAL_SEED) by the same generator, redrawing a problem whose key (nanoatr.data.
+countdown_key: the numbers as a multiset and the target) is a pool problem's or was drawn already
+(fresh_problem); make_countdown_transfer.py then draws the transfer split clear of all three. This
+changes what the held-out split holds: the pool, 4096 draws of the same law, holds the problems the law
+draws most often (about 46% of its mass: 119 of the 256 retired held-out draws), which are those with
+many solutions, so the problems left are harder. New against retired held-out split: a median of 56
+solutions against 74 and targets above 50 25.4% against 11.7% (make_countdown_transfer.py --describe),
+the shipped warm-start's Mean@8 10.0% against 20.3%, Pass@8 44.1% against 60.2% (scripts/measure_task.py
+--task countdown [--data FILE]; the retired files are at commit 7e9adfe).
+What the warm-start saw: a stream of search traces from the same generator (seed --seed + 1) that
+skips the first draw's held-out and validation questions, as strings, and nothing else: 225 of the
+256 held-out problems share a key with one of its 1050 x 64 problems (237 of the retired ones; the
+transfer split 92; scripts/split_overlap.py). The held-out split is unseen by RL, not by the warm-start.
 
 The task (`--task countdown`; the reward is nanoatr/verifier/countdown.py): reach the target from four
 numbers 1-10 with + - * /, each number used exactly once; the prompt is "3,8,5,2:19=" and any correct
@@ -40,7 +60,8 @@ rewards are equal has zero advantage everywhere, so it costs a rollout and a bac
 nothing; 42% of the pool is never solved and 0.3% always. Measured over the first 10 steps of Clip
 at the sweep's settings (seed 0): groups with all 8 wrong fall from 48% to 28% of the rollout and the
 training accuracy is 35% instead of 17%; held-out Mean@8 after 10 steps 25.2 against 23.5 (one run
-each: within the noise). The held-out file is NOT filtered: it measures the whole task.
+each: within the noise; on the retired held-out split, before issue 38). The held-out file is NOT
+filtered: it measures the whole task.
 `--only-filter` redoes this step alone from the shipped files (about 2.5 minutes on one core).
 """
 import argparse
@@ -57,12 +78,14 @@ sys.path.insert(0, str(HERE))
 
 from make_default import TOKENIZER_CONFIG, build_tokenizer  # noqa: E402
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
-from nanoatr.data import TASKS, Problem, load_problems, save_problems  # noqa: E402
+from nanoatr.data import TASKS, Problem, countdown_key, load_problems, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
 from nanoatr.tokenizer import load_tokenizer, eos_token_ids  # noqa: E402
 
-SIZES = {"heldout": 256, "val": 128, "train": 4096}  # drawn in this order, disjoint by question
+SIZES = {"heldout": 256, "val": 128, "train": 4096}  # the first draw, in this order, disjoint by question
+EVAL_SIZES = {"heldout": 256, "val": 128}            # the evaluation splits, drawn afresh (issue 38)
+EVAL_SEED = 1000                                     # their seed is --seed + EVAL_SEED
 FILTER_SAMPLES, FILTER_SEED = 8, 12345  # the pass-rate filter: samples per problem, and their seed
 BOXED = "\\boxed{"
 
@@ -202,7 +225,7 @@ def make_problem(rng: random.Random, spec: Spec) -> tuple[str, str, str]:
 
 
 def make_splits(seed: int, sizes: dict[str, int], spec: Spec) -> dict[str, list[tuple[str, str, str]]]:
-    """Disjoint splits by question, drawn in order (as make_default.make_splits)."""
+    """The first draw: splits disjoint by question, drawn in order (train.jsonl is its "train")."""
     rng, seen, splits = random.Random(seed), set(), {}
     for name, n in sizes.items():
         rows = []
@@ -213,6 +236,23 @@ def make_splits(seed: int, sizes: dict[str, int], spec: Spec) -> dict[str, list[
                 rows.append((q, a, s))
         splits[name] = rows
     return splits
+
+
+def fresh_problem(rng: random.Random, spec: Spec, taken: set) -> tuple[str, str, str]:
+    """A problem of make_problem's law whose key (countdown_key) is not in `taken`, then added to it."""
+    while True:
+        question, answer, solution = make_problem(rng, spec)
+        key = countdown_key(Problem(question, answer))
+        if key not in taken:
+            taken.add(key)
+            return question, answer, solution
+
+
+def eval_splits(seed: int, train: list[tuple[str, str, str]], spec: Spec) -> dict[str, list[tuple]]:
+    """heldout.jsonl and val.jsonl, in this order: EVAL_SIZES fresh problems, none a pool problem up to its
+    key and no two with one key."""
+    rng, taken = random.Random(seed + EVAL_SEED), {countdown_key(Problem(q, a)) for q, a, _ in train}
+    return {name: [fresh_problem(rng, spec, taken) for _ in range(n)] for name, n in EVAL_SIZES.items()}
 
 
 def sft_stream(seed: int, exclude: set[str], spec: Spec):
@@ -274,6 +314,7 @@ def main():
     ap.add_argument("--check-every", type=int, default=150, help="steps between validation prints")
     ap.add_argument("--data-dir", default=str(HERE / "countdown"), help="where to write the splits")
     ap.add_argument("--out", default=str(HERE / "tiny-qwen3-countdown"), help="where to write the policy and tokenizer")
+    ap.add_argument("--only-splits", action="store_true", help="only write DATA_DIR's train, heldout and val")
     ap.add_argument("--only-filter", action="store_true",
                     help="only rewrite DATA_DIR/rl.jsonl from DATA_DIR/train.jsonl and the policy in OUT")
     args = ap.parse_args()
@@ -286,8 +327,12 @@ def main():
     spec = Spec(args.numbers, 1, args.high, args.max_value, args.min_target, args.format, args.attempts)
     task = TASKS["countdown"]
 
-    for name, rows in make_splits(args.seed, SIZES, spec).items():
+    first = make_splits(args.seed, SIZES, spec)
+    splits = {"train": first["train"], **eval_splits(args.seed, first["train"], spec)}
+    for name, rows in splits.items():
         save_problems(data / f"{name}.jsonl", [Problem(q, a) for q, a, _ in rows])
+    if args.only_splits:
+        return
     out.mkdir(parents=True, exist_ok=True)
     build_tokenizer().save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
@@ -297,13 +342,15 @@ def main():
     init_weights(model, seed=args.seed)
     print(f"warm-start of a {model.num_parameters() / 1e6:.2f}M-parameter Qwen3 on Countdown ({vars(spec)}; "
           f"{args.steps} steps)", flush=True)
-    val = load_problems(data / "val.jsonl")
-    heldout = load_problems(data / "heldout.jsonl")
-    stream = sft_stream(args.seed + 1, {p.question for p in val + heldout}, spec)
+    # as the shipped policy was made: the first draw's validation problems for the progress prints, its
+    # held-out and validation questions left out of the stream (the splits redrawn since are not used here)
+    val = [Problem(q, a) for q, a, _ in first["val"]]
+    stream = sft_stream(args.seed + 1, {q for q, _, _ in first["heldout"] + first["val"]}, spec)
     steps = sft.warm_start(model, tok, stream, val, sft.Recipe(lr=args.lr), batch_size=args.batch_size,
                            max_steps=args.steps, check_every=args.check_every, max_new_tokens=task.max_new_tokens,
                            done=lambda step, acc: step >= args.steps, reward=task.reward)
     model.save_pretrained(out)
+    heldout = load_problems(data / "heldout.jsonl")
     summary = evaluate(model, tok, heldout, k=8, max_new_tokens=task.max_new_tokens, temperature=1.0,
                        progress=False, reward=task.reward)[0]
     print(f"saved {out} after {steps} steps: held-out mean@8 {summary['mean@8']:.1f}%  pass@8 "

@@ -8,7 +8,9 @@ held-out) shares that law. This split keeps the numbers (four, uniform in 1..10)
 UNIFORMLY from 10..100 among those the numbers can make under the task's own rules (the reward's:
 + - * /, each number once, any intermediate value, fractions included). Targets that a random path
 seldom reaches, and that have few solutions, weigh as much as easy ones. No problem repeats one of
-make_countdown.py's splits (same numbers in any order and the same target).
+make_countdown.py's splits up to its key (nanoatr.data.countdown_key: the numbers in any order and the
+same target). When issue 38 redrew the held-out and validation splits, this one changed with them (the
+same law and seed; other problems to avoid), though it never shared a key with the pool.
 
 How the two laws differ is printed (`--describe`, and docs/results.md has the figures): the number of
 solutions a problem has under make_countdown.py's step rules (positive integers <= 100 at every step,
@@ -30,7 +32,7 @@ sys.path.insert(0, str(HERE.parent))  # run from anywhere without installing
 sys.path.insert(0, str(HERE))
 
 from make_countdown import solutions  # noqa: E402  (the generator's step rules, for --describe)
-from nanoatr.data import Problem, load_problems, save_problems  # noqa: E402
+from nanoatr.data import Problem, countdown_key, load_problems, save_problems  # noqa: E402
 
 SIZE, SEED = 256, 20261125
 LOW, HIGH, N_NUMBERS = 1, 10, 4          # the numbers, as make_countdown.py draws them
@@ -85,15 +87,10 @@ def integer_reachable(numbers: tuple) -> set:
     return out
 
 
-def key(question: str) -> tuple:
-    """A problem up to the order of its numbers: ((sorted numbers), target)."""
-    numbers, _, target = question.partition(":")
-    return tuple(sorted(int(n) for n in numbers.split(","))), int(target)
-
-
 def make_transfer(seed: int, size: int, exclude: set) -> list[str]:
     """`size` questions 'n1,n2,n3,n4:target': numbers uniform in LOW..HIGH, the target uniform over
-    MIN_TARGET..MAX_TARGET among the values the numbers can make; none whose key is in `exclude`, none twice."""
+    MIN_TARGET..MAX_TARGET among the values the numbers can make; none whose key (countdown_key) is in
+    `exclude`, none twice."""
     rng, seen, out = random.Random(seed), set(exclude), []
     while len(out) < size:
         numbers = [rng.randint(LOW, HIGH) for _ in range(N_NUMBERS)]
@@ -102,8 +99,9 @@ def make_transfer(seed: int, size: int, exclude: set) -> list[str]:
         if not targets:
             continue
         question = ",".join(map(str, numbers)) + f":{rng.choice(targets)}"
-        if key(question) not in seen:
-            seen.add(key(question))
+        key = countdown_key(Problem(question, question))
+        if key not in seen:
+            seen.add(key)
             out.append(question)
     return out
 
@@ -113,14 +111,14 @@ def describe(name: str, questions: list[str]) -> dict:
     step rules, targets above 50, targets only reachable through a fraction or a value outside 1..100."""
     counts, integer_only = [], 0
     for q in questions:
-        numbers, target = key(q)
+        numbers, target = countdown_key(Problem(q, q))
         counts.append(len(solutions(list(numbers), target, MAX_TARGET)))
         integer_only += target in integer_reachable(numbers)
     n = len(questions)
     row = {"split": name, "problems": n, "median solutions": statistics.median(counts),
            "mean solutions": round(statistics.fmean(counts), 1),
            "<= 8 solutions (%)": round(100 * sum(c <= 8 for c in counts) / n, 1),
-           "target > 50 (%)": round(100 * sum(key(q)[1] > 50 for q in questions) / n, 1),
+           "target > 50 (%)": round(100 * sum(int(q.split(":")[1]) > 50 for q in questions) / n, 1),
            "solvable with integer steps <= 100 (%)": round(100 * integer_only / n, 1)}
     print(json.dumps(row), flush=True)
     return row
@@ -138,7 +136,8 @@ def main():
     args = ap.parse_args()
     data = Path(args.data_dir)
     try:
-        exclude = {key(p.question) for split in ("train", "val", "heldout") for p in load_problems(data / f"{split}.jsonl")}
+        exclude = {countdown_key(p) for split in ("train", "val", "heldout")
+                   for p in load_problems(data / f"{split}.jsonl")}
     except ValueError as e:
         raise SystemExit(f"error: {e} (make the splits first: python data/make_countdown.py)") from None
     questions = make_transfer(args.seed, args.size, exclude)

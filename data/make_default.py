@@ -1,22 +1,38 @@
 """Build the embedded default from scratch: the task files, the tokenizer, the warm-start policy.
 
-    python data/make_default.py            # about 3-6 minutes on 2 CPU cores
+    python data/make_default.py                  # about 3-6 minutes on 2 CPU cores
+    python data/make_default.py --only-splits    # the task files alone, byte for byte (a second)
 
 Writes
     data/arith/train.jsonl      RL prompts (question + gold answer only; RL never sees a solution)
-    data/arith/heldout.jsonl    held-out test problems (never trained on, by SFT or RL)
-    data/arith/val.jsonl        problems used only to decide when the warm-start stops
+    data/arith/heldout.jsonl    held-out test problems: none is a training problem up to its key
+    data/arith/val.jsonl        validation problems, as clean, for choosing settings (not the held-out ones)
     data/tiny-qwen3/            config.json, model.safetensors, tokenizer.json, tokenizer_config.json
 
+The splits. A first draw (seed --seed) gives held-out, validation and training problems, in this order,
+disjoint as strings; train.jsonl is its training part. Its held-out and validation parts were the
+shipped ones until issue 38 found 26 of the 256 held-out problems (23 of 128 validation) to be training
+problems up to the order of their numbers ('15*63' against '63*15'). They are retired: only the
+warm-start below still uses them, as the shipped policy was made. heldout.jsonl and val.jsonl are drawn
+afresh (seed --seed + EVAL_SEED) by the same generator, redrawing a problem whose key (nanoatr.data.arith_key:
+the numbers as a multiset and the answer) is a training problem's or was drawn already (fresh_problem).
+What the warm-start saw: a stream of worked solutions from the same generator (seed --seed + 1) that
+skips the first draw's held-out and validation questions, as strings, and nothing else. So, up to the
+key, it saw nearly every multiplication of any split: 137 of the 256 held-out problems (133 of its 136
+multiplications) share a key with one of the first 750 x 64 problems of that stream (a rebuild stops at
+step 750; the shipped policy's count of steps is not recorded; scripts/split_overlap.py). The held-out
+split is unseen by RL, not by the warm-start.
+
 The policy is a ~0.8M-parameter Qwen3 trained by supervised learning on worked solutions (the
-paper's formatting SFT; the loop is sft.py's, the one sft.py runs on real checkpoints) until its validation accuracy (4 samples at temperature 1) first reaches
---target. Stopping on a measured accuracy, not a step count, keeps the starting point where RL has
-room to show a gain: accuracy jumps late in this training, so a fixed step count over- or undershoots.
+paper's formatting SFT; the loop is sft.py's, the one sft.py runs on real checkpoints) until its accuracy
+on the first draw's validation problems (4 samples at temperature 1) first reaches --target. Stopping on
+a measured accuracy, not a step count, keeps the starting point where RL has room to show a gain:
+accuracy jumps late in this training, so a fixed step count over- or undershoots.
 
 A rebuild writes the task files byte for byte, but not the shipped policy, which was made at commit
-a129ecd: today's code stops at step 750 with held-out Mean@8 27.9%, Pass@8 67.2% (the same bytes at
-b5c8c5a, before the warm-start moved to the shared SFT step, and after, on one thread and on two), and its
-weights differ from the shipped ones.
+a129ecd: today's code stops at step 750 (the same bytes at b5c8c5a, before the warm-start moved to the
+shared SFT step, and after, on one thread and on two), and its weights differ from the shipped ones. Its
+held-out Mean@8 27.9%, Pass@8 67.2% were measured on the retired held-out split, before issue 38.
 """
 import argparse
 import json
@@ -29,13 +45,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere without installing
 
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
-from nanoatr.data import Problem, load_problems, save_problems  # noqa: E402
+from nanoatr.data import Problem, arith_key, load_problems, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
 from nanoatr.tokenizer import char_tokenizer, load_tokenizer  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-SIZES = {"heldout": 256, "val": 128, "train": 4096}  # drawn in this order, disjoint by question
+SIZES = {"heldout": 256, "val": 128, "train": 4096}  # the first draw, in this order, disjoint by question
+EVAL_SIZES = {"heldout": 256, "val": 128}            # the evaluation splits, drawn afresh (issue 38)
+EVAL_SEED = 1000                                     # their seed is --seed + EVAL_SEED
 
 
 # ----------------------------------------------------------------------------
@@ -75,7 +93,7 @@ def make_problem(rng: random.Random) -> tuple[str, str, str]:
 
 
 def make_splits(seed: int, sizes: dict[str, int]) -> dict[str, list[tuple[str, str, str]]]:
-    """Disjoint splits by question text, drawn in order, so no held-out question is ever trained on."""
+    """The first draw: splits disjoint by question text, drawn in order (train.jsonl is its "train")."""
     rng, seen, splits = random.Random(seed), set(), {}
     for name, n in sizes.items():
         rows = []
@@ -86,6 +104,27 @@ def make_splits(seed: int, sizes: dict[str, int]) -> dict[str, list[tuple[str, s
                 rows.append((q, a, s))
         splits[name] = rows
     return splits
+
+
+def fresh_problem(rng: random.Random, taken: set) -> tuple[str, str, str]:
+    """A problem of make_problem's law whose key (arith_key) is not in `taken`, then added to it. Its kind
+    is drawn first, half and half, and a taken problem is redrawn within its kind: the training problems
+    take 41% of the multiplications' keys (1,692 of 4,095) and almost none of the additions', so redrawing
+    the kind too would leave a split of 0.59 / 1.59 = 37% multiplications, another mix."""
+    kind = add_sub if rng.random() < 0.5 else multiply
+    while True:
+        question, answer, solution = kind(rng)
+        key = arith_key(Problem(question, str(answer)))
+        if key not in taken:
+            taken.add(key)
+            return question, str(answer), solution
+
+
+def eval_splits(seed: int, train: list[tuple[str, str, str]]) -> dict[str, list[tuple[str, str, str]]]:
+    """heldout.jsonl and val.jsonl, in this order: EVAL_SIZES fresh problems, none a training problem up
+    to its key and no two with one key."""
+    rng, taken = random.Random(seed + EVAL_SEED), {arith_key(Problem(q, a)) for q, a, _ in train}
+    return {name: [fresh_problem(rng, taken) for _ in range(n)] for name, n in EVAL_SIZES.items()}
 
 
 def sft_stream(seed: int, exclude: set[str]):
@@ -118,10 +157,12 @@ def tiny_config(vocab_size: int) -> Qwen3Config:
                        tie_word_embeddings=True, max_position_embeddings=256)
 
 
-def warm_start(model, tok, val, args) -> int:
-    """The shared SFT (sft.py) on the endless worked-solution stream, every held-out and validation
-    question left out, until validation Mean@4 first reaches --target."""
-    exclude = {p.question for p in val} | {p.question for p in load_problems(HERE / "arith/heldout.jsonl")}
+def warm_start(model, tok, first: dict, args) -> int:
+    """The shared SFT (sft.py) on the endless worked-solution stream, the first draw's held-out and
+    validation questions left out, until Mean@4 on the first draw's validation problems first reaches
+    --target: as the shipped policy was made (the splits redrawn since are not used here)."""
+    val = [Problem(q, a) for q, a, _ in first["val"]]
+    exclude = {q for q, _, _ in first["heldout"] + first["val"]}
     return sft.warm_start(model, tok, sft_stream(args.seed + 1, exclude), val, sft.Recipe(lr=args.lr),
                           batch_size=args.batch_size, max_steps=args.max_steps, check_every=args.check_every,
                           max_new_tokens=48, done=lambda step, acc: acc >= args.target)
@@ -136,12 +177,16 @@ def main():
     ap.add_argument("--check-every", type=int, default=25, help="steps between validation checks")
     ap.add_argument("--max-steps", type=int, default=6000, help="give up after this many steps")
     ap.add_argument("--out", default=str(HERE / "tiny-qwen3"), help="where to write the policy and tokenizer")
+    ap.add_argument("--only-splits", action="store_true", help="only write the task files, data/arith/*.jsonl")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
 
-    splits = make_splits(args.seed, SIZES)
+    first = make_splits(args.seed, SIZES)
+    splits = {"train": first["train"], **eval_splits(args.seed, first["train"])}
     for name, rows in splits.items():
         save_problems(HERE / f"arith/{name}.jsonl", [Problem(q, a) for q, a, _ in rows])
+    if args.only_splits:
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     build_tokenizer().save(str(out / "tokenizer.json"))
@@ -152,7 +197,7 @@ def main():
     init_weights(model, seed=args.seed)
     print(f"warm-start of a {model.num_parameters() / 1e6:.2f}M-parameter Qwen3 "
           f"(max {args.max_steps} steps, target {args.target}%)", flush=True)
-    steps = warm_start(model, tok, load_problems(HERE / "arith/val.jsonl"), args)
+    steps = warm_start(model, tok, first, args)
     model.save_pretrained(out)
     heldout = load_problems(HERE / "arith/heldout.jsonl")
     summary = evaluate(model, tok, heldout, k=8, max_new_tokens=48, temperature=1.0, progress=False)[0]

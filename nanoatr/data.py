@@ -1,5 +1,6 @@
 """Problems from jsonl files (one loader for the training set and every benchmark), and the tasks:
-which problems, which warm-start policy and which reward go together (TASKS, train.py's --task).
+which problems, which warm-start policy and which reward go together (TASKS, train.py's --task),
+and the embedded tasks' keys (arith_key, countdown_key: a problem up to the order of its numbers).
 
 The format is told from each row's fields:
 
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from nanoatr.verifier import verify
-from nanoatr.verifier.countdown import reward as countdown_reward
+from nanoatr.verifier.countdown import parse_answer, reward as countdown_reward
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,26 @@ class Problem:
     question: str  # the problem text (DAPO rows: the user message content as given)
     answer: str  # gold answer as written in the file, converted with str()
     messages: list[dict] | None = None  # the chat when the file provides one (DAPO/verl), else None
+
+
+# The embedded tasks' keys: a problem up to what cannot make it a different problem. Two problems with one
+# key are one problem (the same numbers in another order), so no evaluation split of an embedded task
+# shares a key with its training or RL split, nor with another evaluation split (tests/test_splits.py).
+
+def arith_key(problem: Problem) -> tuple[tuple[int, ...], int]:
+    """The arithmetic task's key (data/make_default.py: '63*15', '75-72-61'): its numbers as a sorted
+    multiset and the answer. '63*15' and '15*63' share one; so do '75-72-61' and '75-61-72'."""
+    return tuple(sorted(int(n) for n in re.findall(r"\d+", problem.question))), int(problem.answer)
+
+
+def countdown_key(problem: Problem) -> tuple[tuple[int, ...], int]:
+    """The Countdown task's key (data/make_countdown.py: '3,8,5,2:19'): its numbers as a sorted multiset
+    and the target. '3,8,5,2:19' and '2,3,5,8:19' share one; '3,8,5,2:20' is another problem."""
+    parsed = parse_answer(problem.answer)
+    if parsed is None:
+        raise ValueError(f"not a Countdown problem: {problem.answer!r:.60}")
+    numbers, target = parsed
+    return tuple(sorted(numbers)), target
 
 
 def load_problems(path: str | Path, limit: int | None = None, dedupe: bool = True) -> list[Problem]:

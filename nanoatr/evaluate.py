@@ -14,6 +14,13 @@ Every problem is sampled n >= k times (n may differ between problems).
   (Chen et al. 2021), not "any of the first k", which is noisier.
 
 ``summarize`` reports percent by default, as the paper's tables do (Mean@8 (%)).
+
+The evaluation during training also logs the entropy of the evaluation policy (``eval/<file>/entropy``):
+the entropy of softmax(logits / T) over the whole vocabulary at every token of every evaluation
+completion (the EOS included), T the evaluation's own temperature, averaged over all those tokens
+(token-weighted, as train.py's ``entropy`` of the training tokens, which is at the training temperature).
+At T != 1 the key names it (``entropy@T0.6``); greedy decoding (T = 0) is scored at T = 1. top-p and top-k
+are not applied: it is the entropy before truncation.
 """
 import math
 import re
@@ -25,6 +32,7 @@ from tqdm import tqdm
 
 from nanoatr import distributed
 from nanoatr.rollout import SAMPLERS, generate
+from nanoatr.scoring import score
 from nanoatr.tokenizer import completion_texts, encode_prompts, stop_strings
 from nanoatr.verifier import verify
 
@@ -32,8 +40,10 @@ from nanoatr.verifier import verify
 def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int, temperature: float = 1.0,
                      top_p: float = 1.0, top_k: int = 0, eos_ids=None, batch_size: int = 256, seed: int = 0,
                      prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(),
-                     desc: str = "sampling", stops=(), sampler: str = SAMPLERS[0], reward=None):
-    """Yield one dict per completion: problem_id, sample, completion, gold, correct, length, truncated.
+                     desc: str = "sampling", stops=(), sampler: str = SAMPLERS[0], reward=None,
+                     with_entropy: bool = False):
+    """Yield one dict per completion: problem_id, sample, completion, gold, correct, length, truncated,
+    and with_entropy its entropy (completion_entropies: the mean over its tokens, nats).
 
     Work is flattened to (problem, sample) pairs and cut into fixed batches, each sampled with its
     own seed; pairs in `skip` (eval.py --resume) are not yielded again. Because the batches do not
@@ -59,16 +69,40 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
                            top_p=top_p, top_k=top_k, eos_token_id=eos_ids, generator=g, sampler=sampler,
                            pad_id=tokenizer.pad_token_id or 0, stop=stop_strings(tokenizer, stops))
             texts = completion_texts(tokenizer, out.tokens, out.mask)
-            for (i, j), text, length, finished in zip(batch, texts, out.mask.sum(-1).tolist(), out.finished.tolist()):
+            entropies = completion_entropies(model, out, temperature) if with_entropy else [None] * len(batch)
+            for (i, j), text, length, finished, entropy in zip(batch, texts, out.mask.sum(-1).tolist(),
+                                                               out.finished.tolist(), entropies):
                 if (i, j) in skip:
                     continue
-                yield {"problem_id": i, "sample": j, "completion": text, "gold": problems[i].answer,
+                row = {"problem_id": i, "sample": j, "completion": text, "gold": problems[i].answer,
                        "correct": bool(reward(text, problems[i].answer)), "length": length,
                        "truncated": not finished}
+                yield row if entropy is None else row | {"entropy": entropy}
                 bar.update(1)
     finally:
         bar.close()
         model.train(was_training)
+
+
+@torch.no_grad()
+def completion_entropies(model, out, temperature: float, max_positions: int = 16_384) -> list[float]:
+    """Each completion's mean entropy (nats) of softmax(logits / temperature) over its real tokens (out.mask),
+    teacher-forced as train.py scores them (scoring.score: log-softmax chunk by chunk, no (B, T, V) tensor),
+    about `max_positions` prompt and completion positions a forward. Temperature 0 is scored at 1 (score)."""
+    rows = max(1, max_positions // (out.prompt_ids.shape[1] + out.tokens.shape[1]))
+    means = []
+    for start in range(0, len(out.tokens), rows):
+        prompt_ids, prompt_mask, tokens, mask = out.unpadded(slice(start, start + rows))
+        entropy = score(model, prompt_ids, prompt_mask, tokens, temperature, with_entropy=True).entropy
+        means += ((entropy * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()
+    return means
+
+
+def entropy_key(temperature: float) -> str:
+    """The evaluation entropy's name: 'entropy' at T = 1 (greedy decoding is scored at 1), else e.g.
+    'entropy@T0.6'."""
+    t = temperature if temperature > 0 else 1.0
+    return "entropy" if t == 1.0 else f"entropy@T{t:g}"
 
 
 def fits(tokenizer, problems, budget: int, positions: int, name: str, flag: str, prompt_kw: dict | None = None):
@@ -101,8 +135,9 @@ def evaluate(model, tokenizer, problems, k: int = 8, n: int | None = None, **kw)
 
 
 def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, d, **sampling) -> tuple[dict, dict]:
-    """Mean@k / Pass@k on every held-out file of a training run: (results under eval/<file>/... and
-    eval/mean@k, eval/pass@k (the files' average), a few sample rows per file for samples.jsonl).
+    """Mean@k / Pass@k and the evaluation policy's entropy (entropy_key) on every held-out file of a training
+    run: (results under eval/<file>/... and eval/mean@k, eval/pass@k (the files' average), a few sample rows
+    per file, each with its entropy, for samples.jsonl).
 
     The ranks share the work: each samples every world-th of sample_and_grade's fixed batches (each
     seeded by its position), so the samples are those one process would draw.
@@ -114,11 +149,14 @@ def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, 
         others = {p for b, start in enumerate(range(0, len(pairs), batch_size)) if b % d.world != d.rank
                   for p in pairs[start:start + batch_size]}
         rows = list(sample_and_grade(model, tokenizer, problems, k, skip=others, batch_size=batch_size,
-                                     progress=False, **sampling))
+                                     progress=False, with_entropy=True, **sampling))
         rows = sorted(distributed.all_gather(rows, d), key=lambda r: (r["problem_id"], r["sample"]))
         summary = summarize(verdicts_by_problem(rows), [k])
-        summary.update(completion_len=sum(r["length"] for r in rows) / len(rows),
-                       truncated=sum(r["truncated"] for r in rows) / len(rows), seconds=time.perf_counter() - t0)
+        tokens = sum(r["length"] for r in rows)
+        summary.update(completion_len=tokens / len(rows), truncated=sum(r["truncated"] for r in rows) / len(rows),
+                       seconds=time.perf_counter() - t0)
+        summary[entropy_key(sampling.get("temperature", 1.0))] = \
+            sum(r["entropy"] * r["length"] for r in rows) / max(tokens, 1)
         results.update({f"eval/{name}/{key}": v for key, v in summary.items()})
         samples[name] = rows[:: max(1, len(rows) // 4)][:4]
     for key in (f"mean@{k}", f"pass@{k}"):

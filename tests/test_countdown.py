@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nanoatr.data import TASKS, load_problems
+from nanoatr.data import TASKS, Problem, countdown_key, load_problems, save_problems
 from nanoatr.verifier.countdown import evaluate_expression, parse_answer, reward
 from tiny import make_default  # noqa: F401  (puts data/ on the path)
 import make_countdown as countdown  # noqa: E402  (data/make_countdown.py)
@@ -236,6 +236,26 @@ def test_shipped_splits_are_disjoint_and_well_formed():
             assert countdown.solutions(numbers, target, 10 ** 6), p  # solvable
 
 
+def test_shipped_splits_are_rebuilt_byte_for_byte(tmp_path):
+    """train.jsonl is make_countdown.py's first draw's pool (so rl.jsonl, the warm-start's filter of it,
+    stands); heldout.jsonl and val.jsonl are drawn afresh, clear of the pool up to the key (issue 38)."""
+    spec = countdown.Spec()  # make_countdown.py's defaults
+    first = countdown.make_splits(0, countdown.SIZES, spec)
+    splits = {"train": first["train"], **countdown.eval_splits(0, first["train"], spec)}
+    for name, rows in splits.items():
+        save_problems(tmp_path / f"{name}.jsonl", [Problem(q, a) for q, a, _ in rows])
+        assert (tmp_path / f"{name}.jsonl").read_bytes() == (DATA / "countdown" / f"{name}.jsonl").read_bytes()
+
+
+def test_fresh_problems_are_clear_of_the_taken_keys():
+    rng, spec = random.Random(0), countdown.Spec()
+    taken = {countdown_key(Problem(q, a)) for q, a, _ in countdown.make_splits(1, {"pool": 300}, spec)["pool"]}
+    before = set(taken)
+    fresh = [countdown.fresh_problem(rng, spec, taken) for _ in range(100)]
+    keys = [countdown_key(Problem(q, a)) for q, a, _ in fresh]
+    assert not before & set(keys) and len(set(keys)) == 100 and taken == before | set(keys)
+
+
 def test_shipped_rl_prompts_are_the_pools_in_its_order():
     pool = [p.question for p in load_problems(DATA / "countdown/train.jsonl")]
     rl = [p.question for p in load_problems(DATA / "countdown/rl.jsonl")]
@@ -296,11 +316,11 @@ def test_task_defaults_and_reward_reach_train_and_eval(tmp_path):
     row = [json.loads(line) for line in (tmp_path / "cd/metrics.jsonl").read_text().splitlines()][-1]
     assert row["accuracy"] > 0  # the math verifier would grade every expression wrong: 0.0
     out = tmp_path / "eval.jsonl"
-    eval_cmd.main(["--task", "countdown", "--limit", "6", "--k", "2", "--out", str(out)])
+    eval_cmd.main(["--task", "countdown", "--limit", "8", "--k", "4", "--out", str(out)])
     rows = [json.loads(line) for line in out.read_text().splitlines()][1:]
-    assert len(rows) == 24 and any(r["correct"] for r in rows)  # 6 x 2 of each file: held-out and transfer
+    assert len(rows) == 64 and any(r["correct"] for r in rows)  # 8 x 4 of each file: held-out and transfer
     assert all(r["correct"] == (reward(r["completion"], r["gold"]) > 0) for r in rows)
-    assert [r["benchmark"] for r in rows[::12]] == ["heldout", "transfer"]
+    assert [r["benchmark"] for r in rows[::32]] == ["heldout", "transfer"]
 
 
 def test_transfer_split_is_rebuilt_byte_for_byte_disjoint_and_solvable(tmp_path):
@@ -308,15 +328,15 @@ def test_transfer_split_is_rebuilt_byte_for_byte_disjoint_and_solvable(tmp_path)
     in another split (numbers in any order, same target); each target is in 10..100 and reachable under the
     reward's rules (checked here by a found expression that reward() accepts)."""
     out = tmp_path / "transfer.jsonl"
-    mt.save_problems(out, [mt.Problem(q, q) for q in mt.make_transfer(
-        mt.SEED, mt.SIZE, {mt.key(p.question) for s in ("train", "val", "heldout")
-                           for p in load_problems(DATA / f"countdown/{s}.jsonl")})])
+    others = {countdown_key(p) for s in ("train", "val", "heldout")
+              for p in load_problems(DATA / f"countdown/{s}.jsonl")}
+    mt.save_problems(out, [mt.Problem(q, q) for q in mt.make_transfer(mt.SEED, mt.SIZE, others)])
     assert out.read_bytes() == (DATA / "countdown/transfer.jsonl").read_bytes()
     transfer = load_problems(out)
-    others = {mt.key(p.question) for s in ("train", "val", "heldout") for p in load_problems(DATA / f"countdown/{s}.jsonl")}
-    assert len({mt.key(p.question) for p in transfer}) == 256 and not others & {mt.key(p.question) for p in transfer}
+    keys = {countdown_key(p) for p in transfer}
+    assert len(keys) == 256 and not others & keys
     for p in transfer[:40]:
-        numbers, target = mt.key(p.question)
+        numbers, target = countdown_key(p)
         assert 10 <= target <= 100 and all(1 <= n <= 10 for n in numbers)
         assert any(v == target for v in mt.reachable(numbers))
     # reachable() is the reward's rules: 8 / (3 - 8 / 3) = 24 needs a fraction on the way

@@ -6,21 +6,37 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
-from nanoatr.data import load_problems
+from nanoatr.data import Problem, arith_key, save_problems
 from tiny import make_default as synthetic  # data/make_default.py
 from nanoatr.verifier import verify
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
-def test_heldout_is_never_trained_on():
-    split = {name: {p.question for p in load_problems(DATA / f"arith/{name}.jsonl")} for name in ("train", "val", "heldout")}
-    assert len(split["heldout"]) >= 200, "Mean@8 on >= 200 problems keeps the noise near +-3 points"
-    assert not split["heldout"] & split["train"] and not split["heldout"] & split["val"]
-    assert not split["val"] & split["train"]
-    # the warm-start's supervised stream skips every held-out and validation question
-    stream = synthetic.sft_stream(1, split["heldout"] | split["val"])
-    assert not {next(stream)[0] for _ in range(2000)} & (split["heldout"] | split["val"])
+def test_task_files_are_rebuilt_byte_for_byte(tmp_path):
+    """train.jsonl is make_default.py's first draw's training part; heldout.jsonl and val.jsonl are drawn
+    afresh, clear of it up to the key (issue 38; tests/test_splits.py), with the generator's kind mix."""
+    first = synthetic.make_splits(0, synthetic.SIZES)
+    splits = {"train": first["train"], **synthetic.eval_splits(0, first["train"])}
+    for name, rows in splits.items():
+        save_problems(tmp_path / f"{name}.jsonl", [Problem(q, a) for q, a, _ in rows])
+        assert (tmp_path / f"{name}.jsonl").read_bytes() == (DATA / f"arith/{name}.jsonl").read_bytes(), name
+    assert len(splits["heldout"]) >= 200, "Mean@8 on >= 200 problems keeps the noise near +-3 points"
+    evaluation = splits["heldout"] + splits["val"]
+    assert 0.45 < sum("*" in q for q, _, _ in evaluation) / len(evaluation) < 0.6  # half multiplications
+
+
+def test_a_taken_problem_is_redrawn_within_its_kind():
+    """fresh_problem keeps the kind drawn: with all but 30 multiplications taken, about half of the fresh
+    problems are still multiplications (redrawing the kind too would make nearly all of them additions)."""
+    free = {arith_key(Problem(f"{a}*99", str(a * 99))) for a in range(10, 40)}
+    every = {arith_key(Problem(f"{a}*{b}", str(a * b))) for a in range(10, 100) for b in range(a, 100)}
+    rng, taken = random.Random(0), every - free
+    fresh = [synthetic.fresh_problem(rng, taken) for _ in range(40)]
+    multiplications = [arith_key(Problem(q, a)) for q, a, _ in fresh if "*" in q]
+    assert 10 <= len(multiplications) <= 30 and set(multiplications) <= free
+    keys = {arith_key(Problem(q, a)) for q, a, _ in fresh}
+    assert len(keys) == 40 and keys <= taken  # none twice, and each one taken once drawn
 
 
 def arithmetic(question: str) -> int:

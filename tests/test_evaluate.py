@@ -1,9 +1,15 @@
+import math
 from pathlib import Path
 
-from nanoatr.data import load_problems
-from nanoatr.evaluate import evaluate, sample_and_grade
+import torch
+
+from nanoatr.data import Problem, load_problems
+from nanoatr.distributed import Dist
+from nanoatr.evaluate import completion_entropies, during_training, entropy_key, evaluate, sample_and_grade
 from nanoatr.model import Qwen3
-from nanoatr.tokenizer import load_tokenizer
+from nanoatr.rollout import generate
+from nanoatr.tokenizer import encode_prompts, load_tokenizer
+from tiny import make_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,3 +34,69 @@ def test_evaluate_summary_matches_rows():
     assert len(rows) == 6 * 4
     assert abs(summary["mean@2"] - 100 * sum(r["correct"] for r in rows) / len(rows)) < 1e-9
     assert 0 <= summary["pass@2"] <= 100 and summary["pass@2"] >= summary["mean@2"]
+
+
+# ---------------------------------------------------------------------------
+# the evaluation policy's entropy
+
+def random_policy(tmp_path):
+    """A random tiny Qwen3 (std 0.3: spread next-token distributions) and its character tokenizer."""
+    path = make_model_dir(tmp_path / "m")
+    return Qwen3.from_pretrained(path).eval(), load_tokenizer(path)
+
+
+PROBLEMS = [Problem("12+3", "15"), Problem("7*8", "56"), Problem("1", "1")]
+
+
+def test_completion_entropies_are_the_entropy_at_each_sampled_token(tmp_path):
+    """By hand: the full (B, P + T, V) logits of [prompt | completion] (position P - 1 + t predicts token t),
+    softmax at T = 0.7, -sum p log p at each position, averaged over each row's real tokens."""
+    model, tok = random_policy(tmp_path)
+    out = generate(model, encode_prompts(tok, PROBLEMS), 12, temperature=0.7, eos_token_id=[tok.eos_token_id],
+                   generator=torch.Generator().manual_seed(0), pad_id=tok.pad_token_id)
+    assert not out.mask.all() and out.mask.any(-1).all()  # rows of different lengths: the mask matters
+    got = completion_entropies(model, out, 0.7, max_positions=20)  # 20 positions: one row a forward
+    P = out.prompt_ids.shape[1]
+    ids = torch.cat([out.prompt_ids, out.tokens], 1)
+    mask = torch.cat([out.prompt_mask, torch.ones_like(out.mask)], 1)
+    with torch.no_grad():
+        p = (model(ids, attention_mask=mask)[:, P - 1:-1] / 0.7).softmax(-1)
+    per_token = -(p * p.log()).sum(-1)
+    want = (per_token * out.mask).sum(-1) / out.mask.sum(-1)
+    assert torch.allclose(torch.tensor(got), want, atol=1e-5), (got, want)
+    assert torch.allclose(torch.tensor(completion_entropies(model, out, 0.7)), want, atol=1e-5)  # one forward
+
+
+def test_a_uniform_policy_has_entropy_log_v_at_any_temperature(tmp_path):
+    """lm_head = 0: every next-token distribution is uniform over the V ids, entropy log V at every token,
+    whatever T; the key names T when it is not 1."""
+    model, tok = random_policy(tmp_path)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+    V = model.lm_head.weight.shape[0]
+    for temperature, key in ((1.0, "eval/x/entropy"), (0.5, "eval/x/entropy@T0.5")):
+        results, _ = during_training(model, tok, {"x": PROBLEMS}, 2, 4, Dist(0, 1, torch.device("cpu")),
+                                     max_new_tokens=6, temperature=temperature, seed=1)
+        assert abs(results[key] - math.log(V)) < 1e-5, (temperature, results)
+        assert not any("entropy" in k for k in results if k != key)
+
+
+def test_evaluation_entropy_is_token_weighted_and_leaves_the_samples_alone(tmp_path):
+    """The split's entropy is the mean over all completion tokens (rows weighted by length), and scoring
+    the entropy draws nothing: the completions are those drawn without it, bit for bit."""
+    model, tok = random_policy(tmp_path)
+    kw = dict(max_new_tokens=10, temperature=1.0, seed=2, batch_size=4, progress=False)
+    plain = list(sample_and_grade(model, tok, PROBLEMS, 3, **kw))
+    rows = list(sample_and_grade(model, tok, PROBLEMS, 3, with_entropy=True, **kw))
+    assert [{k: v for k, v in r.items() if k != "entropy"} for r in rows] == plain
+    assert len({r["length"] for r in rows}) > 1 and all(r["entropy"] > 0 for r in rows)
+    results, _ = during_training(model, tok, {"x": PROBLEMS}, 3, 4, Dist(0, 1, torch.device("cpu")),
+                                 max_new_tokens=10, temperature=1.0, seed=2)
+    want = sum(r["entropy"] * r["length"] for r in rows) / sum(r["length"] for r in rows)
+    assert abs(results["eval/x/entropy"] - want) < 1e-9
+    assert want != sum(r["entropy"] for r in rows) / len(rows)  # not the mean of the rows' means
+
+
+def test_entropy_key_names_the_temperature():
+    assert (entropy_key(1.0), entropy_key(0.0), entropy_key(0.6), entropy_key(1.2)) == \
+        ("entropy", "entropy", "entropy@T0.6", "entropy@T1.2")
