@@ -27,7 +27,9 @@ side for "differs"), "refuted" when wholly on the other side, "undecided" otherw
 Pre-registered hypotheses are one family (`family`): each one's p on its predicted side goes through Holm's
 step-down procedure at FAMILY_ALPHA (`holm`); those it rejects are "confirmed". The same procedure over the
 p-values of the opposite sides (1 - p) marks the "refuted" ones; the rest, and every "differs" the first
-pass leaves, are "undecided". Each pass holds its family-wise error at FAMILY_ALPHA.
+pass leaves, are "undecided". Each pass holds its family-wise error at FAMILY_ALPHA; a wrong call of either
+kind (a false confirmation or a false refutation) has at most twice that chance, approached only when some
+true differences lie at 0 and others just on the predicted side of it.
 
 The t distribution is computed here (no scipy): its CDF for integer degrees of freedom in closed form
 (Abramowitz & Stegun 26.7.3-4), its quantiles by bisection of the CDF.

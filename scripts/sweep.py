@@ -24,9 +24,9 @@ OUT/curves.svg (Figure 2, one colour per method), OUT/results.json, and with --a
 OUT/ablation.svg (Figure 3: Mean@k and Pass@k against delta).  A comparison is A/B, or an --effect of more
 than two arms, e.g. the main effects of a 2 x 2 (edges of a trust band: clip, two hybrids, kl3):
 
-    python scripts/sweep.py --clip clip LOWHYB HIGHHYB kl3 --seeds 10 \
-        --effect low +0.5 LOWHYB -0.5 clip +0.5 kl3 -0.5 HIGHHYB \
-        --effect high +0.5 HIGHHYB -0.5 clip +0.5 kl3 -0.5 LOWHYB \
+    python scripts/sweep.py --clip clip LOWHYB HIGHHYB kl3 --seeds 10 \\
+        --effect low +0.5 LOWHYB -0.5 clip +0.5 kl3 -0.5 HIGHHYB \\
+        --effect high +0.5 HIGHHYB -0.5 clip +0.5 kl3 -0.5 LOWHYB \\
         --hypothesis low entropy below --hypothesis high heldout/mean differs --reject kl3/clip heldout/mean 3.67
 """
 import argparse
