@@ -507,7 +507,8 @@ def verdicts(results: list[dict], hypotheses: list[Hypothesis], claims: list[Cla
         return ""
     names = score_names(done, steps)
     tested = [measured(done, h.contrast, h.score) for h in hypotheses]
-    rejections = [stats.reject(measured(done, c.contrast, c.score), c.effect) for c in claims]
+    claimed = [measured(done, c.contrast, c.score) for c in claims]
+    rejections = [stats.reject(p, c.effect) for c, p in zip(claims, claimed)]
     decisions = stats.family(  # 'differs' (predicted 0) has no opposite side that could refute it
         [(stats.p_value(p, h.predicted), stats.p_value(p, -h.predicted) if h.predicted else math.nan)
          for h, p in zip(hypotheses, tested)] + [(r.p, r.p_beyond) for r in rejections])
@@ -529,8 +530,7 @@ def verdicts(results: list[dict], hypotheses: list[Hypothesis], claims: list[Cla
         lines.append(f"{head} {difference(p, h.score)} | {p.wins} : {p.losses} | {p.p_sign:.3f} | {verdict} | "
                      f"{p_text(stats.p_value(p, h.predicted))} | **{decision}** | {power} |")
     text = "\n".join(lines) + "\n" if hypotheses else ""
-    for c, r, decision in zip(claims, rejections, decisions[len(hypotheses):]):
-        n = measured(done, c.contrast, c.score).n
+    for c, n, r, decision in zip(claims, (p.n for p in claimed), rejections, decisions[len(hypotheses):]):
         what = f"a {'gain' if c.effect > 0 else 'loss'} of {abs(c.effect):g} or more"
         test = f"one-sided paired t-test against {c.effect:+g}: t = {r.t:.2f}, df {n - 1}, p = {r.p:.2g}" \
             if n > 1 else f"{n} seed(s): no test" if c.score in names else "not a score of these runs"
