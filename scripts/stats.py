@@ -1,12 +1,17 @@
-"""Seed-paired comparisons of two methods: the statistics scripts/sweep.py prints under its table.
+"""Seed-paired comparisons of methods: the statistics scripts/sweep.py prints under its table.
 
-Runs of one seed share their prompts, their first completions and their evaluation draws, so two methods
-are compared seed by seed: d_s = A_s - B_s over the seeds both finished (paired by seed, never by order).
-For the mean of the n differences (sd = their sample standard deviation, se = sd / sqrt(n)) we give
+Runs of one seed share their prompts, their first completions and their evaluation draws, so methods are
+compared seed by seed. A comparison is a contrast: on each seed s its value is d_s = sum_i w_i X_i(s) over
+the methods X_i it weighs (weights summing to 0), over the seeds where every one of them finished (paired
+by seed, never by order). A - B is the contrast +1 A - 1 B; the main effect of one factor of a 2 x 2 is
+1/2 (A2 - A1) + 1/2 (B2 - B1). For the mean of the n values d_s (sd = their sample standard deviation,
+se = sd / sqrt(n)) we give
 
 - the 95% paired t-interval, mean -+ t(0.975, n-1) se. It is the verdict's interval: a percentile
   bootstrap over 10 seeds covers only about 91% of the time;
-- the two-sided exact sign test: how often A > B among the seeds where they differ, against a fair coin;
+- the paired t-test's p of a predicted side (`p_value`): one-sided, P(T >= t) with t = mean / se for a
+  prediction "above 0" and P(T <= t) for "below 0"; two-sided for "differs from 0";
+- the two-sided exact sign test: how often d_s > 0 among the seeds where it is not 0, against a fair coin;
 - the minimal detectable effect: the mean difference a paired t-test at the 5% level (two-sided) finds
   with 80% power at this n and spread, (t(0.975, n-1) + t(0.8, n-1)) se. This is the usual t-based
   approximation (central t quantiles in place of the noncentral t), a little below the exact value;
@@ -15,9 +20,16 @@ For the mean of the n differences (sd = their sample standard deviation, se = sd
 - on request, a one-sided test against a stated effect (`reject`): "a gain of 3.67 or more is rejected"
   when the one-sided 95% upper bound of the mean difference lies below 3.67.
 
-A hypothesis predicts the sign of A - B (+1: A > B, -1: A < B). It is "confirmed" when the interval lies
-wholly on the predicted side of 0, "refuted" when wholly on the other side, "undecided" otherwise
-(`verdict`).
+A hypothesis predicts the side of the mean (+1: above 0, -1: below 0, 0: differs from 0). By its own
+interval (`verdict`) it is "confirmed" when the interval lies wholly on the predicted side of 0 (either
+side for "differs"), "refuted" when wholly on the other side, "undecided" otherwise.
+
+Pre-registered hypotheses are one family (`family`): each one's p on its predicted side goes through Holm's
+step-down procedure at FAMILY_ALPHA (`holm`); those it rejects are "confirmed". The same procedure over the
+p-values of the opposite sides (1 - p) marks the "refuted" ones; the rest, and every "differs" the first
+pass leaves, are "undecided". Each pass holds its family-wise error at FAMILY_ALPHA; a wrong call of either
+kind (a false confirmation or a false refutation) has at most twice that chance, approached only when some
+true differences lie at 0 and others just on the predicted side of it.
 
 The t distribution is computed here (no scipy): its CDF for integer degrees of freedom in closed form
 (Abramowitz & Stegun 26.7.3-4), its quantiles by bisection of the CDF.
@@ -33,6 +45,7 @@ LEVEL = 0.95            # two-sided level of every interval
 POWER = 0.8             # power of the minimal detectable effect and of the seeds needed
 MIN_SIGN_SEEDS = 6      # fewest seeds at which a two-sided sign test can reach p < 0.05 (2 / 2^6 = 0.031)
 MAX_SEEDS = 1000        # seeds needed beyond this are reported as inf ("> 1000")
+FAMILY_ALPHA = 0.05     # family-wise error rate of Holm's procedure over the pre-registered hypotheses
 
 
 def t_cdf(t: float, df: int) -> float:
@@ -97,35 +110,91 @@ def mean_interval(values: list[float]) -> tuple[float, float, float]:
 
 
 class Paired(NamedTuple):
-    n: int                 # seeds both methods finished
-    mean: float            # mean of the seed-paired differences A - B
+    n: int                 # seeds every compared method finished
+    mean: float            # mean of the seed-paired values d_s (A - B, or a contrast)
     sd: float              # their sample standard deviation (nan for n < 2)
     low: float             # 95% paired t-interval of the mean (nan for n < 2)
     high: float
-    wins: int              # seeds with A > B
-    losses: int            # seeds with A < B (ties are the rest)
+    wins: int              # seeds with d_s > 0 (A > B)
+    losses: int            # seeds with d_s < 0 (A < B); ties are the rest
     p_sign: float          # two-sided exact sign test, ties dropped
 
 
-def paired(a: dict[int, float], b: dict[int, float]) -> Paired:
-    """A against B over the seeds both have: a and b map seed -> value, in any order."""
-    seeds = sorted(set(a) & set(b))
-    diffs = [a[s] - b[s] for s in seeds]
+def contrast(terms: list[tuple[float, dict[int, float]]]) -> Paired:
+    """sum_i w_i X_i seed by seed, over the seeds every X_i has: terms are (w_i, X_i), X_i mapping seed -> value
+    in any order."""
+    seeds = sorted(set.intersection(*(set(values) for _, values in terms)))
+    diffs = [sum(w * values[s] for w, values in terms) for s in seeds]
     wins, losses = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
     mean, low, high = mean_interval(diffs)
     sd = statistics.stdev(diffs) if len(diffs) > 1 else math.nan
     return Paired(len(diffs), mean, sd, low, high, wins, losses, sign_test(wins, losses))
 
 
+def paired(a: dict[int, float], b: dict[int, float]) -> Paired:
+    """A against B over the seeds both have: a and b map seed -> value, in any order."""
+    return contrast([(1.0, a), (-1.0, b)])
+
+
+SIDES = (1, -1, 0)  # a prediction: above 0, below 0, differs from 0
+
+
+def t_statistic(p: Paired, against: float = 0.0) -> float:
+    """(mean - against) / se, se = sd / sqrt(n); for seeds without spread (se = 0) +-inf, or 0 when the mean is
+    `against` itself."""
+    se = p.sd / math.sqrt(p.n)
+    if se > 0:
+        return (p.mean - against) / se
+    return 0.0 if p.mean == against else math.copysign(math.inf, p.mean - against)
+
+
+def p_value(p: Paired, predicted: int, against: float = 0.0) -> float:
+    """The paired t-test's p that the mean lies on the `predicted` side of `against`, with t = t_statistic and
+    df = n - 1: P(T >= t) for +1, P(T <= t) for -1, 2 min(P(T <= t), P(T >= t)) for 0 (two-sided); nan for
+    n < 2."""
+    if predicted not in SIDES:
+        raise ValueError(f"predicted must be +1 (above), -1 (below) or 0 (differs) (got {predicted})")
+    if p.n < 2:
+        return math.nan
+    below = t_cdf(t_statistic(p, against), p.n - 1)
+    return 1 - below if predicted > 0 else below if predicted < 0 else min(1.0, 2 * min(below, 1 - below))
+
+
 def verdict(p: Paired, predicted: int) -> str:
-    """'confirmed' if the interval lies wholly on the predicted side of 0 (predicted = +1: A > B, -1: A < B),
-    'refuted' if wholly on the other side, else 'undecided'."""
-    if predicted not in (1, -1):
-        raise ValueError(f"predicted must be +1 (A > B) or -1 (A < B) (got {predicted})")
+    """By the interval alone: 'confirmed' if it lies wholly on the predicted side of 0 (+1: above, -1: below,
+    0: either side), 'refuted' if wholly on the other side, else 'undecided' ('differs' is never refuted: an
+    interval across 0 does not show a difference of 0)."""
+    if predicted not in SIDES:
+        raise ValueError(f"predicted must be +1 (above), -1 (below) or 0 (differs) (got {predicted})")
     if p.n < 2:
         return "undecided"
     side = 1 if p.low > 0 else -1 if p.high < 0 else 0
-    return "undecided" if side == 0 else "confirmed" if side == predicted else "refuted"
+    if side == 0:
+        return "undecided"
+    return "confirmed" if predicted in (0, side) else "refuted"
+
+
+def holm(p_values: list[float], alpha: float = FAMILY_ALPHA) -> list[bool]:
+    """Holm's step-down procedure: with the m p-values in ascending order p_(1) <= ... <= p_(m), reject
+    p_(1), p_(2), ... while p_(k) <= alpha / (m - k + 1), and stop at the first that is not. Returns, in the
+    order given, which are rejected. A nan p (no test could be made) counts in m and is never rejected."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: (math.isnan(p_values[i]), p_values[i]))
+    rejected = [False] * m
+    for k, i in enumerate(order):   # k = 0 for the smallest: alpha / m
+        if math.isnan(p_values[i]) or p_values[i] > alpha / (m - k):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def family(tests: list[tuple[float, float]], alpha: float = FAMILY_ALPHA) -> list[str]:
+    """The decisions over a pre-registered family: tests are (p on the predicted side, p on the opposite side,
+    nan where there is none, as for 'differs'). 'confirmed' where Holm rejects by the first, 'refuted' where Holm
+    over the second rejects, 'undecided' otherwise."""
+    confirmed = holm([p for p, _ in tests], alpha)
+    refuted = holm([opposite for _, opposite in tests], alpha)
+    return ["confirmed" if c else "refuted" if r else "undecided" for c, r in zip(confirmed, refuted)]
 
 
 def detectable(n: int, sd: float) -> float:
@@ -157,6 +226,7 @@ class Rejection(NamedTuple):
     effect: float    # the stated effect, e.g. the paper's +3.67
     t: float         # (mean - effect) / se
     p: float         # one-sided: P(T <= t) for a positive effect, P(T >= t) for a negative one
+    p_beyond: float  # the opposite side: is the mean beyond the effect?
     rejected: bool   # p < 0.05: the data rule out an effect this large (or larger) in the stated direction
 
 
@@ -164,8 +234,7 @@ def reject(p: Paired, effect: float) -> Rejection:
     """One-sided paired t-test of 'the mean difference is effect or beyond' (>= effect for a gain, <= effect
     for a loss): rejected when the one-sided 95% bound of the mean lies short of effect."""
     if p.n < 2 or effect == 0:
-        return Rejection(effect, math.nan, math.nan, False)
-    se = p.sd / math.sqrt(p.n)
-    t = (p.mean - effect) / se if se > 0 else math.copysign(math.inf, p.mean - effect)
-    p_value = t_cdf(t, p.n - 1) if effect > 0 else 1 - t_cdf(t, p.n - 1)
-    return Rejection(effect, t, p_value, p_value < 1 - LEVEL)
+        return Rejection(effect, math.nan, math.nan, math.nan, False)
+    short = -1 if effect > 0 else 1   # the side of the effect the mean lies on when the effect is ruled out
+    ruled_out = p_value(p, short, effect)
+    return Rejection(effect, t_statistic(p, effect), ruled_out, p_value(p, -short, effect), ruled_out < 1 - LEVEL)

@@ -18,9 +18,16 @@ Each run has --threads torch threads (default: the cores shared out, e.g. 2 jobs
     python scripts/sweep.py --gpus 0,1,2,3 --clip clip kl3 --seeds 8 -- --preset paper --model ... --data ...
 
 Writes OUT/table.md (final held-out Mean@k / Pass@k, mean +- std over seeds, and the fraction of
-tokens whose gradient was cut; then the verdicts of --hypothesis and --reject, and the seed-paired
-comparisons: scripts/stats.py), OUT/curves.svg (Figure 2, one colour per method), OUT/results.json,
-and with --ablate-delta OUT/ablation.svg (Figure 3: Mean@k and Pass@k against delta).
+tokens whose gradient was cut; then the pre-registered family of --hypothesis and --reject, each with its
+interval, its p and Holm's decision over the family, and the seed-paired comparisons: scripts/stats.py),
+OUT/curves.svg (Figure 2, one colour per method), OUT/results.json, and with --ablate-delta
+OUT/ablation.svg (Figure 3: Mean@k and Pass@k against delta).  A comparison is A/B, or an --effect of more
+than two arms, e.g. the main effects of a 2 x 2 (edges of a trust band: clip, two hybrids, kl3):
+
+    python scripts/sweep.py --clip clip LOWHYB HIGHHYB kl3 --seeds 10 \\
+        --effect low +0.5 LOWHYB -0.5 clip +0.5 kl3 -0.5 HIGHHYB \\
+        --effect high +0.5 HIGHHYB -0.5 clip +0.5 kl3 -0.5 LOWHYB \\
+        --hypothesis low entropy below --hypothesis high heldout/mean differs --reject kl3/clip heldout/mean 3.67
 """
 import argparse
 import dataclasses
@@ -370,16 +377,64 @@ def table(results: list[dict], methods: list[str], seeds: int, steps: int) -> st
 WARM_START = "warm-start"  # --compare kl3/warm-start: each run's end against its own step-0 evaluation
 
 
+class Contrast(NamedTuple):
+    """What a comparison measures on each seed: the sum of weight x score over its terms. A term (weight, arm,
+    at_start) reads the arm's score at the end, or at step 0 (its own warm start) when at_start."""
+    name: str     # "kl3 − clip", "kl3 − warm-start", or an --effect's name
+    terms: tuple  # ((1.0, "kl3", False), (-1.0, "clip", False))
+
+
+def difference_of(a: str, b: str) -> Contrast:
+    """A − B: A's runs against B's, or against their own step 0 when B is warm-start."""
+    second = (-1.0, a, True) if b == WARM_START else (-1.0, b, False)
+    return Contrast(f"{a} − {b}", ((1.0, a, False), second))
+
+
+def parse_effect(tokens: list[str], methods: list[str]) -> Contrast:
+    """--effect NAME WEIGHT ARM [WEIGHT ARM ...]: a contrast of arms (each once, weights summing to 0), e.g. the
+    main effect of a 2 x 2's low edge, low +0.5 lowhyb -0.5 clip +0.5 kl3 -0.5 highhyb. Tokens alternate weight
+    and arm, so an arm's ':' '=' ',' never need quoting. ValueError naming what is wrong."""
+    name, rest = tokens[0], tokens[1:]
+    if "/" in name or name in (*methods, WARM_START):
+        raise ValueError(f"--effect {name}: an effect's name has no '/' and is not a method's")
+    if not rest or len(rest) % 2:
+        raise ValueError(f"--effect {name}: write NAME WEIGHT ARM [WEIGHT ARM ...], e.g. --effect {name} +0.5 A "
+                         "-0.5 B")
+    terms = []
+    for weight, arm in zip(rest[::2], rest[1::2]):
+        try:
+            w = float(weight)
+        except ValueError:
+            raise ValueError(f"--effect {name}: {weight!r} is not a weight (a number such as +0.5 before each "
+                             "arm)") from None
+        if w == 0 or not math.isfinite(w):
+            raise ValueError(f"--effect {name}: the weight of {arm} is {weight} (a number other than 0)")
+        if arm not in methods:
+            raise ValueError(f"--effect {name}: {arm} is not among the methods ({' '.join(methods)})")
+        if arm in (a for _, a, _ in terms):
+            raise ValueError(f"--effect {name}: {arm} is named twice")
+        terms.append((w, arm, False))
+    if abs(math.fsum(w for w, _, _ in terms)) > 1e-9:
+        raise ValueError(f"--effect {name}: the weights sum to {math.fsum(w for w, _, _ in terms):g}, not 0 (a "
+                         "contrast compares arms)")
+    return Contrast(name, tuple(terms))
+
+
+def effect_text(c: Contrast) -> str:
+    """'low = 0.5 lowhyb − 0.5 clip + 0.5 kl3 − 0.5 highhyb': an effect's definition."""
+    signed = [f"{'−' if w < 0 else '+'} {abs(w):g} {arm}" for w, arm, _ in c.terms]
+    first = signed[0][2:] if c.terms[0][0] > 0 else "−" + signed[0][2:]
+    return " ".join([f"{c.name} = {first}", *signed[1:]])
+
+
 class Hypothesis(NamedTuple):
-    a: str           # A - B, methods as written in --clip (B may be warm-start)
-    b: str
-    score: str       # a result key: "heldout/mean@k", "entropy_end"
-    predicted: int   # +1: A > B, -1: A < B
+    contrast: Contrast  # A - B (B may be warm-start), or an --effect
+    score: str          # a result key: "heldout/mean@k", "entropy_end"
+    predicted: int      # +1: above 0 (A > B), -1: below 0 (A < B), 0: differs from 0
 
 
 class Claim(NamedTuple):  # --reject: is a difference of `effect` (or beyond it) ruled out?
-    a: str
-    b: str
+    contrast: Contrast
     score: str
     effect: float
 
@@ -392,11 +447,11 @@ def score_key(name: str) -> str:
     return "entropy_end" if name == "entropy" else f"{name}@k"
 
 
-def paired(done: list[dict], a: str, b: str, key: str) -> stats.Paired:
-    """A - B in `key`, seed by seed over the seeds both finished; B = warm-start: A's runs at their own step 0."""
+def measured(done: list[dict], c: Contrast, key: str) -> stats.Paired:
+    """The contrast in `key`, seed by seed over the seeds where every one of its arms finished (scripts/stats.py)."""
     def by_seed(method: str, key: str) -> dict:
         return {r["seed"]: r[key] for r in done if r["method"] == method and key in r and not math.isnan(r[key])}
-    return stats.paired(by_seed(a, key), by_seed(a, f"{key}_start") if b == WARM_START else by_seed(b, key))
+    return stats.contrast([(w, by_seed(arm, f"{key}_start" if at_start else key)) for w, arm, at_start in c.terms])
 
 
 def score_names(done: list[dict], steps: int) -> dict:
@@ -414,62 +469,73 @@ def seeds_text(needed: float) -> str:
     return "—" if math.isnan(needed) else f"> {stats.MAX_SEEDS}" if math.isinf(needed) else f"{needed:.0f}"
 
 
-def comparisons(results: list[dict], pairs: list[tuple[str, str]], steps: int) -> str:
-    """The seed-paired differences A - B (scripts/stats.py) of every score and of the end entropy, in markdown:
-    the mean difference with its 95% paired t-interval, wins : losses over seeds, the sign test, the minimal
-    detectable effect (80% power, t-based) and the seeds a decision would need at the observed effect and spread."""
+def p_text(p: float) -> str:
+    return "—" if math.isnan(p) else f"{p:.2g}"
+
+
+def comparisons(results: list[dict], contrasts: list[Contrast], steps: int) -> str:
+    """The seed-paired differences A - B and effects (scripts/stats.py) of every score and of the end entropy, in
+    markdown: the mean with its 95% paired t-interval, seeds above : below 0, the sign test, the minimal detectable
+    effect (80% power, t-based) and the seeds a decision would need at the observed effect and spread."""
     done = [r for r in results if r]
-    if not done or not pairs:
+    if not done or not contrasts:
         return ""
-    lines = ["| A − B | score | seeds | mean difference [95% t-interval] | interval | A > B : A < B "
+    lines = ["| A − B or effect | score | seeds | mean difference [95% t-interval] | interval | seeds > 0 : < 0 "
              "| sign test p | detectable (80% power) | seeds needed |", "|---" * 9 + "|"]
-    for a, b in pairs:
+    for c in contrasts:
         for key, name in score_names(done, steps).items():
-            p = paired(done, a, b, key)
+            p = measured(done, c, key)
             if not p.n:
                 continue
             side = "—" if p.n < 2 else {"confirmed": "above 0", "refuted": "below 0"}.get(stats.verdict(p, +1),
                                                                                          "contains 0")
             digits = 3 if key == "entropy_end" else 2
-            lines.append(f"| {a} − {b} | {name} | {p.n} | {difference(p, key)} | {side} | {p.wins} : {p.losses} "
+            lines.append(f"| {c.name} | {name} | {p.n} | {difference(p, key)} | {side} | {p.wins} : {p.losses} "
                          f"| {p.p_sign:.3f} | {stats.detectable(p.n, p.sd):.{digits}f} | "
                          f"{seeds_text(stats.seeds_needed(p))} |")
     return "\n".join(lines) + "\n"
 
 
 def verdicts(results: list[dict], hypotheses: list[Hypothesis], claims: list[Claim], steps: int) -> str:
-    """The pre-registered hypotheses in markdown: each one's verdict by its 95% paired t-interval (scripts/stats.py)
-    and, when undecided, the effect the seeds could have detected and the seeds a decision would need; then a line
-    per --reject claim (one-sided paired t-test against the stated effect)."""
+    """The pre-registered family in markdown. A row per hypothesis: its verdict by its own 95% paired t-interval,
+    its paired t-test's p on the predicted side (two-sided for 'differs') and the family's decision by Holm's
+    procedure over every hypothesis and --reject claim (scripts/stats.py), and, when its interval leaves it
+    undecided, the effect the seeds could have detected and the seeds a decision would need. Then a line per
+    --reject claim: its one-sided paired t-test against the stated effect and the family's decision on it."""
     done = [r for r in results if r]
     if not done or not (hypotheses or claims):
         return ""
     names = score_names(done, steps)
-    lines = ["| A − B | score | predicted | seeds | mean difference [95% t-interval] | A > B : A < B "
-             "| sign test p | verdict | detectable (80% power) | seeds needed |", "|---" * 10 + "|"]
-    for h in hypotheses:
-        p = paired(done, h.a, h.b, h.score)
-        side = "> 0" if h.predicted > 0 else "< 0"
-        head = f"| {h.a} − {h.b} | {names.get(h.score, h.score)} | {side} | {p.n} |"
+    tested = [measured(done, h.contrast, h.score) for h in hypotheses]
+    claimed = [measured(done, c.contrast, c.score) for c in claims]
+    rejections = [stats.reject(p, c.effect) for c, p in zip(claims, claimed)]
+    decisions = stats.family(  # 'differs' (predicted 0) has no opposite side that could refute it
+        [(stats.p_value(p, h.predicted), stats.p_value(p, -h.predicted) if h.predicted else math.nan)
+         for h, p in zip(hypotheses, tested)] + [(r.p, r.p_beyond) for r in rejections])
+    holm = f"Holm, family of {len(decisions)}"
+    lines = [f"| A − B or effect | score | predicted | seeds | mean difference [95% t-interval] | seeds > 0 : < 0 "
+             f"| sign test p | interval says | t-test p, predicted side | {holm} | detectable (80% power) "
+             "| seeds needed |", "|---" * 12 + "|"]
+    for h, p, decision in zip(hypotheses, tested, decisions):
+        side = {1: "> 0", -1: "< 0", 0: "≠ 0"}[h.predicted]
+        head = f"| {h.contrast.name} | {names.get(h.score, h.score)} | {side} | {p.n} |"
         if not p.n:
-            why = "no seed finished both" if h.score in names else "not a score of these runs"
-            lines.append(f"{head} {why} |" + " |" * 5)
+            why = "no seed where all its methods finished" if h.score in names else "not a score of these runs"
+            lines.append(f"{head} {why} | | | | — | **{decision}** | | |")
             continue
         verdict = stats.verdict(p, h.predicted)
         digits = 3 if h.score == "entropy_end" else 2
         power = f"{stats.detectable(p.n, p.sd):.{digits}f} | {seeds_text(stats.seeds_needed(p))}" \
             if verdict == "undecided" else "— | —"
-        lines.append(f"{head} {difference(p, h.score)} | {p.wins} : {p.losses} | {p.p_sign:.3f} | **{verdict}** | "
-                     f"{power} |")
+        lines.append(f"{head} {difference(p, h.score)} | {p.wins} : {p.losses} | {p.p_sign:.3f} | {verdict} | "
+                     f"{p_text(stats.p_value(p, h.predicted))} | **{decision}** | {power} |")
     text = "\n".join(lines) + "\n" if hypotheses else ""
-    for c in claims:
-        p = paired(done, c.a, c.b, c.score)
-        r = stats.reject(p, c.effect)
+    for c, n, r, decision in zip(claims, (p.n for p in claimed), rejections, decisions[len(hypotheses):]):
         what = f"a {'gain' if c.effect > 0 else 'loss'} of {abs(c.effect):g} or more"
-        test = f"one-sided paired t-test against {c.effect:+g}: t = {r.t:.2f}, df {p.n - 1}, p = {r.p:.2g}" \
-            if p.n > 1 else f"{p.n} seed(s): no test" if c.score in names else "not a score of these runs"
-        text += f"\n- {c.a} − {c.b}, {names.get(c.score, c.score)}: {what} is " \
-                f"{'rejected' if r.rejected else 'not rejected'} ({test})."
+        test = f"one-sided paired t-test against {c.effect:+g}: t = {r.t:.2f}, df {n - 1}, p = {r.p:.2g}" \
+            if n > 1 else f"{n} seed(s): no test" if c.score in names else "not a score of these runs"
+        text += f"\n- {c.contrast.name}, {names.get(c.score, c.score)}: {what} is " \
+                f"{'rejected' if r.rejected else 'not rejected'} ({test}); {holm}: **{decision}**."
     return text + ("\n" if claims else "")
 
 
@@ -557,13 +623,23 @@ def main(argv=None):
     parser.add_argument("--compare", nargs="+", metavar="A/B", default=None,
                         help="seed-paired comparisons to print, as A/B with methods as written in --clip, or "
                         "A/warm-start for A's runs against their own step 0 (default: every method against the first)")
+    parser.add_argument("--effect", nargs="+", action="append", default=[], metavar=("NAME", "WEIGHT ARM"),
+                        help="a contrast of arms, repeatable: NAME then weights and arms in turn, the weights summing "
+                        "to 0, e.g. the low edge's main effect in a 2 x 2, --effect low +0.5 LOWHYB -0.5 clip +0.5 "
+                        "kl3 -0.5 HIGHHYB (weights as decimals: -1/2 reads as a flag). Its per-seed value over the "
+                        "seeds where every arm finished is compared as A - B is; it is printed after the "
+                        "comparisons and may stand for A/B in --hypothesis and --reject")
     parser.add_argument("--hypothesis", nargs=3, action="append", default=[], metavar=("A/B", "SCORE", "SIDE"),
-                        help="a pre-registered hypothesis, repeatable: A - B is above (or below) 0 in SCORE "
-                        "(heldout/mean, transfer/pass, mean: the files' average, entropy); its verdict by the 95%% "
-                        "paired t-interval is printed above the comparisons, which are then exploratory")
+                        help="a pre-registered hypothesis, repeatable: A - B (or an --effect's NAME) is above, below "
+                        "or differs from 0 in SCORE (heldout/mean, transfer/pass, mean: the files' average, "
+                        "entropy); its verdict by the 95%% paired t-interval, its paired t-test's p (one-sided on "
+                        "the predicted side, two-sided for differs) and the decision of Holm's procedure over every "
+                        "--hypothesis and --reject at the 5%% level are printed above the comparisons, which are "
+                        "then exploratory")
     parser.add_argument("--reject", nargs=3, action="append", default=[], metavar=("A/B", "SCORE", "EFFECT"),
-                        help="is a difference A - B of EFFECT or beyond (e.g. the paper's 3.67) ruled out? A "
-                        "one-sided paired t-test at the 5%% level, repeatable")
+                        help="is a difference A - B (or an --effect) of EFFECT or beyond (e.g. the paper's 3.67) ruled "
+                        "out? A one-sided paired t-test at the 5%% level, repeatable; one of the family that Holm's "
+                        "procedure decides")
     parser.add_argument("--delta", type=float, help="delta of every method that has one (default: its own, 0.07)")
     parser.add_argument("--gpus", help="GPUs to run on, e.g. 0,1,2,3: one run per GPU at a time, each with its "
                         "CUDA_VISIBLE_DEVICES (default: every GPU visible; on a machine without CUDA, CPU jobs)")
@@ -596,11 +672,21 @@ def main(argv=None):
     except ValueError as e:
         parser.error(str(e))
 
-    def pair(text: str, flag: str) -> tuple[str, str]:  # "A/B" with A and B among the methods (B: or warm-start)
+    try:
+        effects = {c.name: c for c in (parse_effect(tokens, methods) for tokens in args.effect)}
+    except ValueError as e:
+        parser.error(str(e))
+    if len(effects) < len(args.effect):
+        parser.error(f"--effect: each effect has a name of its own ({' '.join(t[0] for t in args.effect)})")
+
+    def contrast_of(text: str, flag: str) -> Contrast:  # "A/B" (A, B methods, B or warm-start), or an effect
+        if text in effects and flag != "--compare":
+            return effects[text]
         a, slash, b = text.partition("/")
         if not slash or a not in methods or b not in [*methods, WARM_START]:
-            parser.error(f"{flag} {text}: write A/B with A and B among the methods ({' '.join(methods)})")
-        return a, b
+            also = " or an --effect's name" if flag != "--compare" else ""
+            parser.error(f"{flag} {text}: write A/B with A and B among the methods ({' '.join(methods)}){also}")
+        return difference_of(a, b)
 
     def score(name: str, flag: str) -> str:
         if not re.fullmatch(SCORE, name):
@@ -608,14 +694,17 @@ def main(argv=None):
                          "entropy")
         return score_key(name)
 
-    pairs = [pair(c, "--compare") for c in args.compare] if args.compare else [(m, methods[0]) for m in methods[1:]]
-    sides = {"above": 1, "below": -1}
-    hypotheses = [Hypothesis(*pair(ab, "--hypothesis"), score(name, "--hypothesis"), sides.get(side, 0))
+    contrasts = [contrast_of(c, "--compare") for c in args.compare] if args.compare else \
+        [difference_of(m, methods[0]) for m in methods[1:]]
+    contrasts += effects.values()
+    sides = {"above": 1, "below": -1, "differs": 0}
+    if any(side not in sides for _, _, side in args.hypothesis):
+        parser.error("--hypothesis A/B SCORE SIDE: SIDE is above, below or differs (A - B above, below or other "
+                     "than 0)")
+    hypotheses = [Hypothesis(contrast_of(ab, "--hypothesis"), score(name, "--hypothesis"), sides[side])
                   for ab, name, side in args.hypothesis]
-    if any(h.predicted == 0 for h in hypotheses):
-        parser.error("--hypothesis A/B SCORE SIDE: SIDE is above or below (A - B above or below 0)")
     try:
-        claims = [Claim(*pair(ab, "--reject"), score(name, "--reject"), float(effect))
+        claims = [Claim(contrast_of(ab, "--reject"), score(name, "--reject"), float(effect))
                   for ab, name, effect in args.reject]
     except ValueError:
         parser.error("--reject A/B SCORE EFFECT: EFFECT is a number, e.g. 3.67")
@@ -659,14 +748,21 @@ def main(argv=None):
             f"evaluations at {at}, then mean ± std over {args.seeds} seed(s) (population std); cut = mean over "
             f"training steps of clip_frac_low + clip_frac_high.\nSettings: `{' '.join(train_args)}`\n\n")
     decided = verdicts(results, hypotheses, claims, args.steps)
-    compared = comparisons(results, pairs, args.steps)
+    compared = comparisons(results, contrasts, args.steps)
+    defined = "".join(f"\n- {effect_text(c)}" for c in effects.values())
     report = head + table(results, methods, args.seeds, args.steps) + (
-        "\nPre-registered hypotheses (scripts/stats.py): confirmed when the 95% paired t-interval of the mean "
-        "difference (df = seeds - 1) lies wholly on the predicted side of 0, refuted when wholly on the other, "
-        "undecided otherwise; for an undecided one the difference a paired t-test at the 5% level would detect "
-        "with 80% power at this spread (t-based approximation) and the seeds a decision would need (t-based, and at "
-        f"least {stats.MIN_SIGN_SEEDS}: fewer cannot make the sign test significant):\n\n{decided}"
-        if decided else "") + (
+        "\nEffects: each seed's weighted sum of its arms' scores, over the seeds where every arm finished; compared "
+        f"as a difference A − B is:\n{defined}\n" if effects else "") + (
+        "\nPre-registered hypotheses (scripts/stats.py): each one's 95% paired t-interval of the mean difference "
+        "(df = seeds - 1) says confirmed when it lies wholly on the predicted side of 0, refuted when wholly on the "
+        "other, undecided otherwise; the paired t-test's p is one-sided on the predicted side (two-sided for ≠ 0); "
+        f"the family, every hypothesis and --reject claim, is decided by Holm's procedure at the "
+        f"{stats.FAMILY_ALPHA:g} level: confirmed when it rejects the p of the predicted side, refuted when it "
+        "rejects the p of the other side (1 − p; none for ≠ 0), undecided otherwise (a --reject claim is confirmed "
+        "when the effect is ruled out). For one the interval leaves undecided, the difference a paired t-test at "
+        "the 5% level would detect with 80% power at this spread (t-based approximation) and the seeds a decision "
+        f"would need (t-based, and at least {stats.MIN_SIGN_SEEDS}: fewer cannot make the sign test significant):"
+        f"\n\n{decided}" if decided else "") + (
         f"\nSeed-paired differences{', exploratory: no correction for multiple comparisons' if decided else ''} "
         "(scripts/stats.py: 95% paired t-interval of the mean difference, exact sign test, the difference "
         f"detectable with 80% power at this spread and the seeds needed for the observed one, both t-based):\n\n"

@@ -1,4 +1,5 @@
-"""scripts/stats.py: the t distribution, the seed-paired t-interval, the verdict rule, power and rejection."""
+"""scripts/stats.py: the t distribution, the seed-paired t-interval and contrasts, p-values, the verdict rule, Holm's
+procedure over a family, power and rejection."""
 import math
 import sys
 from pathlib import Path
@@ -78,39 +79,91 @@ def test_verdict_reads_the_interval_for_either_predicted_side(diffs, predicted, 
     assert stats.verdict(p, predicted) == expected
 
 
+def test_differs_is_confirmed_on_either_side_and_never_refuted():
+    zero = {s: 0.0 for s in range(10)}
+    assert [stats.verdict(stats.paired(d, zero), 0) for d in (UP, DOWN, ACROSS)] == ["confirmed", "confirmed",
+                                                                                    "undecided"]
+
+
 def test_verdict_of_one_seed_and_a_bad_side():
     assert stats.verdict(stats.paired({0: 5.0}, {0: 1.0}), +1) == "undecided"
-    with pytest.raises(ValueError, match="predicted"):
-        stats.verdict(stats.paired(UP, {s: 0.0 for s in range(10)}), 0)
+    for bad in (2, "above"):
+        with pytest.raises(ValueError, match="predicted"):
+            stats.verdict(stats.paired(UP, {s: 0.0 for s in range(10)}), bad)
+        with pytest.raises(ValueError, match="predicted"):
+            stats.p_value(stats.paired(UP, {s: 0.0 for s in range(10)}), bad)
 
 
-def test_detectable_effect_and_seeds_needed_are_t_based():
-    # the audit's H1: sd 2.36 over 10 seeds: (t(0.975, 9) + t(0.8, 9)) 2.36 / sqrt(10) = (2.262 + 0.883) 0.7463
-    assert stats.detectable(10, 2.36) == pytest.approx(3.145 * 2.36 / math.sqrt(10), abs=2e-3)   # 2.35
-    # mean 1, sd 1: n = 9 gives (2.306 + 0.889) / 3 = 1.065 > 1, n = 10 gives 3.145 / 3.162 = 0.995 <= 1
-    # (normal quantiles would say ((1.960 + 0.842) * 1 / 1)^2 = 7.85, 8 seeds)
-    assert stats.seeds_needed(stats.Paired(4, 1.0, 1.0, 0, 0, 0, 0, 1.0)) == 10
-    assert stats.seeds_needed(stats.Paired(4, -1.0, 1.0, 0, 0, 0, 0, 1.0)) == 10      # either sign
-    # a large effect: the t-test would decide over 2 seeds, the sign test beside it needs 6
-    assert stats.seeds_needed(stats.Paired(3, 5.0, 0.1, 0, 0, 0, 0, 1.0)) == stats.MIN_SIGN_SEEDS == 6
-    assert stats.seeds_needed(stats.Paired(10, 0.0, 1.0, 0, 0, 0, 0, 1.0)) == math.inf
-    assert stats.seeds_needed(stats.Paired(10, 0.01, 1.0, 0, 0, 0, 0, 1.0)) == math.inf   # > MAX_SEEDS
-    assert math.isnan(stats.seeds_needed(stats.paired({0: 1.0}, {0: 0.0}))) and math.isnan(stats.detectable(1, 1.0))
+# A 2 x 2 of a trust band's edges: clip (both edges narrow), LOW (low edge widened), HIGH (high edge widened),
+# KL3 (both). Seed 3 has no HIGH run, and every arm lists its seeds in another order.
+CLIP = {3: 30.0, 0: 30.0, 1: 28.0, 2: 31.0}
+LOW = {2: 35.0, 3: 40.0, 1: 29.0, 0: 32.0}
+HIGH = {1: 30.0, 0: 31.0, 2: 31.0}
+KL3 = {0: 35.0, 3: 36.0, 2: 36.0, 1: 33.0}
 
 
-def test_reject_a_stated_effect_one_sided():
-    """The audit's H1 against the paper's +3.67: mean -0.93, sd 2.36, n 10, se 0.7463:
-    t = (-0.93 - 3.67) / 0.7463 = -6.16, p < 1e-4."""
-    h1 = stats.Paired(10, -0.93, 2.36, 0, 0, 0, 0, 1.0)
-    r = stats.reject(h1, 3.67)
-    assert r.t == pytest.approx(-4.60 / (2.36 / math.sqrt(10)), abs=1e-9) and r.p < 1e-4 and r.rejected
-    # against +0.3: t = -1.23 / 0.7463 = -1.648, between t(0.9, 9) = 1.383 and t(0.95, 9) = 1.833: not rejected
-    near = stats.reject(h1, 0.3)
-    assert 0.05 < near.p < 0.1 and not near.rejected
-    # t exactly at -t(0.95, 9) = -1.833: p = 0.05 (the table's one-sided 5% point)
-    edge = stats.reject(stats.Paired(10, 1.0 - 1.833113 * 0.5 / math.sqrt(10), 0.5, 0, 0, 0, 0, 1.0), 1.0)
-    assert edge.p == pytest.approx(0.05, abs=1e-6)
-    # a stated loss: -3.67 or below is rejected when the mean is well above it, -0.3 is not when the mean is below
-    assert stats.reject(stats.Paired(10, 0.93, 2.36, 0, 0, 0, 0, 1.0), -3.67).rejected
-    loss = stats.reject(h1, -0.3)
-    assert loss.p == pytest.approx(1 - stats.t_cdf((-0.93 + 0.3) / (2.36 / math.sqrt(10)), 9)) and not loss.rejected
+def test_main_effects_of_a_2x2_against_a_hand_computation():
+    """low = 1/2 [(LOW - CLIP) + (KL3 - HIGH)] on each seed where all four finished (0, 1, 2; seed 3 lacks HIGH):
+    1/2 (2 + 4) = 3, 1/2 (1 + 3) = 2, 1/2 (4 + 5) = 4.5: mean 19/6, variance ((1/6)^2 + (7/6)^2 + (4/3)^2) / 2
+    = 19/12, se^2 = 19/36. high = 1/2 [(HIGH - CLIP) + (KL3 - LOW)]: 1/2 (1 + 3) = 2, 1/2 (2 + 4) = 3, 1/2 (0 + 1) = 0.5:
+    mean 11/6, the same variance. t(0.975, 2) = 4.303: low 3.167 -+ 3.126, high 1.833 -+ 3.126."""
+    low = stats.contrast([(0.5, LOW), (-0.5, CLIP), (0.5, KL3), (-0.5, HIGH)])
+    high = stats.contrast([(0.5, HIGH), (-0.5, CLIP), (0.5, KL3), (-0.5, LOW)])
+    half = 4.302653 * math.sqrt(19 / 36)
+    assert (low.n, low.mean, low.wins, low.losses) == (3, pytest.approx(19 / 6), 3, 0)
+    assert low.sd == pytest.approx(math.sqrt(19 / 12))
+    assert (low.low, low.high) == (pytest.approx(19 / 6 - half, abs=1e-5), pytest.approx(19 / 6 + half, abs=1e-5))
+    assert (high.n, high.mean, high.sd) == (3, pytest.approx(11 / 6), pytest.approx(math.sqrt(19 / 12)))
+    assert (high.low, high.high) == (pytest.approx(11 / 6 - half, abs=1e-5), pytest.approx(11 / 6 + half, abs=1e-5))
+    assert low.p_sign == 2 / 2 ** 3
+    # A - B is the contrast +1 A - 1 B
+    assert stats.paired(KL3, CLIP) == stats.contrast([(1.0, KL3), (-1.0, CLIP)])
+
+
+def test_p_values_of_each_predicted_side_by_hand():
+    """df 2: P(T <= t) = 1/2 + t / (2 sqrt(2 + t^2)). low: t^2 = (19/6)^2 / (19/36) = 19, so above 0 has
+    p = 1/2 (1 - sqrt(19/21)) = 0.0244; high: t^2 = (11/6)^2 / (19/36) = 121/19, two-sided p = 1 - sqrt(121/159)
+    = 0.128."""
+    low = stats.contrast([(0.5, LOW), (-0.5, CLIP), (0.5, KL3), (-0.5, HIGH)])
+    high = stats.contrast([(0.5, HIGH), (-0.5, CLIP), (0.5, KL3), (-0.5, LOW)])
+    above = 0.5 * (1 - math.sqrt(19 / 21))
+    assert stats.t_statistic(low) == pytest.approx(math.sqrt(19))
+    assert stats.p_value(low, +1) == pytest.approx(above, abs=1e-12)
+    assert stats.p_value(low, -1) == pytest.approx(1 - above, abs=1e-12)
+    assert stats.p_value(low, 0) == pytest.approx(2 * above, abs=1e-12)
+    assert stats.p_value(high, 0) == pytest.approx(1 - math.sqrt(121 / 159), abs=1e-12)
+    # against a stated value: low against 10, t = (19/6 - 10) / sqrt(19/36), t^2 = 1681/19
+    assert stats.p_value(low, -1, 10.0) == pytest.approx(0.5 * (1 - math.sqrt(1681 / 1719)), abs=1e-12)
+    # no spread: t = +inf (p 0 above, 1 below), or t = 0 when the mean is the value itself; one seed: no test
+    flat = stats.paired({0: 2.0, 1: 3.0}, {0: 1.0, 1: 2.0})
+    assert (stats.p_value(flat, +1), stats.p_value(flat, -1), stats.p_value(flat, 0)) == (0.0, 1.0, 0.0)
+    assert (stats.p_value(flat, +1, 1.0), stats.p_value(flat, 0, 1.0)) == (0.5, 1.0)
+    assert math.isnan(stats.p_value(stats.paired({0: 2.0}, {0: 1.0}), +1))
+
+
+@pytest.mark.parametrize("p_values, rejected", [
+    ([0.01, 0.04, 0.03], [True, False, False]),          # 0.01 <= 0.05/3; 0.03 > 0.05/2: stop
+    ([0.01, 0.02, 0.04], [True, True, True]),            # 0.0167, 0.025, 0.05: all (Bonferroni keeps only 0.01)
+    ([0.04, 0.02, 0.01], [True, True, True]),            # the order given does not matter
+    ([0.001, 0.03, 0.001, 0.04], [True, False, True, False]),  # 0.03 > 0.05/2 stops it: 0.04 <= 0.05 is not reached
+    ([0.025, 0.05], [True, True]),                       # at the threshold: rejected
+    ([0.03], [True]),                                    # one test: alpha itself
+    ([0.01, math.nan], [True, False]),                   # no test: counts in m (0.01 <= 0.025), never rejected
+    ([0.03, math.nan], [False, False]),                  # 0.03 > 0.05/2, though 0.03 <= 0.05 alone
+    ([], []),
+])
+def test_holm_step_down_against_a_hand_computation(p_values, rejected):
+    assert stats.holm(p_values) == rejected
+
+
+def test_holm_at_another_level():
+    assert stats.holm([0.01, 0.04, 0.03], alpha=0.1) == [True, True, True]   # 0.033, 0.05, 0.1
+
+
+def test_family_confirms_by_the_predicted_side_and_refutes_by_the_other():
+    """m = 6 (p predicted side, p other side; 'differs' has none): confirmations over 0.009, 0.995, 0.2, 0.001,
+    0.3, 0.999: 0.001 <= 0.05/6, 0.009 <= 0.05/5, 0.2 > 0.05/4: the 1st and 4th; refutations over 0.991, 0.005,
+    0.8, nan, nan, nan: 0.005 <= 0.05/6, then 0.8: the 2nd. A 'differs' with p 0.999 shows no difference at all,
+    but nothing refutes it (1 - p = 0.001 is not a p of anything)."""
+    tests = [(0.009, 0.991), (0.995, 0.005), (0.2, 0.8), (0.001, math.nan), (0.3, math.nan), (0.999, math.nan)]
+    assert stats.family(tests) == ["confirmed", "refuted", "undecided", "confirmed", "undecided", "undecided"]

@@ -344,23 +344,26 @@ def test_hypotheses_verdicts_and_a_rejected_gain(tmp_path):
                 "--hypothesis", "kl3/clip", "entropy", "above", "--hypothesis", "kl3/clip", "heldout/mean", "above",
                 "--reject", "kl3/clip", "mean", "3.67", "--reject", "kl3/clip", "mean", "1"])
     table = (tmp_path / "table.md").read_text()
-    assert "| kl3 − clip | Mean@8 | > 0 | 5 | +0.00 [-1.96, +1.96] | 2 : 2 | 1.000 | **undecided** | 2.63 | > 1000 |" \
-        in table
-    assert "| kl3 − clip | entropy, last 3 steps | < 0 | 5 | -0.020 [-0.020, -0.020] | 0 : 5 | 0.062 | **confirmed** " \
-        "| — | — |" in table
-    assert "| kl3 − clip | entropy, last 3 steps | > 0 | 5 | -0.020 [-0.020, -0.020] | 0 : 5 | 0.062 | **refuted** |" \
-        in table
-    assert "| kl3 − clip | heldout/mean@k | > 0 | 0 | not a score of these runs |" in table
+    # p: one-sided on the predicted side, t = 0 (p 0.5) and t = -inf (no spread: 0 below, 1 above). Holm over the
+    # six (the score that is not one of these runs counts, untested): 0 <= 0.05/6, then 0.0033 (3.67) <= 0.05/5,
+    # then 0.12 (1) > 0.05/4 stops; over the other sides: 0 (entropy above) <= 0.05/6, then 0.5 > 0.05/5
+    assert "| kl3 − clip | Mean@8 | > 0 | 5 | +0.00 [-1.96, +1.96] | 2 : 2 | 1.000 | undecided | 0.5 | **undecided** " \
+        "| 2.63 | > 1000 |" in table
+    assert "| kl3 − clip | entropy, last 3 steps | < 0 | 5 | -0.020 [-0.020, -0.020] | 0 : 5 | 0.062 | confirmed | 0 | " \
+        "**confirmed** | — | — |" in table
+    assert "| kl3 − clip | entropy, last 3 steps | > 0 | 5 | -0.020 [-0.020, -0.020] | 0 : 5 | 0.062 | refuted | 1 | " \
+        "**refuted** |" in table
+    assert "| kl3 − clip | heldout/mean@k | > 0 | 0 | not a score of these runs | | | | — | **undecided** | | |" in table
     t = -3.67 / math.sqrt(2.5 / 5)   # -5.19
     assert f"- kl3 − clip, Mean@8: a gain of 3.67 or more is rejected (one-sided paired t-test against +3.67: " \
-           f"t = -5.19, df 4, p = {stats.t_cdf(t, 4):.2g})." in table
+           f"t = -5.19, df 4, p = {stats.t_cdf(t, 4):.2g}); Holm, family of 6: **confirmed**." in table
     assert "- kl3 − clip, Mean@8: a gain of 1 or more is not rejected (one-sided paired t-test against +1: " \
-           "t = -1.41, df 4, p = 0.12)." in table
+           "t = -1.41, df 4, p = 0.12); Holm, family of 6: **undecided**." in table
     assert "Seed-paired differences, exploratory: no correction for multiple comparisons" in table
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--hypothesis", "kl3/clip", "mean", "up"], "SIDE is above or below"),
+    (["--hypothesis", "kl3/clip", "mean", "up"], "SIDE is above, below or differs"),
     (["--hypothesis", "kl3/clip", "means", "above"], "--hypothesis ... means: a score is"),
     (["--hypothesis", "kl3/nope", "mean", "above"], "--hypothesis kl3/nope: write A/B"),
     (["--reject", "kl3/clip", "mean", "big"], "EFFECT is a number"),
@@ -370,3 +373,93 @@ def test_bad_hypotheses(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit):
         sweep.main(["--clip", "clip", "kl3", "--out", str(tmp_path), "--dry-run", *argv])
     assert message in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------
+# Effects of more than two arms, Holm's procedure over the pre-registered family (issue 38)
+
+LOWHYB, HIGHHYB = "clip-higher:eps_low=0.329,eps_high=0.2", "clip-higher:eps_high=0.422"   # [0.671, 1.2], [0.8, 1.422]
+EDGES = ["clip", LOWHYB, HIGHHYB, "kl3"]
+LOW = ["low", "+0.5", LOWHYB, "-0.5", "clip", "+0.5", "kl3", "-0.5", HIGHHYB]
+HIGH = ["high", "+0.5", HIGHHYB, "-0.5", "clip", "+0.5", "kl3", "-0.5", LOWHYB]
+
+
+def test_main_effects_of_a_2x2_with_holm_over_the_family(tmp_path):
+    """Mean@8 per seed (clip, low hybrid, high hybrid, kl3): seed 0 30, 32, 31, 35; seed 1 28, 29, 30, 33; seed 2
+    31, 35, 31, 36; seed 3 30, 40, -, 36 (no high-hybrid run: not in the effects, in kl3 − clip).
+    low = 1/2 [(lowhyb - clip) + (kl3 - highhyb)] = 3, 2, 4.5: mean 19/6, se^2 = 19/36 (variance 19/12 over 3 seeds);
+    high = 1/2 [(highhyb - clip) + (kl3 - lowhyb)] = 2, 3, 0.5: mean 11/6, the same se. t(0.975, 2) = 4.303:
+    low 3.17 -+ 3.13 = [+0.04, +6.29], high 1.83 -+ 3.13 = [-1.29, +4.96]. kl3 − clip = 5, 5, 5, 6: mean 5.25,
+    sd 0.5, se 0.25, t(0.975, 3) 3.182: [+4.45, +6.05], t = 21.
+    p (df 2: P(T <= t) = 1/2 + t / (2 sqrt(2 + t^2))): low above, t^2 = 19: 1/2 (1 - sqrt(19/21)) = 0.0244;
+    high differs, t^2 = 121/19: 1 - sqrt(121/159) = 0.128; a gain of 10 in low, t = (19/6 - 10) / sqrt(19/36) =
+    -9.41, t^2 = 1681/19: 1/2 (1 - sqrt(1681/1719)) = 0.0056; kl3 − clip below: P(T <= 21, df 3) ~ 1 (other
+    side 1.1e-4).
+    Holm, m = 4: 0.0056 <= 0.0125, then 0.0244 > 0.0167: only the gain of 10 is ruled out (low's interval
+    alone confirms it: Holm does not); the other sides 1.1e-4 <= 0.0125, then 0.976 > 0.0167: kl3 − clip
+    below 0 refuted."""
+    scores = {"clip": [30, 28, 31, 30], LOWHYB: [32, 29, 35, 40], HIGHHYB: [31, 30, 31, None], "kl3": [35, 33, 36, 36]}
+    for run in sweep.plan(EDGES, 4, tmp_path.resolve()):
+        if scores[run.method][run.seed] is not None:
+            fake_run(run, 3, mean=float(scores[run.method][run.seed]))
+    sweep.main(["--clip", *EDGES, "--seeds", "4", "--steps", "3", "--out", str(tmp_path), "--report",
+                "--effect", *LOW, "--effect", *HIGH,
+                "--hypothesis", "low", "mean", "above", "--hypothesis", "high", "mean", "differs",
+                "--hypothesis", "kl3/clip", "mean", "below", "--reject", "low", "mean", "10"])
+    table = (tmp_path / "table.md").read_text()
+    assert f"- low = 0.5 {LOWHYB} − 0.5 clip + 0.5 kl3 − 0.5 {HIGHHYB}\n" in table
+    assert f"- high = 0.5 {HIGHHYB} − 0.5 clip + 0.5 kl3 − 0.5 {LOWHYB}\n" in table
+    assert "| low | Mean@8 | > 0 | 3 | +3.17 [+0.04, +6.29] | 3 : 0 | 0.250 | confirmed | 0.024 | **undecided** | — | — |" \
+        in table
+    assert "| high | Mean@8 | ≠ 0 | 3 | +1.83 [-1.29, +4.96] | 3 : 0 | 0.250 | undecided | 0.13 | **undecided** | " \
+        f"{(4.302653 + 1.060660) * math.sqrt(19 / 36):.2f} |" in table   # detectable: (t(0.975, 2) + t(0.8, 2)) se
+    assert "| kl3 − clip | Mean@8 | < 0 | 4 | +5.25 [+4.45, +6.05] | 4 : 0 | 0.125 | refuted | 1 | **refuted** |" in table
+    assert "- low, Mean@8: a gain of 10 or more is rejected (one-sided paired t-test against +10: t = -9.41, df 2, " \
+           "p = 0.0056); Holm, family of 4: **confirmed**." in table
+    # the effects in the exploratory comparisons, after every method against the first; entropy: equal arms give 0
+    assert "| low | Mean@8 | 3 | +3.17 [+0.04, +6.29] | above 0 | 3 : 0 | 0.250 |" in table
+    assert "| high | Mean@8 | 3 | +1.83 [-1.29, +4.96] | contains 0 | 3 : 0 | 0.250 |" in table
+    assert "| high | entropy, last 3 steps | 3 | +0.000 [+0.000, +0.000] | contains 0 | 0 : 0 |" in table
+    assert table.index(f"| {HIGHHYB} − clip | Mean@8 | 3 |") < table.index("| kl3 − clip | Mean@8 | 4 |") < \
+        table.index("| low | Mean@8 | 3 | +3.17 [+0.04, +6.29] | above 0")
+
+
+@pytest.mark.parametrize("effect, message", [
+    (["low", "+0.5", "kl3"], "--effect low: the weights sum to 0.5, not 0"),
+    (["low", "+0.5", "kl3", "-0.5"], "--effect low: write NAME WEIGHT ARM [WEIGHT ARM ...]"),
+    (["low"], "--effect low: write NAME WEIGHT ARM"),
+    (["low", "half", "kl3", "-0.5", "clip"], "--effect low: 'half' is not a weight"),
+    (["low", "+0.5", "kl3", "-0.5", "nope"], "--effect low: nope is not among the methods (clip kl3)"),
+    (["low", "+1", "kl3", "-1", "kl3"], "--effect low: kl3 is named twice"),
+    (["low", "0", "kl3", "0", "clip"], "--effect low: the weight of kl3 is 0"),
+    (["low", "+0.5", "kl3", "inf", "clip"], "--effect low: the weight of clip is inf"),
+    (["kl3/clip", "+1", "kl3", "-1", "clip"], "--effect kl3/clip: an effect's name has no '/'"),
+    (["kl3", "+1", "kl3", "-1", "clip"], "--effect kl3: an effect's name has no '/' and is not a method's"),
+])
+def test_a_bad_effect_is_one_error_line(effect, message, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        sweep.main(["--clip", "clip", "kl3", "--out", str(tmp_path), "--dry-run", "--effect", *effect])
+    err = capsys.readouterr().err
+    assert message in err and sum("error:" in line for line in err.splitlines()) == 1
+
+
+def test_effects_need_names_of_their_own_and_hypotheses_need_a_known_one(tmp_path, capsys):
+    same = ["d", "+1", "kl3", "-1", "clip"]
+    for argv, message in [(["--effect", *same, "--effect", *same], "--effect: each effect has a name of its own"),
+                          (["--effect", *same, "--hypothesis", "e", "mean", "above"],
+                           "--hypothesis e: write A/B with A and B among the methods (clip kl3) or an --effect's name"),
+                          (["--effect", *same, "--compare", "d"], "--compare d: write A/B")]:
+        with pytest.raises(SystemExit):
+            sweep.main(["--clip", "clip", "kl3", "--out", str(tmp_path), "--dry-run", *argv])
+        assert message in capsys.readouterr().err
+
+
+def test_the_committed_confirmatory_run_is_found_by_its_documented_command():
+    """docs/results.md rebuilds results/confirm-countdown with --report: each of its arms must still name the folders
+    the runs were committed in (kl3:delta=0.1 -> kl3_delta_0.1-s<seed>), and every run must read as finished."""
+    arms = ["clip", "clip-higher", "kl3", "kl3-seq", "kl3:delta=0.05", "kl3:delta=0.1"]
+    runs = sweep.plan(arms, 10, sweep.ROOT / "results" / "confirm-countdown")
+    assert [r.dir.name for r in runs[::10]] == ["clip-s0", "clip-higher-s0", "kl3-s0", "kl3-seq-s0",
+                                                "kl3_delta_0.05-s0", "kl3_delta_0.1-s0"]
+    steps = json.loads((sweep.ROOT / "results" / "confirm-countdown" / "sweep.json").read_text())["steps"]
+    assert [r.dir.name for r in runs if not sweep.finished(r, steps)] == []
