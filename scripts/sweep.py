@@ -312,6 +312,9 @@ def result(run: Run, steps: int) -> dict | None:
             at_end = [evals[s][key] for s in end if key in evals[s]]
             res[f"{prefix}{metric}@k"] = statistics.fmean(at_end) if at_end else math.nan
             res[f"{prefix}{metric}@k_start"] = evals[0][key] if key in evals.get(0, {}) else math.nan
+        if prefix:  # the evaluation policy's entropy on that file (T = 1), logged since the clean splits
+            at_end = [evals[s][f"eval/{prefix}entropy"] for s in end if f"eval/{prefix}entropy" in evals[s]]
+            res[f"{prefix}entropy"] = statistics.fmean(at_end) if at_end else math.nan
     return res
 
 
@@ -439,12 +442,17 @@ class Claim(NamedTuple):  # --reject: is a difference of `effect` (or beyond it)
     effect: float
 
 
-SCORE = r"(?:[\w.-]+/)?(?:mean|pass)|entropy"  # heldout/mean, transfer/pass, mean (the files' average), entropy
+# heldout/mean, transfer/pass, mean (the files' average), entropy (the training tokens', last 20 steps),
+# heldout/entropy (the evaluation policy's on that file, at the end)
+SCORE = r"(?:[\w.-]+/)?(?:mean|pass)|(?:[\w.-]+/)?entropy"
 
 
 def score_key(name: str) -> str:
-    """'heldout/mean' -> 'heldout/mean@k', 'entropy' -> 'entropy_end': the result key a score name stands for."""
-    return "entropy_end" if name == "entropy" else f"{name}@k"
+    """'heldout/mean' -> 'heldout/mean@k', 'entropy' -> 'entropy_end', 'heldout/entropy' -> itself: the result
+    key a score name stands for."""
+    if name.endswith("entropy"):
+        return "entropy_end" if name == "entropy" else name
+    return f"{name}@k"
 
 
 def measured(done: list[dict], c: Contrast, key: str) -> stats.Paired:
@@ -632,7 +640,7 @@ def main(argv=None):
     parser.add_argument("--hypothesis", nargs=3, action="append", default=[], metavar=("A/B", "SCORE", "SIDE"),
                         help="a pre-registered hypothesis, repeatable: A - B (or an --effect's NAME) is above, below "
                         "or differs from 0 in SCORE (heldout/mean, transfer/pass, mean: the files' average, "
-                        "entropy); its verdict by the 95%% paired t-interval, its paired t-test's p (one-sided on "
+                        "entropy: the training tokens', heldout/entropy: the evaluation policy's); its verdict by the 95%% paired t-interval, its paired t-test's p (one-sided on "
                         "the predicted side, two-sided for differs) and the decision of Holm's procedure over every "
                         "--hypothesis and --reject at the 5%% level are printed above the comparisons, which are "
                         "then exploratory")

@@ -131,7 +131,8 @@ def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
     (run.dir / "config.json").write_text(json.dumps({"clip": "kl3", "eval_k": 8}))
     ev = lambda step, h, t: {"step": step, "eval/heldout/mean@8": h, "eval/heldout/pass@8": h + 10,  # noqa: E731
                              "eval/transfer/mean@8": t, "eval/transfer/pass@8": t + 1,
-                             "eval/mean@8": (h + t) / 2, "eval/pass@8": (h + t) / 2 + 5.5}
+                             "eval/mean@8": (h + t) / 2, "eval/pass@8": (h + t) / 2 + 5.5,
+                             "eval/heldout/entropy": h / 100}
     rows = [ev(0, 20.0, 2.0)] + [{"step": s, "entropy": 0.1 * s, "clip_frac_low": 0.0, "clip_frac_high": 0.0}
                                  for s in range(1, 32)] + [ev(29, 99.0, 99.0), ev(30, 30.0, 4.0), ev(31, 34.0, 2.0)]
     (run.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -140,6 +141,8 @@ def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
     assert (res["heldout/mean@k"], res["heldout/pass@k"], res["transfer/mean@k"]) == (32.0, 42.0, 3.0)
     assert (res["heldout/mean@k_start"], res["transfer/pass@k_start"], res["mean@k"]) == (20.0, 3.0, 17.5)
     assert res["entropy_end"] == pytest.approx(0.1 * sum(range(12, 32)) / 20)      # the last 20 of 31 steps
+    assert res["heldout/entropy"] == pytest.approx(0.32) and math.isnan(res["transfer/entropy"])  # not logged
+    assert (sweep.score_key("heldout/entropy"), sweep.score_key("entropy")) == ("heldout/entropy", "entropy_end")
     table = sweep.table([res], ["kl3"], 1, 31)
     assert "| kl3 | delta=0.07 | 1 | 32.00 | 42.00 | 3.00 | 4.00 |" in table      # one seed: no ± 0.00
     assert "heldout Mean@8 (%) | heldout Pass@8 (%) | transfer Mean@8 (%) | transfer Pass@8 (%)" in table
