@@ -181,8 +181,8 @@ def run_name(clip: str, hparams: dict, flags: tuple) -> str:
     return re.sub(r"[^A-Za-z0-9.-]+", "_", "_".join(words))
 
 
-def plan(methods: list[str], seeds: int, out: Path, delta: float | None = None) -> list[Run]:
-    """Every (arm, seed) run; --delta goes to the methods that have one and did not set it. Two arms that are
+def plan(methods: list[str], seeds: int, out: Path, delta: float | None = None, first_seed: int = 0) -> list[Run]:
+    """Every (arm, seed) run, seeds first_seed .. first_seed + seeds - 1; --delta goes to the methods that have one and did not set it. Two arms that are
     one run (kl3 and kl3:delta=0.07) are refused."""
     runs, named = [], {}
     for spec in methods:
@@ -193,7 +193,7 @@ def plan(methods: list[str], seeds: int, out: Path, delta: float | None = None) 
         if name in named:
             raise ValueError(f"methods {named[name]!r} and {spec!r} are the same run ({name})")
         named[name] = spec
-        runs += [Run(spec, clip, hp, s, out / f"{name}-s{s}", flags) for s in range(seeds)]
+        runs += [Run(spec, clip, hp, s, out / f"{name}-s{s}", flags) for s in range(first_seed, first_seed + seeds)]
     return runs
 
 
@@ -626,6 +626,8 @@ def main(argv=None):
     parser.add_argument("--ablate-delta", nargs="+", type=float, metavar="DELTA",
                         help="instead of --clip: kl3 at each delta, and Figure 3")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per method (default: 3)")
+    parser.add_argument("--first-seed", type=int, default=0, metavar="S",
+                        help="seeds S .. S+N-1 instead (tuning seeds apart from the confirmatory ones)")
     parser.add_argument("--task", default="math", choices=sorted(SETTINGS), help="the task (train.py --task)")
     parser.add_argument("--steps", type=int, help="rollout steps of every run (default: the task's)")
     parser.add_argument("--compare", nargs="+", metavar="A/B", default=None,
@@ -676,7 +678,7 @@ def main(argv=None):
         args.clip or ["clip", "clip-higher", "kl3"]
     out = args.out.resolve()
     try:
-        runs = plan(methods, args.seeds, out, args.delta)
+        runs = plan(methods, args.seeds, out, args.delta, args.first_seed)
     except ValueError as e:
         parser.error(str(e))
 

@@ -466,3 +466,12 @@ def test_the_committed_confirmatory_run_is_found_by_its_documented_command():
                                                 "kl3_delta_0.05-s0", "kl3_delta_0.1-s0"]
     steps = json.loads((sweep.ROOT / "results" / "confirm-countdown" / "sweep.json").read_text())["steps"]
     assert [r.dir.name for r in runs if not sweep.finished(r, steps)] == []
+
+
+def test_first_seed_gives_tuning_seeds_apart_from_the_confirmatory_ones(tmp_path):
+    runs = sweep.plan(["clip", "kl3"], 2, tmp_path, first_seed=1000)
+    assert [(r.method, r.seed, r.dir.name) for r in runs] == [
+        ("clip", 1000, "clip-s1000"), ("clip", 1001, "clip-s1001"), ("kl3", 1000, "kl3-s1000"), ("kl3", 1001, "kl3-s1001")]
+    dry = subprocess.run([sys.executable, str(Path(sweep.__file__)), "--clip", "kl3", "--seeds", "1", "--first-seed",
+                          "7", "--out", str(tmp_path), "--dry-run"], capture_output=True, text=True, check=True).stdout
+    assert "--seed 7" in dry and "kl3-s7" in dry and "--seed 0" not in dry
