@@ -13,6 +13,10 @@ reference/ (make_assignment.py writes it beside the student copy), or --referenc
     functions are the reference's, so an unfinished exercise costs its own points only;
   - only the exercise's checks (the table of docs/exercises.md) run, with a time limit;
   - files changed outside the exercises' functions are listed, not scored: read those diffs.
+The self-check (no bundle, no --reference) runs the student's own tests on the student's files as they
+are, one pytest run per exercise, so each exercise is reported on its own. It agrees with the official
+grade except where an exercise's check runs another exercise that is still blank (the "builds on"
+column of docs/exercises.md), or where the student's tests differ from the reference's.
 Score: 10 points an exercise times the share of its tests that passed. A written exercise (no
 function: 6) runs its check but scores 0 of 0: it is graded by hand (docs/teaching.md).
 Each run is a fresh pytest in a copy of the repository, forked from this process after torch is
@@ -264,12 +268,15 @@ def grade(student: Path, numbers: list | None = None, reference: Path | None = N
             except ImportError:
                 pass
 
-    # one copy per distinct set of target files: a student whose other exercises are the reference's
-    # (or all blank) shares copies; in the worst case one copy per exercise
+    # Official: one test run per distinct set of target files (the exercises whose copies are the same
+    # share a run; in the worst case one run per exercise). Self-check: one run per exercise, on the
+    # student's files as they are, so that a module one exercise's check cannot import, or a time-out,
+    # costs that exercise only.
     groups = {}
     for n in numbers:
         files = isolated_sources(student, reference, exercises, n) if reference else {}
-        groups.setdefault(json.dumps(files, sort_keys=True), []).append(n)
+        key = json.dumps(files, sort_keys=True) if reference else f"exercise {n}"
+        groups.setdefault(key, (files, []))[1].append(n)
     work = Path(tempfile.mkdtemp(prefix="nanoatr-grade-"))
     ini = work / "pytest.ini"
     ini.write_text("[pytest]\n")
@@ -278,8 +285,8 @@ def grade(student: Path, numbers: list | None = None, reference: Path | None = N
         f"{(reference or student) / 'tests'}{'' if reference else ', your own: a self-check'}; "
         f"{len(groups)} test run{'s' if len(groups) > 1 else ''})", flush=True)
     try:
-        for i, (files, members) in enumerate(groups.items()):
-            tree = build_tree(student, work / f"copy{i}", reference, json.loads(files))
+        for i, (files, members) in enumerate(groups.values()):
+            tree = build_tree(student, work / f"copy{i}", reference, files)
             spec = {"tree": str(tree), "ini": str(ini), "out": str(work / f"run{i}.json"),
                     "log": str(work / f"run{i}.log"),
                     "selections": {n: list(exercises[n].checks) for n in members}}

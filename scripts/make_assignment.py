@@ -49,6 +49,7 @@ class Exercise(NamedTuple):
     functions: tuple                      # ((path, function name), ...); empty for a written exercise
     checks: tuple                         # ((test file, -k expression or None), ...)
     builds_on: tuple                      # the exercises whose functions its own call or its checks run
+    every_method: tuple                   # its checks run every --clip method: the exercises that write one
     breaks: str                           # what else stops working while it is blank
     contract: list                        # the bullets of its "**Contract**" list (markdown, one string each)
     section: str                          # its section of docs/exercises.md
@@ -82,12 +83,14 @@ def load_exercises(root: Path = ROOT) -> dict:
         number = int(cells[0])
         functions = tuple(tuple(f.split("::")) for f in re.findall(r"`([^`]+::[^`]+)`", cells[2]))
         checks = tuple(parse_check(c) for c in re.findall(r"`([^`]+)`", cells[3]))
-        builds_on = tuple(int(n) for n in re.findall(r"\d+", cells[4]))
+        needs, _, every_method = cells[4].partition("(")  # "3, 8" or "— (every method: 1, 2, 3, 5, 11)"
+        builds_on = tuple(int(n) for n in re.findall(r"\d+", needs))
+        every_method = tuple(int(n) for n in re.findall(r"\d+", every_method))
         if number not in sections:
             raise ValueError(f"{DOC}: exercise {number} is in the table but has no '## {number}. ' section")
         section = sections[number].group(0).rstrip() + "\n"
-        exercises[number] = Exercise(number, cells[1], functions, checks, builds_on, cells[5], contract_of(section),
-                                     section)
+        exercises[number] = Exercise(number, cells[1], functions, checks, builds_on, every_method, cells[5],
+                                     contract_of(section), section)
     if not exercises:
         raise ValueError(f"{DOC}: no exercise table found")
     return exercises
@@ -291,7 +294,13 @@ def student_order(exercises: dict, numbers: list, root: Path = ROOT) -> str:
     for n in [n for n in numbers if needs[n]]:
         text.append(f"{n} builds on {names(needs[n])}: until {'it is' if len(needs[n]) == 1 else 'they are'} "
                     f"done, {n}'s checks fail on {'its' if len(needs[n]) == 1 else 'their'} NotImplementedError.")
-    if any(needs.values()):
+    methods = {n: [m for m in exercises[n].every_method if m in numbers] for n in numbers}
+    for n in [n for n in numbers if methods[n]]:
+        one = len(methods[n]) == 1
+        text.append(f"{n}'s check runs every --clip method: its cases for the methods of {names(methods[n])} "
+                    f"fail on {'its' if one else 'their'} NotImplementedError until "
+                    f"{'it is' if one else 'they are'} done.")
+    if any(needs.values()) or any(methods.values()):
         text.append("(Not when graded: the grader puts the reference into the others while it grades one.)")
     order = [n for session in course_order(root) for n in session if n in numbers]
     order += [n for n in numbers if n not in order]
@@ -307,8 +316,10 @@ def student_text(exercises: dict, numbers: list, root: Path = ROOT) -> tuple:
     intro = ("Each exercise names functions whose bodies are blank: they raise `NotImplementedError` under a TODO "
              "block that states the contract, the behaviour the tests check. Write the bodies and run the checks "
              "from the repository root; the whole test suite (`python -m pytest`) fails wherever a blank function "
-             "is called. `python scripts/grade.py` runs all your checks and prints a score (the official grade "
-             "runs the same tests from the teachers' own copy). Answer the questions in ANSWERS.md.")
+             "is called. `python scripts/grade.py` runs each exercise's checks on this copy as it is and prints "
+             "a score per exercise. The official grade runs the same tests from the teachers' own copy, with "
+             "the reference in the exercises it is not grading: the two agree once what an exercise builds on "
+             "(the order below) is written. Answer the questions in ANSWERS.md.")
     head = [f"# Exercises {', '.join(map(str, numbers))}\n", textwrap.fill(intro, 100) + "\n",
             "| # | exercise | write | while blank, this also stops working |", "|---|---|---|---|"]
     head += [f"| {n} | {exercises[n].title} | "

@@ -10,23 +10,35 @@ import torch
 from nanoatr.loss import group_advantages
 
 
+def short(t: torch.Tensor) -> str:
+    """A tensor's values for a failure message: [-0.429, 0, 1.2e-08]."""
+    return "[" + ", ".join(f"{v:.3g}" for v in t.tolist()) + "]"
+
+
 def test_dr_grpo_subtracts_the_group_mean():
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])  # two groups of 4
     expected = torch.tensor([0.75, -0.25, -0.25, -0.25, 0.25, 0.25, -0.75, 0.25])
-    torch.testing.assert_close(group_advantages(rewards, 4), expected)
+    out = group_advantages(rewards, 4)
+    torch.testing.assert_close(out, expected, msg=f"rewards {rewards.tolist()}, group_size 4: expected "
+                               f"{short(expected)} (R - the group's mean), got {short(out)}")
 
 
 def test_grpo_divides_by_the_unbiased_std():
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
     std = math.sqrt((0.75 ** 2 + 3 * 0.25 ** 2) / 3)  # n - 1 = 3
     expected = torch.tensor([0.75, -0.25, -0.25, -0.25]) / (std + 1e-6)
-    torch.testing.assert_close(group_advantages(rewards, 4, normalize_std=True), expected)
+    out = group_advantages(rewards, 4, normalize_std=True)
+    torch.testing.assert_close(out, expected, msg=f"rewards {rewards.tolist()}, normalize_std=True: expected "
+                               f"{short(expected)} ((R - mean) / (unbiased std + 1e-6)), got {short(out)}")
 
 
 def test_groups_are_consecutive_not_interleaved():
     rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])  # [p0, p0, p1, p1]: both groups are dead
-    assert group_advantages(rewards, 2).eq(0).all()
-    assert group_advantages(rewards, 2, normalize_std=True).eq(0).all()
+    for normalize_std in (False, True):
+        out = group_advantages(rewards, 2, normalize_std=normalize_std)
+        assert out.eq(0).all(), (f"rewards {rewards.tolist()}, group_size 2 (normalize_std={normalize_std}): "
+                                 f"expected all 0 (groups [1, 1] and [0, 0]), got {out.tolist()}: groups are "
+                                 f"consecutive rows of rewards.view(-1, G), not interleaved")
 
 
 @pytest.mark.parametrize("normalize_std", [False, True])
@@ -44,15 +56,22 @@ def test_equal_rewards_give_exactly_zero(value, dtype, residue, normalize_std):
     as_used = rewards.double()  # what group_advantages takes the mean of
     assert bool((as_used - as_used.mean()).abs().max() > 0) == residue  # the case exercises the guard, or not
     out = group_advantages(torch.cat([rewards, torch.tensor([0.0, 1, 0, 1, 0, 1, 0], dtype=dtype)]), 7, normalize_std)
-    assert out.dtype == dtype
-    assert torch.equal(out[:7], torch.zeros(7, dtype=dtype))
-    assert out[7:].abs().sum() > 0 and torch.isfinite(out).all()
+    case = f"7 rewards {value:.7g} ({dtype}, normalize_std={normalize_std}), then 0, 1, 0, 1, 0, 1, 0"
+    assert out.dtype == dtype, f"{case}: the advantages' dtype is {out.dtype}, expected the rewards' {dtype}"
+    assert torch.equal(out[:7], torch.zeros(7, dtype=dtype)), (
+        f"{case}: expected exactly 0.0 for the equal group (std {as_used.std().item():.2g} <= "
+        f"EQUAL_RTOL * max(1, |mean|)), got {short(out[:7])}")
+    assert out[7:].abs().sum() > 0 and torch.isfinite(out).all(), (
+        f"{case}: expected finite advantages, not all 0, for the second group, got {short(out[7:])}")
 
 
 def test_fp32_residue_is_not_amplified():
     rewards = torch.full((4,), 0.1)
     rewards[2] = torch.nextafter(rewards[2], torch.tensor(1.0))  # one ulp apart: std ~4e-9
-    assert torch.equal(group_advantages(rewards, 4, normalize_std=True), torch.zeros(4))
+    out = group_advantages(rewards, 4, normalize_std=True)
+    assert torch.equal(out, torch.zeros(4)), (
+        f"expected exactly 0.0 (normalize_std=True), got {short(out)}: rewards one float32 ulp apart "
+        f"(std ~4e-9) count as all equal, {rewards.tolist()}")
 
 
 def test_bool_and_int_rewards_become_float32():

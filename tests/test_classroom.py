@@ -21,6 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+import grade as GRADE  # noqa: E402  (scripts/grade.py)
 import make_assignment as MA  # noqa: E402  (scripts/make_assignment.py)
 
 EXERCISES = MA.load_exercises(ROOT)
@@ -165,7 +166,8 @@ def test_pytest_collects_the_tests_folder_only():
 
 def test_the_rubric_adds_up():
     """docs/teaching.md: each exercise's `Rubric (N):` line, whose points in parentheses add up to N: 5 for
-    the written part of a coded exercise, 10 for a written exercise."""
+    the written part of a coded exercise, 10 for a written exercise; and the Gradescope paragraph adds the
+    grader's points to them."""
     text = (ROOT / "docs/teaching.md").read_text()
     sections = dict(re.findall(r"^### (\d+)\. .*?\n(.*?)(?=^##|\Z)", text.split("## Per exercise")[1], re.M | re.S))
     assert sorted(map(int, sections)) == sorted(EXERCISES)
@@ -175,6 +177,8 @@ def test_the_rubric_adds_up():
         total, body = int(rubrics[0][0]), rubrics[0][1]
         assert total == (5 if EXERCISES[int(n)].functions else 10), f"exercise {n}: Rubric ({total})"
         assert sum(map(int, re.findall(r"\((\d+)\)", body))) == total, f"exercise {n}: the points do not add up"
+    gradescope = " ".join(text.split("**Gradescope.**")[1].split("**Checked in CI.**")[0].split())
+    assert f"out of {GRADE.POINTS + 5:.0f} ({GRADE.POINTS:.0f} autograded + 5 by hand)" in gradescope
 
 
 def test_grader_red_then_green_for_every_exercise(kit, tmp_path):
@@ -206,6 +210,56 @@ def test_grader_red_then_green_for_every_exercise(kit, tmp_path):
     assert green["score"] == 10 * len(graded) and green["extra_data"]["complete"] == len(graded)
     assert all(r["passed"] == r["total"] > 0 for r in green["extra_data"]["exercises"]), green["output"]
     assert [t["status"] for t in green["tests"]] == ["passed"] * len(EXERCISES)  # Gradescope's format
+
+
+def test_every_test_module_collects_while_every_exercise_is_blank(kit):
+    """No test module runs an exercise's function at import: in the copy where every exercise is blank, the
+    whole tests/ folder collects. (test_loss.py called kl3_ratio_range(0.07) in a parametrize list: while
+    exercise 4 was blank, the checks of 1, 2, 5, 6, 8 and 11, and test_structure.py, did not collect.)"""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "tests"], cwd=kit[0], capture_output=True, text=True, timeout=900)
+    errors = [line for line in proc.stdout.splitlines() if line.startswith(("ERROR", "E   "))]
+    assert proc.returncode == 0, "\n".join(errors[:20]) or proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def scores(results: dict) -> dict:
+    """{exercise: (score, tests passed, tests)} of a grader's results.json."""
+    return {r["number"]: (r["score"], r["passed"], r["total"]) for r in results["extra_data"]["exercises"]}
+
+
+def self_check(student: Path, out: Path, *args) -> tuple[dict, str]:
+    """`python scripts/grade.py ARGS` run in the student's copy: (its results.json, what it printed)."""
+    proc = subprocess.run([sys.executable, "scripts/grade.py", *args, "--json", str(out)], cwd=student,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_the_self_check_agrees_with_the_grader_on_a_partly_solved_copy(tmp_path):
+    """The guide's example assignment (1, 4, 7) with only 7 solved: the student's self-check (`python
+    scripts/grade.py` in the copy: its own tests, one pytest run per exercise) and the official grader give
+    each exercise the same score, 7 full, 1 and 4 zero. (The self-check ran all three in one pytest run,
+    which test_loss.py, not importable while 4 was blank, stopped: 0/30, 7's 23 tests "not run".)"""
+    MA.main(["--exercises", "1,4,7", "--out", str(tmp_path / "hw1")])
+    student, grader = tmp_path / "hw1", tmp_path / "hw1-grader"
+    assert MA.paste_reference(student, [7]) == ["nanoatr/loss.py"]
+    official = run_grader(grader, student, tmp_path / "official.json")
+    mine, printed = self_check(student, tmp_path / "self.json")
+    assert not mine["extra_data"]["isolated"] and "a self-check" in printed
+    assert scores(mine) == scores(official), printed
+    assert {n: score for n, (score, _, _) in scores(official).items()} == {1: 0, 4: 0, 7: 10}
+    for results in (official, mine):
+        for r in results["extra_data"]["exercises"]:
+            assert r["total"] > 0 and not r["errors"], r
+            assert all(f"NotImplementedError: exercise {r['number']}: " in why for _, why in r["failed"]), r
+
+    # each exercise on its own: a test module of exercise 1 that does not import costs exercise 1 only
+    tests = student / "tests/test_loss.py"
+    tests.write_text('raise RuntimeError("a test module that does not import")\n' + tests.read_text())
+    broken, printed = self_check(student, tmp_path / "broken.json", "--exercises", "1,7")
+    one, seven = broken["extra_data"]["exercises"]
+    assert seven["score"] == 10 and seven["passed"] == seven["total"] > 0, printed
+    assert one["score"] == 0 and "a test module that does not import" in one["errors"][0], printed
 
 
 @pytest.mark.skipif(find_spec("setuptools") is None, reason="pip install -e . without network needs setuptools")

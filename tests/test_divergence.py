@@ -67,9 +67,16 @@ def no_lambert_w():
 
 
 def kl3_range(delta):
-    """d.kl3_ratio_range(delta), with no Lambert W reachable."""
+    """d.kl3_ratio_range(delta), with no Lambert W reachable. An arithmetic error in it (math.log of w <= 0,
+    a division by f'(1) = 0) fails with a message saying so, not as an error of whichever test ran first."""
     with no_lambert_w():
-        return d.kl3_ratio_range(delta)
+        try:
+            return d.kl3_ratio_range(delta)
+        except (ValueError, ZeroDivisionError, OverflowError) as e:
+            raise AssertionError(
+                f"exercise 4: kl3_ratio_range({delta!r}) raised {type(e).__name__}: {e}. A Newton iterate "
+                "left (0, inf) or hit w = 1: from inside (l, u) a step overshoots. Start on the outer side "
+                "of each root, where f > 0 (the hints: e^(-1-delta) is below l, 2 + 2 delta above u)") from e
 
 
 def test_kl3_range_source_names_no_lambert_w():
@@ -98,16 +105,22 @@ def test_theorem_4_2_paper_numbers():
 @pytest.mark.parametrize("delta", sorted(KL3_TABLE))
 def test_kl3_range_matches_reference_table(delta):
     lo, hi = kl3_range(delta)
-    assert lo == pytest.approx(KL3_TABLE[delta][0], abs=1e-6)
-    assert hi == pytest.approx(KL3_TABLE[delta][1], abs=1e-6)
+    want_lo, want_hi = KL3_TABLE[delta]
+    wrong = [f"{name} = {got!r}, expected {want}"
+             for name, got, want in (("l", lo, want_lo), ("u", hi, want_hi))
+             if not abs(got - want) <= 1e-6]  # `not <=`: a nan is wrong too
+    assert not wrong, f"kl3_ratio_range({delta}), to 1e-6: " + "; ".join(wrong)
 
 
 @pytest.mark.parametrize("delta", DELTAS)
 def test_kl3_range_ends_have_kl3_delta_and_are_asymmetric(delta):
     lo, hi = kl3_range(delta)
-    assert abs(kl3_value(lo) - delta) < 1e-9 and abs(kl3_value(hi) - delta) < 1e-9
-    assert 0 < lo < 1 < hi
-    assert 1 - lo < hi - 1  # Theorem 4.2 (2): wider above 1
+    said = f"kl3_ratio_range({delta!r}) = (l, u) = ({lo!r}, {hi!r})"
+    assert 0 < lo < 1 < hi, f"{said}: expected 0 < l < 1 < u"
+    for name, end in (("l", lo), ("u", hi)):
+        gap = kl3_value(end) - delta
+        assert abs(gap) < 1e-9, f"{said}: KL3({name}) - delta = {gap!r}, expected 0 to 1e-9"
+    assert 1 - lo < hi - 1, f"{said}: 1 - l = {1 - lo!r} is not below u - 1 = {hi - 1!r} (Theorem 4.2 (2))"
 
 
 @given(st.floats(1e-3, 1.0), st.floats(1e-3, 8.0))
@@ -115,7 +128,11 @@ def test_kl3_range_ends_have_kl3_delta_and_are_asymmetric(delta):
 def test_kl3_constraint_is_exactly_the_ratio_range(delta, w):
     lo, hi = kl3_range(delta)
     if min(abs(w - lo), abs(w - hi)) > 1e-9:  # away from the ends, where rounding decides
-        assert (kl3_value(w) <= delta) == (lo <= w <= hi)
+        kept = kl3_value(w) <= delta
+        assert kept == (lo <= w <= hi), (
+            f"delta = {delta!r}, w = {w!r}: KL3(w) = {kl3_value(w)!r} is {'<=' if kept else '>'} delta, but "
+            f"kl3_ratio_range gives (l, u) = ({lo!r}, {hi!r}), with w {'outside' if kept else 'inside'}: "
+            f"{'l' if w < 1 else 'u'} is wrong")
 
 
 def test_lambert_w_known_values():

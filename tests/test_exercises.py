@@ -22,6 +22,14 @@ def test_the_doc_has_an_exercise_per_section():
     assert sorted(EXERCISES) == list(range(1, len(EXERCISES) + 1))
 
 
+def test_the_docs_count_the_exercises_right():
+    """The exercises' number in words, where the docs give it ("eleven" stood for twelve)."""
+    words = {11: "eleven", 12: "twelve", 13: "thirteen", 14: "fourteen", 15: "fifteen"}
+    count = words[len(EXERCISES)]
+    assert f"\n\n{count.capitalize()} exercises for a course" in DOC
+    assert f"[docs/exercises.md](exercises.md): {count} of them" in (ROOT / "docs/teaching.md").read_text()
+
+
 class Selected:
     """A pytest plugin that counts the tests a collection selects."""
     items = 0
@@ -79,6 +87,10 @@ def test_builds_on_lists_the_calls_and_the_course_order_follows_it():
                       if isinstance(c, ast.Call) and isinstance(c.func, (ast.Name, ast.Attribute))}
             needs = {owner[f] for f in called if f in owner and owner[f] != n}
             assert needs <= set(ex.builds_on), f"exercise {n}: {name} calls exercises {sorted(needs)}"
+    # "(every method: ...)" names the exercises that write a --clip method, all of them
+    method_writers = {n for n, ex in EXERCISES.items() for path, _ in ex.functions if path == "nanoatr/methods.py"}
+    for n, ex in EXERCISES.items():
+        assert set(ex.every_method) in (set(), method_writers), f"exercise {n}: every method {ex.every_method}"
     order = [n for session in MA.course_order(ROOT) for n in session]
     assert sorted(order) == sorted(EXERCISES)
     for n, ex in EXERCISES.items():

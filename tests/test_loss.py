@@ -14,7 +14,7 @@ import torch
 
 from nanoatr import loss as L
 from nanoatr import scoring as S
-from nanoatr import methods
+from nanoatr import divergence, methods
 from nanoatr.divergence import kl3_ratio_range
 
 F64 = torch.float64
@@ -295,6 +295,23 @@ def test_kl_constraints_cut_the_right_tokens(method, kept_pos, kept_neg):
     close(loss, -col(1.0, -1.0) * torch.where(kept.bool(), w, 1.0))
     assert m["clip_frac_high"].item() == pytest.approx((10 - sum(kept_pos)) / 20)
     assert m["clip_frac_low"].item() == pytest.approx((10 - sum(kept_neg)) / 20)
+
+
+@pytest.mark.parametrize("log_w, A", [(0.3, 1.0), (-0.3, -1.0)])  # w = 1.35 pushed up, w = 0.74 pushed down
+def test_kl3_keeps_a_token_whose_kl3_is_delta_exactly(log_w, A):
+    """kl3's rule is KL3 <= delta: with delta the token's own KL3 (computed as kl3 computes it, in float64)
+    the token is kept, gradient -A w; with delta one ulp below its KL3 it is cut, on its side, gradient 0."""
+    log_ratio = torch.tensor([[log_w]], dtype=F64, requires_grad=True)
+    at = divergence.k3(log_ratio.detach()).item()  # a Python float: exactly the float64 kl3 compares
+    for delta, kept in ((at, True), (math.nextafter(at, 0.0), False)):
+        t = methods.Tokens(log_ratio.exp(), log_ratio, torch.full((1, 1), A, dtype=F64),
+                           torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=F64), None, None)
+        loss, cut_low, cut_high, _ = methods.kl3(t, delta=delta)
+        (grad,) = torch.autograd.grad(loss.sum(), log_ratio)
+        cut = cut_high if A > 0 else cut_low
+        said = f"w = {math.exp(log_w):.4f}, A = {A}, KL3 = {at!r}, delta = {delta!r}"
+        assert cut.item() == (not kept) and (cut_low | cut_high).sum().item() == (not kept), said
+        assert grad.item() == pytest.approx(-A * math.exp(log_w) if kept else 0.0, rel=1e-12), said
 
 
 def test_kl_full_uses_the_given_full_kl():
@@ -598,8 +615,10 @@ def test_cut_low_means_w_below_1_and_cut_high_w_above_1(method):
     assert low.any() or high.any() or (method, "low") in KEEPS_FAR_TOKENS or method in ("soft-gate", "truly-ppo")
 
 
+# No exercise function is called here (kl3's band is its own test below): a test module runs no exercise's code
+# at import, or a student copy where that exercise is blank could not collect it (exercise 1's check, say).
 @pytest.mark.parametrize("method, band", [
-    ("clip", (0.8, 1.2)), ("clip-higher", (0.8, 1.28)), ("dual-clip", (0.8, 1.2)), ("kl3", kl3_ratio_range(0.07)),
+    ("clip", (0.8, 1.2)), ("clip-higher", (0.8, 1.28)), ("dual-clip", (0.8, 1.2)),
     ("kl1", (math.exp(-0.07), math.inf)), ("kl2", (math.exp(-math.sqrt(0.14)), math.exp(math.sqrt(0.14)))),
     ("gspo", (1 - 3e-4, 1 + 4e-4)), ("trgppo", None), ("dynamic", None), ("soft-gate", None), ("kl-cov", None),
     ("kl3-seq", None), ("kl-full", None), ("kl3-adaptive", None)])
@@ -611,8 +630,14 @@ def test_effective_band_is_probed_from_the_method_itself(method, band):
         assert found is None, method
     else:
         assert found == pytest.approx(band, rel=1e-6), method
-    wider = L.effective_band("kl3", (("delta", 0.2),))
-    assert wider == pytest.approx(kl3_ratio_range(0.2), rel=1e-6)
+
+
+@pytest.mark.parametrize("delta", [0.07, 0.2])
+def test_effective_band_of_kl3_is_its_ratio_range(delta):
+    """kl3's band, at its default delta (0.07) and a wider one, is kl3_ratio_range(delta)."""
+    assert methods.defaults("kl3") == {"delta": 0.07}
+    found = L.effective_band("kl3", (("delta", delta),))
+    assert found == pytest.approx(kl3_ratio_range(delta), rel=1e-6)
 
 
 def test_the_ratio_quantiles_and_the_band_are_in_every_methods_metrics():

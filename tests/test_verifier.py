@@ -131,6 +131,17 @@ INEQUALITIES = [
     ("y > 2x + 1", "-y > -2x - 1", False),
 ]
 
+# Two inequalities joined by "and" are their intersection: on a tied end the strict one wins ("x \ge 1 and
+# x > 1" is x > 1, not x \ge 1), and each end keeps its own closedness, whichever inequality comes first.
+INEQUALITY_PAIRS = [
+    ("x \\ge 1 \\text{ and } x > 1", "x > 1", True), ("x \\ge 1 \\text{ and } x > 1", "x \\ge 1", False),
+    ("x > 1 \\text{ and } x \\ge 1", "x \\ge 1", False), ("x < 2 \\text{ and } x \\le 2", "x < 2", True),
+    ("x \\le 2 \\text{ and } x < 2", "x \\le 2", False),
+    ("x \\ge 1 \\text{ and } x \\le 2", "[1, 2]", True), ("x \\le 2 \\text{ and } x \\ge 1", "[1, 2]", True),
+    ("x \\ge 1 \\text{ and } x \\le 2", "[1, 2)", False), ("x \\ge 1 \\text{ and } x \\le 2", "(1, 2]", False),
+    ("x > 1 \\text{ and } x \\le 2", "(1, 2]", True), ("[1, 2]", "x \\ge 1 \\text{ and } x \\le 2", True),
+]
+
 EQUATIONS = [
     ("y = -\\frac12 x + \\frac34", "2x+4y-3=0", True), ("2x + 4y = 3", "y = -\\frac{x}{2} + \\frac{3}{4}", True),
     ("y = -\\frac12 x + \\frac34", "2x+4y+3=0", False), ("x = 3", "3", True), ("3", "x = 3", True), ("3 = x", "x = 3", True),
@@ -174,6 +185,7 @@ NEAR_MISSES = [("x + 10^{-20}", "x", False), ("y = 2x + 1 + 10^{-15}", "y = 2x +
                ("(1+\\sqrt2)^{10}", "3363 + 2378\\sqrt2", True), ("(1+\\sqrt2)^{10}", "3363 + 2379\\sqrt2", False)]
 
 ALL_TABLES = ALL_TABLES + NEAR_MISSES + INEQUALITIES + EQUATIONS + MATRICES + UNSIMPLIFIED + SETS_AND_TUPLES + PERCENT
+ALL_TABLES += INEQUALITY_PAIRS
 
 
 @pytest.mark.parametrize("answer,gold,expected", ALL_TABLES)
