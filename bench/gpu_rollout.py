@@ -35,7 +35,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nanoatr import lora  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config  # noqa: E402
-from nanoatr.rollout import CHECK_EVERY, DecodePlan, decode_plan, generate  # noqa: E402
+from nanoatr.decoding import CHECK_EVERY, DecodePlan, decode_plan  # noqa: E402
+from nanoatr.rollout import generate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_smoke import SHAPES  # noqa: E402  (Qwen3-0.6B's and 1.7B's config.json sizes, and a tiny one)
