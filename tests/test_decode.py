@@ -145,7 +145,7 @@ def test_no_host_sync_inside_the_per_token_loop(small_vocab_model, monkeypatch):
     n = 96
     plan = DecodePlan("eager", 8, CHECK_EVERY, True, False)
     steps = []
-    monkeypatch.setattr(rollout, "StepRunner", counting_runner(rollout.StepRunner, steps))
+    monkeypatch.setattr(rollout, "StepRunner", counting_runner(decoding.StepRunner, steps))
     with torch.no_grad():
         out = rollout_with(small_vocab_model, plan, prompts, n=n, eos=(7,))
     monkeypatch.undo()
