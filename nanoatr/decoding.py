@@ -105,20 +105,24 @@ class StepRunner:
         self.autocast = (torch.autocast(device.type, torch.get_autocast_dtype(device.type), cache_enabled=False)
                          if amp and graphs is not None else contextlib.nullcontext())
 
-    def run(self, s, window: int):
+    def launch(self, s, window: int):
         """The step on state s, compiled or eager, without graphs."""
         with self.autocast:
-            try:
-                self.step(self.model, s, window, self.sampling, self.generator)
-            except torch.OutOfMemoryError:
+            self.step(self.model, s, window, self.sampling, self.generator)
+
+    def run(self, s, window: int):
+        """launch, and after a failed compile the eager step from then on (in this process)."""
+        try:
+            self.launch(s, window)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:  # compiling failed (no Triton, an unsupported op...): nothing ran yet
+            if self.step is self.eager:
                 raise
-            except Exception as err:  # compiling failed (no Triton, an unsupported op...): nothing ran yet
-                if self.step is self.eager:
-                    raise
-                warnings.warn(f"torch.compile of the decode step failed ({type(err).__name__}: {str(err)[:200]}); "
-                              "decoding uncompiled from now on")
-                self.step = COMPILED[self.eager] = self.eager
-                self.step(self.model, s, window, self.sampling, self.generator)
+            warnings.warn(f"torch.compile of the decode step failed ({type(err).__name__}: {str(err)[:200]}); "
+                          "decoding uncompiled from now on")
+            self.step = COMPILED[self.eager] = self.eager
+            self.launch(s, window)
 
     def __call__(self, s, window: int):
         if self.graphs is None:
@@ -130,9 +134,9 @@ class StepRunner:
             except Exception as err:  # the launch failed, so nothing ran: the step runs without graphs
                 self.without_graphs("replaying", err)
                 return self.run(s, window)
-        self.graphs.warm_up(lambda: self.run(s, window))  # the step, for real
+        self.graphs.warm_up(lambda: self.run(s, window))  # the step, for real (compiling it the first time)
         try:
-            self.graphs.record(shape, lambda: self.run(s, window))
+            self.graphs.record(shape, lambda: self.launch(s, window))
         except Exception as err:  # recording runs nothing, and the step has run: not again
             self.without_graphs("recording", err)
 

@@ -202,14 +202,15 @@ def test_lora_is_merged_for_the_rollout_and_the_base_weights_come_back_bit_for_b
 # CUDA graphs through a stand-in, their failures, and the compiles of a run
 
 class StandInGraphs:
-    """decoding.CudaGraphs on the CPU: recording keeps the call and runs nothing, a replay runs it (a graph
-    reads the tensors it was recorded on, which the state's in-place updates keep). The n-th recording or
-    replay can be made to fail; `after_failure` counts any use after that."""
+    """decoding.CudaGraphs on the CPU. Recording calls the step, as CUDA's capture does, while `capturing`
+    says that nothing may run (a CountedStep then runs nothing); a replay runs it (a graph reads the tensors
+    it was recorded on, which the state's in-place updates keep). The n-th recording or replay can be made
+    to fail; `after_failure` counts any use after that."""
 
     def __init__(self, fail_record: int = 0, fail_replay: int = 0):
         self.calls, self.fail_record, self.fail_replay = {}, fail_record, fail_replay
         self.records = self.replays = self.drops = self.after_failure = 0
-        self.failed = False
+        self.failed = self.capturing = False
 
     def __contains__(self, shape):
         return shape in self.calls
@@ -220,6 +221,11 @@ class StandInGraphs:
     def record(self, shape, fn):
         self.records += 1
         self.fail_if(self.records == self.fail_record, "recording")
+        self.capturing = True
+        try:
+            fn()
+        finally:
+            self.capturing = False
         self.calls[shape] = fn
 
     def replay(self, shape):
@@ -249,12 +255,18 @@ def with_graphs(monkeypatch, graphs, compiled=None):
 
 
 class CountedStep:
-    """A stand-in for the compiled decode step: the eager one, counted; its n-th call can fail first."""
+    """A stand-in for the compiled decode step: the eager one, its runs counted; while `graphs` records it
+    nothing runs (or, with fail_recording, it cannot be recorded). Its n-th run can fail first (a failed
+    compile: nothing ran)."""
 
-    def __init__(self, fail_at: int = 0):
-        self.calls, self.fail_at = 0, fail_at
+    def __init__(self, graphs: StandInGraphs, fail_at: int = 0, fail_recording: bool = False):
+        self.graphs, self.calls, self.fail_at, self.fail_recording = graphs, 0, fail_at, fail_recording
 
     def __call__(self, *args):
+        if self.graphs.capturing:
+            if self.fail_recording:
+                raise RuntimeError("operation not permitted when stream is capturing (injected)")
+            return
         self.calls += 1
         if self.calls == self.fail_at:
             raise RuntimeError("compiled step failed (injected)")
@@ -279,7 +291,8 @@ def test_graphs_replayed_through_compaction_give_the_eager_rollout(small_vocab_m
     prompts = ragged(24)
     ref = rollout_with(small_vocab_model, EAGER, prompts)
     n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
-    graphs, step = StandInGraphs(), CountedStep()
+    graphs = StandInGraphs()
+    step = CountedStep(graphs)
     with_graphs(monkeypatch, graphs, step)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback may happen
@@ -297,7 +310,8 @@ def test_a_failed_recording_or_replay_falls_back_to_the_step_without_graphs(smal
     prompts = ragged(24)
     ref = rollout_with(small_vocab_model, EAGER, prompts)
     n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
-    graphs, step = StandInGraphs(**{f"fail_{failing}": 3}), CountedStep()
+    graphs = StandInGraphs(**{f"fail_{failing}": 3})
+    step = CountedStep(graphs)
     with_graphs(monkeypatch, graphs, step)
     with pytest.warns(UserWarning, match=f"{'recording' if failing == 'record' else 'replaying'} the decode step's "
                       "CUDA graph failed .*injected.*without CUDA graphs") as caught:
@@ -312,7 +326,8 @@ def test_a_failed_recording_or_replay_falls_back_to_the_step_without_graphs(smal
 def test_a_failed_compile_after_failed_graphs_falls_back_to_eager(small_vocab_model, monkeypatch):
     prompts = ragged(24)
     ref = rollout_with(small_vocab_model, EAGER, prompts)
-    graphs, step = StandInGraphs(fail_record=2), CountedStep(fail_at=9)
+    graphs = StandInGraphs(fail_record=2)
+    step = CountedStep(graphs, fail_at=9)
     with_graphs(monkeypatch, graphs, step)
     with pytest.warns(UserWarning) as caught:
         out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
@@ -321,6 +336,22 @@ def test_a_failed_compile_after_failed_graphs_falls_back_to_eager(small_vocab_mo
     assert_same(ref, out)
     assert step.calls == 9, "the compiled step's failure ran nothing, and it was not called again"
     assert decoding.COMPILED[rollout.decode_step] is rollout.decode_step, "the eager step from now on"
+
+
+def test_a_step_that_cannot_be_recorded_keeps_its_compile(small_vocab_model, monkeypatch):
+    """A failure inside the recording is the graph's, not the compile's (the step compiled and ran just
+    before it): one warning, and the compiled step without graphs, not the eager one."""
+    prompts = ragged(24)
+    ref = rollout_with(small_vocab_model, EAGER, prompts)
+    n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
+    graphs = StandInGraphs()
+    step = CountedStep(graphs, fail_recording=True)
+    with_graphs(monkeypatch, graphs, step)
+    with pytest.warns(UserWarning) as caught:
+        out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
+    assert [str(w.message).split(" (")[0] for w in caught] == ["recording the decode step's CUDA graph failed"]
+    assert_same(ref, out)
+    assert step.calls == n and rollout.decode_step not in decoding.COMPILED, "compiled to the end"
 
 
 @pytest.mark.slow
