@@ -10,16 +10,15 @@ GPU; ragged prompts of --prompt-len tokens (64-256: left-padded); every row samp
 tokens per second (batch x new tokens over the wall time of the whole call, prefill included):
 
   ours        generate() as train.py calls it: on CUDA compiled and replayed from CUDA graphs
-              (rollout.decode_plan); its first call, which compiles and records, is timed apart
+              (decoding.decode_plan); its first call, which compiles and records, is timed apart
   eager       generate(plan=eager): every step launched op by op from Python (the path before issue 27),
               timed over --eager-tokens tokens only (it is slow; tokens/s hardly depend on the length)
-  hf          transformers' generate, its default dynamic cache
+  hf          transformers' generate, its default dynamic cache (--hf-tokens: timed over fewer tokens)
   hf-static   transformers' generate with cache_implementation="static" (transformers compiles the
               forward itself for a static cache); its first call is timed apart
 
---check first runs the correctness checks on this device: a float32 model's compiled-and-graphed
-rollout gives the tokens and log-probs of its eager one, and the number of host syncs (CUDA's sync
-debug mode) is counted in a rollout that can stop early: one per CHECK_EVERY steps, not per token.
+bench/gpu_check.py runs the figures a GPU loan needs (this one's 0.6B and 1.7B rows among them) in
+one call of under 8 minutes; this script is for a wider matrix.
 --lora times ours with LoRA adapters (rank 32 on every projection, as --preset paper) merged for the
 rollout (the default) and unmerged, against the plain model, at the first shape.
 """
@@ -27,7 +26,6 @@ import argparse
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import torch
@@ -35,11 +33,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nanoatr import lora  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config  # noqa: E402
-from nanoatr.rollout import CHECK_EVERY, DecodePlan, decode_plan, generate  # noqa: E402
+from nanoatr.decoding import DecodePlan, decode_plan  # noqa: E402
+from nanoatr.rollout import generate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_smoke import SHAPES  # noqa: E402  (Qwen3-0.6B's and 1.7B's config.json sizes, and a tiny one)
 
+EAGER = DecodePlan("eager", 1, 1, False, False)  # the CPU's plan: every step launched op by op
 
 
 def sync(device):
@@ -95,35 +95,6 @@ def to_hf(model: Qwen3):
     return hf.eval()
 
 
-def check(device):
-    """The compiled, graphed rollout against the eager one (float32), and the host syncs it makes."""
-    model = random_model("tiny", torch.float32, device)
-    prompts = ragged_prompts(24, (3, 40), model.config.vocab_size, seed=1)
-    eos = list(range(0, 1000, 25))  # 40 of 1000 tokens end a row: rows finish at different steps
-    outs = {}
-    for name in ("eager", "compiled"):
-        plan = DecodePlan("eager", 1, 1, False, False) if name == "eager" else decode_plan(device)
-        g = torch.Generator(device=device).manual_seed(0)
-        outs[name] = generate(model, prompts, 200, generator=g, eos_token_id=eos, plan=plan)
-    a, b = outs["eager"], outs["compiled"]
-    same = a.tokens.shape == b.tokens.shape and torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask)
-    gap = (a.sampler_logp - b.sampler_logp).abs().max().item() if same else float("nan")
-    print(f"check: compiled+graphs vs eager, float32, 24 rows x <= 200 tokens (lengths {a.mask.sum(1).min().item()}"
-          f"-{a.mask.sum(1).max().item()}): tokens {'identical' if same else 'DIFFER'}, log-prob gap {gap:.1e}")
-    if device.type == "cuda":
-        torch.cuda.set_sync_debug_mode("warn")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            g = torch.Generator(device=device).manual_seed(0)
-            out = generate(model, prompts, 200, generator=g, eos_token_id=eos)
-        torch.cuda.set_sync_debug_mode("default")
-        syncs = sum("synchroniz" in str(w.message) for w in caught)
-        steps = out.tokens.shape[1]
-        print(f"check: host syncs in a {steps}-step rollout: {syncs} (one look every {CHECK_EVERY} steps: "
-              f"{-(-steps // CHECK_EVERY)}; per token would be {steps})")
-    return same
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda")
@@ -133,9 +104,9 @@ def main(argv=None):
     ap.add_argument("--prompt-len", default="64:256", help="prompt lengths drawn uniformly in MIN:MAX")
     ap.add_argument("--against", default="eager,hf,hf-static", help="comma-separated: eager, hf, hf-static")
     ap.add_argument("--eager-tokens", type=int, default=32, help="new tokens of the eager path's timing")
+    ap.add_argument("--hf-tokens", type=int, default=0, help="new tokens of the hf (dynamic cache) timing (0: all)")
     ap.add_argument("--repeats", type=int, default=1, help="timed calls of ours per shape (the best is kept)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    ap.add_argument("--check", action="store_true", help="correctness and host-sync checks first")
     ap.add_argument("--lora", action="store_true", help="also LoRA merged / unmerged at the first shape")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
@@ -145,8 +116,6 @@ def main(argv=None):
     import transformers
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device {name}, torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
-    if args.check and not check(device):
-        return 1
     dtype = getattr(torch, args.dtype)
     lo, hi = (int(x) for x in args.prompt_len.split(":"))
     against = [a for a in args.against.split(",") if a]
@@ -159,8 +128,7 @@ def main(argv=None):
         for B in (int(b) for b in args.batches.split(",")):
             prompts = ragged_prompts(B, (lo, hi), model.config.vocab_size)
             for n in (int(x) for x in args.new_tokens.split(",")):
-                row = measure(model, hf, prompts, n, device, against, args)
-                print(f"  batch {B:4d} x {n:5d} new: " + "  ".join(row), flush=True)
+                measure(model, hf, prompts, n, device, against, args.repeats, args.eager_tokens, args.hf_tokens)
                 if args.lora and first_shape:
                     lora_row(model, prompts, n, device)
                 first_shape = False
@@ -169,34 +137,63 @@ def main(argv=None):
     return 0
 
 
-def measure(model, hf, prompts, n, device, against, args) -> list[str]:
-    B = len(prompts)
-    row = []
+def measure(model, hf, prompts, n, device, against, repeats=1, eager_tokens=32, hf_tokens=0):
+    """Ours, then each of `against` in its order, each printed (flushed) as soon as it is measured."""
+    mine = time_ours(model, prompts, n, device, repeats).get("ours")
+    if mine is None:
+        return
+    if "eager" in against:
+        time_eager(model, prompts, n, device, mine, eager_tokens)
+    for kind in [a for a in against if a.startswith("hf")]:
+        time_hf(hf, kind, prompts, n, device, mine, hf_tokens if kind == "hf" else 0)
+
+
+def say(prompts, n, text):
+    print(f"  batch {len(prompts)} x {n} new, {text}", flush=True)
+
+
+def time_ours(model, prompts, n, device, repeats=1) -> dict:
+    """generate() as train.py calls it, printed: {"ours": tokens/s, "ours first": the first call's seconds
+    (compiling and recording)}; empty when out of memory."""
     try:
         first = timed(lambda: ours(model, prompts, n, device), device)
-        best = min(timed(lambda: ours(model, prompts, n, device), device) for _ in range(args.repeats))
-        mine = B * n / best
-        row.append(f"ours {mine:8.0f} tok/s ({best:.2f} s; first call {first:.1f} s)")
+        best = min(timed(lambda: ours(model, prompts, n, device), device) for _ in range(repeats))
     except torch.OutOfMemoryError:
-        return ["ours: out of memory"]
-    if "eager" in against:
-        m = min(n, args.eager_tokens)
-        t = timed(lambda: ours(model, prompts, m, device, plan=DecodePlan("eager", 1, 1, False, False)), device)
-        row.append(f"eager {B * m / t:7.0f} tok/s (x{mine / (B * m / t):.1f})")
-    for kind in [a for a in against if a.startswith("hf")]:
-        kw = {"cache_implementation": "static"} if kind == "hf-static" else {}
-        try:
-            first = timed(lambda: hf_generate(hf, prompts, n, device, **kw), device) if kind == "hf-static" else None
-            t = timed(lambda: hf_generate(hf, prompts, n, device, **kw), device)
-            row.append(f"{kind} {B * n / t:7.0f} tok/s (ours x{mine / (B * n / t):.2f}"
-                       + (f"; first call {first:.1f} s)" if first else ")"))
-        except torch.OutOfMemoryError:
-            row.append(f"{kind}: out of memory")
-        except Exception as e:  # a transformers version without this mode, a compile failure: say so, go on
-            row.append(f"{kind}: failed ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return row
+        say(prompts, n, "ours: out of memory")
+        return {}
+    say(prompts, n, f"ours: {len(prompts) * n / best:.0f} tok/s ({best:.2f} s; first call {first:.1f} s)")
+    return {"ours": len(prompts) * n / best, "ours first": first}
+
+
+def time_eager(model, prompts, n, device, mine: float, tokens: int) -> dict:
+    """The eager plan over min(n, tokens) new tokens, printed: {"eager": tokens/s}."""
+    m = min(n, tokens)
+    speed = len(prompts) * m / timed(lambda: ours(model, prompts, m, device, plan=EAGER), device)
+    say(prompts, n, f"eager: {speed:.0f} tok/s over {m} tokens (ours x{mine / speed:.1f})")
+    return {"eager": speed}
+
+
+def time_hf(hf, kind: str, prompts, n, device, mine: float, tokens: int = 0) -> dict:
+    """transformers' generate, `kind` "hf" (its dynamic cache, over `tokens` new tokens when given) or
+    "hf-static" (its first call, which compiles, timed apart), printed: {kind: tokens/s, "<kind> first": s}."""
+    kw = {"cache_implementation": "static"} if kind == "hf-static" else {}
+    m = tokens or n
+    figures = {}
+    try:
+        if kind == "hf-static":
+            figures[f"{kind} first"] = timed(lambda: hf_generate(hf, prompts, m, device, **kw), device)
+        speed = len(prompts) * m / timed(lambda: hf_generate(hf, prompts, m, device, **kw), device)
+        figures[kind] = speed
+        first = f"; first call {figures[f'{kind} first']:.1f} s" if kind == "hf-static" else ""
+        say(prompts, n, f"{kind}: {speed:.0f} tok/s" + (f" over {m} tokens" if m < n else "")
+            + f" (ours x{mine / speed:.2f}{first})")
+    except torch.OutOfMemoryError:
+        say(prompts, n, f"{kind}: out of memory")
+    except Exception as e:  # a transformers version without this mode, a compile failure: say so, go on
+        say(prompts, n, f"{kind}: failed ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return figures
 
 
 def lora_row(model, prompts, n, device):

@@ -49,6 +49,16 @@ SHAPES = {"0.6b": QWEN3_0_6B, "1.7b": QWEN3_1_7B, "tiny": TINY}
 
 
 def main(argv=None):
+    args = parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("skipped: no CUDA")
+        return 0
+    for _ in train_steps(args):
+        pass
+    return 0
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer, hidden-64 model instead of 0.6B's shape")
@@ -63,11 +73,13 @@ def main(argv=None):
     ap.add_argument("--lora-rank", type=int, default=32, help="0 = full fine-tuning")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--no-compile", action="store_true", help="eager loss")
-    args = ap.parse_args(argv)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("skipped: no CUDA")
-        return 0
+    return ap.parse_args(argv)
 
+
+def train_steps(args):
+    """Runs the steps of `args`, printing each (flushed) as it ends, and yields each one's figures: the
+    seconds of its phases (rollout, pi_old, updates, optimizer: the rest of the update; step), its
+    completion tokens and peak GiB (CUDA; None on the CPU)."""
     d = distributed.setup(args.device)
     torch.manual_seed(0)
     args.max_new_tokens = args.max_new_tokens or (None if args.paper else 512)
@@ -138,16 +150,19 @@ def main(argv=None):
         if not all(math.isfinite(row[k]) for k in ("loss", "grad_norm", "kl3", "entropy")):
             raise SystemExit(f"error: non-finite metrics at step {step + 1}: {row}")
         tokens = int(out.mask.sum()) * d.world
-        mem = f"  peak {torch.cuda.max_memory_allocated(d.device) / 2**30:.1f} GiB" if d.device.type == "cuda" else ""
+        peak = torch.cuda.max_memory_allocated(d.device) / 2**30 if d.device.type == "cuda" else None
+        times = dict(rollout=t_rollout, pi_old=phases["pi_old"], updates=phases["update"],
+                     optimizer=t_train - phases["pi_old"] - phases["update"], step=t_rollout + t_train)
+        mem = f"  peak {peak:.1f} GiB" if peak is not None else ""
         say(f"step {step + 1}: rollout {t_rollout:6.1f} s ({tokens / t_rollout:7.0f} tok/s)  train {t_train:6.1f} s"
             f"  loss {row['loss']:+.2e}  kl3 {row['kl3']:.2e}  ratio [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]"
             f"  grad_norm {row['grad_norm']:.3f}  sampler gap {row['sampler_logp_gap_max']:.1e}{mem}", flush=True)
-        say(f"  phases: rollout {t_rollout:.2f} s, pi_old {phases['pi_old']:.2f} s, updates (forward + backward) "
-            f"{phases['update']:.2f} s, optimizer and the rest {t_train - phases['pi_old'] - phases['update']:.2f} s; "
-            f"step {t_rollout + t_train:.2f} s, rollout {t_rollout / (t_rollout + t_train):.0%} of it", flush=True)
+        say(f"  phases: rollout {times['rollout']:.2f} s, pi_old {times['pi_old']:.2f} s, updates (forward + backward)"
+            f" {times['updates']:.2f} s, optimizer and the rest {times['optimizer']:.2f} s; step {times['step']:.2f} s,"
+            f" rollout {times['rollout'] / times['step']:.0%} of it", flush=True)
+        yield {**times, "tokens": tokens, "peak_gib": peak}
     say("ok")
     distributed.shutdown()
-    return 0
 
 
 def timed_phase(fn, name, phases, device):

@@ -5,16 +5,11 @@ per step for every row, writing keys and values in place into a preallocated cac
 its first EOS (which is kept and trained on) or after its first stop string; later slots are padding
 with mask 0. Completions come back finished: the caller only decodes and grades them.
 
-One decode step (`decode_step`: the model's step, then the draw) is the same code everywhere; how it
-runs is chosen by device in one place (`decode_plan`). On the CPU it runs eagerly, every step. On a
-GPU it is compiled and replayed from CUDA graphs, one per (rows, window) shape: the host only
-launches, looks at which rows have finished every CHECK_EVERY steps, and lets finished rows leave
-the batch; LoRA adapters are merged into the weights for the rollout (lora.merged).
+One decode step (`decode_step`: the model's step, then the draw) is the same code everywhere. How the
+steps run (eagerly on the CPU; compiled and replayed from CUDA graphs on a GPU, looking at the rows only
+every few steps and letting finished rows leave the batch) is nanoatr/decoding.py's job: `decode_plan`.
 """
 import contextlib
-import ctypes
-import functools
-import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -22,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from nanoatr import lora
+from nanoatr.decoding import DecodePlan, StepRunner, bucket, cache_slots, decode_plan, window_for
 from nanoatr.model import DecodeSlot, KVCache
 
 SAMPLERS = ("inverse-cdf", "multinomial")  # the first is the default
@@ -29,9 +25,6 @@ BLOCK = 128  # tokens per block of the inverse-CDF sampler's first level
 SAMPLER_HELP = ("how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, much cheaper on CPU "
                 "at large vocabularies, with other draws for a seed")
 STOP_EVERY = 16  # decode steps between two checks of the `stop` callable (it decodes text: not every step)
-DECODINGS = ("eager", "graphs", "compiled")  # how decode steps run (DecodePlan.decoding)
-WINDOW = 256  # GPU: attention reads the cache in windows of this many slots (one CUDA graph per window)
-CHECK_EVERY = 16  # GPU: decode steps between two looks at which rows have finished (a look waits for the GPU)
 
 
 class Rollout(NamedTuple):
@@ -159,7 +152,7 @@ def locate(cdf, u):
 
 def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0,
-             sampler: str = SAMPLERS[0], stop=None, plan: "DecodePlan | None" = None) -> Rollout:
+             sampler: str = SAMPLERS[0], stop=None, plan: DecodePlan | None = None) -> Rollout:
     """Sample a completion for every prompt: a Rollout (its prompts, tokens, sampler_logp, mask, finished).
 
     T is at most max_new_tokens; decoding stops early once every row has ended.
@@ -194,48 +187,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
 
 
 # ----------------------------------------------------------------------------
-# The decode loop, and how its steps run on each device
-
-class DecodePlan(NamedTuple):
-    """How the decode steps of a rollout run (see `decode_plan`)."""
-    decoding: str         # "eager", "graphs" (CUDA graphs of the eager step) or "compiled" (torch.compile, + graphs on CUDA)
-    window: int           # attention reads the cache in windows of this many slots (1: exactly the filled ones)
-    check_every: int      # decode steps between two looks at which rows have finished (a look waits for the device)
-    compact: bool         # finished rows leave the batch when the live ones fit a batch half the size
-    merge_adapters: bool  # LoRA adapters folded into the weights for the rollout (one product per projection)
-
-
-def decode_plan(device, sampler: str = SAMPLERS[0], temperature: float = 1.0) -> DecodePlan:
-    """The one place where the device chooses how decoding runs.
-
-    CUDA: compiled and replayed from CUDA graphs, so the host launches a whole step at once; it looks
-    at the rows every CHECK_EVERY steps. torch.multinomial draws inside the step from a generator,
-    which a replayed graph would not advance: that sampler runs eagerly.
-    CPU: eagerly, every step looked at, as the launches cost little there (compiling the step saved
-    ~10% at 0.8M parameters and nothing at 100M, after 18-62 s of compiling: docs/speed.md).
-    """
-    if torch.device(device).type != "cuda":
-        steady_cpu_allocator()
-        return DecodePlan("eager", 1, 1, False, False)
-    replayable = sampler == "inverse-cdf" or temperature <= 0
-    return DecodePlan("compiled" if replayable else "eager", WINDOW, CHECK_EVERY, replayable, True)
-
-
-@functools.cache
-def steady_cpu_allocator() -> bool:
-    """Fix glibc malloc's mmap threshold at 32 MB (its largest), once per process; False without glibc.
-
-    Why: glibc moves the threshold as large blocks are freed, and in a decode loop it can settle at or
-    below the size of the step's largest temporaries (the (B, V) logits and probabilities), which are
-    then mmapped and page-faulted afresh at every step: at 58M parameters, 8x the page faults and a 7-14%
-    slower rollout depending on what was freed before (docs/speed.md). Fixed, they stay on the heap.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(-3, 32 << 20)) and bool(libc.mallopt(-1, 128 << 20))  # M_MMAP_ / M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        return False
-
+# The decode loop
 
 class Sampling(NamedTuple):
     temperature: float
@@ -299,7 +251,7 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
     """
     device = model.lm_head.weight.device
     B, P = ids.shape
-    cache = model.new_cache(B, P + max_new_tokens, windows=plan.window > 1)
+    cache = model.new_cache(B, cache_slots(P + max_new_tokens, plan), windows=plan.window > 1)
     positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row
     # Prefill; only the last position's logits are needed (a (B, P, V) tensor would be wasted).
     h = model.hidden(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)
@@ -311,7 +263,7 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
         torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=s.u)
     s.tok, s.logp = next_token(model.logits(h[:, -1]), s.u, sampling, generator)  # the first token
     s.done |= torch.isin(s.tok[:, 0], sampling.eos)
-    steps = StepRunner(model, sampling, generator, plan)
+    steps = StepRunner(decode_step, model, sampling, generator, plan)
 
     tokens = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, device=device)  # step-major: a row per step
     logprobs = torch.zeros(max_new_tokens, B, device=device)
@@ -344,7 +296,7 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
             torch.index_select(all_u, 0, s.rows, out=s.u)
         elif uniforms:
             torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=s.u)
-        steps(s, window=min(P + max_new_tokens, -(-(P + t) // plan.window) * plan.window))
+        steps(s, window_for(P + t, plan))
     # Keep the steps up to the last row's end (its first EOS, or the step its stop string was found at):
     # what a look at every step would have kept.
     tokens, logprobs = tokens[:t + 1].T, logprobs[:t + 1].T
@@ -353,76 +305,3 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
         first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1), max_new_tokens)
         t = min(t, int(torch.minimum(first_eos, stop_at).max()))
     return tokens[:, :t + 1].contiguous(), logprobs[:, :t + 1].contiguous()
-
-
-def bucket(n: int) -> int:
-    """The batch size that n live rows decode in once finished rows leave: the power of two >= n."""
-    return 1 << (n - 1).bit_length()
-
-
-class StepRunner:
-    """Runs decode_step as the plan says: eagerly, compiled, or replayed from CUDA graphs.
-
-    A graph is recorded the first time a (rows, window) shape comes, right after the step has run for
-    real at that shape (on a side stream, as CUDA graphs need: compiling and warming up happen there);
-    recording runs nothing, so every step runs exactly once. Graphs share one memory pool and are
-    replayed in the order they were recorded (windows only grow, the batch only shrinks).
-    """
-
-    def __init__(self, model, sampling: Sampling, generator, plan: DecodePlan):
-        self.model, self.sampling, self.generator = model, sampling, generator
-        self.step = compiled_step() if plan.decoding == "compiled" else decode_step
-        device = model.lm_head.weight.device
-        self.graphs = {} if plan.decoding in ("graphs", "compiled") and device.type == "cuda" else None
-        # Under autocast, a replayed graph must not use autocast's cache of cast weights (freed on exit).
-        amp = torch.is_autocast_enabled(device.type)
-        self.autocast = (torch.autocast(device.type, torch.get_autocast_dtype(device.type), cache_enabled=False)
-                         if amp and self.graphs is not None else contextlib.nullcontext())
-        self.pool = torch.cuda.graph_pool_handle() if self.graphs is not None else None
-
-    def run(self, s: DecodeState, window: int):
-        with self.autocast:
-            try:
-                self.step(self.model, s, window, self.sampling, self.generator)
-            except torch.OutOfMemoryError:
-                raise
-            except Exception as err:  # compiling failed (no Triton, an unsupported op...): nothing ran yet
-                if self.step is decode_step:
-                    raise
-                warnings.warn(f"torch.compile of the decode step failed ({type(err).__name__}: {str(err)[:200]}); "
-                              "decoding uncompiled from now on")
-                self.step = compiled_step.failed = decode_step
-                self.step(self.model, s, window, self.sampling, self.generator)
-
-    def __call__(self, s: DecodeState, window: int):
-        if self.graphs is None:
-            return self.run(s, window)
-        graph = self.graphs.get((len(s.rows), window))
-        if graph is not None:
-            return graph.replay()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self.run(s, window)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = self.graphs[(len(s.rows), window)] = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            self.run(s, window)
-
-    def forget(self):
-        if self.graphs is not None:
-            self.graphs.clear()
-
-
-def compiled_step():
-    """torch.compile(decode_step) as one graph (fullgraph: no break, so nothing runs on the host in it),
-    built on first use and kept: one compile per model and shape kind (Dynamo makes the batch and window
-    dimensions dynamic once they have changed). After a failed compile, the eager step."""
-    if compiled_step.failed is not None:
-        return compiled_step.failed
-    if compiled_step.fn is None:
-        compiled_step.fn = torch.compile(decode_step, fullgraph=True)
-    return compiled_step.fn
-
-
-compiled_step.fn = compiled_step.failed = None

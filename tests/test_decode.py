@@ -1,16 +1,20 @@
-"""How decode steps run (rollout.DecodePlan): every plan gives the rollout of the plain eager loop.
+"""How decode steps run (nanoatr/decoding.py): every plan gives the rollout of the plain eager loop.
 
 On a GPU the step is compiled and replayed from CUDA graphs, attends over windows of the cache wider
 than its filled part, looks at the rows only every CHECK_EVERY steps and lets finished rows leave the
-batch. Each of these is run here on the CPU (all but the graphs, which need CUDA: bench/gpu_rollout.py
---check runs the same comparison there) and must not change a token.
+batch. Each of these is run here on the CPU and must not change a token; the CUDA graphs through a
+stand-in that records and replays the step as they do (bench/gpu_check.py part a runs the real ones).
 """
+import contextlib
+import warnings
+
 import pytest
 import torch
 
-from nanoatr import lora, rollout
+from nanoatr import decoding, lora, rollout
+from nanoatr.decoding import CHECK_EVERY, WINDOW, DecodePlan, bucket, cache_slots, decode_plan
 from nanoatr.model import DecodeSlot, Qwen3, Qwen3Config, init_weights
-from nanoatr.rollout import CHECK_EVERY, WINDOW, DecodePlan, bucket, decode_plan, generate
+from nanoatr.rollout import generate
 
 EAGER = DecodePlan("eager", 1, 1, False, False)  # the CPU's plan: exact windows, a look at every step
 GPU_LIKE = DecodePlan("eager", 8, 4, True, False)  # the GPU's habits, without the graphs
@@ -100,9 +104,10 @@ def test_finished_rows_leave_the_batch_in_halvings(small_vocab_model, monkeypatc
     sizes = [b for b, _, _ in seen]
     assert sizes[0] == 24 and sizes == sorted(sizes, reverse=True) and len(set(sizes)) > 2
     assert all(b & (b - 1) == 0 for b in sizes if b < 24), "after the first compaction, powers of two"
-    cache_len = max(map(len, prompts)) + 60
-    assert all((w % 8 == 0 or w == cache_len) and slot < w <= cache_len for _, w, slot in seen)
-    assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 24)] == [1, 2, 4, 8, 8, 16, 32]
+    cache_len = cache_slots(max(map(len, prompts)) + 60, GPU_LIKE)
+    assert cache_len == 72 + 1, "whole windows and a slot more"
+    assert all(w % 8 == 0 and slot < w < cache_len for _, w, slot in seen), "no window is the whole cache"
+    assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 24)] == [2, 2, 4, 8, 8, 16, 32]
 
 
 def test_a_window_past_the_filled_slots_changes_nothing(small_vocab_model):
@@ -140,7 +145,7 @@ def test_no_host_sync_inside_the_per_token_loop(small_vocab_model, monkeypatch):
     n = 96
     plan = DecodePlan("eager", 8, CHECK_EVERY, True, False)
     steps = []
-    monkeypatch.setattr(rollout, "StepRunner", counting_runner(rollout.StepRunner, steps))
+    monkeypatch.setattr(rollout, "StepRunner", counting_runner(decoding.StepRunner, steps))
     with torch.no_grad():
         out = rollout_with(small_vocab_model, plan, prompts, n=n, eos=(7,))
     monkeypatch.undo()
@@ -151,10 +156,11 @@ def test_no_host_sync_inside_the_per_token_loop(small_vocab_model, monkeypatch):
     assert out.tokens.shape[1] == out.mask.sum(1).max()
 
 
-def counting_runner(cls, steps):
+def counting_runner(cls, steps, rows=False):
+    """cls counting its steps in `steps`: each one's window (rows=True: its (rows, window))."""
     class Counting(cls):
         def __call__(self, s, window):
-            steps.append(window)
+            steps.append((len(s.rows), window) if rows else window)
             return super().__call__(s, window)
     return Counting
 
@@ -190,3 +196,188 @@ def test_lora_is_merged_for_the_rollout_and_the_base_weights_come_back_bit_for_b
     assert not any(m.merged for m in model.modules() if hasattr(m, "lora_A"))
     prompts = ragged(8)
     assert_same(rollout_with(model, EAGER, prompts), rollout_with(model, EAGER._replace(merge_adapters=True), prompts))
+
+
+# ----------------------------------------------------------------------------
+# CUDA graphs through a stand-in, their failures, and the compiles of a run
+
+class StandInGraphs:
+    """decoding.CudaGraphs on the CPU. Recording calls the step, as CUDA's capture does, while `capturing`
+    says that nothing may run (a CountedStep then runs nothing); a replay runs it (a graph reads the tensors
+    it was recorded on, which the state's in-place updates keep). The n-th recording or replay can be made
+    to fail; `after_failure` counts any use after that."""
+
+    def __init__(self, fail_record: int = 0, fail_replay: int = 0):
+        self.calls, self.fail_record, self.fail_replay = {}, fail_record, fail_replay
+        self.records = self.replays = self.drops = self.after_failure = 0
+        self.failed = self.capturing = False
+
+    def __contains__(self, shape):
+        return shape in self.calls
+
+    def warm_up(self, fn):
+        fn()
+
+    def record(self, shape, fn):
+        self.records += 1
+        self.fail_if(self.records == self.fail_record, "recording")
+        self.capturing = True
+        try:
+            fn()
+        finally:
+            self.capturing = False
+        self.calls[shape] = fn
+
+    def replay(self, shape):
+        self.replays += 1
+        self.fail_if(self.replays == self.fail_replay, "replay")
+        self.calls[shape]()
+
+    def fail_if(self, now: bool, what: str):
+        self.after_failure += self.failed
+        if now:
+            self.failed = True
+            raise RuntimeError(f"{what} failed (injected)")
+
+    def drop(self):
+        self.calls.clear()
+        self.drops += 1
+
+
+def with_graphs(monkeypatch, graphs, compiled=None):
+    """Rollouts from here on record and replay through `graphs`; the compiled plan's step is `compiled`
+    (a stand-in for torch.compile's: compiling on the CPU takes minutes), and graph failures start afresh."""
+    monkeypatch.setattr(rollout, "StepRunner", lambda *a: decoding.StepRunner(*a, graphs=graphs))
+    monkeypatch.setattr(decoding.StepRunner, "use_graphs", True)
+    monkeypatch.setattr(decoding, "COMPILED", {})
+    if compiled is not None:
+        monkeypatch.setattr(decoding, "compiled_step", lambda step: compiled)
+
+
+class CountedStep:
+    """A stand-in for the compiled decode step: the eager one, its runs counted; while `graphs` records it
+    nothing runs (or, with fail_recording, it cannot be recorded). Its n-th run can fail first (a failed
+    compile: nothing ran)."""
+
+    def __init__(self, graphs: StandInGraphs, fail_at: int = 0, fail_recording: bool = False):
+        self.graphs, self.calls, self.fail_at, self.fail_recording = graphs, 0, fail_at, fail_recording
+
+    def __call__(self, *args):
+        if self.graphs.capturing:
+            if self.fail_recording:
+                raise RuntimeError("operation not permitted when stream is capturing (injected)")
+            return
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("compiled step failed (injected)")
+        rollout.decode_step(*args)
+
+
+GPU_COMPILED = DecodePlan("compiled", 8, 4, True, False)
+
+
+def steps_of(model, plan, prompts, monkeypatch) -> int:
+    """How many decode steps the loop makes under this plan (the same for every way of running them)."""
+    steps = []
+    with monkeypatch.context() as m:
+        m.setattr(rollout, "StepRunner", counting_runner(decoding.StepRunner, steps))
+        rollout_with(model, plan, prompts)
+    return len(steps)
+
+
+def test_graphs_replayed_through_compaction_give_the_eager_rollout(small_vocab_model, monkeypatch):
+    """Rows end at EOS at different steps and leave the batch; every shape is recorded once, replayed
+    after, and dropped when the batch shrinks: the tokens of the eager loop."""
+    prompts = ragged(24)
+    ref = rollout_with(small_vocab_model, EAGER, prompts)
+    n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
+    graphs = StandInGraphs()
+    step = CountedStep(graphs)
+    with_graphs(monkeypatch, graphs, step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback may happen
+        out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
+    assert_same(ref, out)
+    assert graphs.replays > graphs.records > 3 and graphs.drops >= 2
+    assert step.calls == graphs.records + graphs.replays == n, "each step ran once: warmed up, or replayed"
+
+
+@pytest.mark.parametrize("failing", ["record", "replay"])
+def test_a_failed_recording_or_replay_falls_back_to_the_step_without_graphs(small_vocab_model, monkeypatch, failing):
+    """A recording runs nothing (the step ran just before it): after a failed one the step must not run
+    again. A failed replay ran nothing: the step runs without it. One warning, then no graphs; the
+    tokens of the eager loop either way."""
+    prompts = ragged(24)
+    ref = rollout_with(small_vocab_model, EAGER, prompts)
+    n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
+    graphs = StandInGraphs(**{f"fail_{failing}": 3})
+    step = CountedStep(graphs)
+    with_graphs(monkeypatch, graphs, step)
+    with pytest.warns(UserWarning, match=f"{'recording' if failing == 'record' else 'replaying'} the decode step's "
+                      "CUDA graph failed .*injected.*without CUDA graphs") as caught:
+        out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
+    assert len(caught) == 1
+    assert_same(ref, out)
+    assert graphs.failed and graphs.after_failure == 0, "no graph after the failure"
+    assert step.calls == n, "every step ran once, by the compiled step"
+    assert not decoding.StepRunner.use_graphs, "the rest of the process decodes without graphs"
+
+
+def test_a_failed_compile_after_failed_graphs_falls_back_to_eager(small_vocab_model, monkeypatch):
+    prompts = ragged(24)
+    ref = rollout_with(small_vocab_model, EAGER, prompts)
+    graphs = StandInGraphs(fail_record=2)
+    step = CountedStep(graphs, fail_at=9)
+    with_graphs(monkeypatch, graphs, step)
+    with pytest.warns(UserWarning) as caught:
+        out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
+    assert [str(w.message).split(" (")[0] for w in caught] == [
+        "recording the decode step's CUDA graph failed", "torch.compile of the decode step failed"]
+    assert_same(ref, out)
+    assert step.calls == 9, "the compiled step's failure ran nothing, and it was not called again"
+    assert decoding.COMPILED[rollout.decode_step] is rollout.decode_step, "the eager step from now on"
+
+
+def test_a_step_that_cannot_be_recorded_keeps_its_compile(small_vocab_model, monkeypatch):
+    """A failure inside the recording is the graph's, not the compile's (the step compiled and ran just
+    before it): one warning, and the compiled step without graphs, not the eager one."""
+    prompts = ragged(24)
+    ref = rollout_with(small_vocab_model, EAGER, prompts)
+    n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
+    graphs = StandInGraphs()
+    step = CountedStep(graphs, fail_recording=True)
+    with_graphs(monkeypatch, graphs, step)
+    with pytest.warns(UserWarning) as caught:
+        out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
+    assert [str(w.message).split(" (")[0] for w in caught] == ["recording the decode step's CUDA graph failed"]
+    assert_same(ref, out)
+    assert step.calls == n and rollout.decode_step not in decoding.COMPILED, "compiled to the end"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora_bf16", [False, True], ids=["plain-float32", "lora-merged-bf16"])
+def test_one_compile_per_run(small_vocab_model, monkeypatch, lora_bf16):
+    """torch.compile of the decode step compiles once for a rollout whose batch shrinks (rows end at EOS)
+    and whose windows grow, and not again for a second rollout of another batch and prompt length."""
+    import copy
+    from torch._dynamo.utils import counters
+    model = small_vocab_model
+    if lora_bf16:
+        model = copy.deepcopy(small_vocab_model)
+        lora.add_adapters(model, 4, 8.0, lora.TARGETS, "random")
+    monkeypatch.setattr(decoding, "COMPILED", {})
+    torch._dynamo.reset()
+    counters.clear()
+    shapes = []
+    monkeypatch.setattr(rollout, "StepRunner", counting_runner(decoding.StepRunner, shapes, rows=True))
+    plan = DecodePlan("compiled", 8, 4, True, lora_bf16)
+    amp = torch.autocast("cpu", torch.bfloat16) if lora_bf16 else contextlib.nullcontext()
+    with amp:
+        rollout_with(model, plan, ragged(24))
+    rows, windows = {b for b, _ in shapes}, {w for _, w in shapes}
+    assert len(rows) >= 3 and len(windows) >= 3, "the batch shrank and the windows grew"
+    assert counters["stats"]["unique_graphs"] == 1
+    with amp:
+        rollout_with(model, plan, ragged(13, seed=5), n=50)
+    assert counters["stats"]["unique_graphs"] == 1, "no compile for the second rollout"
+    torch._dynamo.reset()

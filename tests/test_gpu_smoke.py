@@ -39,3 +39,63 @@ def test_the_gpu_rollout_benchmark_runs_on_cpu(capsys):
                              "--prompt-len", "2:6", "--against", "eager,hf", "--lora"]) == 0
     out = capsys.readouterr().out
     assert "ours" in out and "eager" in out and "hf" in out and "LoRA r32" in out
+
+
+# ----------------------------------------------------------------------------
+# bench/gpu_check.py: every GPU figure in one call, each part in its own time box
+
+import gpu_check  # noqa: E402
+
+
+def gpu_check_lines(capsys, *args) -> list[str]:
+    """bench/gpu_check.py's lines (its parts run in child processes, their lines echoed by it)."""
+    assert gpu_check.main(list(args)) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_gpu_check_help_names_every_part_and_the_budget(capsys):
+    with pytest.raises(SystemExit) as done:
+        gpu_check.main(["--help"])
+    text = capsys.readouterr().out
+    assert done.value.code == 0 and "--budget" in text and "SUMMARY" in text
+    assert all(f"  {part} " in text for part in gpu_check.PARTS), text
+
+
+def test_gpu_check_rejects_an_unknown_part_in_one_line(capsys):
+    with pytest.raises(SystemExit) as done:
+        gpu_check.main(["--parts", "a,z"])
+    assert done.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith("error: --parts: unknown z")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="has CUDA: the check would run for real")
+def test_gpu_check_skips_without_cuda(capsys):
+    assert gpu_check_lines(capsys) == ["skipped: no CUDA"]
+
+
+def test_a_part_past_its_share_is_stopped_and_the_next_part_runs(capsys):
+    lines = gpu_check_lines(capsys, "--device", "cpu", "--tiny", "--parts", "a,e", "--budget", "0.5")
+    assert any(line.startswith("part a: over budget") for line in lines)
+    assert any(line.startswith("part e: over budget") for line in lines), "the part after it still ran"
+    assert lines[-1].startswith("SUMMARY device=cpu | a: over budget") and "| e: over budget" in lines[-1]
+
+
+def test_gpu_check_parts_a_and_e_on_the_cpu(capsys):
+    """The rollout that crashed on the GPU, against the eager loop, and transformers' log-probs of our tokens."""
+    lines = gpu_check_lines(capsys, "--device", "cpu", "--tiny", "--parts", "a,e", "--budget", "900")
+    [a] = [line for line in lines if line.startswith("a: ")]
+    assert "tokens identical" in a and "batch sizes 24 > " in a, a
+    assert any(line.startswith("e: transformers' teacher-forced log-probs") for line in lines)
+    summary = lines[-1]
+    assert summary.startswith("SUMMARY device=cpu | a: ok tokens=identical gap=") and "| e: ok gap_mean=" in summary
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_every_part_on_the_cpu(capsys):
+    """python bench/gpu_check.py --tiny end to end: every part's header and figures, the projection, SUMMARY last."""
+    lines = gpu_check_lines(capsys, "--device", "cpu", "--tiny", "--budget", "3000")
+    assert not any("over budget" in line or "failed" in line for line in lines), lines
+    for part in gpu_check.PARTS:
+        assert f"== part {part} (" in "\n".join(lines)
+        assert f"| {part}: ok " in lines[-1], (part, lines[-1])
+    assert any(line.startswith("paper run projected on this device: training") for line in lines)
+    assert lines[-1].startswith("SUMMARY device=cpu | a: ok") and "| run: ok training_h=" in lines[-1]

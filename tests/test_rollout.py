@@ -97,6 +97,24 @@ def test_stop_callable_ends_decoding_sooner_and_changes_no_token(tiny_model):
     assert torch.equal(never.tokens, free.tokens) and not never.finished.any()
 
 
+def test_a_row_ended_by_eos_stays_finished_when_stop_strings_are_given(tiny_model):
+    """finished is an EOS or a stop string: a stop callable that finds nothing must not unset a row's EOS."""
+    free = generate(tiny_model, PROMPTS, 10, temperature=0)
+    eos = int(free.tokens[0, 2])  # row 0 ends at an EOS by step 2
+
+    class Nothing:  # no row ever holds a stop string
+        def holds(self, rows):
+            return [False] * len(rows)
+
+        def cut(self, tokens, mask):
+            return mask, torch.zeros(len(mask), dtype=torch.bool)
+
+    plain = generate(tiny_model, PROMPTS, 10, temperature=0, eos_token_id=eos)
+    out = generate(tiny_model, PROMPTS, 10, temperature=0, eos_token_id=eos, stop=Nothing())
+    assert out.finished[0] and torch.equal(out.finished, plain.finished)
+    assert torch.equal(out.mask, plain.mask)
+
+
 def test_sampling_is_reproducible_with_a_generator(tiny_model):
     a = generate(tiny_model, PROMPTS, 8, generator=torch.Generator().manual_seed(3))
     b = generate(tiny_model, PROMPTS, 8, generator=torch.Generator().manual_seed(3))

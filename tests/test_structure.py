@@ -48,7 +48,7 @@ def test_importing_the_package_loads_no_module():
 
 def test_no_tool_code_and_about_a_dozen_modules():
     assert not {"sweep", "theory", "plot", "metrics", "train_config"} & set(LIBRARY)
-    assert 10 <= len(LIBRARY) <= 15, sorted(LIBRARY)
+    assert 10 <= len(LIBRARY) <= 16, sorted(LIBRARY)
     for path in FILES:
         tree = ast.parse(path.read_text())
         name = path.relative_to(ROOT)

@@ -1,0 +1,212 @@
+"""How decode steps run fast: the plan each device gets, and the runner that compiles and replays a step.
+
+rollout.decode is the decode loop and rollout.decode_step one step of it; this module decides how those
+steps run, and changes no token (tests/test_decode.py compares every plan with the eager loop). On the
+CPU the step runs eagerly and the loop looks at every step. On a GPU it is compiled once per run
+(torch.compile, every batch and window size dynamic from the first call), recorded as a CUDA graph per
+(rows, window) shape and replayed; the loop looks at the rows every CHECK_EVERY steps, finished rows
+leave the batch, and LoRA adapters are merged into the weights for the rollout (lora.merged).
+"""
+import contextlib
+import ctypes
+import functools
+import warnings
+from typing import NamedTuple
+
+import torch
+
+DECODINGS = ("eager", "compiled")  # how decode steps run (DecodePlan.decoding)
+WINDOW = 256  # GPU: attention reads the cache in windows of this many slots (one CUDA graph per window)
+CHECK_EVERY = 16  # GPU: decode steps between two looks at which rows have finished (a look waits for the GPU)
+
+
+class DecodePlan(NamedTuple):
+    """How the decode steps of a rollout run (see `decode_plan`)."""
+    decoding: str         # "eager" or "compiled" (torch.compile; on CUDA also recorded and replayed as CUDA graphs)
+    window: int           # attention reads the cache in windows of this many slots (1: exactly the filled ones)
+    check_every: int      # decode steps between two looks at which rows have finished (a look waits for the device)
+    compact: bool         # finished rows leave the batch when the live ones fit a batch half the size
+    merge_adapters: bool  # LoRA adapters folded into the weights for the rollout (one product per projection)
+
+
+def decode_plan(device, sampler: str = "inverse-cdf", temperature: float = 1.0) -> DecodePlan:
+    """The one place where the device chooses how decoding runs.
+
+    CUDA: compiled and replayed from CUDA graphs, so the host launches a whole step at once; it looks
+    at the rows every CHECK_EVERY steps. torch.multinomial draws inside the step from a generator,
+    which a replayed graph would not advance: that sampler runs eagerly.
+    CPU: eagerly, every step looked at, as the launches cost little there (compiling the step saved
+    ~10% at 0.8M parameters and nothing at 100M, after 18-62 s of compiling: docs/speed.md).
+    """
+    if torch.device(device).type != "cuda":
+        steady_cpu_allocator()
+        return DecodePlan("eager", 1, 1, False, False)
+    replayable = sampler == "inverse-cdf" or temperature <= 0
+    return DecodePlan("compiled" if replayable else "eager", WINDOW, CHECK_EVERY, replayable, True)
+
+
+@functools.cache
+def steady_cpu_allocator() -> bool:
+    """Fix glibc malloc's mmap threshold at 32 MB (its largest), once per process; False without glibc.
+
+    Why: glibc moves the threshold as large blocks are freed, and in a decode loop it can settle at or
+    below the size of the step's largest temporaries (the (B, V) logits and probabilities), which are
+    then mmapped and page-faulted afresh at every step: at 58M parameters, 8x the page faults and a 7-14%
+    slower rollout depending on what was freed before (docs/speed.md). Fixed, they stay on the heap.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-3, 32 << 20)) and bool(libc.mallopt(-1, 128 << 20))  # M_MMAP_ / M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        return False
+
+
+def bucket(n: int) -> int:
+    """The batch size that n live rows decode in once finished rows leave: the power of two >= n, and at
+    least 2 (torch.compile treats a size of 1 as a constant: a batch of one would be compiled again)."""
+    return max(2, 1 << (n - 1).bit_length())
+
+
+def cache_slots(needed: int, plan: DecodePlan) -> int:
+    """The KV cache's length for `needed` slots (prompt + new tokens). With windows (plan.window > 1): a
+    whole number of windows and one slot more, so that no window is the whole cache (a slice of a whole
+    dimension is contiguous, of part of it not: torch.compile would compile the step again for it)."""
+    return needed if plan.window == 1 else -(-needed // plan.window) * plan.window + 1
+
+
+def window_for(slots: int, plan: DecodePlan) -> int:
+    """The slots a decode step's attention reads when `slots` of them are filled: the next multiple of
+    plan.window (the filled ones exactly when it is 1)."""
+    return -(-slots // plan.window) * plan.window
+
+
+class StepRunner:
+    """Runs one decode step as the plan says: eagerly, compiled, or compiled and replayed from CUDA graphs.
+
+    With graphs (CudaGraphs on CUDA under the compiled plan), the first time a (rows, window) shape comes
+    the step runs for real (graphs.warm_up), then is recorded (graphs.record, which runs nothing): every
+    step runs exactly once. Later steps of that shape are replays. A failed recording or replay gives one
+    warning and the compiled step without graphs from then on (in this process); a failed compile, one
+    warning and the eager step: the same tokens either way.
+    """
+    use_graphs = True  # False once a recording or a replay has failed in this process
+
+    def __init__(self, step, model, sampling, generator, plan: DecodePlan, graphs=None):
+        """step(model, state, window, sampling, generator): one decode step in place (rollout.decode_step).
+        graphs: what records and replays it (tests pass a stand-in); None: CudaGraphs where they apply."""
+        self.model, self.sampling, self.generator, self.eager = model, sampling, generator, step
+        self.step = compiled_step(step) if plan.decoding == "compiled" else step
+        device = model.lm_head.weight.device
+        if graphs is None and plan.decoding == "compiled" and device.type == "cuda" and StepRunner.use_graphs:
+            graphs = CudaGraphs()
+        self.graphs = graphs
+        # Under autocast, a replayed graph must not use autocast's cache of cast weights (freed on exit).
+        amp = torch.is_autocast_enabled(device.type)
+        self.autocast = (torch.autocast(device.type, torch.get_autocast_dtype(device.type), cache_enabled=False)
+                         if amp and graphs is not None else contextlib.nullcontext())
+
+    def launch(self, s, window: int):
+        """The step on state s, compiled or eager, without graphs."""
+        with self.autocast:
+            self.step(self.model, s, window, self.sampling, self.generator)
+
+    def run(self, s, window: int):
+        """launch, and after a failed compile the eager step from then on (in this process)."""
+        try:
+            self.launch(s, window)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:  # compiling failed (no Triton, an unsupported op...): nothing ran yet
+            if self.step is self.eager:
+                raise
+            warnings.warn(f"torch.compile of the decode step failed ({type(err).__name__}: {str(err)[:200]}); "
+                          "decoding uncompiled from now on")
+            self.step = COMPILED[self.eager] = self.eager
+            self.launch(s, window)
+
+    def __call__(self, s, window: int):
+        if self.graphs is None:
+            return self.run(s, window)
+        shape = (len(s.rows), window)
+        if shape in self.graphs:
+            try:
+                return self.graphs.replay(shape)
+            except Exception as err:  # the launch failed, so nothing ran: the step runs without graphs
+                self.without_graphs("replaying", err)
+                return self.run(s, window)
+        self.graphs.warm_up(lambda: self.run(s, window))  # the step, for real (compiling it the first time)
+        try:
+            self.graphs.record(shape, lambda: self.launch(s, window))
+        except Exception as err:  # recording runs nothing, and the step has run: not again
+            self.without_graphs("recording", err)
+
+    def without_graphs(self, what: str, err: Exception):
+        warnings.warn(f"{what} the decode step's CUDA graph failed ({type(err).__name__}: {str(err)[:200]}); "
+                      "decoding without CUDA graphs from now on")
+        self.graphs = None
+        StepRunner.use_graphs = False
+
+    def forget(self):
+        """Drop the graphs: they read the state's tensors that rows leaving the batch have replaced."""
+        if self.graphs is not None:
+            self.graphs.drop()
+
+
+class CudaGraphs:
+    """A decode step's CUDA graphs, one per (rows, window) shape, sharing one private memory pool (graphs
+    that share a pool must replay in the order they were recorded: windows only grow, and a smaller batch
+    drops them all). The only part of decoding that needs CUDA; tests/test_decode.py stands in for it."""
+
+    def __init__(self):
+        self.graphs = {}
+        self.pool = torch.cuda.graph_pool_handle()
+
+    def __contains__(self, shape) -> bool:
+        return shape in self.graphs
+
+    def warm_up(self, fn):
+        """fn() for real on a side stream, as recording requires (compiling and warming up happen there)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def record(self, shape, fn):
+        """Record fn()'s kernels as the graph of this shape; recording launches none of them."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            fn()
+        self.graphs[shape] = graph
+
+    def replay(self, shape):
+        self.graphs[shape].replay()
+
+    def drop(self):
+        """Forget every graph, and take a fresh pool for the next ones.
+
+        Why a fresh pool: a private pool counts the graphs recorded into it; once the last is gone the
+        allocator retires it, but keeps it while blocks of it are still alive, and a capture that names a
+        retired pool fails the allocator's internal assert `use_count > 0` (issue 35: the crash as soon as
+        rows finished and the batch shrank). PyTorch shares a pool between graphs captured one after the
+        other and replayed in that order (torch.cuda.graph's `pool`: a graph_pool_handle() or a live
+        graph's pool(), see "Graph memory management" in its CUDA notes); a new handle is a new pool.
+        Keeping every graph of the rollout alive instead would also avoid the assert, but would hold each
+        earlier batch size's memory until the rollout ends."""
+        self.graphs.clear()
+        self.pool = torch.cuda.graph_pool_handle()
+
+
+COMPILED = {}  # a decode step -> its torch.compile, or the step itself once compiling it has failed
+
+
+def compiled_step(step):
+    """torch.compile(step) as one graph (fullgraph: no break, so nothing runs on the host in it), built on
+    first use and kept: one compile per process. dynamic=True makes every size symbolic from the first
+    call, the batch (rows leave it), the cache's length (the prompts' set it) and the window (a Python
+    int: torch._dynamo.mark_dynamic marks only a tensor's dimensions) alike; otherwise Dynamo compiles
+    again at the first change of each (4 compiles in one rollout, each minutes at 28 layers: issue 35).
+    Weights keep static shapes (Dynamo's default for parameters), so the products are specialised."""
+    if step not in COMPILED:
+        COMPILED[step] = torch.compile(step, fullgraph=True, dynamic=True)
+    return COMPILED[step]
