@@ -49,9 +49,8 @@ from nanoatr.config import (ConfigError, EvalConfig, check_ranges, die, flag, pa
 from nanoatr.data import TASKS, DataError, load_problems
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
-from nanoatr.tokenizer import (TokenizerError, check_template, generation_defaults, load_tokenizer, read_json,
-                               eos_token_ids)
-from nanoatr.tokenizer import prompt_flags_problem as tokenizer_flags_problem
+from nanoatr.tokenizer import (TokenizerError, check_template, eos_token_ids, generation_defaults,
+                               ignored_prompt_flags, load_tokenizer, read_json)
 
 
 def check(cfg: EvalConfig) -> str | None:
@@ -426,7 +425,7 @@ def main(argv=None):
         model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device, cfg.revision)
         tok = load_tokenizer(dirs.tokenizer)
         eos_ids = eos_token_ids(tok, dirs.tokenizer, dirs.base)
-        problem = tokenizer_flags_problem(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)
+        problem = ignored_prompt_flags(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)
         prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
         for f in cfg.data:
             problem = problem or fits(tok, benchmarks[Path(f).stem], cfg.max_new_tokens,
@@ -454,7 +453,7 @@ def main(argv=None):
                 rows = sample_and_grade(model, tok, problems, n, max_new_tokens=cfg.max_new_tokens,
                                         temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                                         sampler=cfg.sampler, eos_ids=eos_ids, batch_size=cfg.batch_size,
-                                        seed=cfg.seed, prompt_kw=prompt_kw, skip=skip, stops=cfg.stop,
+                                        seed=cfg.seed, prompt_kw=prompt_kw, skip=skip, stop=cfg.stop,
                                         reward=TASKS[cfg.task].reward)
                 with precision():  # sampling happens as the rows are drawn, so inside the context
                     for row in rows:

@@ -23,13 +23,13 @@ import sys
 import torch
 
 from nanoatr import distributed, lora
-from nanoatr.config import ConfigError, SampleConfig, check_ranges, die, parse, resolve_sampling
-from nanoatr.config import prompt_flags_problem as flags_problem
+from nanoatr.config import (ConfigError, SampleConfig, check_ranges, die, parse, prompt_flags_problem,
+                            resolve_sampling)
 from nanoatr.data import Problem
 from nanoatr.model import ModelError
 from nanoatr.rollout import SAMPLERS, draw, filter_logits, sampling_logprobs
 from nanoatr.tokenizer import (TokenizerError, check_template, format_prompt, generation_defaults, load_tokenizer,
-                               prompt_flags_problem, stop_strings, eos_token_ids)
+                               ignored_prompt_flags, make_stopper, eos_token_ids)
 from nanoatr.verifier import verify
 
 
@@ -49,17 +49,17 @@ def stream(model, prompt: list[int], max_new_tokens: int, temperature: float = 1
     for t in range(max_new_tokens):
         logp = sampling_logprobs(logits, temperature)
         if temperature > 0:
-            tok = draw(filter_logits(logp, top_k, top_p).exp(), generator, sampler)  # (1, 1)
+            token = draw(filter_logits(logp, top_k, top_p).exp(), generator, sampler)  # (1, 1)
         else:
-            tok = logp.argmax(-1, keepdim=True)
-        yield int(tok)
-        if int(tok) in eos_ids or t + 1 == max_new_tokens:
+            token = logp.argmax(-1, keepdim=True)
+        yield int(token)
+        if int(token) in eos_ids or t + 1 == max_new_tokens:
             return
-        logits = model(tok, attention_mask=torch.ones_like(tok, dtype=torch.bool),
+        logits = model(token, attention_mask=torch.ones_like(token, dtype=torch.bool),
                        position_ids=torch.tensor([[len(prompt) + t]], device=device), cache=cache)[:, -1]
 
 
-def print_stream(tokenizer, token_ids, out=None, stops=()) -> tuple[str, list[int], bool]:
+def print_stream(tokenizer, token_ids, out=None, stop=()) -> tuple[str, list[int], bool]:
     """Print the text of each new token as it arrives; returns (whole text, token ids, ended by a stop string).
 
     Text is decoded from the whole completion so far and only the new suffix is printed: a character
@@ -69,12 +69,12 @@ def print_stream(tokenizer, token_ids, out=None, stops=()) -> tuple[str, list[in
     completion is those tokens' text without special tokens, the text eval.py grades.
     """
     out = out or sys.stdout
-    stop = stop_strings(tokenizer, stops)
+    stopper = make_stopper(tokenizer, stop)
     tokens, shown = [], 0
-    for tok in token_ids:
-        tokens.append(tok)
+    for token in token_ids:
+        tokens.append(token)
         text = tokenizer.decode(tokens, skip_special_tokens=True)
-        if stop is not None and stop.holds([tokens])[0]:
+        if stopper is not None and stopper.holds([tokens])[0]:
             out.write(text[shown:])
             return text, tokens, True
         if not text.endswith("\ufffd"):  # else an incomplete character: wait for its next byte
@@ -113,7 +113,7 @@ def check(cfg: SampleConfig) -> str | None:
         return check_template(cfg.prompt_template)
     if any(not s for s in cfg.stop):
         return "--stop: empty stop string"
-    return flags_problem(cfg)
+    return prompt_flags_problem(cfg)
 
 
 def main(argv=None):
@@ -130,7 +130,8 @@ def main(argv=None):
         tok = load_tokenizer(dirs.tokenizer)
         eos_ids = eos_token_ids(tok, dirs.tokenizer, dirs.base)
         defaults, source = generation_defaults(dirs.tokenizer, dirs.base)
-        problem = None if cfg.raw else prompt_flags_problem(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)
+        problem = None if cfg.raw else \
+            ignored_prompt_flags(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)
     except (ModelError, TokenizerError, lora.AdapterError) as e:
         die(str(e))
     if problem:
@@ -160,7 +161,7 @@ def main(argv=None):
             with precision():
                 tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, eos_ids,
                                 generator, cfg.sampler)
-                completion, tokens, by_string = print_stream(tok, tokens, stops=cfg.stop)
+                completion, tokens, by_string = print_stream(tok, tokens, stop=cfg.stop)
             print()
             stopped = by_string or tokens[-1] in eos_ids
             print(f"({len(tokens)} tokens, {'stopped' if stopped else 'hit --max-new-tokens'})", file=sys.stderr)

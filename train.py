@@ -30,33 +30,41 @@ from nanoatr.checkpoint import read_tokenizer_files
 from nanoatr.config import TrainConfig
 from nanoatr.data import TASKS, load_problems
 from nanoatr.evaluate import check_budgets, during_training, scores_line
-from nanoatr.loss import aggregate, group_advantages, kl_to_reference, merge_stats, policy_loss, progress, uniform_groups
+from nanoatr.loss import (aggregate, group_advantages, kl_to_reference, merge_stats, policy_loss, progress,
+                          uniform_groups)
 from nanoatr.methods import needs
 from nanoatr.model import Qwen3
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
 from nanoatr.session import Session
-from nanoatr.tokenizer import completion_texts, encode_prompts, eos_token_ids, load_tokenizer, stop_strings
+from nanoatr.tokenizer import completion_texts, encode_prompts, eos_token_ids, load_tokenizer, make_stopper
 
 
 @dataclass
 class Run:
-    """What every step uses."""
+    """What every step uses. The network goes by three names, one per object: `model` (our Qwen3, LoRA
+    layers inside: what samples and what is trained), `peft_model` (under LoRA, peft's PeftModel around
+    that same model: what a checkpoint saves and what switches the adapters off) and `scorer`
+    (scoring.Scorer(model), DDP-wrapped across ranks: the differentiable scoring pass)."""
     cfg: TrainConfig
-    model: Qwen3              # the policy (LoRA layers inside): rollout.generate samples from it
-    score: nn.Module          # scoring.Scorer(model): the differentiable scoring pass, DDP-wrapped across ranks
+    model: Qwen3
+    scorer: nn.Module
     opt: torch.optim.Optimizer
     trained: list             # the parameters the optimizer moves
     tok: Any                  # the tokenizer
     eos_ids: list[int]        # token ids that end a completion
-    stop_strings: Any         # tokenizer.StopStrings of --stop, or None
+    stopper: Any              # tokenizer.StopStrings of the --stop strings (cfg.stop), or None
     reward: Callable          # reward(completion text, gold answer) -> float: the --task's
     shard: distributed.Shard  # this rank's prompts, chunks, seeds and minibatch rows of a step
     d: distributed.Dist       # rank, world size, device
     precision: Callable       # autocast context factory (bf16) or nullcontext
-    peft_model: Any = None    # under LoRA the PeftModel around `model` (a checkpoint saves its adapter)
+    peft_model: Any = None    # None without LoRA
     ref: Reference | None = None  # pi_ref, for the --beta penalty
     prompt_kw: dict | None = None
+    # The step's first update runs before any optimizer step, on pi_old's own weights, so its forward gives
+    # pi_old of its rows bit for bit: True takes them from there (one forward fewer a step), False scores
+    # every row in old_logprobs. The same numbers either way (tests/test_train.py).
+    reuse_first_forward: bool = True
 
 
 # ----------------------------------------------------------------------------
@@ -65,67 +73,83 @@ class Run:
 def grpo_step(run: Run, problems, step: int) -> dict:
     """Sample and grade G completions per prompt, then several clipped updates; returns the metrics line."""
     t0 = time.perf_counter()
-    batch, sampling = rollout(run, problems, step)  # 1.-3. N rows: completions, rewards, advantages
+    batch, draws = rollout(run, problems, step)  # 1.-3. N rows: completions, rewards, advantages
     t_rollout = time.perf_counter() - t0
-    updates = optimize(run, batch, step)            # 4.-5. pi_old, then the clipped updates
+    updates = optimize(run, batch, step)         # 4.-5. pi_old, then the clipped updates
     times = {"time_rollout": t_rollout, "time_train": time.perf_counter() - t0 - t_rollout}
-    return {"step": step + 1} | metrics(run, batch, updates, sampling) | times  # 6.
+    return {"step": step + 1} | metrics_line(run, batch, updates, draws) | times  # 6.
 
 
 def optimize(run: Run, batch: Rollout, step: int) -> list[dict]:
-    """4.-5. pi_old's log-probs, then one optimizer step per minibatch (--minibatches x --epochs of them)."""
-    minibatches = run.shard.minibatches(step, run.cfg.epochs, run.cfg.minibatches)  # row indices, in order
+    """4.-5. pi_old's log-probs of every row (under run.reuse_first_forward, the first minibatch's from its
+    own update), then one optimizer step per minibatch (--minibatches x --epochs of them)."""
+    cfg = run.cfg
+    minibatches = run.shard.minibatches(step, cfg.epochs, cfg.minibatches)  # row indices, in order
+    first_epoch = minibatches[:cfg.minibatches]  # every row once
     run.model.train()
-    old = old_logprobs(run, batch, first=minibatches[0])  # 4. pi_old
-    ref_logp = reference_logprobs(run, batch)             # pi_ref, for --beta only
-    noise = run.shard.noise(step)                         # clip-cov's random picks
-    return [update(run, batch, old, ref_logp, rows, noise, first=i == 0) for i, rows in enumerate(minibatches)]  # 5.
+    old = old_logprobs(run, batch, first_epoch[1:] if run.reuse_first_forward else first_epoch)  # 4. pi_old
+    ref_logp = reference_logprobs(run, batch)  # pi_ref, for --beta only
+    noise = run.shard.noise(step)              # clip-cov's random picks
+    return [update(run, batch, old, ref_logp, rows, noise, on_policy=i == 0)  # 5.
+            for i, rows in enumerate(minibatches)]
 
 
 # 1.-3. Rollout, rewards, advantages
 
 def rollout(run: Run, problems, step: int) -> tuple[Rollout, dict]:
     """This rank's share of the step's prompts, G completions each, graded, with group advantages; and
-    the metrics of --dynamic-sampling.
+    what --dynamic-sampling drew, for the metrics ({} without it)."""
+    cfg, G = run.cfg, run.cfg.group_size
+    rounds, picks = dynamic_sampling(lambda r, n: sample_round(run, problems, step, r, n), run.shard.share, G,
+                                     cfg.dynamic_sampling)
+    groups = [rounds[r].select(slice(g * G, (g + 1) * G)) for r, g in picks]
+    batch = Rollout.cat(groups, run.tok.pad_token_id or 0, width=max(r.tokens.shape[1] for r in rounds))
+    advantages = group_advantages(batch.rewards, G, normalize_std=cfg.std_normalize).to(run.d.device)  # 3.
+    draws = {"rounds": len(rounds), "first_rewards": rounds[0].rewards} if cfg.dynamic_sampling else {}
+    return batch._replace(advantages=advantages), draws
 
-    --dynamic-sampling K (DAPO's dynamic sampling): a group whose G rewards are all equal has no advantage
-    and gives no gradient, so it is replaced, in order, by the mixed groups of up to K further rounds of
-    prompts, each a fresh draw of twice as many prompts as groups are still to replace (at most the rank's
-    share: DAPO draws whole batches, which costs a GPU little and a CPU a lot); groups still unreplaced
-    after K rounds stay.
+
+def dynamic_sampling(draw: Callable, share: int, G: int, max_rounds: int) -> tuple[list, list[tuple]]:
+    """DAPO's dynamic sampling (--dynamic-sampling K = max_rounds): the rounds drawn, and the (round, group)
+    that fills each of the batch's `share` slots.
+
+    draw(r, n) is sampling round r: n prompts, G completions each (anything with .rewards, (n G,)).
+    Round 0 fills every slot. A group whose G rewards are all equal has no advantage and gives no
+    gradient, so its slot is refilled, in slot order, by the mixed groups of up to K further rounds, in
+    their order; each round draws twice as many prompts as slots are still uniform (at most `share`: DAPO
+    draws whole batches, which costs a GPU little and a CPU a lot). Slots still uniform after K rounds
+    keep their group; K = 0 is one round, as drawn.
     """
-    G, share = run.cfg.group_size, run.shard.share
-    rounds = [sample_round(run, problems, step, 0, share)]
-    picks = [(0, g) for g in range(share)]  # (round, group) trained in each slot
-    todo = uniform_groups(rounds[0].rewards, G)
-    while todo and len(rounds) <= run.cfg.dynamic_sampling:
-        rounds.append(sample_round(run, problems, step, len(rounds), min(share, 2 * len(todo))))
-        same = uniform_groups(rounds[-1].rewards, G)
-        for g in [g for g in range(len(rounds[-1].rewards) // G) if g not in same][:len(todo)]:
-            picks[todo.pop(0)] = (len(rounds) - 1, g)
-    batch = Rollout.cat([rounds[r].select(slice(g * G, (g + 1) * G)) for r, g in picks], run.tok.pad_token_id or 0,
-                        width=max(r.tokens.shape[1] for r in rounds))
-    advantages = group_advantages(batch.rewards, G, normalize_std=run.cfg.std_normalize).to(run.d.device)  # 3.
-    sampling = {} if not run.cfg.dynamic_sampling else {"rounds": len(rounds), "first_rewards": rounds[0].rewards}
-    return batch._replace(advantages=advantages), sampling
+    rounds = [draw(0, share)]
+    picks = [(0, g) for g in range(share)]
+    todo = uniform_groups(rounds[0].rewards, G)  # slots to refill, in order
+    while todo and len(rounds) <= max_rounds:
+        r = len(rounds)
+        rounds.append(draw(r, min(share, 2 * len(todo))))
+        uniform = uniform_groups(rounds[r].rewards, G)
+        mixed = [g for g in range(len(rounds[r].rewards) // G) if g not in uniform]
+        for g in mixed[:len(todo)]:
+            picks[todo.pop(0)] = (r, g)
+    return rounds, picks
 
 
 def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
     """Sampling round r of a step: this rank's first n prompts of the round's draw, G completions each,
     sampled in chunks (each seeded by its place in the step: distributed.Shard), graded."""
     cfg, G = run.cfg, run.cfg.group_size
-    batch = [problems[i] for i in run.shard.problems(len(problems), step, r, n)]
-    prompts = [p for p in encode_prompts(run.tok, batch, **run.prompt_kw) for _ in range(G)]  # [p0 x G, ...]
+    picked = [problems[i] for i in run.shard.problems(len(problems), step, r, n)]
+    prompts = [p for p in encode_prompts(run.tok, picked, **run.prompt_kw) for _ in range(G)]  # [p0 x G, ...]
     run.model.eval()
-    chunks = []
-    for rows, seed in run.shard.chunks(step, r, n):
-        g = torch.Generator(device=run.d.device).manual_seed(seed)
+    parts, pad_id = [], run.tok.pad_token_id or 0
+    for span, seed in run.shard.chunks(step, r, n):  # span: the chunk's slice of the n prompts
+        generator = torch.Generator(device=run.d.device).manual_seed(seed)
         with run.precision():
-            chunks.append(generate(run.model, prompts[rows.start * G:rows.stop * G], cfg.max_new_tokens, generator=g,
-                                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, sampler=cfg.sampler,
-                                   eos_token_id=run.eos_ids, pad_id=run.tok.pad_token_id or 0, stop=run.stop_strings))
-    out = Rollout.cat(chunks, run.tok.pad_token_id or 0)
-    return out._replace(rewards=grade(run, out, [p.answer for p in batch for _ in range(G)]))  # 2.
+            parts.append(generate(run.model, prompts[span.start * G:span.stop * G], cfg.max_new_tokens,
+                                  generator=generator, temperature=cfg.temperature, top_p=cfg.top_p,
+                                  top_k=cfg.top_k, sampler=cfg.sampler, eos_token_id=run.eos_ids,
+                                  pad_id=pad_id, stop=run.stopper))
+    out = Rollout.cat(parts, pad_id)
+    return out._replace(rewards=grade(run, out, [p.answer for p in picked for _ in range(G)]))  # 2.
 
 
 def grade(run: Run, out: Rollout, golds: list[str]) -> torch.Tensor:
@@ -139,12 +163,14 @@ def grade(run: Run, out: Rollout, golds: list[str]) -> torch.Tensor:
 class OldLogprobs:
     """pi_old's log-probs (N, T) of every completion token; for the methods that compare whole next-token
     distributions (kl-full, truly-ppo) also its hidden states (N, T, D) and lm_head weight, from which
-    full_kl recomputes the distributions chunk by chunk ((N, T, V) log-probs would not fit)."""
+    full_kl recomputes the distributions chunk by chunk ((N, T, V) log-probs would not fit). Constants:
+    nothing here ever carries a gradient."""
 
     def __init__(self, run: Run, N: int, T: int):
         self.N, self.T, self.keeps_hidden = N, T, needs(run.cfg.clip, "full_kl")
         head = run.model.lm_head.weight
-        self.head = head.detach().clone() if self.keeps_hidden and head.requires_grad else None  # full FT moves it
+        moves = self.keeps_hidden and head.requires_grad  # full fine-tuning moves lm_head: keep pi_old's
+        self.head = head.detach().clone() if moves else None
         self.logp = self.hidden = None
 
     def keep(self, rows, scores):
@@ -163,47 +189,50 @@ class OldLogprobs:
                        temperature=temperature)
 
 
+def micro_batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
+    """`rows` cut into consecutive micro-batches of `size` (--micro-batch; 0 = all of them at once)."""
+    size = size or len(rows)
+    return [rows[j:j + size] for j in range(0, len(rows), size)]
+
+
 @torch.no_grad()
-def old_logprobs(run: Run, batch: Rollout, first: torch.Tensor) -> OldLogprobs:
-    """pi_old: a no-grad pass of the training forward (not the sampler's numbers, which come from other
-    kernels) over every row, in micro-batches, except the `first` minibatch's rows: their update runs
-    before any optimizer step, on these very weights, so its own forward is pi_old's bit for bit and
-    fills them in (`update(first=True)`), one forward fewer per step."""
+def old_logprobs(run: Run, batch: Rollout, minibatches: list[torch.Tensor]) -> OldLogprobs:
+    """pi_old's log-probs of every row of `minibatches`: a no-grad pass of the training forward (not the
+    sampler's numbers, which come from other kernels) over the very micro-batches their updates score."""
     old = OldLogprobs(run, *batch.tokens.shape)
-    rest = torch.ones(len(batch.tokens), dtype=torch.bool)
-    rest[first] = False
-    rows, micro = rest.nonzero()[:, 0], run.cfg.micro_batch or len(first)  # --micro-batch, else a minibatch
-    for i in range(0, len(rows), micro):
-        old.keep(rows[i:i + micro], run.score(*batch.unpadded(rows[i:i + micro])[:3], run.cfg.temperature,
-                                              return_hidden=old.keeps_hidden))
+    for rows in minibatches:
+        for sel in micro_batches(rows, run.cfg.micro_batch):
+            prompt_ids, prompt_mask, tokens, _ = batch.unpadded(sel)
+            old.keep(sel, run.scorer(prompt_ids, prompt_mask, tokens, run.cfg.temperature,
+                                     return_hidden=old.keeps_hidden))
     return old
 
 
 # 5. Updates
 
-def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, first: bool) -> dict:
+def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on_policy: bool) -> dict:
     """One optimizer step on a minibatch (`rows`): the clipped surrogate of --clip, gradients accumulated
-    over micro-batches and normalised over the whole minibatch on all ranks, then AdamW. first: no
-    optimizer step yet, so this forward is pi_old's (kept)."""
+    over micro-batches and normalised over the whole minibatch on all ranks, then AdamW. on_policy: the
+    step's first update, before any optimizer step, so its forward is pi_old's: checked against the
+    sampler's log-probs, and kept as pi_old of `rows` under run.reuse_first_forward."""
     cfg, d = run.cfg, run.d
     run.opt.zero_grad(set_to_none=True)
-    counts = dict(num_sequences=len(rows) * d.world, num_tokens=distributed.all_sum(float(batch.mask[rows].sum()), d),
-                  max_new_tokens=cfg.max_new_tokens)
-    micro, stats, losses = cfg.micro_batch or len(rows), [], []
-    for j in range(0, len(rows), micro):
-        sel = rows[j:j + micro]
+    counts = dict(num_sequences=len(rows) * d.world, max_new_tokens=cfg.max_new_tokens,
+                  num_tokens=distributed.all_sum(float(batch.mask[rows].sum()), d))
+    parts, stats, losses = micro_batches(rows, cfg.micro_batch), [], []
+    for j, sel in enumerate(parts):
         prompt_ids, prompt_mask, tokens, mask = batch.unpadded(sel)  # (b, P'), (b, T'): no shared padding
         T = tokens.shape[1]
-        with distributed.accumulating(run.score, sync=j + micro >= len(rows)):
-            new = run.score(prompt_ids, prompt_mask, tokens, cfg.temperature, with_entropy=True,
-                            return_hidden=old.keeps_hidden)
-            if first:
+        with distributed.accumulating(run.scorer, sync=j == len(parts) - 1):
+            new = run.scorer(prompt_ids, prompt_mask, tokens, cfg.temperature, with_entropy=True,
+                             return_hidden=old.keeps_hidden)
+            if on_policy and run.reuse_first_forward:
                 old.keep(sel, new)
             extra = {"full_kl": old.full_kl(sel, new.hidden, run.model.lm_head.weight, cfg.temperature)} \
                 if old.keeps_hidden else {}
             loss, metrics = policy_loss(cfg.clip, new.logp, old.logp[sel, :T], batch.advantages[sel], mask,
-                                        agg=cfg.aggregation, compile=cfg.compile, generator=noise, **counts, **extra,
-                                        **cfg.hparams)
+                                        agg=cfg.aggregation, compile=cfg.compile, generator=noise, **counts,
+                                        **extra, **cfg.hparams)
             if ref_logp is not None:  # --beta: the KL penalty to the reference, aggregated like the loss
                 kl = kl_to_reference(new.logp, old.logp[sel, :T], ref_logp[sel, :T], mask)
                 loss = loss + cfg.beta * aggregate(kl, mask, cfg.aggregation, **counts)
@@ -213,7 +242,7 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, fi
             (loss * d.world).backward()
         losses.append(loss.item())
         gap = check_sampler_agrees(new.logp, batch.sampler_logp[sel, :T], mask, cfg.dtype) \
-            if first and batch.sampler_logp is not None else 0.0  # a batch from a benchmark may have none
+            if on_policy and batch.sampler_logp is not None else 0.0  # a batch from a benchmark may have none
         stats.append({**{k: v.item() for k, v in metrics.items()}, "_tokens": float(mask.sum()),
                       "entropy": float((new.entropy.detach() * mask).sum() / mask.sum().clamp(min=1)),
                       "sampler_logp_gap_max": gap})
@@ -223,22 +252,23 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, fi
 
 
 @torch.no_grad()
-def reference_logprobs(run: Run, b: Rollout):
+def reference_logprobs(run: Run, batch: Rollout):
     """log pi_ref (N, T) of every completion token, for the --beta penalty; None without one."""
     if run.ref is None:
         return None
-    micro = run.cfg.micro_batch or len(b.tokens) // run.cfg.minibatches
-    return torch.cat([run.ref.logprobs(b.prompt_ids[i:i + micro], b.prompt_mask[i:i + micro], b.tokens[i:i + micro],
-                                       run.cfg.temperature) for i in range(0, len(b.tokens), micro)])
+    micro = run.cfg.micro_batch or len(batch.tokens) // run.cfg.minibatches
+    return torch.cat([run.ref.logprobs(batch.prompt_ids[i:i + micro], batch.prompt_mask[i:i + micro],
+                                       batch.tokens[i:i + micro], run.cfg.temperature)
+                      for i in range(0, len(batch.tokens), micro)])
 
 
 # 6. Metrics
 
-def metrics(run: Run, b: Rollout, updates: list[dict], sampling: dict) -> dict:
-    """The metrics line of a step, over every rank's rows (gathered in prompt order)."""
+def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict) -> dict:
+    """The metrics line of a step, over every rank's rows (gathered in prompt order); `draws`: rollout's."""
     cfg, d = run.cfg, run.d
     rewards, lengths, finished = (torch.tensor(distributed.all_gather(x.tolist(), d))
-                                  for x in (b.rewards, b.mask.sum(-1), b.finished))
+                                  for x in (batch.rewards, batch.mask.sum(-1), batch.finished))
     groups = rewards.view(-1, cfg.group_size)
     losses = [loss for u in updates for loss in u["losses"]]
     row = {"reward_mean": rewards.mean().item(), "accuracy": (rewards > 0).float().mean().item(),
@@ -248,11 +278,11 @@ def metrics(run: Run, b: Rollout, updates: list[dict], sampling: dict) -> dict:
            "grad_norm": sum(u["grad_norm"] for u in updates) / len(updates),
            # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
            "loss": sum(distributed.all_gather(losses, d)) / len(updates)}
-    if sampling:  # the kept groups are chosen for mixed rewards: the first round's are the policy's
-        first = torch.tensor(distributed.all_gather(sampling["first_rewards"].tolist(), d))
+    if draws:  # the kept groups are chosen for mixed rewards: the first round's are the policy's
+        first = torch.tensor(distributed.all_gather(draws["first_rewards"].tolist(), d))
         row |= {"reward_mean_first_round": first.mean().item(),
                 "accuracy_first_round": (first > 0).float().mean().item(),
-                "sampling_rounds": sum(distributed.all_gather([sampling["rounds"]], d)) / d.world}
+                "sampling_rounds": sum(distributed.all_gather([draws["rounds"]], d)) / d.world}
     return row | merge_stats(distributed.all_gather([s for u in updates for s in u["stats"]], d))
 
 
@@ -267,7 +297,8 @@ def train(run: Run, problems, eval_sets: dict, session: Session):
     if before:
         session.say(f"step 0: {scores_line(before, k)}")
     if cfg.compile and session.start < cfg.steps:
-        session.say(f"compiling the {cfg.clip} loss with torch.compile (the first step only; --no-compile skips it)")
+        session.say(f"compiling the {cfg.clip} loss with torch.compile "
+                    "(the first step only; --no-compile skips it)")
     for step in session.steps(progress=lambda row: progress(row, cfg.clip)):
         session.log_step(grpo_step(run, problems, step))
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
@@ -275,11 +306,12 @@ def train(run: Run, problems, eval_sets: dict, session: Session):
             session.say(f"step {step + 1}: {scores_line(res, k)}" if res else None)
     if session.ended_by_signal:
         return
-    after = evaluate(run, eval_sets, session, cfg.steps)  # also a resumed run that stopped in its last evaluation
+    after = evaluate(run, eval_sets, session, cfg.steps)  # also a resumed run stopped in its last evaluation
     if after:
         session.say(f"step {cfg.steps}: {scores_line(after, k, before)}")
     if cfg.merge and run.d.main:
-        session.say(f"merged: {lora.merge(session.model_dir, session.dir / 'checkpoint', session.dir / 'merged')}")
+        merged = lora.merge(session.model_dir, session.dir / 'checkpoint', session.dir / 'merged')
+        session.say(f"merged: {merged}")
     session.say(f"metrics: {session.dir / 'metrics.jsonl'}  checkpoint: {session.dir / 'checkpoint'}")
 
 
@@ -292,7 +324,8 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
         results, samples = during_training(
             run.model, run.tok, eval_sets, cfg.eval_k, cfg.eval_batch_size, run.d, seed=cfg.seed,
             max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens, temperature=cfg.eval_temperature,
-            top_p=cfg.eval_top_p, sampler=cfg.sampler, eos_ids=run.eos_ids, prompt_kw=run.prompt_kw, stops=cfg.stop,
+            top_p=cfg.eval_top_p, sampler=cfg.sampler, eos_ids=run.eos_ids, prompt_kw=run.prompt_kw,
+            stop=cfg.stop,
             reward=run.reward)
     session.log_eval(step, results, samples)
     return results
@@ -302,10 +335,11 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     """The policy, its optimizer, tokenizer, problems and reward: (Run, training problems, held-out sets)."""
     cfg, d = session.cfg, session.d
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
-    model, peft_model = lora.load_policy(cfg, session.model_dir, session.checkpoint, d.device)  # or base + LoRA
+    model, peft_model = lora.load_policy(cfg, session.model_dir, session.checkpoint, d.device)  # base + LoRA?
     tok_dir = session.checkpoint or session.model_dir
     tok = load_tokenizer(tok_dir)
-    prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
+    prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
+                     enable_thinking=cfg.thinking)
     problems = load_problems(cfg.data)
     eval_sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
     check_budgets(tok, [(cfg.data, problems, cfg.max_new_tokens, "--max-new-tokens")] + [
@@ -322,11 +356,11 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     if session.checkpoint is not None:
         opt.load_state_dict(session.state.pop("optimizer"))
     session.started(peft_model or model, opt, read_tokenizer_files(tok_dir))
-    shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.rollout_batch or cfg.prompts_per_step // d.world,
-                              cfg.group_size, d.rank, d.world)
+    chunk = cfg.rollout_batch or cfg.prompts_per_step // d.world
+    shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, chunk, cfg.group_size, d.rank, d.world)
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
-              eos_token_ids(tok, tok_dir, session.model_dir), stop_strings(tok, cfg.stop), TASKS[cfg.task].reward, shard, d,
-              precision, peft_model, ref, prompt_kw)
+              eos_token_ids(tok, tok_dir, session.model_dir), make_stopper(tok, cfg.stop),
+              TASKS[cfg.task].reward, shard, d, precision, peft_model, ref, prompt_kw)
     session.describe(model, trained, len(problems), beta=bool(ref))
     return run, problems, eval_sets
 
@@ -337,7 +371,7 @@ def make_optimizer(cfg: TrainConfig, trained: list):
 
 
 def main(argv=None):
-    with Session(argv, __doc__) as session:  # flags; the run folder made or resumed, locked; errors in one line
+    with Session(argv, __doc__) as session:  # flags; the run folder made or resumed, locked; errors: one line
         run, problems, eval_sets = setup(session)
         train(run, problems, eval_sets, session)
 

@@ -102,8 +102,8 @@ def train_steps(args):
     init_weights(model, std=0.02, seed=0)
     # As lora.load_policy: frozen weights in --dtype, trained ones float32.
     model.to(getattr(torch, args.dtype) if args.lora_rank else torch.float32)
-    weights = lora.add_adapters(model, args.lora_rank, cfg.lora_alpha or 2.0 * args.lora_rank, lora.TARGETS, "random") \
-        if args.lora_rank else model
+    peft_model = lora.add_adapters(model, args.lora_rank, cfg.lora_alpha or 2.0 * args.lora_rank, lora.TARGETS,
+                                   "random") if args.lora_rank else None
     model.gradient_checkpointing = True
     precision = distributed.precision(args.dtype, d.device)
     trained = [p for p in model.parameters() if p.requires_grad]
@@ -111,8 +111,8 @@ def train_steps(args):
     shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step // d.world, cfg.group_size,
                               d.rank, d.world)
     run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None, eos_ids=[],
-                    stop_strings=None, reward=None, shard=shard, d=d, precision=precision,
-                    peft_model=weights if args.lora_rank else None)
+                    stopper=None, reward=None, shard=shard, d=d, precision=precision,
+                    peft_model=peft_model)
     say = print if d.main else (lambda *a, **k: None)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     phases = collections.defaultdict(float)  # seconds per phase of the step, the GPU synchronised around each
@@ -146,7 +146,7 @@ def train_steps(args):
         if d.device.type == "cuda":
             torch.cuda.synchronize(d.device)
         t_train = time.perf_counter() - t0
-        row = train.metrics(run, batch, updates, {})
+        row = train.metrics_line(run, batch, updates, {})
         if not all(math.isfinite(row[k]) for k in ("loss", "grad_norm", "kl3", "entropy")):
             raise SystemExit(f"error: non-finite metrics at step {step + 1}: {row}")
         tokens = int(out.mask.sum()) * d.world

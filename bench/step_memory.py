@@ -50,12 +50,13 @@ def step_inputs(rows: int, T: int, V: int, D: int, lora_rank: int):
     model = Qwen3(Qwen3Config(vocab_size=V, hidden_size=D, intermediate_size=2 * D, num_hidden_layers=1,
                               num_attention_heads=2, num_key_value_heads=1, head_dim=D // 2))
     init_weights(model, std=0.02, seed=0)
-    weights = lora.add_adapters(model, lora_rank, 2.0 * lora_rank, lora.TARGETS, base="random") if lora_rank else model
+    peft_model = lora.add_adapters(model, lora_rank, 2.0 * lora_rank, lora.TARGETS, base="random") \
+        if lora_rank else None
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=1e-6)
     run = train.Run(cfg, model, Scorer(model, contextlib.nullcontext), opt, trained, tok=None, eos_ids=[],
-                    stop_strings=None, reward=None, shard=Shard(cfg.seed, 1, 1, rows), d=Dist(0, 1, torch.device("cpu")),
-                    precision=contextlib.nullcontext, peft_model=weights if lora_rank else None)
+                    stopper=None, reward=None, shard=Shard(cfg.seed, 1, 1, rows), d=Dist(0, 1, torch.device("cpu")),
+                    precision=contextlib.nullcontext, peft_model=peft_model)
     g = torch.Generator().manual_seed(0)
     rewards = torch.randint(0, 2, (rows,), generator=g).float()
     batch = Rollout(torch.randint(0, V, (rows, 16), generator=g), torch.ones(rows, 16, dtype=torch.bool),

@@ -93,12 +93,13 @@ def wrap(module: nn.Module, d: Dist) -> nn.Module:
     return DDP(module, device_ids=[d.device.index] if d.device.type == "cuda" else None)
 
 
-def accumulating(policy: nn.Module, sync: bool):
-    """Context of one micro-batch's backward: gradients are all-reduced only when `sync` (the last
-    micro-batch of an optimizer step); before that they accumulate locally."""
-    if sync or not hasattr(policy, "no_sync"):
+def accumulating(scorer: nn.Module, sync: bool):
+    """Context of one micro-batch's backward through `scorer` (train.Run's, DDP-wrapped): gradients are
+    all-reduced only when `sync` (the last micro-batch of an optimizer step); before that they
+    accumulate locally."""
+    if sync or not hasattr(scorer, "no_sync"):
         return contextlib.nullcontext()
-    return policy.no_sync()
+    return scorer.no_sync()
 
 
 def all_sum(x: float, d: Dist) -> float:
@@ -204,7 +205,7 @@ def precision(dtype: str, device: torch.device):
 
     Weights that are trained stay float32 (AdamW on bf16 weights loses small updates); autocast
     runs the matmuls in bf16 whatever the weights' dtype. Log-softmax runs in float32 regardless
-    (rollout.sampling_logprobs, loss.token_logprobs).
+    (rollout.sampling_logprobs, scoring.token_logprobs).
     """
     if dtype == "float32":
         return contextlib.nullcontext

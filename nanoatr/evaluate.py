@@ -33,14 +33,14 @@ from tqdm import tqdm
 from nanoatr import distributed
 from nanoatr.rollout import SAMPLERS, generate
 from nanoatr.scoring import score
-from nanoatr.tokenizer import completion_texts, encode_prompts, stop_strings
+from nanoatr.tokenizer import completion_texts, encode_prompts, make_stopper
 from nanoatr.verifier import verify
 
 
 def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int, temperature: float = 1.0,
                      top_p: float = 1.0, top_k: int = 0, eos_ids=None, batch_size: int = 256, seed: int = 0,
                      prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(),
-                     desc: str = "sampling", stops=(), sampler: str = SAMPLERS[0], reward=None,
+                     desc: str = "sampling", stop=(), sampler: str = SAMPLERS[0], reward=None,
                      with_entropy: bool = False):
     """Yield one dict per completion: problem_id, sample, completion, gold, correct, length, truncated,
     and with_entropy its entropy (completion_entropies: the mean over its tokens, nats).
@@ -48,12 +48,13 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
     Work is flattened to (problem, sample) pairs and cut into fixed batches, each sampled with its
     own seed; pairs in `skip` (eval.py --resume) are not yielded again. Because the batches do not
     depend on what was skipped, a resumed evaluation draws exactly the samples of an uninterrupted one.
-    Completions end at an EOS in `eos_ids` or after a stop string in `stops`; `reward(completion,
+    Completions end at an EOS in `eos_ids` or after a stop string in `stop`; `reward(completion,
     gold)` grades them (default: the verifier, for math tasks).
     """
     reward = reward or verify
     eos_ids = eos_ids if eos_ids is not None else [tokenizer.eos_token_id]
     prompts = encode_prompts(tokenizer, problems, **(prompt_kw or {}))
+    stopper = make_stopper(tokenizer, stop)
     pairs = [(i, j) for i in range(len(problems)) for j in range(n)]
     was_training = model.training
     model.eval()
@@ -67,7 +68,7 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
             g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed * 1_000_003 + start)
             out = generate(model, [prompts[i] for i, _ in batch], max_new_tokens, temperature=temperature,
                            top_p=top_p, top_k=top_k, eos_token_id=eos_ids, generator=g, sampler=sampler,
-                           pad_id=tokenizer.pad_token_id or 0, stop=stop_strings(tokenizer, stops))
+                           pad_id=tokenizer.pad_token_id or 0, stop=stopper)
             texts = completion_texts(tokenizer, out.tokens, out.mask)
             entropies = completion_entropies(model, out, temperature) if with_entropy else [None] * len(batch)
             for (i, j), text, length, finished, entropy in zip(batch, texts, out.mask.sum(-1).tolist(),

@@ -7,7 +7,7 @@ here loads with `PeftModel.from_pretrained(Qwen3ForCausalLM.from_pretrained(BASE
 with transformers loads here.
 
 peft replaces the targeted nn.Linear modules in place, inside our model. The Qwen3 object therefore
-keeps working as before, adapters included: rollout.generate and rollout.score call its hidden(),
+keeps working as before, adapters included: rollout.generate and scoring.score call its hidden(),
 lm_head and new_cache directly. The PeftModel around it is needed only to save, to switch the
 adapters off (the reference policy of the KL penalty) and to merge.
 
@@ -39,7 +39,7 @@ class AdapterError(ValueError):
 def check_targets(targets) -> str | None:
     """What is wrong with --lora-targets, as one line, or None."""
     if "lm_head" in targets:
-        # loss.token_logprobs multiplies the hidden states by lm_head.weight itself, chunk by chunk,
+        # scoring.token_logprobs multiplies the hidden states by lm_head.weight itself, chunk by chunk,
         # so a LoRA on lm_head would be trained by nothing and silently ignored.
         return "--lora-targets: lm_head is not supported (log-probs use lm_head.weight directly, chunk by chunk)"
     unknown = sorted(set(targets) - set(TARGETS) - {"embed_tokens"})
@@ -214,7 +214,7 @@ def load_policy(cfg, model_dir: Path, ckpt: Path | None, device):
         peft_model = add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, base=base) \
             if ckpt is None else load_adapter(model, ckpt, trainable=True, model_dir=model_dir, base=base)
         peft_model.to(device)
-    # Non-reentrant checkpointing (model.py) gives LoRA its gradients even though the frozen
+    # Non-reentrant checkpointing (model/qwen3.py) gives LoRA its gradients even though the frozen
     # embedding's output does not require grad (the reentrant kind would silently give none).
     model.gradient_checkpointing = cfg.grad_checkpoint
     return model, peft_model

@@ -1,9 +1,9 @@
 """The GRPO objective: group advantages, the per-token loss of any --clip method, aggregation.
 
     rewards (N,) --group_advantages--> advantages (N,)
-    logp, old_logp, advantages, mask (B, T) --token_loss--> per-token loss (B, T) + metrics
+    logp, old_logp, advantages, mask (B, T) --_token_loss--> per-token loss (B, T) + metrics
     per-token loss --aggregate--> the micro-batch's scalar (normalised over the whole optimizer step)
-    policy_loss = token_loss + aggregate, compiled once with torch.compile
+    policy_loss = _token_loss + aggregate, compiled once with torch.compile: what the trainer calls
 
 Deliberate choices, in one place:
   - advantages are Dr. GRPO's (reward - group mean) by default, GRPO's /std on request
@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from nanoatr import divergence
-from nanoatr.methods import METHODS, Tokens, check_hparams, defaults, needs
+from nanoatr.methods import METHODS, Tokens, defaults, needs
 
 AGGREGATIONS = ("dr-grpo", "token-mean", "seq-mean-token-mean")
 MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: far outside every clip region, still finite in float32
@@ -83,26 +83,6 @@ def uniform_groups(rewards: torch.Tensor, G: int) -> list[int]:
     return (groups == groups[:, :1]).all(1).nonzero()[:, 0].tolist()
 
 
-def token_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-               full_kl: Optional[Tensor] = None, generator: Optional[torch.Generator] = None,
-               **hparams) -> tuple[Tensor, dict[str, Tensor]]:
-    """Per-token loss (B, T) of `method` (to be minimised) and its metrics (dict of 0-dim tensors).
-
-    logp (B, T) carries the gradient; old_logp (B, T) is pi_old's; advantages (B,) per sequence or
-    (B, T); mask (B, T) bool or float, 1 = real completion token.  hparams: the method's flags with
-    underscores (methods.defaults(method) lists them; missing ones take those defaults); checked here.
-    full_kl (B, T): KL(pi_old || pi_theta) over the vocabulary, needed by kl-full (value only) and
-    truly-ppo (with gradient); build it with nanoatr.scoring.full_kl.  generator: the RNG of clip-cov's
-    random token choice (default: torch's global RNG).
-    Metrics: clip_frac_low / clip_frac_high (fraction of valid tokens whose gradient was cut with the
-    ratio below / above the allowed region), kl3 (mean KL3(w)), ratio_min, ratio_max (+inf / -inf when
-    no token is valid), and each method's own (methods.py).
-    """
-    hp = check_hparams(method, **hparams)
-    full_kl, noise = _inputs(method, logp, old_logp, advantages, mask, full_kl, generator)
-    return _token_loss(method, logp, old_logp, advantages, mask, full_kl, noise, hp)
-
-
 def _inputs(method, logp, old_logp, advantages, mask, full_kl, generator):
     """Eager shape checks and the extra inputs of the (possibly compiled) loss: full_kl, clip-cov's noise."""
     if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
@@ -126,7 +106,13 @@ def _inputs(method, logp, old_logp, advantages, mask, full_kl, generator):
 
 
 def _token_loss(method, logp, old_logp, advantages, mask, full_kl, noise, hp):
-    """The pure tensor part of token_loss (compiled by policy_loss)."""
+    """Per-token loss (B, T) of `method` (to be minimised) and its metrics (dict of 0-dim tensors).
+
+    logp carries the gradient; old_logp (pi_old's) never does: the ratio and the method see it detached.
+    Metrics: clip_frac_low / clip_frac_high (fraction of valid tokens whose gradient was cut with the
+    ratio below / above the allowed region), kl3 (mean KL3(w)), ratio_min, ratio_max (+inf / -inf when
+    no token is valid), and each method's own (methods.py). Tensors only: policy_loss compiles it.
+    """
     valid = mask.bool()
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logp)  # one advantage per sequence, on every token
@@ -213,7 +199,7 @@ def kl_to_reference(logp, old_logp, ref_logp, mask):
 # The fused loss: surrogate + aggregation, compiled once
 
 def _fused_loss(method, agg, logp, old_logp, advantages, mask, full_kl, noise, counts, hp):
-    """token_loss + aggregate on tensors only; counts = (num_sequences, num_tokens, max_new_tokens)."""
+    """_token_loss + aggregate on tensors only; counts = (num_sequences, num_tokens, max_new_tokens)."""
     loss, metrics = _token_loss(method, logp, old_logp, advantages, mask, full_kl, noise, hp)
     return aggregate(loss, mask, agg, num_sequences=counts[0], num_tokens=counts[1],
                      max_new_tokens=counts[2]), metrics
@@ -235,8 +221,13 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
                 agg: str = "dr-grpo", num_sequences: int, num_tokens: int, max_new_tokens: int,
                 compile: bool = True, full_kl: Optional[Tensor] = None,
                 generator: Optional[torch.Generator] = None, **hparams) -> tuple[Tensor, dict[str, Tensor]]:
-    """Scalar loss of one micro-batch (token_loss, then aggregate) and the metrics of token_loss.
+    """Scalar loss of one micro-batch (_token_loss, then aggregate) and the metrics of _token_loss.
 
+    logp (B, T) carries the gradient; old_logp (B, T) is pi_old's (never differentiated); advantages
+    (B,) per sequence or (B, T); mask (B, T) bool or float, 1 = real completion token. full_kl (B, T):
+    KL(pi_old || pi_theta) over the vocabulary, needed by kl-full (value only) and truly-ppo (with
+    gradient); build it with nanoatr.scoring.full_kl. generator: the RNG of clip-cov's random token
+    choice (default: torch's global RNG).
     hparams: the method's, already checked (methods.check_hparams, at configuration); missing ones
     take the method's defaults. num_sequences / num_tokens: sequences and valid tokens of the whole
     optimizer step; max_new_tokens: the completion budget (Dr. GRPO's constant). Methods that use

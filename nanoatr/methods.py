@@ -1,7 +1,7 @@
 """The per-token surrogate of every --clip method, side by side (the loss is minimised).
 
 Every method is a short function `method(t, **hparams) -> (loss, cut_low, cut_high, extras)`:
-  loss      (B, T) per-token loss; `nanoatr.loss.token_loss` zeroes padding afterwards
+  loss      (B, T) per-token loss; `nanoatr.loss.policy_loss` zeroes padding afterwards
   cut_low   (B, T) bool: tokens whose gradient the method cut because the ratio went too low (A < 0)
   cut_high  (B, T) bool: ... too high (A > 0 above the region; dual clip's A < 0 above c)
   extras    method-specific metrics: (B, T) tensors are averaged over valid tokens, (B,) over sequences
@@ -308,7 +308,7 @@ def kl_full(t: Tokens, delta: float = 0.07):
     """Full KL-guided clipping: C: KL(pi_old(.|s_t) || pi_theta(.|s_t)) <= delta, the exact KL over the
     vocabulary at the token's position (Eq. 4; Wang et al. 2019, "Full KL-Guided Clipping" in Table 3).
 
-    Needs `full_kl` (B, T), see nanoatr.loss.full_kl; only its value is used (no gradient needed).
+    Needs `full_kl` (B, T), see nanoatr.scoring.full_kl; only its value is used (no gradient needed).
     Direction KL(old || new) as in the TRGPPO / Truly PPO code and as KL3 estimates it (Eq. 4 writes
     KL(pi_theta || pi_old); near pi_old the two agree to second order).  Flags: delta.
     """
@@ -416,7 +416,7 @@ def flag(name: str) -> str:
 def check_hparams(method: str, **hparams) -> dict:
     """Validate a method's hyper-parameters and return them merged over its defaults.
 
-    Called once, when a run is configured (and by token_loss, the convenience entry for tests).
+    Called once, when a run is configured: policy_loss, every micro-batch, takes them as given.
     Raises ValueError naming the flag, e.g. "--delta must be > 0 (got -1.0)".
     """
     if method not in METHODS:

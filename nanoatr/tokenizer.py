@@ -124,7 +124,7 @@ def generation_defaults(*model_dirs) -> tuple[dict, Path | None]:
 def format_prompt(tokenizer, problem, template: str | None = None, system_prompt: str | None = None,
                   enable_thinking: bool | None = None) -> str:
     """The text the model continues. `problem` has .question and optionally .messages (chat rows)."""
-    ignored = prompt_flags_problem(tokenizer, template, system_prompt, enable_thinking)
+    ignored = ignored_prompt_flags(tokenizer, template, system_prompt, enable_thinking)
     if ignored:
         raise TokenizerError(ignored)
     use_chat = template is None and getattr(tokenizer, "chat_template", None)
@@ -137,7 +137,7 @@ def format_prompt(tokenizer, problem, template: str | None = None, system_prompt
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
 
 
-def prompt_flags_problem(tokenizer, template: str | None, system_prompt: str | None,
+def ignored_prompt_flags(tokenizer, template: str | None, system_prompt: str | None,
                          enable_thinking: bool | None) -> str | None:
     """A --system-prompt or --thinking / --no-thinking that this tokenizer's prompt would silently ignore,
     as one line, or None. (With --prompt-template both are errors already: config.prompt_flags_problem.)"""
@@ -150,6 +150,10 @@ def prompt_flags_problem(tokenizer, template: str | None, system_prompt: str | N
         return (f"--{'' if enable_thinking else 'no-'}thinking would be ignored: this tokenizer's chat template "
                 "has no enable_thinking switch (Qwen3's has)")
     return None
+
+
+# The old name, only until sft.py (another room's file, renamed when the branches merge) imports the new one.
+prompt_flags_problem = ignored_prompt_flags
 
 
 def encode_prompts(tokenizer, problems, **kw) -> list[list[int]]:
@@ -168,14 +172,15 @@ def check_template(template: str) -> str | None:
     return None
 
 
-def find_stop(text: str, stops) -> int | None:
+def find_stop(text: str, stop) -> int | None:
     """Where `text` ends if cut after its first stop string (the earliest end), or None if none occurs."""
-    ends = [i + len(s) for s in stops if s and (i := text.find(s)) >= 0]
+    ends = [i + len(s) for s in stop if s and (i := text.find(s)) >= 0]
     return min(ends) if ends else None
 
 
 class StopStrings:
-    """Stop strings besides EOS, as rollout.generate applies them (`stop=`).
+    """What ends a sample besides EOS: the --stop strings (a list of strings is `stop` everywhere), as
+    rollout.generate applies them (its `stop=`). An instance is a `stopper` (make_stopper).
 
     Text is decoded WITH special tokens, as transformers' stop strings see it, so a special token
     works as a stop string: `--stop "<|im_end|>"` ends a base model's invented chat turn.
@@ -186,15 +191,15 @@ class StopStrings:
                         their log-probs stay exact.
     """
 
-    def __init__(self, tokenizer, stops):
-        self.tokenizer, self.stops = tokenizer, [s for s in stops if s]
+    def __init__(self, tokenizer, stop):
+        self.tokenizer, self.stop = tokenizer, [s for s in stop if s]
 
     def text(self, ids) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def holds(self, rows: list[list[int]]) -> list[bool]:
         texts = self.tokenizer.batch_decode(rows, skip_special_tokens=False)
-        return [find_stop(t, self.stops) is not None for t in texts]
+        return [find_stop(t, self.stop) is not None for t in texts]
 
     def cut(self, tokens, mask):
         """The cut token is the shortest prefix whose text holds a stop string (binary search over prefix
@@ -203,12 +208,12 @@ class StopStrings:
         stopped = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
         for row, (ids, n) in enumerate(zip(tokens.tolist(), mask.sum(-1).tolist())):
             ids = ids[:n]
-            if find_stop(self.text(ids), self.stops) is None:
+            if find_stop(self.text(ids), self.stop) is None:
                 continue
             lo, hi = 1, n  # the shortest prefix holding a stop string has length in [lo, hi]
             while lo < hi:
                 mid = (lo + hi) // 2
-                if find_stop(self.text(ids[:mid]), self.stops) is None:
+                if find_stop(self.text(ids[:mid]), self.stop) is None:
                     lo = mid + 1
                 else:
                     hi = mid
@@ -217,9 +222,9 @@ class StopStrings:
         return mask, stopped
 
 
-def stop_strings(tokenizer, stops) -> StopStrings | None:
-    """The `stop=` of rollout.generate for these stop strings; None when there are none."""
-    return StopStrings(tokenizer, stops) if any(stops) else None
+def make_stopper(tokenizer, stop) -> StopStrings | None:
+    """The stopper of these stop strings (rollout.generate's `stop=`); None when there are none."""
+    return StopStrings(tokenizer, stop) if any(stop) else None
 
 
 def completion_texts(tokenizer, tokens, mask) -> list[str]:

@@ -40,13 +40,13 @@ def test_grpo_py_computes_train_py_step(clip):
                     eos_token_ids(tok), None, task.reward, Shard(cfg.seed, 4, 4, 4), Dist(0, 1, torch.device("cpu")),
                     contextlib.nullcontext)
     minibatches = run.shard.minibatches(0, cfg.epochs, cfg.minibatches)
-    old = train.old_logprobs(run, batch, first=minibatches[0])
+    old = train.old_logprobs(run, batch, minibatches[1:cfg.minibatches])  # the first update: its own rows
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     old_logp = grpo.old_logprobs(model, batch)
     hparams = check_hparams(clip)
     ratios_moved = False
     for i, rows in enumerate(minibatches):
-        theirs = train.update(run, batch, old, None, rows, run.shard.noise(0), first=i == 0)
+        theirs = train.update(run, batch, old, None, rows, run.shard.noise(0), on_policy=i == 0)
         loss, metrics = grpo.update(model, opt, batch, old_logp, rows, clip, hparams, cfg.max_new_tokens)
         assert loss == pytest.approx(theirs["losses"][0], rel=1e-4, abs=1e-7), (clip, i)
         for (name, p), q in zip(model.named_parameters(), twin.parameters()):

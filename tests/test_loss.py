@@ -22,11 +22,22 @@ W = [0.5, 0.75, 0.85, 1.0, 1.1, 1.25, 1.5, 2.5, 3.5, 5.0]  # ratios on both side
 GARBAGE = [math.inf, math.nan, -math.inf]  # what the padding token of row i holds in logp
 
 
+def summed_loss(method, logp, old, advantages, mask, *, full_kl=None, generator=None, **hparams):
+    """policy_loss, the trainer's entry, eager, with counts of 1: under dr-grpo its scalar is the plain
+    sum of the per-token losses (sum / (1 x 1)), so d loss / d logp is each token's own gradient. The
+    sequence-level methods (gspo, gspo-token, kl3-seq) always aggregate per sequence: the scalar is then
+    the sum of each sequence's token mean, and a token's gradient 1 / n of its own (n: the sequence's
+    length)."""
+    return L.policy_loss(method, logp, old, advantages, mask, agg="dr-grpo", num_sequences=1, num_tokens=1,
+                         max_new_tokens=1, compile=False, full_kl=full_kl, generator=generator, **hparams)
+
+
 def run(method, ratios, advantages, *, q=0.3, logp=None, full_kl=None, **hparams):
-    """token_loss on rows of `ratios` (one row per advantage) + one padding token per row.
+    """summed_loss on rows of `ratios` (one row per advantage) + one padding token per row.
 
     q: pi_old of every token (or a list per column); logp: current log-probs (then old = logp - log w).
-    Returns (loss, d sum(loss) / d logp, metrics) without the padding column, after checking it.
+    Returns (loss, d loss / d logp, metrics), the gradient without the padding column, after checking that
+    padding gets none.
     """
     B = len(advantages)
     w = torch.tensor(ratios, dtype=F64).expand(B, -1) if not isinstance(ratios[0], list) else \
@@ -44,12 +55,12 @@ def run(method, ratios, advantages, *, q=0.3, logp=None, full_kl=None, **hparams
     mask = torch.cat([torch.ones(B, T), torch.zeros(B, 1)], 1)
     if full_kl is not None:
         full_kl = torch.cat([full_kl, torch.full((B, 1), math.nan, dtype=F64)], 1)
-    loss, metrics = L.token_loss(method, logp_, old_, torch.tensor(advantages, dtype=F64), mask,
-                                 full_kl=full_kl, **hparams)
-    loss.sum().backward()
-    assert torch.isfinite(loss).all() and torch.isfinite(logp_.grad).all()
-    assert (loss[:, -1] == 0).all() and (logp_.grad[:, -1] == 0).all()
-    return loss[:, :-1].detach(), logp_.grad[:, :-1], metrics
+    advantages = torch.tensor(advantages, dtype=F64)
+    loss, metrics = summed_loss(method, logp_, old_, advantages, mask, full_kl=full_kl, **hparams)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp_.grad).all()
+    assert (logp_.grad[:, -1] == 0).all()
+    return loss.detach(), logp_.grad[:, :-1], metrics
 
 
 def col(*values):
@@ -231,11 +242,13 @@ def test_clip_cov_picks_n_random_candidates_reproducibly():
     adv = torch.tensor([2.0, 2.0, -2.0, -2.0], dtype=F64)
     mask = torch.ones(B, T)
 
-    def chosen(seed):
+    def chosen(seed):  # w = 1 and |A| = 2 everywhere: a token's gradient is 0 exactly where it was picked
         gen = torch.Generator().manual_seed(seed)
-        loss, m = L.token_loss("clip-cov", logp.clone().requires_grad_(), logp, adv, mask, generator=gen,
-                               clip_cov_ratio=0.02, clip_cov_lb=0.5)
-        return loss == 0, m["cov_frac"].item()
+        x = logp.clone().requires_grad_()
+        loss, m = summed_loss("clip-cov", x, logp, adv, mask, generator=gen, clip_cov_ratio=0.02,
+                              clip_cov_lb=0.5)
+        loss.backward()
+        return x.grad == 0, m["cov_frac"].item()
 
     cov = (adv[:, None]) * (logp - logp.mean())
     candidates = (cov > 0.5) & (cov < 5.0)  # w = 1: no PPO clipping
@@ -291,8 +304,9 @@ def test_kl_constraints_cut_the_right_tokens(method, kept_pos, kept_neg):
     kept = keep(kept_pos, kept_neg)
     w = torch.tensor(W_KL, dtype=F64)
     close(grad, -col(1.0, -1.0) * w * kept)
-    # Eq. 5 replaces a cut ratio by w_old = 1: the loss of a cut token is -A, of a kept one -w A
-    close(loss, -col(1.0, -1.0) * torch.where(kept.bool(), w, 1.0))
+    # Eq. 5 replaces a cut ratio by w_old = 1: the loss of a cut token is -A, of a kept one -w A (row by row)
+    for A, row in ((1.0, kept[0]), (-1.0, kept[1])):
+        close(run(method, W_KL, [A], delta=0.07)[0], (-A * torch.where(row.bool(), w, 1.0)).sum())
     assert m["clip_frac_high"].item() == pytest.approx((10 - sum(kept_pos)) / 20)
     assert m["clip_frac_low"].item() == pytest.approx((10 - sum(kept_neg)) / 20)
 
@@ -332,7 +346,7 @@ def test_truly_ppo_rolls_back_with_the_kl_gradient():
     trigger = keep([0, 0, 0, 1], [0, 1, 0, 0])  # KL >= delta and w A > A
     close(grad, -A * wt)  # the ratio's gradient is never cut
     close(kl.grad, 5.0 * trigger)  # + alpha dKL where triggered
-    close(loss, -A * wt + 5.0 * trigger * kl.detach())
+    close(loss, (-A * wt + 5.0 * trigger * kl.detach()).sum())
     assert m["rollback_frac"].item() == pytest.approx(2 / 8)
 
 
@@ -385,7 +399,7 @@ def test_gspo_token_per_token_gradient():
     # token loss -min(s_t A, clip(s_t) A) with value s and gradient s * dlogp_t on kept sequences
     _, grad, _ = run("gspo-token", [[1.1, 1.0], [1.5, 1.5]], [1.0, 1.0], eps_low=0.2, eps_high=0.2)
     s = math.sqrt(1.1)
-    close(grad, torch.tensor([[-s, -s], [0.0, 0.0]], dtype=F64))
+    close(grad, torch.tensor([[-s, -s], [0.0, 0.0]], dtype=F64) / 2)  # the token mean of a 2-token sequence
 
 
 def test_gspo_default_eps_is_tight():
@@ -494,8 +508,8 @@ def test_kl3_has_the_gradient_of_clip_higher_with_its_range():
     grads = []
     for method, hp in [("kl3", {"delta": 0.07}), ("clip-higher", {"eps_low": 1 - lo, "eps_high": hi - 1})]:
         x = logp.clone().requires_grad_()
-        loss, m = L.token_loss(method, x, old, adv, mask, **hp)
-        loss.sum().backward()
+        loss, m = summed_loss(method, x, old, adv, mask, **hp)
+        loss.backward()
         grads.append((x.grad, m["clip_frac_low"], m["clip_frac_high"]))
     for a, b in zip(*grads):
         close(a, b)
@@ -519,28 +533,55 @@ def test_on_policy_every_method_is_plain_policy_gradient(method):
     logp, _, adv, mask, kl = inputs(method)
     x = logp.clone().requires_grad_()
     kl = None if kl is None else torch.zeros_like(kl)  # pi_theta = pi_old
-    loss, m = L.token_loss(method, x, logp, adv, mask, full_kl=kl)
-    loss.sum().backward()
-    close(x.grad, -adv[:, None].expand_as(logp) * mask)  # d(-w A)/d logp at w = 1
+    loss, m = summed_loss(method, x, logp, adv, mask, full_kl=kl)
+    loss.backward()
+    per_token = mask / mask.sum(-1, keepdim=True).clamp(min=1) if methods.needs(method, "sequences") else mask
+    close(x.grad, -adv[:, None].expand_as(logp) * per_token)  # d(-w A)/d logp at w = 1, summed_loss's way
     assert m["clip_frac_low"] == 0 and m["clip_frac_high"] == 0 and m["kl3"] == 0
 
 
 @pytest.mark.parametrize("method", list(methods.METHODS))
 def test_padding_gets_no_loss_and_no_gradient_whatever_it_holds(method):
+    """Garbage in the padding (nan, inf) gives the loss, gradient and metrics of clean padding (zeros)."""
+    outs = []
+    for garbage in (True, False):
+        logp, old, adv, mask, kl = inputs(method)
+        pad = ~mask.bool()
+        logp = torch.where(pad, math.nan if garbage else 0.0, logp).requires_grad_()
+        old = torch.where(pad, math.inf if garbage else 0.0, old)
+        adv = torch.where(pad, -math.inf if garbage else 0.0, adv[:, None].expand_as(old))  # (B, T)
+        if kl is not None:
+            kl = torch.where(pad, math.nan if garbage else 0.0, kl).requires_grad_()
+        loss, metrics = summed_loss(method, logp, old, adv, mask, full_kl=kl)
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and (logp.grad[pad] == 0).all()
+        assert all(torch.isfinite(v) for k, v in metrics.items() if not k.startswith("band_"))  # kl1's: inf
+        if kl is not None and kl.grad is not None:
+            assert torch.isfinite(kl.grad).all() and (kl.grad[pad] == 0).all()
+        outs.append((loss.detach(), logp.grad, metrics))
+    (loss, grad, metrics), (clean_loss, clean_grad, clean_metrics) = outs
+    close(loss, clean_loss)
+    close(grad, clean_grad)
+    for name in metrics:
+        close(metrics[name], clean_metrics[name])
+
+
+@pytest.mark.parametrize("method", list(methods.METHODS))
+def test_pi_old_never_gets_a_gradient(method):
+    """pi_old's log-probs are the step's constants: an old_logp that asks for a gradient gets none (nor does
+    pi_ref's in the --beta penalty), and logp's gradient is the one a plain old_logp gives. (A ratio built
+    from an undetached old_logp fails here: d w / d old_logp = -w.)"""
     logp, old, adv, mask, kl = inputs(method)
-    pad = ~mask.bool()
-    logp = torch.where(pad, math.nan, logp).requires_grad_()
-    old = torch.where(pad, math.inf, old)
-    adv = torch.where(pad, -math.inf, adv[:, None].expand_as(old))  # (B, T) advantages
-    if kl is not None:
-        kl = torch.where(pad, math.nan, kl).requires_grad_()
-    loss, metrics = L.token_loss(method, logp, old, adv, mask, full_kl=kl)
-    loss.sum().backward()
-    assert (loss[pad] == 0).all() and (logp.grad[pad] == 0).all()
-    assert torch.isfinite(loss).all() and torch.isfinite(logp.grad).all()
-    assert all(torch.isfinite(v) for v in metrics.values())
-    if kl is not None and kl.grad is not None:
-        assert torch.isfinite(kl.grad).all() and (kl.grad[pad] == 0).all()
+    ref = old - 0.1
+    grads = []
+    for wants_grad in (False, True):
+        x = logp.clone().requires_grad_()
+        o, r = old.clone().requires_grad_(wants_grad), ref.clone().requires_grad_(wants_grad)
+        loss, _ = summed_loss(method, x, o, adv, mask, full_kl=kl, generator=torch.Generator().manual_seed(0))
+        (loss + L.kl_to_reference(x, o, r, mask).sum()).backward()
+        assert o.grad is None and r.grad is None, "pi_old's (or pi_ref's) side got a gradient"
+        grads.append(x.grad)
+    close(grads[1], grads[0])
 
 
 # ----------------------------------------------------------------------------
@@ -568,10 +609,9 @@ def far_token(method, side, log_w):
     logp = (old + sign * log_w).requires_grad_()
     lw = logp - old
     full_kl = (lw.exp() - 1 - lw) if methods.needs(method, "full_kl") else None
-    loss, cut = L.token_loss(method, logp, old, torch.tensor([sign], dtype=F64), torch.ones(1, 3), full_kl=full_kl,
-                             generator=torch.Generator().manual_seed(0)), None
-    loss, m = loss
-    loss.sum().backward()
+    loss, m = summed_loss(method, logp, old, torch.tensor([sign], dtype=F64), torch.ones(1, 3),
+                          full_kl=full_kl, generator=torch.Generator().manual_seed(0))
+    loss.backward()
     plain = -sign * lw.detach().exp()
     return logp.grad, plain, m["clip_frac_low"].item(), m["clip_frac_high"].item()
 
@@ -655,14 +695,14 @@ def test_the_ratio_quantiles_and_the_band_are_in_every_methods_metrics():
 
 def test_metrics_are_detached_0_dim_tensors():
     logp, old, adv, mask, _ = inputs("soft-gate")
-    _, metrics = L.token_loss("soft-gate", logp.requires_grad_(), old, adv, mask)
-    for name in ("clip_frac_low", "clip_frac_high", "kl3", "ratio_min", "ratio_max", "gate"):
+    _, metrics = summed_loss("soft-gate", logp.requires_grad_(), old, adv, mask)
+    for name in ("clip_frac_low", "clip_frac_high", "kl3", "ratio_min", "ratio_max", "gate", "ratio_p99"):
         assert metrics[name].dim() == 0 and not metrics[name].requires_grad, name
 
 
 def test_kl3_metric_is_the_masked_mean():
     logp, old, adv, mask, _ = inputs("kl3")
-    _, m = L.token_loss("kl3", logp, old, adv, mask)
+    _, m = summed_loss("kl3", logp, old, adv, mask)
     x = (logp - old)[mask.bool()]
     assert m["kl3"].item() == pytest.approx((x.exp() - 1 - x).mean().item())
 
@@ -712,17 +752,13 @@ def test_every_docstring_names_its_knobs():
 ])
 def test_bad_hparams_name_the_flag(method, hp, message):
     with pytest.raises(ValueError, match=message):
-        L.check_hparams(method, **hp)
-    if method != "nope":
-        logp, old, adv, mask, kl = inputs(method)
-        with pytest.raises(ValueError, match=message):
-            L.token_loss(method, logp, old, adv, mask, **hp)
+        methods.check_hparams(method, **hp)
 
 
 def test_full_kl_methods_say_what_they_need():
     logp, old, adv, mask, _ = inputs("kl-full")
     with pytest.raises(ValueError, match="needs full_kl"):
-        L.token_loss("kl-full", logp, old, adv, mask)
+        summed_loss("kl-full", logp, old, adv, mask)
 
 
 # ----------------------------------------------------------------------------

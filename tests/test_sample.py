@@ -95,7 +95,7 @@ def test_stream_ends_after_a_stop_string(loaded):
     out = type("Out", (), {"write": lambda self, s: writes.append(s), "flush": lambda self: None})()
     ids = tok.encode("1+2=3;4+5=9", add_special_tokens=False)
     consumed = []
-    text, tokens, by_stop = sample.print_stream(tok, (consumed.append(i) or i for i in ids), out, stops=["=3;", "+5"])
+    text, tokens, by_stop = sample.print_stream(tok, (consumed.append(i) or i for i in ids), out, stop=["=3;", "+5"])
     assert text == "1+2=3;" == "".join(writes) and by_stop  # "=3;" ends before "+5" does
     assert tokens == consumed == ids[:6]  # sampling stopped with the token that completed it
 
@@ -103,15 +103,15 @@ def test_stream_ends_after_a_stop_string(loaded):
 def test_stop_is_repeatable_and_never_takes_the_prompt(capsys, model_dir, loaded):
     """--stop takes one string each time: a prompt after it is a prompt, not a second stop string. The
     stream stops where rollout.generate's StopStrings cut."""
-    from nanoatr.tokenizer import stop_strings
+    from nanoatr.tokenizer import make_stopper
     _, tok, _ = loaded
     prompt = format_prompt(tok, Problem(PROMPT, ""))
     _, text = reference(loaded, prompt, 12)
-    stops = [text[2:4], "never"]
-    tokens, cut = reference(loaded, prompt, 12, stop=stop_strings(tok, stops))
+    stop = [text[2:4], "never"]
+    tokens, cut = reference(loaded, prompt, 12, stop=make_stopper(tok, stop))
     assert len(cut) < len(text)
-    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "12", "--stop", stops[0],
-                 "--stop", stops[1], PROMPT])
+    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "12", "--stop", stop[0],
+                 "--stop", stop[1], PROMPT])
     out, err = capsys.readouterr()
     assert out == cut + "\n" and f"({len(tokens)} tokens, stopped)" in err
 

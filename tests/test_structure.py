@@ -160,7 +160,8 @@ def test_the_generic_method_tests_pass_on_it(with_toy):
     for agg in loss.AGGREGATIONS:
         test_micro_batches_add_up_to_the_big_batch(agg, "toy")
     logp, old, adv, mask, _ = inputs("toy")
-    _, m = loss.token_loss("toy", logp, old, adv, mask, toy_width=0.01)
+    _, m = loss.policy_loss("toy", logp, old, adv, mask, num_sequences=4, num_tokens=float(mask.sum()),
+                            max_new_tokens=6, compile=False, toy_width=0.01)
     assert m["clip_frac_high"] > 0  # the knob reaches the method
 
 

@@ -4,7 +4,7 @@ import torch
 
 from nanoatr.data import Problem
 from nanoatr.tokenizer import (check_template, completion_texts, find_stop, format_prompt, load_tokenizer,
-                               stop_strings)
+                               make_stopper)
 from tiny import make_model_dir
 
 # The part of Qwen3's chat template that matters here: messages in ChatML, and with enable_thinking
@@ -42,20 +42,20 @@ def test_find_stop_takes_the_earliest_end():
     assert find_stop("nothing here", ["</answer>"]) is None and find_stop("abc", []) is None
 
 
-def test_stop_strings_read_each_rows_text(tok):
-    assert stop_strings(tok, []) is None and stop_strings(tok, [""]) is None
-    stop = stop_strings(tok, ["=", "99"])
+def test_a_stopper_reads_each_rows_text(tok):
+    assert make_stopper(tok, []) is None and make_stopper(tok, [""]) is None
+    stopper = make_stopper(tok, ["=", "99"])
     rows = [tok.encode(t, add_special_tokens=False) for t in ["1+2=3", "12", "4 99"]]
-    assert stop.holds(rows) == [True, False, True]
+    assert stopper.holds(rows) == [True, False, True]
 
 
-def test_stop_strings_cut_masks_only_later_tokens(tok):
+def test_a_stopper_cuts_masks_only_later_tokens(tok):
     texts = ["12+3=15;\\boxed{15}0000", "1+1=2", "7;8;9"]
     ids = [tok.encode(t, add_special_tokens=False) for t in texts]
     T = max(map(len, ids))
     tokens = torch.tensor([x + [0] * (T - len(x)) for x in ids])
     mask = torch.tensor([[j < len(x) for j in range(T)] for x in ids])
-    new, stopped = stop_strings(tok, ["}", ";8"]).cut(tokens, mask)
+    new, stopped = make_stopper(tok, ["}", ";8"]).cut(tokens, mask)
     kept = [tok.decode(t[m].tolist()) for t, m in zip(tokens, new)]
     assert kept == ["12+3=15;\\boxed{15}", "1+1=2", "7;8"]
     assert stopped.tolist() == [True, False, True]
@@ -68,7 +68,7 @@ def test_a_special_token_is_a_stop_string(tok):
     eos = tok.convert_tokens_to_ids("<|endoftext|>")
     ids = tok.encode("1+1=2", add_special_tokens=False) + [eos] + tok.encode("junk", add_special_tokens=False)
     tokens, mask = torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.bool)
-    new, stopped = stop_strings(tok, ["<|endoftext|>"]).cut(tokens, mask)
+    new, stopped = make_stopper(tok, ["<|endoftext|>"]).cut(tokens, mask)
     assert stopped.tolist() == [True] and new.sum().item() == len("1+1=2") + 1  # kept through the special token
     assert completion_texts(tok, tokens, new) == ["1+1=2"]
 
@@ -111,11 +111,11 @@ def test_generation_defaults_read_three_keys(tmp_path):
 
 
 def test_prompt_flags_a_tokenizer_would_ignore(tok, tmp_path):
-    from nanoatr.tokenizer import TokenizerError, prompt_flags_problem
-    assert prompt_flags_problem(tok, None, "S", False) is None  # QWEN3_LIKE has roles and the switch
+    from nanoatr.tokenizer import TokenizerError, ignored_prompt_flags
+    assert ignored_prompt_flags(tok, None, "S", False) is None  # QWEN3_LIKE has roles and the switch
     plain = load_tokenizer(make_model_dir(tmp_path / "plain", {"chat_template": None}))
-    assert "--system-prompt needs a chat template" in prompt_flags_problem(plain, None, "S", None)
-    assert "--thinking would be ignored" in prompt_flags_problem(plain, None, None, True)
-    assert prompt_flags_problem(plain, "Q: {question}", None, None) is None
+    assert "--system-prompt needs a chat template" in ignored_prompt_flags(plain, None, "S", None)
+    assert "--thinking would be ignored" in ignored_prompt_flags(plain, None, None, True)
+    assert ignored_prompt_flags(plain, "Q: {question}", None, None) is None
     with pytest.raises(TokenizerError, match="--no-thinking would be ignored"):  # training encodes through it
         format_prompt(plain, Problem("1+1", "2"), enable_thinking=False)

@@ -130,6 +130,81 @@ def test_first_minibatch_is_scored_once_and_ratios_start_at_one(tmp_path, monkey
     assert 0 < gap < 1e-4  # the KV-cache sampler and the training forward agree to rounding
 
 
+def step_run(clip: str, reuse_first_forward: bool):
+    """A Run on the shipped tiny policy and a real batch of its samples: 4 prompts x 4 completions, 2
+    minibatches x 2 epochs, micro-batches of 3 (so they do not divide a minibatch's 8 rows)."""
+    import contextlib
+    import grpo
+    from nanoatr.config import TrainConfig, resolve
+    from nanoatr.data import TASKS, load_problems
+    from nanoatr.distributed import Dist, Shard
+    from nanoatr.model import Qwen3
+    from nanoatr.scoring import Scorer
+    from nanoatr.tokenizer import load_tokenizer
+    task = TASKS["math"]
+    model, tok = Qwen3.from_pretrained(task.model), load_tokenizer(task.model)
+    batch = grpo.rollout(model, tok, load_problems(task.data, limit=4), 4, 24, task.reward,
+                         torch.Generator().manual_seed(0))
+    assert batch.advantages.abs().sum() > 0, "a batch with something to learn"
+    cfg = resolve(TrainConfig(prompts_per_step=4, group_size=4, minibatches=2, epochs=2, micro_batch=3,
+                              max_new_tokens=24, compile=False, clip=clip, lr=1e-3), {})
+    trained = list(model.parameters())
+    opt = train.make_optimizer(cfg, trained)
+    return train.Run(cfg, model, Scorer(model, contextlib.nullcontext), opt, trained, tok, [], None,
+                     task.reward, Shard(cfg.seed, 4, 4, 4), Dist(0, 1, torch.device("cpu")),
+                     contextlib.nullcontext, reuse_first_forward=reuse_first_forward), batch
+
+
+def watch_scorer(run) -> list:
+    """run.scorer wrapped to log each forward as (gradient enabled, rows); returns the log."""
+    scorer, log = run.scorer, []
+
+    def scored(prompt_ids, *args, **kw):
+        log.append((torch.is_grad_enabled(), len(prompt_ids)))
+        return scorer(prompt_ids, *args, **kw)
+    run.scorer = scored
+    return log
+
+
+@pytest.mark.parametrize("clip", ["kl3", "kl-full"])  # kl-full: pi_old's hidden states are kept too
+def test_reusing_the_first_forward_for_pi_old_changes_no_number(clip):
+    """pi_old of the first minibatch's rows taken from its own update's forward (reuse_first_forward, the
+    default) or scored by old_logprobs like every other row: the same losses, metrics, grad norms,
+    gradients and weights after the step, bit for bit. Both are the training forward over the same
+    micro-batches, on the same weights (no optimizer step has run yet); recording the graph for backward
+    does not change a forward's numbers. Only the count of forwards differs."""
+    outs = []
+    for reuse in (True, False):
+        run, batch = step_run(clip, reuse)
+        start = [p.detach().clone() for p in run.trained]
+        log = watch_scorer(run)
+        updates = train.optimize(run, batch, step=0)
+        no_grad_rows = sum(rows for grad, rows in log if not grad)
+        outs.append((updates, [p.grad for p in run.trained], [p.detach() for p in run.trained], no_grad_rows))
+    (updates, grads, weights, scored), (updates_, grads_, weights_, scored_) = outs
+    assert (scored, scored_) == (8, 16)  # the first minibatch's 8 rows are not rescored under reuse
+    assert updates == updates_  # every loss, metric (the sampler gap too) and grad norm, as floats
+    assert all(torch.equal(g, g_) for g, g_ in zip(grads, grads_))
+    assert all(torch.equal(w, w_) for w, w_ in zip(weights, weights_))
+    assert any(not torch.equal(w, w0) for w, w0 in zip(weights, start))  # the step did move the weights
+    assert max(s["ratio_max"] for u in updates[1:] for s in u["stats"]) > 1  # later updates: off-policy
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_pi_old_is_a_constant_of_the_step(reuse):
+    """old_logprobs scores without building a graph, and pi_old's table (log-probs, and hidden states for
+    kl-full) never requires a gradient, also after the first update filled its rows under reuse."""
+    run, batch = step_run("kl-full", reuse)
+    minibatches = run.shard.minibatches(0, run.cfg.epochs, run.cfg.minibatches)
+    log = watch_scorer(run)
+    old = train.old_logprobs(run, batch, minibatches[1:2] if reuse else minibatches[:2])
+    assert log and not any(grad for grad, _ in log), "old_logprobs ran a forward that records a graph"
+    train.update(run, batch, old, None, minibatches[0], run.shard.noise(0), on_policy=True)
+    assert (old.logp[minibatches[0]] != 0).any()  # the first minibatch's rows are filled either way
+    for name, table in (("log-probs", old.logp), ("hidden states", old.hidden)):
+        assert not table.requires_grad and table.grad_fn is None, f"pi_old's {name} carry a gradient"
+
+
 def test_sampler_flag_reaches_rollout_and_evaluation(tmp_path, monkeypatch):
     import nanoatr.evaluate
     used = []
@@ -264,6 +339,40 @@ def test_a_budget_past_the_model_positions_is_one_line_and_leaves_no_run_folder(
 # ----------------------------------------------------------------------------
 # --dynamic-sampling
 
+def draws_of(rewards_by_round):
+    """draw(r, n) for train.dynamic_sampling: round r's first n groups (G = 2) of hand-built rewards; and
+    the calls it got."""
+    from types import SimpleNamespace
+    calls = []
+
+    def draw(r, n):
+        calls.append((r, n))
+        return SimpleNamespace(rewards=torch.tensor(rewards_by_round[r][:2 * n], dtype=torch.float32))
+    return draw, calls
+
+
+def test_dynamic_sampling_refills_the_uniform_slots_in_order():
+    # round 0: groups 0 ([1, 1]) and 2 ([0, 0]) are uniform, slot 1 keeps its mixed group.
+    # round 1: 3 prompts (2 x 2 slots, at most the share of 3); only its group 1 is mixed -> slot 0.
+    # round 2: 2 prompts (2 x 1 slot); both mixed, the first -> slot 2; no round 3: every slot is mixed.
+    draw, calls = draws_of([[1, 1, 0, 1, 0, 0], [0, 0, 1, 0, 1, 1], [1, 0, 0, 1], [0, 1] * 3])
+    rounds, picks = train.dynamic_sampling(draw, share=3, G=2, max_rounds=5)
+    assert calls == [(0, 3), (1, 3), (2, 2)] and len(rounds) == 3
+    assert picks == [(1, 1), (0, 1), (2, 0)]
+
+
+def test_dynamic_sampling_draws_again_only_while_a_slot_is_uniform_and_rounds_are_left():
+    as_drawn = [(0, 0), (0, 1), (0, 2)]
+    draw, calls = draws_of([[1, 0, 0, 1, 1, 0]])  # every group mixed: nothing to refill
+    assert train.dynamic_sampling(draw, 3, 2, max_rounds=5)[1] == as_drawn and calls == [(0, 3)]
+    uniform = [[1, 1, 0, 1, 0, 0], [1, 1, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0], [0, 1] * 3]
+    draw, calls = draws_of(uniform)  # rounds 1 and 2 hold no mixed group: after K = 2 the slots keep theirs
+    assert train.dynamic_sampling(draw, 3, 2, max_rounds=2)[1] == as_drawn
+    assert calls == [(0, 3), (1, 3), (2, 3)]
+    draw, calls = draws_of(uniform)  # K = 0 (no --dynamic-sampling): one round, as drawn
+    assert train.dynamic_sampling(draw, 3, 2, max_rounds=0)[1] == as_drawn and calls == [(0, 3)]
+
+
 def test_uniform_groups_are_those_with_one_reward():
     rewards = torch.tensor([1., 1., 1., 0., 0., 0., 1., 0., 0.5, 0.5, 0.5])[:9]  # groups of 3
     assert train.uniform_groups(rewards, 3) == [0, 1]
@@ -291,7 +400,7 @@ def fake_run(k):
     from nanoatr.distributed import Dist, Shard
     cfg = TrainConfig(prompts_per_step=3, group_size=2, dynamic_sampling=k)
     tok = type("Tok", (), {"pad_token_id": 0})()
-    return train.Run(cfg, model=None, score=None, opt=None, trained=[], tok=tok, eos_ids=[], stop_strings=None,
+    return train.Run(cfg, model=None, scorer=None, opt=None, trained=[], tok=tok, eos_ids=[], stopper=None,
                      reward=None, shard=Shard(cfg.seed, 3, 3, 2), d=Dist(0, 1, torch.device("cpu")), precision=None)
 
 
@@ -299,13 +408,13 @@ def test_dynamic_sampling_replaces_uniform_groups_in_order(monkeypatch):
     # round 0: groups 0 and 2 uniform; round 1: only its group 1 mixed -> fills slot 0; round 2: group 0
     # mixed -> slot 2; no round 3 is drawn since every slot is then mixed
     calls = fake_rounds(monkeypatch, [[1, 1, 0, 1, 0, 0], [0, 0, 1, 0, 1, 1], [1, 0, 0, 1, 0, 0], [0, 1] * 3])
-    b, sampling = train.rollout(fake_run(5), None, 0)
+    b, draws = train.rollout(fake_run(5), None, 0)
     assert calls == [(0, 3), (1, 3), (2, 2)]  # round 2: 2 x the one group left
-    assert sampling["rounds"] == 3
+    assert draws["rounds"] == 3
     assert b.tokens[:, :2].tolist() == [[1, 1], [1, 1], [0, 1], [0, 1], [2, 0], [2, 0]]  # (round, group) of each row
     assert b.rewards.tolist() == [1, 0, 0, 1, 1, 0]
     assert b.advantages.tolist() == [0.5, -0.5, -0.5, 0.5, 0.5, -0.5]
-    assert sampling["first_rewards"].tolist() == [1, 1, 0, 1, 0, 0]
+    assert draws["first_rewards"].tolist() == [1, 1, 0, 1, 0, 0]
     assert b.tokens.shape[1] == 3  # padded to the longest round (round 1's) with masked tokens
     assert b.mask[:, 2].tolist() == [True, True, False, False, False, False] and b.mask[:, :2].all()
     assert b.prompt_ids[:, -2].tolist() == [101, 101, 100, 100, 102, 102]
@@ -313,16 +422,16 @@ def test_dynamic_sampling_replaces_uniform_groups_in_order(monkeypatch):
 
 def test_dynamic_sampling_stops_after_k_rounds_and_keeps_what_is_left(monkeypatch):
     calls = fake_rounds(monkeypatch, [[1, 1, 0, 1, 0, 0], [1, 1, 1, 0, 1, 1], [0, 1] * 3])
-    b, sampling = train.rollout(fake_run(1), None, 0)
-    assert calls == [(0, 3), (1, 3)] and sampling["rounds"] == 2
+    b, draws = train.rollout(fake_run(1), None, 0)
+    assert calls == [(0, 3), (1, 3)] and draws["rounds"] == 2
     assert b.tokens[:, :2].tolist() == [[1, 1], [1, 1], [0, 1], [0, 1], [0, 2], [0, 2]]  # slot 2 stays uniform
     assert b.advantages.tolist() == [0.5, -0.5, -0.5, 0.5, 0, 0]
 
 
 def test_without_dynamic_sampling_one_round_is_the_batch(monkeypatch):
     calls = fake_rounds(monkeypatch, [[1, 1, 0, 0, 0, 0]])
-    b, sampling = train.rollout(fake_run(0), None, 0)
-    assert calls == [(0, 3)] and sampling == {}  # no --dynamic-sampling: nothing of it in the metrics
+    b, draws = train.rollout(fake_run(0), None, 0)
+    assert calls == [(0, 3)] and draws == {}  # no --dynamic-sampling: nothing of it in the metrics
     assert b.tokens[:, :2].tolist() == [[0, 0], [0, 0], [0, 1], [0, 1], [0, 2], [0, 2]]
 
 

@@ -86,7 +86,6 @@ BOUNDS (why no input can make it slow)
   MAX_EXACT_DEGREE) and one bounded-precision evalf, at most SYMPY_BUDGET of them per verify call.
 """
 from __future__ import annotations
-from __future__ import annotations
 
 from typing import List, Optional
 
