@@ -147,7 +147,7 @@ def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
             parts.append(generate(run.model, prompts[span.start * G:span.stop * G], cfg.max_new_tokens,
                                   generator=generator, temperature=cfg.temperature, top_p=cfg.top_p,
                                   top_k=cfg.top_k, sampler=cfg.sampler, eos_token_id=run.eos_ids,
-                                  pad_id=pad_id, stop=run.stopper))
+                                  pad_id=pad_id, stopper=run.stopper))
     out = Rollout.cat(parts, pad_id)
     return out._replace(rewards=grade(run, out, [p.answer for p in picked for _ in range(G)]))  # 2.
 

@@ -68,7 +68,7 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
             g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed * 1_000_003 + start)
             out = generate(model, [prompts[i] for i, _ in batch], max_new_tokens, temperature=temperature,
                            top_p=top_p, top_k=top_k, eos_token_id=eos_ids, generator=g, sampler=sampler,
-                           pad_id=tokenizer.pad_token_id or 0, stop=stopper)
+                           pad_id=tokenizer.pad_token_id or 0, stopper=stopper)
             texts = completion_texts(tokenizer, out.tokens, out.mask)
             entropies = completion_entropies(model, out, temperature) if with_entropy else [None] * len(batch)
             for (i, j), text, length, finished, entropy in zip(batch, texts, out.mask.sum(-1).tolist(),

@@ -24,7 +24,7 @@ SAMPLERS = ("inverse-cdf", "multinomial")  # the first is the default
 BLOCK = 128  # tokens per block of the inverse-CDF sampler's first level
 SAMPLER_HELP = ("how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, much cheaper on CPU "
                 "at large vocabularies, with other draws for a seed")
-STOP_EVERY = 16  # decode steps between two checks of the `stop` callable (it decodes text: not every step)
+STOP_EVERY = 16  # decode steps between two checks of the `stopper` (it decodes text: not every step)
 
 
 class Rollout(NamedTuple):
@@ -152,17 +152,17 @@ def locate(cdf, u):
 
 def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0,
-             sampler: str = SAMPLERS[0], stop=None, plan: DecodePlan | None = None) -> Rollout:
+             sampler: str = SAMPLERS[0], stopper=None, plan: DecodePlan | None = None) -> Rollout:
     """Sample a completion for every prompt: a Rollout (its prompts, tokens, sampler_logp, mask, finished).
 
     T is at most max_new_tokens; decoding stops early once every row has ended.
     eos_token_id is an int, a list of ints, or None (never stop before the budget).
     sampler: how tokens are drawn (see `draw`): "inverse-cdf" (the default; one uniform per row) or
     "multinomial" (torch.multinomial, as transformers draws: the same distribution, other draws).
-    stop: optional stop strings (tokenizer.StopStrings: `holds(rows)` and `cut(tokens, mask)`). Checked
+    stopper: optional stop strings (a tokenizer.StopStrings: `holds(rows)` and `cut(tokens, mask)`). Checked
     every STOP_EVERY steps while decoding, so that the batch can end sooner, and applied at the end: a
     row's mask ends with the token that completes its first stop string. The tokens kept are a prefix
-    of those drawn without `stop`, with the same log-probs.
+    of those drawn without `stopper`, with the same log-probs.
     plan: how the decode steps run; None = `decode_plan` for the model's device. Every plan gives the
     same tokens for a seed (up to float rounding of the probabilities).
     """
@@ -174,14 +174,14 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     sampling = Sampling(float(temperature), int(top_k), float(top_p), sampler, eos)
     ids, prompt_mask = left_pad(prompts, pad_id, device)
     with lora.merged(model) if plan.merge_adapters else contextlib.nullcontext():
-        tokens, logprobs = decode(model, ids, prompt_mask, max_new_tokens, sampling, generator, pad_id, stop, plan)
+        tokens, logprobs = decode(model, ids, prompt_mask, max_new_tokens, sampling, generator, pad_id, stopper, plan)
     # Which tokens count (up to each row's first EOS) is worked out once here, not per step. Outside
     # inference mode, so that the results are ordinary tensors autograd may save (e.g. as targets).
     is_eos = torch.isin(tokens, eos)
     mask = (is_eos.cumsum(1) - is_eos.long()) == 0  # (B, T)
     finished = (is_eos & mask).any(-1)
-    if stop is not None:
-        mask, by_stop = stop.cut(tokens, mask)
+    if stopper is not None:
+        mask, by_stop = stopper.cut(tokens, mask)
         finished |= by_stop
     return Rollout(ids, prompt_mask, tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0), mask, finished)
 
@@ -241,7 +241,7 @@ def decode_step(model, s: DecodeState, window: int, sampling: Sampling, generato
 
 
 @torch.inference_mode()
-def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generator, pad_id, stop, plan: DecodePlan):
+def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generator, pad_id, stopper, plan: DecodePlan):
     """The decode loop from left-padded prompts (B, P): raw draws (B, T) and their log-probs (B, T), up to
     the step where every row has ended.
 
@@ -268,16 +268,16 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
     tokens = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, device=device)  # step-major: a row per step
     logprobs = torch.zeros(max_new_tokens, B, device=device)
     stop_at = torch.full((B,), max_new_tokens, device=device)  # the step at which a stop string ended a row
-    ends = len(sampling.eos) > 0 or stop is not None
+    ends = len(sampling.eos) > 0 or stopper is not None
     all_u = s.u if plan.compact else None  # every row's uniform, of which the live rows take theirs
     t = 0
     while True:
         tokens[t].index_copy_(0, s.rows, s.tok[:, 0])
         logprobs[t].index_copy_(0, s.rows, s.logp[:, 0])
         looked = False
-        if stop is not None and (t + 1) % STOP_EVERY == 0:
+        if stopper is not None and (t + 1) % STOP_EVERY == 0:
             live = (~s.done).nonzero()[:, 0]
-            hit = torch.tensor(stop.holds(tokens[:t + 1, s.rows[live]].T.tolist()), dtype=torch.bool, device=device)
+            hit = torch.tensor(stopper.holds(tokens[:t + 1, s.rows[live]].T.tolist()), dtype=torch.bool, device=device)
             s.done[live[hit]] = True
             stop_at[s.rows[live[hit]]] = t
             looked = True

@@ -84,9 +84,9 @@ def test_stop_strings_under_the_gpu_plan(small_vocab_model):
             end = torch.where(hit, second.int().argmax(1), tokens.shape[1])
             return mask & (torch.arange(tokens.shape[1]) <= end[:, None]), hit
 
-    ref = rollout_with(small_vocab_model, EAGER, prompts, n=120, eos=(), stop=Stop())
+    ref = rollout_with(small_vocab_model, EAGER, prompts, n=120, eos=(), stopper=Stop())
     assert 0 < ref.finished.sum() < len(prompts)
-    assert_same(ref, rollout_with(small_vocab_model, GPU_LIKE, prompts, n=120, eos=(), stop=Stop()))
+    assert_same(ref, rollout_with(small_vocab_model, GPU_LIKE, prompts, n=120, eos=(), stopper=Stop()))
 
 
 def test_finished_rows_leave_the_batch_in_halvings(small_vocab_model, monkeypatch):

@@ -69,7 +69,7 @@ def hf_greedy(path, prompt, max_new_tokens):
 def ours_greedy(path, tok, prompt, max_new_tokens, stop=()):
     from nanoatr.tokenizer import make_stopper
     out = generate(Qwen3.from_pretrained(path).eval(), [prompt], max_new_tokens, temperature=0.0,
-                   eos_token_id=eos_token_ids(tok, path), pad_id=tok.pad_token_id, stop=make_stopper(tok, stop))
+                   eos_token_id=eos_token_ids(tok, path), pad_id=tok.pad_token_id, stopper=make_stopper(tok, stop))
     return out.tokens[0, :int(out.mask[0].sum())].tolist()
 
 

@@ -84,7 +84,7 @@ def test_stop_callable_ends_decoding_sooner_and_changes_no_token(tiny_model):
         def cut(self, tokens, mask):  # nothing to cut: keep the EOS mask
             return mask, torch.zeros(len(mask), dtype=torch.bool)
 
-    out = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), stop=Stop())
+    out = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), stopper=Stop())
     assert out.tokens.shape[1] == 2 * STOP_EVERY
     assert seen == [len(PROMPTS), len(PROMPTS) - 1]  # a finished row is not checked again
     assert torch.equal(out.tokens, free.tokens[:, :2 * STOP_EVERY])
@@ -93,7 +93,7 @@ def test_stop_callable_ends_decoding_sooner_and_changes_no_token(tiny_model):
     class Never(Stop):
         def holds(self, rows):
             return [False] * len(rows)
-    never = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), stop=Never())
+    never = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), stopper=Never())
     assert torch.equal(never.tokens, free.tokens) and not never.finished.any()
 
 
@@ -110,7 +110,7 @@ def test_a_row_ended_by_eos_stays_finished_when_stop_strings_are_given(tiny_mode
             return mask, torch.zeros(len(mask), dtype=torch.bool)
 
     plain = generate(tiny_model, PROMPTS, 10, temperature=0, eos_token_id=eos)
-    out = generate(tiny_model, PROMPTS, 10, temperature=0, eos_token_id=eos, stop=Nothing())
+    out = generate(tiny_model, PROMPTS, 10, temperature=0, eos_token_id=eos, stopper=Nothing())
     assert out.finished[0] and torch.equal(out.finished, plain.finished)
     assert torch.equal(out.mask, plain.mask)
 

@@ -108,7 +108,7 @@ def test_stop_is_repeatable_and_never_takes_the_prompt(capsys, model_dir, loaded
     prompt = format_prompt(tok, Problem(PROMPT, ""))
     _, text = reference(loaded, prompt, 12)
     stop = [text[2:4], "never"]
-    tokens, cut = reference(loaded, prompt, 12, stop=make_stopper(tok, stop))
+    tokens, cut = reference(loaded, prompt, 12, stopper=make_stopper(tok, stop))
     assert len(cut) < len(text)
     sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "12", "--stop", stop[0],
                  "--stop", stop[1], PROMPT])
