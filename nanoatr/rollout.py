@@ -22,12 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from nanoatr import lora
+from nanoatr.config import SAMPLERS
 from nanoatr.model import DecodeSlot, KVCache
 
-SAMPLERS = ("inverse-cdf", "multinomial")  # the first is the default
 BLOCK = 128  # tokens per block of the inverse-CDF sampler's first level
-SAMPLER_HELP = ("how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, much cheaper on CPU "
-                "at large vocabularies, with other draws for a seed")
 STOP_EVERY = 16  # decode steps between two checks of the `stop` callable (it decodes text: not every step)
 DECODINGS = ("eager", "graphs", "compiled")  # how decode steps run (DecodePlan.decoding)
 WINDOW = 256  # GPU: attention reads the cache in windows of this many slots (one CUDA graph per window)

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
-from nanoatr.checkpoint import read_metrics  # noqa: E402
+from nanoatr.runs import read_metrics  # noqa: E402
 from nanoatr.methods import check_hparams, defaults  # noqa: E402
 from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402  (scripts/plot.py)
 import stats  # noqa: E402  (scripts/stats.py)

@@ -287,7 +287,7 @@ def fake_rounds(monkeypatch, rewards_by_round):
 
 
 def fake_run(k):
-    from nanoatr.config import TrainConfig
+    from nanoatr.session import TrainConfig
     from nanoatr.distributed import Dist, Shard
     cfg = TrainConfig(prompts_per_step=3, group_size=2, dynamic_sampling=k)
     tok = type("Tok", (), {"pad_token_id": 0})()
