@@ -49,9 +49,7 @@ were built with, bit for bit), else scoring.token_logprobs chunk by chunk: at Qw
 """
 
 import contextlib
-import dataclasses
 import functools
-import json
 import math
 import random
 import shutil
@@ -71,8 +69,8 @@ from nanoatr.config import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, Ru
 from nanoatr.data import DataError, Problem, load_problems, load_solutions
 from nanoatr.evaluate import evaluate, fits
 from nanoatr.model import ModelError, Qwen3
-from nanoatr.scoring import token_logprobs
 from nanoatr.runs import RunFolder, resumed_config, unique_name
+from nanoatr.scoring import token_logprobs
 from nanoatr.tokenizer import TokenizerError, eos_token_ids, format_prompt, load_tokenizer
 from nanoatr.tokenizer import prompt_flags_problem as tokenizer_flags_problem
 

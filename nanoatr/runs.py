@@ -64,14 +64,15 @@ class RunFolder:
         write_json_atomic(self.path / "config.json", dataclasses.asdict(cfg))
 
     def discard(self) -> str:
-        """After a start that failed: a new folder that holds nothing of value (no checkpoint, no logged row;
-        its config.json is written again by the next start) is removed, lock and all; one that does is kept,
-        and the returned words say how to continue it ("" otherwise)."""
+        """After a start that failed, the folder closed: a new one that holds nothing of value (no checkpoint,
+        no logged row; its config.json is written again by the next start) is removed, lock and all; one that
+        does is kept, and the returned words say how to continue it ("" otherwise)."""
         logged = self.log is not None and bool(self.log.rows)
         if self.log is not None:
             self.log.close()
             self.log = None
         if self.lock is None or self.resuming:
+            self.close()
             return ""
         if not logged and not any(self.path.glob("checkpoint*")):
             (self.path / "config.json").unlink(missing_ok=True)

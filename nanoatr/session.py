@@ -2,10 +2,10 @@
 flags), then the Session: the run folder made (or resumed) and locked, the metrics log, checkpoints on
 schedule, Ctrl-C / SIGTERM, the CPU thread count, and one-line errors. train.py reads:
 
-    with Session(argv, ...) as session:        # flags, the run folder made (or resumed) and locked
-        run = setup(session)                   # what a step needs; a bad file is one `error:` line
-        for step in session.steps(...):        # from the checkpoint's step; checkpoints every --save-every
-            session.log(grpo_step(run, step))  #   and at the end; Ctrl-C / SIGTERM: after this step, saved
+    with Session(argv, ...) as session:             # flags, the run folder made (or resumed) and locked
+        run = setup(session)                        # what a step needs; a bad file is one `error:` line
+        for step in session.steps(...):             # from the checkpoint's step; checkpoints every
+            session.log_step(grpo_step(run, step))  # --save-every and at the end; Ctrl-C / SIGTERM: saved
 
 Whatever goes wrong is one `error:` line and an exit code: a bad flag or file before training (the
 new run folder is then removed: nothing is left behind), a full or read-only disk while saving or
@@ -150,7 +150,7 @@ def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1, given=frozens
     flags without evaluation files) is an error rather than silence."""
     check_flags(cfg, given)
     cfg.hparams = methods.check_hparams(cfg.clip, **{k: v for k, v in given_hparams.items() if v is not None})
-    if methods.needs(cfg.clip, "sequences"):  # a loss per sequence, on each of its tokens: a mean per sequence
+    if methods.needs(cfg.clip, "sequences"):  # one loss per sequence on its tokens: averaged per sequence
         cfg.aggregation = "seq-mean-token-mean"
     if cfg.prompts_per_step % world:
         raise ConfigError(f"--prompts-per-step {cfg.prompts_per_step} must be a multiple of the {world} "
@@ -324,7 +324,7 @@ class Session:
             if kind is not None and issubclass(kind, START_ERRORS) and not self.training:
                 self.fail(error)
             if kind is CheckpointError or (kind is lora.AdapterError and self.training):
-                die(str(error), 1)  # a full or read-only disk saving, logging or merging: what was saved is intact
+                die(str(error), 1)  # a full or read-only disk while saving or logging: what was saved is kept
             if kind is KeyboardInterrupt:
                 self.abort()
         finally:

@@ -1,5 +1,7 @@
-"""The run directory (nanoatr.checkpoint): checkpoints kept and validated with fallback, the tokenizer
-written from memory, logs repaired on resume and read past bad lines, run names, the lock, atomic JSON."""
+"""The run directory: checkpoints kept and validated with fallback, the tokenizer written from memory
+(nanoatr.checkpoint); logs repaired on resume and read past bad lines, run names, the lock, atomic JSON,
+the settings a resume starts from (nanoatr.runs)."""
+import dataclasses
 import errno
 import hashlib
 import json
@@ -11,6 +13,7 @@ import torch
 
 from nanoatr import checkpoint, runs
 from nanoatr.checkpoint import CheckpointError
+from nanoatr.config import ConfigError
 from nanoatr.runs import RunLog
 
 
@@ -283,3 +286,23 @@ def test_a_read_only_run_folder_is_one_line(tmp_path, monkeypatch):
     message = rf"run folder {tmp_path / 'a'} is not writable \(read-only file system\)"
     with pytest.raises(CheckpointError, match=message):
         runs.create_run(tmp_path, "a")
+
+
+def test_a_resume_takes_the_saved_config_with_the_flags_given_on_top(tmp_path):
+    from nanoatr.session import TrainConfig
+    run = tmp_path / "r"
+    run.mkdir()
+    runs.write_json_atomic(run / "config.json", dataclasses.asdict(TrainConfig(steps=4, lr=3e-4, group_size=4)))
+    now = TrainConfig(resume=str(run), steps=8, lr=3e-4)  # group_size not given: the run's 4, not the default 8
+    cfg = runs.resumed_config(now, {"resume", "steps", "lr"}, runs.FIXED_ON_RESUME)
+    assert (cfg.steps, cfg.lr, cfg.group_size, cfg.resume) == (8, 3e-4, 4, str(run))
+    other_lr = TrainConfig(resume=str(run), lr=1e-3)
+    with pytest.raises(ConfigError, match=r'^--lr would be ignored by --resume: the checkpoint\'s optimizer state '
+                                          r'has its own \(.*config.json has "lr": 0.0003\)$'):
+        runs.resumed_config(other_lr, {"resume", "lr"}, runs.FIXED_ON_RESUME)
+    assert runs.resumed_config(other_lr, {"resume", "lr"}, fixed={}).lr == 1e-3  # sft.py: nothing is fixed
+    with pytest.raises(ConfigError, match=rf"^--resume {tmp_path}: no config.json there, not a run directory$"):
+        runs.resumed_config(TrainConfig(resume=str(tmp_path)), {"resume"}, {})
+    (run / "config.json").write_text('["not", "a", "dict"]')
+    with pytest.raises(ConfigError, match=r"config.json is not a run's config.json \(TypeError: "):
+        runs.resumed_config(now, {"resume"}, {})
