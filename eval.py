@@ -37,35 +37,63 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
 from nanoatr import distributed, lora
-from nanoatr.checkpoint import CheckpointError, read_metrics
-from nanoatr.config import (ConfigError, EvalConfig, check_ranges, die, flag, parse, prompt_flags_problem,
-                            resolve_sampling, task_defaults)
-from nanoatr.data import TASKS, DataError, load_problems
+from nanoatr.checkpoint import CheckpointError
+from nanoatr.config import (DATA, OUTPUT, SAMPLING, ConfigError, DeviceFlags, ModelFlags, PromptFlags,
+                            SamplingFlags, arg, check_flags, die, flag, override, parse, resolve_sampling)
+from nanoatr.data import TASKS, DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
-from nanoatr.tokenizer import (TokenizerError, check_template, eos_token_ids, generation_defaults,
-                               ignored_prompt_flags, load_tokenizer, read_json)
+from nanoatr.runs import read_metrics
+from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags, load_tokenizer,
+                               read_json)
+
+
+@dataclass
+class EvalConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
+    """eval.py's flags: its own below, the shared groups' in nanoatr/config.py."""
+    task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
+                    "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
+    data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (jsonl: problem/answer or DAPO "
+                          "format); each is one column of the table, named by its file stem", DATA)
+    limit: int = arg(0, "use only the first N problems of each file (0 = all)", DATA, ">=0")
+    k: int = arg(8, "k of Mean@k and Pass@k", SAMPLING, ">=1")
+    n: int = arg(0, "samples per problem, n >= k (0 = k); more samples give a lower-variance Pass@k",
+                 SAMPLING, ">=0")
+    max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
+                              "math models need thousands)", SAMPLING, ">=1")
+    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base "
+                          "models; special tokens such as <|im_end|> work too)", SAMPLING)
+    batch_size: int = arg(64, "completions sampled together", SAMPLING, ">=1")
+    out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
+                          "(default: runs/eval/<model name>-<time>.jsonl)", OUTPUT)
+    resume: bool = arg(False, "continue --out: skip the (benchmark, problem, sample) triples already in it",
+                       OUTPUT)
+    runs: list[str] = arg([], "training run directories: print Table 2 from the evaluations they logged "
+                          "(each run's step 0, and the last evaluation with the best of each column in "
+                          "brackets), sampling nothing; no other flag applies", OUTPUT)
+    temperature: float | None = override(SamplingFlags, "temperature", help="sampling temperature (0 = "
+                                         "greedy); the paper evaluates at 0.3. Default: the model's "
+                                         "generation_config.json, else 1.0")
+    top_p: float | None = override(SamplingFlags, "top_p", help="nucleus sampling; the paper evaluates at "
+                                   "0.95. Default: the model's generation_config.json, else 1.0")
 
 
 def check(cfg: EvalConfig) -> str | None:
     """The first thing wrong with the flags, as one line, or None."""
     try:
-        check_ranges(cfg)
+        check_flags(cfg)
     except ConfigError as e:
         return str(e)
     n = cfg.n or cfg.k
     if n < cfg.k:
         return f"--n {n} is smaller than --k {cfg.k}: Pass@k needs at least k samples per problem"
-    if cfg.prompt_template is not None and (problem := check_template(cfg.prompt_template)):
-        return problem
-    if any(not s for s in cfg.stop):
-        return "--stop: empty stop string"
     stems = [Path(f).stem for f in cfg.data]
     if len(set(stems)) < len(stems):
         return f"two --data files share a name ({stems}): rows are keyed by file stem"
@@ -73,7 +101,7 @@ def check(cfg: EvalConfig) -> str | None:
         return "--resume needs --out FILE (the evaluation to continue)"
     if cfg.out and Path(cfg.out).exists() and not cfg.resume:
         return f"{cfg.out} already exists: pass --resume to continue it, or another --out"
-    return prompt_flags_problem(cfg)
+    return None
 
 
 def check_writable(out: Path) -> str | None:
@@ -91,7 +119,7 @@ def check_writable(out: Path) -> str | None:
     return None
 
 
-CHECKPOINT_NAMES = ("checkpoint", "checkpoint.old")  # and checkpoint-stepNNNNNN (nanoatr.checkpoint.KEPT)
+CHECKPOINT_NAMES = ("checkpoint",)  # and checkpoint-stepNNNNNN (nanoatr.checkpoint.KEPT)
 
 
 def model_name(model_dir: str) -> str:

@@ -19,16 +19,17 @@ import nanoatr
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
 
 import sys
+from dataclasses import dataclass
 
 import torch
 
 from nanoatr import distributed, lora
-from nanoatr.config import (ConfigError, SampleConfig, check_ranges, die, parse, prompt_flags_problem,
-                            resolve_sampling)
+from nanoatr.config import (DATA, OUTPUT, SAMPLING, ConfigError, DeviceFlags, ModelFlags, PromptFlags,
+                            SamplingFlags, arg, check_flags, die, override, parse, resolve_sampling)
 from nanoatr.data import Problem
 from nanoatr.model import ModelError
 from nanoatr.rollout import SAMPLERS, draw, filter_logits, sampling_logprobs
-from nanoatr.tokenizer import (TokenizerError, check_template, format_prompt, generation_defaults, load_tokenizer,
+from nanoatr.tokenizer import (TokenizerError, format_prompt, generation_defaults, load_tokenizer,
                                ignored_prompt_flags, make_stopper, eos_token_ids)
 from nanoatr.verifier import verify
 
@@ -98,6 +99,20 @@ def read_prompts(positional: list[str]):
             yield line.rstrip("\n")
 
 
+@dataclass
+class SampleConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
+    """sample.py's flags: its own below, the shared groups' in nanoatr/config.py."""
+    raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template", DATA)
+    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came", SAMPLING, ">=1")
+    stop: list[str] = arg([], "a stop string besides EOS: the completion ends after it; one string per "
+                          "--stop, repeat the flag for more (special tokens such as <|im_end|> work too)",
+                          SAMPLING, repeat=True)
+    gold: str | None = arg(None, "the correct answer: also print the verifier's verdict on each completion",
+                           OUTPUT)
+    seed: int = override(SamplingFlags, "seed", help="sampling seed (one generator for all prompts, in "
+                         "order)")
+
+
 def prompt_flags(parser):
     parser.add_argument("prompts", nargs="*", metavar="PROMPT",
                         help="prompts to complete (default: read stdin, one prompt per line)")
@@ -106,14 +121,10 @@ def prompt_flags(parser):
 def check(cfg: SampleConfig) -> str | None:
     """The first thing wrong with the flags, as one line, or None."""
     try:
-        check_ranges(cfg)
+        check_flags(cfg)
     except ConfigError as e:
         return str(e)
-    if cfg.prompt_template is not None and check_template(cfg.prompt_template):
-        return check_template(cfg.prompt_template)
-    if any(not s for s in cfg.stop):
-        return "--stop: empty stop string"
-    return prompt_flags_problem(cfg)
+    return None
 
 
 def main(argv=None):

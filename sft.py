@@ -49,9 +49,7 @@ were built with, bit for bit), else scoring.token_logprobs chunk by chunk: at Qw
 """
 
 import contextlib
-import dataclasses
 import functools
-import json
 import math
 import random
 import shutil
@@ -65,42 +63,59 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from nanoatr import checkpoint, distributed, lora
-from nanoatr.checkpoint import CheckpointError, RunLog
-from nanoatr.config import EVAL_ONLY, ConfigError, SFTConfig, check_ranges, die, parse, prompt_flags_problem
+from nanoatr.checkpoint import CheckpointError
+from nanoatr.config import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags, TrainingFlags, arg,
+                            check_flags, die, override, parse)
 from nanoatr.data import DataError, Problem, load_problems, load_solutions
 from nanoatr.evaluate import evaluate, fits
 from nanoatr.model import ModelError, Qwen3
+from nanoatr.runs import RunFolder, resumed_config, unique_name
 from nanoatr.scoring import token_logprobs
-from nanoatr.tokenizer import TokenizerError, check_template, eos_token_ids, format_prompt, load_tokenizer
-from nanoatr.tokenizer import prompt_flags_problem as tokenizer_flags_problem
+from nanoatr.tokenizer import TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags, load_tokenizer
 
 
-def check(cfg: SFTConfig, given: set) -> str | None:
-    """The first thing wrong with the flags, as one line, or None."""
+@dataclass
+class SFTConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
+    """sft.py's flags: its own, then where it differs from train.py in the shared groups (config.py)."""
+    model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, "
+                            "safetensors, tokenizer)", DATA)
+    data: str | None = arg(None, "SFT rows, jsonl {problem, solution, answer} (data/get_paper_data.py: "
+                           "omr-sft.jsonl)", DATA)
+    eval_data: list[str] = arg([], "held-out problem files whose Mean@k is measured every --eval-every steps "
+                               "(e.g. omr-heldout.jsonl; none: no evaluation)", DATA, nargs="*")
+    max_len: int = arg(2048, "longest example, prompt + solution + EOS, in tokens; a longer one is an error "
+                       "naming it, unless --skip-long", DATA, ">=1")
+    skip_long: bool = arg(False, "drop the examples longer than --max-len (counted and reported) instead of "
+                          "stopping", DATA)
+    epochs: float = arg(1.0, "passes over --data (each in its own shuffle)", OPTIM, ">0")
+    steps: int = arg(0, "optimizer steps (0 = --epochs x rows / --batch-size)", OPTIM, ">=0")
+    batch_size: int = arg(16, "examples per optimizer step", OPTIM, ">=1")
+    warmup: int = arg(20, "steps of linear learning-rate warm-up", OPTIM, ">=0")
+    thinking: bool | None = override(PromptFlags, "thinking", help="Qwen3's enable_thinking switch in the "
+                                     "chat template (default: the template's own). --no-thinking trains on "
+                                     "the written solution after a <think> block; thinking keeps the block")
+    micro_batch: int = override(TrainingFlags, "micro_batch", help="examples per forward/backward (gradient "
+                                "accumulation); 0 = the whole batch")
+    lr: float = override(TrainingFlags, "lr", help="AdamW learning rate, after a linear --warmup")
+    weight_decay: float = override(TrainingFlags, "weight_decay", 0.01)
+    lora_rank: int = override(TrainingFlags, "lora_rank", 32)
+    eval_k: int = override(EvalFlags, "eval_k", 4)
+    eval_max_new_tokens: int = override(EvalFlags, "eval_max_new_tokens", help="completion budget of "
+                                        "evaluation (0 = --max-len)")
+    eval_batch_size: int = override(EvalFlags, "eval_batch_size", 64)
+    name: str = override(RunFlags, "name", help="run name (default: sft-<time>-<random>); a new run refuses "
+                         "an existing folder")
+    save_every: int = override(RunFlags, "save_every", 100)
+    seed: int = override(RunFlags, "seed", help="seed of the data order, LoRA's initialisation and "
+                         "evaluation sampling")
+
+
+def check(cfg: SFTConfig, given: set) -> None:
+    """The flags checked, the first thing wrong a ConfigError."""
     if not cfg.model or not cfg.data:
-        return "sft.py needs --model DIR (a Qwen3 directory) and --data FILE (rows with problem, solution, answer)"
-    try:
-        check_ranges(cfg)
-    except ConfigError as e:
-        return str(e)
-    if not cfg.lora_rank and {"lora_alpha", "lora_targets"} & given:
-        return "--lora-alpha / --lora-targets would be ignored: without --lora-rank > 0 there is no adapter"
-    eval_flags = sorted(k.replace("_", "-") for k in given if k in EVAL_ONLY or k == "eval_every")
-    if eval_flags and not cfg.eval_data:
-        return f"--{eval_flags[0]} would be ignored: with no --eval-data there is no evaluation"
-    if cfg.prompt_template is not None and (problem := check_template(cfg.prompt_template)):
-        return problem
-    return (lora.check_targets(cfg.lora_targets) if cfg.lora_rank else None) or prompt_flags_problem(cfg)
-
-
-def resumed(cfg: SFTConfig, given: set) -> SFTConfig:
-    """The run's saved settings, with the flags given now on top (say, --steps to train further)."""
-    saved = Path(cfg.resume) / "config.json"
-    try:
-        values = json.loads(saved.read_text())
-        return SFTConfig(**{**values, **{k: getattr(cfg, k) for k in given}})
-    except (OSError, ValueError, TypeError) as e:
-        raise ConfigError(f"--resume {cfg.resume}: {saved} is not an SFT run's config.json ({e})") from None
+        raise ConfigError("sft.py needs --model DIR (a Qwen3 directory) and --data FILE (rows with problem, "
+                          "solution, answer)")
+    check_flags(cfg, given)
 
 
 def examples_of(cfg: SFTConfig, tok, prompt_kw: dict) -> tuple[list, int]:
@@ -162,20 +177,20 @@ def write_model(cfg: SFTConfig, run_dir: Path, weights, tok_files: dict) -> Path
 
 def main(argv=None):
     cfg, _, given = parse(SFTConfig, argv, __doc__)
-    lock = log = None
+    folder = None
     try:
         if cfg.resume:
-            cfg = resumed(cfg, given)
-        if problem := check(cfg, given):
-            raise ConfigError(problem)
+            cfg = resumed_config(cfg, given, fixed={})  # every flag takes effect from the resumed step on
+        check(cfg, given)
         device = distributed.pick_device(cfg.device)
-        run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / (cfg.name or checkpoint.unique_name("sft"))
-        lock = checkpoint.resume_run(run_dir) if cfg.resume else checkpoint.create_run(cfg.out_dir, run_dir.name)
-        ckpt = checkpoint.latest(run_dir) if cfg.resume else None
-        state = checkpoint.load_state(ckpt) if ckpt else {"step": 0}
+        run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / (cfg.name or unique_name("sft"))
+        folder = RunFolder(run_dir, resuming=bool(cfg.resume))
+        folder.claim()
+        start = folder.load_checkpoint()
+        ckpt = folder.checkpoint
         tok, tok_files = load_tokenizer(cfg.model), checkpoint.read_tokenizer_files(cfg.model)
         prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
-        if problem := tokenizer_flags_problem(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking):
+        if problem := ignored_prompt_flags(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking):
             raise ConfigError(problem)
         examples, dropped = examples_of(cfg, tok, prompt_kw)
         sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
@@ -195,18 +210,14 @@ def main(argv=None):
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id  # pads are never trained
         trainer = Trainer(model, pad, recipe, precision)
         if ckpt is not None:
-            trainer.opt.load_state_dict(state["optimizer"])
-        start = state["step"]
+            trainer.opt.load_state_dict(folder.state["optimizer"])
         steps = cfg.steps or math.ceil(cfg.epochs * len(examples) / cfg.batch_size)
-        log = RunLog.open(run_dir, resume_step=start if cfg.resume else None)
-        checkpoint.write_json_atomic(run_dir / "config.json", dataclasses.asdict(cfg))
+        folder.open_log()
+        folder.write_config(cfg)
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
             distributed.DeviceError) as e:
-        if log is not None:
-            log.close()
-        if lock is not None and not cfg.resume:
-            checkpoint.discard_run(lock)  # nothing was written: no empty run folder is left behind
-        die(str(e))
+        kept = folder.discard() if folder is not None else ""  # a new folder holding nothing is removed
+        die(f"{e}{kept}")
     trained = sum(p.numel() for p in trainer.params)
     print(f"sft {run_dir}: {model.num_parameters() / 1e6:.2f}M parameters ({trained / 1e6:.2f}M trained"
           f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {len(examples)} examples"
@@ -216,14 +227,13 @@ def main(argv=None):
     try:
         with distributed.Interrupts() as stop:
             run(cfg, run_dir, model, weights, trainer, tok, tok_files, examples, sets, eos_ids, prompt_kw, precision,
-                start, steps, log, stop)
+                start, steps, folder.log, stop)
     except CheckpointError as e:
         die(str(e), 1)
     except KeyboardInterrupt:  # a second Ctrl-C: at once, from the last checkpoint
         die(f"interrupted; continue with --resume {run_dir} (from its last checkpoint, if one was written)", 130)
     finally:
-        log.close()
-        lock.release()
+        folder.close()
 
 
 def run(cfg, run_dir, model, weights, trainer, tok, tok_files, examples, sets, eos_ids, prompt_kw, precision,

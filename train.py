@@ -11,8 +11,8 @@ This file is one GRPO step, then the loop around it. The step, in order:
   4. pi_old       the log-probs every ratio of the step is taken against: a no-grad forward
   5. updates      for each epoch x minibatch: new log-probs, the clipped surrogate of --clip, backward, AdamW
   6. metrics      one line of metrics.jsonl
-The run folder, checkpoints, resuming and signals are nanoatr/session.py's; the flags nanoatr/config.py's
-TrainConfig. A first reading without DDP, chunks, dynamic sampling or checkpoints: grpo.py (~100 lines).
+The run folder, checkpoints, resuming and signals are nanoatr/session.py's, and so are the flags
+(TrainConfig). A first reading without DDP, chunks, dynamic sampling or checkpoints: grpo.py (~100 lines).
 """
 import nanoatr
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
@@ -27,7 +27,6 @@ from torch import nn
 
 from nanoatr import distributed, lora
 from nanoatr.checkpoint import read_tokenizer_files
-from nanoatr.config import TrainConfig
 from nanoatr.data import TASKS, load_problems
 from nanoatr.evaluate import check_budgets, during_training, scores_line
 from nanoatr.loss import (aggregate, group_advantages, kl_to_reference, merge_stats, policy_loss, progress,
@@ -36,7 +35,7 @@ from nanoatr.methods import needs
 from nanoatr.model import Qwen3
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
-from nanoatr.session import Session
+from nanoatr.session import Session, TrainConfig
 from nanoatr.tokenizer import completion_texts, encode_prompts, eos_token_ids, load_tokenizer, make_stopper
 
 

@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import gpu_rollout  # noqa: E402  (random_model, ragged_prompts, timed, to_hf, time_ours, time_hf)
 import gpu_smoke  # noqa: E402  (parse_args and train_steps: the --preset paper step)
 from nanoatr import decoding, lora, rollout  # noqa: E402
-from nanoatr.config import PRESETS  # noqa: E402
+from nanoatr.session import PRESETS  # noqa: E402
 from nanoatr.decoding import CHECK_EVERY, DecodePlan, decode_plan  # noqa: E402
 from nanoatr.rollout import generate  # noqa: E402
 

@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # noqa: E402
-from nanoatr.config import PRESETS, TrainConfig, resolve  # noqa: E402
+from nanoatr.session import PRESETS, TrainConfig, resolve  # noqa: E402
 from nanoatr import distributed, lora  # noqa: E402
 from nanoatr.loss import group_advantages  # noqa: E402
 from nanoatr.scoring import Scorer  # noqa: E402

@@ -193,7 +193,7 @@ def build_58m(out: Path, seed: int = 0):
 def ours_setup(model_dir: Path, args, phases: Phases):
     import train
     from nanoatr import distributed, lora
-    from nanoatr.config import TrainConfig, resolve
+    from nanoatr.session import TrainConfig, resolve
     from nanoatr.distributed import Dist
     from nanoatr.scoring import Scorer
     from nanoatr.tokenizer import load_tokenizer, make_stopper, eos_token_ids

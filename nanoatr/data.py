@@ -22,6 +22,7 @@ Every error is a ``DataError``: one line naming the file and the line.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -52,6 +53,26 @@ TASKS = {
     "countdown": Task("data/tiny-qwen3-countdown", "data/countdown/rl.jsonl",
                       ("data/countdown/heldout.jsonl", "data/countdown/transfer.jsonl"), countdown_reward, 96),
 }
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def located(path: str) -> str:
+    """A task's file as written when it is there from the current directory, else the repository's own
+    (a command started from another folder)."""
+    return path if Path(path).exists() or not (REPOSITORY / path).exists() else str(REPOSITORY / path)
+
+
+def task_defaults(cfg, given: set):
+    """The --task's model, problem files and completion budget, for every such field not given on the
+    command line. A config with --eval-data (train.py) takes the task's training file as --data and its
+    held-out files as --eval-data; one without (eval.py) takes the held-out files as --data."""
+    task = TASKS[cfg.task]
+    held_out = [located(f) for f in task.eval_data]
+    files = {"data": located(task.data), "eval_data": held_out} if hasattr(cfg, "eval_data") else \
+        {"data": held_out}
+    values = {"model": located(task.model), "max_new_tokens": task.max_new_tokens, **files}
+    return dataclasses.replace(cfg, **{k: v for k, v in values.items() if k not in given})
 
 
 class DataError(ValueError):

@@ -193,7 +193,7 @@ def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu", revis
 
 
 def load_policy(cfg, model_dir: Path, ckpt: Path | None, device):
-    """train.py's policy from its flags (cfg: config.TrainConfig), --model as a local directory (model_dir)
+    """train.py's policy from its flags (cfg: session.TrainConfig), --model as a local directory (model_dir)
     and the checkpoint it resumes from, if any:
     (our Qwen3, the PeftModel around it under LoRA or None), full weights or the base with adapters.
 

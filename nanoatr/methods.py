@@ -22,7 +22,7 @@ Adding a method takes three steps:
      and each knob becomes a train.py flag (--knob); mark with @uses(...) anything it reads beyond
      ratio / advantages / old_logp (full_kl, noise, or "sequences" for a loss per sequence)
   2. add `"my-rule": my_rule` to METHODS at the end of this file: it is now a --clip choice
-  3. if a knob is new, give it a range in RULES (a knob without one must merely be a finite number)
+  3. if a knob is new, give it a range in RULES (a name of config.RANGES; without one it need only be finite)
 The generic tests then run on it (`python -m pytest tests/test_loss.py -k my-rule`): padding,
 micro-batch invariance, compiled == eager, metrics, its docstring's "Flags:" line, and that it cuts a
 token pushed far the way its advantage pushes, on the side it reports.
@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from nanoatr import divergence
+from nanoatr.config import ConfigError, check_number, flag
 
 
 class Tokens(NamedTuple):
@@ -375,24 +376,13 @@ METHODS = {
     "gspo": gspo, "gspo-token": gspo_token, "kl3-adaptive": kl3_adaptive, "kl3-seq": kl3_seq,
 }
 
-# The allowed values of each hyper-parameter: (test, wording for the error message). A knob that is
-# not listed here must be a finite number.
+# The allowed values of each hyper-parameter: a range of config.RANGES. A knob that is not listed here
+# must merely be a finite number.
 RULES = {
-    "eps": (lambda v: 0 < v < 1, "in (0, 1)"),
-    "eps_low": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "eps_high": (lambda v: v > 0, "> 0"),
-    "dual_clip_c": (lambda v: v > 1, "> 1"),
-    "delta": (lambda v: v > 0, "> 0"),
-    "tau_pos": (lambda v: v > 0, "> 0"),
-    "tau_neg": (lambda v: v > 0, "> 0"),
-    "clip_cov_ratio": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "kl_cov_ratio": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "kl_cov_coef": (lambda v: v >= 0, ">= 0"),
-    "rollback_alpha": (lambda v: v >= 0, ">= 0"),
-    "adapt": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "delta_max": (lambda v: v > 0, "> 0"),
+    "eps": "(0,1)", "eps_low": "(0,1]", "eps_high": ">0", "dual_clip_c": ">1", "delta": ">0", "tau_pos": ">0",
+    "tau_neg": ">0", "clip_cov_ratio": "(0,1]", "kl_cov_ratio": "(0,1]", "kl_cov_coef": ">=0",
+    "rollback_alpha": ">=0", "adapt": "[0,1]", "delta_max": ">0",
 }
-ANY_NUMBER = (lambda v: True, "a finite number")
 
 
 def defaults(method: str) -> dict:
@@ -409,32 +399,25 @@ def needs(method: str, what: str) -> bool:
     return what in getattr(METHODS[method], "uses", ())
 
 
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def check_hparams(method: str, **hparams) -> dict:
     """Validate a method's hyper-parameters and return them merged over its defaults.
 
     Called once, when a run is configured: policy_loss, every micro-batch, takes them as given.
-    Raises ValueError naming the flag, e.g. "--delta must be > 0 (got -1.0)".
+    Raises ConfigError (a ValueError) naming the flag, e.g. "--delta must be > 0 (got -1.0)".
     """
     if method not in METHODS:
-        raise ValueError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
+        raise ConfigError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
     allowed = defaults(method)
     for name in hparams:
         if name not in allowed:
             names = ", ".join(flag(k) for k in allowed) or "none"
-            raise ValueError(f"{flag(name)} does not apply to --clip {method} (its flags: {names})")
+            raise ConfigError(f"{flag(name)} does not apply to --clip {method} (its flags: {names})")
     hp = {**allowed, **hparams}
     for name, value in hp.items():
-        ok, wording = RULES.get(name, ANY_NUMBER)
-        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
-            raise ValueError(f"{flag(name)} must be a finite number (got {value})")
-        if not ok(value):
-            raise ValueError(f"{flag(name)} must be {wording} (got {value})")
+        check_number(name, value, RULES.get(name))
     if "clip_cov_lb" in hp and not hp["clip_cov_lb"] < hp["clip_cov_ub"]:
-        raise ValueError(f"--clip-cov-lb must be < --clip-cov-ub (got {hp['clip_cov_lb']} and {hp['clip_cov_ub']})")
+        raise ConfigError(f"--clip-cov-lb must be < --clip-cov-ub (got {hp['clip_cov_lb']} and "
+                          f"{hp['clip_cov_ub']})")
     if "delta_max" in hp and not hp["delta_max"] >= hp["delta"]:
-        raise ValueError(f"--delta-max must be >= --delta (got {hp['delta_max']} and {hp['delta']})")
+        raise ConfigError(f"--delta-max must be >= --delta (got {hp['delta_max']} and {hp['delta']})")
     return hp

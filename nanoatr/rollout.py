@@ -18,12 +18,10 @@ import torch.nn.functional as F
 
 from nanoatr import lora
 from nanoatr.decoding import DecodePlan, StepRunner, bucket, cache_slots, decode_plan, window_for
+from nanoatr.config import SAMPLERS
 from nanoatr.model import DecodeSlot, KVCache
 
-SAMPLERS = ("inverse-cdf", "multinomial")  # the first is the default
 BLOCK = 128  # tokens per block of the inverse-CDF sampler's first level
-SAMPLER_HELP = ("how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, much cheaper on CPU "
-                "at large vocabularies, with other draws for a seed")
 STOP_EVERY = 16  # decode steps between two checks of the `stopper` (it decodes text: not every step)
 
 

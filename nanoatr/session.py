@@ -1,34 +1,177 @@
-"""A training run's life around the loop: its folder and lock, resuming, the metrics log, checkpoints
-on schedule, Ctrl-C / SIGTERM, the CPU thread count, and one-line errors. train.py reads:
+"""train.py's flags and its run around the loop: TrainConfig (with the paper's preset and the checks across
+flags), then the Session: the run folder made (or resumed) and locked, the metrics log, checkpoints on
+schedule, Ctrl-C / SIGTERM, the CPU thread count, and one-line errors. train.py reads:
 
-    with Session(argv, ...) as session:        # flags, the run folder made (or resumed) and locked
-        run = setup(session)                   # what a step needs; a bad file is one `error:` line
-        for step in session.steps(...):        # from the checkpoint's step; checkpoints every --save-every
-            session.log(grpo_step(run, step))  #   and at the end; Ctrl-C / SIGTERM: after this step, saved
+    with Session(argv, ...) as session:             # flags, the run folder made (or resumed) and locked
+        run = setup(session)                        # what a step needs; a bad file is one `error:` line
+        for step in session.steps(...):             # from the checkpoint's step; checkpoints every
+            session.log_step(grpo_step(run, step))  # --save-every and at the end; Ctrl-C / SIGTERM: saved
 
 Whatever goes wrong is one `error:` line and an exit code: a bad flag or file before training (the
 new run folder is then removed: nothing is left behind), a full or read-only disk while saving or
-logging (earlier checkpoints are intact), a second Ctrl-C (the last checkpoint is named). The files
-themselves (atomic checkpoints, the log, the lock) are nanoatr/checkpoint.py's.
+logging (earlier checkpoints are intact), a second Ctrl-C (the last checkpoint is named). The folder
+itself (lock, logs, what a resume may change) is nanoatr/runs.py's, the checkpoints nanoatr/checkpoint.py's.
 """
+import dataclasses
 import signal
 import sys
-from dataclasses import asdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
 import nanoatr
-from nanoatr import checkpoint, distributed, lora
-from nanoatr.checkpoint import CheckpointError, RunLog
-from nanoatr.config import (ConfigError, TrainConfig, apply_preset, die, hparam_flags, parse, preset_help, resolve,
-                            resumed_config)
-from nanoatr.data import DataError
+from nanoatr import checkpoint, distributed, lora, methods
+from nanoatr.checkpoint import CheckpointError
+from nanoatr.config import (DATA, METHOD, OPTIM, ROLLOUT, RUN, SAMPLER_HELP, SAMPLERS, ConfigError, EvalFlags,
+                            PromptFlags, RunFlags, TrainingFlags, arg, check_flags, die, flag, override,
+                            parse)
+from nanoatr.data import TASKS, DataError, task_defaults
 from nanoatr.evaluate import BudgetError
-from nanoatr.loss import effective_band
+from nanoatr.loss import AGGREGATIONS, effective_band
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
+from nanoatr.runs import FIXED_ON_RESUME, RunFolder, resumed_config, unique_name
 from nanoatr.tokenizer import TokenizerError
+
+
+@dataclass
+class TrainConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
+    """train.py's flags: its own below, the shared groups' in nanoatr/config.py."""
+    task: str = arg("math", "the task: its reward, and the defaults of --model, --data, --eval-data and "
+                    "--max-new-tokens (nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
+    model: str = arg(TASKS["math"].model, "model directory (HF format: config.json, safetensors, tokenizer), "
+                     "or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched into or read from its cache", DATA)
+    revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is a hub "
+                               "id", DATA)
+    data: str = arg(TASKS["math"].data, "training problems (jsonl: problem/answer or DAPO format)", DATA)
+    eval_data: list[str] = arg(list(TASKS["math"].eval_data), "held-out problem files evaluated during "
+                               "training (--eval-data with no file: no evaluation)", DATA, nargs="*")
+    clip: str = arg("kl3", "clipping rule (nanoatr/methods.py); its hyper-parameters are the flags listed "
+                    "under 'method hyper-parameters'", METHOD, choices=lambda: sorted(methods.METHODS))
+    aggregation: str = arg("dr-grpo", "loss aggregation", METHOD, choices=AGGREGATIONS)
+    std_normalize: bool = arg(False, "divide advantages by the group's std (GRPO); off = Dr. GRPO", METHOD)
+    beta: float = arg(0.0, "KL penalty to the reference policy (the starting model; loss.kl_to_reference); "
+                      "0 = none, as in the paper", METHOD, ">=0")
+    prompts_per_step: int = arg(16, "distinct prompts sampled per rollout step (over all ranks)", ROLLOUT,
+                                ">=1")
+    group_size: int = arg(8, "completions per prompt (G)", ROLLOUT, ">=1")
+    max_new_tokens: int = arg(48, "completion budget in tokens", ROLLOUT, ">=1")
+    temperature: float = arg(1.0, "sampling temperature of rollouts (and of the log-probs trained on)",
+                             ROLLOUT, ">0")
+    top_p: float = arg(1.0, "nucleus sampling of rollouts", ROLLOUT, "(0,1]")
+    top_k: int = arg(0, "top-k sampling of rollouts (0 = off)", ROLLOUT, ">=0")
+    sampler: str = arg(SAMPLERS[0], SAMPLER_HELP, ROLLOUT, choices=SAMPLERS)
+    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base "
+                          "models; special tokens such as <|im_end|> work too)", ROLLOUT)
+    rollout_batch: int = arg(0, "prompts sampled together, each such chunk with its own seed (0 = a rank's "
+                             "whole share). Samples depend on it, not on the number of ranks: set it to "
+                             "compare runs on different numbers of GPUs", ROLLOUT, ">=0")
+    dynamic_sampling: int = arg(0, "DAPO's dynamic sampling: groups whose rewards are all equal (no "
+                                "advantage) are replaced by the mixed groups of up to this many more rounds "
+                                "of prompts; 0 = off. Each rank fills its own share, so samples then depend "
+                                "on the number of ranks", ROLLOUT, ">=0")
+    steps: int = arg(400, "rollout steps (each feeds minibatches x epochs optimizer steps)", OPTIM, ">=1")
+    minibatches: int = arg(2, "optimizer steps per epoch over a rollout batch; >1 makes clipping act", OPTIM,
+                           ">=1")
+    epochs: int = arg(1, "passes over each rollout batch", OPTIM, ">=1")
+    base_name: str = arg("", "LoRA runs: the base model the adapter records (adapter_config.json's "
+                         "base_model_name_or_path), e.g. Qwen/Qwen3-1.7B for peft and vLLM users (default: "
+                         "--model as given, a relative path staying relative)", OPTIM)
+    merge: bool = arg(False, "LoRA runs: at the end also write <run>/merged, base + adapter as a full HF "
+                      "checkpoint", OPTIM)
+    compile: bool = arg(True, "compile the loss with torch.compile (falls back to eager if it fails)", OPTIM)
+    keep_checkpoints: int = arg(2, "checkpoints kept: checkpoint/ (the latest) and older ones beside it", RUN,
+                                ">=1")
+    threads: int = arg(0, "CPU threads of torch (0 = as many as the cores other processes leave idle, "
+                       "checked before every step; an explicit OMP_NUM_THREADS wins)", RUN, ">=0")
+    preset: str | None = arg(None, "start from a published setting; flags given explicitly win (listed at "
+                             "the end of --help)", RUN, choices=["paper"])
+    device: str = override(RunFlags, "device", help="cpu, cuda, cuda:N, or auto (CUDA if available; under "
+                           "torchrun each rank its own GPU)")
+    hparams: dict = arg(None, "clip method hyper-parameters after defaults (written to config.json)",
+                        cli=False)
+
+
+# The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags.
+# TRL counts its batch in completions: batch 8 = one group of G = 8, and 4 accumulated micro-batches make
+# one optimizer step on 4 prompts x 8 completions, sampled together. With one optimizer step per rollout
+# batch (TRL's num_iterations = 1) the ratio is exactly 1 and clipping is inert, as the warning says;
+# --minibatches 4 turns each group into its own optimizer step (the ratio then moves, clipping acts).
+PRESETS = {"paper": {
+    "lora_rank": 32, "lora_alpha": 64.0,
+    "lr": 5e-6, "weight_decay": 1e-3,                   # AdamW
+    "prompts_per_step": 4, "group_size": 8,             # batch 8 x gradient accumulation 4 = 32 completions
+    "micro_batch": 8, "minibatches": 1, "epochs": 1,    # 8 completions per backward, one optimizer step
+    "steps": 1000,                                      # "1,000 gradient steps" (Section 6.1)
+    "max_new_tokens": 2048,                             # maximum sequence length 2048
+    "temperature": 1.0, "top_p": 1.0, "top_k": 0,       # top-k -1 = off
+    "beta": 0.0, "aggregation": "dr-grpo", "std_normalize": False,   # Dr. GRPO backbone, no reference
+    "clip": "kl3",                                      # delta = 0.07, kl3's default
+    "eval_every": 50, "eval_k": 8, "eval_temperature": 0.3, "eval_top_p": 0.95, "eval_max_new_tokens": 32768,
+    # Not in the paper, what makes it fit one 80 GB GPU: bf16 base weights, checkpointed activations,
+    # 8 evaluation samples at a time (a 32k-token KV cache is ~3.7 GB per sample for Qwen3-1.7B).
+    "dtype": "bfloat16", "grad_checkpoint": True, "eval_batch_size": 8,
+}}
+
+
+def preset_help() -> str:
+    lines = [f"  {k.replace('_', '-'):<22} {v}" for k, v in PRESETS["paper"].items()]
+    return "--preset paper (Appendix B, Table 4; every flag given explicitly overrides it):\n" + \
+        "\n".join(lines)
+
+
+def hparam_flags(parser):
+    """--eps, --delta, ...: every clip method's hyper-parameters, defaulting to the method's own."""
+    group = parser.add_argument_group("method hyper-parameters (each applies to the --clip methods listed)")
+    table = {m: methods.defaults(m) for m in sorted(methods.METHODS)}
+    for k in sorted({k for d in table.values() for k in d}):
+        users = ", ".join(f"{m}={d[k]}" for m, d in table.items() if k in d)
+        group.add_argument(flag(k), type=float, default=None, dest=k, metavar="X", help=f"defaults: {users}")
+
+
+def apply_preset(cfg: TrainConfig, given: set) -> TrainConfig:
+    """The task's files, then the preset's values, for every field not given on the command line."""
+    cfg = task_defaults(cfg, given)
+    if cfg.preset is None:
+        return cfg
+    if not {"model", "data"} <= given:
+        raise ConfigError(f"--preset {cfg.preset} needs --model (a Qwen3 checkpoint directory) and --data "
+                          "(DAPO-Math-17k as jsonl)")
+    if "eval_data" not in given:  # never the embedded arithmetic file, at a 32,768-token budget
+        raise ConfigError(f"--preset {cfg.preset} needs --eval-data: its benchmark files (e.g. amc23.jsonl "
+                          "aime24.jsonl aime25.jsonl), or --eval-data with no file for no evaluation")
+    return dataclasses.replace(cfg, **{k: v for k, v in PRESETS[cfg.preset].items() if k not in given})
+
+
+def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1, given=frozenset()) -> TrainConfig:
+    """Fill in the method's default hyper-parameters and check every value, once; ConfigError names the flag.
+    given: the flags set on the command line; one that would be ignored (LoRA flags without LoRA, evaluation
+    flags without evaluation files) is an error rather than silence."""
+    check_flags(cfg, given)
+    cfg.hparams = methods.check_hparams(cfg.clip, **{k: v for k, v in given_hparams.items() if v is not None})
+    if methods.needs(cfg.clip, "sequences"):  # one loss per sequence on its tokens: averaged per sequence
+        cfg.aggregation = "seq-mean-token-mean"
+    if cfg.prompts_per_step % world:
+        raise ConfigError(f"--prompts-per-step {cfg.prompts_per_step} must be a multiple of the {world} "
+                          "ranks")
+    share = cfg.prompts_per_step // world
+    chunk = cfg.rollout_batch or share
+    if share % chunk:
+        raise ConfigError(f"--rollout-batch {chunk} must divide each rank's {share} prompts")
+    if (chunk * cfg.group_size) % cfg.minibatches:  # every chunk gives each minibatch the same number of rows
+        raise ConfigError(f"--minibatches {cfg.minibatches} must divide the {chunk * cfg.group_size} "
+                          f"completions of a rollout chunk (--rollout-batch {chunk} x --group-size "
+                          f"{cfg.group_size})")
+    if cfg.merge and not cfg.lora_rank:
+        raise ConfigError("--merge needs a LoRA run (--lora-rank > 0); a full fine-tuning checkpoint is "
+                          "already whole")
+    if cfg.base_name and not cfg.lora_rank:
+        raise ConfigError("--base-name needs a LoRA run (--lora-rank > 0): it is what the adapter records as "
+                          "its base")
+    cfg.lora_alpha = cfg.lora_alpha or 2.0 * cfg.lora_rank
+    return cfg
+
 
 START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
                 distributed.DeviceError, BudgetError)
@@ -43,7 +186,7 @@ class Session:
 
     def __init__(self, argv=None, doc: str = ""):
         nanoatr.ctrl_c_raises()  # from here on, a Ctrl-C is the session's (a new run folder is removed first)
-        self.lock = self.log = self.bar = None
+        self.folder = self.bar = None  # the runs.RunFolder, once the flags are resolved
         self.training = False
         self.interrupted_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
         cfg, extra, given = parse(TrainConfig, argv, doc, hparam_flags, epilog=preset_help())
@@ -68,7 +211,9 @@ class Session:
     def open(self):
         """Flags resolved, the run folder made or resumed and locked, the checkpoint to start from read."""
         if self.cfg.resume:
-            cfg, extra = resumed_config(self.cfg, self.extra, self.given)
+            cfg = resumed_config(self.cfg, self.given, FIXED_ON_RESUME)
+            extra = self.extra if "clip" in self.given else \
+                {**(cfg.hparams or {}), **{k: v for k, v in self.extra.items() if v is not None}}
         else:
             cfg, extra = apply_preset(self.cfg, self.given), self.extra
         self.d = d = distributed.setup(cfg.device)
@@ -76,22 +221,22 @@ class Session:
         # The run folder first, before minutes of loading: a used name, a second process on the same
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
         self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
-            cfg.name or checkpoint.unique_name(cfg.clip), d)
+            cfg.name or unique_name(cfg.clip), d)
+        self.folder = RunFolder(self.dir, resuming=bool(cfg.resume))
         if d.main:
-            self.lock = checkpoint.resume_run(self.dir) if cfg.resume else checkpoint.create_run(cfg.out_dir,
-                                                                                                 self.dir.name)
+            self.folder.claim()
         distributed.barrier(d)  # rank 0 has repaired the folder before anyone reads it
-        self.checkpoint = checkpoint.latest(self.dir) if cfg.resume else None
-        # step and optimizer state, read once (it is big)
-        self.state = checkpoint.load_state(self.checkpoint) if self.checkpoint else {"step": 0}
-        self.start = self.state["step"]
+        self.start = self.folder.load_checkpoint()
+        self.checkpoint, self.state = self.folder.checkpoint, self.folder.state
         if self.start > cfg.steps:
-            raise ConfigError(f"--steps {cfg.steps} is before the checkpoint's step {self.start} in {self.dir}: "
-                              f"give --steps {self.start} or more")
-        self.log = RunLog.open(self.dir, resume_step=self.start if cfg.resume else None) if d.main else None
-        if self.start == cfg.steps and d.main and (not cfg.eval_data or self.log.has(cfg.steps)):
-            raise NothingToDo(f"run {self.dir} is finished (step {self.start} of {cfg.steps}, evaluated): nothing to "
-                           f"do; --resume {self.dir} --steps N with N > {self.start} trains further")
+            raise ConfigError(f"--steps {cfg.steps} is before the checkpoint's step {self.start} in "
+                              f"{self.dir}: give --steps {self.start} or more")
+        if d.main:
+            self.folder.open_log()
+        if self.start == cfg.steps and d.main and (not cfg.eval_data or self.folder.log.has(cfg.steps)):
+            raise NothingToDo(f"run {self.dir} is finished (step {self.start} of {cfg.steps}, evaluated): "
+                              f"nothing to do; --resume {self.dir} --steps N with N > {self.start} trains "
+                              "further")
         self.threads = distributed.CpuThreads(cfg.threads, d.device)
         self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
 
@@ -99,7 +244,7 @@ class Session:
         """Setup is done: what the checkpoints save; the run's config.json written."""
         self.weights, self.optimizer, self.tokenizer_files = weights, optimizer, tokenizer_files
         if self.d.main:
-            checkpoint.write_json_atomic(self.dir / "config.json", asdict(self.cfg))
+            self.folder.write_config(self.cfg)
 
     def steps(self, progress=None):
         """The steps from the checkpoint's to --steps, under a progress bar (`progress(row)`: its fields).
@@ -107,8 +252,9 @@ class Session:
         checkpoint, and the loop ends (the exit then names the signal)."""
         cfg, d = self.cfg, self.d
         self.training, self.progress = True, progress
-        with distributed.Interrupts() as interrupts, tqdm(range(self.start, cfg.steps), initial=self.start, total=cfg.steps,
-                                              desc="train", unit="step", disable=not d.main) as self.bar:
+        bar = tqdm(range(self.start, cfg.steps), initial=self.start, total=cfg.steps, desc="train",
+                   unit="step", disable=not d.main)
+        with distributed.Interrupts() as interrupts, bar as self.bar:
             try:
                 for step in self.bar:
                     self.thread_count = self.threads.adjust()
@@ -129,13 +275,14 @@ class Session:
 
     def save(self, step: int):
         if self.d.main:
-            checkpoint.save(self.dir, self.weights, self.tokenizer_files,
-                            {"step": step, "optimizer": self.optimizer.state_dict()}, keep=self.cfg.keep_checkpoints)
+            state = {"step": step, "optimizer": self.optimizer.state_dict()}
+            checkpoint.save(self.dir, self.weights, self.tokenizer_files, state,
+                            keep=self.cfg.keep_checkpoints)
 
     def log_step(self, row: dict):
         """A step's metrics line, and the progress bar's fields."""
         if self.d.main:
-            self.log.write(row | {"threads": self.thread_count})
+            self.folder.log.write(row | {"threads": self.thread_count})
             if self.progress:
                 self.bar.set_postfix(self.progress(row))
 
@@ -145,7 +292,7 @@ class Session:
             tqdm.write(line) if self.bar is not None else print(line, flush=True)
 
     def describe(self, model, trained: list, n_problems: int, beta: bool):
-        """The run's first lines: what trains, on what, with which clipping rule (and a warning if it is inert)."""
+        """The run's first lines: what trains, on what, with which clipping rule (warned if it is inert)."""
         cfg = self.cfg
         if cfg.minibatches * cfg.epochs == 1 and self.d.main:
             print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
@@ -159,14 +306,14 @@ class Session:
 
     def evaluated(self, step: int) -> bool:
         """This step's evaluation is already in the log (a resumed run)."""
-        return self.d.main and self.log.has(step)
+        return self.d.main and self.folder.log.has(step)
 
     def log_eval(self, step: int, results: dict, samples: dict):
         """An evaluation's line of metrics.jsonl, and a few of its completions per file in samples.jsonl."""
         if self.d.main:
             for name, rows in samples.items():
-                self.log.samples(step, name, rows)
-            self.log.write({"step": step, **results})
+                self.folder.log.samples(step, name, rows)
+            self.folder.log.write({"step": step, **results})
 
     def __exit__(self, kind, error, tb):
         try:
@@ -177,7 +324,7 @@ class Session:
             if kind is not None and issubclass(kind, START_ERRORS) and not self.training:
                 self.fail(error)
             if kind is CheckpointError or (kind is lora.AdapterError and self.training):
-                die(str(error), 1)  # disk full or read-only while saving, logging or merging: what was saved is intact
+                die(str(error), 1)  # a full or read-only disk while saving or logging: what was saved is kept
             if kind is KeyboardInterrupt:
                 self.abort()
         finally:
@@ -185,22 +332,11 @@ class Session:
         return False
 
     def fail(self, error, code: int = 2):
-        """One line for an error before training. A new run folder that holds nothing of value (no
-        checkpoint, no logged row; its config.json is written again by the next start) is removed;
-        one that does is kept, and the line says how to continue it."""
-        logged = self.log is not None and bool(self.log.rows)
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-        if self.lock is not None and not self.cfg.resume:
-            if not logged and not any(self.dir.glob("checkpoint*")):
-                (self.dir / "config.json").unlink(missing_ok=True)
-            checkpoint.discard_run(self.lock)  # only the lock and empty logs left: the folder goes
-            self.lock = None
-            if self.dir.is_dir():
-                error = f"{error}; the run folder {self.dir} holds what was logged (continue with --resume {self.dir})"
+        """One line for an error before training. A new run folder that holds nothing of value is removed;
+        one that does is kept, and the line says how to continue it (runs.RunFolder.discard)."""
+        kept = self.folder.discard() if self.folder is not None else ""
         self.close()
-        die(str(error), code)
+        die(f"{error}{kept}", code)
 
     def abort(self):
         """Ctrl-C during start-up, or a second one while training: stop at once, say where things stand."""
@@ -214,16 +350,12 @@ class Session:
             + (f" (continue with --resume {self.dir})" if last else ""), 130)
 
     def close(self):
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
+        if self.folder is not None:
+            self.folder.close()
         distributed.shutdown()
 
 
 def band(cfg) -> str:
-    """', it keeps w in [0.671, 1.422]': the method's effective band (loss.effective_band), where it has one."""
+    """', it keeps w in [0.671, 1.422]': the method's effective band (loss.effective_band), if it has one."""
     found = effective_band(cfg.clip, tuple(sorted(cfg.hparams.items())))
     return "" if found is None else f", keeps w in [{found[0]:.3f}, {found[1]:.3f}]"

@@ -140,7 +140,7 @@ def format_prompt(tokenizer, problem, template: str | None = None, system_prompt
 def ignored_prompt_flags(tokenizer, template: str | None, system_prompt: str | None,
                          enable_thinking: bool | None) -> str | None:
     """A --system-prompt or --thinking / --no-thinking that this tokenizer's prompt would silently ignore,
-    as one line, or None. (With --prompt-template both are errors already: config.prompt_flags_problem.)"""
+    as one line, or None. (With --prompt-template both are errors already: config.ignored_prompt_flag.)"""
     if template is not None:
         return None
     chat = getattr(tokenizer, "chat_template", None)
@@ -151,9 +151,6 @@ def ignored_prompt_flags(tokenizer, template: str | None, system_prompt: str | N
                 "has no enable_thinking switch (Qwen3's has)")
     return None
 
-
-# The old name, only until sft.py (another room's file, renamed when the branches merge) imports the new one.
-prompt_flags_problem = ignored_prompt_flags
 
 
 def encode_prompts(tokenizer, problems, **kw) -> list[list[int]]:

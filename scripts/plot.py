@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
-from nanoatr.checkpoint import read_metrics  # noqa: E402
+from nanoatr.runs import read_metrics  # noqa: E402
 from nanoatr.evaluate import summarize, verdicts_by_problem  # noqa: E402
 
 TRAIN_PANELS = (("(a) return", "reward_mean"), ("(b) entropy", "entropy"), ("(c) completion length", "completion_len"))

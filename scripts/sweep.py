@@ -47,10 +47,10 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
-from nanoatr.checkpoint import read_metrics  # noqa: E402
+from nanoatr.runs import read_metrics  # noqa: E402
 import torch  # noqa: E402
 from nanoatr import config  # noqa: E402
-from nanoatr.config import PRESETS, TrainConfig  # noqa: E402
+from nanoatr.session import PRESETS, TrainConfig, hparam_flags  # noqa: E402
 from nanoatr.methods import METHODS, check_hparams, defaults  # noqa: E402
 from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402  (scripts/plot.py)
 import stats  # noqa: E402  (scripts/stats.py)
@@ -146,7 +146,7 @@ def train_flag(spec: str, key: str, value: str) -> tuple[str, str]:
         if value.lower() not in ("true", "false"):
             raise ValueError(f"method {spec!r}: {config.flag(name)} is a switch: {name}=true or {name}=false")
         value = value.lower()
-    cfg = config.parse(TrainConfig, flag_argv(name, value), extra=config.hparam_flags)[0]
+    cfg = config.parse(TrainConfig, flag_argv(name, value), extra=hparam_flags)[0]
     config.check_ranges(cfg)  # ConfigError (a ValueError) naming the flag
     parsed = getattr(cfg, name)
     return name, value if isinstance(parsed, bool) else f"{parsed:g}" if isinstance(parsed, float) else str(parsed)
@@ -663,7 +663,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.clip and args.ablate_delta:
         parser.error("--clip and --ablate-delta exclude each other (the ablation runs kl3)")
-    given = config.parse(TrainConfig, train_args, extra=config.hparam_flags)  # a bad flag: train.py's error line
+    given = config.parse(TrainConfig, train_args, extra=hparam_flags)  # a bad flag: train.py's error line
     own = sorted(config.flag(name) for name in given[2] if config.flag(name) in OWN_FLAGS)
     if own:
         parser.error(f"{', '.join(own)} after -- is set by the sweep itself")

@@ -1,5 +1,7 @@
-"""The run directory (nanoatr.checkpoint): checkpoints kept and validated with fallback, the tokenizer
-written from memory, logs repaired on resume and read past bad lines, run names, the lock, atomic JSON."""
+"""The run directory: checkpoints kept and validated with fallback, the tokenizer written from memory
+(nanoatr.checkpoint); logs repaired on resume and read past bad lines, run names, the lock, atomic JSON,
+the settings a resume starts from (nanoatr.runs)."""
+import dataclasses
 import errno
 import hashlib
 import json
@@ -9,8 +11,10 @@ import shutil
 import pytest
 import torch
 
-from nanoatr import checkpoint
-from nanoatr.checkpoint import CheckpointError, RunLog
+from nanoatr import checkpoint, runs
+from nanoatr.checkpoint import CheckpointError
+from nanoatr.config import ConfigError
+from nanoatr.runs import RunLog
 
 
 @pytest.fixture(scope="session")
@@ -82,23 +86,6 @@ def test_tokenizer_comes_from_memory_not_from_a_deleted_folder(tmp_path, tiny):
     for step in (1, 2, 3):
         checkpoint.save(run, tiny[0], tok, state(step))
         assert_loads(run / "checkpoint", step)
-
-
-def test_a_legacy_run_left_with_only_checkpoint_old_resumes(tmp_path, tiny):
-    """An older nanoatr killed between its two renames left checkpoint.old/ (no manifest) alone."""
-    save(tmp_path, tiny, 2)
-    legacy = tmp_path / "checkpoint.old"
-    os.rename(tmp_path / "checkpoint", legacy)
-    (legacy / "manifest.json").unlink()
-    (tmp_path / "checkpoint.new").mkdir()  # its half-written next one
-    assert checkpoint.latest(tmp_path) == legacy
-    checkpoint.resume_run(tmp_path).release()
-    assert names(tmp_path) == [".lock", "checkpoint"]
-    assert_loads(tmp_path / "checkpoint", 2)
-    save(tmp_path, tiny, 3)
-    save(tmp_path, tiny, 4)
-    assert names(tmp_path) == [".lock", "checkpoint", "checkpoint-step000003"]
-    assert_loads(tmp_path / "checkpoint", 4)
 
 
 def _truncate(f):
@@ -242,23 +229,23 @@ def test_a_fresh_log_and_an_untouched_log(tmp_path):
 def test_read_metrics_skips_bad_lines_with_one_warning(tmp_path, capsys):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1}\n{"step": 2, "lo{"step": 3}\n\n[1]\n\xff\xfe\n{"step": 4}\n{"st')
-    assert checkpoint.read_metrics(path) == [{"step": 1}, {"step": 4}]
+    assert runs.read_metrics(path) == [{"step": 1}, {"step": 4}]
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"warning: {path}: skipped 4 unreadable line(s) (line 2, 4, 5, ...)"]
     with pytest.raises(CheckpointError, match="no metrics.jsonl"):
-        checkpoint.read_metrics(tmp_path / "nope" / "metrics.jsonl")
+        runs.read_metrics(tmp_path / "nope" / "metrics.jsonl")
 
 
 def test_write_json_atomic(tmp_path, monkeypatch):
     path = tmp_path / "config.json"
-    checkpoint.write_json_atomic(path, {"a": 1})
+    runs.write_json_atomic(path, {"a": 1})
     assert json.loads(path.read_text()) == {"a": 1}
 
     def full(*a):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(os, "replace", full)
     with pytest.raises(CheckpointError, match=rf"cannot write {path} \(disk full\)"):
-        checkpoint.write_json_atomic(path, {"a": 2})
+        runs.write_json_atomic(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 1} and names(tmp_path) == ["config.json"]
 
 
@@ -266,36 +253,56 @@ def test_write_json_atomic(tmp_path, monkeypatch):
 # Runs
 
 def test_unique_names_differ_within_one_second():
-    many = {checkpoint.unique_name("kl3") for _ in range(50)}  # 2^24 suffixes: a clash has p ~ 1e-4
+    many = {runs.unique_name("kl3") for _ in range(50)}  # 2^24 suffixes: a clash has p ~ 1e-4
     assert len(many) == 50 and all(n.startswith("kl3-") for n in many)
 
 
 def test_a_new_run_refuses_a_used_folder(tmp_path):
-    lock = checkpoint.create_run(tmp_path, "a")
+    lock = runs.create_run(tmp_path, "a")
     (tmp_path / "a/metrics.jsonl").write_text("")
     lock.release()
     with pytest.raises(CheckpointError) as e:
-        checkpoint.create_run(tmp_path, "a")
+        runs.create_run(tmp_path, "a")
     assert str(e.value) == (f"run folder {tmp_path / 'a'} already exists: continue it with --resume "
                             f"{tmp_path / 'a'}, or choose another --name")
     (tmp_path / "empty").mkdir()
-    checkpoint.create_run(tmp_path, "empty").release()  # an empty folder is fine
+    runs.create_run(tmp_path, "empty").release()  # an empty folder is fine
     with pytest.raises(CheckpointError, match="no such run folder"):
-        checkpoint.resume_run(tmp_path / "b")
+        runs.resume_run(tmp_path / "b")
 
 
 def test_the_lock_keeps_out_a_second_writer(tmp_path):
-    with checkpoint.create_run(tmp_path, "a"):
+    with runs.create_run(tmp_path, "a"):
         with pytest.raises(CheckpointError, match=rf"run folder {tmp_path / 'a'} is in use by another "
                                                   rf"process \(pid {os.getpid()}\)"):
-            checkpoint.resume_run(tmp_path / "a")
-    checkpoint.resume_run(tmp_path / "a").release()  # released on exit
+            runs.resume_run(tmp_path / "a")
+    runs.resume_run(tmp_path / "a").release()  # released on exit
 
 
 def test_a_read_only_run_folder_is_one_line(tmp_path, monkeypatch):
     def read_only(*a, **k):
         raise OSError(errno.EROFS, "Read-only file system")
-    monkeypatch.setattr(checkpoint, "_write_bytes", read_only)
+    monkeypatch.setattr(runs, "write_bytes", read_only)
     message = rf"run folder {tmp_path / 'a'} is not writable \(read-only file system\)"
     with pytest.raises(CheckpointError, match=message):
-        checkpoint.create_run(tmp_path, "a")
+        runs.create_run(tmp_path, "a")
+
+
+def test_a_resume_takes_the_saved_config_with_the_flags_given_on_top(tmp_path):
+    from nanoatr.session import TrainConfig
+    run = tmp_path / "r"
+    run.mkdir()
+    runs.write_json_atomic(run / "config.json", dataclasses.asdict(TrainConfig(steps=4, lr=3e-4, group_size=4)))
+    now = TrainConfig(resume=str(run), steps=8, lr=3e-4)  # group_size not given: the run's 4, not the default 8
+    cfg = runs.resumed_config(now, {"resume", "steps", "lr"}, runs.FIXED_ON_RESUME)
+    assert (cfg.steps, cfg.lr, cfg.group_size, cfg.resume) == (8, 3e-4, 4, str(run))
+    other_lr = TrainConfig(resume=str(run), lr=1e-3)
+    with pytest.raises(ConfigError, match=r'^--lr would be ignored by --resume: the checkpoint\'s optimizer state '
+                                          r'has its own \(.*config.json has "lr": 0.0003\)$'):
+        runs.resumed_config(other_lr, {"resume", "lr"}, runs.FIXED_ON_RESUME)
+    assert runs.resumed_config(other_lr, {"resume", "lr"}, fixed={}).lr == 1e-3  # sft.py: nothing is fixed
+    with pytest.raises(ConfigError, match=rf"^--resume {tmp_path}: no config.json there, not a run directory$"):
+        runs.resumed_config(TrainConfig(resume=str(tmp_path)), {"resume"}, {})
+    (run / "config.json").write_text('["not", "a", "dict"]')
+    with pytest.raises(ConfigError, match=r"config.json is not a run's config.json \(TypeError: "):
+        runs.resumed_config(now, {"resume"}, {})

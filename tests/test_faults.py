@@ -20,8 +20,9 @@ import torch
 from safetensors import SafetensorError
 
 import nanoatr.model.files
-from nanoatr import checkpoint
-from nanoatr.checkpoint import CheckpointError, RunLog
+from nanoatr import checkpoint, runs
+from nanoatr.checkpoint import CheckpointError
+from nanoatr.runs import RunLog
 from test_checkpoint import assert_loads, names, save, state, tiny  # noqa: F401 (tiny: the fixture)
 
 
@@ -39,7 +40,7 @@ class Faults:
         self.k, self.fail_at, self.run_dir, self.snapshot, self.error = 0, fail_at, run_dir, snapshot, error
         self.stages = []
         for module, name in [(os, "rename"), (os, "replace"), (os, "fsync"), (os, "mkdir"), (shutil, "rmtree"),
-                             (checkpoint, "_write_bytes"), (torch, "save"), (nanoatr.model.files, "save_file")]:
+                             (checkpoint, "write_bytes"), (torch, "save"), (nanoatr.model.files, "save_file")]:
             monkeypatch.setattr(module, name, self.wrap(name, getattr(module, name)))
 
     def wrap(self, name, real):
@@ -53,7 +54,7 @@ class Faults:
                     self.fail_at = -1  # once: the handlers below run unhindered
                     if self.error is not None:
                         raise self.error
-                    if name == "_write_bytes":  # killed halfway through writing the file
+                    if name == "write_bytes":  # killed halfway through writing the file
                         with open(args[0], "wb") as f:
                             f.write(args[1][:len(args[1]) // 2])
                     shutil.copytree(self.run_dir, self.snapshot, symlinks=True)
@@ -106,8 +107,8 @@ def test_the_stages_of_a_save(monkeypatch, tiny, template, tmp_path):
     stages = count_stages(monkeypatch, tiny, template, tmp_path)
     text = "\n".join(stages)
     for expected in ["rmtree(count/.checkpoint-new)", "mkdir(count/.checkpoint-new)", "save_file(",
-                     "_write_bytes(.checkpoint-new/tokenizer.json)",
-                     "save(", "_write_bytes(.checkpoint-new/manifest.json)",
+                     "write_bytes(.checkpoint-new/tokenizer.json)",
+                     "save(", "write_bytes(.checkpoint-new/manifest.json)",
                      "rename(count/checkpoint, count/checkpoint-step000002)",
                      "rename(count/.checkpoint-new, count/checkpoint)",
                      "rename(count/checkpoint-step000001, count/.checkpoint-trash-checkpoint-step000001)",
@@ -358,12 +359,12 @@ def test_a_start_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeyp
     where ext4 or NFS report it; rlimit: every write refused by the kernel."""
     run = tmp_path / "r"
     if start == "resume":
-        checkpoint.create_run(tmp_path, "r").release()
+        runs.create_run(tmp_path, "r").release()
         save(run, tiny, 1)
         before = names(run)
 
     def begin():
-        (checkpoint.resume_run(run) if start == "resume" else checkpoint.create_run(tmp_path, "r")).release()
+        (runs.resume_run(run) if start == "resume" else runs.create_run(tmp_path, "r")).release()
     if how == "rlimit":
         got = in_child(0, begin)
     else:
@@ -388,7 +389,7 @@ def test_a_start_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeyp
 def _train_forever(run, tiny, out_dir, steps, save_every):
     """The child: resume the run (or start it), log a row per step and save every save_every steps."""
     model, tok = tiny
-    lock = checkpoint.resume_run(run) if run.exists() else checkpoint.create_run(out_dir, run.name)
+    lock = runs.resume_run(run) if run.exists() else runs.create_run(out_dir, run.name)
     found = checkpoint.latest(run)
     start = checkpoint.load_state(found)["step"] if found else 0
     log = RunLog.open(run, resume_step=start if found else None)
@@ -482,14 +483,14 @@ def test_disk_full_while_logging_leaves_whole_lines(tmp_path, monkeypatch, parti
 
 LOCKER = """
 import sys, time
-from nanoatr import checkpoint
+from nanoatr import checkpoint, runs
 try:
-    lock = checkpoint.create_run(sys.argv[1], "same")
+    lock = runs.create_run(sys.argv[1], "same")
 except checkpoint.CheckpointError as e:
     print("error:", e, flush=True)
     sys.exit(2)
 print("ok", flush=True)
-checkpoint.write_json_atomic(lock.run_dir / "config.json", {"pid": __import__("os").getpid()})
+runs.write_json_atomic(lock.run_dir / "config.json", {"pid": __import__("os").getpid()})
 sys.stdin.read()  # holds the run until the test closes stdin
 """
 
@@ -508,12 +509,12 @@ def test_two_processes_on_one_run_folder(tmp_path):
     assert refused.startswith(f"error: run folder {tmp_path / 'same'} ")
     assert "is in use by another process" in refused or "already exists" in refused
     with pytest.raises(CheckpointError, match=rf"is in use by another process \(pid {winner.pid}\)"):
-        checkpoint.resume_run(tmp_path / "same")
+        runs.resume_run(tmp_path / "same")
     with pytest.raises(CheckpointError, match="already exists: continue it with --resume"):
-        checkpoint.create_run(tmp_path, "same")
+        runs.create_run(tmp_path, "same")
     winner.kill()
     winner.wait(timeout=30)
-    checkpoint.resume_run(tmp_path / "same").release()  # the kernel dropped the dead process's lock
+    runs.resume_run(tmp_path / "same").release()  # the kernel dropped the dead process's lock
 
 
 ROOT = Path(__file__).resolve().parent.parent

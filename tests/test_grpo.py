@@ -12,7 +12,7 @@ import torch
 
 import grpo
 import train
-from nanoatr.config import TrainConfig, resolve
+from nanoatr.session import TrainConfig, resolve
 from nanoatr.data import TASKS, load_problems
 from nanoatr.distributed import Dist, Shard
 from nanoatr.methods import check_hparams

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 import train
-from nanoatr.config import TRL_NAMES, TrainConfig, apply_preset, hparam_flags, parse, resolve
+from nanoatr.config import TRL_NAMES, parse
+from nanoatr.session import TrainConfig, apply_preset, hparam_flags, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["--model", "m", "--data", "d.jsonl", "--eval-data", "aime24.jsonl"]

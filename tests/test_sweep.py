@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import stats  # noqa: E402  (scripts/stats.py)
 import sweep  # noqa: E402  (scripts/sweep.py)
 from nanoatr import config  # noqa: E402
-from nanoatr.config import PRESETS, TrainConfig  # noqa: E402
+from nanoatr.session import PRESETS, TrainConfig, apply_preset, hparam_flags  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
 TINY = ["--eval-limit", "4", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40"]
 
@@ -216,7 +216,7 @@ def test_without_matplotlib_the_last_line_names_the_table_alone(tmp_path, capsys
 
 def train_config(cmd: list[str]):
     """(TrainConfig, method hyper-parameters) as train.py reads a command line."""
-    cfg, hparams, _ = config.parse(TrainConfig, cmd[cmd.index("train.py") + 1:], extra=config.hparam_flags)
+    cfg, hparams, _ = config.parse(TrainConfig, cmd[cmd.index("train.py") + 1:], extra=hparam_flags)
     return cfg, hparams
 
 
@@ -317,7 +317,7 @@ def test_a_preset_wins_over_the_sweeps_settings(tmp_path, capsys):
     sweep.main(["--clip", "kl3", "--seeds", "1", "--dry-run", "--out", str(tmp_path), "--", *paper])
     out = capsys.readouterr().out
     assert "--preset paper after --: the sweep's settings of --task math are not applied (the preset's win)" in out
-    cfg = config.apply_preset(*train_config(out.strip().splitlines()[-1].split())[:1],
+    cfg = apply_preset(*train_config(out.strip().splitlines()[-1].split())[:1],
                               given={"model", "data", "eval_data", "clip", "seed", "steps", "out_dir", "name",
                                      "task", "preset"})
     assert (cfg.lr, cfg.minibatches, cfg.eval_every) == tuple(PRESETS["paper"][k] for k in ("lr", "minibatches",

@@ -135,7 +135,7 @@ def step_run(clip: str, reuse_first_forward: bool):
     minibatches x 2 epochs, micro-batches of 3 (so they do not divide a minibatch's 8 rows)."""
     import contextlib
     import grpo
-    from nanoatr.config import TrainConfig, resolve
+    from nanoatr.session import TrainConfig, resolve
     from nanoatr.data import TASKS, load_problems
     from nanoatr.distributed import Dist, Shard
     from nanoatr.model import Qwen3
@@ -396,7 +396,7 @@ def fake_rounds(monkeypatch, rewards_by_round):
 
 
 def fake_run(k):
-    from nanoatr.config import TrainConfig
+    from nanoatr.session import TrainConfig
     from nanoatr.distributed import Dist, Shard
     cfg = TrainConfig(prompts_per_step=3, group_size=2, dynamic_sampling=k)
     tok = type("Tok", (), {"pad_token_id": 0})()

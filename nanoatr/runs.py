@@ -1,0 +1,358 @@
+"""A run folder: made or resumed under its lock, its JSONL logs and config.json, and what a resume may
+change. train.py's Session (nanoatr/session.py) and sft.py both open theirs as a RunFolder; the
+checkpoints inside are nanoatr/checkpoint.py's.
+
+    runs/<name>/
+        .lock          flock'ed by the one process writing the run (its pid inside)
+        config.json    the run's settings, written atomically (write_json_atomic)
+        metrics.jsonl  one JSON object per line, each with its "step"; samples.jsonl likewise
+        checkpoint/    and older checkpoint-stepN/: nanoatr/checkpoint.py
+
+Guarantees:
+- create_run() refuses a used folder; RunLock keeps a second process out of a run folder; resume_run()
+  repairs a folder a crash left (checkpoint.recover). A failed start (RunFolder.discard) leaves nothing.
+- RunLog writes each row with one os.write and an fsync; a failed write is cut back off.
+  Opened on resume from step s, it cuts a torn last line and drops rows past s (they are redone),
+  so every step appears once. read_metrics() skips unreadable lines with one warning per file.
+- resumed_config() gives the run's saved settings, refusing a flag the resume would ignore.
+Every error a user can meet is one line: a CheckpointError naming the path, or a ConfigError naming the flag.
+"""
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+from nanoatr import checkpoint
+from nanoatr.checkpoint import CheckpointError, reason, replace_bytes, warn, write_bytes
+from nanoatr.config import ConfigError, flag
+
+LOCK = ".lock"
+
+
+class RunFolder:
+    """A run's folder as a command opens it: made, or resumed and repaired, under its lock (claim: only the
+    process that writes), the checkpoint to start from (load_checkpoint: every process), the logs
+    (open_log)."""
+
+    def __init__(self, path, resuming: bool):
+        self.path, self.resuming = Path(path), resuming
+        self.lock = self.log = self.checkpoint = None
+        self.state = {"step": 0}
+
+    def claim(self):
+        """A new folder (a used one is refused) or the resumed one, repaired; locked either way."""
+        self.lock = resume_run(self.path) if self.resuming else create_run(self.path.parent, self.path.name)
+
+    def load_checkpoint(self) -> int:
+        """The newest usable checkpoint of a resumed run and its trainer state (read once: it is big);
+        returns its step."""
+        self.checkpoint = checkpoint.latest(self.path) if self.resuming else None
+        self.state = checkpoint.load_state(self.checkpoint) if self.checkpoint else {"step": 0}
+        return self.state["step"]
+
+    def open_log(self):
+        """metrics.jsonl and samples.jsonl; resumed, without the rows past the checkpoint's step."""
+        self.log = RunLog.open(self.path, resume_step=self.state["step"] if self.resuming else None)
+
+    def write_config(self, cfg):
+        """config.json: the settings that run (the config dataclass, resolved)."""
+        write_json_atomic(self.path / "config.json", dataclasses.asdict(cfg))
+
+    def discard(self) -> str:
+        """After a start that failed, the folder closed: a new one that holds nothing of value (no checkpoint,
+        no logged row; its config.json is written again by the next start) is removed, lock and all; one that
+        does is kept, and the returned words say how to continue it ("" otherwise)."""
+        logged = self.log is not None and bool(self.log.rows)
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        if self.lock is None or self.resuming:
+            self.close()
+            return ""
+        if not logged and not any(self.path.glob("checkpoint*")):
+            (self.path / "config.json").unlink(missing_ok=True)
+        discard_run(self.lock)  # only the lock and empty logs left: the folder goes
+        self.lock = None
+        return f"; the run folder {self.path} holds what was logged (continue with --resume {self.path})" \
+            if self.path.is_dir() else ""
+
+    def close(self):
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def write_json_atomic(path, obj):
+    """config.json and the like: the old file or the new one, never half of one."""
+    replace_bytes(Path(path), (json.dumps(obj, indent=2) + "\n").encode())
+
+
+class RunLog:
+    """metrics.jsonl and samples.jsonl of a run. `rows`: the metrics rows in the file (kept and written)."""
+
+    def __init__(self, run_dir: Path, rows: list[dict], fsync: bool):
+        self.run_dir, self.rows, self.fsync = run_dir, rows, fsync
+        self.files = {}
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            try:
+                self.files[name] = os.open(run_dir / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError as e:
+                self.close()
+                raise CheckpointError(f"cannot open {run_dir / name} ({reason(e)})") from None
+
+    @classmethod
+    def open(cls, run_dir, resume_step: int | None = None, fsync: bool = True) -> "RunLog":
+        """Resuming from a checkpoint of step s (resume_step=s): rows past s are dropped first."""
+        run_dir = Path(run_dir)
+        rows = repair_jsonl(run_dir / "metrics.jsonl", resume_step)
+        repair_jsonl(run_dir / "samples.jsonl", resume_step)
+        return cls(run_dir, rows, fsync)
+
+    def write(self, row: dict):
+        self._append("metrics.jsonl", [row])
+        self.rows.append(row)
+
+    def has(self, step, prefix: str = "eval/") -> bool:
+        """A row of `step` with a key starting with `prefix` is logged (a finished run's last evaluation)."""
+        return any(r.get("step") == step and any(k.startswith(prefix) for k in r) for r in self.rows)
+
+    def samples(self, step, name, rows):
+        self._append("samples.jsonl", [{"step": step, "eval": name, **r} for r in rows])
+
+    def _append(self, name: str, rows: list[dict]):
+        """All rows in one os.write; a failed or partial write is cut back off the file."""
+        fd, data = self.files[name], "".join(json.dumps(r) + "\n" for r in rows).encode()
+        start = os.lseek(fd, 0, os.SEEK_END)  # the lock makes us the only writer
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if self.fsync:
+                os.fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise CheckpointError(f"{reason(e)} while writing {self.run_dir / name}: the row of step "
+                                  f"{rows[0].get('step') if rows else '?'} was not logged") from None
+
+    def close(self):
+        for fd in self.files.values():
+            os.close(fd)
+        self.files = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def repair_jsonl(path: Path, max_step: int | None = None) -> list[dict]:
+    """The rows of a JSONL log, after cutting a torn last line, unreadable lines and rows whose
+    "step" is past max_step; the file is rewritten (atomically) when anything was cut."""
+    if not path.is_file():
+        return []
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as e:
+        raise CheckpointError(f"cannot read {path} ({reason(e)})") from None
+    last = lines.pop()  # b"" unless the last line is torn
+    kept, rows, bad, later = [], [], 0, 0
+    for line in lines + [last] * bool(last):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):  # a dict is whole: a cut one lacks its closing brace
+            bad += bool(line.strip())
+            continue
+        if max_step is not None and isinstance(row.get("step"), (int, float)) and row["step"] > max_step:
+            later += 1
+            continue
+        kept.append(line)
+        rows.append(row)
+    if bad or later or last:
+        replace_bytes(path, b"".join(line + b"\n" for line in kept))
+    if bad or later:
+        done = ([f"cut {bad} unreadable line(s) (a torn write)"] if bad else []) + \
+               ([f"dropped {later} row(s) past step {max_step}, the checkpoint's (they are redone)"]
+                if later else [])
+        warn(f"{'warning' if bad else 'note'}: {path}: " + "; ".join(done))
+    return rows
+
+
+def read_metrics(path) -> list[dict]:
+    """The JSON objects of a metrics.jsonl, for readers (plot, sweep): bad lines skipped with one warning."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path.parent}: no {path.name} (is it a run directory?)")
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as e:
+        raise CheckpointError(f"cannot read {path} ({reason(e)})") from None
+    rows, bad = [], []
+    for lineno, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        elif line.strip():
+            bad.append(lineno)
+    if bad:
+        warn(f"warning: {path}: skipped {len(bad)} unreadable line(s) (line {', '.join(map(str, bad[:3]))}"
+             f"{', ...' if len(bad) > 3 else ''})")
+    return rows
+
+
+def unique_name(prefix: str) -> str:
+    """A default run name: the start time and 6 random hex digits (two starts in one second differ)."""
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+class RunLock:
+    """An exclusive flock on run_dir/.lock, taken without waiting; the kernel drops it when the process
+    dies."""
+
+    def __init__(self, run_dir):
+        self.run_dir, self.fd = Path(run_dir), None
+
+    def acquire(self) -> "RunLock":
+        try:
+            fd = os.open(self.run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise CheckpointError(f"run folder {self.run_dir} is not writable ({reason(e)})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise CheckpointError(f"run folder {self.run_dir} is in use by another process (pid {pid})") \
+                from None
+        with contextlib.suppress(OSError):  # the pid is only for a second process's message (disk full: see
+            os.ftruncate(fd, 0)             # check_writable)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+    def __enter__(self):
+        return self if self.fd is not None else self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def check_writable(run_dir):
+    """One line now, before any model is loaded, rather than a failed save hours later."""
+    probe = Path(run_dir) / f".write-test-{os.getpid()}"
+    try:
+        write_bytes(probe, b"ok")
+    except OSError as e:
+        raise CheckpointError(f"run folder {run_dir} is not writable ({reason(e)})") from None
+    finally:  # also after a failed write: on a full disk the file is made, then its write fails
+        probe.unlink(missing_ok=True)
+
+
+def _used(run_dir: Path) -> bool:
+    return any(p.name != LOCK and not p.name.startswith(".write-test-") for p in run_dir.iterdir())
+
+
+def create_run(out_dir, name) -> RunLock:
+    """A new run folder out_dir/name, locked and checked writable; refuses one that holds anything."""
+    run_dir = Path(out_dir) / name
+    refuse = CheckpointError(f"run folder {run_dir} already exists: continue it with --resume {run_dir}, "
+                             "or choose another --name")
+    try:
+        run_dir.mkdir(parents=True)
+    except FileExistsError:
+        if not run_dir.is_dir() or _used(run_dir):
+            raise refuse from None
+    except OSError as e:
+        raise CheckpointError(f"cannot create run folder {run_dir} ({reason(e)})") from None
+    lock = RunLock(run_dir).acquire()
+    try:
+        if _used(run_dir):  # another process made it between our mkdir and our lock
+            raise refuse
+        check_writable(run_dir)
+    except BaseException:
+        discard_run(lock)  # and the folder if empty: a start that fails here (disk full) leaves nothing
+        raise
+    return lock
+
+
+def discard_run(lock: RunLock):
+    """A new run that stopped before writing anything (a bad flag found after the folder was made): its
+    lock released and its folder removed, so that a failed start leaves nothing behind."""
+    run_dir = lock.run_dir
+    lock.release()
+    empty = run_dir.is_dir() and all(p.name == LOCK or (p.is_file() and p.stat().st_size == 0)
+                                     for p in run_dir.iterdir())
+    if empty:  # only the lock and empty logs
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def resume_run(run_dir) -> RunLock:
+    """An existing run folder, locked, checked writable and repaired (recover); then call latest()."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CheckpointError(f"--resume {run_dir}: no such run folder")
+    lock = RunLock(run_dir).acquire()
+    try:
+        check_writable(run_dir)
+        checkpoint.recover(run_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+# ----------------------------------------------------------------------------
+# Resuming: the saved settings, and what a resume may not change
+
+# What train.py's resume cannot change, and why: it takes the folder from --resume, applies no preset or
+# task defaults, and loads the optimizer (its lr and weight decay) and the adapter (its shape) from the
+# checkpoint. A flag that is not here takes effect from the resumed step on (sft.py: every flag).
+FIXED_ON_RESUME = {
+    "preset": "a resumed run keeps the settings it was started with",
+    "name": "a resumed run stays in its folder", "out_dir": "a resumed run stays in its folder",
+    "task": "a run keeps its task's model, data and reward; start a new run for another task",
+    "lr": "the checkpoint's optimizer state has its own",
+    "weight_decay": "the checkpoint's optimizer state has its own",
+    "lora_rank": "the checkpoint holds full weights or an adapter of the run's rank",
+    "lora_alpha": "the checkpoint's adapter keeps its own",
+    "lora_targets": "the checkpoint's adapter keeps its own",
+}
+
+
+def resumed_config(cfg, given: set, fixed: dict):
+    """The run's saved config (cfg.resume/config.json), with only the flags given now on top (e.g. --steps to
+    go further). A flag of `fixed` given with a value other than the run's is a ConfigError naming it, so that
+    config.json never records a setting that did not run."""
+    saved_file = Path(cfg.resume) / "config.json"
+    if not saved_file.is_file():
+        raise ConfigError(f"--resume {cfg.resume}: no config.json there, not a run directory")
+    try:
+        run = type(cfg)(**json.loads(saved_file.read_text()))
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as e:
+        raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
+    changed = [f.name for f in dataclasses.fields(cfg)
+               if f.name in given and f.name in fixed and getattr(cfg, f.name) != getattr(run, f.name)]
+    if changed:
+        k = changed[0]
+        raise ConfigError(f"{flag(k)} would be ignored by --resume: {fixed[k]} ({saved_file} has "
+                          f'"{k}": {json.dumps(getattr(run, k))})')
+    return dataclasses.replace(run, **{k: getattr(cfg, k) for k in given})

@@ -1,0 +1,81 @@
+"""nanoatr/config.py: the one range table at its endpoints, shared groups defined once and composed into each
+command's config, a command's own default for a shared field, and --help's sections in one order."""
+import dataclasses
+
+import pytest
+
+import eval as eval_cli
+import sample
+import sft
+from nanoatr import config, methods
+from nanoatr.config import RANGES, SECTIONS, ConfigError, check_number, in_reading_order, parse
+from nanoatr.session import TrainConfig
+
+COMMANDS = [TrainConfig, sft.SFTConfig, eval_cli.EvalConfig, sample.SampleConfig]
+GROUPS = [config.PromptFlags, config.ModelFlags, config.SamplingFlags, config.DeviceFlags, config.TrainingFlags,
+          config.EvalFlags, config.RunFlags]
+
+
+@pytest.mark.parametrize("name, inside, outside", [
+    (">0", [1e-9, 1], [0, -1]), (">=0", [0, 2], [-1e-9]), (">=1", [1, 7], [0.999]), (">1", [1.001], [1, 0]),
+    ("(0,1)", [1e-9, 0.5, 0.999], [0, 1]), ("(0,1]", [1e-9, 1], [0, 1.001]), ("[0,1]", [0, 1], [-1e-9, 1.001]),
+])
+def test_each_range_at_its_endpoints(name, inside, outside):
+    test, wording = RANGES[name]
+    assert all(test(v) for v in inside) and not any(test(v) for v in outside)
+    with pytest.raises(ConfigError) as e:
+        check_number("x_y", outside[0], name)
+    assert str(e.value) == f"--x-y must be {wording} (got {outside[0]})"
+
+
+def test_a_number_must_be_finite_whatever_its_range():
+    for value in (float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ConfigError, match=r"^--delta must be a finite number"):
+            check_number("delta", value)
+
+
+def test_every_method_knob_names_a_range_of_the_one_table():
+    assert set(methods.RULES.values()) <= set(RANGES)
+    assert set(methods.RULES) <= {k for m in methods.METHODS for k in methods.defaults(m)}  # no stale knob
+
+
+def test_a_shared_field_is_defined_in_one_group_only():
+    names = [f.name for group in GROUPS for f in dataclasses.fields(group)]
+    repeated = {n for n in names if names.count(n) > 1} - {"dtype", "device", "seed"}  # see below
+    assert not repeated
+    # Same name, different flags: the precision of training vs of sampling, the device of a run folder's
+    # command vs of eval/sample (a section of their own), the seed of a run vs of sampling.
+    assert config.TrainingFlags.__dataclass_fields__["dtype"].metadata["help"] != \
+        config.DeviceFlags.__dataclass_fields__["dtype"].metadata["help"]
+
+
+def test_a_command_changes_a_shared_default_and_keeps_its_section_and_range():
+    shared = config.EvalFlags.__dataclass_fields__["eval_k"]
+    ours = sft.SFTConfig.__dataclass_fields__["eval_k"]
+    assert (shared.default, ours.default) == (8, 4) and TrainConfig().eval_k == 8 and sft.SFTConfig().eval_k == 4
+    assert ours.metadata["section"] == shared.metadata["section"] == config.EVAL
+    assert ours.metadata["range"] == shared.metadata["range"] == ">=1"
+    with pytest.raises(ConfigError, match=r"^--eval-k must be >= 1 \(got 0\)$"):
+        config.check_ranges(sft.SFTConfig(eval_k=0))
+    lr = sft.SFTConfig.__dataclass_fields__["lr"]  # help only: the default stays the group's
+    assert lr.default == 1e-4 and "--warmup" in lr.metadata["help"] and lr.metadata["range"] == ">0"
+
+
+def test_reading_order_lists_the_commands_own_fields_then_its_groups_and_overrides_stay_in_place():
+    names = [f.name for f in in_reading_order(sft.SFTConfig)]
+    assert names[:3] == ["model", "data", "eval_data"]
+    prompt = [f.name for f in dataclasses.fields(config.PromptFlags)]
+    assert names[names.index("system_prompt"):][:3] == prompt  # thinking (an override) in its group's place
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(sft.SFTConfig))
+
+
+@pytest.mark.parametrize("cls", COMMANDS, ids=lambda c: c.__name__)
+def test_help_sections_come_in_one_order(cls, capsys):
+    with pytest.raises(SystemExit):
+        parse(cls, ["--help"])
+    out = capsys.readouterr().out
+    heads = [f"\n{s}:" for s in SECTIONS if f"\n{s}:" in out]
+    assert len(heads) >= 3 and [out.index(h) for h in heads] == sorted(out.index(h) for h in heads)
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("cli") is not False:
+            assert config.flag(f.name) in out
