@@ -245,7 +245,7 @@ def test_arms_set_train_flags_and_keep_one_name_per_run(tmp_path):
 
 @pytest.mark.parametrize("arm, message", [
     ("kl3:nope=1", "--nope is neither a hyper-parameter of its method nor a train.py flag"),
-    ("kl3:e=1", "--e could be --epochs, --eval-every"),
+    ("kl3:eval_t=1", "--eval-t could be --eval-temperature, --eval-top-p"),
     ("kl3:seed=1", "--seed is one for the whole sweep"),
     ("kl3:eval_data=x.jsonl", "--eval-data is one for the whole sweep"),
     ("kl3:compile=yes", "--compile is a switch: compile=true or compile=false"),
