@@ -1,4 +1,6 @@
-"""nanoatr: a minimal GRPO trainer for RL with verifiable rewards, built around ATR-GRPO (KL3 clipping)."""
+"""A minimal GRPO trainer (nanoatr): RL with verifiable rewards, built around ATR-GRPO (KL3 clipping).
+
+The package loads nothing on import; what is here is how a command's Ctrl-C is one line at start-up."""
 import os
 import signal
 import sys

@@ -1,6 +1,6 @@
-"""Problems from jsonl files (one loader for the training set and every benchmark), and the tasks:
-which problems, which warm-start policy and which reward go together (TASKS, train.py's --task),
-and the embedded tasks' keys (arith_key, countdown_key: a problem up to the order of its numbers).
+"""Problems and tasks: jsonl files of problems (one loader for the training set and every benchmark);
+the tasks, which problems, which warm-start policy and which reward go together (TASKS, train.py's
+--task); and the embedded tasks' keys (arith_key, countdown_key: a problem up to the order of its numbers).
 
 The format is told from each row's fields:
 
@@ -47,11 +47,13 @@ class Task:
 # --task NAME. "math" grades final answers with the verifier: the embedded arithmetic task, and any
 # --model / --data of yours (DAPO-Math-17k, AIME, AMC) with the same reward. "countdown" (reach a
 # target from four numbers; data/make_countdown.py) is where the trust region visibly acts; it is evaluated
-# on its held-out split and on a transfer split whose targets are drawn another way (make_countdown_transfer.py).
+# on its held-out split and on a transfer split whose targets are drawn another way
+# (make_countdown_transfer.py).
 TASKS = {
     "math": Task("data/tiny-qwen3", "data/arith/train.jsonl", ("data/arith/heldout.jsonl",), verify, 48),
     "countdown": Task("data/tiny-qwen3-countdown", "data/countdown/rl.jsonl",
-                      ("data/countdown/heldout.jsonl", "data/countdown/transfer.jsonl"), countdown_reward, 96),
+                      ("data/countdown/heldout.jsonl", "data/countdown/transfer.jsonl"),
+                      countdown_reward, 96),
 }
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -137,9 +139,9 @@ class Solved:
 
 
 def load_solutions(path: str | Path) -> list[Solved]:
-    """SFT rows {"problem" (or "question"), "solution", "answer"} from a .jsonl (or .json list) file, in order,
-    every row kept (a second solution of a question is more data, not a repeat). A row without a question,
-    a solution or an answer is a DataError naming the file and line."""
+    """SFT rows {"problem" (or "question"), "solution", "answer"} from a .jsonl (or .json list) file, in
+    order, every row kept (a second solution of a question is more data, not a repeat). A row without a
+    question, a solution or an answer is a DataError naming the file and line."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
@@ -252,7 +254,8 @@ def _parse_dapo(row: dict, where: str) -> Problem:
     if isinstance(prompt, str):  # some verl files store the prompt as plain text
         return Problem(_text(prompt, where, "prompt"), answer)
     ok = isinstance(prompt, list) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in prompt
     )
     users = [m["content"] for m in prompt if m["role"] == "user"] if ok else []
     if not users:

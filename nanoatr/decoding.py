@@ -22,11 +22,15 @@ CHECK_EVERY = 16  # GPU: decode steps between two looks at which rows have finis
 
 class DecodePlan(NamedTuple):
     """How the decode steps of a rollout run (see `decode_plan`)."""
-    decoding: str         # "eager" or "compiled" (torch.compile; on CUDA also recorded and replayed as CUDA graphs)
-    window: int           # attention reads the cache in windows of this many slots (1: exactly the filled ones)
-    check_every: int      # decode steps between two looks at which rows have finished (a look waits for the device)
+    decoding: str         # "eager" or "compiled" (torch.compile; on CUDA also recorded and replayed as
+                          # CUDA graphs)
+    window: int           # attention reads the cache in windows of this many slots (1: exactly the filled
+                          # ones)
+    check_every: int      # decode steps between two looks at which rows have finished (a look waits for the
+                          # device)
     compact: bool         # finished rows leave the batch when the live ones fit a batch half the size
-    merge_adapters: bool  # LoRA adapters folded into the weights for the rollout (one product per projection)
+    merge_adapters: bool  # LoRA adapters folded into the weights for the rollout (one product per
+                          # projection)
 
 
 def decode_plan(device, sampler: str = "inverse-cdf", temperature: float = 1.0) -> DecodePlan:
@@ -56,7 +60,8 @@ def steady_cpu_allocator() -> bool:
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(-3, 32 << 20)) and bool(libc.mallopt(-1, 128 << 20))  # M_MMAP_ / M_TRIM_THRESHOLD
+        # M_MMAP_THRESHOLD (-3) and M_TRIM_THRESHOLD (-1)
+        return bool(libc.mallopt(-3, 32 << 20)) and bool(libc.mallopt(-1, 128 << 20))
     except (OSError, AttributeError):
         return False
 
@@ -102,7 +107,8 @@ class StepRunner:
         self.graphs = graphs
         # Under autocast, a replayed graph must not use autocast's cache of cast weights (freed on exit).
         amp = torch.is_autocast_enabled(device.type)
-        self.autocast = (torch.autocast(device.type, torch.get_autocast_dtype(device.type), cache_enabled=False)
+        self.autocast = (torch.autocast(device.type, torch.get_autocast_dtype(device.type),
+                                        cache_enabled=False)
                          if amp and graphs is not None else contextlib.nullcontext())
 
     def launch(self, s, window: int):
@@ -119,8 +125,8 @@ class StepRunner:
         except Exception as err:  # compiling failed (no Triton, an unsupported op...): nothing ran yet
             if self.step is self.eager:
                 raise
-            warnings.warn(f"torch.compile of the decode step failed ({type(err).__name__}: {str(err)[:200]}); "
-                          "decoding uncompiled from now on")
+            warnings.warn(f"torch.compile of the decode step failed ({type(err).__name__}: "
+                          f"{str(err)[:200]}); decoding uncompiled from now on")
             self.step = COMPILED[self.eager] = self.eager
             self.launch(s, window)
 

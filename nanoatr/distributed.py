@@ -1,4 +1,4 @@
-"""Several processes (torchrun), one device each, each rank's share of a step, the precision the model
+"""Several processes, one device each: torchrun, each rank's share of a step, the precision the model
 runs in, CPU threads, signals.
 
     torchrun --nproc_per_node 4 train.py --model ... --preset paper
@@ -172,7 +172,8 @@ class Shard:
             first = (self.rank * self.share) // C
             perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
                 self.chunk_seed(step, first + c, salt=1 + epoch))) for c in range(self.share // C)]
-            out += [torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms]) for m in range(minibatches)]
+            out += [torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms])
+                    for m in range(minibatches)]
         return out
 
     def chunk_seed(self, step: int, chunk: int, salt: int = 0) -> int:

@@ -1,4 +1,5 @@
-"""Policy divergence measures of one sampled token, and the ratio ranges their constraints imply.
+"""Policy divergence measures of one token: the KL estimators, and the ratio ranges their constraints
+imply.
 
 Samples come from pi_old and w = pi_theta(y_t) / pi_old(y_t) is the token's likelihood ratio.
 Schulman's estimators ("Approximating KL divergence", 2020), as functions of log w:
@@ -53,7 +54,8 @@ def k3_is(log_ratio: Tensor) -> Tensor:
 # Lambert W and the ratio ranges
 
 def lambert_w(z: float, branch: int = 0) -> float:
-    """Real Lambert W: the x with x e^x = z, on branch 0 (x >= -1, z >= -1/e) or -1 (x <= -1, -1/e <= z < 0)."""
+    """Real Lambert W: the x with x e^x = z, on branch 0 (x >= -1, z >= -1/e) or -1 (x <= -1,
+    -1/e <= z < 0)."""
     if branch not in (0, -1):
         raise ValueError(f"branch must be 0 or -1 (got {branch})")
     if branch == -1 and not z < 0:
@@ -119,7 +121,8 @@ def kl3_ratio_range(delta: float) -> tuple[float, float]:
                 break
         return w
 
-    return root(math.exp(-1.0 - delta)), root(2.0 + 2.0 * delta)  # f(e^(-1-delta)) = e^(-1-delta) > 0; f(2 + 2 delta) > 0
+    # Both starts lie outside the range: f(e^(-1-delta)) = e^(-1-delta) > 0 and f(2 + 2 delta) > 0.
+    return root(math.exp(-1.0 - delta)), root(2.0 + 2.0 * delta)
 
 
 def kl3_is_ratio_range(delta: float) -> tuple[float, float]:
@@ -134,7 +137,8 @@ def kl3_is_ratio_range(delta: float) -> tuple[float, float]:
     return lower, math.exp(1.0 + lambert_w(z, 0))
 
 
-@torch.compiler.disable  # 60 unrolled bisection steps take inductor ~40 s to compile; they are data, not gradient path
+# 60 unrolled bisection steps take inductor ~40 s to compile; they are data, not the gradient's path.
+@torch.compiler.disable
 def trgppo_ratio_range(old_logp: Tensor, delta: float, iters: int = 60) -> tuple[Tensor, Tensor]:
     """TRGPPO's per-token bounds: the min and max of pi(a) / p over every pi with KL(pi_old || pi) <= delta,
     p = pi_old(a) = exp(old_logp) (Wang et al. 2019, arXiv 1901.10314).

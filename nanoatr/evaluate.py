@@ -58,8 +58,9 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
     pairs = [(i, j) for i in range(len(problems)) for j in range(n)]
     was_training = model.training
     model.eval()
+    # disable=None: tqdm draws only on a terminal, never into a pipe or file
     bar = tqdm(total=sum(p not in skip for p in pairs), desc=desc, unit="compl", leave=False,
-               disable=None if progress else True)  # None: tqdm draws only on a terminal, never into a pipe or file
+               disable=None if progress else True)
     try:
         for start in range(0, len(pairs), batch_size):
             batch = pairs[start:start + batch_size]
@@ -106,7 +107,8 @@ def entropy_key(temperature: float) -> str:
     return "entropy" if t == 1.0 else f"entropy@T{t:g}"
 
 
-def fits(tokenizer, problems, budget: int, positions: int, name: str, flag: str, prompt_kw: dict | None = None):
+def fits(tokenizer, problems, budget: int, positions: int, name: str, flag: str,
+         prompt_kw: dict | None = None):
     """None if every problem's prompt plus `budget` new tokens fits the model's `positions`
     (max_position_embeddings: past them RoPE extrapolates untested, and the KV cache is sized by it),
     else one line naming the flag, or the file and the problem."""
@@ -135,7 +137,8 @@ def evaluate(model, tokenizer, problems, k: int = 8, n: int | None = None, **kw)
     return summary, rows
 
 
-def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, d, **sampling) -> tuple[dict, dict]:
+def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, d,
+                    **sampling) -> tuple[dict, dict]:
     """Mean@k / Pass@k and the evaluation policy's entropy (entropy_key) on every held-out file of a training
     run: (results under eval/<file>/... and eval/mean@k, eval/pass@k (the files' average), a few sample rows
     per file, each with its entropy, for samples.jsonl).
@@ -154,7 +157,8 @@ def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, 
         rows = sorted(distributed.all_gather(rows, d), key=lambda r: (r["problem_id"], r["sample"]))
         summary = summarize(verdicts_by_problem(rows), [k])
         tokens = sum(r["length"] for r in rows)
-        summary.update(completion_len=tokens / len(rows), truncated=sum(r["truncated"] for r in rows) / len(rows),
+        summary.update(completion_len=tokens / len(rows),
+                       truncated=sum(r["truncated"] for r in rows) / len(rows),
                        seconds=time.perf_counter() - t0)
         summary[entropy_key(sampling.get("temperature", 1.0))] = \
             sum(r["entropy"] * r["length"] for r in rows) / max(tokens, 1)
@@ -166,11 +170,13 @@ def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, 
 
 
 def scores_line(results: dict, k: int, before: dict | None = None) -> str:
-    """'held-out Mean@8 53.7%  Pass@8 77.7%  (from 28.0%)' for one evaluated file; with several, one such part
-    per file, named ('heldout Mean@8 ...; transfer Mean@8 ...'). `before`: step 0's results, for the 'from'."""
+    """'held-out Mean@8 53.7%  Pass@8 77.7%  (from 28.0%)' for one evaluated file; with several, one such
+    part per file, named ('heldout Mean@8 ...; transfer Mean@8 ...'). `before` (step 0's results) gives
+    the 'from'."""
     names = [m.group(1) for key in results if (m := re.fullmatch(rf"eval/(.+)/mean@{k}", key))]
     if len(names) < 2:
-        return (f"held-out Mean@{k} {results[f'eval/mean@{k}']:.1f}%  Pass@{k} {results[f'eval/pass@{k}']:.1f}%" +
+        return (f"held-out Mean@{k} {results[f'eval/mean@{k}']:.1f}%  "
+                f"Pass@{k} {results[f'eval/pass@{k}']:.1f}%" +
                 (f"  (from {before[f'eval/mean@{k}']:.1f}%)" if before else ""))
     return "; ".join(f"{n} Mean@{k} {results[f'eval/{n}/mean@{k}']:.1f}%" +
                      (f" (from {before[f'eval/{n}/mean@{k}']:.1f}%)" if before else "") +
@@ -178,7 +184,8 @@ def scores_line(results: dict, k: int, before: dict | None = None) -> str:
 
 
 def check_budgets(tokenizer, files: list[tuple], positions: int, prompt_kw: dict | None = None):
-    """`fits` for each (file name, problems, budget, flag); the first problem raises a ValueError (one line)."""
+    """`fits` for each (file name, problems, budget, flag); the first problem found raises a ValueError,
+    one line."""
     for name, problems, budget, flag in files:
         problem = fits(tokenizer, problems, budget, positions, name, flag, prompt_kw)
         if problem:
@@ -214,7 +221,8 @@ def mean_pass_at_k(verdicts: Sequence[Sequence[bool]], k: int) -> float:
     return sum(pass_at_k(len(v), sum(v), k) for v in verdicts) / len(verdicts)
 
 
-def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int], percent: bool = True) -> dict[str, float]:
+def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int],
+              percent: bool = True) -> dict[str, float]:
     """``{"mean@k": ..., "pass@k": ...}`` for every k in ``ks``; percent unless ``percent=False``."""
     scale = 100.0 if percent else 1.0
     out = {}
@@ -253,4 +261,5 @@ def _check(verdicts: Sequence[Sequence[bool]], k: int) -> None:
         raise ValueError("no problems to score")
     fewest = min(range(len(verdicts)), key=lambda i: len(verdicts[i]))
     if len(verdicts[fewest]) < k:
-        raise ValueError(f"@{k} needs at least {k} samples per problem; problem {fewest} has {len(verdicts[fewest])}")
+        raise ValueError(f"@{k} needs at least {k} samples per problem; "
+                         f"problem {fewest} has {len(verdicts[fewest])}")

@@ -41,7 +41,8 @@ def check_targets(targets) -> str | None:
     if "lm_head" in targets:
         # scoring.token_logprobs multiplies the hidden states by lm_head.weight itself, chunk by chunk,
         # so a LoRA on lm_head would be trained by nothing and silently ignored.
-        return "--lora-targets: lm_head is not supported (log-probs use lm_head.weight directly, chunk by chunk)"
+        return ("--lora-targets: lm_head is not supported (log-probs use lm_head.weight directly, chunk by "
+                "chunk)")
     unknown = sorted(set(targets) - set(TARGETS) - {"embed_tokens"})
     if unknown:
         return f"--lora-targets: {unknown[0]!r} is not a Qwen3 projection (choose from {', '.join(TARGETS)})"
@@ -98,7 +99,8 @@ def read_config(path) -> dict:
     except json.JSONDecodeError as e:
         raise AdapterError(f"{path}/{CONFIG} is not valid JSON: {e}") from None
     if config.get("peft_type") != "LORA":
-        raise AdapterError(f"{path}: peft_type {config.get('peft_type')!r} is not supported (only LoRA adapters)")
+        raise AdapterError(f"{path}: peft_type {config.get('peft_type')!r} is not supported (only LoRA "
+                           "adapters)")
     return config
 
 
@@ -124,10 +126,12 @@ def check_adapter(model, path, model_dir=None):
                 raise AdapterError(f"adapter {path} was made for {base}: it has weights for {name}, "
                                    f"which the model {model_dir or ''} lacks")
             shape = tuple(f.get_slice(key).get_shape())
-            fits = (shape[1] == linear.in_features) if ".lora_A." in key else (shape[0] == linear.out_features)
+            fits = (shape[1] == linear.in_features) if ".lora_A." in key else \
+                (shape[0] == linear.out_features)
             if not fits:
-                raise AdapterError(f"adapter {path} was made for {base}: {key} has shape {list(shape)}, but the "
-                                   f"model's {name} maps {linear.in_features} -> {linear.out_features} features")
+                raise AdapterError(f"adapter {path} was made for {base}: {key} has shape {list(shape)}, but "
+                                   f"the model's {name} maps {linear.in_features} -> {linear.out_features} "
+                                   "features")
     if model_dir and config.get("base_model_name_or_path"):
         made_for, used = Path(config["base_model_name_or_path"]), Path(model_dir)
         if made_for.resolve() != used.resolve() and made_for.name != used.name:
@@ -141,7 +145,8 @@ def load_adapter(model, path, trainable: bool = False, model_dir=None, base: str
     from peft import LoraConfig, PeftModel
     check_adapter(model, path, model_dir)
     config = LoraConfig.from_pretrained(str(path))
-    # Saved as CAUSAL_LM for transformers users; on our Qwen3 (no HF generation helpers) use the plain PeftModel.
+    # Saved as CAUSAL_LM for transformers users; on our Qwen3 (no HF generation helpers) use the plain
+    # PeftModel.
     config.task_type = None
     config.inference_mode = not trainable
     if base:
@@ -168,18 +173,21 @@ def locate(model_dir, adapter=None, revision: str | None = None) -> Dirs:
     if adapter is None and is_adapter_dir(model_dir):
         adapter, base = model_dir, adapter_base(model_dir)
         if not base:
-            raise AdapterError(f"adapter {adapter} does not name its base model: pass --model BASE --adapter {adapter}")
+            raise AdapterError(f"adapter {adapter} does not name its base model: pass --model BASE "
+                               f"--adapter {adapter}")
         try:
             model_dir = local_dir(base, what=f"adapter {adapter}'s base")
         except ModelError:
-            raise AdapterError(f"adapter {adapter} was trained on {base}, which is neither a model directory here "
-                               f"nor a hub id in reach (moved, or a name): pass --model BASE --adapter {adapter}") from None
+            raise AdapterError(f"adapter {adapter} was trained on {base}, which is neither a model directory "
+                               f"here nor a hub id in reach (moved, or a name): pass --model BASE "
+                               f"--adapter {adapter}") from None
     has_tokenizer = adapter is not None and (Path(adapter) / "tokenizer.json").is_file()
     return Dirs(Path(model_dir), Path(adapter) if adapter is not None else None,
                 Path(adapter if has_tokenizer else model_dir))
 
 
-def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu", revision: str | None = None) -> tuple:
+def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu",
+               revision: str | None = None) -> tuple:
     """(our Qwen3 in eval mode, its Dirs) for sampling: --model, plus --adapter (see `locate`).
 
     Adapters stay unmerged: in bf16, merging would round a small LoRA update into the base weights'
@@ -188,7 +196,8 @@ def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu", revis
     dirs = locate(model_dir, adapter, revision)
     model = Qwen3.from_pretrained(dirs.base, dtype=dtype, device=device)
     if dirs.adapter is not None:
-        load_adapter(model, dirs.adapter, model_dir=dirs.base).to(device)  # its layers now live inside `model`
+        # its layers now live inside `model`
+        load_adapter(model, dirs.adapter, model_dir=dirs.base).to(device)
     return model.eval(), dirs
 
 
@@ -205,7 +214,8 @@ def load_policy(cfg, model_dir: Path, ckpt: Path | None, device):
                            f"(python scripts/merge_adapter.py --adapter {cfg.model} --out DIR)")
     if ckpt is not None and is_adapter_dir(ckpt) != bool(cfg.lora_rank):
         held = "an adapter" if cfg.lora_rank == 0 else "full weights"
-        raise AdapterError(f"--resume: the checkpoint {ckpt} holds {held} but the run has --lora-rank {cfg.lora_rank}")
+        raise AdapterError(f"--resume: the checkpoint {ckpt} holds {held} but the run has "
+                           f"--lora-rank {cfg.lora_rank}")
     if not cfg.lora_rank:
         model, peft_model = Qwen3.from_pretrained(ckpt or model_dir, device=device), None
     else:

@@ -89,7 +89,8 @@ def _inputs(method, logp, old_logp, advantages, mask, full_kl, generator):
         raise ValueError(f"logp, old_logp and mask must all be (B, T); got {tuple(logp.shape)}, "
                          f"{tuple(old_logp.shape)}, {tuple(mask.shape)}")
     if advantages.shape not in (logp.shape[:1], logp.shape):
-        raise ValueError(f"advantages must be (B,) or (B, T) = {tuple(logp.shape)}; got {tuple(advantages.shape)}")
+        raise ValueError(f"advantages must be (B,) or (B, T) = {tuple(logp.shape)}; "
+                         f"got {tuple(advantages.shape)}")
     if method not in METHODS:
         raise ValueError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
     if needs(method, "full_kl"):
@@ -241,10 +242,12 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
     agg = "seq-mean-token-mean" if needs(method, "sequences") else agg
     if agg not in AGGREGATIONS:
         raise ValueError(f"--aggregation must be one of {', '.join(AGGREGATIONS)} (got {agg!r})")
-    for name, value in [("num_sequences", num_sequences), ("num_tokens", num_tokens), ("max_new_tokens", max_new_tokens)]:
+    for name, value in [("num_sequences", num_sequences), ("num_tokens", num_tokens),
+                        ("max_new_tokens", max_new_tokens)]:
         if not value > 0:
             raise ValueError(f"{name} must be > 0 (got {value})")
-    dtype = torch.promote_types(logp.dtype, torch.float32)  # exact counts up to 2^24; the loss keeps logp's dtype
+    # Counts are exact up to 2^24 in float32; the loss keeps logp's dtype.
+    dtype = torch.promote_types(logp.dtype, torch.float32)
     counts = torch.tensor([num_sequences, num_tokens, max_new_tokens], dtype=dtype, device=logp.device)
     args = (method, agg, logp, old_logp, advantages, mask, full_kl, noise, counts, hp)
     if not compile or method in _EAGER:
@@ -252,9 +255,10 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
     else:
         try:
             loss, metrics = _compiled_loss()(*args)
-        except Exception as err:  # a missing C compiler, an unsupported op...: the eager loss is the same maths
-            warnings.warn(f"torch.compile of the {method} loss failed ({type(err).__name__}: {str(err)[:200]}); "
-                          "using the eager loss from now on (pass --no-compile to skip compiling)")
+        except Exception as err:  # no C compiler, an unsupported op...: the eager loss is the same maths
+            warnings.warn(f"torch.compile of the {method} loss failed ({type(err).__name__}: "
+                          f"{str(err)[:200]}); using the eager loss from now on (pass --no-compile to skip "
+                          "compiling)")
             _EAGER.add(method)
             loss, metrics = _fused_loss(*args)
     return loss, metrics | ratio_quantiles(logp, old_logp, mask) | band_metrics(method, hp)
@@ -337,5 +341,6 @@ def progress(row: dict, clip: str) -> dict:
     the method itself acts on (its divergence, gate or cut metric), where the ratios sit (1% to 99%),
     completion length."""
     own = {k: f"{row[k]:.4f}" for k in own_metrics(clip)}
-    return {"acc": f"{row['accuracy']:.2f}", "cut": f"{100 * (row['clip_frac_low'] + row['clip_frac_high']):.2f}%",
-            **own, "w": f"[{row['ratio_p01']:.2f},{row['ratio_p99']:.2f}]", "len": f"{row['completion_len']:.0f}"}
+    return {"acc": f"{row['accuracy']:.2f}",
+            "cut": f"{100 * (row['clip_frac_low'] + row['clip_frac_high']):.2f}%", **own,
+            "w": f"[{row['ratio_p01']:.2f},{row['ratio_p99']:.2f}]", "len": f"{row['completion_len']:.0f}"}

@@ -1,4 +1,4 @@
-"""The per-token surrogate of every --clip method, side by side (the loss is minimised).
+"""The --clip methods: the per-token surrogate of each, side by side (the loss is minimised).
 
 Every method is a short function `method(t, **hparams) -> (loss, cut_low, cut_high, extras)`:
   loss      (B, T) per-token loss; `nanoatr.loss.policy_loss` zeroes padding afterwards
@@ -83,7 +83,8 @@ def dual_clip_bound(loss: Tensor, t: Tokens, c: float):
 
 
 def centred_cov(t: Tokens) -> Tensor:
-    """cov_t = (A_t - mean A) (logp_t - mean logp) over the batch's valid tokens, no gradient (Cui et al. 2025)."""
+    """cov_t = (A_t - mean A) (logp_t - mean logp) over the batch's valid tokens, no gradient (Cui et al.
+    2025)."""
     logp = (t.old_logp + t.log_ratio).detach()
     n = t.valid.sum().clamp(min=1)
     mean_adv = torch.where(t.valid, t.advantages, 0.0).sum() / n
@@ -301,7 +302,8 @@ def kl3_seq(t: Tokens, delta: float = 0.07):
     divergence_seq = n * divergence.k3(log_s)                                # (B,) T k3(s)
     s = log_s.exp()[:, None].expand_as(t.ratio)                              # (B, T)
     loss, low, high = unified_clip(s, t.advantages, (divergence_seq <= delta)[:, None].expand_as(t.ratio))
-    return loss, low, high, {"seq_kl3": divergence_seq.detach(), "seq_clip_frac": (t.valid & (low | high)).any(-1)}
+    return loss, low, high, {"seq_kl3": divergence_seq.detach(),
+                             "seq_clip_frac": (t.valid & (low | high)).any(-1)}
 
 
 @uses("full_kl")
@@ -361,7 +363,8 @@ def gspo_token(t: Tokens, eps_low: float = 3e-4, eps_high: float = 4e-4):
     Zheng et al. 2025 (arXiv 2507.18071); verl core_algos.py::compute_policy_loss_gspo.
     Flags: eps_low, eps_high.
     """
-    s = torch.exp(seq_mean(t.log_ratio.detach(), t.valid))[:, None] * torch.exp(t.log_ratio - t.log_ratio.detach())
+    s = (torch.exp(seq_mean(t.log_ratio.detach(), t.valid))[:, None]
+         * torch.exp(t.log_ratio - t.log_ratio.detach()))
     loss, low, high = ratio_clip(s, t.advantages, 1 - eps_low, 1 + eps_high)
     return loss, low, high, {"seq_clip_frac": (t.valid & (low | high)).any(-1)}
 

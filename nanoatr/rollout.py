@@ -31,9 +31,12 @@ class Rollout(NamedTuple):
     prompt_ids: torch.Tensor    # (N, P) the prompts, left-padded
     prompt_mask: torch.Tensor   # (N, P) bool, True for real prompt tokens
     tokens: torch.Tensor        # (N, T) sampled completion tokens, pad_id after a row has finished
-    sampler_logp: torch.Tensor  # (N, T) log-prob each token was drawn with (the sampling distribution), 0 after
-    mask: torch.Tensor          # (N, T) bool, True for real completion tokens (the EOS included, after a stop string not)
-    finished: torch.Tensor      # (N,) bool, ended by an EOS or a stop string (False: ran out of max_new_tokens)
+    sampler_logp: torch.Tensor  # (N, T) log-prob each token was drawn with (the sampling distribution),
+                                # 0 after
+    mask: torch.Tensor          # (N, T) bool, True for real completion tokens (the EOS included; none
+                                # after a stop string)
+    finished: torch.Tensor      # (N,) bool, ended by an EOS or a stop string (False: ran out of
+                                # max_new_tokens)
     rewards: torch.Tensor | None = None     # (N,) the task's reward of each completion
     advantages: torch.Tensor | None = None  # (N,) its advantage within its group
 
@@ -49,7 +52,8 @@ class Rollout(NamedTuple):
         looks at the later (padding) positions."""
         start = self.prompt_ids.shape[1] - int(self.prompt_mask[rows].sum(-1).max())
         T = max(1, int(self.mask[rows].sum(-1).max()))
-        return self.prompt_ids[rows, start:], self.prompt_mask[rows, start:], self.tokens[rows, :T], self.mask[rows, :T]
+        return (self.prompt_ids[rows, start:], self.prompt_mask[rows, start:], self.tokens[rows, :T],
+                self.mask[rows, :T])
 
     @staticmethod
     def cat(parts: "list[Rollout]", pad_id: int, width: int = 0) -> "Rollout":
@@ -64,9 +68,10 @@ class Rollout(NamedTuple):
             if xs[0].dim() == 1:
                 return torch.cat(xs)
             left = i < 2  # the prompt fields
-            return torch.cat([F.pad(x, ((P if left else 0) - x.shape[1] * left, 0 if left else T - x.shape[1]),
-                                    value=value) for x in xs])
-        return Rollout(*(field(i, v) for i, v in enumerate((pad_id, False, pad_id, 0.0, False, None, None, None))))
+            return torch.cat([F.pad(x, ((P if left else 0) - x.shape[1] * left,
+                                        0 if left else T - x.shape[1]), value=value) for x in xs])
+        pads = (pad_id, False, pad_id, 0.0, False, None, None, None)  # what each field is padded with
+        return Rollout(*(field(i, v) for i, v in enumerate(pads)))
 
 
 def left_pad(prompts: list[list[int]], pad_id: int = 0, device="cpu"):
@@ -131,7 +136,7 @@ def inverse_cdf(probs, u):
     B, V = probs.shape
     if V <= BLOCK:
         return locate(probs.cumsum(-1, dtype=torch.float64), u)[0]
-    blocks = (F.pad(probs, (0, -V % BLOCK)) if V % BLOCK else probs).reshape(B, -1, BLOCK)  # zero-padded blocks
+    blocks = (F.pad(probs, (0, -V % BLOCK)) if V % BLOCK else probs).reshape(B, -1, BLOCK)  # zero-padded
     block, u = locate(blocks.sum(-1, dtype=torch.float64).cumsum(-1), u)  # (B, 1) each
     inside = blocks.gather(1, block[..., None].expand(B, 1, BLOCK))[:, 0]  # (B, BLOCK)
     return block * BLOCK + locate(inside.cumsum(-1, dtype=torch.float64), u)[0]
@@ -168,11 +173,13 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
         raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
     device = model.lm_head.weight.device
     plan = plan or decode_plan(device, sampler, temperature)
-    eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []), device=device)
+    eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []),
+                       device=device)
     sampling = Sampling(float(temperature), int(top_k), float(top_p), sampler, eos)
     ids, prompt_mask = left_pad(prompts, pad_id, device)
     with lora.merged(model) if plan.merge_adapters else contextlib.nullcontext():
-        tokens, logprobs = decode(model, ids, prompt_mask, max_new_tokens, sampling, generator, pad_id, stopper, plan)
+        tokens, logprobs = decode(model, ids, prompt_mask, max_new_tokens, sampling, generator, pad_id,
+                                  stopper, plan)
     # Which tokens count (up to each row's first EOS) is worked out once here, not per step. Outside
     # inference mode, so that the results are ordinary tensors autograd may save (e.g. as targets).
     is_eos = torch.isin(tokens, eos)
@@ -181,7 +188,8 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     if stopper is not None:
         mask, by_stop = stopper.cut(tokens, mask)
         finished |= by_stop
-    return Rollout(ids, prompt_mask, tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0), mask, finished)
+    return Rollout(ids, prompt_mask, tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0),
+                   mask, finished)
 
 
 # ----------------------------------------------------------------------------
@@ -197,7 +205,8 @@ class Sampling(NamedTuple):
 
 @dataclass
 class DecodeState:
-    """What one decode step reads and advances in place: fixed-shape tensors over the B rows still in the batch."""
+    """What one decode step reads and advances in place: fixed-shape tensors over the B rows still in the
+    batch."""
     cache: KVCache
     tok: torch.Tensor    # (B, 1) the token each row drew last, fed next
     logp: torch.Tensor   # (B, 1) its log-prob under the sampling distribution
@@ -222,7 +231,8 @@ def next_token(logits, u, sampling: Sampling, generator=None):
     elif sampling.sampler == "inverse-cdf":
         tok = inverse_cdf(filter_logits(logp, sampling.top_k, sampling.top_p).exp(), u)
     else:
-        tok = torch.multinomial(filter_logits(logp, sampling.top_k, sampling.top_p).exp(), 1, generator=generator)
+        tok = torch.multinomial(filter_logits(logp, sampling.top_k, sampling.top_p).exp(), 1,
+                                generator=generator)
     return tok, logp.gather(1, tok)
 
 
@@ -238,8 +248,30 @@ def decode_step(model, s: DecodeState, window: int, sampling: Sampling, generato
     s.done.logical_or_(torch.isin(tok[:, 0], sampling.eos))
 
 
+def prefill(model, ids, prompt_mask, max_new_tokens: int, sampling: Sampling, generator, plan: DecodePlan,
+            uniforms: bool) -> DecodeState:
+    """The left-padded prompts (B, P) through the model into a new cache, and each row's first token drawn:
+    the state the decode steps start from."""
+    device = model.lm_head.weight.device
+    B, P = ids.shape
+    cache = model.new_cache(B, cache_slots(P + max_new_tokens, plan), windows=plan.window > 1)
+    positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row
+    # Only the last position's logits are needed (a (B, P, V) tensor would be wasted).
+    h = model.hidden(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)
+    s = DecodeState(cache, tok=None, logp=None, pos=positions[:, -1:] + 1,
+                    slot=torch.full((1,), P, device=device),
+                    u=torch.zeros(B, 1, dtype=torch.float64, device=device),
+                    done=torch.zeros(B, dtype=torch.bool, device=device), rows=torch.arange(B, device=device))
+    if uniforms:
+        torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=s.u)
+    s.tok, s.logp = next_token(model.logits(h[:, -1]), s.u, sampling, generator)
+    s.done |= torch.isin(s.tok[:, 0], sampling.eos)
+    return s
+
+
 @torch.inference_mode()
-def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generator, pad_id, stopper, plan: DecodePlan):
+def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generator, pad_id, stopper,
+           plan: DecodePlan):
     """The decode loop from left-padded prompts (B, P): raw draws (B, T) and their log-probs (B, T), up to
     the step where every row has ended.
 
@@ -249,21 +281,12 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
     """
     device = model.lm_head.weight.device
     B, P = ids.shape
-    cache = model.new_cache(B, cache_slots(P + max_new_tokens, plan), windows=plan.window > 1)
-    positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row
-    # Prefill; only the last position's logits are needed (a (B, P, V) tensor would be wasted).
-    h = model.hidden(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)
-    s = DecodeState(cache, tok=None, logp=None, pos=positions[:, -1:] + 1, slot=torch.full((1,), P, device=device),
-                    u=torch.zeros(B, 1, dtype=torch.float64, device=device),
-                    done=torch.zeros(B, dtype=torch.bool, device=device), rows=torch.arange(B, device=device))
     uniforms = sampling.sampler == "inverse-cdf" and sampling.temperature > 0
-    if uniforms:
-        torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=s.u)
-    s.tok, s.logp = next_token(model.logits(h[:, -1]), s.u, sampling, generator)  # the first token
-    s.done |= torch.isin(s.tok[:, 0], sampling.eos)
+    s = prefill(model, ids, prompt_mask, max_new_tokens, sampling, generator, plan, uniforms)
     steps = StepRunner(decode_step, model, sampling, generator, plan)
 
-    tokens = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, device=device)  # step-major: a row per step
+    # step-major: a row per step
+    tokens = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, device=device)
     logprobs = torch.zeros(max_new_tokens, B, device=device)
     stop_at = torch.full((B,), max_new_tokens, device=device)  # the step at which a stop string ended a row
     ends = len(sampling.eos) > 0 or stopper is not None
@@ -275,7 +298,8 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
         looked = False
         if stopper is not None and (t + 1) % STOP_EVERY == 0:
             live = (~s.done).nonzero()[:, 0]
-            hit = torch.tensor(stopper.holds(tokens[:t + 1, s.rows[live]].T.tolist()), dtype=torch.bool, device=device)
+            hit = torch.tensor(stopper.holds(tokens[:t + 1, s.rows[live]].T.tolist()), dtype=torch.bool,
+                               device=device)
             s.done[live[hit]] = True
             stop_at[s.rows[live[hit]]] = t
             looked = True

@@ -1,6 +1,7 @@
 """Scoring a completion: its tokens' log-probs, entropies and full-vocabulary KL under a policy.
 
-    score(model, prompt_ids, prompt_mask, tokens, T)   one forward over [prompt | completion] -> (B, T) log-probs
+    score(model, prompt_ids, prompt_mask, tokens, T)   one forward over [prompt | completion] -> (B, T)
+                                                       log-probs
     Scorer(model, precision)                           the same as a module's forward (DDP, autocast)
     Reference(model, adapters_off)                     log-probs under pi_ref, for the --beta penalty
     token_logprobs / token_logprobs_naive              log pi(y_t) and entropy from hidden states
@@ -67,7 +68,8 @@ class _ChunkedLogprobs(torch.autograd.Function):
             p = logp_all.exp()
             g = grad_logp[i:i + c, None] if grad_logp is not None else torch.zeros_like(p[:, :1])
             if grad_entropy is not None:  # dz = -p (gH (log p + H) + g), reusing logp_all's memory
-                dz = logp_all.add_(entropy[i:i + c, None]).mul_(grad_entropy[i:i + c, None]).add_(g).mul_(p).neg_()
+                dz = (logp_all.add_(entropy[i:i + c, None]).mul_(grad_entropy[i:i + c, None])
+                      .add_(g).mul_(p).neg_())
             else:
                 dz = p.mul_(-g)
             dz.scatter_add_(1, y, g).div_(tau)  # + onehot(y) g;  z = h W^T / tau
@@ -81,7 +83,8 @@ class _ChunkedLogprobs(torch.autograd.Function):
 
 def token_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, *, temperature: float = 1.0,
                    chunk_size: int = 512, with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
-    """log pi(targets) (B, T) and optionally the entropy (B, T) of pi = softmax(hidden @ weight.T / temperature).
+    """log pi(targets) (B, T) and optionally the entropy (B, T) of pi = softmax(hidden @ weight.T /
+    temperature).
 
     hidden (B, T, D) final-norm hidden states, weight (V, D) the lm_head, targets (B, T) token ids
     (valid ids everywhere; padding positions may hold any id).  Logits are float32, `chunk_size`
@@ -177,7 +180,8 @@ class Scores(NamedTuple):
     """A completion's tokens scored by a policy."""
     logp: Tensor                # (B, T) log pi(token) at the sampling temperature
     entropy: Optional[Tensor]   # (B, T) entropy of pi at each position (with_entropy), else None
-    hidden: Optional[Tensor]    # (B, T, D) final hidden states that scored them (return_hidden, for full_kl), else None
+    hidden: Optional[Tensor]    # (B, T, D) final hidden states that scored them (return_hidden, for
+                                # full_kl), else None
 
 
 def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entropy: bool = False,
@@ -195,7 +199,8 @@ def score(model, prompt_ids, prompt_mask, tokens, temperature: float, with_entro
     mask = torch.cat([prompt_mask, torch.ones_like(tokens, dtype=torch.bool)], dim=1)
     hidden = model.hidden(ids[:, :-1], attention_mask=mask[:, :-1])[:, P - 1:]  # (B, T, D)
     t = temperature if temperature > 0 else 1.0
-    logp, entropy = token_logprobs(hidden, model.lm_head.weight, tokens, temperature=t, with_entropy=with_entropy)
+    logp, entropy = token_logprobs(hidden, model.lm_head.weight, tokens, temperature=t,
+                                   with_entropy=with_entropy)
     return Scores(logp, entropy, hidden if return_hidden else None)
 
 
@@ -228,7 +233,8 @@ class Reference:
 
     @torch.no_grad()
     def logprobs(self, prompt_ids, prompt_mask, tokens, temperature: float):
-        """log pi_ref (B, T) of the completion tokens, at the sampling temperature (as the policy is scored)."""
+        """log pi_ref (B, T) of the completion tokens, at the sampling temperature (as the policy is
+        scored)."""
         with self.adapters_off(), self.precision():
             return score(self.model, prompt_ids, prompt_mask, tokens, temperature).logp
 
@@ -244,6 +250,6 @@ def check_sampler_agrees(logp, sampler_logp, mask, dtype: str) -> float:
     """
     gap = float(((logp.detach() - sampler_logp).abs() * mask).max()) if mask.any() else 0.0
     if dtype == "float32" and gap > 1e-2:
-        raise RuntimeError(f"the trainer's log-probs differ from the sampler's by up to {gap:.2e}: they score "
-                           "different distributions (temperature? dropout? completions misaligned?)")
+        raise RuntimeError(f"the trainer's log-probs differ from the sampler's by up to {gap:.2e}: they "
+                           "score different distributions (temperature? dropout? completions misaligned?)")
     return gap

@@ -132,7 +132,8 @@ def format_prompt(tokenizer, problem, template: str | None = None, system_prompt
         return (template or DEFAULT_TEMPLATE).format(question=problem.question)
     messages = list(getattr(problem, "messages", None) or [{"role": "user", "content": problem.question}])
     if system_prompt is not None:
-        messages = [{"role": "system", "content": system_prompt}] + [m for m in messages if m["role"] != "system"]
+        messages = [{"role": "system", "content": system_prompt}] + \
+            [m for m in messages if m["role"] != "system"]
     extra = {} if enable_thinking is None else {"enable_thinking": enable_thinking}  # Qwen3's switch
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
 
@@ -145,10 +146,11 @@ def ignored_prompt_flags(tokenizer, template: str | None, system_prompt: str | N
         return None
     chat = getattr(tokenizer, "chat_template", None)
     if not chat and system_prompt is not None:
-        return "--system-prompt needs a chat template, and this tokenizer has none: put it into --prompt-template"
+        return ("--system-prompt needs a chat template, and this tokenizer has none: put it into "
+                "--prompt-template")
     if enable_thinking is not None and "enable_thinking" not in str(chat or ""):
-        return (f"--{'' if enable_thinking else 'no-'}thinking would be ignored: this tokenizer's chat template "
-                "has no enable_thinking switch (Qwen3's has)")
+        return (f"--{'' if enable_thinking else 'no-'}thinking would be ignored: this tokenizer's chat "
+                "template has no enable_thinking switch (Qwen3's has)")
     return None
 
 

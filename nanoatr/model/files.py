@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 from huggingface_hub import snapshot_download
-from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, HFValidationError, LocalEntryNotFoundError,
-                                    RepositoryNotFoundError, RevisionNotFoundError)
+from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, HFValidationError,
+                                    LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError)
 from safetensors.torch import load_file, save_file
 
 
@@ -49,7 +49,8 @@ def local_dir(name, revision: str | None = None, what: str = "--model") -> Path:
     path = Path(name)
     if path.is_dir():
         if revision:
-            raise ModelError(f"--revision {revision}: {what} {name} is a local directory, which has no revisions")
+            raise ModelError(f"--revision {revision}: {what} {name} is a local directory, which has no "
+                             "revisions")
         return path
     if path.exists() or not re.fullmatch(r"[\w.-]+/[\w.-]+", str(name)) or path.parent.is_dir():
         raise ModelError(f"{what} {name}: no such directory" + (" (a file)" if path.is_file() else ""))
@@ -57,16 +58,18 @@ def local_dir(name, revision: str | None = None, what: str = "--model") -> Path:
     at = f" at revision {revision}" if revision else ""
     local = "pass a local model directory"
     try:
-        return Path(snapshot_download(str(name), revision=revision, allow_patterns=HUB_FILES, local_files_only=offline))
+        return Path(snapshot_download(str(name), revision=revision, allow_patterns=HUB_FILES,
+                                      local_files_only=offline))
     except LocalEntryNotFoundError:
         why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
-        raise ModelError(f"{what} {name}{at} is not in the local hub cache and {why}: download it where there is a "
-                         f"network ({hub_cli(f'download {name}')}), or {local}") from None
+        raise ModelError(f"{what} {name}{at} is not in the local hub cache and {why}: download it where "
+                         f"there is a network ({hub_cli(f'download {name}')}), or {local}") from None
     except GatedRepoError:
         raise ModelError(f"{what} {name} is gated on the hub: accept its license there and log in "
                          f"({hub_cli('login')}), or {local}") from None
     except RevisionNotFoundError:
-        raise ModelError(f"--revision {revision}: {name} has no such branch, tag or commit on the hub") from None
+        raise ModelError(f"--revision {revision}: {name} has no such branch, tag or commit on the "
+                         "hub") from None
     except RepositoryNotFoundError:
         raise ModelError(f"{what} {name}: no such model on the hub (a private one needs {hub_cli('login')}), "
                          f"and no such directory here; {local}") from None
@@ -86,7 +89,8 @@ def config_fields(d) -> dict:
     if not isinstance(rope, dict):
         raise ModelError(f"rope_parameters must be an object, found {rope!r}")
     if rope.get("rope_type", rope.get("type", "default")) != "default":
-        raise ModelError(f"rope type {rope.get('rope_type', rope.get('type'))!r} is not supported (only default RoPE)")
+        raise ModelError(f"rope type {rope.get('rope_type', rope.get('type'))!r} is not supported (only "
+                         "default RoPE)")
     missing = [k for k in SIZES if d.get(k) is None]
     if missing:
         raise ModelError(f"lacks the Qwen3 field {missing[0]!r}")
@@ -197,7 +201,8 @@ def load_state_dict(path: Path) -> tuple[dict, dict]:
     elif index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            if not isinstance(weight_map, dict) or not all(isinstance(v, str) and v for v in weight_map.values()):
+            if not isinstance(weight_map, dict) or \
+                    not all(isinstance(v, str) and v for v in weight_map.values()):
                 raise TypeError("weight_map must map tensor names to shard file names")
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
             what = "no weight_map" if isinstance(e, KeyError) else str(e).splitlines()[0]

@@ -1,4 +1,4 @@
-"""Qwen3 from scratch, in the order of its diagram: token embedding -> N blocks (RMSNorm -> attention
+"""Qwen3 from scratch: in the order of its diagram, token embedding -> N blocks (RMSNorm -> attention
 with per-head q/k RMSNorm and RoPE, grouped-query -> residual -> RMSNorm -> SwiGLU MLP -> residual) ->
 RMSNorm -> lm_head; and the KV cache the rollout decodes with.
 
@@ -147,7 +147,8 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, cos, sin, mask, cache, layer, real=None):
-        """real: None, or the flat indices of the real tokens of x (B, S, D), when the MLP may skip padding."""
+        """real: None, or the flat indices of the real tokens of x (B, S, D), when the MLP may skip
+        padding."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
         h = self.post_attention_layernorm(x)
         if real is None:
@@ -182,7 +183,8 @@ class Attention(nn.Module):
             out = decode_attention(q, k, v, mask)
         else:
             # mask None means plain causal attention over unpadded rows: the fast fused path.
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                                 enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
 
 
@@ -215,7 +217,8 @@ def rope_cos_sin(positions, head_dim: int, theta: float, dtype):
     RoPE rotates the pairs (x[i], x[i + head_dim/2]); the sin returned is (-sin, sin) over the two
     halves, so that apply_rope needs only a roll, not a negation and a concatenation, per layer.
     """
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32)
+                               / head_dim)
     freqs = positions.float()[:, None, :, None] * inv_freq  # (B, 1, S, head_dim/2)
     sin = freqs.sin()
     return freqs.cos().repeat(1, 1, 1, 2).to(dtype), torch.cat([-sin, sin], dim=-1).to(dtype)

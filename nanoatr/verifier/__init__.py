@@ -1,7 +1,8 @@
 r"""Answer verifier: ``verify(completion, gold) -> bool`` is the reward for RL with verifiable rewards.
 
 Completions are untrusted model output. Nothing from them is ever executed: no eval/exec, no
-sympify/parse_expr/parse_latex; math is read by our own parser. The package, in the order an answer goes through it:
+sympify/parse_expr/parse_latex; math is read by our own parser. The package, in the order an answer goes
+through it:
     extract.py   the final answer(s) of a completion: boxes, answer statements
     shapes.py    normalisation, then the answer's shape: number, list, interval, relation, matrix, ...
     parse.py     the recursive-descent parser of one math expression ...
@@ -119,7 +120,8 @@ def verify(completion: str, gold: str) -> bool:
             answers = extract_answers(completion)
             if _BOX.search(gold):
                 gold = extract_answer(gold)
-            if not answers or not gold or max(map(len, answers)) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+            if not answers or not gold or max(map(len, answers)) > MAX_ANSWER_CHARS or \
+                    len(gold) > MAX_ANSWER_CHARS:
                 return False
             answer = _answer_canon(answers)
             return answer is not None and equivalent(answer, canonical(gold))

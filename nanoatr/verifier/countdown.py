@@ -49,7 +49,8 @@ def parse_answer(answer: str) -> tuple[list[int], int] | None:
         t = int(target)
     except ValueError:
         return None
-    if not 1 <= len(numbers) <= MAX_NUMBERS or any(not 0 <= n <= MAX_NUMBER for n in numbers) or abs(t) > MAX_NUMBER:
+    if not 1 <= len(numbers) <= MAX_NUMBERS or any(not 0 <= n <= MAX_NUMBER for n in numbers) or \
+            abs(t) > MAX_NUMBER:
         return None
     return numbers, t
 

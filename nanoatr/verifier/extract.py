@@ -17,10 +17,11 @@ MAX_STATEMENTS = 8  # answer statements examined, counted from the last one
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")  # a new paragraph ends a chain of boxes (unless it hedges)
-_CORRECTION = re.compile(r"(?i)\b(?:wait|actually|mistake|error|wrong|incorrect|re-?check\w*|redo\w*|recomput\w*"
-                         r"|recalculat\w*|correct(?:ion|ing)|instead|oops|sorry|revis\w*|miscount\w*|overcount\w*)\b")
-_BOX_HEDGE = re.compile(r"(?i)\b(?:maybe|perhaps|possibly|alternatively|either|another (?:possible )?answer)\b"
-                        r"|(?:^|\n)[\s*$]*or\b")
+_CORRECTION = re.compile(r"(?i)\b(?:wait|actually|mistake|error|wrong|incorrect|re-?check\w*|redo\w*"
+                         r"|recomput\w*|recalculat\w*|correct(?:ion|ing)|instead|oops|sorry|revis\w*"
+                         r"|miscount\w*|overcount\w*)\b")
+_BOX_HEDGE = re.compile(r"(?i)\b(?:maybe|perhaps|possibly|alternatively|either"
+                        r"|another (?:possible )?answer)\b|(?:^|\n)[\s*$]*or\b")
 # Statement markers (case-insensitive). Bounded repetitions only: they run over 20k characters.
 _ANSWER_COLON = re.compile(r"(?i)\banswer\b[*_ \t]{0,4}:")
 _ANSWER_IS = re.compile(r"(?i)\b(?:answer|option|choice)s?\b(?:\s+(?:to|for|of)\b[^.\n:$]{0,60}?)?"
@@ -37,7 +38,8 @@ _CHATTER = re.compile(r"(?i)(?:correct|right|wrong|incorrect|above|below|as foll
 _SPAN_OPEN = re.compile(r"\$\$|\$|\\\(|\\\[")
 _SPAN_CLOSE = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 _CONNECTOR = re.compile(r"(?i)\s*(?:,|;|,?\s*and|,?\s*or|\\text\{\s*(?:,|and|or)\s*\})?\s*")
-_PROSE_IS = re.compile(r"(?i)(?:the|a|an|our|my|this|that|it|there)\b[^=$\d]{0,80}?\s(?:is|are|equals|was)\s+(.+)")
+_PROSE_IS = re.compile(r"(?i)(?:the|a|an|our|my|this|that|it|there)\b[^=$\d]{0,80}?"
+                       r"\s(?:is|are|equals|was)\s+(.+)")
 _HEDGE = re.compile(r"(?i)\b(?:or|maybe|perhaps|possibly|probably|either|alternatively)\b")
 _DISPLAY_OPEN = re.compile(r"\s*(\$\$|\\\[)")
 

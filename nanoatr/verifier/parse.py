@@ -1,4 +1,4 @@
-r"""The recursive-descent parser of one math expression (LaTeX or ASCII) into a bounded value.
+r"""Parsing one math expression: a recursive-descent parser of LaTeX or ASCII into a bounded value.
 
 Integers, decimals (exact; "0.1\overline{6}" = 1/6), "1.5e3" and "1.5\times10^{3}", \frac / a/b /
 \frac12, mixed numbers (1\frac14, "1 1/4"), \sqrt and \sqrt[n], powers, n!, \binom{n}{k} /
@@ -14,9 +14,9 @@ from fractions import Fraction
 
 import sympy
 
-from .values import (ATOM_COMMANDS, EULER, FUNCTIONS, GREEK, IMAG, INF, MAX_DEPTH, MAX_LITERAL_DIGITS, MAX_NODES,
-                     MAX_RADICAND_BITS, MAX_ROOT, MAX_SCI_EXP, PI, Num, ParseError, add, binomial, check_rational, div,
-                     factorial, function, mul, neg, power, symbol)
+from .values import (ATOM_COMMANDS, EULER, FUNCTIONS, GREEK, IMAG, INF, MAX_DEPTH, MAX_LITERAL_DIGITS,
+                     MAX_NODES, MAX_RADICAND_BITS, MAX_ROOT, MAX_SCI_EXP, PI, Num, ParseError, add, binomial,
+                     check_rational, div, factorial, function, mul, neg, power, symbol)
 _NUMBER = re.compile(r"(\d+)(?:\.(\d*))?|\.(\d+)")
 _E_EXP = re.compile(r"[eE]([+-]?\d+)")
 _SCI = re.compile(r"\s*(?:\\times|\\cdot|\*)\s*10\s*\^\s*(?:\{\s*([+-]?\d+)\s*\}|([+-]?\d+))")

@@ -86,9 +86,11 @@ _UNICODE = str.maketrans({"−": "-", "×": r"\times ", "·": r"\cdot ", "π": r
 _TEXT_CMD = re.compile(r"\\(?:text(?:bf|it|rm|normal|sf|tt|up)?|mbox|hbox|math(?:rm|bf|it|sf|tt)"
                        r"|operatorname|boxed|fbox)\s*\{")
 _STOP_WORDS = (r"(?:or|and|not|no|nor|to|from|than|if|is|are|was|but|with|of|for|by|at|plus|minus|times"
-               r"|over|divided|pi|sin|cos|tan|cot|sec|csc|log|ln|exp|sqrt|mod|either|neither|also|else|except)\b")
+               r"|over|divided|pi|sin|cos|tan|cot|sec|csc|log|ln|exp|sqrt|mod|either|neither|also|else"
+               r"|except)\b")
 # A unit is one or two words ("cm", "square units"); "34\text{ or 35}" / "\text{ not}" are not.
-_UNIT_WORD = re.compile(r"\s*(?!" + _STOP_WORDS + r")[a-zA-Z]+\.?(?:\s+(?!" + _STOP_WORDS + r")[a-zA-Z]+\.?)?\s*")
+_UNIT_WORD = re.compile(r"\s*(?!" + _STOP_WORDS + r")[a-zA-Z]+\.?"
+                        r"(?:\s+(?!" + _STOP_WORDS + r")[a-zA-Z]+\.?)?\s*")
 _UNIT_POWER = re.compile(r"\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*")
 # ... and a plain-text unit after a number: "5 cm", "12 square units", "5 m", "7 apples".
 _PLAIN_UNIT = re.compile(r"(.*?[\d})])(?:\s+(?!" + _STOP_WORDS + r")(?:[a-zA-Z]{2,}|[mg])\.?){1,3}"
@@ -160,8 +162,9 @@ _MATRIX = re.compile(r"[(\[]?\s*\\begin\{(?:[pbBvV]?matrix|smallmatrix|array)\}(
                      r"\\end\{(?:[pbBvV]?matrix|smallmatrix|array)\}\s*[)\]]?", re.DOTALL)
 _VAR = re.compile(r"(?:[A-Za-z]|\\(?:" + "|".join(sorted(GREEK)) + r"))(?:_\{?\w{1,8}\}?)?")
 # The name side of "x = 5", "f(2) = 7", "a_1 = 4", "AB = 6", "m\angle ABC = 30": not part of the value.
-_NAME = re.compile(r"(?:m\s*)?(?:\\(?:angle|overline|widehat|triangle)\s*)?\{?\s*(?:[A-Za-z]{1,3}|\\[a-zA-Z]+)"
-                   r"\s*\}?(?:_\{?\w{1,8}\}?|'|\^\{?-1\}?)*(?:\s*\([^()=]{0,20}\))?")
+_NAME = re.compile(r"(?:m\s*)?(?:\\(?:angle|overline|widehat|triangle)\s*)?"
+                   r"\{?\s*(?:[A-Za-z]{1,3}|\\[a-zA-Z]+)\s*\}?"
+                   r"(?:_\{?\w{1,8}\}?|'|\^\{?-1\}?)*(?:\s*\([^()=]{0,20}\))?")
 _NAMES = re.compile(r"\(\s*[A-Za-z](?:_\{?\w{1,8}\}?)?(?:\s*,\s*[A-Za-z](?:_\{?\w{1,8}\}?)?)+\s*\)")  # (x, y)
 _SET_BUILDER = re.compile(r"\\\{\s*[A-Za-z](?:_\{?\w{1,8}\}?)?\s*(?:\\mid|\||:)(.*)\\\}")  # \{x | x > 2\}
 _ABS_VAR = re.compile(r"\|\s*(" + _VAR.pattern + r")\s*\|")  # |x|
@@ -275,7 +278,8 @@ def _items(kind: str, s: str, items, depth: int, extra=None) -> Canon:
 def _list(s: str, items, seps, depth: int) -> Canon:
     """"1, 2" / "x=1 or x=2" / "x < -1 or x > 2" (a union of intervals of one variable)."""
     c = _items("list", s, items, depth)
-    if c.kind == "list" and all(x.kind == "interval" for x in c.value) and len({x.extra for x in c.value}) == 1:
+    if c.kind == "list" and all(x.kind == "interval" for x in c.value) and \
+            len({x.extra for x in c.value}) == 1:
         if "and" not in seps:  # "x < -1 or x > 2": the union
             return Canon("interval", s, tuple(iv for x in c.value for iv in x.value), c.value[0].extra)
         if seps == ["and"] and all(len(x.value) == 1 for x in c.value):  # "x > 1 and x < 3": 1 < x < 3
@@ -352,7 +356,8 @@ def _relation(s: str, sides, ops, depth: int) -> Canon:
 
 
 def as_intervals(c: Canon):
-    """The intervals an answer denotes, or None: "x > 2", "(2, \\infty)", "(-1, 2] ∪ (3, 4)", "\\mathbb{R}"."""
+    """The intervals an answer denotes, or None: "x > 2", "(2, \\infty)", "(-1, 2] ∪ (3, 4)",
+    "\\mathbb{R}"."""
     if c.kind == "interval":
         return c.value
     if c.kind == "tuple" and len(c.value) == 2 and all(x.kind == "num" for x in c.value):

@@ -122,7 +122,8 @@ def mul(a, b):
 
 def div(a, b):
     return _binop(a, b, lambda x, y: x / y,
-                  lambda x, y, ev: sympy.Mul(x, sympy.Pow(y, -1, evaluate=ev), evaluate=ev), lambda x, y: x / y)
+                  lambda x, y, ev: sympy.Mul(x, sympy.Pow(y, -1, evaluate=ev), evaluate=ev),
+                  lambda x, y: x / y)
 
 
 def neg(a: Num) -> Num:
@@ -176,7 +177,8 @@ def power(b: Num, e: Num, budget: Optional[list] = None) -> Num:
         # up to seconds; answers use i only in polynomials and e^{i\theta}.
         if b.exact != sympy.E and not (_real_valued(b) and _real_valued(e)):
             raise ParseError("complex power")
-        _charge(budget, sum(r.p.bit_length() + r.q.bit_length() for r in to_sympy(b.exact).atoms(sympy.Rational)))
+        _charge(budget, sum(r.p.bit_length() + r.q.bit_length()
+                            for r in to_sympy(b.exact).atoms(sympy.Rational)))
     evaluate = not (in_variables or symbolic(ev))  # see _binop
     exact = _from_sympy(sympy.Pow(to_sympy(b.exact), to_sympy(ev), evaluate=evaluate))
     return Num(exact, _zip(lambda x, y: x ** y, approx(b), approx(Num(ev, e.approx))))
@@ -247,7 +249,8 @@ def function(name: str, x: Num) -> Num:
     if name == "exp" and any(abs(v) > MAX_EXP for v in ap):
         raise ParseError("exponent too large")
     exact = _from_sympy(FUNCTIONS[name](to_sympy(x.exact), evaluate=not symbolic(x.exact)))  # see _binop
-    f = getattr(cmath, {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "ln": "log"}.get(name, name), None)
+    f = getattr(cmath, {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "ln": "log"}.get(name, name),
+                None)
     inverse = {"cot": cmath.tan, "sec": cmath.cos, "csc": cmath.sin}.get(name)
     try:
         out = tuple(1 / inverse(v) if inverse else f(v) for v in ap)
@@ -261,7 +264,8 @@ def symbol(name: str) -> Num:
     rng = random.Random("nanoatr:" + name)  # deterministic per name, independent of global seed
     # positive, like every point it is evaluated at: sympy then merges nested powers of it cheaply
     # ((x^1000)^(3/2) is x^1500) instead of reasoning about complex branches, which can take minutes
-    return Num(sympy.Symbol(name, positive=True), tuple(complex(rng.uniform(0.3, 1.7)) for _ in range(N_POINTS)))
+    return Num(sympy.Symbol(name, positive=True),
+               tuple(complex(rng.uniform(0.3, 1.7)) for _ in range(N_POINTS)))
 
 
 PI = Num(sympy.pi, (complex(math.pi),) * N_POINTS)
