@@ -15,7 +15,7 @@ instruct checkpoints: 0.6 / 20 / 0.95), else 1.0 / 0 / 1.0; a line on stderr say
 For the paper's numbers give them explicitly, as above.
 
 Every problem gets n >= k samples. Mean@k is the mean accuracy over all n samples; Pass@k is the
-unbiased estimate from n samples of the chance that one of k is correct (nanoatr.metrics). --out
+unbiased estimate from n samples of the chance that one of k is correct (nanoatr/evaluate.py). --out
 starts with a line {"settings": ...} (the model, the sampling and prompt settings as used); every
 completion is appended to it with its verdict as soon as its batch is graded, so an interrupted
 evaluation keeps its work and `--resume --out FILE` samples only what is missing. --resume with other
@@ -31,6 +31,7 @@ import nanoatr
 
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
 
+import functools
 import json
 import math
 import statistics
@@ -51,8 +52,8 @@ from nanoatr.data import TASKS, DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
 from nanoatr.runs import read_metrics
-from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags, load_tokenizer,
-                               read_json)
+from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
+                               load_tokenizer, read_json)
 
 
 @dataclass
@@ -123,7 +124,8 @@ CHECKPOINT_NAMES = ("checkpoint",)  # and checkpoint-stepNNNNNN (nanoatr.checkpo
 
 
 def model_name(model_dir: str) -> str:
-    """The directory's name; a run's checkpoint/ (or an older checkpoint-stepNNNNNN/) is named after its run."""
+    """The directory's name; a run's checkpoint/ (or an older checkpoint-stepNNNNNN/) is named after its
+    run."""
     path = Path(model_dir).resolve()
     kept = path.name.startswith("checkpoint-step") and path.name[len("checkpoint-step"):].isdigit()
     return path.parent.name if path.name in CHECKPOINT_NAMES or kept else path.name
@@ -146,7 +148,8 @@ def settings(cfg: EvalConfig, dirs) -> dict:
     """The output file's first line: the model (absolute paths, a run checkpoint's step) and the sampling
     settings as used (generation_config.json's values filled in)."""
     step = read_json(Path(dirs.adapter or dirs.base, "manifest.json")).get("step")
-    return {"model": str(dirs.base.resolve()), "adapter": str(dirs.adapter.resolve()) if dirs.adapter else None,
+    return {"model": str(dirs.base.resolve()),
+            "adapter": str(dirs.adapter.resolve()) if dirs.adapter else None,
             "checkpoint_step": step, **{k: getattr(cfg, k) for k in SETTINGS[3:]}}
 
 
@@ -154,7 +157,8 @@ def differences(saved: dict, now: dict) -> list[str]:
     """The flags whose values differ between a file's settings and this run's, as 'FLAG A (now B)'."""
     names = {"checkpoint_step": "--model (its checkpoint's step)"}
     saved = {"task": "math", **saved}  # files written before --task existed
-    return [f"{names.get(k, flag(k))} {saved.get(k)!r} (now {now[k]!r})" for k in SETTINGS if saved.get(k) != now[k]]
+    return [f"{names.get(k, flag(k))} {saved.get(k)!r} (now {now[k]!r})"
+            for k in SETTINGS if saved.get(k) != now[k]]
 
 
 def read_done(path: Path) -> tuple[dict | None, list[dict]]:
@@ -189,8 +193,9 @@ def benchmark_rows(done: list[dict], name: str, problems, n: int) -> list[dict]:
     rows = [r for r in done if r["benchmark"] == name and r["problem_id"] < len(problems) and r["sample"] < n]
     for r in rows:
         if r.get("gold") != problems[r["problem_id"]].answer:
-            die(f"--resume: row {r['problem_id']}/{r['sample']} of {name} has gold {r.get('gold')!r} but the "
-                f"file's problem {r['problem_id']} has {problems[r['problem_id']].answer!r}: a different data file?")
+            die(f"--resume: row {r['problem_id']}/{r['sample']} of {name} has gold {r.get('gold')!r} but "
+                f"the file's problem {r['problem_id']} has {problems[r['problem_id']].answer!r}: a "
+                "different data file?")
     return rows
 
 
@@ -209,7 +214,8 @@ def grid(corner: str, names: list[str], k: int, rows: list[tuple[str, list[str]]
     w = max([len(sub[0]), len(sub[1])] + [len(c) for _, cells in rows for c in cells[len(before):]]) + 2
     label = max([len(corner)] + [len(name) for name, _ in rows]) + 2
     lead = [max([len(b)] + [len(cells[i]) for _, cells in rows]) + 2 for i, b in enumerate(before)]
-    lines = [corner.ljust(label + sum(lead)) + "".join(n[:2 * w - 2].ljust(2 * w) for n in names + ["Average"]),
+    lines = [corner.ljust(label + sum(lead)) +
+             "".join(n[:2 * w - 2].ljust(2 * w) for n in names + ["Average"]),
              " " * label + "".join(b.rjust(v) for b, v in zip(before, lead)) +
              "".join(f"{sub[0]:>{w}}{sub[1]:>{w}}" for _ in names + ["Average"])]
     widths = lead + [w] * (2 * len(names) + 2)
@@ -266,14 +272,15 @@ def t_interval(values: list[float]) -> tuple[float, float | None]:
 # What a run's logged evaluations depend on (config.json of train.py and sft.py): runs that differ in one are
 # in different tables, each with its own base-model row.
 EVALUATION = ("model", "revision", "task", "eval_data", "eval_limit", "eval_k", "eval_temperature",
-              "eval_top_p", "eval_top_k", "eval_max_new_tokens", "sampler", "prompt_template", "system_prompt",
-              "thinking", "stop")
+              "eval_top_p", "eval_top_k", "eval_max_new_tokens", "sampler", "prompt_template",
+              "system_prompt", "thinking", "stop")
 SHOWN = ("eval_k", "eval_temperature", "eval_top_p", "eval_top_k", "eval_max_new_tokens")  # under every table
 # What says nothing about what was trained (where and how fast it ran, how it was saved and logged): runs
 # differing only in these and their seed are one method. Every other field (besides clip and its hparams,
 # always in the label) that differs between the runs of a table is named in their labels.
-BOOKKEEPING = ("name", "out_dir", "resume", "device", "threads", "save_every", "keep_checkpoints", "eval_every",
-               "eval_batch_size", "compile", "grad_checkpoint", "merge", "base_name", "preset", "changes")
+BOOKKEEPING = ("name", "out_dir", "resume", "device", "threads", "save_every", "keep_checkpoints",
+               "eval_every", "eval_batch_size", "compile", "grad_checkpoint", "merge", "base_name", "preset",
+               "changes")
 
 
 class RunLog(NamedTuple):
@@ -294,7 +301,8 @@ def evaluation(config: dict) -> dict:
 
 def columns(names: list[str], k: int) -> list[str]:
     """The metrics keys of Table 2's columns: Mean@k and Pass@k per benchmark, then their average."""
-    return [f"eval/{n}/{m}@{k}" for n in names for m in ("mean", "pass")] + [f"eval/mean@{k}", f"eval/pass@{k}"]
+    return [f"eval/{n}/{m}@{k}" for n in names for m in ("mean", "pass")] + \
+        [f"eval/mean@{k}", f"eval/pass@{k}"]
 
 
 def described(change, step) -> str:
@@ -306,7 +314,8 @@ def described(change, step) -> str:
 
 
 def read_run(run_dir: str) -> RunLog:
-    """A run's settings, evaluations and recorded changes; one line naming the run when it has none to show."""
+    """A run's settings, evaluations and recorded changes; one line naming the run when it has none to
+    show."""
     config = read_json(Path(run_dir, "config.json"))
     rows = read_metrics(Path(run_dir, "metrics.jsonl"))
     if not config:
@@ -314,12 +323,14 @@ def read_run(run_dir: str) -> RunLog:
     names, k = [Path(f).stem for f in config.get("eval_data") or []], config.get("eval_k")
     evals = {r["step"]: r for r in rows if f"eval/mean@{k}" in r and isinstance(r.get("step"), int)}
     if not names or not evals:
-        die(f"{run_dir}: no evaluation logged in its metrics.jsonl (a run with --eval-data logs eval/... rows)")
+        die(f"{run_dir}: no evaluation logged in its metrics.jsonl (a run with --eval-data logs eval/... "
+            "rows)")
     for step, row in evals.items():
         for key in columns(names, k):
             if isinstance(row.get(key), bool) or not isinstance(row.get(key), (int, float)):
                 die(f"{run_dir}/metrics.jsonl: the evaluation of step {step} has no number {key}")
-    recorded = [(None, config.get("changes"))] + [(r.get("step"), r["changes"]) for r in rows if "changes" in r]
+    recorded = [(None, config.get("changes"))] + \
+        [(r.get("step"), r["changes"]) for r in rows if "changes" in r]
     changes = [described(c, step) for step, value in recorded if value
                for c in (value if isinstance(value, list) else [value])]
     return RunLog(model_name(run_dir), config, evals, changes)
@@ -330,7 +341,8 @@ def shown(value) -> str:
 
 
 def method_label(config: dict, named: list[str]) -> str:
-    """'kl3 (delta=0.07)': the clip method (sft for an SFT run), its hyper-parameters and the `named` fields."""
+    """'kl3 (delta=0.07)': the clip method (sft for an SFT run), its hyper-parameters and the `named`
+    fields."""
     settings = {**(config.get("hparams") or {}), **{k: config.get(k) for k in named}}
     method = config.get("clip") or "sft"
     return f"{method} ({', '.join(f'{k}={shown(v)}' for k, v in settings.items())})" if settings else method
@@ -340,7 +352,8 @@ def final_and_best(run: RunLog, keys: list[str]) -> tuple[list[float], list[floa
     """The run's last evaluation, and the best of each column over its evaluations after step 0 (over all of
     them when step 0 is the only one)."""
     trained = [row for step, row in run.evals.items() if step > 0] or list(run.evals.values())
-    return [run.evals[max(run.evals)][key] for key in keys], [max(row[key] for row in trained) for key in keys]
+    final = [run.evals[max(run.evals)][key] for key in keys]
+    return final, [max(row[key] for row in trained) for key in keys]
 
 
 def over_seeds(per_seed: list[list[float]]) -> list[str]:
@@ -352,8 +365,9 @@ def over_seeds(per_seed: list[list[float]]) -> list[str]:
 
 
 def by_method(runs: list[RunLog]) -> dict[str, dict]:
-    """{method label: {seed: run}}: runs differing only in their seed and BOOKKEEPING are one method; the label
-    names the clip method, its hyper-parameters and every other training setting that differs between runs."""
+    """{method label: {seed: run}}: runs differing only in their seed and BOOKKEEPING are one method; the
+    label names the clip method, its hyper-parameters and every other training setting that differs between
+    runs."""
     fields = dict.fromkeys(f for run in runs for f in run.config if f not in EVALUATION + BOOKKEEPING)
     named = [f for f in fields if f not in ("seed", "clip", "hparams") and
              len({json.dumps(run.config.get(f), sort_keys=True) for run in runs}) > 1]
@@ -379,7 +393,8 @@ def base_model(runs: list[RunLog], keys: list[str]) -> list[list[float]]:
 
 def seed_table(runs: list[RunLog]) -> str:
     """One table of runs evaluated alike: the base model's row, then each method's final and best rows over
-    its seeds; under it the evaluation settings, and the runs that did not finish or were changed on resume."""
+    its seeds; under it the evaluation settings, and the runs that did not finish or were changed on
+    resume."""
     settings = evaluation(runs[0].config)
     names, k = [Path(f).stem for f in settings["eval_data"]], settings["eval_k"]
     keys = columns(names, k)
@@ -414,19 +429,69 @@ def runs_table(run_dirs: list[str]) -> str:
         parts.append((head if len(tables) > 1 else "") + seed_table(runs))
     return "\n\n".join(parts) + (
         "\n\nmean ± the half-width of its 95% t-interval over the n seeds (t at n-1 degrees of freedom; "
-        "one seed: its value).\nfinal: each run's last evaluation; best: each run's best of each column after "
-        "step 0; base model: each seed's step-0 evaluation")
+        "one seed: its value).\nfinal: each run's last evaluation; best: each run's best of each column "
+        "after step 0; base model: each seed's step-0 evaluation")
+
+
+def print_runs_table(cfg: EvalConfig, given: set[str]) -> None:
+    """--runs: Table 2 from training runs' own evaluations. Nothing is sampled, so no other flag applies."""
+    if given - {"runs"}:
+        die(f"--runs reads the runs' logged evaluations: {flag(sorted(given - {'runs'})[0])} would be "
+            "ignored")
+    try:
+        print(runs_table(cfg.runs))
+    except (CheckpointError, TokenizerError) as e:
+        die(str(e))
+
+
+def append_samples(out: Path, now: dict, benchmarks: dict, results: dict, n: int, sample, precision) -> int:
+    """Sample and grade what `out` does not hold yet, n samples per problem of each benchmark: each row is
+    appended to the file (flushed) and to results[benchmark]. `sample(problems, skip=...)` yields the graded
+    rows; a Ctrl-C keeps what was sampled. Returns the number of new rows."""
+    new = 0
+    with open(out, "a", encoding="utf-8") as f:
+        if f.tell() == 0:  # a new file (or an empty one): the settings first
+            f.write(json.dumps({"settings": now}, ensure_ascii=False) + "\n")
+            f.flush()
+        nanoatr.ctrl_c_raises()  # from here a Ctrl-C keeps what was sampled (below)
+        try:
+            for name, problems in benchmarks.items():
+                skip = {(r["problem_id"], r["sample"]) for r in results[name]}
+                if len(skip) == len(problems) * n:
+                    continue
+                print(f"{name}: {len(problems)} problems x {n} samples ({len(skip)} already done)",
+                      file=sys.stderr, flush=True)
+                rows = sample(problems, skip=skip)
+                with precision():  # sampling happens as the rows are drawn, so inside the context
+                    for row in rows:
+                        row = {"benchmark": name, **row}
+                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                        f.flush()
+                        results[name].append(row)
+                        new += 1
+        except KeyboardInterrupt:
+            die(f"interrupted; {new} new completions kept in {out} (continue with --resume --out {out})", 130)
+    return new
+
+
+def print_summary(cfg: EvalConfig, out: Path, results: dict, new: int) -> dict:
+    """The table of Mean@k / Pass@k per benchmark, and a line on the completions; returns the summary."""
+    try:
+        summary = {name: summarize(verdicts_by_problem(rows), [cfg.k]) for name, rows in results.items()}
+    except ValueError as e:  # a resumed file with repeated rows
+        die(f"{out}: {e}")
+    print(table(model_name(cfg.adapter or cfg.model), summary, cfg.k))
+    rows = [r for rs in results.values() for r in rs]
+    print(f"\n{len(rows)} completions ({new} new) in {out}; mean length "
+          f"{sum(r['length'] for r in rows) / len(rows):.1f} tokens, "
+          f"{100 * sum(r['truncated'] for r in rows) / len(rows):.1f}% hit --max-new-tokens")
+    return summary
 
 
 def main(argv=None):
     cfg, _, given = parse(EvalConfig, argv, __doc__)
     if cfg.runs:  # Table 2 from training runs' own evaluations: nothing is sampled
-        if given - {"runs"}:
-            die(f"--runs reads the runs' logged evaluations: {flag(sorted(given - {'runs'})[0])} would be ignored")
-        try:
-            print(runs_table(cfg.runs))
-        except (CheckpointError, TokenizerError) as e:
-            die(str(e))
+        print_runs_table(cfg, given)
         return None
     cfg = task_defaults(cfg, given)
     problem = check(cfg)
@@ -447,14 +512,15 @@ def main(argv=None):
         now = settings(cfg, dirs)
         saved, done = read_done(out) if cfg.resume else (None, [])
         if saved is not None and differences(saved, now):
-            die(f"--resume: {out} was sampled with other settings: {'; '.join(differences(saved, now))}. Give the "
-                f"same flags to continue it, or another --out")
+            die(f"--resume: {out} was sampled with other settings: {'; '.join(differences(saved, now))}. "
+                f"Give the same flags to continue it, or another --out")
         benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None) for f in cfg.data}
         model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device, cfg.revision)
         tok = load_tokenizer(dirs.tokenizer)
         eos_ids = eos_token_ids(tok, dirs.tokenizer, dirs.base)
         problem = ignored_prompt_flags(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking)
-        prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
+        prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
+                         enable_thinking=cfg.thinking)
         for f in cfg.data:
             problem = problem or fits(tok, benchmarks[Path(f).stem], cfg.max_new_tokens,
                                       model.config.max_position_embeddings, f, "--max-new-tokens", prompt_kw)
@@ -463,46 +529,14 @@ def main(argv=None):
     if problem:
         die(problem)
     print(sampling, file=sys.stderr, flush=True)
-    precision = distributed.precision(cfg.dtype, device)
     results = {name: benchmark_rows(done, name, problems, n) for name, problems in benchmarks.items()}
-    new = 0
-    with open(out, "a", encoding="utf-8") as f:
-        if f.tell() == 0:  # a new file (or an empty one): the settings first
-            f.write(json.dumps({"settings": now}, ensure_ascii=False) + "\n")
-            f.flush()
-        nanoatr.ctrl_c_raises()  # from here a Ctrl-C keeps what was sampled (below)
-        try:
-            for name, problems in benchmarks.items():
-                skip = {(r["problem_id"], r["sample"]) for r in results[name]}
-                if len(skip) == len(problems) * n:
-                    continue
-                print(f"{name}: {len(problems)} problems x {n} samples ({len(skip)} already done)",
-                      file=sys.stderr, flush=True)
-                rows = sample_and_grade(model, tok, problems, n, max_new_tokens=cfg.max_new_tokens,
-                                        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                                        sampler=cfg.sampler, eos_ids=eos_ids, batch_size=cfg.batch_size,
-                                        seed=cfg.seed, prompt_kw=prompt_kw, skip=skip, stop=cfg.stop,
-                                        reward=TASKS[cfg.task].reward)
-                with precision():  # sampling happens as the rows are drawn, so inside the context
-                    for row in rows:
-                        row = {"benchmark": name, **row}
-                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                        f.flush()
-                        results[name].append(row)
-                        new += 1
-        except KeyboardInterrupt:
-            die(f"interrupted; {new} new completions kept in {out} (continue with --resume --out {out})", 130)
-
-    try:
-        summary = {name: summarize(verdicts_by_problem(rows), [cfg.k]) for name, rows in results.items()}
-    except ValueError as e:  # a resumed file with repeated rows
-        die(f"{out}: {e}")
-    print(table(model_name(cfg.adapter or cfg.model), summary, cfg.k))
-    rows = [r for rs in results.values() for r in rs]
-    print(f"\n{len(rows)} completions ({new} new) in {out}; mean length "
-          f"{sum(r['length'] for r in rows) / len(rows):.1f} tokens, "
-          f"{100 * sum(r['truncated'] for r in rows) / len(rows):.1f}% hit --max-new-tokens")
-    return summary
+    sample = functools.partial(sample_and_grade, model, tok, n=n, max_new_tokens=cfg.max_new_tokens,
+                               temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                               sampler=cfg.sampler, eos_ids=eos_ids, batch_size=cfg.batch_size,
+                               seed=cfg.seed, prompt_kw=prompt_kw, stop=cfg.stop,
+                               reward=TASKS[cfg.task].reward)
+    new = append_samples(out, now, benchmarks, results, n, sample, distributed.precision(cfg.dtype, device))
+    return print_summary(cfg, out, results, new)
 
 
 if __name__ == "__main__":

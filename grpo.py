@@ -1,7 +1,8 @@
 """GRPO in one file, for a first reading: what train.py does, without DDP, chunks, compile, dynamic
 sampling, evaluations or checkpoints.
 
-    python grpo.py                          # ATR-GRPO (--clip kl3) on the embedded arithmetic task, CPU, ~1 min
+    python grpo.py                          # ATR-GRPO (--clip kl3) on the embedded arithmetic task: CPU,
+                                            # about a minute
     python grpo.py --clip clip --steps 50   # any method of nanoatr/methods.py, with its default knobs
 
 One step: sample G completions for each of P prompts (1), grade them (2), compare each reward with
@@ -29,7 +30,8 @@ def rollout(model, tok, problems, G: int, max_new_tokens: int, reward, generator
     batch = generate(model, prompts, max_new_tokens, eos_token_id=eos_token_ids(tok), generator=generator,
                      pad_id=tok.pad_token_id or 0)  # 1. sample, with the KV cache
     texts = completion_texts(tok, batch.tokens, batch.mask)
-    rewards = torch.tensor([reward(text, p.answer) for text, p in zip(texts, [p for p in problems for _ in range(G)])],
+    golds = [p.answer for p in problems for _ in range(G)]  # in the order of the prompts
+    rewards = torch.tensor([reward(text, gold) for text, gold in zip(texts, golds)],
                            dtype=torch.float32)  # 2. grade
     return batch._replace(rewards=rewards, advantages=group_advantages(rewards, G))  # 3. reward - group mean
 
@@ -43,11 +45,13 @@ def old_logprobs(model, batch: Rollout) -> torch.Tensor:
 def update(model, opt, batch: Rollout, old_logp, rows, clip: str, hparams: dict, max_new_tokens: int):
     """5. One AdamW step on the minibatch `rows`: the clipped surrogate of --clip, Dr. GRPO's aggregation."""
     model.train()
-    logp = score(model, batch.prompt_ids[rows], batch.prompt_mask[rows], batch.tokens[rows], temperature=1.0).logp
+    logp = score(model, batch.prompt_ids[rows], batch.prompt_mask[rows], batch.tokens[rows],
+                 temperature=1.0).logp
     mask = batch.mask[rows]
+    # w = exp(logp - old_logp), then the method's rule
     loss, metrics = policy_loss(clip, logp, old_logp[rows], batch.advantages[rows], mask, agg="dr-grpo",
-                                num_sequences=len(rows), num_tokens=float(mask.sum()), max_new_tokens=max_new_tokens,
-                                compile=False, **hparams)  # w = exp(logp - old_logp), then the method's rule
+                                num_sequences=len(rows), num_tokens=float(mask.sum()),
+                                max_new_tokens=max_new_tokens, compile=False, **hparams)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -57,11 +61,13 @@ def update(model, opt, batch: Rollout, old_logp, rows, clip: str, hparams: dict,
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--clip", default="kl3", choices=sorted(METHODS), help="the clipping rule (nanoatr/methods.py)")
+    ap.add_argument("--clip", default="kl3", choices=sorted(METHODS),
+                    help="the clipping rule (nanoatr/methods.py)")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step (P)")
     ap.add_argument("--group-size", type=int, default=8, help="completions per prompt (G)")
-    ap.add_argument("--minibatches", type=int, default=2, help="AdamW steps per rollout batch: >1 makes clipping act")
+    ap.add_argument("--minibatches", type=int, default=2,
+                    help="AdamW steps per rollout batch: >1 makes clipping act")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -80,14 +86,16 @@ def main(argv=None):
             loss, metrics = update(model, opt, batch, old_logp, rows, args.clip, hparams, task.max_new_tokens)
         if (step + 1) % 10 == 0:
             cut = float(metrics["clip_frac_low"] + metrics["clip_frac_high"])
-            print(f"step {step + 1}: reward {batch.rewards.mean():.2f}, tokens cut {cut:.2%}, loss {loss:+.4f}")
+            print(f"step {step + 1}: reward {batch.rewards.mean():.2f}, tokens cut {cut:.2%}, "
+                  f"loss {loss:+.4f}")
     print(f"held-out accuracy {accuracy(model, tok, held_out, task):.1%}")
 
 
 @torch.no_grad()
 def accuracy(model, tok, problems, task, k: int = 4) -> float:
     """The share of k samples per held-out problem that the task's reward counts as right."""
-    batch = rollout(model, tok, problems, k, task.max_new_tokens, task.reward, torch.Generator().manual_seed(1))
+    generator = torch.Generator().manual_seed(1)
+    batch = rollout(model, tok, problems, k, task.max_new_tokens, task.reward, generator)
     return float((batch.rewards > 0).float().mean())
 
 

@@ -61,7 +61,8 @@ def stream(model, prompt: list[int], max_new_tokens: int, temperature: float = 1
 
 
 def print_stream(tokenizer, token_ids, out=None, stop=()) -> tuple[str, list[int], bool]:
-    """Print the text of each new token as it arrives; returns (whole text, token ids, ended by a stop string).
+    """Print the text of each new token as it arrives; returns (whole text, token ids, ended by a stop
+    string).
 
     Text is decoded from the whole completion so far and only the new suffix is printed: a character
     can span several byte-level tokens, and it is held back until its last byte arrives. Stop strings
@@ -127,6 +128,25 @@ def check(cfg: SampleConfig) -> str | None:
     return None
 
 
+def prompt_ids(cfg: SampleConfig, tok, positions: int, text: str) -> list[int]:
+    """The prompt's token ids: `text` through the chat template or --prompt-template (as is with --raw). An
+    empty prompt, or one that leaves the model's `positions` no room for --max-new-tokens, is one error
+    line."""
+    if not cfg.raw:
+        try:
+            text = format_prompt(tok, Problem(text, cfg.gold or ""), template=cfg.prompt_template,
+                                 system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
+        except (KeyError, IndexError, ValueError) as e:
+            die(f"cannot fill --prompt-template: {e!r}")
+    ids = tok.encode(text, add_special_tokens=False)
+    if not ids:
+        die("empty prompt: nothing to continue")
+    if len(ids) + cfg.max_new_tokens > positions:
+        die(f"the prompt is {len(ids)} tokens; with --max-new-tokens {cfg.max_new_tokens} it needs "
+            f"{len(ids) + cfg.max_new_tokens} positions, the model has {positions} (max_position_embeddings)")
+    return ids
+
+
 def main(argv=None):
     cfg, extra, _ = parse(SampleConfig, argv, __doc__, prompt_flags, usage="%(prog)s [flags] [PROMPT ...]")
     problem = check(cfg)
@@ -156,28 +176,18 @@ def main(argv=None):
         for i, text in enumerate(read_prompts(extra["prompts"])):
             if prompts and len(prompts) > 1:
                 print(f"[{i + 1}/{len(prompts)}] {text}", file=sys.stderr, flush=True)
-            if not cfg.raw:
-                try:
-                    text = format_prompt(tok, Problem(text, cfg.gold or ""), template=cfg.prompt_template,
-                                         system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
-                except (KeyError, IndexError, ValueError) as e:
-                    die(f"cannot fill --prompt-template: {e!r}")
-            ids = tok.encode(text, add_special_tokens=False)
-            if not ids:
-                die("empty prompt: nothing to continue")
-            if len(ids) + cfg.max_new_tokens > model.config.max_position_embeddings:
-                die(f"the prompt is {len(ids)} tokens; with --max-new-tokens {cfg.max_new_tokens} it needs "
-                    f"{len(ids) + cfg.max_new_tokens} positions, the model has {model.config.max_position_embeddings} "
-                    "(max_position_embeddings)")
+            ids = prompt_ids(cfg, tok, model.config.max_position_embeddings, text)
             with precision():
-                tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, eos_ids,
-                                generator, cfg.sampler)
+                tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k,
+                                eos_ids, generator, cfg.sampler)
                 completion, tokens, by_string = print_stream(tok, tokens, stop=cfg.stop)
             print()
             stopped = by_string or tokens[-1] in eos_ids
-            print(f"({len(tokens)} tokens, {'stopped' if stopped else 'hit --max-new-tokens'})", file=sys.stderr)
+            print(f"({len(tokens)} tokens, {'stopped' if stopped else 'hit --max-new-tokens'})",
+                  file=sys.stderr)
             if cfg.gold is not None:
-                print(f"[gold {cfg.gold}: {'correct' if verify(completion, cfg.gold) else 'wrong'}]", flush=True)
+                print(f"[gold {cfg.gold}: {'correct' if verify(completion, cfg.gold) else 'wrong'}]",
+                      flush=True)
     except KeyboardInterrupt:
         print(file=sys.stdout)
         raise SystemExit(130)

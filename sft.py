@@ -71,7 +71,8 @@ from nanoatr.evaluate import evaluate, fits
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.runs import RunFolder, resumed_config, unique_name
 from nanoatr.scoring import token_logprobs
-from nanoatr.tokenizer import TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags, load_tokenizer
+from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags,
+                               load_tokenizer)
 
 
 @dataclass
@@ -126,9 +127,9 @@ def examples_of(cfg: SFTConfig, tok, prompt_kw: dict) -> tuple[list, int]:
     lengths = [len(p) + len(c) for p, c in examples]
     long = [i for i, n in enumerate(lengths) if n > cfg.max_len]
     if long and not cfg.skip_long:
-        raise DataError(f"{rows[long[0]].where}: the example is {lengths[long[0]]} tokens (prompt + solution + EOS), "
-                        f"over --max-len {cfg.max_len}; {len(long)} of {len(rows)} rows are: --skip-long drops them, "
-                        "or raise --max-len")
+        raise DataError(f"{rows[long[0]].where}: the example is {lengths[long[0]]} tokens (prompt + solution "
+                        f"+ EOS), over --max-len {cfg.max_len}; {len(long)} of {len(rows)} rows are: "
+                        "--skip-long drops them, or raise --max-len")
     kept = [e for e, n in zip(examples, lengths) if n <= cfg.max_len]
     if not kept:
         raise DataError(f"{cfg.data}: every example is longer than --max-len {cfg.max_len}")
@@ -136,32 +137,36 @@ def examples_of(cfg: SFTConfig, tok, prompt_kw: dict) -> tuple[list, int]:
 
 
 def held_out(cfg, model, tok, sets: dict, eos_ids, prompt_kw, precision, step: int, log) -> dict:
-    """Mean@k / Pass@k on every --eval-data file (eval.py's code), logged as eval/<file>/... and their mean."""
+    """Mean@k / Pass@k on every --eval-data file (eval.py's code), logged as eval/<file>/... and their
+    mean."""
     k, row = cfg.eval_k, {"step": step}
     for name, problems in sets.items():
         with precision():
-            summary, samples = evaluate(model, tok, problems, k=k, max_new_tokens=cfg.eval_max_new_tokens or cfg.max_len,
-                                        temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, eos_ids=eos_ids,
-                                        batch_size=cfg.eval_batch_size, seed=cfg.seed, prompt_kw=prompt_kw,
-                                        progress=False)
+            summary, samples = evaluate(model, tok, problems, k=k,
+                                        max_new_tokens=cfg.eval_max_new_tokens or cfg.max_len,
+                                        temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
+                                        eos_ids=eos_ids, batch_size=cfg.eval_batch_size, seed=cfg.seed,
+                                        prompt_kw=prompt_kw, progress=False)
         row.update({f"eval/{name}/{key}": v for key, v in summary.items()})
         log.samples(step, name, samples[:: max(1, len(samples) // 4)][:4])
     for key in (f"mean@{k}", f"pass@{k}"):
         row[f"eval/{key}"] = sum(row[f"eval/{n}/{key}"] for n in sets) / len(sets)
     log.write(row)
-    tqdm.write(f"step {step}: held-out Mean@{k} {row[f'eval/mean@{k}']:.1f}%  Pass@{k} {row[f'eval/pass@{k}']:.1f}%")
+    tqdm.write(f"step {step}: held-out Mean@{k} {row[f'eval/mean@{k}']:.1f}%  "
+               f"Pass@{k} {row[f'eval/pass@{k}']:.1f}%")
     return row
 
 
-def write_model(cfg: SFTConfig, run_dir: Path, weights, tok_files: dict) -> Path:
+def write_model(cfg: SFTConfig, run_dir: Path, model, tok_files: dict) -> Path:
     """run_dir/model: a whole model directory, built beside it and renamed into place (an interrupted write
-    leaves the previous one, or none)."""
+    leaves the previous one, or none). model: our Qwen3, written as it is in a full fine-tuning; under LoRA
+    the adapter of run_dir/checkpoint is merged into --model instead."""
     new, final = run_dir / ".model-new", run_dir / "model"
     shutil.rmtree(new, ignore_errors=True)
     if cfg.lora_rank:
         lora.merge(cfg.model, run_dir / "checkpoint", new)  # float32: see lora.merge
     else:
-        weights.save_pretrained(new)
+        model.save_pretrained(new)
         for name, data in tok_files.items():
             (new / name).write_bytes(data)
     if final.exists():
@@ -173,6 +178,18 @@ def write_model(cfg: SFTConfig, run_dir: Path, weights, tok_files: dict) -> Path
     else:
         new.rename(final)
     return final
+
+
+def check_lengths(cfg: SFTConfig, tok, sets: dict, positions: int, prompt_kw: dict) -> None:
+    """--max-len, and each --eval-data prompt plus its completion budget, within the model's `positions`;
+    a ConfigError names what is past them."""
+    if cfg.max_len > positions:
+        raise ConfigError(f"--max-len {cfg.max_len} is past the model's {positions} positions "
+                          "(max_position_embeddings)")
+    for f in cfg.eval_data:
+        if problem := fits(tok, sets[Path(f).stem], cfg.eval_max_new_tokens or cfg.max_len, positions, f,
+                           "--eval-max-new-tokens", prompt_kw):
+            raise ConfigError(problem)
 
 
 def main(argv=None):
@@ -189,22 +206,18 @@ def main(argv=None):
         start = folder.load_checkpoint()
         ckpt = folder.checkpoint
         tok, tok_files = load_tokenizer(cfg.model), checkpoint.read_tokenizer_files(cfg.model)
-        prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking)
+        prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
+                         enable_thinking=cfg.thinking)
         if problem := ignored_prompt_flags(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking):
             raise ConfigError(problem)
         examples, dropped = examples_of(cfg, tok, prompt_kw)
         sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
         torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
-        model, weights = load(cfg.model, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, targets=cfg.lora_targets,
-                              dtype=getattr(torch, cfg.dtype), device=device, adapter=ckpt)
+        model, peft_model = load(cfg.model, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+                                 targets=cfg.lora_targets, dtype=getattr(torch, cfg.dtype), device=device,
+                                 adapter=ckpt)
         model.gradient_checkpointing = cfg.grad_checkpoint
-        positions = model.config.max_position_embeddings
-        if cfg.max_len > positions:
-            raise ConfigError(f"--max-len {cfg.max_len} is past the model's {positions} positions (max_position_embeddings)")
-        for f in cfg.eval_data:
-            if problem := fits(tok, sets[Path(f).stem], cfg.eval_max_new_tokens or cfg.max_len, positions, f,
-                               "--eval-max-new-tokens", prompt_kw):
-                raise ConfigError(problem)
+        check_lengths(cfg, tok, sets, model.config.max_position_embeddings, prompt_kw)
         precision = distributed.precision(cfg.dtype, device)
         recipe = Recipe(cfg.lr, cfg.warmup, cfg.weight_decay, (0.9, 0.95), cfg.grad_clip, cfg.micro_batch)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id  # pads are never trained
@@ -225,23 +238,26 @@ def main(argv=None):
           f"{cfg.batch_size}, {device.type}" + (f", from step {start}" if start else ""), flush=True)
     eos_ids = eos_token_ids(tok, cfg.model)
     try:
-        with distributed.Interrupts() as stop:
-            run(cfg, run_dir, model, weights, trainer, tok, tok_files, examples, sets, eos_ids, prompt_kw, precision,
-                start, steps, folder.log, stop)
+        with distributed.Interrupts() as interrupts:
+            run(cfg, run_dir, model, peft_model, trainer, tok, tok_files, examples, sets, eos_ids, prompt_kw,
+                precision, start, steps, folder.log, interrupts)
     except CheckpointError as e:
         die(str(e), 1)
     except KeyboardInterrupt:  # a second Ctrl-C: at once, from the last checkpoint
-        die(f"interrupted; continue with --resume {run_dir} (from its last checkpoint, if one was written)", 130)
+        die(f"interrupted; continue with --resume {run_dir} (from its last checkpoint, if one was written)",
+            130)
     finally:
         folder.close()
 
 
-def run(cfg, run_dir, model, weights, trainer, tok, tok_files, examples, sets, eos_ids, prompt_kw, precision,
-        start, steps, log, stop):
+def run(cfg, run_dir, model, peft_model, trainer, tok, tok_files, examples, sets, eos_ids, prompt_kw,
+        precision, start, steps, log, interrupts):
     """The steps from start to steps: the loss logged every step, held-out Mean@k before, every --eval-every
-    steps and after, checkpoints every --save-every steps; then the whole model in run_dir/model."""
+    steps and after, checkpoints every --save-every steps; then the whole model in run_dir/model. model: our
+    Qwen3; peft_model: the PeftModel around it under LoRA, else None."""
     def save(step):
-        checkpoint.save(run_dir, weights, tok_files, {"step": step, "optimizer": trainer.opt.state_dict()})
+        checkpoint.save(run_dir, peft_model or model, tok_files,
+                        {"step": step, "optimizer": trainer.opt.state_dict()})
 
     if sets and not log.has(0) and start == 0:
         held_out(cfg, model, tok, sets, eos_ids, prompt_kw, precision, 0, log)
@@ -255,15 +271,15 @@ def run(cfg, run_dir, model, weights, trainer, tok, tok_files, examples, sets, e
             bar.set_postfix(loss=f"{loss:.3f}")
             if sets and cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
                 held_out(cfg, model, tok, sets, eos_ids, prompt_kw, precision, step, log)
-            if stop.signal is not None:
+            if interrupts.signal is not None:
                 save(step)
-                die(f"stopped by {signal.Signals(stop.signal).name} after step {step}; checkpoint saved "
-                    f"(continue with --resume {run_dir})", 128 + stop.signal)
+                die(f"stopped by {signal.Signals(interrupts.signal).name} after step {step}; checkpoint "
+                    f"saved (continue with --resume {run_dir})", 128 + interrupts.signal)
             if step % cfg.save_every == 0 or step == steps:
                 save(step)
     if sets and not log.has(steps):
         held_out(cfg, model, tok, sets, eos_ids, prompt_kw, precision, steps, log)
-    print(f"model: {write_model(cfg, run_dir, weights, tok_files)}  (train.py --model, eval.py --model)  "
+    print(f"model: {write_model(cfg, run_dir, model, tok_files)}  (train.py --model, eval.py --model)  "
           f"metrics: {run_dir / 'metrics.jsonl'}")
 
 
@@ -289,7 +305,8 @@ def encode(tok, pairs, **prompt_kw) -> list[tuple[list[int], list[int]]]:
     out = []
     for question, solution in pairs:
         prompt = format_prompt(tok, Problem(question, ""), **prompt_kw)
-        completion = tok.encode(completion_text(solution, prompt), add_special_tokens=False) + [tok.eos_token_id]
+        completion = tok.encode(completion_text(solution, prompt), add_special_tokens=False) + \
+            [tok.eos_token_id]
         out.append((tok.encode(prompt, add_special_tokens=False), completion))
     return out
 
@@ -312,7 +329,8 @@ def completion_loss(model, ids, mask, total):
     hidden = model.hidden(ids[:, :-1])
     targets, m = ids[:, 1:], mask[:, 1:]
     if hidden.shape[0] * hidden.shape[1] * model.config.vocab_size <= DIRECT_LOGITS:
-        nll = F.cross_entropy(model.lm_head(hidden).flatten(0, 1).float(), targets.flatten(), reduction="none")
+        nll = F.cross_entropy(model.lm_head(hidden).flatten(0, 1).float(), targets.flatten(),
+                              reduction="none")
         return (nll * m.flatten()).sum() / total
     logp, _ = token_logprobs(hidden, model.lm_head.weight, targets)
     return -(logp * m).sum() / total
@@ -338,7 +356,8 @@ class Trainer:
     def __init__(self, model, pad_id: int, recipe: Recipe, precision=contextlib.nullcontext):
         self.model, self.pad_id, self.recipe, self.precision = model, pad_id, recipe, precision
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(self.params, lr=recipe.lr, weight_decay=recipe.weight_decay, betas=recipe.betas)
+        self.opt = torch.optim.AdamW(self.params, lr=recipe.lr, weight_decay=recipe.weight_decay,
+                                     betas=recipe.betas)
 
     def step(self, step: int, examples) -> float:
         """One optimizer step on `examples` (step counts from 1: the warm-up's position); returns the loss."""
@@ -385,18 +404,20 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
 
 def load(model_dir, *, lora_rank: int = 0, lora_alpha: float = 0.0, targets=lora.TARGETS, dtype=torch.float32,
          device="cpu", adapter=None, base_name: str | None = None):
-    """(our Qwen3, what is saved): full weights in float32, or the base in `dtype` with LoRA adapters
-    (fresh, or those in `adapter` when resuming) in float32, as train.py loads a policy."""
+    """(our Qwen3, the PeftModel around it under LoRA or None), as train.py loads a policy: full weights in
+    float32, or the base in `dtype` with LoRA adapters (fresh, or those in `adapter` when resuming) in
+    float32."""
     if not lora_rank:
-        model = Qwen3.from_pretrained(adapter or model_dir, device=device)  # resuming: the checkpoint's weights
-        return model, model
+        # resuming: the checkpoint's weights
+        return Qwen3.from_pretrained(adapter or model_dir, device=device), None
     model = Qwen3.from_pretrained(model_dir, dtype=dtype, device=device)
+    base = base_name or str(model_dir)
     if adapter is None:
-        weights = lora.add_adapters(model, lora_rank, lora_alpha or 2.0 * lora_rank, targets, base=base_name or str(model_dir))
+        peft_model = lora.add_adapters(model, lora_rank, lora_alpha or 2.0 * lora_rank, targets, base=base)
     else:
-        weights = lora.load_adapter(model, adapter, trainable=True, model_dir=model_dir, base=base_name or str(model_dir))
-    weights.to(device)
-    return model, weights
+        peft_model = lora.load_adapter(model, adapter, trainable=True, model_dir=model_dir, base=base)
+    peft_model.to(device)
+    return model, peft_model
 
 
 # ----------------------------------------------------------------------------
@@ -412,10 +433,10 @@ def warm_start(model, tok, stream, val, recipe: Recipe, *, batch_size: int, max_
     for step in range(1, max_steps + 1):
         loss = trainer.step(step, encode(tok, [next(stream) for _ in range(batch_size)]))
         if step % check_every == 0:
-            acc = evaluate(model, tok, val, k=4, max_new_tokens=max_new_tokens, temperature=1.0, progress=False,
-                           seed=step, reward=reward)[0]["mean@4"]
-            print(f"step {step:5d}  loss {loss:.3f}  val mean@4 {acc:5.1f}%  {time.perf_counter() - t0:5.0f}s",
-                  flush=True)
+            acc = evaluate(model, tok, val, k=4, max_new_tokens=max_new_tokens, temperature=1.0,
+                           progress=False, seed=step, reward=reward)[0]["mean@4"]
+            print(f"step {step:5d}  loss {loss:.3f}  val mean@4 {acc:5.1f}%  "
+                  f"{time.perf_counter() - t0:5.0f}s", flush=True)
             if done(step, acc):
                 return step
     raise SystemExit(f"the warm-start never stopped in {max_steps} steps (see --target)")
