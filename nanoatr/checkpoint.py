@@ -108,10 +108,10 @@ def read_tokenizer_files(model_dir) -> dict[str, bytes]:
 # ----------------------------------------------------------------------------
 # Checkpoints
 
-def save(run_dir, weights, tokenizer_files: dict[str, bytes], state: dict, keep: int = 2) -> Path:
+def save(run_dir, model, tokenizer_files: dict[str, bytes], state: dict, keep: int = 2) -> Path:
     """Write a checkpoint of state["step"] and make it run_dir/checkpoint; keep the newest `keep` in all.
 
-    weights: our Qwen3 (the full model is written) or the PeftModel around it (the adapter only).
+    model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is written).
     tokenizer_files: read_tokenizer_files(...) of the run's start, never a checkpoint a save may delete."""
     if keep < 1:
         raise CheckpointError(f"keep must be >= 1, not {keep}")
@@ -120,10 +120,10 @@ def save(run_dir, weights, tokenizer_files: dict[str, bytes], state: dict, keep:
     recover(run_dir)  # finishes a swap cut short, removes leftovers
     try:
         new.mkdir(parents=True)
-        if hasattr(weights, "peft_config"):
-            lora.save_adapter(weights, new)
+        if hasattr(model, "peft_config"):
+            lora.save_adapter(model, new)
         else:
-            weights.save_pretrained(new)
+            model.save_pretrained(new)
         for name, data in tokenizer_files.items():
             write_bytes(new / name, data)
         with open(new / STATE, "wb") as f:  # a file: torch's "unexpected pos" then has the OSError as context

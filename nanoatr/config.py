@@ -102,9 +102,14 @@ def in_reading_order(cls) -> list:
 # Groups of fields that several commands share
 
 SAMPLERS = ("inverse-cdf", "multinomial")  # rollout.draw's ways; the first is the default
-SAMPLER_HELP = ("how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, much cheaper on "
-                "CPU at large vocabularies, with other draws for a seed")
 DTYPES = ["float32", "bfloat16"]
+
+
+def sampler_field(section: str):
+    """The --sampler field, defined once: SamplingFlags' (eval.py, sample.py) and TrainConfig's (rollouts)
+    differ only in their --help section."""
+    return arg(SAMPLERS[0], "how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, much "
+               "cheaper on CPU at large vocabularies, with other draws for a seed", section, choices=SAMPLERS)
 
 
 @dataclass
@@ -140,7 +145,7 @@ class SamplingFlags:
                               "(0,1]")
     top_k: int | None = arg(None, "top-k sampling: draw only from the k most likely tokens (0 = off). "
                             "Default: the model's generation_config.json, else 0", SAMPLING, ">=0")
-    sampler: str = arg(SAMPLERS[0], SAMPLER_HELP, SAMPLING, choices=SAMPLERS)
+    sampler: str = sampler_field(SAMPLING)
     seed: int = arg(0, "sampling seed", SAMPLING, ">=0")
 
 

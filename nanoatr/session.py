@@ -23,9 +23,8 @@ from tqdm import tqdm
 import nanoatr
 from nanoatr import checkpoint, distributed, lora, methods
 from nanoatr.checkpoint import CheckpointError
-from nanoatr.config import (DATA, METHOD, OPTIM, ROLLOUT, RUN, SAMPLER_HELP, SAMPLERS, ConfigError, EvalFlags,
-                            PromptFlags, RunFlags, TrainingFlags, arg, check_flags, die, flag, override,
-                            parse)
+from nanoatr.config import (DATA, METHOD, OPTIM, ROLLOUT, RUN, ConfigError, EvalFlags, PromptFlags, RunFlags,
+                            TrainingFlags, arg, check_flags, die, flag, override, parse, sampler_field)
 from nanoatr.data import TASKS, DataError, task_defaults
 from nanoatr.evaluate import BudgetError
 from nanoatr.loss import AGGREGATIONS, effective_band
@@ -61,7 +60,7 @@ class TrainConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
                              ROLLOUT, ">0")
     top_p: float = arg(1.0, "nucleus sampling of rollouts", ROLLOUT, "(0,1]")
     top_k: int = arg(0, "top-k sampling of rollouts (0 = off)", ROLLOUT, ">=0")
-    sampler: str = arg(SAMPLERS[0], SAMPLER_HELP, ROLLOUT, choices=SAMPLERS)
+    sampler: str = sampler_field(ROLLOUT)
     stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base "
                           "models; special tokens such as <|im_end|> work too)", ROLLOUT)
     rollout_batch: int = arg(0, "prompts sampled together, each such chunk with its own seed (0 = a rank's "
@@ -240,9 +239,10 @@ class Session:
         self.threads = distributed.CpuThreads(cfg.threads, d.device)
         self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
 
-    def started(self, weights, optimizer, tokenizer_files: dict):
-        """Setup is done: what the checkpoints save; the run's config.json written."""
-        self.weights, self.optimizer, self.tokenizer_files = weights, optimizer, tokenizer_files
+    def started(self, model, optimizer, tokenizer_files: dict):
+        """Setup is done: what the checkpoints save; the run's config.json written.
+        model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is written)."""
+        self.model, self.optimizer, self.tokenizer_files = model, optimizer, tokenizer_files
         if self.d.main:
             self.folder.write_config(self.cfg)
 
@@ -276,7 +276,7 @@ class Session:
     def save(self, step: int):
         if self.d.main:
             state = {"step": step, "optimizer": self.optimizer.state_dict()}
-            checkpoint.save(self.dir, self.weights, self.tokenizer_files, state,
+            checkpoint.save(self.dir, self.model, self.tokenizer_files, state,
                             keep=self.cfg.keep_checkpoints)
 
     def log_step(self, row: dict):
