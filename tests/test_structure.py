@@ -1,7 +1,10 @@
-"""The shape of the house: what `import nanoatr` loads, no import cycles, every library module used by
-train.py / eval.py / sample.py / sft.py, and a new --clip method added in three steps."""
+"""The shape of the house as a reader feels it: functions short enough to read at once, lines short enough
+to read without scrolling, each library module's job named in the first line of its docstring, no import
+cycles, nothing imported only for a help string; and `import nanoatr` loads nothing, every library module is
+used by a command, and a new --clip method is added in three steps."""
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +17,32 @@ from nanoatr.config import parse
 from nanoatr.session import TrainConfig, hparam_flags, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-# The library's units: its modules, and the verifier package (one job, five files)
+# The library's units: its modules, and its packages (the verifier, the model), each package one job
 LIBRARY = {p.stem: p for p in (ROOT / "nanoatr").glob("*.py") if p.stem != "__init__"}
 LIBRARY |= {p.name: p / "__init__.py" for p in (ROOT / "nanoatr").iterdir() if (p / "__init__.py").is_file()}
 FILES = sorted((ROOT / "nanoatr").rglob("*.py"))
+COMMANDS = [ROOT / name for name in ("train.py", "grpo.py", "eval.py", "sample.py", "sft.py")]
 OPTIONAL = {"peft"}  # the only imports allowed inside functions (slow to import; only LoRA runs need it)
+
+# About a dozen units, as the card promises: 17 when this cap was set (issue 39: runs.py and decoding.py
+# split off). A split that gives a job its own room may add one; past that, two rooms share a job: merge.
+MAX_UNITS = 18
+# A function is read at once when it fits an editor window without scrolling: about 60 lines on a laptop.
+# Counted from `def` to its last line, docstring and comments included. When the cap was set (issue 39) the
+# 509 functions had a median of 8 lines and a 99th percentile of 52; the two over 60 (eval.py's main at 85,
+# rollout.decode at 64) were split into named steps (print_runs_table, append_samples, print_summary;
+# prefill).
+MAX_FUNCTION_LINES = 60
+# Functions that read best long, each with its reason ("path:name"). None today.
+LONG_FUNCTIONS: dict[str, str] = {}
+# A line is read without scrolling at 110 characters: two files side by side on a laptop screen, and the
+# width the modules rewritten last (config, runs, session, checkpoint) already kept. 100 would have rewrapped
+# 1035 lines that read fine; at 110, 152 lines were rewrapped when the cap was set (issue 39).
+MAX_LINE_CHARS = 110
+# The job in a few words: the first line of a library module's docstring opens with its job, a phrase of at
+# most eight words ended by ":" or "." ("Crash-safe checkpoints of a run: written, validated, ...").
+# Eight: "train.py's flags and its run around the loop" is the longest that still reads as one job.
+MAX_JOB_WORDS = 8
 
 
 def imports(path: Path) -> tuple[set[str], list[str]]:
@@ -43,26 +67,77 @@ def imports(path: Path) -> tuple[set[str], list[str]]:
 
 def test_importing_the_package_loads_no_module():
     out = subprocess.run([sys.executable, "-c", "import nanoatr, sys; print(sorted(m for m in sys.modules "
-                          "if m.startswith('nanoatr')))"], cwd=ROOT, capture_output=True, text=True, check=True)
+                          "if m.startswith('nanoatr')))"], cwd=ROOT, capture_output=True, text=True,
+                         check=True)
     assert out.stdout.strip() == "['nanoatr']"
 
 
-def test_no_tool_code_and_about_a_dozen_modules():
-    assert not {"sweep", "theory", "plot", "metrics", "train_config"} & set(LIBRARY)
-    assert 10 <= len(LIBRARY) <= 17, sorted(LIBRARY)  # 17: runs.py and decoding.py split off (issues 39, 35)
+def test_about_a_dozen_units_and_no_tool_code_or_main_in_the_library():
+    assert len(LIBRARY) <= MAX_UNITS, sorted(LIBRARY)
+    assert not {"sweep", "theory", "plot", "metrics"} & set(LIBRARY), "tools live in scripts/"
     for path in FILES:
         tree = ast.parse(path.read_text())
-        name = path.relative_to(ROOT)
-        assert not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), f"{name} has a main()"
-        assert ast.get_docstring(tree) or path.name == "__init__.py" and path.parent.name == "nanoatr", \
-            f"{name} needs a docstring saying what it is for"
-        assert len(path.read_text().splitlines()) <= 550, f"{name}: split it, it is too long to read"
+        assert not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), \
+            f"{path.relative_to(ROOT)} has a main(): a command belongs at the top level"
+
+
+def functions(path: Path):
+    """(name, first line, number of lines) of every function and method in a file, nested ones too."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.lineno, node.end_lineno - node.lineno + 1
+
+
+def test_every_function_is_short_enough_to_read_at_once():
+    long = [f"{path.relative_to(ROOT)}:{line} {name} ({n} lines)" for path in FILES + COMMANDS
+            for name, line, n in functions(path)
+            if n > MAX_FUNCTION_LINES and f"{path.relative_to(ROOT)}:{name}" not in LONG_FUNCTIONS]
+    assert not long, f"over {MAX_FUNCTION_LINES} lines: split out a named step: {long}"
+
+
+def test_every_line_reads_without_scrolling():
+    wide = [f"{path.relative_to(ROOT)}:{i} ({len(line)} chars)" for path in FILES + COMMANDS
+            for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > MAX_LINE_CHARS]
+    assert not wide, f"over {MAX_LINE_CHARS} characters: rewrap: {wide}"
+
+
+JOB_END = re.compile(r":\s|:$|\.\s|\.$")  # a colon or a full stop ends it (the "." of "train.py" does not)
+
+
+def job(doc: str) -> str:
+    """The job a docstring names: its first line up to the first colon or full stop (without one, the whole
+    line)."""
+    return JOB_END.split(doc.splitlines()[0] if doc else "")[0]
+
+
+def test_a_job_is_the_first_line_up_to_a_colon_or_a_full_stop():
+    assert job("Crash-safe checkpoints of a run: written, validated.\n\nMore.") == \
+        "Crash-safe checkpoints of a run"
+    assert job("train.py's flags and its run around the loop: TrainConfig") == \
+        "train.py's flags and its run around the loop"
+    assert job("Evaluation.") == "Evaluation"
+    assert job("Several processes (torchrun), one device each, each rank's share\nof a step.") == \
+        "Several processes (torchrun), one device each, each rank's share"
+    assert job("") == ""
+
+
+def test_every_library_module_names_its_job_in_a_few_words():
+    for path in FILES:
+        name, doc = path.relative_to(ROOT), ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert job(doc), f"{name} needs a docstring whose first line names its job"
+        words = len(job(doc).split())
+        assert words <= MAX_JOB_WORDS, \
+            f"{name}: the docstring's first line should open with its job in <= {MAX_JOB_WORDS} words " \
+            f"ended by ':' or '.' (got {words}: {job(doc)!r})"
+    for path in COMMANDS:
+        assert ast.get_docstring(ast.parse(path.read_text())), f"{path.name} needs a docstring"
 
 
 def test_no_import_cycles_and_function_local_imports_only_for_optional_packages():
     for path in FILES:
         nested = imports(path)[1]
-        assert {n.split(".")[0] for n in nested} <= OPTIONAL, f"{path.relative_to(ROOT)} imports inside a function: {nested}"
+        assert {n.split(".")[0] for n in nested} <= OPTIONAL, \
+            f"{path.relative_to(ROOT)} imports inside a function: {nested}"
     graph = {name: set() for name in LIBRARY}
     for path in FILES:  # a package's files count as the package
         unit = path.stem if path.parent.name == "nanoatr" else path.parent.name
@@ -77,15 +152,82 @@ def test_no_import_cycles_and_function_local_imports_only_for_optional_packages(
         visit(name, [name])
 
 
+def library_names(tree: ast.Module) -> dict[str, int]:
+    """The names a file binds by importing from the library (a module or a name in one) -> import line."""
+    names = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            if node.level or (node.module or "").split(".")[0] == "nanoatr":
+                names |= {(a.asname or a.name): node.lineno for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {(a.asname or a.name.split(".")[0]): node.lineno for a in node.names
+                      if a.name.split(".")[0] == "nanoatr"}
+    return names
+
+
+def help_text(tree: ast.Module) -> set[int]:
+    """The ids of every node inside help text: the help of config.arg(default, help, ...) and of
+    config.override(group, name, default, help), any help= / description= / epilog= argument, and the value
+    of a constant named ..._HELP."""
+    roots = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            roots += [k.value for k in node.keywords if k.arg in ("help", "description", "epilog")]
+            where = {"arg": 1, "override": 3}.get(getattr(node.func, "id", getattr(node.func, "attr", None)))
+            if where is not None and len(node.args) > where:
+                roots.append(node.args[where])
+        elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]).endswith("_HELP"):
+            roots.append(node.value)
+    return {id(n) for root in roots for n in ast.walk(root)}
+
+
+def help_only_imports(source: str) -> list[tuple[str, int]]:
+    """(name, import line) of each name a file imports from the library and uses in help text only."""
+    tree = ast.parse(source)
+    in_help = help_text(tree)
+    found = []
+    for name, line in library_names(tree).items():
+        uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name]
+        if uses and all(id(n) in in_help for n in uses):
+            found.append((name, line))
+    return found
+
+
+def test_nothing_is_imported_from_the_library_only_for_a_help_string():
+    """A library name used only in help text makes a dependency for a sentence (config.py imported rollout and
+    loss for their help strings: the import pointed from the general to the specific). Say it in words."""
+    found = [f"{path.relative_to(ROOT)}:{line} {name}" for path in FILES + COMMANDS
+             for name, line in help_only_imports(path.read_text())]
+    assert not found, f"imported only for help text: {found}"
+
+
+def test_an_import_used_only_in_help_text_is_found():
+    # config.py before issue 39: SAMPLER_HELP came from rollout.py for one help string; SAMPLERS is a value
+    source = ("from nanoatr.rollout import SAMPLER_HELP, SAMPLERS\nfrom nanoatr import loss, lora\n"
+              "sampler: str = arg(SAMPLERS[0], SAMPLER_HELP, SAMPLING, choices=SAMPLERS)\n"
+              "agg: str = arg('dr-grpo', f'one of {loss.AGGREGATIONS}', OPTIM)\n"
+              "targets: list = arg(list(lora.TARGETS), 'modules that get LoRA adapters', OPTIM)\n")
+    assert help_only_imports(source) == [("SAMPLER_HELP", 1), ("loss", 2)]
+
+
+def test_help_text_is_found_where_arg_and_argparse_put_it():
+    tree = ast.parse("x = arg(1, f'see {a.B}', S)\ny = arg(2, help=f'{c}')\np.add_argument('-x', help=d)\n"
+                     "Z_HELP = f'{e}'\nw = arg(g, 'plain', h)\n")
+    in_help = help_text(tree)
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) in in_help}
+    assert names == {"a", "c", "d", "e"}
+
+
 def is_main_guard(node) -> bool:
-    return isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test)
+    test = ast.unparse(node.test) if isinstance(node, ast.If) else ""
+    return "__name__" in test and "__main__" in test
 
 
 def test_a_command_runs_its_main_only_after_everything_it_defines():
     """`if __name__ == "__main__": main()` is a file's last statement: one placed above a function main calls
     passes every test that imports the file and fails the command itself (sft.py did: NameError: encode)."""
-    files = [*ROOT.glob("*.py"), *ROOT.glob("scripts/*.py"), *ROOT.glob("data/*.py"), *ROOT.glob("bench/*.py"),
-             ROOT / "tests/hub_fixtures.py"]
+    files = [*ROOT.glob("*.py"), *ROOT.glob("scripts/*.py"), *ROOT.glob("data/*.py"),
+             *ROOT.glob("bench/*.py"), ROOT / "tests/hub_fixtures.py"]
     bodies = {f.relative_to(ROOT): ast.parse(f.read_text()).body for f in files}
     late = [f for f, body in bodies.items() if any(map(is_main_guard, body)) and not is_main_guard(body[-1])]
     assert not late, f"definitions after the __main__ guard: {late}"
@@ -96,8 +238,9 @@ def test_sft_runs_as_a_command(tmp_path):
     data = tmp_path / "sft.jsonl"
     data.write_text("".join(f'{{"problem": "{a}+{b}", "solution": "{a}+{b}={a + b}. \\\\boxed{{{a + b}}}", '
                             f'"answer": "{a + b}"}}\n' for a in range(3, 9) for b in range(2, 6)))
-    out = subprocess.run([sys.executable, "sft.py", "--model", "data/tiny-qwen3", "--data", str(data), "--steps", "2",
-                          "--batch-size", "4", "--max-len", "48", "--out-dir", str(tmp_path), "--name", "s"],
+    out = subprocess.run([sys.executable, "sft.py", "--model", "data/tiny-qwen3", "--data", str(data),
+                          "--steps", "2", "--batch-size", "4", "--max-len", "48", "--out-dir", str(tmp_path),
+                          "--name", "s"],
                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert (tmp_path / "s/model/config.json").is_file()
@@ -182,4 +325,5 @@ def test_help_is_grouped_and_the_preset_comes_last(capsys):
              "method hyper-parameters", "--preset paper (Appendix B"]
     where = [out.index(h) for h in heads]
     assert where == sorted(where), "groups out of order"
-    assert out.index("--lr LR") > out.index("optimisation:") and out.index("--delta X") > out.index("method hyper")
+    assert out.index("--lr LR") > out.index("optimisation:")
+    assert out.index("--delta X") > out.index("method hyper")
