@@ -30,10 +30,10 @@ def test_grpo_py_computes_train_py_step(clip):
     task = TASKS["math"]
     model, tok = Qwen3.from_pretrained(task.model), load_tokenizer(task.model)
     problems = load_problems(task.data, limit=4)
-    batch = grpo.rollout(model, tok, problems, 4, 24, task.reward, torch.Generator().manual_seed(0))
+    batch = grpo.rollout(model, tok, problems, 4, 48, task.reward, torch.Generator().manual_seed(0))
     assert 0 < batch.rewards.mean() < 1 and batch.advantages.abs().sum() > 0, "a batch with something to learn"
     twin = copy.deepcopy(model)
-    cfg = resolve(TrainConfig(prompts_per_step=4, group_size=4, minibatches=2, epochs=2, max_new_tokens=24,
+    cfg = resolve(TrainConfig(prompts_per_step=4, group_size=4, minibatches=2, epochs=2, max_new_tokens=48,
                               compile=False, clip=clip, lr=30.0), {})  # SGD, a large step: later minibatches move off-policy
     trained = list(twin.parameters())
     run = train.Run(cfg, twin, Scorer(twin, contextlib.nullcontext), torch.optim.SGD(trained, lr=cfg.lr), trained, tok,

@@ -143,11 +143,11 @@ def step_run(clip: str, reuse_first_forward: bool):
     from nanoatr.tokenizer import load_tokenizer
     task = TASKS["math"]
     model, tok = Qwen3.from_pretrained(task.model), load_tokenizer(task.model)
-    batch = grpo.rollout(model, tok, load_problems(task.data, limit=4), 4, 24, task.reward,
+    batch = grpo.rollout(model, tok, load_problems(task.data, limit=4), 4, 48, task.reward,
                          torch.Generator().manual_seed(0))
     assert batch.advantages.abs().sum() > 0, "a batch with something to learn"
     cfg = resolve(TrainConfig(prompts_per_step=4, group_size=4, minibatches=2, epochs=2, micro_batch=3,
-                              max_new_tokens=24, compile=False, clip=clip, lr=1e-3), {})
+                              max_new_tokens=48, compile=False, clip=clip, lr=1e-3), {})
     trained = list(model.parameters())
     opt = train.make_optimizer(cfg, trained)
     return train.Run(cfg, model, Scorer(model, contextlib.nullcontext), opt, trained, tok, [], None,
