@@ -1,4 +1,5 @@
 """--preset paper: the paper's Appendix B (Table 4) on our flags; explicit flags win; --help shows it."""
+import json
 import re
 from pathlib import Path
 
@@ -6,7 +7,7 @@ import pytest
 
 import train
 from nanoatr.config import TRL_NAMES, parse
-from nanoatr.session import TrainConfig, apply_preset, hparam_flags, resolve
+from nanoatr.session import PRESETS, TrainConfig, apply_preset, hparam_flags, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["--model", "m", "--data", "d.jsonl", "--eval-data", "aime24.jsonl"]
@@ -25,7 +26,7 @@ def test_paper_preset_is_table_4():
         "group_size": 8,                              # group size G
         "micro_batch": 8,                             # batch size 8 (TRL: completions per device batch)
         "prompts_per_step": 4,                        # x gradient accumulation 4 = 32 completions = 4 prompts x 8
-        "minibatches": 1, "epochs": 1,                # all of it one optimizer step (TRL's num_iterations = 1)
+        "minibatches": 4, "epochs": 1,                # ours: each group its own optimizer step (the ratio moves)
         "steps": 1000,                                # 1,000 gradient steps (Section 6.1)
         "max_new_tokens": 2048,                       # maximum sequence length
         "temperature": 1.0, "top_p": 1.0, "top_k": 0,  # training sampling; top-k -1 = off = our 0
@@ -151,3 +152,20 @@ def train_parser_actions():
     add_fields(parser, TrainConfig)
     hparam_flags(parser)
     return parser._actions
+
+
+def test_the_presets_step_structure_makes_clipping_act(tmp_path, capsys):
+    """Table 4's 4 prompts x 8 completions, with the preset's --minibatches 4 (each group its own optimizer
+    step): after the first update pi moves off pi_old, so kl3 cuts tokens. A tiny policy at a tiny model's
+    learning rate; the step structure is the preset's own values."""
+    structure = ["prompts_per_step", "group_size", "micro_batch", "minibatches", "epochs"]
+    flags = [x for k in structure for x in (f"--{k.replace('_', '-')}", str(PRESETS["paper"][k]))]
+    assert flags[flags.index("--minibatches") + 1] == "4"
+    train.main(["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
+                "--eval-data", "--max-new-tokens", "24", "--no-compile", "--lr", "1e-3", "--steps", "2",
+                *flags, "--out-dir", str(tmp_path), "--name", "p"])
+    assert "the ratio is exactly 1" not in capsys.readouterr().err
+    rows = [json.loads(line) for line in (tmp_path / "p" / "metrics.jsonl").open()]
+    steps = [r for r in rows if "clip_frac_low" in r]
+    assert len(steps) == 2
+    assert sum(r["clip_frac_low"] + r["clip_frac_high"] for r in steps) > 0
