@@ -103,7 +103,8 @@ def read_prompts(positional: list[str]):
 class SampleConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
     """sample.py's flags: its own below, the shared groups' in nanoatr/config.py."""
     raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template", DATA)
-    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came", SAMPLING, ">=1")
+    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came (not given: 256, or "
+                              "fewer where the model's positions leave less after the prompt)", SAMPLING, ">=1")
     stop: list[str] = arg([], "a stop string besides EOS: the completion ends after it; one string per "
                           "--stop, repeat the flag for more (special tokens such as <|im_end|> work too)",
                           SAMPLING, repeat=True)
@@ -127,8 +128,20 @@ def check(cfg: SampleConfig) -> str | None:
     return None
 
 
+def completion_budget(max_new_tokens: int, given: bool, prompt_len: int, positions: int) -> int:
+    """The tokens a completion may take: --max-new-tokens as given (past the model's positions: one
+    `error:` line), or when not given its default cut to what the positions leave after the prompt."""
+    room = positions - prompt_len
+    if max_new_tokens <= room:
+        return max_new_tokens
+    if given or room < 1:
+        die(f"the prompt is {prompt_len} tokens; with --max-new-tokens {max_new_tokens} it needs "
+            f"{prompt_len + max_new_tokens} positions, the model has {positions} (max_position_embeddings)")
+    return room
+
+
 def main(argv=None):
-    cfg, extra, _ = parse(SampleConfig, argv, __doc__, prompt_flags, usage="%(prog)s [flags] [PROMPT ...]")
+    cfg, extra, given = parse(SampleConfig, argv, __doc__, prompt_flags, usage="%(prog)s [flags] [PROMPT ...]")
     problem = check(cfg)
     if problem:
         die(problem)
@@ -165,12 +178,10 @@ def main(argv=None):
             ids = tok.encode(text, add_special_tokens=False)
             if not ids:
                 die("empty prompt: nothing to continue")
-            if len(ids) + cfg.max_new_tokens > model.config.max_position_embeddings:
-                die(f"the prompt is {len(ids)} tokens; with --max-new-tokens {cfg.max_new_tokens} it needs "
-                    f"{len(ids) + cfg.max_new_tokens} positions, the model has {model.config.max_position_embeddings} "
-                    "(max_position_embeddings)")
+            budget = completion_budget(cfg.max_new_tokens, "max_new_tokens" in given, len(ids),
+                                       model.config.max_position_embeddings)
             with precision():
-                tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, eos_ids,
+                tokens = stream(model, ids, budget, cfg.temperature, cfg.top_p, cfg.top_k, eos_ids,
                                 generator, cfg.sampler)
                 completion, tokens, by_string = print_stream(tok, tokens, stop=cfg.stop)
             print()
