@@ -133,9 +133,15 @@ def hparam_flags(parser):
 
 
 def apply_preset(cfg: TrainConfig, given: set) -> TrainConfig:
-    """The task's files, then the preset's values, for every field not given on the command line."""
+    """The task's files, then the preset's values, for every field not given on the command line. Your own
+    --data needs --eval-data (files, or none): it is refused rather than evaluated on the task's set, which
+    is held out from the task's training file only, and a warning line would scroll past above the log."""
     cfg = task_defaults(cfg, given)
     if cfg.preset is None:
+        if "data" in given and "eval_data" not in given:  # the task's set is held out from its own file only
+            raise ConfigError(f"--data {cfg.data} needs --eval-data: held-out problem files for it (the "
+                              f"{cfg.task} task's own are held out from its training file, not from this "
+                              "one), or --eval-data with no file for no evaluation")
         return cfg
     if not {"model", "data"} <= given:
         raise ConfigError(f"--preset {cfg.preset} needs --model (a Qwen3 checkpoint directory) and --data "
