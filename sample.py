@@ -103,8 +103,9 @@ def read_prompts(positional: list[str]):
 class SampleConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
     """sample.py's flags: its own below, the shared groups' in nanoatr/config.py."""
     raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template", DATA)
-    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came (not given: 256, or "
-                              "fewer where the model's positions leave less after the prompt)", SAMPLING, ">=1")
+    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came (not given: 256, "
+                              "or fewer where the model's positions leave less after the prompt)", SAMPLING,
+                              ">=1")
     stop: list[str] = arg([], "a stop string besides EOS: the completion ends after it; one string per "
                           "--stop, repeat the flag for more (special tokens such as <|im_end|> work too)",
                           SAMPLING, repeat=True)
@@ -141,7 +142,8 @@ def completion_budget(max_new_tokens: int, given: bool, prompt_len: int, positio
 
 
 def main(argv=None):
-    cfg, extra, given = parse(SampleConfig, argv, __doc__, prompt_flags, usage="%(prog)s [flags] [PROMPT ...]")
+    cfg, extra, given = parse(SampleConfig, argv, __doc__, prompt_flags,
+                              usage="%(prog)s [flags] [PROMPT ...]")
     problem = check(cfg)
     if problem:
         die(problem)

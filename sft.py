@@ -79,8 +79,8 @@ from nanoatr.tokenizer import TokenizerError, eos_token_ids, format_prompt, igno
 class SFTConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
     """sft.py's flags: its own, then where it differs from train.py in the shared groups (config.py)."""
     model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, "
-                            "safetensors, tokenizer), or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched into "
-                            "or read from its cache", DATA)
+                            "safetensors, tokenizer), or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched "
+                            "into or read from its cache", DATA)
     data: str | None = arg(None, "SFT rows, jsonl {problem, solution, answer} (data/get_paper_data.py: "
                            "omr-sft.jsonl)", DATA)
     eval_data: list[str] = arg([], "held-out problem files whose Mean@k is measured every --eval-every steps "
@@ -198,8 +198,9 @@ def main(argv=None):
         examples, dropped = examples_of(cfg, tok, prompt_kw)
         sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
         torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
-        model, weights = load(model_dir, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, targets=cfg.lora_targets,
-                              dtype=getattr(torch, cfg.dtype), device=device, adapter=ckpt, base_name=cfg.model)
+        model, weights = load(model_dir, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+                              targets=cfg.lora_targets, dtype=getattr(torch, cfg.dtype), device=device,
+                              adapter=ckpt, base_name=cfg.model)
         model.gradient_checkpointing = cfg.grad_checkpoint
         positions = model.config.max_position_embeddings
         if cfg.max_len > positions:
@@ -229,8 +230,8 @@ def main(argv=None):
     eos_ids = eos_token_ids(tok, model_dir)
     try:
         with distributed.Interrupts() as stop:
-            run(cfg, model_dir, run_dir, model, weights, trainer, tok, tok_files, examples, sets, eos_ids, prompt_kw,
-                precision, start, steps, folder.log, stop)
+            run(cfg, model_dir, run_dir, model, weights, trainer, tok, tok_files, examples, sets, eos_ids,
+                prompt_kw, precision, start, steps, folder.log, stop)
     except CheckpointError as e:
         die(str(e), 1)
     except KeyboardInterrupt:  # a second Ctrl-C: at once, from the last checkpoint
@@ -239,8 +240,8 @@ def main(argv=None):
         folder.close()
 
 
-def run(cfg, model_dir, run_dir, model, weights, trainer, tok, tok_files, examples, sets, eos_ids, prompt_kw,
-        precision, start, steps, log, stop):
+def run(cfg, model_dir, run_dir, model, weights, trainer, tok, tok_files, examples, sets, eos_ids,
+        prompt_kw, precision, start, steps, log, stop):
     """The steps from start to steps: the loss logged every step, held-out Mean@k before, every --eval-every
     steps and after, checkpoints every --save-every steps; then the whole model in run_dir/model."""
     def save(step):
@@ -266,7 +267,8 @@ def run(cfg, model_dir, run_dir, model, weights, trainer, tok, tok_files, exampl
                 save(step)
     if sets and not log.has(steps):
         held_out(cfg, model, tok, sets, eos_ids, prompt_kw, precision, steps, log)
-    print(f"model: {write_model(cfg, model_dir, run_dir, weights, tok_files)}  (train.py --model, eval.py --model)  "
+    print(f"model: {write_model(cfg, model_dir, run_dir, weights, tok_files)}  "
+          "(train.py --model, eval.py --model)  "
           f"metrics: {run_dir / 'metrics.jsonl'}")
 
 

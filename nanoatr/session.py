@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import nanoatr
-from nanoatr import checkpoint, distributed, lora, methods
+from nanoatr import checkpoint, distributed, divergence, lora, methods
 from nanoatr.checkpoint import CheckpointError
 from nanoatr.config import (DATA, METHOD, OPTIM, ROLLOUT, RUN, SAMPLER_HELP, SAMPLERS, ConfigError, EvalFlags,
                             PromptFlags, RunFlags, TrainingFlags, arg, check_flags, die, flag, override,
@@ -305,6 +305,8 @@ class Session:
         if cfg.minibatches * cfg.epochs == 1 and self.d.main:
             print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
                   f"--clip {cfg.clip} has no effect; use --minibatches or --epochs > 1", file=sys.stderr)
+        if (warning := delta_warning(cfg)) and self.d.main:
+            print(warning, file=sys.stderr)
         n = sum(p.numel() for p in trained)
         self.say(f"run {self.dir}: {model.num_parameters() / 1e6:.2f}M parameters ({n / 1e6:.2f}M trained"
                  f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {n_problems} training problems, "
@@ -361,6 +363,21 @@ class Session:
         if self.folder is not None:
             self.folder.close()
         distributed.shutdown()
+
+
+PLAUSIBLE_DELTA = 1.0  # above it KL3's band is already [0.159, 3.146]: no trust region anyone sets on purpose
+
+
+def delta_warning(cfg: TrainConfig) -> str | None:
+    """A --delta above PLAUSIBLE_DELTA, as one warning line: most likely TRL's `delta` (INTELLECT-2's upper
+    bound on the ratio, e.g. 3) carried over, which is a different quantity from our divergence bound."""
+    delta = cfg.hparams.get("delta")
+    if delta is None or delta <= PLAUSIBLE_DELTA:
+        return None
+    low, high = divergence.kl3_ratio_range(delta)
+    return (f"warning: --delta {delta:g} bounds the divergence (as KL3's delta: w in [{low:.3f}, "
+            f"{high:.3f}]); TRL's `delta` (INTELLECT-2's upper ratio bound) is a different quantity: "
+            "--clip dual-clip --dual-clip-c here")
 
 
 def band(cfg) -> str:

@@ -448,14 +448,14 @@ def test_own_data_without_eval_data_is_refused(tmp_path, capsys):
     """--data mine.jsonl alone would evaluate the embedded arithmetic set and log it as held out: one error
     line naming --eval-data, and no run folder; --eval-data with no file trains with no evaluation."""
     with pytest.raises(SystemExit) as e:
-        train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--steps", "1", "--out-dir", str(tmp_path),
-                    "--name", "mine"])
+        train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--steps", "1",
+                    "--out-dir", str(tmp_path), "--name", "mine"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1
     assert err.startswith("error: --data ") and "needs --eval-data" in err
     assert not (tmp_path / "mine").exists()
-    train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data", "--steps", "1", "--prompts-per-step",
-                "2", "--group-size", "2", "--max-new-tokens", "8", "--no-compile", "--out-dir", str(tmp_path),
-                "--name", "none"])
+    train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data", "--steps", "1",
+                "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8", "--no-compile",
+                "--out-dir", str(tmp_path), "--name", "none"])
     rows = [json.loads(line) for line in (tmp_path / "none/metrics.jsonl").open()]
     assert [r["step"] for r in rows] == [1] and not [k for k in rows[0] if k.startswith("eval/")]
