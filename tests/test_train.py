@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 import train
 from nanoatr.distributed import prompt_order
@@ -52,6 +53,19 @@ def test_resume_continues_as_the_uninterrupted_run(tmp_path):
     assert abs(a["loss"] - b["loss"]) <= 1e-6
     wa = torch.load(tmp_path / "whole/checkpoint/trainer_state.pt", weights_only=False)["step"]
     assert wa == 3
+    # the final weights too: step 3's loss is computed before its optimizer steps, so only the weights see
+    # whether AdamW's moments were restored (fresh ones move every weight by about lr at once)
+    final = [load_file(tmp_path / name / "checkpoint/model.safetensors") for name in ("whole", "part")]
+    assert final[0].keys() == final[1].keys()
+    for key in final[0]:
+        assert torch.allclose(final[0][key], final[1][key], rtol=0, atol=1e-6), key
+
+
+def test_a_run_saving_every_n_steps_saves_at_its_multiples_and_its_end(tmp_path):
+    """--save-every 2 over 5 steps: checkpoints of steps 2, 4 and 5 (the last), none of 1 or 3."""
+    run(tmp_path, "--name", "s", "--steps", "5", "--save-every", "2", "--keep-checkpoints", "5")
+    manifests = (tmp_path / "s").glob("checkpoint*/manifest.json")
+    assert sorted(json.loads(m.read_text())["step"] for m in manifests) == [2, 4, 5]
 
 
 @pytest.fixture(scope="module")
