@@ -104,7 +104,9 @@ def read_prompts(positional: list[str]):
 class SampleConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
     """sample.py's flags: its own below, the shared groups' in nanoatr/config.py."""
     raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template", DATA)
-    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came", SAMPLING, ">=1")
+    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came (not given: 256, "
+                              "or fewer where the model's positions leave less after the prompt)", SAMPLING,
+                              ">=1")
     stop: list[str] = arg([], "a stop string besides EOS: the completion ends after it; one string per "
                           "--stop, repeat the flag for more (special tokens such as <|im_end|> work too)",
                           SAMPLING, repeat=True)
@@ -128,10 +130,9 @@ def check(cfg: SampleConfig) -> str | None:
     return None
 
 
-def prompt_ids(cfg: SampleConfig, tok, positions: int, text: str) -> list[int]:
+def prompt_ids(cfg: SampleConfig, tok, text: str) -> list[int]:
     """The prompt's token ids: `text` through the chat template or --prompt-template (as is with --raw). An
-    empty prompt, or one that leaves the model's `positions` no room for --max-new-tokens, is one error
-    line."""
+    empty prompt is one error line."""
     if not cfg.raw:
         try:
             text = format_prompt(tok, Problem(text, cfg.gold or ""), template=cfg.prompt_template,
@@ -141,14 +142,24 @@ def prompt_ids(cfg: SampleConfig, tok, positions: int, text: str) -> list[int]:
     ids = tok.encode(text, add_special_tokens=False)
     if not ids:
         die("empty prompt: nothing to continue")
-    if len(ids) + cfg.max_new_tokens > positions:
-        die(f"the prompt is {len(ids)} tokens; with --max-new-tokens {cfg.max_new_tokens} it needs "
-            f"{len(ids) + cfg.max_new_tokens} positions, the model has {positions} (max_position_embeddings)")
     return ids
 
 
+def completion_budget(max_new_tokens: int, given: bool, prompt_len: int, positions: int) -> int:
+    """The tokens a completion may take: --max-new-tokens as given (past the model's positions: one
+    `error:` line), or when not given its default cut to what the positions leave after the prompt."""
+    room = positions - prompt_len
+    if max_new_tokens <= room:
+        return max_new_tokens
+    if given or room < 1:
+        die(f"the prompt is {prompt_len} tokens; with --max-new-tokens {max_new_tokens} it needs "
+            f"{prompt_len + max_new_tokens} positions, the model has {positions} (max_position_embeddings)")
+    return room
+
+
 def main(argv=None):
-    cfg, extra, _ = parse(SampleConfig, argv, __doc__, prompt_flags, usage="%(prog)s [flags] [PROMPT ...]")
+    cfg, extra, given = parse(SampleConfig, argv, __doc__, prompt_flags,
+                              usage="%(prog)s [flags] [PROMPT ...]")
     problem = check(cfg)
     if problem:
         die(problem)
@@ -176,10 +187,12 @@ def main(argv=None):
         for i, text in enumerate(read_prompts(extra["prompts"])):
             if prompts and len(prompts) > 1:
                 print(f"[{i + 1}/{len(prompts)}] {text}", file=sys.stderr, flush=True)
-            ids = prompt_ids(cfg, tok, model.config.max_position_embeddings, text)
+            ids = prompt_ids(cfg, tok, text)
+            budget = completion_budget(cfg.max_new_tokens, "max_new_tokens" in given, len(ids),
+                                       model.config.max_position_embeddings)
             with precision():
-                tokens = stream(model, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k,
-                                eos_ids, generator, cfg.sampler)
+                tokens = stream(model, ids, budget, cfg.temperature, cfg.top_p, cfg.top_k, eos_ids,
+                                generator, cfg.sampler)
                 completion, tokens, by_string = print_stream(tok, tokens, stop=cfg.stop)
             print()
             stopped = by_string or tokens[-1] in eos_ids

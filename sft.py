@@ -69,6 +69,7 @@ from nanoatr.config import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, Ru
 from nanoatr.data import DataError, Problem, load_problems, load_solutions
 from nanoatr.evaluate import evaluate, fits
 from nanoatr.model import ModelError, Qwen3
+from nanoatr.model.files import local_dir
 from nanoatr.runs import RunFolder, resumed_config, unique_name
 from nanoatr.scoring import token_logprobs
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags,
@@ -79,7 +80,8 @@ from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ign
 class SFTConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
     """sft.py's flags: its own, then where it differs from train.py in the shared groups (config.py)."""
     model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, "
-                            "safetensors, tokenizer)", DATA)
+                            "safetensors, tokenizer), or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched "
+                            "into or read from its cache", DATA)
     data: str | None = arg(None, "SFT rows, jsonl {problem, solution, answer} (data/get_paper_data.py: "
                            "omr-sft.jsonl)", DATA)
     eval_data: list[str] = arg([], "held-out problem files whose Mean@k is measured every --eval-every steps "
@@ -157,14 +159,14 @@ def held_out(cfg, model, tok, sets: dict, eos_ids, prompt_kw, precision, step: i
     return row
 
 
-def write_model(cfg: SFTConfig, run_dir: Path, model, tok_files: dict) -> Path:
+def write_model(cfg: SFTConfig, model_dir: Path, run_dir: Path, model, tok_files: dict) -> Path:
     """run_dir/model: a whole model directory, built beside it and renamed into place (an interrupted write
     leaves the previous one, or none). model: our Qwen3, written as it is in a full fine-tuning; under LoRA
     the adapter of run_dir/checkpoint is merged into --model instead."""
     new, final = run_dir / ".model-new", run_dir / "model"
     shutil.rmtree(new, ignore_errors=True)
     if cfg.lora_rank:
-        lora.merge(cfg.model, run_dir / "checkpoint", new)  # float32: see lora.merge
+        lora.merge(model_dir, run_dir / "checkpoint", new)  # float32: see lora.merge
     else:
         model.save_pretrained(new)
         for name, data in tok_files.items():
@@ -199,13 +201,14 @@ def main(argv=None):
         if cfg.resume:
             cfg = resumed_config(cfg, given, fixed={})  # every flag takes effect from the resumed step on
         check(cfg, given)
+        model_dir = local_dir(cfg.model)  # a hub id: read from (or fetched into) its cache, as train.py does
         device = distributed.pick_device(cfg.device)
         run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / (cfg.name or unique_name("sft"))
         folder = RunFolder(run_dir, resuming=bool(cfg.resume))
         folder.claim()
         start = folder.load_checkpoint()
         ckpt = folder.checkpoint
-        tok, tok_files = load_tokenizer(cfg.model), checkpoint.read_tokenizer_files(cfg.model)
+        tok, tok_files = load_tokenizer(model_dir), checkpoint.read_tokenizer_files(model_dir)
         prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
                          enable_thinking=cfg.thinking)
         if problem := ignored_prompt_flags(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking):
@@ -213,9 +216,9 @@ def main(argv=None):
         examples, dropped = examples_of(cfg, tok, prompt_kw)
         sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
         torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
-        model, peft_model = load(cfg.model, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+        model, peft_model = load(model_dir, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
                                  targets=cfg.lora_targets, dtype=getattr(torch, cfg.dtype), device=device,
-                                 adapter=ckpt)
+                                 adapter=ckpt, base_name=cfg.model)
         model.gradient_checkpointing = cfg.grad_checkpoint
         check_lengths(cfg, tok, sets, model.config.max_position_embeddings, prompt_kw)
         precision = distributed.precision(cfg.dtype, device)
@@ -236,11 +239,11 @@ def main(argv=None):
           f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {len(examples)} examples"
           f"{f' ({dropped} over --max-len {cfg.max_len} dropped)' if dropped else ''}, {steps} steps of "
           f"{cfg.batch_size}, {device.type}" + (f", from step {start}" if start else ""), flush=True)
-    eos_ids = eos_token_ids(tok, cfg.model)
+    eos_ids = eos_token_ids(tok, model_dir)
     try:
         with distributed.Interrupts() as interrupts:
-            run(cfg, run_dir, model, peft_model, trainer, tok, tok_files, examples, sets, eos_ids, prompt_kw,
-                precision, start, steps, folder.log, interrupts)
+            run(cfg, model_dir, run_dir, model, peft_model, trainer, tok, tok_files, examples, sets, eos_ids,
+                prompt_kw, precision, start, steps, folder.log, interrupts)
     except CheckpointError as e:
         die(str(e), 1)
     except KeyboardInterrupt:  # a second Ctrl-C: at once, from the last checkpoint
@@ -250,8 +253,8 @@ def main(argv=None):
         folder.close()
 
 
-def run(cfg, run_dir, model, peft_model, trainer, tok, tok_files, examples, sets, eos_ids, prompt_kw,
-        precision, start, steps, log, interrupts):
+def run(cfg, model_dir, run_dir, model, peft_model, trainer, tok, tok_files, examples, sets, eos_ids,
+        prompt_kw, precision, start, steps, log, interrupts):
     """The steps from start to steps: the loss logged every step, held-out Mean@k before, every --eval-every
     steps and after, checkpoints every --save-every steps; then the whole model in run_dir/model. model: our
     Qwen3; peft_model: the PeftModel around it under LoRA, else None."""
@@ -279,7 +282,8 @@ def run(cfg, run_dir, model, peft_model, trainer, tok, tok_files, examples, sets
                 save(step)
     if sets and not log.has(steps):
         held_out(cfg, model, tok, sets, eos_ids, prompt_kw, precision, steps, log)
-    print(f"model: {write_model(cfg, run_dir, model, tok_files)}  (train.py --model, eval.py --model)  "
+    print(f"model: {write_model(cfg, model_dir, run_dir, model, tok_files)}  "
+          "(train.py --model, eval.py --model)  "
           f"metrics: {run_dir / 'metrics.jsonl'}")
 
 

@@ -15,7 +15,7 @@ No checkpoint or tokenizer is needed: nothing is downloaded.
     python bench/gpu_smoke.py --paper --shape 1.7b --steps 2    # one step of --preset paper on a Qwen3-1.7B shape
 
 --paper takes the step's shape from --preset paper (4 prompts x 8 completions of up to 2048 tokens, LoRA
-rank 32 / alpha 64, micro-batches of 8, one optimizer step, bf16, checkpointed activations) and prints
+rank 32 / alpha 64, micro-batches of 8, 4 optimizer steps, bf16, checkpointed activations) and prints
 the time of each phase: rollout, pi_old (a separate no-grad pass; none when the first update's forward
 is pi_old's), the updates (forward + backward), the optimizer; and peak GPU memory. The random model
 never samples an EOS, so every completion runs to the budget: the step's longest case.

@@ -271,7 +271,8 @@ TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
              "max_grad_norm": "--grad-clip", "max_steps": "--steps", "eval_steps": "--eval-every",
              "save_steps": "--save-every", "gradient_checkpointing": "--grad-checkpoint", "epsilon": "--eps",
              "epsilon_high": "--eps-high", "scale_rewards": "--std-normalize", "loss_type": "--aggregation",
-             "model_name_or_path": "--model", "output_dir": "--out-dir"}
+             "model_name_or_path": "--model", "output_dir": "--out-dir",
+             "sapo_temperature_pos": "--tau-pos", "sapo_temperature_neg": "--tau-neg"}
 
 
 class Parser(argparse.ArgumentParser):

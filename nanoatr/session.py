@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import nanoatr
-from nanoatr import checkpoint, distributed, lora, methods
+from nanoatr import checkpoint, distributed, divergence, lora, methods
 from nanoatr.checkpoint import CheckpointError
 from nanoatr.config import (DATA, METHOD, OPTIM, ROLLOUT, RUN, ConfigError, EvalFlags, PromptFlags, RunFlags,
                             TrainingFlags, arg, check_flags, die, flag, override, parse, sampler_field)
@@ -94,14 +94,16 @@ class TrainConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
 
 # The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags.
 # TRL counts its batch in completions: batch 8 = one group of G = 8, and 4 accumulated micro-batches make
-# one optimizer step on 4 prompts x 8 completions, sampled together. With one optimizer step per rollout
-# batch (TRL's num_iterations = 1) the ratio is exactly 1 and clipping is inert, as the warning says;
-# --minibatches 4 turns each group into its own optimizer step (the ratio then moves, clipping acts).
+# 4 prompts x 8 completions, sampled together. Under TRL's defaults (num_iterations = 1, steps_per_generation
+# = gradient_accumulation_steps) that is one optimizer step per rollout batch: the ratio is exactly 1 and
+# clipping is inert. The paper does not say what moved its ratio; we fill the gap with --minibatches 4: each
+# group of 8 its own optimizer step, so the ratio moves and clipping acts (--minibatches 1: the table as
+# written, with train.py's warning).
 PRESETS = {"paper": {
     "lora_rank": 32, "lora_alpha": 64.0,
     "lr": 5e-6, "weight_decay": 1e-3,                   # AdamW
     "prompts_per_step": 4, "group_size": 8,             # batch 8 x gradient accumulation 4 = 32 completions
-    "micro_batch": 8, "minibatches": 1, "epochs": 1,    # 8 completions per backward, one optimizer step
+    "micro_batch": 8, "minibatches": 4, "epochs": 1,    # each group of 8 one backward, one optimizer step
     "steps": 1000,                                      # "1,000 gradient steps" (Section 6.1)
     "max_new_tokens": 2048,                             # maximum sequence length 2048
     "temperature": 1.0, "top_p": 1.0, "top_k": 0,       # top-k -1 = off
@@ -130,9 +132,15 @@ def hparam_flags(parser):
 
 
 def apply_preset(cfg: TrainConfig, given: set) -> TrainConfig:
-    """The task's files, then the preset's values, for every field not given on the command line."""
+    """The task's files, then the preset's values, for every field not given on the command line. Your own
+    --data needs --eval-data (files, or none): it is refused rather than evaluated on the task's set, which
+    is held out from the task's training file only, and a warning line would scroll past above the log."""
     cfg = task_defaults(cfg, given)
     if cfg.preset is None:
+        if "data" in given and "eval_data" not in given:  # the task's set is held out from its own file only
+            raise ConfigError(f"--data {cfg.data} needs --eval-data: held-out problem files for it (the "
+                              f"{cfg.task} task's own are held out from its training file, not from this "
+                              "one), or --eval-data with no file for no evaluation")
         return cfg
     if not {"model", "data"} <= given:
         raise ConfigError(f"--preset {cfg.preset} needs --model (a Qwen3 checkpoint directory) and --data "
@@ -297,6 +305,8 @@ class Session:
         if cfg.minibatches * cfg.epochs == 1 and self.d.main:
             print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
                   f"--clip {cfg.clip} has no effect; use --minibatches or --epochs > 1", file=sys.stderr)
+        if (warning := delta_warning(cfg)) and self.d.main:
+            print(warning, file=sys.stderr)
         n = sum(p.numel() for p in trained)
         self.say(f"run {self.dir}: {model.num_parameters() / 1e6:.2f}M parameters ({n / 1e6:.2f}M trained"
                  f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {n_problems} training problems, "
@@ -353,6 +363,21 @@ class Session:
         if self.folder is not None:
             self.folder.close()
         distributed.shutdown()
+
+
+PLAUSIBLE_DELTA = 1.0  # above it KL3's band is already [0.159, 3.146]: no trust region anyone sets on purpose
+
+
+def delta_warning(cfg: TrainConfig) -> str | None:
+    """A --delta above PLAUSIBLE_DELTA, as one warning line: most likely TRL's `delta` (INTELLECT-2's upper
+    bound on the ratio, e.g. 3) carried over, which is a different quantity from our divergence bound."""
+    delta = cfg.hparams.get("delta")
+    if delta is None or delta <= PLAUSIBLE_DELTA:
+        return None
+    low, high = divergence.kl3_ratio_range(delta)
+    return (f"warning: --delta {delta:g} bounds the divergence (as KL3's delta: w in [{low:.3f}, "
+            f"{high:.3f}]); TRL's `delta` (INTELLECT-2's upper ratio bound) is a different quantity: "
+            "--clip dual-clip --dual-clip-c here")
 
 
 def band(cfg) -> str:

@@ -23,7 +23,7 @@ def test_runs_on_cpu_with_a_tiny_model(capsys):
 
 
 def test_the_paper_step_phases_on_cpu_with_a_tiny_model(capsys):
-    """--paper: the preset's step (4 prompts x 8, LoRA 32, one optimizer step), its phases timed."""
+    """--paper: the preset's step (4 prompts x 8, LoRA 32, one optimizer step per group), its phases timed."""
     assert gpu_smoke.main(["--device", "cpu", "--paper", "--shape", "tiny", "--steps", "1", "--max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
     assert "phases: rollout" in out and "pi_old" in out and out.endswith("ok\n")

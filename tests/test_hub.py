@@ -119,6 +119,28 @@ def test_train_eval_sample_and_merge_take_a_hub_id(hub_cache, tmp_path):
     shutil.rmtree(tmp_path / "runs")
 
 
+def test_sft_takes_a_hub_id_and_names_a_missing_directory(offline, tmp_path, capsys):
+    """sft.py resolves --model as train.py and sample.py do: the hub id from the cache (its LoRA adapter
+    records the id as its base, the merged model is written); a missing directory is "no such directory"."""
+    import sft
+    data = tmp_path / "sft.jsonl"
+    rows = [{"problem": f"{i}+1", "solution": f"{i}+1={i + 1}", "answer": str(i + 1)} for i in range(4)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sft.main(["--model", REPO, "--data", str(data), "--lora-rank", "2", "--steps", "1", "--batch-size", "2",
+              "--max-len", "64", "--out-dir", str(tmp_path), "--name", "s"])
+    assert json.loads((tmp_path / "s/config.json").read_text())["model"] == REPO
+    adapter = json.loads((tmp_path / "s/checkpoint/adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == REPO
+    assert (tmp_path / "s/model/model.safetensors").is_file()
+    capsys.readouterr()
+    missing = tmp_path / "models/Qwen3-1.7B"
+    with pytest.raises(SystemExit) as e:
+        sft.main(["--model", str(missing), "--data", str(data), "--out-dir", str(tmp_path), "--name", "m"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == f"error: --model {missing}: no such directory\n"
+    assert not (tmp_path / "m").exists()
+
+
 @pytest.mark.parametrize("action", ["download tiny-org/absent", "login"])
 def test_the_hub_command_the_errors_name_is_installed(action):
     """The download / login command a hub error tells the user to run is one this environment has and

@@ -1,4 +1,5 @@
 """--preset paper: the paper's Appendix B (Table 4) on our flags; explicit flags win; --help shows it."""
+import json
 import re
 from pathlib import Path
 
@@ -6,7 +7,7 @@ import pytest
 
 import train
 from nanoatr.config import TRL_NAMES, parse
-from nanoatr.session import TrainConfig, apply_preset, hparam_flags, resolve
+from nanoatr.session import PRESETS, TrainConfig, apply_preset, delta_warning, hparam_flags, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["--model", "m", "--data", "d.jsonl", "--eval-data", "aime24.jsonl"]
@@ -25,7 +26,7 @@ def test_paper_preset_is_table_4():
         "group_size": 8,                              # group size G
         "micro_batch": 8,                             # batch size 8 (TRL: completions per device batch)
         "prompts_per_step": 4,                        # x gradient accumulation 4 = 32 completions = 4 prompts x 8
-        "minibatches": 1, "epochs": 1,                # all of it one optimizer step (TRL's num_iterations = 1)
+        "minibatches": 4, "epochs": 1,                # ours: each group its own optimizer step (ratio moves)
         "steps": 1000,                                # 1,000 gradient steps (Section 6.1)
         "max_new_tokens": 2048,                       # maximum sequence length
         "temperature": 1.0, "top_p": 1.0, "top_k": 0,  # training sampling; top-k -1 = off = our 0
@@ -151,3 +152,54 @@ def train_parser_actions():
     add_fields(parser, TrainConfig)
     hparam_flags(parser)
     return parser._actions
+
+
+def test_the_presets_step_structure_makes_clipping_act(tmp_path, capsys):
+    """Table 4's 4 prompts x 8 completions, with the preset's --minibatches 4 (each group its own optimizer
+    step): after the first update pi moves off pi_old, so kl3 cuts tokens. A tiny policy at a tiny model's
+    learning rate; the step structure is the preset's own values."""
+    structure = ["prompts_per_step", "group_size", "micro_batch", "minibatches", "epochs"]
+    flags = [x for k in structure for x in (f"--{k.replace('_', '-')}", str(PRESETS["paper"][k]))]
+    assert flags[flags.index("--minibatches") + 1] == "4"
+    train.main(["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
+                "--eval-data", "--max-new-tokens", "24", "--no-compile", "--lr", "1e-3", "--steps", "2",
+                *flags, "--out-dir", str(tmp_path), "--name", "p"])
+    assert "the ratio is exactly 1" not in capsys.readouterr().err
+    rows = [json.loads(line) for line in (tmp_path / "p" / "metrics.jsonl").open()]
+    steps = [r for r in rows if "clip_frac_low" in r]
+    assert len(steps) == 2
+    assert sum(r["clip_frac_low"] + r["clip_frac_high"] for r in steps) > 0
+
+
+def test_a_delta_above_a_plausible_kl3_range_warns_naming_trls_delta():
+    """--delta 3 (TRL's INTELLECT-2 bound carried over) is taken as the divergence bound: one warning line,
+    with the band it gives KL3 (w - 1 - log w <= 3: [0.019, 5.749]); a plausible delta gives none."""
+    warning = delta_warning(resolved("--clip", "kl3", "--delta", "3"))
+    assert warning.startswith("warning: --delta 3 ") and "\n" not in warning
+    assert "w in [0.019, 5.749]" in warning and "TRL's `delta` (INTELLECT-2's upper ratio bound)" in warning
+    assert delta_warning(resolved("--clip", "kl3", "--delta", "1")) is None  # the boundary: [0.159, 3.146]
+    assert delta_warning(resolved("--clip", "kl3")) is None
+    assert delta_warning(resolved("--clip", "clip")) is None
+    assert delta_warning(resolved("--clip", "trgppo", "--delta", "2")) is not None  # any method's delta
+
+
+def test_train_prints_the_delta_warning(tmp_path, capsys):
+    train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data", "--steps", "1",
+                "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8", "--no-compile",
+                "--delta", "3",
+                "--out-dir", str(tmp_path), "--name", "d"])
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("warning: --delta 3 ")]
+
+
+def test_the_docs_table_says_where_trl_and_verl_differ():
+    """docs/real-scale.md's flag table: TRL's steps_per_generation counts micro-steps (divided by the
+    accumulation it is our --minibatches), TRL's delta is not our --delta, SAPO's temperatures are --tau-pos /
+    --tau-neg, and verl's seq-mean-token-sum-norm is only close to Dr. GRPO (≈)."""
+    lines = (ROOT / "docs/real-scale.md").read_text().splitlines()
+    rows = {line.split("|")[1].strip(): line for line in lines if line.startswith("| `--")}
+    assert "`steps_per_generation` / `gradient_accumulation_steps`" in rows["`--minibatches M`"]
+    assert "TRL's `delta` ≠ our `--delta`" in rows["`--clip kl3 --delta δ`"]
+    soft_gate = rows["`--clip soft-gate --tau-pos --tau-neg`"]
+    assert "`sapo_temperature_pos`" in soft_gate and "`sapo_temperature_neg`" in soft_gate
+    assert "≈ `loss_agg_mode=seq-mean-token-sum-norm`" in rows["`--aggregation dr-grpo`"]

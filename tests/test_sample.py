@@ -142,3 +142,22 @@ def test_a_budget_past_the_model_positions_is_one_line(model_dir, capsys):
     with pytest.raises(SystemExit):
         sample.main(["--model", str(model_dir), "--max-new-tokens", "100000000", "1+1"])
     assert "positions" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_the_help_examples_default_budget_fits_the_model(capsys):
+    """`python sample.py "57+38-21"` (--help's first example, the embedded 256-position model): the default
+    --max-new-tokens is cut to the positions the prompt leaves; a value given explicitly still errors."""
+    sample.main(["--temperature", "0", "57+38-21"])
+    err = capsys.readouterr().err
+    assert "tokens, " in err.strip().splitlines()[-1]
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--max-new-tokens", "256", "57+38-21"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and last.startswith("error: the prompt is 9 tokens; with --max-new-tokens 256 ")
+
+
+def test_the_default_budget_is_cut_to_the_positions_left():
+    assert sample.completion_budget(256, False, 9, 512) == sample.completion_budget(256, True, 9, 512) == 256
+    assert sample.completion_budget(256, False, 9, 256) == 247
+    with pytest.raises(SystemExit):
+        sample.completion_budget(256, False, 256, 256)  # no position left for even one token

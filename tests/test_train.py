@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 import train
 from nanoatr.distributed import prompt_order
@@ -52,6 +53,19 @@ def test_resume_continues_as_the_uninterrupted_run(tmp_path):
     assert abs(a["loss"] - b["loss"]) <= 1e-6
     wa = torch.load(tmp_path / "whole/checkpoint/trainer_state.pt", weights_only=False)["step"]
     assert wa == 3
+    # the final weights too: step 3's loss is computed before its optimizer steps, so only the weights see
+    # whether AdamW's moments were restored (fresh ones move every weight by about lr at once)
+    final = [load_file(tmp_path / name / "checkpoint/model.safetensors") for name in ("whole", "part")]
+    assert final[0].keys() == final[1].keys()
+    for key in final[0]:
+        assert torch.allclose(final[0][key], final[1][key], rtol=0, atol=1e-6), key
+
+
+def test_a_run_saving_every_n_steps_saves_at_its_multiples_and_its_end(tmp_path):
+    """--save-every 2 over 5 steps: checkpoints of steps 2, 4 and 5 (the last), none of 1 or 3."""
+    run(tmp_path, "--name", "s", "--steps", "5", "--save-every", "2", "--keep-checkpoints", "5")
+    manifests = (tmp_path / "s").glob("checkpoint*/manifest.json")
+    assert sorted(json.loads(m.read_text())["step"] for m in manifests) == [2, 4, 5]
 
 
 @pytest.fixture(scope="module")
@@ -442,3 +456,20 @@ def test_dynamic_sampling_trains_only_mixed_groups_and_logs_the_first_round(tmp_
         assert 1 <= r["sampling_rounds"] <= 5 and 0 <= r["accuracy_first_round"] <= 1
         if r["sampling_rounds"] < 5:  # every slot was filled: no uniform group is left
             assert r["groups_all_correct"] == r["groups_all_wrong"] == 0
+
+
+def test_own_data_without_eval_data_is_refused(tmp_path, capsys):
+    """--data mine.jsonl alone would evaluate the embedded arithmetic set and log it as held out: one error
+    line naming --eval-data, and no run folder; --eval-data with no file trains with no evaluation."""
+    with pytest.raises(SystemExit) as e:
+        train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--steps", "1",
+                    "--out-dir", str(tmp_path), "--name", "mine"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("error: --data ") and "needs --eval-data" in err
+    assert not (tmp_path / "mine").exists()
+    train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data", "--steps", "1",
+                "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8", "--no-compile",
+                "--out-dir", str(tmp_path), "--name", "none"])
+    rows = [json.loads(line) for line in (tmp_path / "none/metrics.jsonl").open()]
+    assert [r["step"] for r in rows] == [1] and not [k for k in rows[0] if k.startswith("eval/")]
