@@ -1,38 +1,36 @@
 """Build the embedded default from scratch: the task files, the tokenizer, the warm-start policy.
 
-    python data/make_default.py                  # about 3-6 minutes on 2 CPU cores
+    python data/make_default.py                  # 20 minutes on one core shared with other work (725 steps)
     python data/make_default.py --only-splits    # the task files alone, byte for byte (a second)
 
 Writes
+    data/arith/heldout.jsonl    held-out test problems: a sample of the task's law that nothing trains on
+    data/arith/val.jsonl        validation problems, drawn the same way: choosing settings, the warm-start's stop
     data/arith/train.jsonl      RL prompts (question + gold answer only; RL never sees a solution)
-    data/arith/heldout.jsonl    held-out test problems: none is a training problem up to its key
-    data/arith/val.jsonl        validation problems, as clean, for choosing settings (not the held-out ones)
     data/tiny-qwen3/            config.json, model.safetensors, tokenizer.json, tokenizer_config.json
 
-The splits. A first draw (seed --seed) gives held-out, validation and training problems, in this order,
-disjoint as strings; train.jsonl is its training part. Its held-out and validation parts were the
-shipped ones until issue 38 found 26 of the 256 held-out problems (23 of 128 validation) to be training
-problems up to the order of their numbers ('15*63' against '63*15'). They are retired: only the
-warm-start below still uses them, as the shipped policy was made. heldout.jsonl and val.jsonl are drawn
-afresh (seed --seed + EVAL_SEED) by the same generator, redrawing a problem whose key (nanoatr.data.arith_key:
-the numbers as a multiset and the answer) is a training problem's or was drawn already (fresh_problem).
-What the warm-start saw: a stream of worked solutions from the same generator (seed --seed + 1) that
-skips the first draw's held-out and validation questions, as strings, and nothing else. So, up to the
-key, it saw nearly every multiplication of any split: 137 of the 256 held-out problems (133 of its 136
-multiplications) share a key with one of the first 750 x 64 problems of that stream (a rebuild stops at
-step 750; the shipped policy's count of steps is not recorded; scripts/split_overlap.py). The held-out
-split is unseen by RL, not by the warm-start.
+The splits, evaluation first (task_splits, issue 38). One generator (seed --seed) draws the held-out,
+then the validation problems from the task's law, drawing again a problem whose key was drawn already
+(nanoatr.data.arith_key: the numbers as a multiset and the answer; '15*63' is '63*15'): a sample of the
+law with no key twice. It then draws the training problems, distinct as questions, skipping every
+evaluation key; and the warm-start's stream of worked solutions (sft_stream, seed --seed + 1) skips
+every evaluation key too. So neither RL nor the warm-start sees an evaluation problem, up to the order
+of its numbers (tests/test_splits.py; scripts/split_overlap.py counts, for any copy of the files).
+Before issue 38 the splits were disjoint only as strings (26 of the 256 held-out problems were training
+problems up to the key) and the warm-start's stream skipped the evaluation questions only as strings:
+the policy shipped then had seen 137 of the 256 held-out problems of the first fix up to the key.
 
 The policy is a ~0.8M-parameter Qwen3 trained by supervised learning on worked solutions (the
 paper's formatting SFT; the loop is sft.py's, the one sft.py runs on real checkpoints) until its accuracy
-on the first draw's validation problems (4 samples at temperature 1) first reaches --target. Stopping on
-a measured accuracy, not a step count, keeps the starting point where RL has room to show a gain:
-accuracy jumps late in this training, so a fixed step count over- or undershoots.
+on the validation problems (Mean@4 at temperature 1, every --check-every steps) first reaches --target.
+Stopping on a measured accuracy, not a step count, keeps the starting point where RL has room to show a
+gain: accuracy jumps late in this training, so a fixed step count over- or undershoots.
 
-A rebuild writes the task files byte for byte, but not the shipped policy, which was made at commit
-a129ecd: today's code stops at step 750 (the same bytes at b5c8c5a, before the warm-start moved to the
-shared SFT step, and after, on one thread and on two), and its weights differ from the shipped ones. Its
-held-out Mean@8 27.9%, Pass@8 67.2% were measured on the retired held-out split, before issue 38.
+The shipped files are this build's (one thread): it stopped at step 725 (validation Mean@4 31.2%, from
+23.6% at step 700) and printed held-out Mean@8 28.7%, Pass@8 68.8%. `python scripts/measure_task.py`
+(train.py's step-0 evaluation): held-out Mean@8 28.7%, Pass@8 68.8%, 0.087 nats/token; validation
+(--data data/arith/val.jsonl) 31.0%, 68.0%, 0.090. The policy shipped before issue 38 (commit a129ecd,
+its stream not clean) on these same files: held-out 27.2%, 66.8%, 0.081; validation 31.0%, 67.2%, 0.082.
 """
 import argparse
 import json
@@ -45,15 +43,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere without installing
 
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
-from nanoatr.data import Problem, arith_key, load_problems, save_problems  # noqa: E402
+from nanoatr.data import Problem, arith_key, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
 from nanoatr.tokenizer import char_tokenizer, load_tokenizer  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-SIZES = {"heldout": 256, "val": 128, "train": 4096}  # the first draw, in this order, disjoint by question
-EVAL_SIZES = {"heldout": 256, "val": 128}            # the evaluation splits, drawn afresh (issue 38)
-EVAL_SEED = 1000                                     # their seed is --seed + EVAL_SEED
+SIZES = {"heldout": 256, "val": 128, "train": 4096}  # problems per task file
+EVALUATION = ("heldout", "val")                       # the evaluation splits, drawn first (task_splits)
 
 
 # ----------------------------------------------------------------------------
@@ -92,48 +89,52 @@ def make_problem(rng: random.Random) -> tuple[str, str, str]:
     return question, str(answer), solution
 
 
-def make_splits(seed: int, sizes: dict[str, int]) -> dict[str, list[tuple[str, str, str]]]:
-    """The first draw: splits disjoint by question text, drawn in order (train.jsonl is its "train")."""
-    rng, seen, splits = random.Random(seed), set(), {}
-    for name, n in sizes.items():
-        rows = []
-        while len(rows) < n:
-            q, a, s = make_problem(rng)
-            if q not in seen:
-                seen.add(q)
-                rows.append((q, a, s))
-        splits[name] = rows
+def evaluation_problem(rng: random.Random, taken: set) -> Problem:
+    """A problem of make_problem's law whose key (arith_key) is not in `taken`, then added to it: a key
+    drawn again is drawn again, so the evaluation splits are a sample of the task's law without repeats."""
+    while True:
+        question, answer, _ = make_problem(rng)
+        problem = Problem(question, answer)
+        if arith_key(problem) not in taken:
+            taken.add(arith_key(problem))
+            return problem
+
+
+def training_pool(rng: random.Random, n: int, excluded: set) -> list[Problem]:
+    """n problems of make_problem's law, distinct as questions, none whose key is in `excluded`."""
+    seen, pool = set(), []
+    while len(pool) < n:
+        question, answer, _ = make_problem(rng)
+        problem = Problem(question, answer)
+        if question not in seen and arith_key(problem) not in excluded:
+            seen.add(question)
+            pool.append(problem)
+    return pool
+
+
+def task_splits(seed: int) -> dict[str, list[Problem]]:
+    """The task files, from one generator (seed), in this order: the evaluation splits first (EVALUATION,
+    a sample of the task's law, no key twice), then the training pool, clear of their keys."""
+    rng, taken, splits = random.Random(seed), set(), {}
+    for name in EVALUATION:
+        splits[name] = [evaluation_problem(rng, taken) for _ in range(SIZES[name])]
+    splits["train"] = training_pool(rng, SIZES["train"], taken)
     return splits
 
 
-def fresh_problem(rng: random.Random, taken: set) -> tuple[str, str, str]:
-    """A problem of make_problem's law whose key (arith_key) is not in `taken`, then added to it. Its kind
-    is drawn first, half and half, and a taken problem is redrawn within its kind: the training problems
-    take 41% of the multiplications' keys (1,692 of 4,095) and almost none of the additions', so redrawing
-    the kind too would leave a split of 0.59 / 1.59 = 37% multiplications, another mix."""
-    kind = add_sub if rng.random() < 0.5 else multiply
-    while True:
-        question, answer, solution = kind(rng)
-        key = arith_key(Problem(question, str(answer)))
-        if key not in taken:
-            taken.add(key)
-            return question, str(answer), solution
+def evaluation_keys(splits: dict[str, list[Problem]]) -> set:
+    """The keys of every evaluation split: what the training pool and the warm-start's stream never hold."""
+    return {arith_key(p) for name in EVALUATION for p in splits[name]}
 
 
-def eval_splits(seed: int, train: list[tuple[str, str, str]]) -> dict[str, list[tuple[str, str, str]]]:
-    """heldout.jsonl and val.jsonl, in this order: EVAL_SIZES fresh problems, none a training problem up
-    to its key and no two with one key."""
-    rng, taken = random.Random(seed + EVAL_SEED), {arith_key(Problem(q, a)) for q, a, _ in train}
-    return {name: [fresh_problem(rng, taken) for _ in range(n)] for name, n in EVAL_SIZES.items()}
-
-
-def sft_stream(seed: int, exclude: set[str]):
-    """An endless stream of worked solutions whose questions are not in `exclude`."""
+def sft_stream(seed: int, excluded: set):
+    """An endless stream of (question, worked solution) of make_problem's law, skipping every problem whose
+    key (arith_key) is in `excluded` (the evaluation keys: the warm-start never sees an evaluation problem)."""
     rng = random.Random(seed)
     while True:
-        q, a, s = make_problem(rng)
-        if q not in exclude:
-            yield q, s
+        question, answer, solution = make_problem(rng)
+        if arith_key(Problem(question, answer)) not in excluded:
+            yield question, solution
 
 
 def build_tokenizer():
@@ -157,15 +158,13 @@ def tiny_config(vocab_size: int) -> Qwen3Config:
                        tie_word_embeddings=True, max_position_embeddings=256)
 
 
-def warm_start(model, tok, first: dict, args) -> int:
-    """The shared SFT (sft.py) on the endless worked-solution stream, the first draw's held-out and
-    validation questions left out, until Mean@4 on the first draw's validation problems first reaches
-    --target: as the shipped policy was made (the splits redrawn since are not used here)."""
-    val = [Problem(q, a) for q, a, _ in first["val"]]
-    exclude = {q for q, _, _ in first["heldout"] + first["val"]}
-    return sft.warm_start(model, tok, sft_stream(args.seed + 1, exclude), val, sft.Recipe(lr=args.lr),
-                          batch_size=args.batch_size, max_steps=args.max_steps, check_every=args.check_every,
-                          max_new_tokens=48, done=lambda step, acc: acc >= args.target)
+def warm_start(model, tok, splits: dict[str, list[Problem]], args) -> int:
+    """The shared SFT (sft.py) on the worked-solution stream (seed --seed + 1), every evaluation key left
+    out, until Mean@4 on the validation split first reaches --target."""
+    stream = sft_stream(args.seed + 1, evaluation_keys(splits))
+    return sft.warm_start(model, tok, stream, splits["val"], sft.Recipe(lr=args.lr), batch_size=args.batch_size,
+                          max_steps=args.max_steps, check_every=args.check_every, max_new_tokens=48,
+                          done=lambda step, acc: acc >= args.target)
 
 
 def main():
@@ -181,10 +180,9 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(args.seed)
 
-    first = make_splits(args.seed, SIZES)
-    splits = {"train": first["train"], **eval_splits(args.seed, first["train"])}
-    for name, rows in splits.items():
-        save_problems(HERE / f"arith/{name}.jsonl", [Problem(q, a) for q, a, _ in rows])
+    splits = task_splits(args.seed)
+    for name, problems in splits.items():
+        save_problems(HERE / f"arith/{name}.jsonl", problems)
     if args.only_splits:
         return
     out = Path(args.out)
@@ -197,10 +195,9 @@ def main():
     init_weights(model, seed=args.seed)
     print(f"warm-start of a {model.num_parameters() / 1e6:.2f}M-parameter Qwen3 "
           f"(max {args.max_steps} steps, target {args.target}%)", flush=True)
-    steps = warm_start(model, tok, first, args)
+    steps = warm_start(model, tok, splits, args)
     model.save_pretrained(out)
-    heldout = load_problems(HERE / "arith/heldout.jsonl")
-    summary = evaluate(model, tok, heldout, k=8, max_new_tokens=48, temperature=1.0, progress=False)[0]
+    summary = evaluate(model, tok, splits["heldout"], k=8, max_new_tokens=48, temperature=1.0, progress=False)[0]
     print(f"saved {out} after {steps} steps: held-out mean@8 {summary['mean@8']:.1f}%  "
           f"pass@8 {summary['pass@8']:.1f}%")
 

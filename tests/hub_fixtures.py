@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "data"))
 import make_default  # noqa: E402
-from nanoatr.data import load_problems  # noqa: E402
+from nanoatr.data import arith_key, load_problems  # noqa: E402
 
 
 def parquet(path: Path, rows: list[dict]):
@@ -52,8 +52,8 @@ def write_hub(root, sft_rows: int = 2000, prompts: int = 1000) -> Path:
                             for i, p in enumerate(heldout[30:60])))
     parquet(root / "math-ai/amc23/data/test-00000-of-00001.parquet",
             [{"id": i, "question": p.question, "answer": float(p.answer), "url": ""} for i, p in enumerate(heldout[60:100])])
-    val = {p.question for p in load_problems(ROOT / "data/arith/val.jsonl")}
-    stream, rng = make_default.sft_stream(7, {p.question for p in heldout} | val), random.Random(7)
+    evaluation = {arith_key(p) for p in heldout + load_problems(ROOT / "data/arith/val.jsonl")}
+    stream, rng = make_default.sft_stream(7, evaluation), random.Random(7)
     rows = []
     while len(rows) < sft_rows:
         question, solution = next(stream)

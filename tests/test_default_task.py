@@ -14,29 +14,38 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def test_task_files_are_rebuilt_byte_for_byte(tmp_path):
-    """train.jsonl is make_default.py's first draw's training part; heldout.jsonl and val.jsonl are drawn
-    afresh, clear of it up to the key (issue 38; tests/test_splits.py), with the generator's kind mix."""
-    first = synthetic.make_splits(0, synthetic.SIZES)
-    splits = {"train": first["train"], **synthetic.eval_splits(0, first["train"])}
-    for name, rows in splits.items():
-        save_problems(tmp_path / f"{name}.jsonl", [Problem(q, a) for q, a, _ in rows])
+    """make_default.py's task files: held-out and validation drawn first (a sample of the task's law, no key
+    twice; issue 38), then train.jsonl clear of their keys (tests/test_splits.py)."""
+    splits = synthetic.task_splits(0)
+    for name, problems in splits.items():
+        save_problems(tmp_path / f"{name}.jsonl", problems)
         assert (tmp_path / f"{name}.jsonl").read_bytes() == (DATA / f"arith/{name}.jsonl").read_bytes(), name
     assert len(splits["heldout"]) >= 200, "Mean@8 on >= 200 problems keeps the noise near +-3 points"
-    evaluation = splits["heldout"] + splits["val"]
-    assert 0.45 < sum("*" in q for q, _, _ in evaluation) / len(evaluation) < 0.6  # half multiplications
+    for problems in splits.values():
+        assert 0.44 < sum("*" in p.question for p in problems) / len(problems) < 0.56  # half multiplications
 
 
-def test_a_taken_problem_is_redrawn_within_its_kind():
-    """fresh_problem keeps the kind drawn: with all but 30 multiplications taken, about half of the fresh
-    problems are still multiplications (redrawing the kind too would make nearly all of them additions)."""
-    free = {arith_key(Problem(f"{a}*99", str(a * 99))) for a in range(10, 40)}
-    every = {arith_key(Problem(f"{a}*{b}", str(a * b))) for a in range(10, 100) for b in range(a, 100)}
-    rng, taken = random.Random(0), every - free
-    fresh = [synthetic.fresh_problem(rng, taken) for _ in range(40)]
-    multiplications = [arith_key(Problem(q, a)) for q, a, _ in fresh if "*" in q]
-    assert 10 <= len(multiplications) <= 30 and set(multiplications) <= free
-    keys = {arith_key(Problem(q, a)) for q, a, _ in fresh}
-    assert len(keys) == 40 and keys <= taken  # none twice, and each one taken once drawn
+def test_a_key_drawn_before_is_drawn_again():
+    """With the keys of a generator's first 30 problems taken, the same generator's evaluation problems are
+    its problems 31-90 (those 90 have distinct keys): each of the first 30 is drawn again, nothing else is
+    skipped, and every key drawn is taken. The training pool skips the excluded keys the same way."""
+    rng = random.Random(0)
+    first = [Problem(q, a) for q, a, _ in (synthetic.make_problem(rng) for _ in range(90))]
+    assert len({arith_key(p) for p in first}) == 90
+    taken = {arith_key(p) for p in first[:30]}
+    rng = random.Random(0)
+    assert [synthetic.evaluation_problem(rng, taken) for _ in range(60)] == first[30:]
+    assert taken == {arith_key(p) for p in first}
+    excluded = {arith_key(p) for p in first[:30]}
+    assert synthetic.training_pool(random.Random(0), 60, excluded) == first[30:]
+
+
+def test_the_training_pool_has_distinct_questions_and_no_excluded_key():
+    small = {arith_key(Problem(f"{a}*{b}", str(a * b))) for a in range(10, 50) for b in range(10, 50)}
+    pool = synthetic.training_pool(random.Random(1), 500, excluded=small)
+    multiplications = [p for p in pool if "*" in p.question]
+    assert len({p.question for p in pool}) == 500 and len(multiplications) > 150
+    assert not {arith_key(p) for p in pool} & small
 
 
 def arithmetic(question: str) -> int:
