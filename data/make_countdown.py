@@ -1,34 +1,35 @@
 r"""Build the Countdown task from scratch: the task files, the tokenizer, the warm-start policy.
 
-    python data/make_countdown.py                  # about 12 minutes on one CPU core
-    python data/make_countdown.py --only-splits    # train, heldout and val alone, byte for byte (seconds)
+    python data/make_countdown.py                  # 48 minutes on one core shared with other work
+    python data/make_countdown.py --only-splits    # the four split files alone, byte for byte (seconds)
+    python data/make_countdown.py --describe       # how the held-out and transfer problems differ (a minute)
 
 Writes
+    data/countdown/heldout.jsonl        held-out test problems: a sample of the task's law that nothing trains on
+    data/countdown/val.jsonl            validation problems, drawn the same way, for choosing settings
+    data/countdown/transfer.jsonl       transfer problems: the same numbers, targets drawn another way
     data/countdown/train.jsonl          the pool of training problems {"problem": "3,8,5,2:19", "answer": "3,8,5,2:19"}
     data/countdown/rl.jsonl             the RL prompts (--task countdown): the pool's problems the warm-start
                                         solves sometimes but not always (1-7 of 8 samples)
-    data/countdown/heldout.jsonl        held-out test problems: none is a pool (so an RL) problem up to its key
-    data/countdown/val.jsonl            validation problems, as clean, for choosing settings
     data/tiny-qwen3-countdown/          config.json, model.safetensors, tokenizer.json, tokenizer_config.json
 
-The splits. A first draw (seed --seed) gives held-out, validation and pool problems, in this order,
-disjoint as strings; train.jsonl is its pool. Its held-out and validation parts were the shipped ones
-until issue 38 found 119 of the 256 held-out problems (95 of them RL prompts) and 65 of the 128
-validation ones to be pool problems up to the order of their numbers. They are retired: only the
-warm-start below still uses them, as the shipped policy was made. heldout.jsonl and val.jsonl are drawn
-afresh (seed --seed + EVAL_SEED) by the same generator, redrawing a problem whose key (nanoatr.data.
-countdown_key: the numbers as a multiset and the target) is a pool problem's or was drawn already
-(fresh_problem); make_countdown_transfer.py then draws the transfer split clear of all three. This
-changes what the held-out split holds: the pool, 4096 draws of the same law, holds the problems the law
-draws most often (about 46% of its mass: 119 of the 256 retired held-out draws), which are those with
-many solutions, so the problems left are harder. New against retired held-out split: a median of 56
-solutions against 74 and targets above 50 25.4% against 11.7% (make_countdown_transfer.py --describe),
-the shipped warm-start's Mean@8 10.0% against 20.3%, Pass@8 44.1% against 60.2% (scripts/measure_task.py
---task countdown [--data FILE]; the retired files are at commit 7e9adfe).
-What the warm-start saw: a stream of search traces from the same generator (seed --seed + 1) that
-skips the first draw's held-out and validation questions, as strings, and nothing else: 225 of the
-256 held-out problems share a key with one of its 1050 x 64 problems (237 of the retired ones; the
-transfer split 92; scripts/split_overlap.py). The held-out split is unseen by RL, not by the warm-start.
+The splits, evaluation first (task_splits, issue 38). One generator (seed --seed) draws the held-out,
+then the validation problems from the task's law, drawing again a problem whose key was drawn already
+(nanoatr.data.countdown_key: the numbers as a multiset and the target; '3,8,5,2:19' is '2,3,5,8:19'):
+a sample of the law with no key twice. The transfer split has a law of its own (make_transfer, seed
+TRANSFER_SEED, below) and skips their keys. The same first generator then draws the pool, distinct as
+questions, skipping every evaluation key; rl.jsonl is a subset of the pool; and the warm-start's stream
+of search traces (sft_stream, seed --seed + 1) skips every evaluation key too. So neither RL nor the
+warm-start sees an evaluation problem, up to the order of its numbers (tests/test_splits.py;
+scripts/split_overlap.py counts, for any copy of the files).
+Before issue 38 the splits were disjoint only as strings: 119 of the 256 held-out problems (95 of them
+RL prompts) were pool problems up to the key, and the warm-start's stream, which skipped the evaluation
+questions only as strings, held 225 of the 256 held-out problems of the first fix. That fix drew the
+held-out split from what the pool left, which holds the law's most frequent problems (those with many
+solutions), so its held-out problems were harder than the law's (a median of 56 solutions against 74,
+targets above 50 25.4% against 11.7%; the old warm-start's Mean@8 10.0% against 20.3%). Drawing the
+evaluation splits first keeps them a sample of the law: here a median of 74 solutions, 11.7% of targets
+above 50 (--describe; the transfer split 16 and 29.3%).
 
 The task (`--task countdown`; the reward is nanoatr/verifier/countdown.py): reach the target from four
 numbers 1-10 with + - * /, each number used exactly once; the prompt is "3,8,5,2:19=" and any correct
@@ -44,30 +45,38 @@ reaches the target is written out as an expression (4 numbers 6,2,8,2, target 18
 
     2*8=16,6*16=96;2+8=10,10+6=16,2+16=18;\boxed{2+((2+8)+6)}
 
-Why this format (measured, 0.79M-parameter Qwen3, validation Mean@4 and completion-token entropy at
-temperature 1 during the warm-start): a single random solution per problem ("expr": "7+7=14;2*14=28;
-28-2=26;\boxed{(2*(7+7))-2}") loses its spread before it learns: 10.5% Mean@4 at 0.22 nats/token
-after 1000 steps. Search traces keep both: 21.7% at 0.32 nats after 1050 steps (the shipped policy,
-as measured when it was made; this build's own print at step 1050 reads 22.5% for the same weights,
-other sampling draws; its held-out figures: `python scripts/measure_task.py --task countdown`). The
-warm-start stops at a fixed step count (--steps), the measured snapshot, rather than at a validation
-target as the arithmetic one does: validation accuracy is noisy here and entropy falls as training
-goes on.
+Why this format (measured before issue 38, on the splits and stream of then, 0.79M-parameter Qwen3,
+validation Mean@4 and completion-token entropy at temperature 1 during the warm-start): a single random
+solution per problem ("expr": "7+7=14;2*14=28;28-2=26;\boxed{(2*(7+7))-2}") loses its spread before it
+learns: 10.5% Mean@4 at 0.22 nats/token after 1000 steps. Search traces keep both: 21.7% at 0.32 nats
+after 1050 steps. The warm-start stops at a fixed step count (--steps), the measured snapshot, rather
+than at a validation target as the arithmetic one does: validation accuracy is noisy here and entropy
+falls as training goes on.
+
+The shipped files are this build's (one thread). Validation Mean@4 at steps 150-1050: 0.4, 1.6, 2.7,
+7.4, 11.1, 16.0, 14.8%; held-out Mean@8 18.1%, Pass@8 61.3% at the end. `python scripts/measure_task.py
+--task countdown [--data FILE]` (train.py's step-0 evaluation; entropy in nats/token at T = 1):
+held-out 18.1% / 61.3% / 0.326, validation 16.7% / 58.6% / 0.323, transfer 2.9% / 16.0% / 0.336. The
+policy shipped before issue 38 (its stream not clean) on these same files: held-out 21.2% / 62.5% /
+0.311, validation 20.3% / 67.2% / 0.312, transfer 3.2% / 14.5% / 0.328; its stream held 237 of these
+256 held-out problems, 121 of the 128 validation and 110 of the 256 transfer ones, up to the key.
 
 Last, the pass-rate filter (as DAPO and most RL recipes filter their prompts): the warm-start samples
 8 completions for every pool problem and rl.jsonl keeps those it solves 1-7 times. A group whose 8
 rewards are equal has zero advantage everywhere, so it costs a rollout and a backward and teaches
-nothing; 42% of the pool is never solved and 0.3% always. Measured over the first 10 steps of Clip
-at the sweep's settings (seed 0): groups with all 8 wrong fall from 48% to 28% of the rollout and the
-training accuracy is 35% instead of 17%; held-out Mean@8 after 10 steps 25.2 against 23.5 (one run
-each: within the noise; on the retired held-out split, before issue 38). The held-out file is NOT
-filtered: it measures the whole task.
+nothing; this warm-start never solves 43.0% of the pool (1762 of 4096) and always solves 2 problems, so
+rl.jsonl keeps 2332. Measured before issue 38 (the old warm-start and splits) over the first 10 steps of
+Clip at the sweep's settings (seed 0): groups with all 8 wrong fall from 48% to 28% of the rollout and
+the training accuracy is 35% instead of 17%; held-out Mean@8 after 10 steps 25.2 against 23.5 (one run
+each: within the noise). The held-out file is NOT filtered: it measures the whole task.
 `--only-filter` redoes this step alone from the shipped files (about 2.5 minutes on one core).
 """
 import argparse
 import json
 import random
+import statistics
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import torch
@@ -78,14 +87,14 @@ sys.path.insert(0, str(HERE))
 
 from make_default import TOKENIZER_CONFIG, build_tokenizer  # noqa: E402
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
-from nanoatr.data import TASKS, Problem, countdown_key, load_problems, save_problems  # noqa: E402
+from nanoatr.data import TASKS, DataError, Problem, countdown_key, load_problems, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
 from nanoatr.tokenizer import load_tokenizer, eos_token_ids  # noqa: E402
 
-SIZES = {"heldout": 256, "val": 128, "train": 4096}  # the first draw, in this order, disjoint by question
-EVAL_SIZES = {"heldout": 256, "val": 128}            # the evaluation splits, drawn afresh (issue 38)
-EVAL_SEED = 1000                                     # their seed is --seed + EVAL_SEED
+SIZES = {"heldout": 256, "val": 128, "transfer": 256, "train": 4096}  # problems per task file
+EVALUATION = ("heldout", "val", "transfer")  # the evaluation splits, drawn before the pool (task_splits)
+TRANSFER_SEED = 20261125                     # the transfer split's own generator
 FILTER_SAMPLES, FILTER_SEED = 8, 12345  # the pass-rate filter: samples per problem, and their seed
 BOXED = "\\boxed{"
 
@@ -224,44 +233,144 @@ def make_problem(rng: random.Random, spec: Spec) -> tuple[str, str, str]:
         return text, text, solution
 
 
-def make_splits(seed: int, sizes: dict[str, int], spec: Spec) -> dict[str, list[tuple[str, str, str]]]:
-    """The first draw: splits disjoint by question, drawn in order (train.jsonl is its "train")."""
-    rng, seen, splits = random.Random(seed), set(), {}
-    for name, n in sizes.items():
-        rows = []
-        while len(rows) < n:
-            q, a, s = make_problem(rng, spec)
-            if q not in seen:
-                seen.add(q)
-                rows.append((q, a, s))
-        splits[name] = rows
+def evaluation_problem(rng: random.Random, spec: Spec, taken: set) -> Problem:
+    """A problem of make_problem's law whose key (countdown_key) is not in `taken`, then added to it: a key
+    drawn before is drawn again, so the evaluation splits are a sample of the task's law without repeats."""
+    while True:
+        question, answer, _ = make_problem(rng, spec)
+        problem = Problem(question, answer)
+        if countdown_key(problem) not in taken:
+            taken.add(countdown_key(problem))
+            return problem
+
+
+def training_pool(rng: random.Random, n: int, spec: Spec, excluded: set) -> list[Problem]:
+    """n problems of make_problem's law, distinct as questions, none whose key is in `excluded`."""
+    seen, pool = set(), []
+    while len(pool) < n:
+        question, answer, _ = make_problem(rng, spec)
+        problem = Problem(question, answer)
+        if question not in seen and countdown_key(problem) not in excluded:
+            seen.add(question)
+            pool.append(problem)
+    return pool
+
+
+def task_splits(seed: int, spec: Spec) -> dict[str, list[Problem]]:
+    """The task files, in this order: held-out and validation from one generator (seed; the task's law,
+    no key twice), the transfer split by its own law (make_transfer, seed TRANSFER_SEED, clear of them),
+    then the training pool from the first generator, clear of all three up to the key."""
+    rng, taken, splits = random.Random(seed), set(), {}
+    for name in ("heldout", "val"):
+        splits[name] = [evaluation_problem(rng, spec, taken) for _ in range(SIZES[name])]
+    splits["transfer"] = make_transfer(TRANSFER_SEED, SIZES["transfer"], spec, taken)
+    taken |= {countdown_key(p) for p in splits["transfer"]}
+    splits["train"] = training_pool(rng, SIZES["train"], spec, taken)
     return splits
 
 
-def fresh_problem(rng: random.Random, spec: Spec, taken: set) -> tuple[str, str, str]:
-    """A problem of make_problem's law whose key (countdown_key) is not in `taken`, then added to it."""
-    while True:
-        question, answer, solution = make_problem(rng, spec)
-        key = countdown_key(Problem(question, answer))
-        if key not in taken:
-            taken.add(key)
-            return question, answer, solution
+def evaluation_keys(splits: dict[str, list[Problem]]) -> set:
+    """The keys of every evaluation split: what the pool, the RL prompts and the warm-start's stream never hold."""
+    return {countdown_key(p) for name in EVALUATION for p in splits[name]}
 
 
-def eval_splits(seed: int, train: list[tuple[str, str, str]], spec: Spec) -> dict[str, list[tuple]]:
-    """heldout.jsonl and val.jsonl, in this order: EVAL_SIZES fresh problems, none a pool problem up to its
-    key and no two with one key."""
-    rng, taken = random.Random(seed + EVAL_SEED), {countdown_key(Problem(q, a)) for q, a, _ in train}
-    return {name: [fresh_problem(rng, spec, taken) for _ in range(n)] for name, n in EVAL_SIZES.items()}
-
-
-def sft_stream(seed: int, exclude: set[str], spec: Spec):
-    """Endless (question, random worked solution) pairs whose questions are not in `exclude`."""
+def sft_stream(seed: int, excluded: set, spec: Spec):
+    """Endless (question, random worked solution) pairs of make_problem's law, skipping every problem whose
+    key (countdown_key) is in `excluded` (the evaluation keys: the warm-start never sees an evaluation problem)."""
     rng = random.Random(seed)
     while True:
-        q, _, s = make_problem(rng, spec)
-        if q not in exclude:
-            yield q, s
+        question, answer, solution = make_problem(rng, spec)
+        if countdown_key(Problem(question, answer)) not in excluded:
+            yield question, solution
+
+
+# ----------------------------------------------------------------------------
+# The transfer split: the same numbers, the target drawn uniformly among those they can make
+
+
+def reachable(numbers: tuple) -> set:
+    """Every value an expression over all of `numbers` (each once, + - * /, any order and grouping) can take,
+    exactly (Fractions): the task's rules, which are the reward's."""
+    values = {}
+
+    def go(items: tuple) -> set:
+        key = tuple(sorted(items))
+        if key in values:
+            return values[key]
+        if len(items) == 1:
+            return {items[0]}
+        out = set()
+        for i in range(len(items)):
+            for j in range(i + 1, len(items)):
+                a, b = items[i], items[j]
+                rest = items[:i] + items[i + 1:j] + items[j + 1:]
+                results = {a + b, a * b, a - b, b - a}
+                results |= {a / b} if b else set()
+                results |= {b / a} if a else set()
+                for r in results:
+                    out |= go(rest + (r,))
+        values[key] = out
+        return out
+
+    return go(tuple(Fraction(n) for n in numbers))
+
+
+def integer_reachable(numbers: tuple, max_value: int) -> set:
+    """The values reachable with a positive integer <= max_value at every step (the generator's rules)."""
+    out = set()
+
+    def go(items: tuple):
+        if len(items) == 1:
+            out.add(items[0])
+            return
+        for i in range(len(items)):
+            for j in range(len(items)):
+                if i != j:
+                    a, b = items[i], items[j]
+                    rest = tuple(x for k, x in enumerate(items) if k not in (i, j))
+                    for r in (a + b, a * b, a - b, a // b if b > 1 and a % b == 0 else 0):
+                        if 0 < r <= max_value:
+                            go(rest + (r,))
+
+    go(tuple(numbers))
+    return out
+
+
+def make_transfer(seed: int, size: int, spec: Spec, excluded: set) -> list[Problem]:
+    """`size` problems 'n1,n2,...:target': the generator's numbers (spec), the target uniform over
+    spec.min_target..spec.max_value among the values the numbers can make (reachable); none whose key
+    (countdown_key) is in `excluded`, none twice."""
+    rng, seen, out = random.Random(seed), set(excluded), []
+    while len(out) < size:
+        numbers = [rng.randint(spec.low, spec.high) for _ in range(spec.n_numbers)]
+        targets = sorted(int(v) for v in reachable(tuple(numbers))
+                         if v.denominator == 1 and spec.min_target <= v <= spec.max_value)
+        if not targets:
+            continue
+        question = ",".join(map(str, numbers)) + f":{rng.choice(targets)}"
+        problem = Problem(question, question)
+        if countdown_key(problem) not in seen:
+            seen.add(countdown_key(problem))
+            out.append(problem)
+    return out
+
+
+def describe(name: str, problems: list[Problem], max_value: int = 100) -> dict:
+    """How hard a split's problems are by construction (not for a model): worked solutions under the
+    generator's step rules (solutions), targets above 50, targets reachable with integer steps <= max_value."""
+    counts, integer_only = [], 0
+    for p in problems:
+        numbers, target = countdown_key(p)
+        counts.append(len(solutions(list(numbers), target, max_value)))
+        integer_only += target in integer_reachable(numbers, max_value)
+    n = len(problems)
+    row = {"split": name, "problems": n, "median solutions": statistics.median(counts),
+           "mean solutions": round(statistics.fmean(counts), 1),
+           "<= 8 solutions (%)": round(100 * sum(c <= 8 for c in counts) / n, 1),
+           "target > 50 (%)": round(100 * sum(countdown_key(p)[1] > 50 for p in problems) / n, 1),
+           f"solvable with integer steps <= {max_value} (%)": round(100 * integer_only / n, 1)}
+    print(json.dumps(row), flush=True)
+    return row
 
 
 # ----------------------------------------------------------------------------
@@ -314,7 +423,10 @@ def main():
     ap.add_argument("--check-every", type=int, default=150, help="steps between validation prints")
     ap.add_argument("--data-dir", default=str(HERE / "countdown"), help="where to write the splits")
     ap.add_argument("--out", default=str(HERE / "tiny-qwen3-countdown"), help="where to write the policy and tokenizer")
-    ap.add_argument("--only-splits", action="store_true", help="only write DATA_DIR's train, heldout and val")
+    ap.add_argument("--only-splits", action="store_true",
+                    help="only write DATA_DIR's heldout, val, transfer and train")
+    ap.add_argument("--describe", action="store_true", help="only print how DATA_DIR's held-out and transfer "
+                    "problems differ (solutions per problem, large targets; about a minute)")
     ap.add_argument("--only-filter", action="store_true",
                     help="only rewrite DATA_DIR/rl.jsonl from DATA_DIR/train.jsonl and the policy in OUT")
     args = ap.parse_args()
@@ -323,14 +435,20 @@ def main():
         model, tok = Qwen3.from_pretrained(out), load_tokenizer(out)
         write_rl_prompts(model, tok, out, data)
         return
+    if args.describe:
+        for name in ("heldout", "transfer"):
+            try:
+                describe(name, load_problems(data / f"{name}.jsonl"), args.max_value)
+            except DataError as e:
+                raise SystemExit(f"error: {e} (make the splits first: python data/make_countdown.py --only-splits)")
+        return
     torch.manual_seed(args.seed)
     spec = Spec(args.numbers, 1, args.high, args.max_value, args.min_target, args.format, args.attempts)
     task = TASKS["countdown"]
 
-    first = make_splits(args.seed, SIZES, spec)
-    splits = {"train": first["train"], **eval_splits(args.seed, first["train"], spec)}
-    for name, rows in splits.items():
-        save_problems(data / f"{name}.jsonl", [Problem(q, a) for q, a, _ in rows])
+    splits = task_splits(args.seed, spec)
+    for name, problems in splits.items():
+        save_problems(data / f"{name}.jsonl", problems)
     if args.only_splits:
         return
     out.mkdir(parents=True, exist_ok=True)
@@ -342,16 +460,12 @@ def main():
     init_weights(model, seed=args.seed)
     print(f"warm-start of a {model.num_parameters() / 1e6:.2f}M-parameter Qwen3 on Countdown ({vars(spec)}; "
           f"{args.steps} steps)", flush=True)
-    # as the shipped policy was made: the first draw's validation problems for the progress prints, its
-    # held-out and validation questions left out of the stream (the splits redrawn since are not used here)
-    val = [Problem(q, a) for q, a, _ in first["val"]]
-    stream = sft_stream(args.seed + 1, {q for q, _, _ in first["heldout"] + first["val"]}, spec)
-    steps = sft.warm_start(model, tok, stream, val, sft.Recipe(lr=args.lr), batch_size=args.batch_size,
+    stream = sft_stream(args.seed + 1, evaluation_keys(splits), spec)  # no evaluation problem, up to its key
+    steps = sft.warm_start(model, tok, stream, splits["val"], sft.Recipe(lr=args.lr), batch_size=args.batch_size,
                            max_steps=args.steps, check_every=args.check_every, max_new_tokens=task.max_new_tokens,
                            done=lambda step, acc: step >= args.steps, reward=task.reward)
     model.save_pretrained(out)
-    heldout = load_problems(data / "heldout.jsonl")
-    summary = evaluate(model, tok, heldout, k=8, max_new_tokens=task.max_new_tokens, temperature=1.0,
+    summary = evaluate(model, tok, splits["heldout"], k=8, max_new_tokens=task.max_new_tokens, temperature=1.0,
                        progress=False, reward=task.reward)[0]
     print(f"saved {out} after {steps} steps: held-out mean@8 {summary['mean@8']:.1f}%  pass@8 "
           f"{summary['pass@8']:.1f}%  (entropy and more: python scripts/measure_task.py --task countdown)")

@@ -48,7 +48,7 @@ class Task:
 # --model / --data of yours (DAPO-Math-17k, AIME, AMC) with the same reward. "countdown" (reach a
 # target from four numbers; data/make_countdown.py) is where the trust region visibly acts; it is evaluated
 # on its held-out split and on a transfer split whose targets are drawn another way
-# (make_countdown_transfer.py).
+# (make_countdown.make_transfer).
 TASKS = {
     "math": Task("data/tiny-qwen3", "data/arith/train.jsonl", ("data/arith/heldout.jsonl",), verify, 48),
     "countdown": Task("data/tiny-qwen3-countdown", "data/countdown/rl.jsonl",

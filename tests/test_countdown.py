@@ -12,7 +12,6 @@ from nanoatr.data import TASKS, Problem, countdown_key, load_problems, save_prob
 from nanoatr.verifier.countdown import evaluate_expression, parse_answer, reward
 from tiny import make_default  # noqa: F401  (puts data/ on the path)
 import make_countdown as countdown  # noqa: E402  (data/make_countdown.py)
-import make_countdown_transfer as mt  # noqa: E402  (data/make_countdown_transfer.py)
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 B = "\\boxed{"
@@ -215,11 +214,26 @@ def test_solutions_are_many_and_all_correct():
     assert drawn <= set(sols) and len(drawn) >= 5  # random solutions spread over many of them
 
 
-def test_splits_are_disjoint_and_deterministic():
-    a = countdown.make_splits(3, {"x": 50, "y": 50}, SPEC)
-    b = countdown.make_splits(3, {"x": 50, "y": 50}, SPEC)
-    assert a == b
-    assert not {q for q, _, _ in a["x"]} & {q for q, _, _ in a["y"]}
+def test_a_key_drawn_before_is_drawn_again():
+    """With the keys of a generator's first 20 problems taken, the same generator's evaluation problems are
+    its problems 21-60 (those 60 have distinct keys): each of the first 20 is drawn again, nothing else is
+    skipped, and every key drawn is taken. The training pool skips the excluded keys the same way."""
+    rng = random.Random(0)
+    first = [Problem(q, a) for q, a, _ in (countdown.make_problem(rng, SPEC) for _ in range(60))]
+    assert len({countdown_key(p) for p in first}) == 60
+    taken = {countdown_key(p) for p in first[:20]}
+    rng = random.Random(0)
+    assert [countdown.evaluation_problem(rng, SPEC, taken) for _ in range(40)] == first[20:]
+    assert taken == {countdown_key(p) for p in first}
+    excluded = {countdown_key(p) for p in first[:20]}
+    assert countdown.training_pool(random.Random(0), 40, SPEC, excluded) == first[20:]
+
+
+def test_the_training_pool_has_distinct_questions_and_no_excluded_key():
+    rng = random.Random(1)
+    excluded = {countdown_key(countdown.evaluation_problem(rng, SPEC, set())) for _ in range(100)}
+    pool = countdown.training_pool(random.Random(1), 300, SPEC, excluded)
+    assert len({p.question for p in pool}) == 300 and not {countdown_key(p) for p in pool} & excluded
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,23 +251,14 @@ def test_shipped_splits_are_disjoint_and_well_formed():
 
 
 def test_shipped_splits_are_rebuilt_byte_for_byte(tmp_path):
-    """train.jsonl is make_countdown.py's first draw's pool (so rl.jsonl, the warm-start's filter of it,
-    stands); heldout.jsonl and val.jsonl are drawn afresh, clear of the pool up to the key (issue 38)."""
-    spec = countdown.Spec()  # make_countdown.py's defaults
-    first = countdown.make_splits(0, countdown.SIZES, spec)
-    splits = {"train": first["train"], **countdown.eval_splits(0, first["train"], spec)}
-    for name, rows in splits.items():
-        save_problems(tmp_path / f"{name}.jsonl", [Problem(q, a) for q, a, _ in rows])
-        assert (tmp_path / f"{name}.jsonl").read_bytes() == (DATA / "countdown" / f"{name}.jsonl").read_bytes()
-
-
-def test_fresh_problems_are_clear_of_the_taken_keys():
-    rng, spec = random.Random(0), countdown.Spec()
-    taken = {countdown_key(Problem(q, a)) for q, a, _ in countdown.make_splits(1, {"pool": 300}, spec)["pool"]}
-    before = set(taken)
-    fresh = [countdown.fresh_problem(rng, spec, taken) for _ in range(100)]
-    keys = [countdown_key(Problem(q, a)) for q, a, _ in fresh]
-    assert not before & set(keys) and len(set(keys)) == 100 and taken == before | set(keys)
+    """make_countdown.py's task files: held-out and validation drawn first (a sample of the task's law, no key
+    twice; issue 38), the transfer split by its own law clear of them, then the pool (train.jsonl) clear of
+    all three up to the key (tests/test_splits.py)."""
+    splits = countdown.task_splits(0, countdown.Spec())  # make_countdown.py's defaults
+    assert list(splits) == ["heldout", "val", "transfer", "train"]
+    for name, problems in splits.items():
+        save_problems(tmp_path / f"{name}.jsonl", problems)
+        assert (tmp_path / f"{name}.jsonl").read_bytes() == (DATA / "countdown" / f"{name}.jsonl").read_bytes(), name
 
 
 def test_shipped_rl_prompts_are_the_pools_in_its_order():
@@ -323,22 +328,30 @@ def test_task_defaults_and_reward_reach_train_and_eval(tmp_path):
     assert [r["benchmark"] for r in rows[::32]] == ["heldout", "transfer"]
 
 
-def test_transfer_split_is_rebuilt_byte_for_byte_disjoint_and_solvable(tmp_path):
-    """data/countdown/transfer.jsonl is what data/make_countdown_transfer.py writes; none of its problems is
-    in another split (numbers in any order, same target); each target is in 10..100 and reachable under the
-    reward's rules (checked here by a found expression that reward() accepts)."""
-    out = tmp_path / "transfer.jsonl"
+def test_transfer_split_is_disjoint_and_solvable():
+    """data/countdown/transfer.jsonl (make_countdown.make_transfer): none of its problems is in another split
+    (numbers in any order, same target); each target is in 10..100 and reachable under the reward's rules
+    (checked here by a found expression that reward() accepts)."""
     others = {countdown_key(p) for s in ("train", "val", "heldout")
               for p in load_problems(DATA / f"countdown/{s}.jsonl")}
-    mt.save_problems(out, [mt.Problem(q, q) for q in mt.make_transfer(mt.SEED, mt.SIZE, others)])
-    assert out.read_bytes() == (DATA / "countdown/transfer.jsonl").read_bytes()
-    transfer = load_problems(out)
+    transfer = load_problems(DATA / "countdown/transfer.jsonl")
     keys = {countdown_key(p) for p in transfer}
     assert len(keys) == 256 and not others & keys
     for p in transfer[:40]:
         numbers, target = countdown_key(p)
         assert 10 <= target <= 100 and all(1 <= n <= 10 for n in numbers)
-        assert any(v == target for v in mt.reachable(numbers))
+        assert any(v == target for v in countdown.reachable(numbers))
     # reachable() is the reward's rules: 8 / (3 - 8 / 3) = 24 needs a fraction on the way
-    assert 24 in mt.reachable((3, 3, 8, 8)) and reward("\\boxed{8/(3-8/3)}", "3,3,8,8:24") == 1.0
-    assert 24 not in mt.integer_reachable((3, 3, 8, 8))
+    assert 24 in countdown.reachable((3, 3, 8, 8)) and reward("\\boxed{8/(3-8/3)}", "3,3,8,8:24") == 1.0
+    assert 24 not in countdown.integer_reachable((3, 3, 8, 8), 100)
+
+
+def test_a_transfer_problem_has_its_laws_numbers_and_target_and_skips_excluded_keys():
+    first = countdown.make_transfer(5, 30, SPEC, set())
+    assert len({countdown_key(p) for p in first}) == 30
+    again = countdown.make_transfer(5, 20, SPEC, {countdown_key(p) for p in first[:10]})
+    assert again == first[10:30]  # the same generator, the first 10 skipped
+    for p in first:
+        numbers, target = countdown_key(p)
+        assert p.question == p.answer and len(numbers) == 4 and all(1 <= n <= 10 for n in numbers)
+        assert 10 <= target <= 100 and target in countdown.reachable(numbers)
