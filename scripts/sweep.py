@@ -642,8 +642,8 @@ def main(argv=None):
     parser.add_argument("--hypothesis", nargs=3, action="append", default=[], metavar=("A/B", "SCORE", "SIDE"),
                         help="a pre-registered hypothesis, repeatable: A - B (or an --effect's NAME) is above, below "
                         "or differs from 0 in SCORE (heldout/mean, transfer/pass, mean: the files' average, "
-                        "entropy: the training tokens', heldout/entropy: the evaluation policy's); its verdict by the 95%% paired t-interval, its paired t-test's p (one-sided on "
-                        "the predicted side, two-sided for differs) and the decision of Holm's procedure over every "
+                        "entropy: the training tokens', heldout/entropy: the evaluation policy's); its verdict by "
+                        "the 95%% paired t-interval, its paired t-test's p (one-sided on the predicted side, two-sided for differs) and the decision of Holm's procedure over every "
                         "--hypothesis and --reject at the 5%% level are printed above the comparisons, which are "
                         "then exploratory")
     parser.add_argument("--reject", nargs=3, action="append", default=[], metavar=("A/B", "SCORE", "EFFECT"),
