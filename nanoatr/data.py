@@ -86,6 +86,8 @@ class Problem:
     question: str  # the problem text (DAPO rows: the user message content as given)
     answer: str  # gold answer as written in the file, converted with str()
     messages: list[dict] | None = None  # the chat when the file provides one (DAPO/verl), else None
+    # the row's other columns (every one but the prompt's), as read: a reward function's keyword arguments
+    fields: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
 
 # The embedded tasks' keys: a problem up to what cannot make it a different problem. Two problems with one
@@ -242,7 +244,8 @@ def _parse_row(row: object, where: str) -> Problem:
         )
     # "problem" wins, but an empty one falls back to "question" when both exist
     text = row.get("problem") or row.get("question")
-    return Problem(_text(text, where, text_key), _answer(row["answer"], where))
+    fields = {k: v for k, v in row.items() if k not in ("problem", "question")}
+    return Problem(_text(text, where, text_key), _answer(row["answer"], where), fields=fields)
 
 
 def _parse_dapo(row: dict, where: str) -> Problem:
@@ -250,9 +253,10 @@ def _parse_dapo(row: dict, where: str) -> Problem:
     if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
         raise DataError(f"{where}: missing answer: DAPO row has no 'reward_model.ground_truth'")
     answer = _answer(reward_model["ground_truth"], where)
+    fields = {k: v for k, v in row.items() if k != "prompt"}
     prompt = row["prompt"]
     if isinstance(prompt, str):  # some verl files store the prompt as plain text
-        return Problem(_text(prompt, where, "prompt"), answer)
+        return Problem(_text(prompt, where, "prompt"), answer, fields=fields)
     ok = isinstance(prompt, list) and all(
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
         for m in prompt
@@ -262,7 +266,7 @@ def _parse_dapo(row: dict, where: str) -> Problem:
         raise DataError(f"{where}: DAPO 'prompt' must be a list of chat messages with 'role' and 'content',"
                         " one of them from the user")
     messages = [{**m, "content": repair_latex_escapes(m["content"])} for m in prompt]
-    return Problem(_text(users[-1], where, "prompt"), answer, messages)
+    return Problem(_text(users[-1], where, "prompt"), answer, messages, fields)
 
 
 def _text(value: object, where: str, key: str) -> str:
