@@ -76,9 +76,10 @@ class EvalConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
                           "(default: runs/eval/<model name>-<time>.jsonl)", OUTPUT)
     resume: bool = arg(False, "continue --out: skip the (benchmark, problem, sample) triples already in it",
                        OUTPUT)
-    runs: list[str] = arg([], "training run directories: print Table 2 from the evaluations they logged "
-                          "(each run's step 0, and the last evaluation with the best of each column in "
-                          "brackets), sampling nothing; no other flag applies", OUTPUT)
+    runs: list[str] = arg([], "training run directories: print Table 2 from the evaluations they logged, "
+                          "sampling nothing: one row per method, mean and 95%% t-interval over its seeds "
+                          "(final and best evaluation; the base model from step 0), one table per "
+                          "evaluation setting; no other flag applies", OUTPUT)
     temperature: float | None = override(SamplingFlags, "temperature", help="sampling temperature (0 = "
                                          "greedy); the paper evaluates at 0.3. Default: the model's "
                                          "generation_config.json, else 1.0")

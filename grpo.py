@@ -60,7 +60,7 @@ def update(model, opt, batch: Rollout, old_logp, rows, clip: str, hparams: dict,
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--clip", default="kl3", choices=sorted(METHODS),
                     help="the clipping rule (nanoatr/methods.py)")
     ap.add_argument("--steps", type=int, default=60)
