@@ -46,8 +46,9 @@ import torch
 
 from nanoatr import distributed, lora
 from nanoatr.checkpoint import CheckpointError
-from nanoatr.config import (DATA, OUTPUT, SAMPLING, ConfigError, DeviceFlags, ModelFlags, PromptFlags,
-                            SamplingFlags, arg, check_flags, die, flag, override, parse, resolve_sampling)
+from nanoatr.config import (DATA, OUTPUT, SAMPLING, ConfigError, DataFlags, DeviceFlags, ModelFlags,
+                            PromptFlags, SamplingFlags, arg, check_flags, die, flag, override, parse,
+                            resolve_sampling)
 from nanoatr.data import TASKS, DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
@@ -57,12 +58,12 @@ from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_default
 
 
 @dataclass
-class EvalConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
+class EvalConfig(ModelFlags, DataFlags, PromptFlags, SamplingFlags, DeviceFlags):
     """eval.py's flags: its own below, the shared groups' in nanoatr/config.py."""
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
                     "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
-    data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (jsonl: problem/answer or DAPO "
-                          "format); each is one column of the table, named by its file stem", DATA)
+    data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (.jsonl, .json or .parquet; rows as "
+                          "train.py's --data); each is one column of the table, named by its file stem", DATA)
     limit: int = arg(0, "use only the first N problems of each file (0 = all)", DATA, ">=0")
     k: int = arg(8, "k of Mean@k and Pass@k", SAMPLING, ">=1")
     n: int = arg(0, "samples per problem, n >= k (0 = k); more samples give a lower-variance Pass@k",
@@ -515,7 +516,8 @@ def main(argv=None):
         if saved is not None and differences(saved, now):
             die(f"--resume: {out} was sampled with other settings: {'; '.join(differences(saved, now))}. "
                 f"Give the same flags to continue it, or another --out")
-        benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None) for f in cfg.data}
+        benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None, answer_field=cfg.answer_field)
+                      for f in cfg.data}
         model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device, cfg.revision)
         tok = load_tokenizer(dirs.tokenizer)
         eos_ids = eos_token_ids(tok, dirs.tokenizer, dirs.base)

@@ -339,8 +339,9 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     tok = load_tokenizer(tok_dir)
     prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
                      enable_thinking=cfg.thinking)
-    problems = load_problems(cfg.data)
-    eval_sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
+    problems = load_problems(cfg.data, answer_field=cfg.answer_field)
+    eval_sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None, answer_field=cfg.answer_field)
+                 for f in cfg.eval_data}
     check_budgets(tok, [(cfg.data, problems, cfg.max_new_tokens, "--max-new-tokens")] + [
         (f, eval_sets[Path(f).stem], cfg.eval_max_new_tokens or cfg.max_new_tokens, "--eval-max-new-tokens")
         for f in cfg.eval_data], model.config.max_position_embeddings, prompt_kw)

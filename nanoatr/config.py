@@ -124,6 +124,15 @@ class PromptFlags:
 
 
 @dataclass
+class DataFlags:
+    """How a problem file is read (train.py's --data and --eval-data, eval.py's --data; nanoatr/data.py)."""
+    answer_field: str | None = arg(None, "the column holding the gold answer, in every problem file; a "
+                                   "dotted name reaches into a struct (reward_model.ground_truth). Default: "
+                                   "answer, or reward_model.ground_truth in rows that have a reward_model "
+                                   "(DAPO, verl)", DATA)
+
+
+@dataclass
 class ModelFlags:
     """The model sampled from (eval.py, sample.py): a directory or hub id, with or without an adapter."""
     model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer), "
@@ -223,6 +232,8 @@ def check_flags(cfg, given=frozenset()) -> None:
         raise ConfigError(problem)
     if any(not s for s in getattr(cfg, "stop", [])):
         raise ConfigError("--stop: empty stop string")
+    if isinstance(cfg, DataFlags) and cfg.answer_field is not None and not cfg.answer_field.strip():
+        raise ConfigError("--answer-field: empty column name")
 
 
 def ignored_prompt_flag(cfg) -> str | None:

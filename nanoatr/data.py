@@ -1,30 +1,40 @@
-"""Problems and tasks: jsonl files of problems (one loader for the training set and every benchmark);
+"""Problems and tasks: files of problems (one loader for the training set and every benchmark);
 the tasks, which problems, which warm-start policy and which reward go together (TASKS, train.py's
 --task); and the embedded tasks' keys (arith_key, countdown_key: a problem up to the order of its numbers).
 
-The format is told from each row's fields:
+Files: ``.jsonl``; ``.json`` (one list of rows, or JSON lines as ``datasets``' ``to_json`` writes them);
+``.parquet`` (read batch by batch with pyarrow, an optional package imported only for such a file; lists
+and structs become lists and dicts, dates and times ISO 8601 text, so a row is what its jsonl line would be).
 
-- DAPO-Math-17k / verl: ``prompt`` is a list of chat messages and the gold is
-  ``reward_model.ground_truth``. ``Problem.question`` is the last user message as
-  given (template included) and ``Problem.messages`` keeps the whole chat.
-- AIME / AMC style: text from ``problem`` (else ``question``), gold from ``answer``.
-  Golds stay as written: AIME's zero-padded ``"025"`` stays ``"025"`` and AMC's JSON
-  float ``27.0`` becomes ``"27.0"``; equivalence is the verifier's job, not ours.
+The prompt is told from each row's columns:
 
-Extra fields (``solution``, ``id``, ``url``, ...) are ignored. A ``.json`` file holding
-one list of rows is read too. Parquet is not: convert DAPO-Math-17k once with
-``pandas.read_parquet(p).to_json(out, orient="records", lines=True)``.
+- ``prompt`` (TRL's formats, DAPO-Math-17k, verl): text (TRL's "standard" format) or a list of chat
+  messages {role, content} (TRL's "conversational" format, DAPO). A chat is kept whole in
+  ``Problem.messages`` (the chat template renders it) and ``Problem.question`` is its last user message.
+- else ``problem`` (or ``question``; AIME / AMC style): the text.
 
-DAPO files repeat every prompt (x100 in the training set, x32 in its AIME
-validation set), so identical (question, answer) rows are dropped by default;
-call ``dedupe`` yourself (with ``dedupe=False`` here) when you want to log how many.
-Every error is a ``DataError``: one line naming the file and the line.
+The gold answer is the column ``answer_field`` names (train.py's and eval.py's --answer-field), a dotted
+name reaching into a struct; by default ``answer``, or ``reward_model.ground_truth`` in a row with a
+``reward_model`` (DAPO, verl). Golds stay as written: AIME's zero-padded ``"025"`` stays ``"025"`` and
+AMC's JSON float ``27.0`` becomes ``"27.0"``; equivalence is the verifier's job, not ours. A caller whose
+reward needs no gold (``need_answer=False``) gets ``answer=None`` where the default column is absent.
+
+Every other column (``solution``, ``id``, a TRL row's ``completion``, the answer's own column, ...) is
+kept as read in ``Problem.fields``: a reward function's keyword arguments, as TRL passes them.
+
+DAPO files repeat every prompt (x100 in the training set, x32 in its AIME validation set), so rows with
+the same prompt and answer are dropped by default; call ``dedupe`` yourself (with ``dedupe=False`` here)
+when you want to log how many. Every error is a ``DataError``: one line naming the file and the row
+(``file:line`` of a jsonl file, ``file:N`` the N-th row of a parquet file, ``file[i]`` of a .json list).
 """
 from __future__ import annotations
 
+import codecs
 import dataclasses
+import datetime
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,14 +88,14 @@ def task_defaults(cfg, given: set):
 
 
 class DataError(ValueError):
-    """A problem file we cannot use; the message is one line: ``file:line: what is wrong``."""
+    """A problem file we cannot use; the message is one line: ``file:row: what is wrong``."""
 
 
 @dataclass(frozen=True)
 class Problem:
-    question: str  # the problem text (DAPO rows: the user message content as given)
-    answer: str  # gold answer as written in the file, converted with str()
-    messages: list[dict] | None = None  # the chat when the file provides one (DAPO/verl), else None
+    question: str  # the problem text (a chat's: its last user message as given)
+    answer: str | None  # gold answer as written in the file, converted with str(); None: the file has none
+    messages: list[dict] | None = None  # the chat when the prompt is one (TRL's conversational, DAPO)
     # the row's other columns (every one but the prompt's), as read: a reward function's keyword arguments
     fields: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -110,18 +120,22 @@ def countdown_key(problem: Problem) -> tuple[tuple[int, ...], int]:
     return tuple(sorted(numbers)), target
 
 
-def load_problems(path: str | Path, limit: int | None = None, dedupe: bool = True) -> list[Problem]:
-    """Read problems from a ``.jsonl`` (or ``.json`` list) file, in file order.
+def load_problems(path: str | Path, limit: int | None = None, dedupe: bool = True,
+                  answer_field: str | None = None, need_answer: bool = True) -> list[Problem]:
+    """Read problems from a ``.jsonl``, ``.json`` or ``.parquet`` file, in file order.
 
     ``limit`` caps the number of problems returned (counted after deduplication), and
     reading stops as soon as it is reached, so a prefix of a huge file is cheap.
+    ``answer_field`` names the gold answer's column (None: the module docstring's default). A row
+    without it is an error, unless the caller needs no gold (``need_answer=False``) and named no
+    column: its answer is then None.
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     path = Path(path)
     if not path.is_file():  # checked here, not in the lazy reader, so limit=0 still reports it
         raise DataError(f"{path}: file not found")
-    problems = (_parse_row(row, where) for where, row in _rows(path))
+    problems = (_parse_row(row, where, answer_field, need_answer) for where, row in _rows(path))
     if dedupe:
         problems = _unique(problems)
     problems = list(itertools.islice(problems, limit))  # lazy: stops reading at the limit
@@ -159,7 +173,8 @@ def load_solutions(path: str | Path) -> list[Solved]:
 
 
 def dedupe(problems: list[Problem]) -> tuple[list[Problem], int]:
-    """Drop repeated (question, answer) pairs, keeping the first of each in order.
+    """Drop repeated (prompt, answer) pairs, keeping the first of each in order. The prompt is the chat
+    when there is one, else the question; problems without an answer are told apart by the prompt alone.
 
     Returns the unique problems and how many rows were dropped (for the caller to log).
     """
@@ -168,10 +183,11 @@ def dedupe(problems: list[Problem]) -> tuple[list[Problem], int]:
 
 
 def _unique(problems: Iterable[Problem]) -> Iterator[Problem]:
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str | None]] = set()
     for p in problems:
-        if (p.question, p.answer) not in seen:
-            seen.add((p.question, p.answer))
+        key = (json.dumps(p.messages, sort_keys=True) if p.messages else p.question, p.answer)
+        if key not in seen:
+            seen.add(key)
             yield p
 
 
@@ -204,16 +220,17 @@ def repair_latex_escapes(text: str) -> str:
 
 
 def _rows(path: Path) -> Iterator[tuple[str, object]]:
-    """Yield (``file:line`` for messages, decoded row), skipping blank lines."""
-    if path.suffix == ".json":  # one JSON list of rows; cheap enough for benchmark-sized files
-        try:
-            rows = json.loads(path.read_text(encoding="utf-8-sig"))
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{e.lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
-        if not isinstance(rows, list):
-            raise DataError(f"{path}: a .json file must hold a list of rows, found {type(rows).__name__}")
-        yield from ((f"{path}[{i}]", row) for i, row in enumerate(rows))
-        return
+    """(``file:row`` for messages, decoded row), lazily. A parquet file is opened here, at once, so that a
+    missing pyarrow or a file that is not parquet is reported before the first row is asked for."""
+    if path.suffix == ".parquet":
+        return _parquet_rows(path, _open_parquet(path))
+    if path.suffix == ".json" and _holds_a_list(path):
+        return _json_list_rows(path)
+    return _jsonl_rows(path)  # .jsonl, any other name, and a .json of JSON lines (datasets' to_json)
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, object]]:
+    """(``file:line``, row) of each non-blank line."""
     with open(path, "rb") as f:  # bytes, so a bad encoding is reported with its line number too
         for lineno, raw in enumerate(f, 1):
             where = f"{path}:{lineno}"
@@ -229,44 +246,158 @@ def _rows(path: Path) -> Iterator[tuple[str, object]]:
                 raise DataError(f"{where}: invalid JSON: {e.msg} (column {e.colno})") from None
 
 
-def _parse_row(row: object, where: str) -> Problem:
+def _holds_a_list(path: Path) -> bool:
+    """Whether a .json file starts with '[' (one JSON list of rows) rather than with a row."""
+    with open(path, "rb") as f:
+        return f.read(4096).removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"[")
+
+
+def _json_list_rows(path: Path) -> Iterator[tuple[str, object]]:
+    """(``file[i]``, row) of a file holding one JSON list; read whole: cheap enough for benchmark files."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{e.lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    yield from ((f"{path}[{i}]", row) for i, row in enumerate(rows))
+
+
+def _open_parquet(path: Path):
+    """The pyarrow ParquetFile of `path` (its metadata read, no rows yet)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"{path}: a parquet file needs pyarrow: pip install pyarrow") from None
+    try:
+        return pq.ParquetFile(path)
+    except Exception as e:  # not parquet, truncated: pyarrow's own exception types
+        raise DataError(f"{path}: not a readable parquet file ({_one_line(e)})") from None
+
+
+PARQUET_BATCH = 1024  # rows decoded at a time: a `limit` of a few rows reads one batch of a row group
+
+
+def _parquet_rows(path: Path, parquet) -> Iterator[tuple[str, dict]]:
+    """(``file:N``, row) of the N-th row (from 1), every value as JSON would hold it (_plain)."""
+    n = 0
+    try:
+        for batch in _batches(path, parquet):
+            for row in batch.to_pylist():
+                n += 1
+                where = f"{path}:{n}"
+                yield where, {column: _plain(value, where, column) for column, value in row.items()}
+    finally:
+        parquet.close()
+
+
+def _batches(path: Path, parquet):
+    """The file's record batches; a file that breaks while read is a DataError."""
+    try:
+        yield from parquet.iter_batches(batch_size=PARQUET_BATCH)
+    except Exception as e:  # a corrupt page, an unsupported type
+        raise DataError(f"{path}: not a readable parquet file ({_one_line(e)})") from None
+
+
+def _one_line(e: Exception) -> str:
+    return f"{type(e).__name__}: " + " ".join(str(e).split())
+
+
+def _plain(value: object, where: str, column: str) -> object:
+    """A parquet value as its JSON line would hold it: lists and structs (tuples of a map too) as lists and
+    dicts, a date or time as ISO 8601 text. Bytes, decimals, durations: a DataError naming the column."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, where, column) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v, where, column) for k, v in value.items()}
+    if isinstance(value, (datetime.date, datetime.time)):  # a datetime is a date
+        return value.isoformat()
+    raise DataError(f"{where}: column {column!r} holds a value of type {type(value).__name__}, which a JSON "
+                    "row cannot: write the column as text or numbers")
+
+
+# ---------------------------------------------------------------------------
+# a row -> a Problem
+
+
+def _parse_row(row: object, where: str, answer_field: str | None = None,
+               need_answer: bool = True) -> Problem:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object per row, found {type(row).__name__}")
-    if "prompt" in row and "reward_model" in row:
-        return _parse_dapo(row, where)
-    text_key = next((k for k in ("problem", "question") if k in row), None)
-    if text_key is None or "answer" not in row:
-        if text_key is not None:
-            raise DataError(f"{where}: missing answer: found '{text_key}' but no 'answer' field")
-        raise DataError(
-            f"{where}: cannot tell the format: found fields {list(row)}; expected 'problem'/'question'"
-            " + 'answer', or DAPO 'prompt' + 'reward_model.ground_truth'"
-        )
+    question, messages, prompt_columns = _prompt(row, where)
+    answer = _gold(row, where, answer_field, need_answer)
+    fields = {k: v for k, v in row.items() if k not in prompt_columns}
+    return Problem(question, answer, messages, fields)
+
+
+def _prompt(row: dict, where: str) -> tuple[str, list[dict] | None, tuple[str, ...]]:
+    """The question, the chat (None for a text prompt) and the columns they are read from."""
+    if "prompt" in row:
+        if isinstance(row["prompt"], str):  # TRL's standard format; some verl files
+            return _text(row["prompt"], where, "prompt"), None, ("prompt",)
+        return *_chat(row["prompt"], where), ("prompt",)  # TRL's conversational format; DAPO
+    key = next((k for k in ("problem", "question") if k in row), None)
+    if key is None:
+        raise DataError(f"{where}: cannot tell the format: found columns {list(row)}; expected 'prompt' "
+                        "(text or chat messages: TRL, DAPO, verl) or 'problem'/'question'")
     # "problem" wins, but an empty one falls back to "question" when both exist
-    text = row.get("problem") or row.get("question")
-    fields = {k: v for k, v in row.items() if k not in ("problem", "question")}
-    return Problem(_text(text, where, text_key), _answer(row["answer"], where), fields=fields)
+    return _text(row.get("problem") or row.get("question"), where, key), None, ("problem", "question")
 
 
-def _parse_dapo(row: dict, where: str) -> Problem:
-    reward_model = row["reward_model"]
-    if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
-        raise DataError(f"{where}: missing answer: DAPO row has no 'reward_model.ground_truth'")
-    answer = _answer(reward_model["ground_truth"], where)
-    fields = {k: v for k, v in row.items() if k != "prompt"}
-    prompt = row["prompt"]
-    if isinstance(prompt, str):  # some verl files store the prompt as plain text
-        return Problem(_text(prompt, where, "prompt"), answer, fields=fields)
+def _chat(prompt: object, where: str) -> tuple[str, list[dict]]:
+    """The last user message and the whole chat, LaTeX escapes repaired in both."""
     ok = isinstance(prompt, list) and all(
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
         for m in prompt
     )
     users = [m["content"] for m in prompt if m["role"] == "user"] if ok else []
     if not users:
-        raise DataError(f"{where}: DAPO 'prompt' must be a list of chat messages with 'role' and 'content',"
-                        " one of them from the user")
+        raise DataError(f"{where}: 'prompt' must be text or a list of chat messages with text 'role' and "
+                        f"'content', one of them from the user; found {prompt!r:.60}")
     messages = [{**m, "content": repair_latex_escapes(m["content"])} for m in prompt]
-    return Problem(_text(users[-1], where, "prompt"), answer, messages, fields)
+    return _text(users[-1], where, "prompt"), messages
+
+
+def _gold(row: dict, where: str, answer_field: str | None, need_answer: bool) -> str | None:
+    """The answer from the named column (or the default one), as text; None when there is none and none is
+    needed or named."""
+    name = answer_field or ("reward_model.ground_truth" if "reward_model" in row else "answer")
+    value, absent = _column(row, name)
+    if absent is None and _missing(value):
+        absent = f"{name!r} is {'NaN, a missing value' if value is not None else 'null'}"
+    if absent is None:
+        return _answer(value, where, name)
+    if answer_field is None and not need_answer:
+        return None
+    hint = "" if answer_field else "; --answer-field names the answer's column"
+    raise DataError(f"{where}: missing answer: {absent}{hint}")
+
+
+def _column(row: dict, name: str) -> tuple[object, str | None]:
+    """(the value of column `name`, None), a dotted name reaching into structs: reward_model.ground_truth
+    is the key ground_truth of the column reward_model (a column whose own name has the dot is taken
+    first). Without such a value: (None, why, naming what was found)."""
+    if name in row:
+        return row[name], None
+    value, walked = row, []
+    for key in name.split("."):
+        inside = repr(".".join(walked))
+        if not isinstance(value, dict):
+            kind = "null" if value is None else f"not a struct (found {type(value).__name__})"
+            return None, f"no {name!r}: {inside} is {kind}"
+        if key not in value:
+            return None, f"no {name!r}: " + (f"{inside} has keys {list(value)}" if walked else
+                                             f"found columns {list(value)}")
+        value = value[key]
+        walked.append(key)
+    return value, None
+
+
+def _missing(value: object) -> bool:
+    """None, or NaN (pandas' missing value, written so to parquet)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _text(value: object, where: str, key: str) -> str:
@@ -275,13 +406,12 @@ def _text(value: object, where: str, key: str) -> str:
     return repair_latex_escapes(value)
 
 
-def _answer(value: object, where: str) -> str:
-    if value is None:
-        raise DataError(f"{where}: missing answer (it is null)")
+def _answer(value: object, where: str, name: str) -> str:
     # bool is an int subclass, but a true/false gold is a broken row, not the number 1
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise DataError(f"{where}: the answer must be a string or a number, found {type(value).__name__}")
+        raise DataError(f"{where}: the answer {name!r} must be a string or a number, found "
+                        f"{type(value).__name__}")
     answer = repair_latex_escapes(str(value))
     if not answer.strip():
-        raise DataError(f"{where}: empty answer")
+        raise DataError(f"{where}: empty answer {name!r}")
     return answer

@@ -23,8 +23,9 @@ from tqdm import tqdm
 import nanoatr
 from nanoatr import checkpoint, distributed, divergence, lora, methods
 from nanoatr.checkpoint import CheckpointError
-from nanoatr.config import (DATA, METHOD, OPTIM, ROLLOUT, RUN, ConfigError, EvalFlags, PromptFlags, RunFlags,
-                            TrainingFlags, arg, check_flags, die, flag, override, parse, sampler_field)
+from nanoatr.config import (DATA, METHOD, OPTIM, ROLLOUT, RUN, ConfigError, DataFlags, EvalFlags,
+                            PromptFlags, RunFlags, TrainingFlags, arg, check_flags, die, flag, override,
+                            parse, sampler_field)
 from nanoatr.data import TASKS, DataError, task_defaults
 from nanoatr.evaluate import BudgetError
 from nanoatr.loss import AGGREGATIONS, effective_band
@@ -35,7 +36,7 @@ from nanoatr.tokenizer import TokenizerError
 
 
 @dataclass
-class TrainConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
+class TrainConfig(DataFlags, PromptFlags, TrainingFlags, EvalFlags, RunFlags):
     """train.py's flags: its own below, the shared groups' in nanoatr/config.py."""
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data, --eval-data and "
                     "--max-new-tokens (nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
@@ -43,7 +44,9 @@ class TrainConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
                      "or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched into or read from its cache", DATA)
     revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is a hub "
                                "id", DATA)
-    data: str = arg(TASKS["math"].data, "training problems (jsonl: problem/answer or DAPO format)", DATA)
+    data: str = arg(TASKS["math"].data, "training problems: .jsonl, .json or .parquet rows with a prompt "
+                    "(text or chat messages: TRL, DAPO, verl) or problem/question, and an answer "
+                    "(--answer-field)", DATA)
     eval_data: list[str] = arg(list(TASKS["math"].eval_data), "held-out problem files evaluated during "
                                "training (--eval-data with no file: no evaluation)", DATA, nargs="*")
     clip: str = arg("kl3", "clipping rule (nanoatr/methods.py); its hyper-parameters are the flags listed "

@@ -94,8 +94,8 @@ def test_error_messages_name_file_and_line(tmp_path):
     assert error(tmp_path / "nope.jsonl", limit=0).endswith("file not found")
     path = write(tmp_path, [{"problem": "A", "answer": "1"}, {"problem": "B", "answer": "2"}, {"foo": 1, "bar": 2}])
     assert error(path) == (
-        f"{path}:3: cannot tell the format: found fields ['foo', 'bar']; expected 'problem'/'question'"
-        " + 'answer', or DAPO 'prompt' + 'reward_model.ground_truth'"
+        f"{path}:3: cannot tell the format: found columns ['foo', 'bar']; expected 'prompt' (text or chat "
+        "messages: TRL, DAPO, verl) or 'problem'/'question'"
     )
     assert "empty" in error(write(tmp_path, [], "empty.jsonl"))
     assert "empty" in error(write(tmp_path, ["", "  "], "blank.jsonl"))
@@ -104,13 +104,28 @@ def test_error_messages_name_file_and_line(tmp_path):
 @pytest.mark.parametrize(
     "row, expected",
     [
-        ({"problem": "A"}, ":1: missing answer"),
-        ({"problem": "A", "answer": None}, ":1: missing answer"),
-        ({"problem": "A", "answer": "  "}, ":1: empty answer"),
-        ({"problem": "A", "answer": True}, ":1: the answer must be a string or a number"),
+        ({"problem": "A"}, ":1: missing answer: no 'answer': found columns ['problem']; --answer-field names "
+                           "the answer's column"),
+        ({"problem": "A", "answer": None}, ":1: missing answer: 'answer' is null; --answer-field names"),
+        ({"problem": "A", "answer": float("nan")}, ":1: missing answer: 'answer' is NaN, a missing value"),
+        ({"problem": "A", "answer": "  "}, ":1: empty answer 'answer'"),
+        ({"problem": "A", "answer": True},
+         ":1: the answer 'answer' must be a string or a number, found bool"),
         ({"problem": "  ", "answer": "1"}, ":1: 'problem' must be non-empty text"),
-        ({"prompt": [], "reward_model": {"ground_truth": "1"}}, ":1: DAPO 'prompt' must be a list of chat messages"),
-        ({"prompt": [{"role": "user", "content": "A"}], "reward_model": {}}, ":1: missing answer"),
+        ({"prompt": [], "reward_model": {"ground_truth": "1"}},
+         ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content', one of them "
+         "from the user; found []"),
+        ({"prompt": [{"role": "user", "content": [{"type": "text", "text": "A"}]}], "answer": "1"},
+         ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content'"),
+        ({"prompt": [{"role": "system", "content": "S"}], "answer": "1"},
+         ":1: 'prompt' must be text or a list"),  # no user message
+        ({"prompt": None, "answer": "1"}, ":1: 'prompt' must be text or a list of chat messages"),
+        ({"prompt": [{"role": "user", "content": "A"}], "reward_model": {}},
+         ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' has keys []"),
+        ({"prompt": "A", "reward_model": None},
+         ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' is null"),
+        ({"prompt": "A", "reward_model": "7"},
+         ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' is not a struct (found str)"),
         ([1, 2], ":1: expected a JSON object per row, found list"),
     ],
 )

@@ -22,7 +22,8 @@ LIBRARY = {p.stem: p for p in (ROOT / "nanoatr").glob("*.py") if p.stem != "__in
 LIBRARY |= {p.name: p / "__init__.py" for p in (ROOT / "nanoatr").iterdir() if (p / "__init__.py").is_file()}
 FILES = sorted((ROOT / "nanoatr").rglob("*.py"))
 COMMANDS = [ROOT / name for name in ("train.py", "grpo.py", "eval.py", "sample.py", "sft.py")]
-OPTIONAL = {"peft"}  # the only imports allowed inside functions (slow to import; only LoRA runs need it)
+OPTIONAL = {"peft", "pyarrow"}  # the only imports allowed inside functions: peft (slow to import; only LoRA runs
+# need it), pyarrow (an optional package: only a .parquet problem file needs it)
 
 # About a dozen units, as the card promises: 17 when this cap was set (issue 39: runs.py and decoding.py
 # split off). A split that gives a job its own room may add one; past that, two rooms share a job: merge.
