@@ -47,17 +47,19 @@ import torch
 from nanoatr import distributed, lora
 from nanoatr.checkpoint import CheckpointError
 from nanoatr.config import (DATA, OUTPUT, SAMPLING, ConfigError, DeviceFlags, ModelFlags, PromptFlags,
-                            SamplingFlags, arg, check_flags, die, flag, override, parse, resolve_sampling)
+                            RewardFlags, SamplingFlags, arg, check_flags, die, flag, override, parse,
+                            resolve_sampling)
 from nanoatr.data import TASKS, DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
+from nanoatr.rewards import RewardError, from_flags
 from nanoatr.runs import read_metrics
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
                                load_tokenizer, read_json)
 
 
 @dataclass
-class EvalConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
+class EvalConfig(ModelFlags, PromptFlags, RewardFlags, SamplingFlags, DeviceFlags):
     """eval.py's flags: its own below, the shared groups' in nanoatr/config.py."""
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
                     "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
@@ -84,6 +86,11 @@ class EvalConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
                                          "generation_config.json, else 1.0")
     top_p: float | None = override(SamplingFlags, "top_p", help="nucleus sampling; the paper evaluates at "
                                    "0.95. Default: the model's generation_config.json, else 1.0")
+    reward: list[str] = override(RewardFlags, "reward", help="reward functions, FILE.py:FUNCTION or "
+                                 "MODULE:FUNCTION, of TRL's shape (nanoatr/rewards.py); a completion is "
+                                 "correct when their weighted total is > 0. They run in this process, "
+                                 "unsandboxed, on untrusted model output. Default: the --task's built-in "
+                                 "(the verifier, for math)")
 
 
 def check(cfg: EvalConfig) -> str | None:
@@ -141,7 +148,8 @@ ROW_FIELDS = {"benchmark", "problem_id", "sample", "correct", "gold", "length", 
 # (--k, --n, --limit, --data and --batch-size may change: rows are selected by problem and sample, and
 # gold answers are checked per row.)
 SETTINGS = ("model", "adapter", "checkpoint_step", "temperature", "top_p", "top_k", "max_new_tokens", "seed",
-            "sampler", "prompt_template", "system_prompt", "thinking", "stop", "dtype", "task")
+            "sampler", "prompt_template", "system_prompt", "thinking", "stop", "dtype", "task", "reward",
+            "reward_weights")
 
 
 def settings(cfg: EvalConfig, dirs) -> dict:
@@ -156,7 +164,7 @@ def settings(cfg: EvalConfig, dirs) -> dict:
 def differences(saved: dict, now: dict) -> list[str]:
     """The flags whose values differ between a file's settings and this run's, as 'FLAG A (now B)'."""
     names = {"checkpoint_step": "--model (its checkpoint's step)"}
-    saved = {"task": "math", **saved}  # files written before --task existed
+    saved = {"task": "math", "reward": [], "reward_weights": [], **saved}  # files from before those flags
     return [f"{names.get(k, flag(k))} {saved.get(k)!r} (now {now[k]!r})"
             for k in SETTINGS if saved.get(k) != now[k]]
 
@@ -471,6 +479,9 @@ def append_samples(out: Path, now: dict, benchmarks: dict, results: dict, n: int
                         new += 1
         except KeyboardInterrupt:
             die(f"interrupted; {new} new completions kept in {out} (continue with --resume --out {out})", 130)
+        except RewardError as e:
+            die(f"{e}; {new} new completions kept in {out} (continue with --resume --out {out} once the "
+                "reward is fixed)", 1)
     return new
 
 
@@ -509,6 +520,7 @@ def main(argv=None):
         problem = check_writable(out)
         if problem:
             die(problem)
+        rewards = from_flags(cfg.reward, cfg.reward_weights, TASKS[cfg.task].reward)
         now = settings(cfg, dirs)
         saved, done = read_done(out) if cfg.resume else (None, [])
         if saved is not None and differences(saved, now):
@@ -524,7 +536,7 @@ def main(argv=None):
         for f in cfg.data:
             problem = problem or fits(tok, benchmarks[Path(f).stem], cfg.max_new_tokens,
                                       model.config.max_position_embeddings, f, "--max-new-tokens", prompt_kw)
-    except (DataError, ModelError, TokenizerError, lora.AdapterError) as e:
+    except (DataError, ModelError, TokenizerError, lora.AdapterError, ConfigError) as e:
         die(str(e))
     if problem:
         die(problem)
@@ -534,7 +546,7 @@ def main(argv=None):
                                temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                                sampler=cfg.sampler, eos_ids=eos_ids, batch_size=cfg.batch_size,
                                seed=cfg.seed, prompt_kw=prompt_kw, stop=cfg.stop,
-                               reward=TASKS[cfg.task].reward)
+                               rewards=rewards)
     new = append_samples(out, now, benchmarks, results, n, sample, distributed.precision(cfg.dtype, device))
     return print_summary(cfg, out, results, new)
 
