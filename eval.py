@@ -14,6 +14,9 @@ Temperature, top-k and top-p default to the model's generation_config.json (the 
 instruct checkpoints: 0.6 / 20 / 0.95), else 1.0 / 0 / 1.0; a line on stderr says which were used.
 For the paper's numbers give them explicitly, as above.
 
+A completion is correct when the weighted total of its rewards is > 0 (--reward, --reward-weights; default:
+the --task's built-in, the verifier for math): a reward function of yours evaluates as it trains.
+
 Every problem gets n >= k samples. Mean@k is the mean accuracy over all n samples; Pass@k is the
 unbiased estimate from n samples of the chance that one of k is correct (nanoatr/evaluate.py). --out
 starts with a line {"settings": ...} (the model, the sampling and prompt settings as used); every
