@@ -14,6 +14,9 @@ Temperature, top-k and top-p default to the model's generation_config.json (the 
 instruct checkpoints: 0.6 / 20 / 0.95), else 1.0 / 0 / 1.0; a line on stderr says which were used.
 For the paper's numbers give them explicitly, as above.
 
+A completion is correct when the weighted total of its rewards is > 0 (--reward, --reward-weights; default:
+the --task's built-in, the verifier for math): a reward function of yours evaluates as it trains.
+
 Every problem gets n >= k samples. Mean@k is the mean accuracy over all n samples; Pass@k is the
 unbiased estimate from n samples of the chance that one of k is correct (nanoatr/evaluate.py). --out
 starts with a line {"settings": ...} (the model, the sampling and prompt settings as used); every
@@ -47,18 +50,19 @@ import torch
 from nanoatr import distributed, lora
 from nanoatr.checkpoint import CheckpointError
 from nanoatr.config import (DATA, OUTPUT, SAMPLING, ConfigError, DataFlags, DeviceFlags, ModelFlags,
-                            PromptFlags, SamplingFlags, arg, check_flags, die, flag, override, parse,
-                            resolve_sampling)
+                            PromptFlags, RewardFlags, SamplingFlags, arg, check_flags, die, flag, override,
+                            parse, resolve_sampling)
 from nanoatr.data import TASKS, DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
+from nanoatr.rewards import RewardError, from_flags
 from nanoatr.runs import read_metrics
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
                                load_tokenizer, read_json)
 
 
 @dataclass
-class EvalConfig(ModelFlags, DataFlags, PromptFlags, SamplingFlags, DeviceFlags):
+class EvalConfig(ModelFlags, DataFlags, PromptFlags, RewardFlags, SamplingFlags, DeviceFlags):
     """eval.py's flags: its own below, the shared groups' in nanoatr/config.py."""
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
                     "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
@@ -86,6 +90,11 @@ class EvalConfig(ModelFlags, DataFlags, PromptFlags, SamplingFlags, DeviceFlags)
                                          "generation_config.json, else 1.0")
     top_p: float | None = override(SamplingFlags, "top_p", help="nucleus sampling; the paper evaluates at "
                                    "0.95. Default: the model's generation_config.json, else 1.0")
+    reward: list[str] = override(RewardFlags, "reward", help="reward functions, FILE.py:FUNCTION or "
+                                 "MODULE:FUNCTION, of TRL's shape (nanoatr/rewards.py); a completion is "
+                                 "correct when their weighted total is > 0. They run in this process, "
+                                 "unsandboxed, on untrusted model output. Default: the --task's built-in "
+                                 "(the verifier, for math)")
 
 
 def check(cfg: EvalConfig) -> str | None:
@@ -143,7 +152,8 @@ ROW_FIELDS = {"benchmark", "problem_id", "sample", "correct", "gold", "length", 
 # (--k, --n, --limit, --data and --batch-size may change: rows are selected by problem and sample, and
 # gold answers are checked per row.)
 SETTINGS = ("model", "adapter", "checkpoint_step", "temperature", "top_p", "top_k", "max_new_tokens", "seed",
-            "sampler", "prompt_template", "system_prompt", "thinking", "stop", "dtype", "task")
+            "sampler", "prompt_template", "system_prompt", "thinking", "stop", "dtype", "task", "reward",
+            "reward_weights")
 
 
 def settings(cfg: EvalConfig, dirs) -> dict:
@@ -158,7 +168,7 @@ def settings(cfg: EvalConfig, dirs) -> dict:
 def differences(saved: dict, now: dict) -> list[str]:
     """The flags whose values differ between a file's settings and this run's, as 'FLAG A (now B)'."""
     names = {"checkpoint_step": "--model (its checkpoint's step)"}
-    saved = {"task": "math", **saved}  # files written before --task existed
+    saved = {"task": "math", "reward": [], "reward_weights": [], **saved}  # files from before those flags
     return [f"{names.get(k, flag(k))} {saved.get(k)!r} (now {now[k]!r})"
             for k in SETTINGS if saved.get(k) != now[k]]
 
@@ -473,6 +483,9 @@ def append_samples(out: Path, now: dict, benchmarks: dict, results: dict, n: int
                         new += 1
         except KeyboardInterrupt:
             die(f"interrupted; {new} new completions kept in {out} (continue with --resume --out {out})", 130)
+        except RewardError as e:
+            die(f"{e}; {new} new completions kept in {out} (continue with --resume --out {out} once the "
+                "reward is fixed)", 1)
     return new
 
 
@@ -511,13 +524,14 @@ def main(argv=None):
         problem = check_writable(out)
         if problem:
             die(problem)
+        rewards = from_flags(cfg.reward, cfg.reward_weights, TASKS[cfg.task].reward)
         now = settings(cfg, dirs)
         saved, done = read_done(out) if cfg.resume else (None, [])
         if saved is not None and differences(saved, now):
             die(f"--resume: {out} was sampled with other settings: {'; '.join(differences(saved, now))}. "
                 f"Give the same flags to continue it, or another --out")
-        benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None, answer_field=cfg.answer_field)
-                      for f in cfg.data}
+        columns = dict(answer_field=cfg.answer_field, need_answer=not cfg.reward)  # yours may need no gold
+        benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None, **columns) for f in cfg.data}
         model, dirs = lora.load_model(cfg.model, cfg.adapter, getattr(torch, cfg.dtype), device, cfg.revision)
         tok = load_tokenizer(dirs.tokenizer)
         eos_ids = eos_token_ids(tok, dirs.tokenizer, dirs.base)
@@ -527,7 +541,7 @@ def main(argv=None):
         for f in cfg.data:
             problem = problem or fits(tok, benchmarks[Path(f).stem], cfg.max_new_tokens,
                                       model.config.max_position_embeddings, f, "--max-new-tokens", prompt_kw)
-    except (DataError, ModelError, TokenizerError, lora.AdapterError) as e:
+    except (DataError, ModelError, TokenizerError, lora.AdapterError, ConfigError) as e:
         die(str(e))
     if problem:
         die(problem)
@@ -537,7 +551,7 @@ def main(argv=None):
                                temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                                sampler=cfg.sampler, eos_ids=eos_ids, batch_size=cfg.batch_size,
                                seed=cfg.seed, prompt_kw=prompt_kw, stop=cfg.stop,
-                               reward=TASKS[cfg.task].reward)
+                               rewards=rewards)
     new = append_samples(out, now, benchmarks, results, n, sample, distributed.precision(cfg.dtype, device))
     return print_summary(cfg, out, results, new)
 

@@ -18,22 +18,22 @@ from nanoatr.data import TASKS, load_problems
 from nanoatr.loss import group_advantages, policy_loss
 from nanoatr.methods import METHODS, check_hparams
 from nanoatr.model import Qwen3
+from nanoatr.rewards import Rewards
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import score
-from nanoatr.tokenizer import completion_texts, encode_prompts, load_tokenizer, eos_token_ids
+from nanoatr.tokenizer import completion_ids, completion_texts, encode_prompts, load_tokenizer, eos_token_ids
 
 
-def rollout(model, tok, problems, G: int, max_new_tokens: int, reward, generator) -> Rollout:
+def rollout(model, tok, problems, G: int, max_new_tokens: int, rewards: Rewards, generator) -> Rollout:
     """1.-3. G completions of each problem, their rewards, and their advantages within the group."""
     prompts = [p for p in encode_prompts(tok, problems) for _ in range(G)]  # [p0 x G, p1 x G, ...]
     model.eval()
     batch = generate(model, prompts, max_new_tokens, eos_token_id=eos_token_ids(tok), generator=generator,
                      pad_id=tok.pad_token_id or 0)  # 1. sample, with the KV cache
     texts = completion_texts(tok, batch.tokens, batch.mask)
-    golds = [p.answer for p in problems for _ in range(G)]  # in the order of the prompts
-    rewards = torch.tensor([reward(text, gold) for text, gold in zip(texts, golds)],
-                           dtype=torch.float32)  # 2. grade
-    return batch._replace(rewards=rewards, advantages=group_advantages(rewards, G))  # 3. reward - group mean
+    graded = [p for p in problems for _ in range(G)]  # each completion's problem, in the order of the prompts
+    total = rewards.total(rewards.score(graded, texts, completion_ids(batch.tokens, batch.mask)))  # 2. grade
+    return batch._replace(rewards=total, advantages=group_advantages(total, G))  # 3. reward - group mean
 
 
 @torch.no_grad()
@@ -76,11 +76,12 @@ def main(argv=None):
     problems, held_out = load_problems(task.data), load_problems(task.eval_data[0], limit=64)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
     hparams = check_hparams(args.clip)  # the method's default knobs (delta = 0.07 for kl3)
+    rewards = Rewards.of(task.reward)   # the verifier (nanoatr/rewards.py)
     g = torch.Generator().manual_seed(args.seed)
     print(f"held-out accuracy {accuracy(model, tok, held_out, task):.1%}; --clip {args.clip} {hparams}")
     for step in range(args.steps):
         picked = [problems[i] for i in torch.randint(len(problems), (args.prompts,), generator=g).tolist()]
-        batch = rollout(model, tok, picked, args.group_size, task.max_new_tokens, task.reward, g)  # 1.-3.
+        batch = rollout(model, tok, picked, args.group_size, task.max_new_tokens, rewards, g)      # 1.-3.
         old_logp = old_logprobs(model, batch)                                                      # 4.
         for rows in torch.randperm(len(batch.tokens), generator=g).chunk(args.minibatches):        # 5.
             loss, metrics = update(model, opt, batch, old_logp, rows, args.clip, hparams, task.max_new_tokens)
@@ -95,7 +96,7 @@ def main(argv=None):
 def accuracy(model, tok, problems, task, k: int = 4) -> float:
     """The share of k samples per held-out problem that the task's reward counts as right."""
     generator = torch.Generator().manual_seed(1)
-    batch = rollout(model, tok, problems, k, task.max_new_tokens, task.reward, generator)
+    batch = rollout(model, tok, problems, k, task.max_new_tokens, Rewards.of(task.reward), generator)
     return float((batch.rewards > 0).float().mean())
 
 

@@ -429,7 +429,7 @@ def load(model_dir, *, lora_rank: int = 0, lora_alpha: float = 0.0, targets=lora
 
 
 def warm_start(model, tok, stream, val, recipe: Recipe, *, batch_size: int, max_steps: int, check_every: int,
-               max_new_tokens: int, done, reward=None) -> int:
+               max_new_tokens: int, done, rewards=None) -> int:
     """SFT on `stream` ((question, solution) pairs) until done(step, validation Mean@4 at temperature 1),
     checked every check_every steps; returns the step count (SystemExit if max_steps pass first)."""
     trainer = Trainer(model, tok.pad_token_id, recipe)
@@ -438,7 +438,7 @@ def warm_start(model, tok, stream, val, recipe: Recipe, *, batch_size: int, max_
         loss = trainer.step(step, encode(tok, [next(stream) for _ in range(batch_size)]))
         if step % check_every == 0:
             acc = evaluate(model, tok, val, k=4, max_new_tokens=max_new_tokens, temperature=1.0,
-                           progress=False, seed=step, reward=reward)[0]["mean@4"]
+                           progress=False, seed=step, rewards=rewards)[0]["mean@4"]
             print(f"step {step:5d}  loss {loss:.3f}  val mean@4 {acc:5.1f}%  "
                   f"{time.perf_counter() - t0:5.0f}s", flush=True)
             if done(step, acc):

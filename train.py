@@ -6,7 +6,7 @@
 
 This file is one GRPO step, then the loop around it. The step, in order:
   1. rollout      sample G completions for each of the step's prompts (KV cache), ended at EOS / stop strings
-  2. rewards      grade each completion (the --task's reward: the verifier)
+  2. rewards      grade each completion (the --reward functions; default the --task's, the verifier)
   3. advantages   reward minus its group's mean (Dr. GRPO)
   4. pi_old       the log-probs every ratio of the step is taken against: a no-grad forward
   5. updates      for each epoch x minibatch: new log-probs, the clipped surrogate of --clip, backward, AdamW
@@ -33,10 +33,12 @@ from nanoatr.loss import (aggregate, group_advantages, kl_to_reference, merge_st
                           uniform_groups)
 from nanoatr.methods import needs
 from nanoatr.model import Qwen3
+from nanoatr.rewards import Rewards, from_flags
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
 from nanoatr.session import Session, TrainConfig
-from nanoatr.tokenizer import completion_texts, encode_prompts, eos_token_ids, load_tokenizer, make_stopper
+from nanoatr.tokenizer import (completion_ids, completion_texts, encode_prompts, eos_token_ids,
+                               load_tokenizer, make_stopper)
 
 
 @dataclass
@@ -53,7 +55,7 @@ class Run:
     tok: Any                  # the tokenizer
     eos_ids: list[int]        # token ids that end a completion
     stopper: Any              # tokenizer.StopStrings of the --stop strings (cfg.stop), or None
-    reward: Callable          # reward(completion text, gold answer) -> float: the --task's
+    rewards: Rewards          # the reward functions and their weights (--reward, --reward-weights)
     shard: distributed.Shard  # this rank's prompts, chunks, seeds and minibatch rows of a step
     d: distributed.Dist       # rank, world size, device
     precision: Callable       # autocast context factory (bf16) or nullcontext
@@ -147,14 +149,15 @@ def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
                                   generator=generator, temperature=cfg.temperature, top_p=cfg.top_p,
                                   top_k=cfg.top_k, sampler=cfg.sampler, eos_token_id=run.eos_ids,
                                   pad_id=pad_id, stopper=run.stopper))
-    out = Rollout.cat(parts, pad_id)
-    return out._replace(rewards=grade(run, out, [p.answer for p in picked for _ in range(G)]))  # 2.
+    return grade(run, Rollout.cat(parts, pad_id), [p for p in picked for _ in range(G)])  # 2.
 
 
-def grade(run: Run, out: Rollout, golds: list[str]) -> torch.Tensor:
-    """Rewards (N,): the task's reward of each completion's text against its problem's answer."""
-    texts = completion_texts(run.tok, out.tokens, out.mask)
-    return torch.tensor([float(run.reward(text, gold)) for text, gold in zip(texts, golds)])
+def grade(run: Run, out: Rollout, problems: list) -> Rollout:
+    """The rollout with its rewards: each reward function's of each completion (problems[i] is row i's
+    problem) and their weighted total (nanoatr/rewards.py)."""
+    scores = run.rewards.score(problems, completion_texts(run.tok, out.tokens, out.mask),
+                               completion_ids(out.tokens, out.mask))
+    return out._replace(rewards=run.rewards.total(scores), rewards_per_function=scores)
 
 
 # 4. pi_old: what every ratio of the step is taken against
@@ -270,7 +273,8 @@ def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict) -> 
                                   for x in (batch.rewards, batch.mask.sum(-1), batch.finished))
     groups = rewards.view(-1, cfg.group_size)
     losses = [loss for u in updates for loss in u["losses"]]
-    row = {"reward_mean": rewards.mean().item(), "accuracy": (rewards > 0).float().mean().item(),
+    row = {"reward_mean": rewards.mean().item(), **reward_means(run, batch),
+           "accuracy": (rewards > 0).float().mean().item(),
            "completion_len": lengths.float().mean().item(), "truncated": (~finished).float().mean().item(),
            "groups_all_correct": (groups.min(1).values == 1).float().mean().item(),
            "groups_all_wrong": (groups.max(1).values == 0).float().mean().item(),
@@ -283,6 +287,13 @@ def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict) -> 
                 "accuracy_first_round": (first > 0).float().mean().item(),
                 "sampling_rounds": sum(distributed.all_gather([draws["rounds"]], d)) / d.world}
     return row | merge_stats(distributed.all_gather([s for u in updates for s in u["stats"]], d))
+
+
+def reward_means(run: Run, batch: Rollout) -> dict:
+    """reward/<name>: each reward function's mean over the step's completions it scored (None: none)."""
+    scores = torch.tensor(distributed.all_gather(batch.rewards_per_function.tolist(), run.d))
+    return {f"reward/{name}": None if math.isnan(mean) else mean
+            for name, mean in zip(run.rewards.names, scores.nanmean(0).tolist())}
 
 
 # ----------------------------------------------------------------------------
@@ -324,8 +335,7 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
             run.model, run.tok, eval_sets, cfg.eval_k, cfg.eval_batch_size, run.d, seed=cfg.seed,
             max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens, temperature=cfg.eval_temperature,
             top_p=cfg.eval_top_p, sampler=cfg.sampler, eos_ids=run.eos_ids, prompt_kw=run.prompt_kw,
-            stop=cfg.stop,
-            reward=run.reward)
+            stop=cfg.stop, rewards=run.rewards)
     session.log_eval(step, results, samples)
     return results
 
@@ -333,14 +343,16 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
 def setup(session: Session) -> tuple[Run, list, dict]:
     """The policy, its optimizer, tokenizer, problems and reward: (Run, training problems, held-out sets)."""
     cfg, d = session.cfg, session.d
+    rewards = from_flags(cfg.reward, cfg.reward_weights, TASKS[cfg.task].reward)  # before minutes of loading
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
     model, peft_model = lora.load_policy(cfg, session.model_dir, session.checkpoint, d.device)  # base + LoRA?
     tok_dir = session.checkpoint or session.model_dir
     tok = load_tokenizer(tok_dir)
     prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
                      enable_thinking=cfg.thinking)
-    problems = load_problems(cfg.data, answer_field=cfg.answer_field)
-    eval_sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None, answer_field=cfg.answer_field)
+    columns = dict(answer_field=cfg.answer_field, need_answer=not cfg.reward)  # your reward may need no gold
+    problems = load_problems(cfg.data, **columns)
+    eval_sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None, **columns)
                  for f in cfg.eval_data}
     check_budgets(tok, [(cfg.data, problems, cfg.max_new_tokens, "--max-new-tokens")] + [
         (f, eval_sets[Path(f).stem], cfg.eval_max_new_tokens or cfg.max_new_tokens, "--eval-max-new-tokens")
@@ -360,7 +372,7 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, chunk, cfg.group_size, d.rank, d.world)
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
               eos_token_ids(tok, tok_dir, session.model_dir), make_stopper(tok, cfg.stop),
-              TASKS[cfg.task].reward, shard, d, precision, peft_model, ref, prompt_kw)
+              rewards, shard, d, precision, peft_model, ref, prompt_kw)
     session.describe(model, trained, len(problems), beta=bool(ref))
     return run, problems, eval_sets
 

@@ -55,7 +55,7 @@ def step_inputs(rows: int, T: int, V: int, D: int, lora_rank: int):
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=1e-6)
     run = train.Run(cfg, model, Scorer(model, contextlib.nullcontext), opt, trained, tok=None, eos_ids=[],
-                    stopper=None, reward=None, shard=Shard(cfg.seed, 1, 1, rows), d=Dist(0, 1, torch.device("cpu")),
+                    stopper=None, rewards=None, shard=Shard(cfg.seed, 1, 1, rows), d=Dist(0, 1, torch.device("cpu")),
                     precision=contextlib.nullcontext, peft_model=peft_model)
     g = torch.Generator().manual_seed(0)
     rewards = torch.randint(0, 2, (rows,), generator=g).float()

@@ -90,6 +90,7 @@ import sft  # noqa: E402  (the repository's sft.py: the SFT step)
 from nanoatr.data import TASKS, DataError, Problem, countdown_key, load_problems, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
+from nanoatr.rewards import Rewards  # noqa: E402
 from nanoatr.tokenizer import load_tokenizer, eos_token_ids  # noqa: E402
 
 SIZES = {"heldout": 256, "val": 128, "transfer": 256, "train": 4096}  # problems per task file
@@ -388,8 +389,8 @@ def pass_rate_filter(model, tok, model_dir: Path, pool: list[Problem]) -> list[P
     at temperature 1 (train.py's sampler and budget), in the pool's order."""
     task = TASKS["countdown"]
     summary, rows = evaluate(model, tok, pool, k=FILTER_SAMPLES, max_new_tokens=task.max_new_tokens,
-                             eos_ids=eos_token_ids(tok, model_dir), seed=FILTER_SEED, reward=task.reward,
-                             progress=False)
+                             eos_ids=eos_token_ids(tok, model_dir), seed=FILTER_SEED,
+                             rewards=Rewards.of(task.reward), progress=False)
     solved = [0] * len(pool)
     for r in rows:
         solved[r["problem_id"]] += r["correct"]
@@ -463,10 +464,10 @@ def main():
     stream = sft_stream(args.seed + 1, evaluation_keys(splits), spec)  # no evaluation problem, up to its key
     steps = sft.warm_start(model, tok, stream, splits["val"], sft.Recipe(lr=args.lr), batch_size=args.batch_size,
                            max_steps=args.steps, check_every=args.check_every, max_new_tokens=task.max_new_tokens,
-                           done=lambda step, acc: step >= args.steps, reward=task.reward)
+                           done=lambda step, acc: step >= args.steps, rewards=Rewards.of(task.reward))
     model.save_pretrained(out)
     summary = evaluate(model, tok, splits["heldout"], k=8, max_new_tokens=task.max_new_tokens, temperature=1.0,
-                       progress=False, reward=task.reward)[0]
+                       progress=False, rewards=Rewards.of(task.reward))[0]
     print(f"saved {out} after {steps} steps: held-out mean@8 {summary['mean@8']:.1f}%  pass@8 "
           f"{summary['pass@8']:.1f}%  (entropy and more: python scripts/measure_task.py --task countdown)")
     write_rl_prompts(model, tok, out, data)

@@ -133,6 +133,17 @@ class DataFlags:
 
 
 @dataclass
+class RewardFlags:
+    """Which reward functions grade completions, and their weights (train.py, eval.py; nanoatr/rewards.py)."""
+    reward: list[str] = arg([], "reward functions, FILE.py:FUNCTION or MODULE:FUNCTION, of TRL's shape: "
+                            "fn(completions, **columns) -> a list of one float (or None) per completion "
+                            "(nanoatr/rewards.py). They run in this process, unsandboxed, on untrusted model "
+                            "output. Default: the --task's built-in (the verifier, for math)", DATA)
+    reward_weights: list[float] = arg([], "the weight of each --reward function, in its order (default: 1 "
+                                      "each); a completion's reward is the weighted sum, None left out", DATA)
+
+
+@dataclass
 class ModelFlags:
     """The model sampled from (eval.py, sample.py): a directory or hub id, with or without an adapter."""
     model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer), "

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from nanoatr.verifier import verify
-from nanoatr.verifier.countdown import parse_answer, reward as countdown_reward
+from nanoatr.rewards import countdown_reward, math_reward
+from nanoatr.verifier.countdown import parse_answer
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,18 @@ class Task:
     model: str                            # the model directory (warm-start policy and tokenizer)
     data: str                             # training problems
     eval_data: tuple[str, ...]            # held-out problems, never trained on
-    reward: Callable[[str, str], float]   # reward(completion text, the problem's "answer" field)
+    reward: Callable                      # its reward function (nanoatr/rewards.py: TRL's shape)
     max_new_tokens: int                   # the completion budget its warm-start was made for
 
 
-# --task NAME. "math" grades final answers with the verifier: the embedded arithmetic task, and any
-# --model / --data of yours (DAPO-Math-17k, AIME, AMC) with the same reward. "countdown" (reach a
-# target from four numbers; data/make_countdown.py) is where the trust region visibly acts; it is evaluated
-# on its held-out split and on a transfer split whose targets are drawn another way
-# (make_countdown.make_transfer).
+# --task NAME, whose reward is the default of --reward. "math" grades final answers with the verifier: the
+# embedded arithmetic task, and any --model / --data of yours (DAPO-Math-17k, AIME, AMC) with the same
+# reward. "countdown" (reach a target from four numbers; data/make_countdown.py) is where the trust region
+# visibly acts; it is evaluated on its held-out split and on a transfer split whose targets are drawn another
+# way (make_countdown.make_transfer).
 TASKS = {
-    "math": Task("data/tiny-qwen3", "data/arith/train.jsonl", ("data/arith/heldout.jsonl",), verify, 48),
+    "math": Task("data/tiny-qwen3", "data/arith/train.jsonl", ("data/arith/heldout.jsonl",),
+                 math_reward, 48),
     "countdown": Task("data/tiny-qwen3-countdown", "data/countdown/rl.jsonl",
                       ("data/countdown/heldout.jsonl", "data/countdown/transfer.jsonl"),
                       countdown_reward, 96),

@@ -33,25 +33,26 @@ from tqdm import tqdm
 from nanoatr import distributed
 from nanoatr.rollout import SAMPLERS, generate
 from nanoatr.scoring import score
-from nanoatr.tokenizer import completion_texts, encode_prompts, make_stopper
-from nanoatr.verifier import verify
+from nanoatr.rewards import Rewards, math_reward
+from nanoatr.tokenizer import completion_ids, completion_texts, encode_prompts, make_stopper
 
 
 def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int, temperature: float = 1.0,
                      top_p: float = 1.0, top_k: int = 0, eos_ids=None, batch_size: int = 256, seed: int = 0,
                      prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(),
-                     desc: str = "sampling", stop=(), sampler: str = SAMPLERS[0], reward=None,
-                     with_entropy: bool = False):
-    """Yield one dict per completion: problem_id, sample, completion, gold, correct, length, truncated,
-    and with_entropy its entropy (completion_entropies: the mean over its tokens, nats).
+                     desc: str = "sampling", stop=(), sampler: str = SAMPLERS[0],
+                     rewards: Rewards | None = None, with_entropy: bool = False):
+    """Yield one dict per completion: problem_id, sample, completion, gold, reward, correct, length,
+    truncated, and with_entropy its entropy (completion_entropies: the mean over its tokens, nats).
 
     Work is flattened to (problem, sample) pairs and cut into fixed batches, each sampled with its
     own seed; pairs in `skip` (eval.py --resume) are not yielded again. Because the batches do not
     depend on what was skipped, a resumed evaluation draws exactly the samples of an uninterrupted one.
-    Completions end at an EOS in `eos_ids` or after a stop string in `stop`; `reward(completion,
-    gold)` grades them (default: the verifier, for math tasks).
+    Completions end at an EOS in `eos_ids` or after a stop string in `stop`. `rewards` grade them (default:
+    the math task's, the verifier): `reward` is the weighted total of the reward functions, and a
+    completion is correct when it is > 0.
     """
-    reward = reward or verify
+    rewards = rewards or Rewards.of(math_reward)
     eos_ids = eos_ids if eos_ids is not None else [tokenizer.eos_token_id]
     prompts = encode_prompts(tokenizer, problems, **(prompt_kw or {}))
     stopper = make_stopper(tokenizer, stop)
@@ -71,14 +72,15 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
                            top_p=top_p, top_k=top_k, eos_token_id=eos_ids, generator=g, sampler=sampler,
                            pad_id=tokenizer.pad_token_id or 0, stopper=stopper)
             texts = completion_texts(tokenizer, out.tokens, out.mask)
+            totals = rewards.total(rewards.score([problems[i] for i, _ in batch], texts,
+                                                 completion_ids(out.tokens, out.mask))).tolist()
             entropies = completion_entropies(model, out, temperature) if with_entropy else [None] * len(batch)
-            for (i, j), text, length, finished, entropy in zip(batch, texts, out.mask.sum(-1).tolist(),
-                                                               out.finished.tolist(), entropies):
+            for (i, j), text, total, length, finished, entropy in zip(
+                    batch, texts, totals, out.mask.sum(-1).tolist(), out.finished.tolist(), entropies):
                 if (i, j) in skip:
                     continue
                 row = {"problem_id": i, "sample": j, "completion": text, "gold": problems[i].answer,
-                       "correct": bool(reward(text, problems[i].answer)), "length": length,
-                       "truncated": not finished}
+                       "reward": total, "correct": total > 0, "length": length, "truncated": not finished}
                 yield row if entropy is None else row | {"entropy": entropy}
                 bar.update(1)
     finally:

@@ -37,8 +37,9 @@ class Rollout(NamedTuple):
                                 # after a stop string)
     finished: torch.Tensor      # (N,) bool, ended by an EOS or a stop string (False: ran out of
                                 # max_new_tokens)
-    rewards: torch.Tensor | None = None     # (N,) the task's reward of each completion
+    rewards: torch.Tensor | None = None     # (N,) the reward of each completion (the weighted total)
     advantages: torch.Tensor | None = None  # (N,) its advantage within its group
+    rewards_per_function: torch.Tensor | None = None  # (N, F) each reward function's, NaN if unscored
 
     def select(self, rows) -> "Rollout":
         """Rows `rows` (an index tensor, list or slice) of every field."""
@@ -65,12 +66,12 @@ class Rollout(NamedTuple):
             xs = [r[i] for r in parts]
             if xs[0] is None:
                 return None
-            if xs[0].dim() == 1:
+            if value is None:  # one value (or row of values) per completion
                 return torch.cat(xs)
             left = i < 2  # the prompt fields
             return torch.cat([F.pad(x, ((P if left else 0) - x.shape[1] * left,
                                         0 if left else T - x.shape[1]), value=value) for x in xs])
-        pads = (pad_id, False, pad_id, 0.0, False, None, None, None)  # what each field is padded with
+        pads = (pad_id, False, pad_id, 0.0, False, None, None, None, None)  # what each field is padded with
         return Rollout(*(field(i, v) for i, v in enumerate(pads)))
 
 

@@ -330,6 +330,8 @@ FIXED_ON_RESUME = {
     "preset": "a resumed run keeps the settings it was started with",
     "name": "a resumed run stays in its folder", "out_dir": "a resumed run stays in its folder",
     "task": "a run keeps its task's model, data and reward; start a new run for another task",
+    "reward": "a run keeps the rewards it trains on; start a new run for another",
+    "reward_weights": "a run keeps the rewards it trains on; start a new run for another",
     "lr": "the checkpoint's optimizer state has its own",
     "weight_decay": "the checkpoint's optimizer state has its own",
     "lora_rank": "the checkpoint holds full weights or an adapter of the run's rank",

@@ -9,7 +9,8 @@ schedule, Ctrl-C / SIGTERM, the CPU thread count, and one-line errors. train.py 
 
 Whatever goes wrong is one `error:` line and an exit code: a bad flag or file before training (the
 new run folder is then removed: nothing is left behind), a full or read-only disk while saving or
-logging (earlier checkpoints are intact), a second Ctrl-C (the last checkpoint is named). The folder
+logging (earlier checkpoints are intact), a reward function that fails mid-run (the steps done are
+checkpointed first), a second Ctrl-C (the last checkpoint is named). The folder
 itself (lock, logs, what a resume may change) is nanoatr/runs.py's, the checkpoints nanoatr/checkpoint.py's.
 """
 import dataclasses
@@ -24,19 +25,20 @@ import nanoatr
 from nanoatr import checkpoint, distributed, divergence, lora, methods
 from nanoatr.checkpoint import CheckpointError
 from nanoatr.config import (DATA, METHOD, OPTIM, ROLLOUT, RUN, ConfigError, DataFlags, EvalFlags,
-                            PromptFlags, RunFlags, TrainingFlags, arg, check_flags, die, flag, override,
-                            parse, sampler_field)
+                            PromptFlags, RewardFlags, RunFlags, TrainingFlags, arg, check_flags, die, flag,
+                            override, parse, sampler_field)
 from nanoatr.data import TASKS, DataError, task_defaults
 from nanoatr.evaluate import BudgetError
 from nanoatr.loss import AGGREGATIONS, effective_band
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
+from nanoatr.rewards import RewardError
 from nanoatr.runs import FIXED_ON_RESUME, RunFolder, resumed_config, unique_name
 from nanoatr.tokenizer import TokenizerError
 
 
 @dataclass
-class TrainConfig(DataFlags, PromptFlags, TrainingFlags, EvalFlags, RunFlags):
+class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags, RunFlags):
     """train.py's flags: its own below, the shared groups' in nanoatr/config.py."""
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data, --eval-data and "
                     "--max-new-tokens (nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
@@ -184,7 +186,7 @@ def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1, given=frozens
 
 
 START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
-                distributed.DeviceError, BudgetError)
+                distributed.DeviceError, BudgetError, RewardError)
 
 
 class NothingToDo(Exception):
@@ -237,6 +239,7 @@ class Session:
             self.folder.claim()
         distributed.barrier(d)  # rank 0 has repaired the folder before anyone reads it
         self.start = self.folder.load_checkpoint()
+        self.done = self.saved = self.start  # the steps whose metrics line is logged; those checkpointed
         self.checkpoint, self.state = self.folder.checkpoint, self.folder.state
         if self.start > cfg.steps:
             raise ConfigError(f"--steps {cfg.steps} is before the checkpoint's step {self.start} in "
@@ -289,9 +292,11 @@ class Session:
             state = {"step": step, "optimizer": self.optimizer.state_dict()}
             checkpoint.save(self.dir, self.model, self.tokenizer_files, state,
                             keep=self.cfg.keep_checkpoints)
+        self.saved = step
 
     def log_step(self, row: dict):
-        """A step's metrics line, and the progress bar's fields."""
+        """A step's metrics line, and the progress bar's fields: the step is done."""
+        self.done = row["step"]
         if self.d.main:
             self.folder.log.write(row | {"threads": self.thread_count})
             if self.progress:
@@ -336,6 +341,8 @@ class Session:
                     f"(continue with --resume {self.dir})", 128 + signum)
             if kind is not None and issubclass(kind, START_ERRORS) and not self.training:
                 self.fail(error)
+            if kind is RewardError:  # while training: the steps done are kept
+                self.keep_done(error)
             if kind is CheckpointError or (kind is lora.AdapterError and self.training):
                 die(str(error), 1)  # a full or read-only disk while saving or logging: what was saved is kept
             if kind is KeyboardInterrupt:
@@ -350,6 +357,17 @@ class Session:
         kept = self.folder.discard() if self.folder is not None else ""
         self.close()
         die(f"{error}{kept}", code)
+
+    def keep_done(self, error: RewardError):
+        """A reward function failed mid-run: the steps done are checkpointed, unless the last checkpoint
+        holds them already, and one line says which step the checkpoint holds."""
+        try:
+            if self.done > self.saved:
+                self.save(self.done)
+        except CheckpointError as e:
+            die(f"{error}; saving step {self.done} failed too: {e}", 1)
+        kept = f"the checkpoint holds step {self.saved}" if self.saved else "no step was done: no checkpoint"
+        die(f"{error}; {kept} (continue with --resume {self.dir} once the reward is fixed)", 1)
 
     def abort(self):
         """Ctrl-C during start-up, or a second one while training: stop at once, say where things stand."""

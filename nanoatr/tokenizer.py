@@ -226,8 +226,12 @@ def make_stopper(tokenizer, stop) -> StopStrings | None:
     return StopStrings(tokenizer, stop) if any(stop) else None
 
 
+def completion_ids(tokens, mask) -> list[list[int]]:
+    """Each row's real completion tokens (the EOS included, when it ended on one), as lists of ids."""
+    return [t[:n] for t, n in zip(tokens.tolist(), mask.sum(-1).tolist())]
+
+
 def completion_texts(tokenizer, tokens, mask) -> list[str]:
     """The text of each row's real completion tokens, special tokens (EOS, <|im_end|>) left out: what
-    the verifier grades."""
-    return tokenizer.batch_decode([t[:n] for t, n in zip(tokens.tolist(), mask.sum(-1).tolist())],
-                                  skip_special_tokens=True)
+    the reward functions grade."""
+    return tokenizer.batch_decode(completion_ids(tokens, mask), skip_special_tokens=True)

@@ -25,6 +25,7 @@ from make_countdown import solutions  # noqa: E402  (data/make_countdown.py)
 from nanoatr.data import TASKS, load_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
+from nanoatr.rewards import Rewards  # noqa: E402
 from nanoatr.tokenizer import eos_token_ids, load_tokenizer  # noqa: E402
 from nanoatr.verifier.countdown import evaluate_expression, last_box, parse_answer  # noqa: E402
 
@@ -83,7 +84,7 @@ def main():
             problems = load_problems(ROOT / path)
             summary, rows = evaluate(model, tok, problems, k=args.k, max_new_tokens=task.max_new_tokens,
                                      temperature=1.0, eos_ids=eos_token_ids(tok, base), seed=args.seed,
-                                     progress=False, reward=task.reward)
+                                     progress=False, rewards=Rewards.of(task.reward))
             print(json.dumps({"policy": name, "file": Path(path).name,
                               f"Mean@{args.k}": round(summary[f"mean@{args.k}"], 1),
                               f"Pass@{args.k}": round(summary[f"pass@{args.k}"], 1),

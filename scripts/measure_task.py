@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))  # run from anywhere without installing
 from nanoatr.data import TASKS, load_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
+from nanoatr.rewards import Rewards  # noqa: E402
 from nanoatr.rollout import generate, left_pad  # noqa: E402
 from nanoatr.scoring import score  # noqa: E402
 from nanoatr.tokenizer import encode_prompts, load_tokenizer, eos_token_ids  # noqa: E402
@@ -71,7 +72,8 @@ def main():
     eos_ids = eos_token_ids(tok, model_dir)
     problems = load_problems(data, limit=args.limit or None)
     summary, rows = evaluate(model, tok, problems, k=args.k, max_new_tokens=budget, temperature=args.temperature,
-                             eos_ids=eos_ids, seed=args.seed, progress=False, reward=task.reward)
+                             eos_ids=eos_ids, seed=args.seed, progress=False,
+                             rewards=Rewards.of(task.reward))
     entropy = mean_entropy(model, tok, problems, args.k, budget, args.temperature, args.seed, eos_ids=eos_ids)
     for r in rows[:: max(1, len(rows) // args.show)][:args.show] if args.show else []:
         print(f"{'+' if r['correct'] else '-'} {problems[r['problem_id']].question}= {r['completion']}")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nanoatr.data import TASKS, Problem, countdown_key, load_problems, save_problems
+from nanoatr.rewards import countdown_reward
 from nanoatr.verifier.countdown import evaluate_expression, parse_answer, reward
 from tiny import make_default  # noqa: F401  (puts data/ on the path)
 import make_countdown as countdown  # noqa: E402  (data/make_countdown.py)
@@ -275,7 +276,7 @@ def test_pass_rate_filter_keeps_the_sometimes_solved(monkeypatch):
 
     def fake_evaluate(model, tok, problems, k, **kw):
         assert k == countdown.FILTER_SAMPLES and kw["seed"] == countdown.FILTER_SEED
-        assert kw["max_new_tokens"] == TASKS["countdown"].max_new_tokens and kw["reward"] is reward
+        assert kw["max_new_tokens"] == TASKS["countdown"].max_new_tokens and kw["rewards"].functions == (countdown_reward,)
         rows = [{"problem_id": i, "sample": s, "correct": s < solved.get(i, 0)} for i in range(len(problems))
                 for s in range(k)]
         return {"mean@8": 0.0}, rows
@@ -312,7 +313,7 @@ def test_search_traces_end_in_a_correct_expression():
 def test_task_defaults_and_reward_reach_train_and_eval(tmp_path):
     import eval as eval_cmd
     import train
-    assert TASKS["countdown"].reward is reward and TASKS["math"].reward is not reward
+    assert TASKS["countdown"].reward is countdown_reward and TASKS["math"].reward is not countdown_reward
     train.main(["--task", "countdown", "--steps", "1", "--prompts-per-step", "8", "--group-size", "4",
                 "--eval-data", "--no-compile", "--out-dir", str(tmp_path), "--name", "cd", "--threads", "1"])
     config = json.loads((tmp_path / "cd/config.json").read_text())

@@ -39,7 +39,9 @@ def data(tmp_path_factory):
 def mixed_verdicts():
     """A random model is never right; grade by completion length so the table has non-trivial numbers."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(TASKS, "math", dataclasses.replace(TASKS["math"], reward=lambda completion, gold: len(completion) % 2 == 0))
+        def even_length(completions, **kwargs):
+            return [len(c) % 2 == 0 for c in completions]
+        mp.setitem(TASKS, "math", dataclasses.replace(TASKS["math"], reward=even_length))
         yield
 
 

@@ -17,6 +17,7 @@ from nanoatr.data import TASKS, load_problems
 from nanoatr.distributed import Dist, Shard
 from nanoatr.methods import check_hparams
 from nanoatr.model import Qwen3
+from nanoatr.rewards import Rewards
 from nanoatr.scoring import Scorer
 from nanoatr.tokenizer import load_tokenizer, eos_token_ids
 
@@ -30,14 +31,14 @@ def test_grpo_py_computes_train_py_step(clip):
     task = TASKS["math"]
     model, tok = Qwen3.from_pretrained(task.model), load_tokenizer(task.model)
     problems = load_problems(task.data, limit=4)
-    batch = grpo.rollout(model, tok, problems, 4, 48, task.reward, torch.Generator().manual_seed(0))
+    batch = grpo.rollout(model, tok, problems, 4, 48, Rewards.of(task.reward), torch.Generator().manual_seed(0))
     assert 0 < batch.rewards.mean() < 1 and batch.advantages.abs().sum() > 0, "a batch with something to learn"
     twin = copy.deepcopy(model)
     cfg = resolve(TrainConfig(prompts_per_step=4, group_size=4, minibatches=2, epochs=2, max_new_tokens=48,
                               compile=False, clip=clip, lr=30.0), {})  # SGD, a large step: later minibatches move off-policy
     trained = list(twin.parameters())
     run = train.Run(cfg, twin, Scorer(twin, contextlib.nullcontext), torch.optim.SGD(trained, lr=cfg.lr), trained, tok,
-                    eos_token_ids(tok), None, task.reward, Shard(cfg.seed, 4, 4, 4), Dist(0, 1, torch.device("cpu")),
+                    eos_token_ids(tok), None, Rewards.of(task.reward), Shard(cfg.seed, 4, 4, 4), Dist(0, 1, torch.device("cpu")),
                     contextlib.nullcontext)
     minibatches = run.shard.minibatches(0, cfg.epochs, cfg.minibatches)
     old = train.old_logprobs(run, batch, minibatches[1:cfg.minibatches])  # the first update: its own rows

@@ -11,6 +11,7 @@ from nanoatr.distributed import prompt_order
 from nanoatr.methods import needs
 from nanoatr.rollout import Rollout
 from nanoatr.methods import METHODS
+from nanoatr.rewards import Rewards
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -78,7 +79,7 @@ def finished(tmp_path_factory):
 
 @pytest.mark.parametrize("args", [["--preset", "paper"], ["--name", "other"], ["--out-dir", "/x"],
                                   ["--task", "countdown"], ["--lr", "0.5"], ["--weight-decay", "0.1"],
-                                  ["--lora-rank", "4"]])
+                                  ["--lora-rank", "4"], ["--reward", "mine.py:f"], ["--reward-weights", "2"]])
 def test_resume_refuses_a_flag_it_would_ignore(finished, capsys, args):
     """The folder is --resume's, the settings config.json's, the optimizer's lr and the adapter's shape the
     checkpoint's: such a flag is one line naming it, and nothing is trained or written."""
@@ -157,7 +158,7 @@ def step_run(clip: str, reuse_first_forward: bool):
     from nanoatr.tokenizer import load_tokenizer
     task = TASKS["math"]
     model, tok = Qwen3.from_pretrained(task.model), load_tokenizer(task.model)
-    batch = grpo.rollout(model, tok, load_problems(task.data, limit=4), 4, 48, task.reward,
+    batch = grpo.rollout(model, tok, load_problems(task.data, limit=4), 4, 48, Rewards.of(task.reward),
                          torch.Generator().manual_seed(0))
     assert batch.advantages.abs().sum() > 0, "a batch with something to learn"
     cfg = resolve(TrainConfig(prompts_per_step=4, group_size=4, minibatches=2, epochs=2, micro_batch=3,
@@ -165,7 +166,7 @@ def step_run(clip: str, reuse_first_forward: bool):
     trained = list(model.parameters())
     opt = train.make_optimizer(cfg, trained)
     return train.Run(cfg, model, Scorer(model, contextlib.nullcontext), opt, trained, tok, [], None,
-                     task.reward, Shard(cfg.seed, 4, 4, 4), Dist(0, 1, torch.device("cpu")),
+                     Rewards.of(task.reward), Shard(cfg.seed, 4, 4, 4), Dist(0, 1, torch.device("cpu")),
                      contextlib.nullcontext, reuse_first_forward=reuse_first_forward), batch
 
 
@@ -415,7 +416,7 @@ def fake_run(k):
     cfg = TrainConfig(prompts_per_step=3, group_size=2, dynamic_sampling=k)
     tok = type("Tok", (), {"pad_token_id": 0})()
     return train.Run(cfg, model=None, scorer=None, opt=None, trained=[], tok=tok, eos_ids=[], stopper=None,
-                     reward=None, shard=Shard(cfg.seed, 3, 3, 2), d=Dist(0, 1, torch.device("cpu")), precision=None)
+                     rewards=None, shard=Shard(cfg.seed, 3, 3, 2), d=Dist(0, 1, torch.device("cpu")), precision=None)
 
 
 def test_dynamic_sampling_replaces_uniform_groups_in_order(monkeypatch):

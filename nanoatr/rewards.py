@@ -1,0 +1,254 @@
+"""Reward functions: built-in, yours, combined. A reward function has the shape of TRL's (GRPOTrainer's
+reward_funcs), so one written for TRL runs here unchanged:
+
+    def reward(completions, answer, **kwargs) -> list[float | None]:   # train.py --reward file.py:reward
+        return [1.0 if answer_i in text else 0.0 for text, answer_i in zip(completions, answer)]
+
+It is called once per batch, with keyword arguments that are lists of one entry per completion:
+  prompts         the problem's prompt as its file gives it: the text, or (a conversational row, whose prompt
+                  is a list of chat messages) that list of messages
+  completions     the completion's text; for a conversational row [{"role": "assistant", "content": text}]
+  completion_ids  its token ids (the EOS included, when it ended on one)
+  answer          the problem's gold answer as the loader read it, a string (an `answer` column, DAPO's
+                  reward_model.ground_truth): this one name is nanoatr's, not a column as read
+  every other column of the row, as read (None in a row that lacks it)
+and returns one reward per completion: a number (a bool counts 1 or 0, as TRL's tensor conversion makes
+it), or None for a completion it does not score. The built-in tasks' rewards are such functions
+(math_reward, countdown_reward; nanoatr/data.py TASKS).
+
+Several functions combine by TRL's rule (Rewards.total): the sum over the functions of weight x reward, a
+None left out, so a completion that no function scores gets 0. metrics.jsonl logs each function's mean
+over the step's completions it scored as reward/<name> (null when it scored none), reward_mean the total's.
+
+--reward FILE.py:FUNCTION imports the file by its path, once; --reward MODULE:FUNCTION imports a module
+(installed, or on PYTHONPATH). Your function runs in the trainer's own process, unsandboxed, on untrusted
+model output: what it does with a completion (eval, exec, a shell, a path to open) the model can make it
+do. The built-in rewards never execute the output and finish in bounded time (nanoatr/verifier).
+
+Every error is one line naming the function: at start-up a ConfigError naming --reward (no such file,
+module or function; not callable; its import raised), while grading a RewardError naming the row too (it
+raised, or returned the wrong number of rewards, a non-number, NaN or inf).
+"""
+import copy
+import importlib
+import importlib.util
+import math
+import numbers
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from nanoatr.config import ConfigError, check_number
+from nanoatr.verifier import countdown, verify
+
+
+class RewardError(ValueError):
+    """A reward function that failed on a batch; the message is one line naming it and the row."""
+
+
+# ----------------------------------------------------------------------------
+# The built-in tasks' rewards
+
+def completion_text(completion) -> str:
+    """A completion's text: a standard one is its text, a conversational one its message's content."""
+    return completion if isinstance(completion, str) else completion[-1]["content"]
+
+
+def math_reward(completions, answer, **kwargs) -> list[float]:
+    """1.0 when a completion's final answer equals its problem's gold `answer`, else 0.0: the verifier
+    (nanoatr/verifier), which never executes the completion and finishes in bounded time."""
+    return [float(verify(completion_text(c), gold)) for c, gold in zip(completions, answer)]
+
+
+def countdown_reward(completions, answer, **kwargs) -> list[float]:
+    """1.0 when a completion's last \\boxed{} expression uses each number of `answer` ("n1,n2,...:target")
+    once and equals the target, else 0.0 (nanoatr/verifier/countdown.py: parsed, never executed)."""
+    return [countdown.reward(completion_text(c), gold) for c, gold in zip(completions, answer)]
+
+
+# ----------------------------------------------------------------------------
+# Several functions, weighted: what grades a batch
+
+@dataclass(frozen=True)
+class Rewards:
+    """The reward functions of a run, each with its name (metrics.jsonl's reward/<name>) and weight."""
+    functions: tuple[Callable, ...]
+    names: tuple[str, ...]
+    weights: tuple[float, ...]
+
+    @staticmethod
+    def of(*functions: Callable) -> "Rewards":
+        """Functions of weight 1, named as defined (__name__): a task's built-in reward, for one."""
+        return Rewards(functions, tuple(f.__name__ for f in functions), (1.0,) * len(functions))
+
+    def score(self, problems: list, completions: list[str], completion_ids: list[list[int]]) -> torch.Tensor:
+        """(N, F) float32: function f's reward of completion i (NaN where it returned None), problems[i]
+        being completion i's problem (a data.Problem). A RewardError names the function and the row."""
+        kwargs = arguments(problems, completions, completion_ids)
+        columns = [call(fn, name, kwargs, problems) for fn, name in zip(self.functions, self.names)]
+        return torch.tensor(columns, dtype=torch.float32).reshape(len(columns), len(problems)).T
+
+    def total(self, scores: torch.Tensor) -> torch.Tensor:
+        """(N,) TRL's total of each completion: the sum of weight x reward over the functions that scored
+        it (a NaN, a None, is left out; no function scored it: 0)."""
+        return (scores * torch.tensor(self.weights, dtype=scores.dtype)).nansum(dim=1)
+
+
+OWN_ARGUMENTS = ("prompts", "completions", "completion_ids")  # a column of one of these names would clash
+
+
+def arguments(problems: list, completions: list[str], completion_ids: list[list[int]]) -> dict[str, list]:
+    """The keyword arguments of a batch (see the module's docstring), one entry per completion. Prompts and
+    columns are copies: a function that changes them changes no problem of the run."""
+    chat = [p.messages is not None for p in problems]
+    columns = list(dict.fromkeys(k for p in problems for k in p.fields))  # every column, in the order met
+    clash = [k for k in columns if k in OWN_ARGUMENTS]
+    if clash:
+        raise RewardError(f"the data has a column {clash[0]!r}, the name of a reward function's own "
+                          "argument: rename that column")
+    prompts = [p.messages if c else p.question for p, c in zip(problems, chat)]
+    completions = [[{"role": "assistant", "content": t}] if c else t for t, c in zip(completions, chat)]
+    return {"prompts": copy.deepcopy(prompts), "completions": completions,
+            "completion_ids": completion_ids,
+            **copy.deepcopy({k: [p.fields.get(k) for p in problems] for k in columns}),
+            "answer": [p.answer for p in problems]}
+
+
+def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
+    """One function's rewards of a batch, a None as NaN. Anything but one finite number or None per
+    completion is a RewardError naming the function and the row. When the function raises, it is called
+    again on one completion at a time to name the first that makes it raise."""
+    try:
+        values = fn(**kwargs)
+    except Exception as e:
+        i = failing_row(fn, kwargs)
+        raise RewardError(f"reward function {name} raised {one_line(e)}"
+                          + (f" on {row(i, kwargs, problems)}" if i is not None else
+                             f" on a batch of {len(problems)} completions (on none of them alone)")) from None
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise RewardError(f"reward function {name} returned a {type(values).__name__}, not a list of one "
+                          f"reward per completion ({len(problems)})")
+    values = list(values)
+    if len(values) != len(problems):
+        raise RewardError(f"reward function {name} returned {len(values)} rewards for {len(problems)} "
+                          "completions (one per completion, None for one it does not score)")
+    for i, v in enumerate(values):
+        wrong = not_a_reward(v)
+        if wrong:
+            shown, why = wrong
+            raise RewardError(f"reward function {name} returned {shown} for {row(i, kwargs, problems)}: "
+                              f"{why}")
+    return [math.nan if v is None else float(v) for v in values]
+
+
+def not_a_reward(value) -> tuple[str, str] | None:
+    """None for a finite number or None (unscored); else what a function returned for one completion, as
+    shown in an error line, and why that is no reward."""
+    if value is None:
+        return None
+    if not isinstance(value, numbers.Real):
+        return f"a {type(value).__name__} ({value!r:.40})", "a reward is a number, or None"
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int or Fraction beyond float's range
+        finite = False
+    return None if finite else (f"{value!r:.40}", "a reward is finite (None leaves a completion unscored)")
+
+
+def failing_row(fn: Callable, kwargs: dict) -> int | None:
+    """The first completion that makes `fn` raise when called on it alone, or None."""
+    for i in range(len(kwargs["completions"])):
+        try:
+            fn(**{k: v[i:i + 1] for k, v in kwargs.items()})
+        except Exception:
+            return i
+    return None
+
+
+def row(i: int, kwargs: dict, problems: list) -> str:
+    """'row 3 of 64 (problem '...', completion '...')': a completion of the batch, for an error line."""
+    return (f"row {i} of {len(problems)} (problem {problems[i].question!r:.60}, completion "
+            f"{completion_text(kwargs['completions'][i])!r:.60})")
+
+
+def one_line(error: Exception) -> str:
+    """'ZeroDivisionError: division by zero': an exception as one line, cut at 300 characters."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]
+
+
+# ----------------------------------------------------------------------------
+# --reward FILE.py:FUNCTION / MODULE:FUNCTION, --reward-weights
+
+def from_flags(specs: list[str], weights: list[float], builtin: Callable) -> Rewards:
+    """The functions of --reward (none: the task's `builtin`), each named by its FUNCTION, with the weights
+    of --reward-weights (none: 1 each). Every problem is a ConfigError naming the flag, raised before any
+    step."""
+    functions = [load(spec) for spec in specs] or [builtin]
+    names = [spec.rpartition(":")[2] for spec in specs] or [builtin.__name__]
+    weights = weights or [1.0] * len(functions)
+    if len(weights) != len(functions):
+        raise ConfigError(f"--reward-weights: {len(weights)} weight(s) for {len(functions)} reward "
+                          "function(s); give one each, in the order of --reward")
+    for w in weights:
+        check_number("reward_weights", w)
+    twice = [n for n in names if names.count(n) > 1]
+    if twice:
+        raise ConfigError(f"--reward: two functions named {twice[0]}; metrics.jsonl logs each by its name "
+                          "(reward/<name>)")
+    return Rewards(tuple(functions), tuple(names), tuple(float(w) for w in weights))
+
+
+def load(spec: str) -> Callable:
+    """The function one --reward names: FILE.py:FUNCTION (the file imported by its path, once) or
+    MODULE:FUNCTION."""
+    source, _, name = spec.rpartition(":")
+    if not source or not name.isidentifier():
+        raise ConfigError(f"--reward {spec}: expected FILE.py:FUNCTION or MODULE:FUNCTION")
+    module = import_file(source, spec) if source.endswith(".py") else import_module(source, spec)
+    fn = getattr(module, name, None)
+    if fn is None:
+        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
+        raise ConfigError(f"--reward {spec}: {source} has no {name}" +
+                          (f" (it has {', '.join(found[:8])})" if found else ""))
+    if not callable(fn):
+        raise ConfigError(f"--reward {spec}: {name} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def import_file(source: str, spec: str):
+    """The module of a .py file, imported by its path under the file's stem, once: a second --reward of the
+    same file finds it in sys.modules. A loaded module of that name from elsewhere is a ConfigError."""
+    path = Path(source)
+    if not path.is_file():
+        raise ConfigError(f"--reward {spec}: no file {source}")
+    loaded = sys.modules.get(path.stem)
+    if loaded is not None:
+        if Path(getattr(loaded, "__file__", None) or "").resolve() == path.resolve():
+            return loaded
+        raise ConfigError(f"--reward {spec}: a module named {path.stem} is already loaded "
+                          f"({getattr(loaded, '__file__', None) or 'built in'}): rename {source}")
+    module_spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[path.stem] = module  # before running it, as `import` does (dataclasses look it up)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[path.stem]
+        raise ConfigError(f"--reward {spec}: importing {source} raised {one_line(e)}") from None
+    return module
+
+
+def import_module(source: str, spec: str):
+    """An importable module (installed, or on PYTHONPATH), by name."""
+    try:
+        return importlib.import_module(source)
+    except ModuleNotFoundError as e:
+        if e.name and (source == e.name or source.startswith(e.name + ".")):
+            raise ConfigError(f"--reward {spec}: no module named {source} (a file is given by its path: "
+                              f"FILE.py:{spec.rpartition(':')[2]})") from None
+        raise ConfigError(f"--reward {spec}: importing {source} raised {one_line(e)}") from None
+    except Exception as e:
+        raise ConfigError(f"--reward {spec}: importing {source} raised {one_line(e)}") from None

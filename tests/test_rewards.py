@@ -1,0 +1,372 @@
+"""nanoatr/rewards.py: reward functions of TRL's shape from a file or a module, their keyword arguments
+(standard and conversational rows), weights and None as TRL combines them, every bad function or return as
+one line, and train.py / eval.py with them end to end (a reward failing mid-run keeps the steps done)."""
+import json
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import eval as eval_cli
+import train
+from nanoatr import checkpoint
+from nanoatr.config import ConfigError
+from nanoatr.data import TASKS, Problem, load_problems
+from nanoatr.rewards import RewardError, Rewards, countdown_reward, from_flags, math_reward
+from nanoatr.verifier import countdown, verify
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
+        "--eval-data", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24", "--no-compile",
+        "--threads", "1"]
+STANDARD = Problem("What is 2+3?", "5", fields={"answer": 5, "level": 1})  # a problem/answer row
+CHAT = Problem("What is 2+3?", "5", [{"role": "user", "content": "What is 2+3?"}],
+               {"reward_model": {"ground_truth": "5"}, "id": 7})  # a DAPO row: its prompt a chat
+
+
+@pytest.fixture
+def write(tmp_path):
+    """write(name, source): a reward file in tmp_path; the modules it loads are forgotten afterwards (each
+    test a fresh process, as far as imports go)."""
+    names = []
+
+    def write(name: str, source: str) -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(source))
+        names.append(path.stem)
+        return path
+    yield write
+    for name in names:  # only our own: a file named like a loaded module never replaces it
+        if str(getattr(sys.modules.get(name), "__file__", "")).startswith(str(tmp_path)):
+            del sys.modules[name]
+
+
+def score(fn, problems, texts):
+    return Rewards.of(fn).score(problems, texts, [[1, 2]] * len(texts))
+
+
+# ----------------------------------------------------------------------------
+# TRL's shape
+
+def test_a_function_gets_trls_keyword_arguments_one_entry_per_completion():
+    seen = {}
+
+    def spy(**kwargs):
+        seen.update(kwargs)
+        return [0.0] * len(kwargs["completions"])
+    Rewards.of(spy).score([STANDARD, CHAT], ["so \\boxed{5}", "it is \\boxed{6}"], [[11, 12], [13]])
+    assert seen["prompts"] == ["What is 2+3?", [{"role": "user", "content": "What is 2+3?"}]]
+    assert seen["completions"] == ["so \\boxed{5}", [{"role": "assistant", "content": "it is \\boxed{6}"}]]
+    assert seen["completion_ids"] == [[11, 12], [13]]
+    assert seen["answer"] == ["5", "5"]  # the gold as loaded, a string, whatever the row's column held
+    assert seen["level"] == [1, None] and seen["id"] == [None, 7]  # every column; None where a row has none
+    assert seen["reward_model"] == [None, {"ground_truth": "5"}]
+    assert set(seen) == {"prompts", "completions", "completion_ids", "answer", "level", "id", "reward_model"}
+
+
+def test_a_function_that_changes_its_arguments_changes_no_problem():
+    def vandal(prompts, reward_model, **kwargs):
+        prompts[1][0]["content"] = "changed"
+        reward_model[1]["ground_truth"] = "changed"
+        return [0.0, 0.0]
+    score(vandal, [STANDARD, CHAT], ["a", "b"])
+    assert CHAT.messages[0]["content"] == "What is 2+3?"
+    assert CHAT.fields["reward_model"]["ground_truth"] == "5"
+
+
+def test_a_conversational_file_gives_completions_as_assistant_messages(tmp_path):
+    """A DAPO / TRL conversational file, through the loader: the prompt is the chat, each completion one
+    assistant message; the built-in reward reads either shape."""
+    chat = [{"role": "user", "content": "Compute 2+3. Put the answer in \\boxed{}."}]
+    (tmp_path / "chat.jsonl").write_text(json.dumps({"prompt": chat, "reward_model": {"ground_truth": "5"},
+                                                     "data_source": "toy"}) + "\n")
+    problems = load_problems(tmp_path / "chat.jsonl") * 2
+    seen = {}
+
+    def spy(prompts, completions, data_source, **kwargs):
+        seen.update(prompts=prompts, completions=completions, data_source=data_source)
+        return math_reward(completions, **kwargs)
+    scores = score(spy, problems, ["\\boxed{5}", "\\boxed{6}"])
+    assert seen["prompts"] == [chat, chat] and seen["data_source"] == ["toy", "toy"]
+    assert seen["completions"] == [[{"role": "assistant", "content": "\\boxed{5}"}],
+                                   [{"role": "assistant", "content": "\\boxed{6}"}]]
+    assert scores.tolist() == [[1.0], [0.0]]
+
+
+def test_the_built_in_rewards_are_the_verifiers():
+    texts = ["so \\boxed{5}", "\\boxed{5.0}", "\\boxed{6}", "no answer", "\\boxed{(8*3)-5}", "\\boxed{8*3-4}"]
+    golds = ["5", "5", "5", "5", "3,5,8:19", "3,5,8:19"]
+    assert math_reward(texts, golds) == [float(verify(t, g)) for t, g in zip(texts, golds)] == \
+        [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert countdown_reward(texts, golds) == [countdown.reward(t, g) for t, g in zip(texts, golds)] == \
+        [0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    assert TASKS["math"].reward is math_reward and TASKS["countdown"].reward is countdown_reward
+
+
+# ----------------------------------------------------------------------------
+# Several functions: weights, None
+
+def test_the_total_is_the_weighted_sum_with_none_left_out_as_trl_does():
+    """TRL: rewards_per_func (None as NaN) times reward_weights, nansum over the functions; a completion no
+    function scores gets 0. By hand, weights 1 and 0.5:
+      row 0: 1.0 + 0.5 x 0.5 = 1.25   row 1: (None) + 0.5 x 2 = 1.0   row 2: None, None: 0
+      row 3: -1 + 0.5 x True (1) = -0.5"""
+    def f(completions, **kwargs):
+        return [1.0, None, None, -1]
+
+    def g(completions, **kwargs):
+        return (0.5, 2, None, True)  # any sequence; a bool is 1 or 0, as TRL's tensor makes it
+    rewards = Rewards((f, g), ("f", "g"), (1.0, 0.5))
+    scores = rewards.score([STANDARD] * 4, ["a", "b", "c", "d"], [[1]] * 4)
+    assert scores.shape == (4, 2) and scores.dtype == torch.float32
+    assert [[None if math.isnan(x) else x for x in r] for r in scores.tolist()] == \
+        [[1.0, 0.5], [None, 2.0], [None, None], [-1.0, 1.0]]
+    assert rewards.total(scores).tolist() == [1.25, 1.0, 0.0, -0.5]
+
+
+def test_weights_and_names_come_from_the_flags(write):
+    path = write("user_reward_two.py", """
+        def short(completions, **kwargs):
+            return [1.0 if len(c) < 3 else 0.0 for c in completions]
+
+        def has_five(completions, answer, **kwargs):
+            return [1.0 if a in c else None for c, a in zip(completions, answer)]
+        """)
+    rewards = from_flags([f"{path}:short", f"{path}:has_five"], [2.0, -0.5], math_reward)
+    assert rewards.names == ("short", "has_five") and rewards.weights == (2.0, -0.5)
+    assert rewards.functions[0].__module__ == rewards.functions[1].__module__  # the file imported once
+    totals = rewards.total(rewards.score([STANDARD] * 4, ["5", "15 is it", "x", "five"], [[1]] * 4))
+    assert totals.tolist() == [2 - 0.5, -0.5, 2.0, 0.0]  # 2 x short - 0.5 x has_five, its None left out
+    default = from_flags([], [], math_reward)
+    assert (default.functions, default.names, default.weights) == ((math_reward,), ("math_reward",), (1.0,))
+    assert from_flags([], [3.0], countdown_reward).weights == (3.0,)
+
+
+def test_a_reward_from_a_module(write, monkeypatch):
+    path = write("user_reward_module.py", """
+        def exact(completions, answer, **kwargs):
+            return [float(c.strip() == a) for c, a in zip(completions, answer)]
+        """)
+    monkeypatch.syspath_prepend(str(path.parent))
+    rewards = from_flags(["user_reward_module:exact"], [], math_reward)
+    assert rewards.names == ("exact",)
+    assert rewards.score([STANDARD] * 2, [" 5", "6"], [[1]] * 2).tolist() == [[1.0], [0.0]]
+
+
+# ----------------------------------------------------------------------------
+# Every bad function or return: one line naming the function and the row
+
+PROBLEMS = [Problem(f"q{i}", str(i)) for i in range(3)]
+
+
+@pytest.mark.parametrize("body, message", [
+    ("return [1.0 / (c != 'boom') for c in completions]",
+     "reward function bad raised ZeroDivisionError: float division by zero on row 1 of 3 (problem 'q1', "
+     "completion 'boom')"),
+    ("raise ValueError('on two\\nlines')",
+     "reward function bad raised ValueError: on two lines on row 0 of 3"),
+    ("return [1.0, 2.0]", "reward function bad returned 2 rewards for 3 completions"),
+    ("return 1.0", "reward function bad returned a float, not a list of one reward per completion (3)"),
+    ("return 'abc'", "reward function bad returned a str, not a list"),
+    ("return [1.0, float('nan'), 0.0]", "reward function bad returned nan for row 1 of 3 (problem 'q1', "
+     "completion 'boom'): a reward is finite (None leaves a completion unscored)"),
+    ("return [1.0, 0.0, float('-inf')]", "reward function bad returned -inf for row 2 of 3"),
+    ("return [10 ** 400, 0.0, 0.0]", "reward function bad returned 1000"),
+    ("return ['1.0', 0.0, 0.0]", "reward function bad returned a str ('1.0') for row 0 of 3 (problem 'q0', "
+     "completion 'a'): a reward is a number, or None"),
+    ("return [0.0, 0.0, [1.0]]", "reward function bad returned a list ([1.0]) for row 2 of 3"),
+])
+def test_a_bad_return_is_one_line_naming_the_function_and_the_row(write, body, message):
+    path = write("user_reward_bad.py", f"def bad(completions, **kwargs):\n    {body}\n")
+    with pytest.raises(RewardError) as e:
+        from_flags([f"{path}:bad"], [], math_reward).score(PROBLEMS, ["a", "boom", "c"], [[1]] * 3)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_batch_that_fails_only_whole_says_so():
+    def batch_only(completions, **kwargs):
+        if len(completions) > 1:
+            raise MemoryError("too many")
+        return [0.0]
+    with pytest.raises(RewardError, match=r"raised MemoryError: too many on a batch of 3 completions \(on none "
+                                          r"of them alone\)$"):
+        score(batch_only, PROBLEMS, ["a", "b", "c"])
+
+
+def test_a_column_named_like_an_argument_is_refused():
+    with pytest.raises(RewardError, match="the data has a column 'completions'"):
+        score(math_reward, [Problem("q", "1", fields={"completions": 3})], ["a"])
+
+
+@pytest.mark.parametrize("spec, weights, message", [
+    ("{dir}/missing.py:f", [], "--reward {dir}/missing.py:f: no file {dir}/missing.py"),
+    ("no_such_module_xyz:f", [], "--reward no_such_module_xyz:f: no module named no_such_module_xyz (a file is "
+     "given by its path: FILE.py:f)"),
+    ("{dir}/user_reward_ok.py:nope", [], "--reward {dir}/user_reward_ok.py:nope: {dir}/user_reward_ok.py has no "
+     "nope (it has good)"),
+    ("{dir}/user_reward_ok.py:LIMIT", [], "--reward {dir}/user_reward_ok.py:LIMIT: LIMIT is a int, not a "
+     "function"),
+    ("{dir}/user_reward_broken.py:f", [], "--reward {dir}/user_reward_broken.py:f: importing "
+     "{dir}/user_reward_broken.py raised ModuleNotFoundError: No module named 'not_installed_xyz'"),
+    ("{dir}/user_reward_syntax.py:f", [], "importing {dir}/user_reward_syntax.py raised SyntaxError"),
+    ("good", [], "--reward good: expected FILE.py:FUNCTION or MODULE:FUNCTION"),
+    ("{dir}/user_reward_ok.py:", [], "expected FILE.py:FUNCTION or MODULE:FUNCTION"),
+    ("{dir}/user_reward_ok.py:good", [1.0, 2.0], "--reward-weights: 2 weight(s) for 1 reward function(s); give "
+     "one each, in the order of --reward"),
+    ("{dir}/user_reward_ok.py:good", [math.nan], "--reward-weights must be a finite number (got nan)"),
+])
+def test_a_bad_reward_flag_is_one_line_before_any_step(write, tmp_path, spec, weights, message):
+    write("user_reward_ok.py", "LIMIT = 3\n\n"
+          "def good(completions, **kwargs):\n    return [1.0] * len(completions)\n")
+    write("user_reward_broken.py", "import not_installed_xyz\n")
+    write("user_reward_syntax.py", "def f(:\n")
+    with pytest.raises(ConfigError) as e:
+        from_flags([spec.format(dir=tmp_path)], weights, math_reward)
+    assert message.format(dir=tmp_path) in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_two_functions_of_one_name_and_a_file_named_like_a_loaded_module_are_refused(write, tmp_path):
+    a = write("user_reward_a.py", "def f(c, **k): return c\n")
+    b = write("user_reward_b.py", "def f(c, **k): return c\n")
+    with pytest.raises(ConfigError, match=r"--reward: two functions named f; metrics.jsonl logs each by its "):
+        from_flags([f"{a}:f", f"{b}:f"], [], math_reward)
+    shadow = write("json.py", "def f(c, **k): return c\n")
+    with pytest.raises(ConfigError, match=rf"a module named json is already loaded \(.*json.*\): rename "
+                                          rf"{shadow}$"):
+        from_flags([f"{shadow}:f"], [], math_reward)
+
+
+# ----------------------------------------------------------------------------
+# train.py and eval.py with your rewards
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_train_py_runs_on_rewards_from_a_file_each_logged_by_name(write, tmp_path):
+    """Two functions, weights 2 and 1: reward/<name> is each one's mean over what it scored (null: nothing),
+    reward_mean the weighted total's, accuracy the share of totals > 0."""
+    path = write("user_reward_train.py", """
+        def odd_ids(completion_ids, **kwargs):
+            return [len(ids) % 2 for ids in completion_ids]
+
+        def unscored(completions, **kwargs):
+            return [None] * len(completions)
+        """)
+    train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--steps", "2",
+                "--reward", f"{path}:odd_ids", f"{path}:unscored", "--reward-weights", "2", "1"])
+    rows = [r for r in metrics(tmp_path / "r") if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["reward/unscored"] is None
+        assert r["reward_mean"] == pytest.approx(2 * r["reward/odd_ids"], rel=1e-6)
+        assert r["accuracy"] == r["reward/odd_ids"]  # totals are 0 or 2
+    assert 0 < sum(r["reward/odd_ids"] for r in rows) < 2  # both kinds of completion were met
+    config = json.loads((tmp_path / "r/config.json").read_text())
+    assert config["reward"] == [f"{path}:odd_ids", f"{path}:unscored"] and config["reward_weights"] == [2, 1]
+
+
+def test_a_reward_failing_mid_run_keeps_the_steps_done_and_the_run_resumes(write, tmp_path, capsys):
+    """Step 3's rollout: the error is one line (exit 1) naming the function and the row; steps 1 and 2,
+    never checkpointed under --save-every 10, are saved first. Fixed, the run resumes from there."""
+    path = write("user_reward_flaky.py", """
+        CALLS = []
+
+        def flaky(completions, **kwargs):
+            CALLS.append(len(completions))
+            if len(CALLS) >= 3:
+                raise ConnectionError("judge unreachable")
+            return [float(len(c) % 2) for c in completions]
+        """)
+    run = tmp_path / "r"
+    with pytest.raises(SystemExit) as e:
+        train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--steps", "4", "--save-every", "10",
+                    "--reward", f"{path}:flaky"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and "Traceback" not in "\n".join(err)
+    assert err[-1].startswith("error: reward function flaky raised ConnectionError: judge unreachable on row 0 "
+                              "of 16 (problem ")
+    assert err[-1].endswith(f"; the checkpoint holds step 2 (continue with --resume {run} once the reward is "
+                            "fixed)")
+    assert checkpoint.check(run / "checkpoint")[0] == 2
+    sys.modules.pop(path.stem)  # a new process: the fixed file is imported afresh
+    path.write_text("def flaky(completions, **kwargs):\n    return [float(len(c) % 2) for c in completions]\n")
+    train.main(["--resume", str(run)])
+    assert [r["step"] for r in metrics(run) if "loss" in r] == [1, 2, 3, 4]
+    assert checkpoint.check(run / "checkpoint")[0] == 4
+
+
+def test_a_reward_failing_in_the_first_evaluation_leaves_no_run_folder(write, tmp_path, capsys):
+    path = write("user_reward_raises.py", "def nope(completions, **kwargs):\n    raise KeyError('score')\n")
+    with pytest.raises(SystemExit) as e:
+        train.main([*TINY, "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "2",
+                    "--eval-k", "2", "--out-dir", str(tmp_path), "--name", "r", "--reward", f"{path}:nope"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2
+    assert err[-1].startswith("error: reward function nope raised KeyError: 'score' on row 0")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_bad_reward_flag_is_one_line_and_leaves_no_run_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--reward", f"{tmp_path}/none.py:f"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == [f"error: --reward {tmp_path}/none.py:f: no file {tmp_path}/none.py"]
+    assert not (tmp_path / "r").exists()
+
+
+def test_eval_py_counts_a_completion_correct_when_the_weighted_total_is_positive(write, tmp_path, capsys):
+    path = write("user_reward_eval.py", """
+        def even(completions, **kwargs):
+            return [float(len(c) % 2 == 0) for c in completions]
+        """)
+    out = tmp_path / "eval.jsonl"
+    common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "4", "--k", "2", "--out", str(out)]
+    eval_cli.main([*common, "--reward", f"{path}:even", "--reward-weights", "0.5"])
+    settings, *rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (settings["settings"]["reward"], settings["settings"]["reward_weights"]) == ([f"{path}:even"], [0.5])
+    assert len(rows) == 8 and {r["reward"] for r in rows} == {0.0, 0.5}  # both kinds met
+    assert all(r["reward"] == 0.5 * (len(r["completion"]) % 2 == 0) and r["correct"] == (r["reward"] > 0)
+               for r in rows)
+    with pytest.raises(SystemExit) as e:  # another grading is refused on --resume: one table, one grading
+        eval_cli.main([*common, "--resume"])
+    assert e.value.code == 2 and f"--reward ['{path}:even'] (now [])" in capsys.readouterr().err
+
+
+def test_eval_py_with_a_failing_reward_is_one_line_and_keeps_what_was_sampled(write, tmp_path, capsys):
+    path = write("user_reward_nan.py", """
+        def nan(completions, **kwargs):
+            return [float("nan")] * len(completions)
+        """)
+    out = tmp_path / "eval.jsonl"
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main(["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "2", "--k", "2",
+                       "--out", str(out), "--reward", f"{path}:nan"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and err[-1].startswith("error: reward function nan returned nan for row 0 of 4 (")
+    assert err[-1].endswith(f"; 0 new completions kept in {out} (continue with --resume --out {out} once the "
+                            "reward is fixed)")
+    assert "settings" in json.loads(out.read_text().splitlines()[0])
+
+
+def test_a_file_without_gold_answers_trains_on_a_reward_that_reads_its_own_column(write, tmp_path):
+    """Your reward may need no gold: rows with a prompt and a `target` column (no answer) train under
+    --reward, which reads `target`; without --reward the same file is one line naming the missing column."""
+    rows = [{"prompt": [{"role": "user", "content": f"What is {a}+{b}?"}], "target": str(a + b)}
+            for a, b in [(2, 3), (4, 4), (7, 1), (6, 3)]]
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = write("user_reward_target.py", """
+        def exact(completions, target, answer, **kwargs):
+            assert all(a is None for a in answer)  # no gold column: nanoatr's `answer` is None
+            return [float(t in c[-1]["content"]) for c, t in zip(completions, target)]
+        """)
+    flags = [*TINY, "--data", str(data), "--out-dir", str(tmp_path), "--steps", "1"]
+    train.main([*flags, "--name", "r", "--reward", f"{path}:exact"])
+    assert [r["step"] for r in metrics(tmp_path / "r") if "loss" in r] == [1]
+    with pytest.raises(SystemExit):
+        train.main([*flags, "--name", "no-reward"])
+    assert not (tmp_path / "no-reward").exists()
