@@ -7,9 +7,10 @@
 This file is one GRPO step, then the loop around it. The step, in order:
   1. rollout      sample G completions for each of the step's prompts (KV cache), ended at EOS / stop strings
   2. rewards      grade each completion (the --reward functions; default the --task's, the verifier)
-  3. advantages   reward minus its group's mean (Dr. GRPO)
+  3. advantages   reward (+ --overlong-buffer's penalty) minus its group's mean (Dr. GRPO)
   4. pi_old       the log-probs every ratio of the step is taken against: a no-grad forward
   5. updates      for each epoch x minibatch: new log-probs, the clipped surrogate of --clip, backward, AdamW
+                  at the --lr-scheduler's rate
   6. metrics      one line of metrics.jsonl
 The run folder, checkpoints, resuming and signals are nanoatr/session.py's, and so are the flags
 (TrainConfig). A first reading without DDP, chunks, dynamic sampling or checkpoints: grpo.py (~100 lines).
@@ -29,8 +30,8 @@ from nanoatr import distributed, lora
 from nanoatr.checkpoint import read_tokenizer_files
 from nanoatr.data import TASKS, load_problems
 from nanoatr.evaluate import check_budgets, during_training, scores_line
-from nanoatr.loss import (aggregate, group_advantages, kl_to_reference, merge_stats, policy_loss, progress,
-                          uniform_groups)
+from nanoatr.loss import (aggregate, group_advantages, kl_to_reference, merge_stats, overlong_penalty,
+                          policy_loss, progress, uniform_groups)
 from nanoatr.methods import needs
 from nanoatr.model import Qwen3
 from nanoatr.rewards import Rewards, from_flags
@@ -78,12 +79,13 @@ def grpo_step(run: Run, problems, step: int) -> dict:
     t_rollout = time.perf_counter() - t0
     updates = optimize(run, batch, step)         # 4.-5. pi_old, then the clipped updates
     times = {"time_rollout": t_rollout, "time_train": time.perf_counter() - t0 - t_rollout}
-    return {"step": step + 1} | metrics_line(run, batch, updates, draws) | times  # 6.
+    return {"step": step + 1} | metrics_line(run, batch, updates, draws, times)  # 6.
 
 
 def optimize(run: Run, batch: Rollout, step: int) -> list[dict]:
     """4.-5. pi_old's log-probs of every row (under run.reuse_first_forward, the first minibatch's from its
-    own update), then one optimizer step per minibatch (--minibatches x --epochs of them)."""
+    own update), then one optimizer step per minibatch (--minibatches x --epochs of them), each at its
+    learning rate."""
     cfg = run.cfg
     minibatches = run.shard.minibatches(step, cfg.epochs, cfg.minibatches)  # row indices, in order
     first_epoch = minibatches[:cfg.minibatches]  # every row once
@@ -91,22 +93,51 @@ def optimize(run: Run, batch: Rollout, step: int) -> list[dict]:
     old = old_logprobs(run, batch, first_epoch[1:] if run.reuse_first_forward else first_epoch)  # 4. pi_old
     ref_logp = reference_logprobs(run, batch)  # pi_ref, for --beta only
     noise = run.shard.noise(step)              # clip-cov's random picks
-    return [update(run, batch, old, ref_logp, rows, noise, on_policy=i == 0)  # 5.
-            for i, rows in enumerate(minibatches)]
+    updates = []
+    for i, rows in enumerate(minibatches):  # 5.
+        lr = learning_rate(cfg, step * len(minibatches) + i)  # the run's optimizer step k
+        for group in run.opt.param_groups:
+            group["lr"] = lr
+        updates.append({"lr": lr} | update(run, batch, old, ref_logp, rows, noise, on_policy=i == 0))
+    return updates
+
+
+def learning_rate(cfg: TrainConfig, k: int) -> float:
+    """The learning rate of the run's optimizer step k (0, 1, ...; step s's i-th update is k = s x minibatches
+    x epochs + i): --lr times the factor of transformers' get_{constant,linear,cosine}_schedule_with_warmup
+    at k, a function of k alone, so a resumed run goes on with the very same rates. As there, the warmup
+    rises linearly from 0 (step 0 trains at lr 0), then linear and cosine decay to 0 at the run's end."""
+    warmup, total = cfg.warmup, cfg.optimizer_steps
+    if k < warmup:
+        factor = k / warmup
+    elif cfg.lr_scheduler == "constant":
+        factor = 1.0
+    elif cfg.lr_scheduler == "linear":
+        factor = max(0.0, (total - k) / max(1, total - warmup))
+    else:  # cosine: half a period, from 1 to 0
+        progress = (k - warmup) / max(1, total - warmup)
+        factor = max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+    return cfg.lr * factor
 
 
 # 1.-3. Rollout, rewards, advantages
 
 def rollout(run: Run, problems, step: int) -> tuple[Rollout, dict]:
     """This rank's share of the step's prompts, G completions each, graded, with group advantages; and
-    what --dynamic-sampling drew, for the metrics ({} without it)."""
+    what --dynamic-sampling drew, for the metrics ({} without it). The advantages are those of the reward
+    plus --overlong-buffer's penalty (0 without it); batch.rewards, what dynamic sampling and the accuracy
+    metrics judge, stay the task's (verl's DAPO filters its groups on the accuracy too)."""
     cfg, G = run.cfg, run.cfg.group_size
     rounds, picks = dynamic_sampling(lambda r, n: sample_round(run, problems, step, r, n), run.shard.share, G,
                                      cfg.dynamic_sampling)
     groups = [rounds[r].select(slice(g * G, (g + 1) * G)) for r, g in picks]
     batch = Rollout.cat(groups, run.tok.pad_token_id or 0, width=max(r.tokens.shape[1] for r in rounds))
-    advantages = group_advantages(batch.rewards, G, normalize_std=cfg.std_normalize).to(run.d.device)  # 3.
-    draws = {"rounds": len(rounds), "first_rewards": rounds[0].rewards} if cfg.dynamic_sampling else {}
+    lengths = batch.mask.sum(-1).to(batch.rewards.device)
+    shaped = batch.rewards + overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer,
+                                              cfg.overlong_penalty)
+    advantages = group_advantages(shaped, G, normalize_std=cfg.std_normalize).to(run.d.device)  # 3.
+    draws = {"rounds": len(rounds), "first_rewards": rounds[0].rewards,
+             "tokens": sum(int(r.mask.sum()) for r in rounds)} if cfg.dynamic_sampling else {}
     return batch._replace(advantages=advantages), draws
 
 
@@ -219,12 +250,14 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
     sampler's log-probs, and kept as pi_old of `rows` under run.reuse_first_forward."""
     cfg, d = run.cfg, run.d
     run.opt.zero_grad(set_to_none=True)
+    trained = distributed.all_sum(float(loss_mask(cfg, batch, rows).sum()), d)  # --mask-truncated: maybe 0
     counts = dict(num_sequences=len(rows) * d.world, max_new_tokens=cfg.max_new_tokens,
-                  num_tokens=distributed.all_sum(float(batch.mask[rows].sum()), d))
+                  num_tokens=max(1.0, trained))  # a token-mean over no token is 0
     parts, stats, losses = micro_batches(rows, cfg.micro_batch), [], []
     for j, sel in enumerate(parts):
-        prompt_ids, prompt_mask, tokens, mask = batch.unpadded(sel)  # (b, P'), (b, T'): no shared padding
+        prompt_ids, prompt_mask, tokens, sampled = batch.unpadded(sel)  # (b, P'), (b, T'): no shared padding
         T = tokens.shape[1]
+        mask = loss_mask(cfg, batch, sel)[:, :T]  # the tokens trained on
         with distributed.accumulating(run.scorer, sync=j == len(parts) - 1):
             new = run.scorer(prompt_ids, prompt_mask, tokens, cfg.temperature, with_entropy=True,
                              return_hidden=old.keeps_hidden)
@@ -243,7 +276,7 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
             # minibatch, so the rank's share of the sum is wanted: undo the 1/world.
             (loss * d.world).backward()
         losses.append(loss.item())
-        gap = check_sampler_agrees(new.logp, batch.sampler_logp[sel, :T], mask, cfg.dtype) \
+        gap = check_sampler_agrees(new.logp, batch.sampler_logp[sel, :T], sampled, cfg.dtype) \
             if on_policy and batch.sampler_logp is not None else 0.0  # a batch from a benchmark may have none
         stats.append({**{k: v.item() for k, v in metrics.items()}, "_tokens": float(mask.sum()),
                       "entropy": float((new.entropy.detach() * mask).sum() / mask.sum().clamp(min=1)),
@@ -251,6 +284,15 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
     grad_norm = float(torch.nn.utils.clip_grad_norm_(run.trained, cfg.grad_clip or math.inf))
     run.opt.step()
     return {"stats": stats, "losses": losses, "grad_norm": grad_norm}
+
+
+def loss_mask(cfg: TrainConfig, batch: Rollout, rows) -> torch.Tensor:
+    """(b, T) the tokens of `rows` the loss is taken over: every completion token, or under --mask-truncated
+    none of a completion that ran out of --max-new-tokens (no EOS, no stop string), as TRL's
+    mask_truncated_completions. As there, such a row keeps its part in its group's advantage and in the
+    normalisers that count sequences (dr-grpo, seq-mean-token-mean); token-mean's count leaves it out."""
+    mask = batch.mask[rows]
+    return mask & batch.finished[rows, None] if cfg.mask_truncated else mask
 
 
 @torch.no_grad()
@@ -266,8 +308,11 @@ def reference_logprobs(run: Run, batch: Rollout):
 
 # 6. Metrics
 
-def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict) -> dict:
-    """The metrics line of a step, over every rank's rows (gathered in prompt order); `draws`: rollout's."""
+def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict, times: dict) -> dict:
+    """The metrics line of a step, over every rank's rows (gathered in prompt order); `draws`: rollout's;
+    `times`: the seconds of rollout (1.-3.) and training (4.-5.). `lr` is the rate of the step's first
+    optimizer step (its others follow learning_rate); reward_mean and accuracy are the task's reward,
+    reward/overlong the mean penalty added to it under --overlong-buffer."""
     cfg, d = run.cfg, run.d
     rewards, lengths, finished = (torch.tensor(distributed.all_gather(x.tolist(), d))
                                   for x in (batch.rewards, batch.mask.sum(-1), batch.finished))
@@ -280,13 +325,30 @@ def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict) -> 
            "groups_all_wrong": (groups.max(1).values == 0).float().mean().item(),
            "grad_norm": sum(u["grad_norm"] for u in updates) / len(updates),
            # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
-           "loss": sum(distributed.all_gather(losses, d)) / len(updates)}
+           "loss": sum(distributed.all_gather(losses, d)) / len(updates), "lr": updates[0]["lr"]}
+    if cfg.overlong_buffer:
+        row["reward/overlong"] = overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer,
+                                                  cfg.overlong_penalty).mean().item()
     if draws:  # the kept groups are chosen for mixed rewards: the first round's are the policy's
         first = torch.tensor(distributed.all_gather(draws["first_rewards"].tolist(), d))
         row |= {"reward_mean_first_round": first.mean().item(),
                 "accuracy_first_round": (first > 0).float().mean().item(),
                 "sampling_rounds": sum(distributed.all_gather([draws["rounds"]], d)) / d.world}
-    return row | merge_stats(distributed.all_gather([s for u in updates for s in u["stats"]], d))
+    sampled = sum(distributed.all_gather([draws["tokens"]], d)) if draws else lengths.sum().item()
+    trained = cfg.epochs * lengths.sum().item()  # each epoch's minibatches cover every row once
+    return row | merge_stats(distributed.all_gather([s for u in updates for s in u["stats"]], d)) | times | \
+        throughput(sampled, trained, times)
+
+
+def throughput(sampled: float, trained: float, times: dict) -> dict:
+    """Completion tokens per second over every rank (prompt tokens are not counted):
+      tokens_per_s_rollout  tokens sampled (with --dynamic-sampling, of every round) / time_rollout
+      tokens_per_s_update   tokens trained, each once per epoch (epochs x the batch's) / time_train
+    time_rollout covers sampling and grading; time_train pi_old's pass, pi_ref's (--beta) and the updates.
+    A token is one of a completion (up to and with its EOS or stop string); one that --mask-truncated
+    leaves out of the loss counts too: the forward and backward passes still run over it."""
+    return {"tokens_per_s_rollout": sampled / times["time_rollout"],
+            "tokens_per_s_update": trained / times["time_train"]}
 
 
 def reward_means(run: Run, batch: Rollout) -> dict:

@@ -146,7 +146,7 @@ def train_steps(args):
         if d.device.type == "cuda":
             torch.cuda.synchronize(d.device)
         t_train = time.perf_counter() - t0
-        row = train.metrics_line(run, batch, updates, {})
+        row = train.metrics_line(run, batch, updates, {}, {"time_rollout": t_rollout, "time_train": t_train})
         if not all(math.isfinite(row[k]) for k in ("loss", "grad_norm", "kl3", "entropy")):
             raise SystemExit(f"error: non-finite metrics at step {step + 1}: {row}")
         tokens = int(out.mask.sum()) * d.world

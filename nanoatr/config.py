@@ -294,7 +294,8 @@ TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
              "save_steps": "--save-every", "gradient_checkpointing": "--grad-checkpoint", "epsilon": "--eps",
              "epsilon_high": "--eps-high", "scale_rewards": "--std-normalize", "loss_type": "--aggregation",
              "model_name_or_path": "--model", "output_dir": "--out-dir",
-             "sapo_temperature_pos": "--tau-pos", "sapo_temperature_neg": "--tau-neg"}
+             "sapo_temperature_pos": "--tau-pos", "sapo_temperature_neg": "--tau-neg",
+             "lr_scheduler_type": "--lr-scheduler", "mask_truncated_completions": "--mask-truncated"}
 
 
 class Parser(argparse.ArgumentParser):

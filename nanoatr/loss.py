@@ -1,6 +1,6 @@
 """The GRPO objective: group advantages, the per-token loss of any --clip method, aggregation.
 
-    rewards (N,) --group_advantages--> advantages (N,)
+    rewards (N,) (+ overlong_penalty) --group_advantages--> advantages (N,)
     logp, old_logp, advantages, mask (B, T) --_token_loss--> per-token loss (B, T) + metrics
     per-token loss --aggregate--> the micro-batch's scalar (normalised over the whole optimizer step)
     policy_loss = _token_loss + aggregate, compiled once with torch.compile: what the trainer calls
@@ -72,6 +72,22 @@ def group_advantages(rewards: Tensor, group_size: int, normalize_std: bool = Fal
         advantages = advantages / (std + STD_EPS)
     equal = std <= EQUAL_RTOL * mean.abs().clamp(min=1.0)
     return torch.where(equal, 0.0, advantages).view(-1).to(out_dtype)
+
+
+def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int, factor: float = 1.0) -> Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, Eq. 13), added to each reward (N,):
+
+        0                                        |y| <= L_max - L_cache
+        ((L_max - L_cache) - |y|) / L_cache * F   L_max - L_cache < |y| <= L_max    (0 down to -F)
+        -F                                       |y| > L_max
+    with |y| = lengths (N,) (completion tokens, the EOS counted), L_max = max_new_tokens, L_cache = buffer
+    (0: off, every penalty 0), F = factor (Eq. 13 has 1). verl's DAPORewardManager (overlong_buffer.len,
+    penalty_factor) adds min(((L_max - L_cache) - |y|) / L_cache * F, 0), the same for every |y| <= L_max; a
+    completion here never exceeds --max-new-tokens, so the last case is only the formula's. float32."""
+    if buffer == 0:
+        return torch.zeros(lengths.shape, device=lengths.device)
+    expected = max_new_tokens - buffer
+    return ((expected - lengths.double()) / buffer * factor).clamp(min=-factor, max=0.0).float()
 
 
 # ----------------------------------------------------------------------------
@@ -325,14 +341,18 @@ def effective_band(method: str, hp: tuple) -> tuple[float, float] | None:
 # A step's loss metrics, merged over micro-batches and ranks, and the progress bar's share of them
 
 def merge_stats(stats: list[dict]) -> dict:
-    """Token-weighted means over micro-batches; min/max where the name says so."""
-    out, weight = {}, sum(s["_tokens"] for s in stats) or 1.0
+    """Token-weighted means over micro-batches; min/max where the name says so. A step with no token trained
+    (--mask-truncated cut them all) weighs its micro-batches alike: their values are those of no token (no
+    cut, ratios 1), not 0."""
+    tokens = [s["_tokens"] for s in stats]
+    tokens = tokens if sum(tokens) else [1.0] * len(stats)
+    out = {}
     for k in stats[0]:
         if k == "_tokens":
             continue
         values = [s[k] for s in stats]
         out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else \
-            sum(v * s["_tokens"] for v, s in zip(values, stats)) / weight
+            sum(v * n for v, n in zip(values, tokens)) / sum(tokens)
     return out
 
 

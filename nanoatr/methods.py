@@ -222,6 +222,25 @@ def soft_gate(t: Tokens, tau_pos: float = 1.0, tau_neg: float = 1.05):
     return loss, no_cut(t), no_cut(t), {"gate": (4 * s * (1 - s)).detach()}
 
 
+def cispo(t: Tokens, eps_low: float = 1.0, eps_high: float = 4.0):
+    """CISPO: the importance weight clipped and detached, the gradient kept, through log pi_theta itself:
+
+        loss = -sg(clip(w, 1-eps_low, 1+eps_high)) * A * log pi_theta(y_t)
+    Never cut: d loss / d logp = -clip(w) A, so a token past the bound still moves, weighted by the bound
+    (PPO's min would give it no gradient). Metric `weight_clip_frac`: tokens whose weight was clipped.
+    MiniMax 2025 (MiniMax-M1, arXiv 2506.13585, Eq. 4-5): the lower bound left off (eps_low set large),
+    only eps_high tuned (its value: not in the summaries we read; we did not read the PDF).  verl
+    compute_policy_loss_cispo (clip_ratio_low / clip_ratio_high; its example script: 10 / 0.2); TRL
+    loss_type="cispo", whose epsilon_high is the cap itself (1 + eps_high here), recommended at 5.0 (after
+    ScaleRL, arXiv 2510.13786).  Defaults: eps_low 1 (bound 0: none, w > 0), eps_high 4 (TRL's cap 5).
+    Flags: eps_low, eps_high.
+    """
+    weight = torch.clamp(t.ratio, 1 - eps_low, 1 + eps_high).detach()
+    logp = t.old_logp + t.log_ratio  # log pi_theta(y_t): its gradient is logp's, old_logp is a constant
+    clipped = weight != t.ratio.detach()
+    return -weight * t.advantages * logp, no_cut(t), no_cut(t), {"weight_clip_frac": clipped}
+
+
 # ----------------------------------------------------------------------------
 # Divergence constraints in the unified clip (Eq. 5), Table 3 of the paper
 
@@ -374,7 +393,7 @@ def gspo_token(t: Tokens, eps_low: float = 3e-4, eps_high: float = 4e-4):
 
 METHODS = {
     "clip": clip, "clip-higher": clip_higher, "dual-clip": dual_clip, "dynamic": dynamic,
-    "clip-cov": clip_cov, "kl-cov": kl_cov, "trgppo": trgppo, "soft-gate": soft_gate,
+    "clip-cov": clip_cov, "kl-cov": kl_cov, "trgppo": trgppo, "soft-gate": soft_gate, "cispo": cispo,
     "kl1": kl1, "kl2": kl2, "kl3": kl3, "kl3-is": kl3_is, "kl-full": kl_full, "truly-ppo": truly_ppo,
     "gspo": gspo, "gspo-token": gspo_token, "kl3-adaptive": kl3_adaptive, "kl3-seq": kl3_seq,
 }

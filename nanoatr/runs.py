@@ -334,6 +334,15 @@ FIXED_ON_RESUME = {
     "reward_weights": "a run keeps the rewards it trains on; start a new run for another",
     "lr": "the checkpoint's optimizer state has its own",
     "weight_decay": "the checkpoint's optimizer state has its own",
+    # Each optimizer step's learning rate is a function of its index in the run (train.learning_rate), so a
+    # resume follows the schedule exactly; changing it would log rates of two schedules. We refuse rather than
+    # record: under a schedule that spans the run (linear, cosine, --warmup-ratio) --steps may not change
+    # either, nor --minibatches / --epochs under any schedule (session.check_schedule_kept).
+    "lr_scheduler": "the learning rates so far followed the run's schedule, which the resumed steps go on "
+                    "with (a linear or cosine one also keeps --steps: it spans the run)",
+    "warmup_steps": "the learning rates so far followed the run's warmup, which the resumed steps go on with",
+    "warmup_ratio": "the learning rates so far followed the run's warmup, which the resumed steps go on with "
+                    "(a ratio also keeps --steps: it spans the run)",
     "lora_rank": "the checkpoint holds full weights or an adapter of the run's rank",
     "lora_alpha": "the checkpoint's adapter keeps its own",
     "lora_targets": "the checkpoint's adapter keeps its own",

@@ -14,6 +14,7 @@ checkpointed first), a second Ctrl-C (the last checkpoint is named). The folder
 itself (lock, logs, what a resume may change) is nanoatr/runs.py's, the checkpoints nanoatr/checkpoint.py's.
 """
 import dataclasses
+import math
 import signal
 import sys
 from dataclasses import dataclass
@@ -57,6 +58,14 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
     std_normalize: bool = arg(False, "divide advantages by the group's std (GRPO); off = Dr. GRPO", METHOD)
     beta: float = arg(0.0, "KL penalty to the reference policy (the starting model; loss.kl_to_reference); "
                       "0 = none, as in the paper", METHOD, ">=0")
+    mask_truncated: bool = arg(False, "completions that ran out of --max-new-tokens (no EOS, no stop string) "
+                               "give no gradient; they still count in their group's advantage (TRL's "
+                               "mask_truncated_completions)", METHOD)
+    overlong_buffer: int = arg(0, "DAPO's soft overlong punishment: over the last N tokens of "
+                               "--max-new-tokens the reward falls linearly to -(--overlong-penalty) "
+                               "(loss.overlong_penalty); 0 = off", METHOD, ">=0")
+    overlong_penalty: float = arg(1.0, "the reward lost by a completion that fills --max-new-tokens, under "
+                                  "--overlong-buffer", METHOD, ">=0")
     prompts_per_step: int = arg(16, "distinct prompts sampled per rollout step (over all ranks)", ROLLOUT,
                                 ">=1")
     group_size: int = arg(8, "completions per prompt (G)", ROLLOUT, ">=1")
@@ -79,6 +88,14 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
     minibatches: int = arg(2, "optimizer steps per epoch over a rollout batch; >1 makes clipping act", OPTIM,
                            ">=1")
     epochs: int = arg(1, "passes over each rollout batch", OPTIM, ">=1")
+    lr_scheduler: str = arg("constant", "learning-rate schedule over the run's optimizer steps (--steps x "
+                            "--minibatches x --epochs), as transformers' get_*_schedule_with_warmup: "
+                            "constant, or linear / cosine decay to 0 after the warmup (TRL's default is "
+                            "linear with no warmup)", OPTIM, choices=["constant", "linear", "cosine"])
+    warmup_steps: int = arg(0, "optimizer steps (not rollout steps) of linear warmup from 0 to --lr, under "
+                            "any --lr-scheduler (TRL's default: 0)", OPTIM, ">=0")
+    warmup_ratio: float = arg(0.0, "warmup as a fraction of the run's optimizer steps, rounded up; instead "
+                              "of --warmup-steps", OPTIM, "[0,1]")
     base_name: str = arg("", "LoRA runs: the base model the adapter records (adapter_config.json's "
                          "base_model_name_or_path), e.g. Qwen/Qwen3-1.7B for peft and vLLM users (default: "
                          "--model as given, a relative path staying relative)", OPTIM)
@@ -95,6 +112,23 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
                            "torchrun each rank its own GPU)")
     hparams: dict = arg(None, "clip method hyper-parameters after defaults (written to config.json)",
                         cli=False)
+
+    @property
+    def optimizer_steps(self) -> int:
+        """The run's optimizer steps, which a learning-rate schedule counts: --steps x --minibatches x
+        --epochs."""
+        return self.steps * self.minibatches * self.epochs
+
+    @property
+    def warmup(self) -> int:
+        """The warmup in optimizer steps: --warmup-steps, or --warmup-ratio of the run rounded up (as
+        transformers' TrainingArguments.get_warmup_steps)."""
+        return self.warmup_steps or math.ceil(self.warmup_ratio * self.optimizer_steps)
+
+    @property
+    def schedule_spans_run(self) -> bool:
+        """The learning rate of an optimizer step depends on the run's length (a decay, or a warmup ratio)."""
+        return self.lr_scheduler != "constant" or self.warmup_ratio > 0
 
 
 # The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags.
@@ -182,7 +216,47 @@ def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1, given=frozens
         raise ConfigError("--base-name needs a LoRA run (--lora-rank > 0): it is what the adapter records as "
                           "its base")
     cfg.lora_alpha = cfg.lora_alpha or 2.0 * cfg.lora_rank
+    check_schedule(cfg, given)
+    check_overlong(cfg, given)
     return cfg
+
+
+def check_schedule(cfg: TrainConfig, given) -> None:
+    """One warmup flag, and a warmup the run finishes."""
+    if {"warmup_steps", "warmup_ratio"} <= set(given) or (cfg.warmup_steps and cfg.warmup_ratio):
+        raise ConfigError("--warmup-steps and --warmup-ratio both set the warmup: give one of them")
+    if cfg.warmup > cfg.optimizer_steps:  # --warmup-ratio <= 1 cannot be
+        raise ConfigError(f"--warmup-steps {cfg.warmup_steps} is more than the run's {cfg.optimizer_steps} "
+                          "optimizer steps (--steps x --minibatches x --epochs): the learning rate would "
+                          "never reach --lr")
+
+
+def check_overlong(cfg: TrainConfig, given) -> None:
+    """A soft overlong buffer inside the completion budget; its penalty only with a buffer."""
+    if cfg.overlong_buffer >= cfg.max_new_tokens:
+        raise ConfigError(f"--overlong-buffer {cfg.overlong_buffer} must be below --max-new-tokens "
+                          f"{cfg.max_new_tokens}: the buffer is the budget's last tokens")
+    if "overlong_penalty" in given and not cfg.overlong_buffer:
+        raise ConfigError("--overlong-penalty would be ignored: without --overlong-buffer > 0 there is no "
+                          "overlong punishment")
+
+
+def check_schedule_kept(saved: TrainConfig, cfg: TrainConfig) -> None:
+    """A resumed run keeps the learning rates it has followed: under a schedule, the numbering of its
+    optimizer steps (--minibatches, --epochs) and, when the schedule spans the run, its length (--steps) stay
+    as they were. saved: the run's config.json; cfg: the resumed config. (The schedule's own flags:
+    runs.FIXED_ON_RESUME.)"""
+    if saved.lr_scheduler == "constant" and not saved.warmup:
+        return
+    names = ("steps", "minibatches", "epochs") if saved.schedule_spans_run else ("minibatches", "epochs")
+    for name in names:
+        if getattr(cfg, name) != getattr(saved, name):
+            raise ConfigError(
+                f"{flag(name)} {getattr(cfg, name)} would change the learning-rate schedule the run has "
+                f"followed (--lr-scheduler {saved.lr_scheduler}, warmup {saved.warmup} of "
+                f"{saved.optimizer_steps} optimizer steps = --steps x --minibatches x --epochs; "
+                f'{Path(cfg.resume) / "config.json"} has "{name}": {getattr(saved, name)}): a resumed run '
+                "keeps its schedule; start a new run to train under another")
 
 
 START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
@@ -224,6 +298,7 @@ class Session:
         """Flags resolved, the run folder made or resumed and locked, the checkpoint to start from read."""
         if self.cfg.resume:
             cfg = resumed_config(self.cfg, self.given, FIXED_ON_RESUME)
+            check_schedule_kept(resumed_config(self.cfg, set(), FIXED_ON_RESUME), cfg)  # config.json's
             extra = self.extra if "clip" in self.given else \
                 {**(cfg.hparams or {}), **{k: v for k, v in self.extra.items() if v is not None}}
         else:

@@ -283,6 +283,22 @@ def test_soft_gate_gradient_matches_sapo():
     assert m["clip_frac_low"].item() == 0 and m["clip_frac_high"].item() == 0
 
 
+def test_cispo_clips_the_weight_and_keeps_the_gradient():
+    """CISPO at eps_high 0.5 (weight cap 1.5), old probability 0.3, A = +1 / -1: d loss / d logp = -A min(w,
+    1.5) (its default eps_low 1: no lower bound), never 0 where PPO would cut; the loss is -A min(w, 1.5)
+    log pi_theta = -A min(w, 1.5) (log 0.3 + log w); tokens with w > 1.5 count in weight_clip_frac."""
+    loss, grad, m = run("cispo", W, [1.0, -1.0], eps_high=0.5)
+    weight = [0.5, 0.75, 0.85, 1.0, 1.1, 1.25, 1.5, 1.5, 1.5, 1.5]  # W = 0.5 ... 5.0, capped at 1.5
+    close(grad, -col(1.0, -1.0) * torch.tensor(weight, dtype=F64))
+    logp = [math.log(0.3 * w) for w in W]
+    expected = sum(-a * c * lp for a in (1.0, -1.0) for c, lp in zip(weight, logp))  # summed_loss: a plain sum
+    assert loss.item() == pytest.approx(expected, rel=1e-12)
+    assert m["weight_clip_frac"].item() == pytest.approx(6 / 20)  # w = 1.5 is at the cap: not clipped
+    assert m["clip_frac_low"].item() == 0 and m["clip_frac_high"].item() == 0
+    _, grad, _ = run("cispo", W, [1.0], eps_low=0.2, eps_high=0.28)  # a lower bound too: 0.8
+    close(grad[0], -torch.tensor([0.8, 0.8, 0.85, 1.0, 1.1, 1.25, 1.28, 1.28, 1.28, 1.28], dtype=F64))
+
+
 # ----------------------------------------------------------------------------
 # Divergence constraints (unified clip, Eq. 5): cut where C fails and w A > A
 
@@ -597,6 +613,8 @@ KEEPS_FAR_TOKENS = {
     ("kl-cov", "low"): "a log-ratio penalty on the top-covariance tokens, never a cut",
     ("kl-cov", "high"): "a log-ratio penalty on the top-covariance tokens, never a cut",
     ("soft-gate", "low"): "SAPO's gate tends to 4 s (1 - s), s = sigma(-tau_neg), as w -> 0: it keeps ~79%",
+    ("cispo", "low"): "no lower bound at its defaults (eps_low 1, the paper's choice): the weight is w itself",
+    ("cispo", "high"): "the weight is capped at 1 + eps_high and the gradient kept: CISPO's point",
 }
 
 
@@ -661,6 +679,7 @@ def test_cut_low_means_w_below_1_and_cut_high_w_above_1(method):
     ("clip", (0.8, 1.2)), ("clip-higher", (0.8, 1.28)), ("dual-clip", (0.8, 1.2)),
     ("kl1", (math.exp(-0.07), math.inf)), ("kl2", (math.exp(-math.sqrt(0.14)), math.exp(math.sqrt(0.14)))),
     ("gspo", (1 - 3e-4, 1 + 4e-4)), ("trgppo", None), ("dynamic", None), ("soft-gate", None), ("kl-cov", None),
+    ("cispo", None),
     ("kl3-seq", None), ("kl-full", None), ("kl3-adaptive", None)])
 def test_effective_band_is_probed_from_the_method_itself(method, band):
     """The band logged every step (band_low / band_high) and printed in the run header: where the method
@@ -718,6 +737,7 @@ def test_defaults_match_the_sources():
     assert D["dynamic"] == {"eps_low": 0.16, "eps_high": 0.2, "dual_clip_c": 10.0}
     assert D["soft-gate"] == {"tau_pos": 1.0, "tau_neg": 1.05}
     assert D["gspo"] == {"eps_low": 3e-4, "eps_high": 4e-4}
+    assert D["cispo"] == {"eps_low": 1.0, "eps_high": 4.0}  # no lower bound; TRL's cap 5 = 1 + eps_high
     assert all(D[m]["delta"] == 0.07 for m in ("kl1", "kl2", "kl3", "kl3-is", "kl-full", "truly-ppo"))
     for method, fn in methods.METHODS.items():
         assert methods.check_hparams(method) == D[method]

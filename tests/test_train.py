@@ -79,7 +79,8 @@ def finished(tmp_path_factory):
 
 @pytest.mark.parametrize("args", [["--preset", "paper"], ["--name", "other"], ["--out-dir", "/x"],
                                   ["--task", "countdown"], ["--lr", "0.5"], ["--weight-decay", "0.1"],
-                                  ["--lora-rank", "4"], ["--reward", "mine.py:f"], ["--reward-weights", "2"]])
+                                  ["--lora-rank", "4"], ["--reward", "mine.py:f"], ["--reward-weights", "2"],
+                                  ["--lr-scheduler", "cosine"], ["--warmup-ratio", "0.5"]])
 def test_resume_refuses_a_flag_it_would_ignore(finished, capsys, args):
     """The folder is --resume's, the settings config.json's, the optimizer's lr and the adapter's shape the
     checkpoint's: such a flag is one line naming it, and nothing is trained or written."""

@@ -1,0 +1,301 @@
+"""The knobs a TRL user brings: the learning-rate schedule (against transformers', resumed exactly), lr and tokens
+per second in metrics.jsonl, --mask-truncated, and DAPO's soft overlong punishment.
+
+    python -m pytest tests/test_knobs.py -q
+"""
+import dataclasses
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+from nanoatr.config import ConfigError
+from nanoatr.loss import overlong_penalty
+from nanoatr.rollout import Rollout
+from nanoatr.session import TrainConfig, check_schedule_kept
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data",
+         "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24", "--no-compile", "--lr", "1e-3"]
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+
+
+# ----------------------------------------------------------------------------
+# The learning-rate schedule
+
+def transformers_rates(name: str, warmup: int, total: int, lr: float) -> list[float]:
+    """The learning rate of each of `total` optimizer steps under transformers' scheduler, read off the
+    optimizer as its Trainer steps it: the optimizer step, then the scheduler's."""
+    from transformers.optimization import (get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
+                                           get_linear_schedule_with_warmup)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    schedule = {"constant": lambda: get_constant_schedule_with_warmup(opt, warmup),
+                "linear": lambda: get_linear_schedule_with_warmup(opt, warmup, total),
+                "cosine": lambda: get_cosine_schedule_with_warmup(opt, warmup, total)}[name]()
+    rates = []
+    for _ in range(total):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        schedule.step()
+    return rates
+
+
+@pytest.mark.parametrize("warmup, steps", [({}, 0), ({"warmup_steps": 3}, 3), ({"warmup_ratio": 0.25}, 5)])
+@pytest.mark.parametrize("name", ["constant", "linear", "cosine"])
+def test_the_learning_rate_is_transformers_at_every_optimizer_step(name, warmup, steps):
+    """5 steps x 2 minibatches x 2 epochs = 20 optimizer steps: every rate equal to transformers' (bit for bit)."""
+    cfg = TrainConfig(steps=5, minibatches=2, epochs=2, lr=3e-4, lr_scheduler=name, **warmup)
+    assert cfg.optimizer_steps == 20 and cfg.warmup == steps
+    assert [train.learning_rate(cfg, k) for k in range(20)] == transformers_rates(name, cfg.warmup, 20, 3e-4)
+
+
+def test_the_learning_rate_by_hand():
+    """Warmup 2 of 6 optimizer steps, lr 1: k / 2 during the warmup, then linear (6 - k) / 4, cosine
+    (1 + cos(pi (k - 2) / 4)) / 2; constant stays 1."""
+    def rates(name):
+        cfg = TrainConfig(steps=3, minibatches=2, lr=1.0, lr_scheduler=name, warmup_steps=2)
+        return [train.learning_rate(cfg, k) for k in range(6)]
+    assert rates("constant") == [0, 0.5, 1, 1, 1, 1]
+    assert rates("linear") == [0, 0.5, 1, 0.75, 0.5, 0.25]
+    r = 0.5 ** 0.5
+    assert rates("cosine") == pytest.approx([0, 0.5, 1, (1 + r) / 2, 0.5, (1 - r) / 2], abs=1e-15)
+
+
+def test_a_warmup_ratio_rounds_up_as_transformers_does():
+    from transformers import TrainingArguments
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}  # transformers 5: warmup_steps < 1 is a ratio
+    ratio = {"warmup_ratio": 0.3} if "warmup_ratio" in names else {"warmup_steps": 0.3}
+    args = TrainingArguments(output_dir="unused", report_to=[], **ratio)
+    cfg = TrainConfig(steps=7, minibatches=2, warmup_ratio=0.3)  # 14 optimizer steps: 4.2 -> 5
+    assert cfg.warmup == args.get_warmup_steps(14) == 5
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--warmup-steps", "2", "--warmup-ratio", "0.1"], "--warmup-steps and --warmup-ratio both set the warmup"),
+    (["--warmup-steps", "0", "--warmup-ratio", "0.1"], "--warmup-steps and --warmup-ratio both set the warmup"),
+    (["--warmup-steps", "5"], "--warmup-steps 5 is more than the run's 4 optimizer steps"),
+    (["--warmup-ratio", "1.5"], "--warmup-ratio must be in [0, 1]"),
+    (["--lr-scheduler", "step"], "invalid choice: 'step'"),
+    (["--overlong-buffer", "24"], "--overlong-buffer 24 must be below --max-new-tokens 24"),
+    (["--overlong-penalty", "0.5"], "--overlong-penalty would be ignored"),
+    (["--overlong-buffer", "4", "--overlong-penalty", "-1"], "--overlong-penalty must be >= 0"),
+])
+def test_a_bad_knob_is_one_line(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as e:
+        train.main([*QUICK, "--steps", "2", "--out-dir", str(tmp_path), "--name", "bad", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not (tmp_path / "bad").exists()
+
+
+@pytest.fixture(scope="module")
+def cosine_run(tmp_path_factory):
+    """An uninterrupted 3-step run under --lr-scheduler cosine --warmup-steps 3 (6 optimizer steps), a
+    checkpoint every step, and a copy of it stopped after step 2 (its last checkpoint removed, as if the
+    process had died before saving step 3) then resumed."""
+    out = tmp_path_factory.mktemp("cosine")
+    train.main([*QUICK, "--out-dir", str(out), "--name", "whole", "--steps", "3", "--save-every", "1",
+                "--keep-checkpoints", "3", "--lr-scheduler", "cosine", "--warmup-steps", "3"])
+    shutil.copytree(out / "whole", out / "part")
+    shutil.rmtree(out / "part/checkpoint")  # checkpoint-step000002 is the newest left
+    train.main(["--resume", str(out / "part")])
+    return out
+
+
+def test_a_resumed_run_logs_the_uninterrupted_runs_learning_rates(cosine_run):
+    """Step s's first optimizer step is k = 2s: lr 1e-3 x [0, 2/3, cosine at (4 - 3) / 3 = 3/4]."""
+    whole, part = (metrics(cosine_run / name) for name in ("whole", "part"))
+    assert [r["step"] for r in part] == [1, 2, 3]
+    assert [r["lr"] for r in part] == [r["lr"] for r in whole]
+    assert [r["lr"] for r in whole] == pytest.approx([0.0, 1e-3 * 2 / 3, 1e-3 * 0.75], rel=1e-12)
+    assert part[2]["loss"] == pytest.approx(whole[2]["loss"], abs=1e-6)  # the same step 3
+
+
+def test_each_optimizer_step_runs_at_its_rate(tmp_path, monkeypatch):
+    """AdamW steps at the rate of the schedule, not only the log: 2 steps x 2 minibatches under linear with
+    1 warmup step, lr 1e-3: 0, then (4 - k) / 3 of it. The line of a step logs its first update's."""
+    seen, real_step = [], torch.optim.AdamW.step
+
+    def recording_step(self, *a, **kw):
+        seen.append(self.param_groups[0]["lr"])
+        return real_step(self, *a, **kw)
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "lin", "--steps", "2", "--minibatches", "2",
+                "--lr-scheduler", "linear", "--warmup-steps", "1"])
+    assert seen == pytest.approx([0.0, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3], rel=1e-12)
+    assert [r["lr"] for r in metrics(tmp_path / "lin")] == [seen[0], seen[2]]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "5"], "--steps 5 would change the learning-rate schedule the run has followed"),
+    (["--minibatches", "4"], "--minibatches 4 would change the learning-rate schedule"),
+    (["--lr-scheduler", "linear"], "--lr-scheduler would be ignored by --resume: the learning rates so far"),
+    (["--warmup-steps", "1"], "--warmup-steps would be ignored by --resume"),
+])
+def test_a_resume_keeps_its_schedule(cosine_run, capsys, args, message):
+    before = (cosine_run / "part/metrics.jsonl").read_bytes()
+    with pytest.raises(SystemExit) as e:
+        train.main(["--resume", str(cosine_run / "part"), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and message in err[0], err
+    assert (cosine_run / "part/metrics.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("schedule, changed, refused", [
+    ({}, {"steps": 9, "minibatches": 4, "epochs": 2}, False),  # constant, no warmup: nothing depends on them
+    ({"warmup_steps": 2}, {"steps": 9}, False),            # a warmup of so many steps: the length is free
+    ({"warmup_steps": 2}, {"minibatches": 4}, True),       # ... but not the numbering of the optimizer steps
+    ({"warmup_ratio": 0.5}, {"steps": 9}, True),           # a ratio of the run's length
+    ({"lr_scheduler": "linear"}, {"steps": 9}, True),
+    ({"lr_scheduler": "cosine"}, {"epochs": 2}, True),
+])
+def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
+    saved = TrainConfig(steps=4, minibatches=2, resume="runs/r", **schedule)
+    resumed = dataclasses.replace(saved, **changed)
+    if refused:
+        with pytest.raises(ConfigError, match=f"--{next(iter(changed))} "):
+            check_schedule_kept(saved, resumed)
+    else:
+        check_schedule_kept(saved, resumed)
+
+
+# ----------------------------------------------------------------------------
+# Tokens per second
+
+def test_throughput_is_tokens_over_seconds():
+    assert train.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
+        {"tokens_per_s_rollout": 60.0, "tokens_per_s_update": 80.0}
+
+
+def test_each_step_logs_its_tokens_per_second(cosine_run):
+    """16 completions a step, trained once per epoch (1): sampled = trained = 16 x completion_len."""
+    for row in metrics(cosine_run / "whole"):
+        tokens = 16 * row["completion_len"]
+        assert row["tokens_per_s_rollout"] * row["time_rollout"] == pytest.approx(tokens, rel=1e-9)
+        assert row["tokens_per_s_update"] * row["time_train"] == pytest.approx(tokens, rel=1e-9)
+
+
+def test_dynamic_sampling_counts_the_tokens_of_every_round(tmp_path):
+    """With --dynamic-sampling the rollout also sampled the groups it dropped: tokens_per_s_rollout counts
+    them (sampling_rounds > 1 then means more tokens than the batch's); --epochs 2 trains each twice."""
+    train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "ds", "--steps", "2", "--dynamic-sampling", "3",
+                "--epochs", "2"])
+    rows = metrics(tmp_path / "ds")
+    for row in rows:
+        batch_tokens = 16 * row["completion_len"]
+        sampled = row["tokens_per_s_rollout"] * row["time_rollout"]
+        if row["sampling_rounds"] == 1:
+            assert sampled == pytest.approx(batch_tokens, rel=1e-9)
+        else:  # each further round sampled at least one group of at least one token each
+            assert sampled > batch_tokens + 1
+        assert row["tokens_per_s_update"] * row["time_train"] == pytest.approx(2 * batch_tokens, rel=1e-9)
+
+
+# ----------------------------------------------------------------------------
+# --mask-truncated
+
+def test_a_truncated_completion_gives_no_gradient_and_the_others_are_unchanged():
+    """On a real batch (4 prompts x 4 completions), two rows with an advantage marked as run out of
+    --max-new-tokens. With --mask-truncated the gradient is that of the same batch with those rows'
+    advantages set to 0 (dr-grpo's normaliser counts sequences: unchanged, as in TRL), and those rows alone
+    give none; without it they do give one (so the test can fail). lr 0: no update moves the weights."""
+    from test_train import step_run
+    run, batch = step_run("kl3", reuse_first_forward=False)
+    rows, cut = torch.arange(16), (batch.advantages != 0).nonzero()[:2, 0]
+    batch = batch._replace(finished=torch.ones(16, dtype=torch.bool).index_fill(0, cut, False))
+    run.opt.param_groups[0]["lr"] = 0.0
+    old = train.old_logprobs(run, batch, [rows])
+
+    def gradient(b, which, mask_truncated):
+        run.cfg.mask_truncated = mask_truncated
+        train.update(run, b, old, None, which, run.shard.noise(0), on_policy=False)
+        return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in run.trained]
+
+    masked = gradient(batch, rows, True)
+    zeroed = batch._replace(advantages=batch.advantages.index_fill(0, cut, 0.0))
+    for g, expected in zip(masked, gradient(zeroed, rows, False)):
+        torch.testing.assert_close(g, expected, rtol=1e-6, atol=1e-9)
+    assert all((g == 0).all() for g in gradient(batch, cut, True))
+    assert any((g != 0).any() for g in gradient(batch, cut, False))
+
+
+def test_a_step_with_every_completion_truncated_trains_nothing_and_says_so(tmp_path):
+    """A budget of 2 tokens: every completion runs out, --mask-truncated leaves no token to train on (even
+    under token-mean, whose count of tokens is then 0). The step's loss and gradient are 0 and its ratio
+    metrics those of no token (1, none cut), not the 0 a token-weighted mean over no token would give."""
+    train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "mt", "--steps", "1", "--max-new-tokens", "2",
+                "--mask-truncated", "--aggregation", "token-mean"])
+    row = metrics(tmp_path / "mt")[0]
+    assert row["truncated"] == 1 and row["loss"] == 0 and row["grad_norm"] == 0
+    assert row["ratio_p01"] == row["ratio_p99"] == 1 and row["clip_frac_low"] == row["clip_frac_high"] == 0
+
+
+def test_merging_the_stats_of_micro_batches_without_tokens():
+    stats = [{"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf}] * 2
+    assert train.merge_stats(stats) == {"ratio_p99": 1.0, "ratio_min": math.inf}
+    stats = [{"_tokens": 3.0, "ratio_p99": 2.0, "ratio_min": 0.5}, {"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf}]
+    assert train.merge_stats(stats) == {"ratio_p99": 2.0, "ratio_min": 0.5}  # weighted by tokens
+
+
+# ----------------------------------------------------------------------------
+# DAPO's soft overlong punishment
+
+def test_the_overlong_penalty_by_hand():
+    """L_max 10, L_cache 4: no penalty up to 6 tokens, then (6 - |y|) / 4 x F, -F at 10 (and beyond)."""
+    lengths = torch.tensor([0, 5, 6, 7, 8, 9, 10, 12])
+    assert overlong_penalty(lengths, 10, 4).tolist() == [0, 0, 0, -0.25, -0.5, -0.75, -1, -1]
+    assert overlong_penalty(lengths, 10, 4, factor=0.5).tolist() == [0, 0, 0, -0.125, -0.25, -0.375, -0.5, -0.5]
+    assert overlong_penalty(lengths, 10, 0).tolist() == [0] * 8  # off
+    assert overlong_penalty(lengths, 10, 4).dtype == torch.float32
+
+
+def test_the_overlong_penalty_is_verls_up_to_the_budget():
+    """verl's DAPORewardManager: reward += min(-(|y| - (L_max - L_cache)) / L_cache * factor, 0)."""
+    for L_max, L_cache, factor in [(48, 8, 1.0), (20, 19, 0.3), (2048, 512, 2.0)]:
+        lengths = torch.arange(L_max + 1)
+        verl = [min(-(n - (L_max - L_cache)) / L_cache * factor, 0) for n in range(L_max + 1)]
+        assert overlong_penalty(lengths, L_max, L_cache, factor).tolist() == pytest.approx(verl, abs=1e-6)
+
+
+def fake_run(**flags):
+    from nanoatr.distributed import Dist, Shard
+    cfg = TrainConfig(prompts_per_step=2, group_size=2, **flags)
+    tok = type("Tok", (), {"pad_token_id": 0})()
+    return train.Run(cfg, model=None, scorer=None, opt=None, trained=[], tok=tok, eos_ids=[], stopper=None,
+                     rewards=None, shard=Shard(cfg.seed, 2, 2, 2), d=Dist(0, 1, torch.device("cpu")), precision=None)
+
+
+def test_the_penalty_moves_the_advantages_not_the_rewards(monkeypatch):
+    """Two groups of 2, all wrong (reward 0), of 3 and 8 tokens, and right, of 8 and 8 tokens; budget 8,
+    buffer 4: penalties 0, -1 and -1, -1. The first group gets advantages +0.5 / -0.5; the second none;
+    batch.rewards (accuracy, dynamic sampling) stay the task's."""
+    lengths, rewards = [3, 8, 8, 8], [0.0, 0.0, 1.0, 1.0]
+
+    def sample_round(run, problems, step, r, n):
+        mask = torch.arange(8)[None, :] < torch.tensor(lengths)[:, None]
+        tokens = torch.ones(4, 8, dtype=torch.long)
+        return Rollout(torch.ones(4, 1, dtype=torch.long), torch.ones(4, 1, dtype=torch.bool), tokens,
+                       torch.zeros(4, 8), mask, torch.ones(4, dtype=torch.bool), torch.tensor(rewards))
+    monkeypatch.setattr(train, "sample_round", sample_round)
+    batch, _ = train.rollout(fake_run(max_new_tokens=8, overlong_buffer=4), None, 0)
+    assert batch.rewards.tolist() == rewards
+    assert batch.advantages.tolist() == [0.5, -0.5, 0.0, 0.0]
+    batch, _ = train.rollout(fake_run(max_new_tokens=8), None, 0)  # off: no signal in either group
+    assert batch.advantages.tolist() == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_the_overlong_penalty_is_logged(tmp_path, cosine_run):
+    """A buffer of 23 of the 24 tokens: every completion (1 token or more) is in it, so the mean penalty is
+    0.5 (1 - mean length) / 23, linear in the mean length the line also logs. Off, it is not logged."""
+    train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "ol", "--steps", "1", "--overlong-buffer", "23",
+                "--overlong-penalty", "0.5"])
+    row = metrics(tmp_path / "ol")[0]
+    assert row["reward/overlong"] == pytest.approx(0.5 * (1 - row["completion_len"]) / 23, rel=1e-6)
+    assert not any("reward/overlong" in r for r in metrics(cosine_run / "whole"))
