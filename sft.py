@@ -230,6 +230,7 @@ def main(argv=None):
         steps = cfg.steps or math.ceil(cfg.epochs * len(examples) / cfg.batch_size)
         folder.open_log()
         folder.write_config(cfg)
+        folder.open_reporters(cfg)
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
             distributed.DeviceError) as e:
         kept = folder.discard() if folder is not None else ""  # a new folder holding nothing is removed

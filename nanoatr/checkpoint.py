@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
+from tqdm import tqdm
 
 from nanoatr import lora
 from nanoatr.tokenizer import TOKENIZER_FILES
@@ -49,7 +50,8 @@ class CheckpointError(ValueError):
 
 
 def warn(message: str):
-    print(message, file=sys.stderr, flush=True)
+    """A line on stderr; above the progress bar while one runs (tqdm.write), not glued to its end."""
+    tqdm.write(message, file=sys.stderr)
 
 
 def reason(e: BaseException) -> str | None:

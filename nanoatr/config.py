@@ -11,6 +11,7 @@ EvalConfig in eval.py, SampleConfig in sample.py.
 """
 import argparse
 import dataclasses
+import importlib.util
 import math
 import sys
 import typing
@@ -207,6 +208,9 @@ class EvalFlags:
     eval_limit: int = arg(0, "evaluate on the first N problems of each file (0 = all)", EVAL, ">=0")
 
 
+REPORTERS = ("tensorboard", "wandb")  # --report-to's destinations (nanoatr/runs.py), each its package's name
+
+
 @dataclass
 class RunFlags:
     """The run folder of train.py and sft.py (nanoatr/runs.py), its checkpoints and seed."""
@@ -218,6 +222,13 @@ class RunFlags:
                           "Ctrl-C or SIGTERM)", RUN, ">=1")
     seed: int = arg(0, "seed of prompt order, sampling and initialisation", RUN, ">=0")
     device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)", RUN)
+    report_to: list[str] = arg(["none"], "none, or where else every number of metrics.jsonl (at its "
+                               "step) and the run's settings go: tensorboard (<run>/tensorboard/), wandb "
+                               "(Weights & Biases), or both; each is an optional package (pip install "
+                               "tensorboard / wandb). metrics.jsonl stays the record", RUN,
+                               choices=["none", *REPORTERS])
+    wandb_project: str = arg("nanoatr", "the wandb project of --report-to wandb (the wandb run is named "
+                             "after the run folder)", RUN)
 
 
 LORA_ONLY = ("lora_alpha", "lora_targets")  # train.py's --merge and --base-name have their own messages
@@ -235,6 +246,8 @@ def check_flags(cfg, given=frozenset()) -> None:
             "with no --eval-data there is no evaluation"
         raise ConfigError(f"{flag(ignored[0])} would be ignored: {why}")
     check_ranges(cfg)
+    if isinstance(cfg, RunFlags):
+        check_report_to(cfg, given)
     lora = isinstance(cfg, TrainingFlags) and cfg.lora_rank
     problem = (check_targets(cfg.lora_targets) if lora else None) or \
         (check_template(cfg.prompt_template) if cfg.prompt_template is not None else None) or \
@@ -245,6 +258,19 @@ def check_flags(cfg, given=frozenset()) -> None:
         raise ConfigError("--stop: empty stop string")
     if isinstance(cfg, DataFlags) and cfg.answer_field is not None and not cfg.answer_field.strip():
         raise ConfigError("--answer-field: empty column name")
+
+
+def check_report_to(cfg: RunFlags, given=frozenset()) -> None:
+    """--report-to: none, or destinations whose package is installed (found now, imported only when the run
+    starts); --wandb-project only with wandb. ConfigError names the flag and what to install."""
+    if "none" in cfg.report_to and len(cfg.report_to) > 1:
+        others = " ".join(r for r in cfg.report_to if r != "none")
+        raise ConfigError(f"--report-to none cannot go with {others}")
+    if "wandb_project" in given and "wandb" not in cfg.report_to:
+        raise ConfigError("--wandb-project would be ignored: without --report-to wandb there is no wandb run")
+    for name in cfg.report_to:
+        if name != "none" and importlib.util.find_spec(name) is None:
+            raise ConfigError(f"--report-to {name} needs the {name} package: pip install {name}")
 
 
 def ignored_prompt_flag(cfg) -> str | None:

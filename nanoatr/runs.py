@@ -7,6 +7,7 @@ checkpoints inside are nanoatr/checkpoint.py's.
         config.json    the run's settings, written atomically (write_json_atomic)
         metrics.jsonl  one JSON object per line, each with its "step"; samples.jsonl likewise
         checkpoint/    and older checkpoint-stepN/: nanoatr/checkpoint.py
+        tensorboard/   --report-to tensorboard's event files; wandb-id: --report-to wandb's run id
 
 Guarantees:
 - create_run() refuses a used folder; RunLock keeps a second process out of a run folder; resume_run()
@@ -15,12 +16,15 @@ Guarantees:
   Opened on resume from step s, it cuts a torn last line and drops rows past s (they are redone),
   so every step appears once. read_metrics() skips unreadable lines with one warning per file.
 - resumed_config() gives the run's saved settings, refusing a flag the resume would ignore.
+- --report-to (TensorBoard, Wandb) sends every number of each metrics row on, after the row is in
+  metrics.jsonl, which stays the record: a destination that raises is warned about once and turned off.
 Every error a user can meet is one line: a CheckpointError naming the path, or a ConfigError naming the flag.
 """
 import contextlib
 import dataclasses
 import fcntl
 import json
+import numbers
 import os
 import secrets
 import shutil
@@ -63,6 +67,23 @@ class RunFolder:
         """config.json: the settings that run (the config dataclass, resolved)."""
         write_json_atomic(self.path / "config.json", dataclasses.asdict(cfg))
 
+    def open_reporters(self, cfg):
+        """cfg.report_to's destinations, started with the run's settings (after write_config): every later
+        metrics row goes to them too. One that cannot start is a ConfigError naming it (none is left open)."""
+        config, resume_step = dataclasses.asdict(cfg), self.state["step"] if self.resuming else None
+        opened = []
+        for name in cfg.report_to:
+            try:
+                if name == "tensorboard":
+                    opened.append(TensorBoard(self.path, config, resume_step))
+                elif name == "wandb":
+                    opened.append(Wandb(self.path, config, cfg.wandb_project))
+            except Exception as e:  # an optional package: whatever it raises is its own
+                for reporter in opened:
+                    reporter.close()
+                raise ConfigError(f"--report-to {name} could not start ({type(e).__name__}: {e})") from None
+        self.log.send_to(opened)
+
     def discard(self) -> str:
         """After a start that failed, the folder closed: a new one that holds nothing of value (no checkpoint,
         no logged row; its config.json is written again by the next start) is removed, lock and all; one that
@@ -76,6 +97,8 @@ class RunFolder:
             return ""
         if not logged and not any(self.path.glob("checkpoint*")):
             (self.path / "config.json").unlink(missing_ok=True)
+            (self.path / Wandb.ID_FILE).unlink(missing_ok=True)  # --report-to's, of a run that never ran
+            shutil.rmtree(self.path / TensorBoard.FOLDER, ignore_errors=True)
         discard_run(self.lock)  # only the lock and empty logs left: the folder goes
         self.lock = None
         return f"; the run folder {self.path} holds what was logged (continue with --resume {self.path})" \
@@ -96,11 +119,12 @@ def write_json_atomic(path, obj):
 
 
 class RunLog:
-    """metrics.jsonl and samples.jsonl of a run. `rows`: the metrics rows in the file (kept and written)."""
+    """metrics.jsonl and samples.jsonl of a run. `rows`: the metrics rows in the file (kept and written);
+    `reporters`: the --report-to destinations each row also goes to (send_to)."""
 
     def __init__(self, run_dir: Path, rows: list[dict], fsync: bool):
         self.run_dir, self.rows, self.fsync = run_dir, rows, fsync
-        self.files = {}
+        self.files, self.reporters = {}, []
         for name in ("metrics.jsonl", "samples.jsonl"):
             try:
                 self.files[name] = os.open(run_dir / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -119,6 +143,29 @@ class RunLog:
     def write(self, row: dict):
         self._append("metrics.jsonl", [row])
         self.rows.append(row)
+        for reporter in list(self.reporters):
+            self._report(reporter, [row])
+
+    def send_to(self, reporters: list):
+        """Each row written from now on also goes to `reporters`; one new to the run (reporter.new) first gets
+        the rows already logged, so that one added on --resume shows the run from its start."""
+        self.reporters = list(reporters)
+        for reporter in list(self.reporters):
+            if reporter.new:
+                self._report(reporter, self.rows)
+
+    def _report(self, reporter, rows: list[dict]):
+        """The numbers of each row at its step (other values skipped). A reporter that raises is warned about
+        once and turned off: metrics.jsonl has the row, and training goes on."""
+        try:
+            for row in rows:
+                reporter.log(row["step"], {k: v for k, v in row.items()
+                                           if k != "step" and isinstance(v, numbers.Real)})
+        except Exception as e:  # an optional package: whatever it raises is its own
+            self.reporters.remove(reporter)
+            warn(f"warning: --report-to {reporter.name} failed at step {row['step']} "
+                 f"({type(e).__name__}: {e}); it is turned off, metrics.jsonl keeps every row")
+            self._close(reporter)
 
     def has(self, step, prefix: str = "eval/") -> bool:
         """A row of `step` with a key starting with `prefix` is logged (a finished run's last evaluation)."""
@@ -147,12 +194,80 @@ class RunLog:
         for fd in self.files.values():
             os.close(fd)
         self.files = {}
+        for reporter in self.reporters:
+            self._close(reporter)
+        self.reporters = []
+
+    @staticmethod
+    def _close(reporter):
+        try:
+            reporter.close()
+        except Exception as e:
+            warn(f"warning: --report-to {reporter.name} did not close cleanly ({type(e).__name__}: {e})")
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+# ----------------------------------------------------------------------------
+# --report-to: each metrics row also sent to TensorBoard or Weights & Biases. A reporter has `name`, `new`
+# (nothing of this run there yet), log(step, numbers) and close().
+
+class TensorBoard:
+    """--report-to tensorboard: event files in <run>/tensorboard/ (`tensorboard --logdir runs` shows every
+    run), each number of a row a scalar under its metrics.jsonl name, the settings a text entry "config".
+
+    Resumed from step s, the writer marks step s + 1 as a restart (purge_step): readers drop the events that
+    the stopped process wrote past the checkpoint, whose rows are redone, so each step shows once. Every row
+    is flushed at once, so a crash loses none that metrics.jsonl holds."""
+    FOLDER = "tensorboard"
+    name = "tensorboard"
+
+    def __init__(self, run_dir: Path, config: dict, resume_step: int | None):
+        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+        folder = run_dir / self.FOLDER
+        self.new = not folder.is_dir()
+        first = 0 if self.new else resume_step + 1  # a resumed run's own folder exists; a new run's does not
+        self.writer = SummaryWriter(folder, purge_step=None if self.new else first)
+        text = json.dumps(config, indent=2)  # indented 4: a code block in TensorBoard's markdown
+        self.writer.add_text("config", "    " + text.replace("\n", "\n    "), first)
+
+    def log(self, step: int, values: dict):
+        for key, value in values.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def close(self):
+        self.writer.close()
+
+
+class Wandb:
+    """--report-to wandb: a Weights & Biases run in --wandb-project named after the run folder, the settings
+    as its config, each number of a row logged at its step. WANDB_MODE, WANDB_DIR and the rest of wandb's
+    own settings apply.
+
+    The wandb run's id is kept in <run>/wandb-id: a resumed run goes on in the same wandb run. wandb keeps a
+    run's steps increasing, so the rows a resume redoes at steps it already has keep their first values."""
+    ID_FILE = "wandb-id"
+    name = "wandb"
+
+    def __init__(self, run_dir: Path, config: dict, project: str):
+        import wandb
+        id_file = run_dir / self.ID_FILE
+        self.new = not id_file.is_file()
+        if self.new:
+            replace_bytes(id_file, secrets.token_hex(4).encode())
+        self.run = wandb.init(project=project, name=run_dir.name, id=id_file.read_text().strip(),
+                              resume="allow", config=config)
+
+    def log(self, step: int, values: dict):
+        self.run.log(values, step=step)
+
+    def close(self):
+        self.run.finish()
 
 
 def repair_jsonl(path: Path, max_step: int | None = None) -> list[dict]:

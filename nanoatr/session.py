@@ -329,11 +329,12 @@ class Session:
         self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
 
     def started(self, model, optimizer, tokenizer_files: dict):
-        """Setup is done: what the checkpoints save; the run's config.json written.
+        """Setup is done: what the checkpoints save; the run's config.json written, its --report-to started.
         model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is written)."""
         self.model, self.optimizer, self.tokenizer_files = model, optimizer, tokenizer_files
         if self.d.main:
             self.folder.write_config(self.cfg)
+            self.folder.open_reporters(self.cfg)
 
     def steps(self, progress=None):
         """The steps from the checkpoint's to --steps, under a progress bar (`progress(row)`: its fields).

@@ -1,0 +1,270 @@
+"""--report-to tensorboard / wandb: every number of metrics.jsonl read back at its step, the settings, resumes
+that show each step once, the missing package's one line, and a destination failing mid-run."""
+import json
+import math
+import shutil
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import sft
+import train
+from nanoatr import runs
+from nanoatr.runs import RunLog
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
+        "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "4", "--eval-k", "2",
+        "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24", "--no-compile"]
+
+
+def train_run(out: Path, name: str, *args) -> list[dict]:
+    train.main([*FAST, "--out-dir", str(out), "--name", name, *args])
+    return metrics(out / name)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+
+
+def numbers(rows: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """What a reporter is to show: each number of the rows under its name, as (step, value) in order."""
+    found = {}
+    for row in rows:
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)):
+                found.setdefault(key, []).append((row["step"], value))
+    return found
+
+
+def events(run_dir: Path, purge: bool = True) -> EventAccumulator:
+    """The run's TensorBoard events as TensorBoard reads them (purge: its handling of restarts)."""
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0},
+                           purge_orphaned_data=purge)
+    return acc.Reload()
+
+
+def scalars(acc: EventAccumulator) -> dict[str, list[tuple[int, float]]]:
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def assert_same(shown: dict, rows: list[dict]):
+    """Each number of the rows at its step, once, in TensorBoard's float32 (NaN as NaN)."""
+    expected = numbers(rows)
+    assert shown.keys() == expected.keys()
+    for key, points in expected.items():
+        assert [s for s, _ in shown[key]] == [s for s, _ in points], key
+        for (_, got), (step, value) in zip(shown[key], points):
+            want = float(np.float32(value))
+            assert got == want or (math.isnan(got) and math.isnan(want)), (key, step, got, value)
+
+
+def test_tensorboard_shows_every_number_of_metrics_jsonl_at_its_step(tmp_path):
+    rows = train_run(tmp_path, "tb", "--steps", "2", "--report-to", "tensorboard")
+    acc = events(tmp_path / "tb")
+    assert_same(scalars(acc), rows)
+    assert {"loss", "kl3", "threads", "eval/heldout/mean@2", "eval/mean@2"} <= set(scalars(acc))
+    assert [s for s, _ in scalars(acc)["eval/mean@2"]] == [0, 2] and len(scalars(acc)["loss"]) == 2
+    config = acc.Tensors("config/text_summary")
+    assert [c.step for c in config] == [0]
+    text = config[0].tensor_proto.string_val[0].decode()
+    assert json.loads(text) == json.loads((tmp_path / "tb/config.json").read_text())
+
+
+def test_a_resumed_run_shows_each_step_once(tmp_path):
+    """Stopped after logging step 3 but before its checkpoint (checkpoint/ removed: the latest is step 2's),
+    then resumed: step 3 is logged again, and TensorBoard reads it once."""
+    train_run(tmp_path, "r", "--steps", "3", "--save-every", "2", "--report-to", "tensorboard")
+    shutil.rmtree(tmp_path / "r/checkpoint")
+    train.main(["--resume", str(tmp_path / "r")])
+    rows = metrics(tmp_path / "r")
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3]
+    assert len(list((tmp_path / "r/tensorboard").iterdir())) == 2  # the first process's file and the resume's
+    assert_same(scalars(events(tmp_path / "r")), rows)
+    # read without the restart mark, the stopped process's step 3 is there twice: the test can fail
+    assert [s for s, _ in scalars(events(tmp_path / "r", purge=False))["loss"]] == [1, 2, 3, 3]
+    # the settings again from the resumed step on (the purge drops none before it)
+    assert [c.step for c in events(tmp_path / "r").Tensors("config/text_summary")] == [0, 3]
+
+
+def test_tensorboard_added_on_resume_shows_the_run_from_its_start(tmp_path):
+    train_run(tmp_path, "late", "--steps", "1")
+    train.main(["--resume", str(tmp_path / "late"), "--steps", "2", "--report-to", "tensorboard"])
+    rows = metrics(tmp_path / "late")
+    assert [r["step"] for r in rows] == [0, 1, 1, 2, 2]  # the first run's last evaluation is kept
+    assert_same(scalars(events(tmp_path / "late")), rows)
+
+
+def test_sft_reports_too(tmp_path):
+    data = tmp_path / "sft.jsonl"
+    rows = [{"problem": f"{a}+{b}", "solution": f"{a}+{b}={a + b}. \\boxed{{{a + b}}}", "answer": str(a + b)}
+            for a in range(3, 7) for b in range(2, 4)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    sft.main(["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(data), "--steps", "2", "--batch-size",
+              "4", "--max-len", "48", "--out-dir", str(tmp_path), "--name", "s",
+              "--report-to", "tensorboard"])
+    rows = metrics(tmp_path / "s")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert_same(scalars(events(tmp_path / "s")), rows)
+
+
+# ----------------------------------------------------------------------------
+# wandb, offline: its run file read back
+
+BLOCK = 32768  # the .wandb file: a 7-byte header, then LevelDB's log format (records in 32 KiB blocks)
+
+
+def wandb_records(path: Path):
+    """The protobuf records of an offline run's .wandb file."""
+    from wandb.proto import wandb_internal_pb2
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", f"{path}: not a .wandb file (the format changed?)"
+    pos, payload = 7, b""
+    while pos + 7 <= len(data):
+        if BLOCK - pos % BLOCK < 7:  # a block's last few bytes are padding
+            pos += BLOCK - pos % BLOCK
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0:
+            break
+        payload += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last part of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(payload)
+            payload = b""
+            yield record
+
+
+def wandb_run(path: Path) -> tuple:
+    """(run record, {step: {key: value}}) of an offline run's .wandb file; wandb's own keys (_step, ...) left
+    out."""
+    run, history = None, {}
+    for record in wandb_records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run = record.run
+        elif kind == "history":
+            items = {item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                     for item in record.history.item}
+            history[record.history.step.num] = {k: v for k, v in items.items() if not k.startswith("_")}
+    return run, history
+
+
+def by_step(rows: list[dict]) -> dict[int, dict]:
+    """The rows' numbers merged per step: wandb keeps one history row a step (its loss and evaluation)."""
+    merged = {}
+    for row in rows:
+        merged.setdefault(row["step"], {}).update(
+            {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))})
+    return merged
+
+
+def test_wandb_offline_gets_every_number_and_a_resume_goes_on_in_the_same_run(tmp_path, monkeypatch):
+    import wandb
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    first = train_run(tmp_path, "w", "--steps", "1", "--report-to", "wandb", "--wandb-project", "p")
+    wandb.teardown()  # wandb's service writes the run file after run.finish(); at exit, or on teardown
+    run_id = (tmp_path / "w/wandb-id").read_text()
+    files = sorted(tmp_path.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb"))
+    assert len(files) == 1
+    run, history = wandb_run(files[0])
+    assert (run.run_id, run.project, run.display_name) == (run_id, "p", "w")
+    config = {item.key: json.loads(item.value_json) for item in run.config.update if item.key != "_wandb"}
+    assert config == json.loads((tmp_path / "w/config.json").read_text())
+    assert history == by_step(first)
+
+    train.main(["--resume", str(tmp_path / "w"), "--steps", "2"])
+    wandb.teardown()
+    files = sorted(tmp_path.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb"))
+    assert len(files) == 2  # the same wandb run, continued: only the resumed steps are sent
+    run, history = wandb_run(files[1])
+    assert run.run_id == run_id
+    assert history == by_step(metrics(tmp_path / "w")[len(first):]) and list(history) == [2]
+
+
+# ----------------------------------------------------------------------------
+# Errors: one line at start; a destination failing mid-run is turned off
+
+@pytest.mark.parametrize("package", ["tensorboard", "wandb"])
+def test_a_missing_package_is_one_line_before_anything_runs(tmp_path, capsys, monkeypatch, package):
+    monkeypatch.setitem(sys.modules, package, None)  # as if not installed: import and find_spec both fail
+    with pytest.raises(SystemExit) as e:
+        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "m", "--steps", "1", "--report-to", package])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --report-to {package} needs the {package} package: pip install {package}"]
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--report-to", "none", "wandb"], "--report-to none cannot go with wandb"),
+    (["--wandb-project", "x"], "--wandb-project would be ignored: without --report-to wandb there is no "
+                               "wandb run"),
+    (["--report-to", "mlflow"], "argument --report-to: invalid choice: 'mlflow'")])
+def test_bad_report_flags_are_one_line(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit):
+        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "m", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
+
+
+def test_a_destination_that_cannot_start_is_one_line_and_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    def offline(*args):
+        raise RuntimeError("network unreachable")
+    monkeypatch.setattr(runs.Wandb, "__init__", offline)
+    with pytest.raises(SystemExit) as e:
+        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "n", "--steps", "1",
+                    "--report-to", "tensorboard", "wandb"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --report-to wandb could not start (RuntimeError: network unreachable)"]
+    assert not (tmp_path / "n").exists()  # tensorboard/, opened first, went with the folder
+
+
+def test_a_destination_failing_mid_run_is_warned_once_and_the_run_completes(tmp_path, capsys, monkeypatch):
+    log = runs.TensorBoard.log
+
+    def full_disk(self, step, values):
+        if step >= 2:
+            raise OSError(28, "No space left on device")
+        log(self, step, values)
+    monkeypatch.setattr(runs.TensorBoard, "log", full_disk)
+    rows = train_run(tmp_path, "f", "--steps", "3", "--report-to", "tensorboard")
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 3]  # metrics.jsonl has every row
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "--report-to" in line]
+    assert warnings == ["warning: --report-to tensorboard failed at step 2 (OSError: [Errno 28] No space "
+                        "left on device); it is turned off, metrics.jsonl keeps every row"]
+    assert_same(scalars(events(tmp_path / "f")), rows[:2])  # what it showed before it failed
+
+
+class Recorder:
+    """A reporter that keeps what it is sent."""
+    name, new = "recorder", False
+
+    def __init__(self):
+        self.sent, self.closed = [], False
+
+    def log(self, step, values):
+        self.sent.append((step, values))
+
+    def close(self):
+        self.closed = True
+
+
+def test_only_numbers_are_reported_and_a_new_reporter_first_gets_the_rows_so_far(tmp_path):
+    with RunLog.open(tmp_path) as log:
+        log.write({"step": 0, "eval/mean@2": 50.0})
+        old, new = Recorder(), Recorder()
+        new.new = True
+        log.send_to([old, new])
+        log.write({"step": 1, "loss": 0.5, "threads": 2, "note": "text", "ids": [1, 2], "drift": None})
+    assert old.sent == [(1, {"loss": 0.5, "threads": 2})]
+    assert new.sent == [(0, {"eval/mean@2": 50.0}), (1, {"loss": 0.5, "threads": 2})]
+    assert old.closed and new.closed and log.reporters == []
