@@ -30,7 +30,7 @@ from nanoatr.evaluate import BudgetError
 from nanoatr.loss import AGGREGATIONS, effective_band
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
-from nanoatr.runs import FIXED_ON_RESUME, RunFolder, resumed_config, unique_name
+from nanoatr.runs import RESUME_RULES, RunFolder, resumed_config, unique_name
 from nanoatr.tokenizer import TokenizerError
 
 
@@ -217,12 +217,11 @@ class Session:
 
     def open(self):
         """Flags resolved, the run folder made or resumed and locked, the checkpoint to start from read."""
-        if self.cfg.resume:
-            cfg = resumed_config(self.cfg, self.given, FIXED_ON_RESUME)
-            extra = self.extra if "clip" in self.given else \
-                {**(cfg.hparams or {}), **{k: v for k, v in self.extra.items() if v is not None}}
+        if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
+            cfg, self.change = resumed_config(self.cfg, self.given, RESUME_RULES, hparams=self.extra)
+            extra = cfg.hparams or {}
         else:
-            cfg, extra = apply_preset(self.cfg, self.given), self.extra
+            cfg, extra, self.change = apply_preset(self.cfg, self.given), self.extra, {}
         self.d = d = distributed.setup(cfg.device)
         self.cfg = cfg = resolve(cfg, extra, d.world, self.given)
         # The run folder first, before minutes of loading: a used name, a second process on the same
@@ -248,11 +247,12 @@ class Session:
         self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
 
     def started(self, model, optimizer, tokenizer_files: dict):
-        """Setup is done: what the checkpoints save; the run's config.json written.
-        model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is written)."""
+        """Setup is done: what the checkpoints save; the run's config.json written (resumed: this resume's
+        change added to its record). model: our Qwen3, or under LoRA the PeftModel around it (its adapter
+        alone is written)."""
         self.model, self.optimizer, self.tokenizer_files = model, optimizer, tokenizer_files
         if self.d.main:
-            self.folder.write_config(self.cfg)
+            self.folder.write_config(self.cfg, self.change)
 
     def steps(self, progress=None):
         """The steps from the checkpoint's to --steps, under a progress bar (`progress(row)`: its fields).
