@@ -56,7 +56,7 @@ from nanoatr.data import TASKS, DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
 from nanoatr.rewards import RewardError, from_flags
-from nanoatr.runs import read_metrics
+from nanoatr.runs import change_text, read_metrics, recorded_changes, settings_now
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
                                load_tokenizer, read_json)
 
@@ -291,15 +291,14 @@ SHOWN = ("eval_k", "eval_temperature", "eval_top_p", "eval_top_k", "eval_max_new
 # differing only in these and their seed are one method. Every other field (besides clip and its hparams,
 # always in the label) that differs between the runs of a table is named in their labels.
 BOOKKEEPING = ("name", "out_dir", "resume", "device", "threads", "save_every", "keep_checkpoints",
-               "eval_every", "eval_batch_size", "compile", "grad_checkpoint", "merge", "base_name", "preset",
-               "changes")
+               "eval_every", "eval_batch_size", "compile", "grad_checkpoint", "merge", "base_name", "preset")
 
 
 class RunLog(NamedTuple):
     name: str                # the run directory's name
-    config: dict             # its config.json: what the run started with
+    config: dict             # its settings as it last ran: config.json's, each recorded change applied
     evals: dict[int, dict]   # step -> the evaluation logged at that step
-    changes: list[str]       # changed on a resume, as its record says ("changes" in config.json or metrics)
+    changes: list[str]       # config.json's "changes" (on resumes): 'at step S: --flag a -> b'
 
 
 def evaluation(config: dict) -> dict:
@@ -317,19 +316,11 @@ def columns(names: list[str], k: int) -> list[str]:
         [f"eval/mean@{k}", f"eval/pass@{k}"]
 
 
-def described(change, step) -> str:
-    """One entry of a run's changes as text: 'at step S: what' (a dict's items, or the entry as it is)."""
-    if isinstance(change, dict):
-        step = change.get("step", step)
-        change = ", ".join(f"{k} {shown(v)}" for k, v in change.items() if k != "step")
-    return f"at step {step}: {change}" if step is not None else str(change)
-
-
 def read_run(run_dir: str) -> RunLog:
     """A run's settings, evaluations and recorded changes; one line naming the run when it has none to
     show."""
-    config = read_json(Path(run_dir, "config.json"))
-    rows = read_metrics(Path(run_dir, "metrics.jsonl"))
+    config_file = Path(run_dir, "config.json")
+    config, rows = read_json(config_file), read_metrics(Path(run_dir, "metrics.jsonl"))
     if not config:
         die(f"{run_dir}: no config.json (is it a run directory?)")
     names, k = [Path(f).stem for f in config.get("eval_data") or []], config.get("eval_k")
@@ -341,11 +332,8 @@ def read_run(run_dir: str) -> RunLog:
         for key in columns(names, k):
             if isinstance(row.get(key), bool) or not isinstance(row.get(key), (int, float)):
                 die(f"{run_dir}/metrics.jsonl: the evaluation of step {step} has no number {key}")
-    recorded = [(None, config.get("changes"))] + \
-        [(r.get("step"), r["changes"]) for r in rows if "changes" in r]
-    changes = [described(c, step) for step, value in recorded if value
-               for c in (value if isinstance(value, list) else [value])]
-    return RunLog(model_name(run_dir), config, evals, changes)
+    changes = [f"at step {c['step']}: {change_text(c)}" for c in recorded_changes(config, config_file)]
+    return RunLog(model_name(run_dir), settings_now(config, config_file), evals, changes)
 
 
 def shown(value) -> str:
@@ -452,7 +440,7 @@ def print_runs_table(cfg: EvalConfig, given: set[str]) -> None:
             "ignored")
     try:
         print(runs_table(cfg.runs))
-    except (CheckpointError, TokenizerError) as e:
+    except (CheckpointError, TokenizerError, ConfigError) as e:
         die(str(e))
 
 

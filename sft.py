@@ -70,7 +70,7 @@ from nanoatr.data import DataError, Problem, load_problems, load_solutions
 from nanoatr.evaluate import evaluate, fits
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.model.files import local_dir
-from nanoatr.runs import RunFolder, resumed_config, unique_name
+from nanoatr.runs import SFT_RESUME_RULES, RunFolder, resumed_config, unique_name
 from nanoatr.scoring import token_logprobs
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags,
                                load_tokenizer)
@@ -196,10 +196,10 @@ def check_lengths(cfg: SFTConfig, tok, sets: dict, positions: int, prompt_kw: di
 
 def main(argv=None):
     cfg, _, given = parse(SFTConfig, argv, __doc__)
-    folder = None
+    folder, change = None, {}
     try:
-        if cfg.resume:
-            cfg = resumed_config(cfg, given, fixed={})  # every flag takes effect from the resumed step on
+        if cfg.resume:  # the run's settings; a flag that may change is recorded (SFT_RESUME_RULES)
+            cfg, change = resumed_config(cfg, given, SFT_RESUME_RULES)
         check(cfg, given)
         model_dir = local_dir(cfg.model)  # a hub id: read from (or fetched into) its cache, as train.py does
         device = distributed.pick_device(cfg.device)
@@ -229,7 +229,7 @@ def main(argv=None):
             trainer.opt.load_state_dict(folder.state["optimizer"])
         steps = cfg.steps or math.ceil(cfg.epochs * len(examples) / cfg.batch_size)
         folder.open_log()
-        folder.write_config(cfg)
+        folder.write_config(cfg, change)
         folder.open_reporters(cfg)
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
             distributed.DeviceError) as e:

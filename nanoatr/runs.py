@@ -15,7 +15,11 @@ Guarantees:
 - RunLog writes each row with one os.write and an fsync; a failed write is cut back off.
   Opened on resume from step s, it cuts a torn last line and drops rows past s (they are redone),
   so every step appears once. read_metrics() skips unreadable lines with one warning per file.
-- resumed_config() gives the run's saved settings, refusing a flag the resume would ignore.
+- A resume never rewrites what a run was: every flag is in RESUME_RULES (train.py) or SFT_RESUME_RULES
+  (sft.py), refused (one line naming it, the saved value and why), recorded, or free. resumed_config()
+  gives the settings as the run last ran; config.json keeps those it started with and, under "changes",
+  each recorded change {"step": S, "<field>": {"from": a, "to": b}} at the checkpoint's step S it took
+  effect at (RunFolder.write_config).
 - --report-to (TensorBoard, Wandb) sends every number of each metrics row on, after the row is in
   metrics.jsonl, which stays the record: a destination that raises is warned about once and turned off.
 Every error a user can meet is one line: a CheckpointError naming the path, or a ConfigError naming the flag.
@@ -63,9 +67,22 @@ class RunFolder:
         """metrics.jsonl and samples.jsonl; resumed, without the rows past the checkpoint's step."""
         self.log = RunLog.open(self.path, resume_step=self.state["step"] if self.resuming else None)
 
-    def write_config(self, cfg):
-        """config.json: the settings that run (the config dataclass, resolved)."""
-        write_json_atomic(self.path / "config.json", dataclasses.asdict(cfg))
+    def write_config(self, cfg, change: dict | None = None):
+        """config.json: a new run's settings (the config dataclass, resolved). A resumed run's stay what it
+        started with; this resume's change (resumed_config), if any, is added to its "changes" at the
+        checkpoint's step. A change recorded past that step (a damaged newer checkpoint was skipped) took
+        effect at it in the steps redone, and says so."""
+        path = self.path / "config.json"
+        if not self.resuming:
+            write_json_atomic(path, dataclasses.asdict(cfg))
+            return
+        saved, step = json.loads(path.read_text()), self.state["step"]
+        earlier = recorded_changes(saved, path)
+        changes = [{**c, "step": min(c["step"], step)} for c in earlier]
+        if change:
+            changes.append({"step": step, **change})
+        if changes != earlier:
+            write_json_atomic(path, {**saved, "changes": changes})
 
     def open_reporters(self, cfg):
         """cfg.report_to's destinations, started with the run's settings (after write_config): every later
@@ -436,49 +453,156 @@ def resume_run(run_dir) -> RunLock:
 
 
 # ----------------------------------------------------------------------------
-# Resuming: the saved settings, and what a resume may not change
+# Resuming: what each flag given on --resume does, and the record of what changed
 
-# What train.py's resume cannot change, and why: it takes the folder from --resume, applies no preset or
-# task defaults, and loads the optimizer (its lr and weight decay) and the adapter (its shape) from the
-# checkpoint. A flag that is not here takes effect from the resumed step on (sft.py: every flag).
-FIXED_ON_RESUME = {
-    "preset": "a resumed run keeps the settings it was started with",
-    "name": "a resumed run stays in its folder", "out_dir": "a resumed run stays in its folder",
-    "task": "a run keeps its task's model, data and reward; start a new run for another task",
-    "reward": "a run keeps the rewards it trains on; start a new run for another",
-    "reward_weights": "a run keeps the rewards it trains on; start a new run for another",
-    "lr": "the checkpoint's optimizer state has its own",
-    "weight_decay": "the checkpoint's optimizer state has its own",
-    # Each optimizer step's learning rate is a function of its index in the run (train.learning_rate), so a
-    # resume follows the schedule exactly; changing it would log rates of two schedules. We refuse rather than
-    # record: under a schedule that spans the run (linear, cosine, --warmup-ratio) --steps may not change
-    # either, nor --minibatches / --epochs under any schedule (session.check_schedule_kept).
-    "lr_scheduler": "the learning rates so far followed the run's schedule, which the resumed steps go on "
-                    "with (a linear or cosine one also keeps --steps: it spans the run)",
-    "warmup_steps": "the learning rates so far followed the run's warmup, which the resumed steps go on with",
-    "warmup_ratio": "the learning rates so far followed the run's warmup, which the resumed steps go on with "
-                    "(a ratio also keeps --steps: it spans the run)",
-    "lora_rank": "the checkpoint holds full weights or an adapter of the run's rank",
-    "lora_alpha": "the checkpoint's adapter keeps its own",
-    "lora_targets": "the checkpoint's adapter keeps its own",
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """A flag a resume may not change (given with the run's own value it is no error), and why."""
+    why: str
+
+
+RECORDED = "recorded"  # takes effect from the resumed step on; config.json's "changes" says so
+FREE = "free"          # where or how the run computes, not what it trains: taken, not recorded
+
+WEIGHTS = Refused("the checkpoint holds the run's weights (full fine-tuning) or its adapter for that base "
+                  "model (LoRA); start a new run from another model")
+PROMPTS = Refused("it changes the prompts the policy is trained and evaluated on")
+EVALUATION = Refused("the run's evaluations are compared across its steps and with other runs (eval.py "
+                     "--runs) under one setting")
+METHOD = Refused("the run is one method of a comparison; start a new run for another")
+ROLLOUTS = Refused("it changes the rollouts the run trains on, part of its setting; start a new run")
+FOLDER = Refused("a resumed run stays in its folder")
+OPTIMIZER = Refused("the checkpoint's optimizer state has its own")
+ADAPTER = Refused("the checkpoint holds full weights or an adapter of the run's shape")
+REWARDS = Refused("a run keeps the rewards it trains on; start a new run for another")
+SCHEDULE = Refused("the learning rates so far followed the run's schedule, which the resumed steps go on with")
+
+# The fields of config.py's shared groups (PromptFlags, TrainingFlags, EvalFlags, RunFlags): train.py's and
+# sft.py's.
+SHARED_RESUME_RULES = {
+    "system_prompt": PROMPTS, "prompt_template": PROMPTS, "thinking": PROMPTS,
+    "micro_batch": RECORDED,  # the same gradient summed in other pieces (rounding): what fits a smaller GPU
+    "lr": OPTIMIZER, "weight_decay": OPTIMIZER,
+    "grad_clip": Refused("it changes the size of the run's updates, part of its setting"),
+    "lora_rank": ADAPTER, "lora_alpha": ADAPTER, "lora_targets": ADAPTER,
+    "dtype": Refused("the precision of the frozen weights and of the matmuls is part of what trained"),
+    "grad_checkpoint": FREE,  # the same activations, recomputed in backward
+    "eval_every": RECORDED,   # which steps are evaluated
+    "eval_k": EVALUATION, "eval_temperature": EVALUATION, "eval_top_p": EVALUATION,
+    "eval_max_new_tokens": EVALUATION, "eval_limit": EVALUATION,
+    "eval_batch_size": RECORDED,  # each batch has its own seed: other draws of the same distribution
+    "out_dir": FOLDER, "name": FOLDER,
+    "resume": FREE,  # the folder itself
+    "save_every": RECORDED,  # which checkpoints the folder holds
+    "seed": Refused("a seed names one run of its method (eval.py --runs pools one run per seed) and draws "
+                    "its prompt order"),
+    "device": FREE,  # where it computes; "auto" already differs from machine to machine
+    "report_to": FREE, "wandb_project": FREE,  # where the metrics are also sent; metrics.jsonl is the record
+}
+
+# train.py's TrainConfig: every field (tests/test_resume.py checks it). A new flag goes here: Refused("why")
+# when continuing with another value would make the run something it was not started as, RECORDED when that
+# is a legitimate experiment (the record says from which step), FREE when it does not change what is trained.
+RESUME_RULES = {
+    **SHARED_RESUME_RULES,
+    "preset": Refused("a resumed run keeps the settings it was started with"),
+    "task": Refused("a run keeps its task's model, data and reward; start a new run for another task"),
+    "model": WEIGHTS, "revision": WEIGHTS,
+    "data": Refused("the run's prompt order is drawn from its own training file"),
+    "eval_data": EVALUATION,
+    "clip": METHOD, "hparams": METHOD, "aggregation": METHOD, "std_normalize": METHOD, "beta": METHOD,
+    "minibatches": METHOD, "epochs": METHOD,  # optimizer steps per rollout batch: what makes clipping act
+    "prompts_per_step": ROLLOUTS, "group_size": ROLLOUTS, "max_new_tokens": ROLLOUTS, "temperature": ROLLOUTS,
+    "top_p": ROLLOUTS, "top_k": ROLLOUTS, "sampler": ROLLOUTS, "stop": ROLLOUTS, "dynamic_sampling": ROLLOUTS,
+    "rollout_batch": RECORDED,  # prompts sampled together: other draws of the same distribution, less memory
+    "steps": RECORDED,          # train further (or stop sooner)
+    "base_name": RECORDED,      # what the adapters saved from then on name as their base
+    "merge": FREE,              # one more output at the end
+    "compile": FREE,            # the same loss, compiled or eager
+    "keep_checkpoints": RECORDED,  # which checkpoints the folder holds
+    "threads": FREE,            # every metrics row logs its own
+    "reward": REWARDS, "reward_weights": REWARDS, "answer_field": REWARDS,
+    "overlong_buffer": REWARDS, "overlong_penalty": REWARDS,
+    "mask_truncated": METHOD,   # which completions give a gradient
+    # Each optimizer step's rate is a function of its index in the run (train.learning_rate): a resume follows
+    # the schedule exactly. A linear or cosine one (or a --warmup-ratio) also keeps --steps, and any schedule
+    # --minibatches and --epochs: the numbering of the optimizer steps (session.check_schedule_kept).
+    "lr_scheduler": SCHEDULE, "warmup_steps": SCHEDULE, "warmup_ratio": SCHEDULE,
+}
+
+# sft.py's SFTConfig: every field, as above.
+SFT_RESUME_RULES = {
+    **SHARED_RESUME_RULES,
+    "model": WEIGHTS,
+    "data": Refused("the run's batches are drawn from its own file"),
+    "eval_data": EVALUATION,
+    "max_len": Refused("it changes which examples are trained (and the evaluation's budget)"),
+    "skip_long": Refused("it changes which examples are trained"),
+    "batch_size": Refused("the run's data order is drawn per batch size"),
+    "warmup": Refused("it changes the run's learning-rate schedule"),
+    "epochs": RECORDED, "steps": RECORDED,  # train further (or stop sooner): each epoch has its own shuffle
 }
 
 
-def resumed_config(cfg, given: set, fixed: dict):
-    """The run's saved config (cfg.resume/config.json), with only the flags given now on top (e.g. --steps to
-    go further). A flag of `fixed` given with a value other than the run's is a ConfigError naming it, so that
-    config.json never records a setting that did not run."""
+def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
+    """(config, change): the run's settings as it last ran (cfg.resume/config.json with its recorded changes),
+    with the flags given now on top, and this resume's change, {field: {"from": a, "to": b}} for each RECORDED
+    flag given with a value other than the run's ({} when none). A Refused flag given with another value is a
+    ConfigError naming it, the saved value and why, so that config.json never records a setting that did not
+    run; so is a method hyper-parameter in `hparams` (train.py's --eps, --delta, ...; None: not given) other
+    than the run's. A field missing from `rules` is a KeyError: every field must be classified."""
     saved_file = Path(cfg.resume) / "config.json"
     if not saved_file.is_file():
         raise ConfigError(f"--resume {cfg.resume}: no config.json there, not a run directory")
     try:
-        run = type(cfg)(**json.loads(saved_file.read_text()))
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as e:
+        run = type(cfg)(**settings_now(json.loads(saved_file.read_text()), saved_file))
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as e:
         raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
-    changed = [f.name for f in dataclasses.fields(cfg)
-               if f.name in given and f.name in fixed and getattr(cfg, f.name) != getattr(run, f.name)]
-    if changed:
-        k = changed[0]
-        raise ConfigError(f"{flag(k)} would be ignored by --resume: {fixed[k]} ({saved_file} has "
-                          f'"{k}": {json.dumps(getattr(run, k))})')
-    return dataclasses.replace(run, **{k: getattr(cfg, k) for k in given})
+    names = [f.name for f in dataclasses.fields(cfg) if f.name in given]
+    differ = [k for k in names if getattr(cfg, k) != getattr(run, k)]
+    refused = [(as_given(k, getattr(cfg, k)), k) for k in differ if isinstance(rules[k], Refused)]
+    refused += [(as_given(k, v), "hparams") for k, v in sorted((hparams or {}).items())
+                if v is not None and (run.hparams or {}).get(k) != v]
+    if refused:
+        given_flag, k = refused[0]
+        raise ConfigError(f"{given_flag} cannot change on --resume ({saved_file} has \"{k}\": "
+                          f"{json.dumps(getattr(run, k))}): {rules[k].why}")
+    change = {k: {"from": getattr(run, k), "to": getattr(cfg, k)} for k in differ if rules[k] == RECORDED}
+    return dataclasses.replace(run, **{k: getattr(cfg, k) for k in names}), change
+
+
+def as_given(name: str, value) -> str:
+    """A flag as it is typed: --clip clip, --eval-data a.jsonl b.jsonl, --no-thinking, --eval-data (none)."""
+    if isinstance(value, bool):
+        return flag(name) if value else "--no-" + flag(name)[2:]
+    words = value if isinstance(value, list) else [value]
+    return " ".join([flag(name), *map(str, words)])
+
+
+def recorded_changes(saved: dict, where) -> list[dict]:
+    """config.json's "changes" ([] if none), checked: a list of {"step": S, field: {"from": a, "to": b}, ...};
+    anything else is a ConfigError naming the file `where`."""
+    changes = saved.get("changes", [])
+    if not isinstance(changes, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("step"), int) and
+            all(isinstance(v, dict) and v.keys() == {"from", "to"} for k, v in c.items() if k != "step")
+            for c in changes):
+        raise ConfigError(f'{where}: "changes" is not a list of '
+                          '{"step": S, "<flag>": {"from": A, "to": B}}')
+    return changes
+
+
+def settings_now(saved: dict, where) -> dict:
+    """A run's settings as it last ran: those config.json says it started with, each change applied."""
+    settings = {k: v for k, v in saved.items() if k != "changes"}
+    for change in recorded_changes(saved, where):
+        settings.update({k: v["to"] for k, v in change.items() if k != "step"})
+    return settings
+
+
+def change_text(change: dict, arrow: str = " -> ") -> str:
+    """'--steps 32 -> 64, --eval-every 0 -> 8': one recorded change's flags (without its step)."""
+    def shown(v):
+        return v if isinstance(v, str) else json.dumps(v)
+    return ", ".join(f"{flag(k)} {shown(v['from'])}{arrow}{shown(v['to'])}" for k, v in change.items()
+                     if k != "step")

@@ -34,7 +34,7 @@ from nanoatr.loss import AGGREGATIONS, effective_band
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
 from nanoatr.rewards import RewardError
-from nanoatr.runs import FIXED_ON_RESUME, RunFolder, resumed_config, unique_name
+from nanoatr.runs import RESUME_RULES, RunFolder, resumed_config, unique_name
 from nanoatr.tokenizer import TokenizerError
 
 
@@ -245,7 +245,7 @@ def check_schedule_kept(saved: TrainConfig, cfg: TrainConfig) -> None:
     """A resumed run keeps the learning rates it has followed: under a schedule, the numbering of its
     optimizer steps (--minibatches, --epochs) and, when the schedule spans the run, its length (--steps) stay
     as they were. saved: the run's config.json; cfg: the resumed config. (The schedule's own flags:
-    runs.FIXED_ON_RESUME.)"""
+    runs.RESUME_RULES.)"""
     if saved.lr_scheduler == "constant" and not saved.warmup:
         return
     names = ("steps", "minibatches", "epochs") if saved.schedule_spans_run else ("minibatches", "epochs")
@@ -296,13 +296,13 @@ class Session:
 
     def open(self):
         """Flags resolved, the run folder made or resumed and locked, the checkpoint to start from read."""
-        if self.cfg.resume:
-            cfg = resumed_config(self.cfg, self.given, FIXED_ON_RESUME)
-            check_schedule_kept(resumed_config(self.cfg, set(), FIXED_ON_RESUME), cfg)  # config.json's
-            extra = self.extra if "clip" in self.given else \
-                {**(cfg.hparams or {}), **{k: v for k, v in self.extra.items() if v is not None}}
+        if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
+            saved, _ = resumed_config(self.cfg, set(), RESUME_RULES)
+            cfg, self.change = resumed_config(self.cfg, self.given, RESUME_RULES, hparams=self.extra)
+            check_schedule_kept(saved, cfg)
+            extra = cfg.hparams or {}
         else:
-            cfg, extra = apply_preset(self.cfg, self.given), self.extra
+            cfg, extra, self.change = apply_preset(self.cfg, self.given), self.extra, {}
         self.d = d = distributed.setup(cfg.device)
         self.cfg = cfg = resolve(cfg, extra, d.world, self.given)
         # The run folder first, before minutes of loading: a used name, a second process on the same
@@ -329,11 +329,12 @@ class Session:
         self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
 
     def started(self, model, optimizer, tokenizer_files: dict):
-        """Setup is done: what the checkpoints save; the run's config.json written, its --report-to started.
-        model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is written)."""
+        """Setup is done: what the checkpoints save; the run's config.json written (resumed: this resume's
+        change added to its record), its --report-to started. model: our Qwen3, or under LoRA the PeftModel
+        around it (its adapter alone is written)."""
         self.model, self.optimizer, self.tokenizer_files = model, optimizer, tokenizer_files
         if self.d.main:
-            self.folder.write_config(self.cfg)
+            self.folder.write_config(self.cfg, self.change)
             self.folder.open_reporters(self.cfg)
 
     def steps(self, progress=None):

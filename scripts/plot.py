@@ -8,7 +8,8 @@ logged: with --dynamic-sampling the trained groups are picked for mixed rewards)
 (each a faint raw line under a trailing moving average), and (d) the evaluation Mean@k logged under
 `eval/mean@K` (else the first `eval/.../mean@K` key). A run directory holds metrics.jsonl (x axis
 `step`; rows missing a key or with a non-finite value are skipped for that panel) and config.json,
-whose `clip` names the method in the legend.
+whose `clip` names the method in the legend, with each change a resume recorded ("R (kl3; --steps
+32->64 at 32)"), and whose step is marked by a dotted vertical line in the run's colour.
 
 Figure 4: Mean@K and Pass@K against K (log2 axis), one line per eval.py output file and benchmark
 (one row per completion: benchmark, problem_id, sample, correct); K runs over 1, 2, 4, ... up to the
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
-from nanoatr.runs import read_metrics  # noqa: E402
+from nanoatr.runs import change_text, read_metrics, recorded_changes  # noqa: E402
 from nanoatr.evaluate import summarize, verdicts_by_problem  # noqa: E402
 
 TRAIN_PANELS = (("(a) return", "reward_mean"), ("(b) entropy", "entropy"), ("(c) completion length", "completion_len"))
@@ -44,6 +45,7 @@ class Line(NamedTuple):
     markers: bool = False           # dots on the points: evaluations are sparse
     style: str = "-"
     band: tuple[list[float], list[float]] | None = None  # (low, high) at each x, shaded: an interval over seeds
+    marks: tuple[float, ...] = ()   # steps where the run changed on a resume: dotted vertical lines
 
 
 class Panel(NamedTuple):
@@ -73,6 +75,9 @@ def draw(panels: list[Panel], out, xlabel: str, cols: int = 2, log2x: bool = Fal
             (art,) = ax.plot(line.xs, line.ys, line.style, color=line.color, label=line.label, linewidth=1.5,
                              marker="o" if line.markers else None, markersize=3)
             art.set_gid(f"{line.label}|{panel.metric}")
+            for x in line.marks:
+                ax.axvline(x, color=line.color, linestyle=":", linewidth=1,
+                           gid=f"{line.label}|{panel.metric}|change@{x:g}")
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel(xlabel)
         if log2x:
@@ -124,12 +129,13 @@ def _number(v: object) -> float | None:
 # ---------------------------------------------------------------------------
 # Figure 2: training curves of one or more runs
 
-def curve_panels(runs: list[tuple[str, str, list[dict]]], window: int, eval_key: str | None) -> list[Panel]:
-    """runs: (label, color, metrics rows). Lines sharing a label (seeds of one method) share a colour."""
+def curve_panels(runs: list[tuple], window: int, eval_key: str | None) -> list[Panel]:
+    """runs: (label, color, metrics rows, steps of changes on resume). Lines sharing a label (seeds of one
+    method) share a colour."""
     panels = []
     for title, key in (*TRAIN_PANELS, (f"(d) {eval_key or 'evaluation'}", eval_key)):
         lines = []
-        for label, color, rows in runs:
+        for label, color, rows, marks in runs:
             k = key
             if k == "reward_mean" and any("reward_mean_first_round" in r for r in rows):
                 k = "reward_mean_first_round"  # the policy's return, not that of the groups kept for training
@@ -138,26 +144,34 @@ def curve_panels(runs: list[tuple[str, str, list[dict]]], window: int, eval_key:
                 continue
             smooth = not k.startswith("eval/") and window > 1
             lines.append(Line(label, color, xs, moving_average(ys, window) if smooth else ys,
-                              ys if smooth else None, markers=not smooth))
+                              ys if smooth else None, markers=not smooth, marks=marks))
         panels.append(Panel(title, key or "eval", lines))
     return panels
 
 
 def plot_runs(run_dirs, out, window: int = 10, eval_key: str | None = None) -> Path:
     """Return, entropy, completion length and eval Mean@k of each run (Figure 2)."""
-    runs = [(run_label(Path(d)), COLORS[i % len(COLORS)], read_metrics(Path(d) / "metrics.jsonl"))
-            for i, d in enumerate(run_dirs)]
-    return draw(curve_panels(runs, window, eval_key or pick_eval_key([r for _, _, r in runs])), out, "step")
+    runs = [(*run_legend(Path(d)), read_metrics(Path(d) / "metrics.jsonl")) for d in run_dirs]
+    runs = [(label, COLORS[i % len(COLORS)], rows, marks) for i, (label, marks, rows) in enumerate(runs)]
+    eval_key = eval_key or pick_eval_key([rows for _, _, rows, _ in runs])
+    return draw(curve_panels(runs, window, eval_key), out, "step")
 
 
-def run_label(run_dir: Path) -> str:
-    """Legend text: the directory name, plus the clip method from config.json when there is one."""
+def run_legend(run_dir: Path) -> tuple[str, tuple[int, ...]]:
+    """(legend text, steps of its changes): the directory name, plus from config.json the clip method and
+    each change a resume recorded, "R (kl3; --steps 32->64 at 32)". An unreadable config.json: the name
+    alone; a malformed record of changes is an error (ValueError) rather than a legend that hides them."""
     name = run_dir.resolve().name
     try:
-        clip = json.loads((run_dir / "config.json").read_text()).get("clip")
+        config = json.loads((run_dir / "config.json").read_text())
+        clip = config.get("clip")
     except (OSError, ValueError, AttributeError):
-        clip = None
-    return f"{name} ({clip})" if clip and clip != name else name
+        return name, ()
+    changes = recorded_changes(config, run_dir / "config.json")
+    words = ([clip] if clip and clip != name else []) + \
+        [f"{change_text(c, '->')} at {c['step']}" for c in changes]
+    label = f"{name} ({'; '.join(words)})" if words else name
+    return label, tuple(dict.fromkeys(c["step"] for c in changes))
 
 
 def pick_eval_key(runs_rows: list[list[dict]]) -> str | None:

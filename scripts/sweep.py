@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
-from nanoatr.runs import read_metrics  # noqa: E402
+from nanoatr.runs import change_text, read_metrics, recorded_changes  # noqa: E402
 import torch  # noqa: E402
 from nanoatr import config  # noqa: E402
 from nanoatr.session import PRESETS, TrainConfig, hparam_flags  # noqa: E402
@@ -291,8 +291,8 @@ def result(run: Run, steps: int) -> dict | None:
     fractions (%) and the entropy (nats per completion token) over the last min(20, steps) steps."""
     if not finished(run, steps):
         return None
-    k = json.loads((run.dir / "config.json").read_text())["eval_k"]
-    rows = read_metrics(run.dir / "metrics.jsonl")
+    config = json.loads((run.dir / "config.json").read_text())
+    k, rows = config["eval_k"], read_metrics(run.dir / "metrics.jsonl")
     evals = {r["step"]: r for r in rows if f"eval/mean@{k}" in r}  # a resumed step keeps its last row
     train = list({r["step"]: r for r in rows if "clip_frac_low" in r}.values())  # resumed steps: last row
     end = [s for s in (steps - 1, steps) if s in evals]
@@ -305,7 +305,9 @@ def result(run: Run, steps: int) -> dict | None:
     entropy = [r["entropy"] for r in train[-min(ENTROPY_WINDOW, steps):] if "entropy" in r]
     res = {"method": run.method, "seed": run.seed, "k": k, "dir": str(run.dir), "end_steps": end, "splits": splits,
            "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high"),
-           "entropy_end": statistics.fmean(entropy) if entropy else math.nan}
+           "entropy_end": statistics.fmean(entropy) if entropy else math.nan,
+           "changes": [f"at step {c['step']}: {change_text(c)}"
+                       for c in recorded_changes(config, run.dir / "config.json")]}
     for prefix in ["", *(f"{split}/" for split in splits)]:
         for metric in ("mean", "pass"):
             key = f"eval/{prefix}{metric}@{k}"
@@ -374,7 +376,14 @@ def table(results: list[dict], methods: list[str], seeds: int, steps: int) -> st
         lines.append(f"| {m} | {hyperparameters(m)} | {len(rs)}{'' if len(rs) == seeds else f'/{seeds}'} | " +
                      " | ".join(pm([r[key] for r in rs]) for key, _ in cols) +
                      f" | {low + high:.2f} ({low:.2f} + {high:.2f}) | {entropy} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + changed_on_resume(done)
+
+
+def changed_on_resume(done: list[dict]) -> str:
+    """Under the table, the runs whose config.json records changes made on a resume (train.py --resume with
+    --steps, --eval-every, ...: nanoatr/runs.py RESUME_RULES), each change with its step; "" when none."""
+    lines = [f"- {Path(r['dir']).name}: {change}" for r in done for change in r.get("changes", [])]
+    return "\nChanged on resume (config.json's \"changes\"):\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 WARM_START = "warm-start"  # --compare kl3/warm-start: each run's end against its own step-0 evaluation

@@ -378,20 +378,24 @@ def test_two_runs_of_one_method_and_seed_are_refused(tmp_path, capsys):
 
 
 def test_changes_on_resume_and_unfinished_runs_are_in_the_notes(tmp_path, capsys):
-    a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 16: [(3.0, 4.0)]}, names=("amc23",))
+    """config.json's "changes" (nanoatr/runs.py) under the table; each run as it last ran: a, started with
+    --steps 10 and resumed to 20, is finished; b (20 steps) is not. Both ran 20 steps: one method, n = 2."""
+    a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 20: [(3.0, 4.0)]}, names=("amc23",))
     config = json.loads((tmp_path / "a/config.json").read_text())
-    config["changes"] = [{"step": 16, "steps": 40, "eval_every": 8}]
+    config.update(steps=10, changes=[{"step": 10, "steps": {"from": 10, "to": 20},
+                                      "eval_every": {"from": 0, "to": 8}}])
     (tmp_path / "a/config.json").write_text(json.dumps(config))
-    b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)], 20: [(5.0, 6.0)]}, names=("amc23",), seed=1)
-    with open(tmp_path / "b/metrics.jsonl", "a") as f:
-        f.write(json.dumps({"step": 10, "changes": ["--max-new-tokens 48 -> 64"]}) + "\n")
+    b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)], 16: [(5.0, 6.0)]}, names=("amc23",), seed=1)
     config = json.loads((tmp_path / "b/config.json").read_text())
-    (tmp_path / "b/config.json").write_text(json.dumps({**config, "steps": 30}))
+    config.update(steps=20, changes=[{"step": 10, "save_every": {"from": 50, "to": 5}}])
+    (tmp_path / "b/config.json").write_text(json.dumps(config))
     eval_cli.main(["--runs", a, b])
-    notes = capsys.readouterr().out.splitlines()
-    assert "a: changed on resume at step 16: steps 40, eval_every 8" in notes
-    assert "b: changed on resume at step 10: --max-new-tokens 48 -> 64" in notes
-    assert "b: last evaluation at step 20 of 30 (not finished)" in notes
+    printed = capsys.readouterr().out
+    assert table_rows(printed)["kl3 (delta=0.07) final"][0] == "2"
+    notes = printed.splitlines()
+    assert "a: changed on resume at step 10: --steps 10 -> 20, --eval-every 0 -> 8" in notes
+    assert "b: changed on resume at step 10: --save-every 50 -> 5" in notes
+    assert "b: last evaluation at step 16 of 20 (not finished)" in notes
     assert not any(line.startswith("a: last evaluation") for line in notes)
 
 

@@ -91,6 +91,24 @@ def test_eval_key_can_be_chosen(tmp_path):
                                                                           eval_key="eval/absent")))
 
 
+@draws
+def test_the_legend_shows_a_runs_changes_on_resume_and_each_panel_marks_their_step(tmp_path):
+    run = make_run(tmp_path, "R", "kl3")
+    config = json.loads((run / "config.json").read_text())
+    changes = [{"step": 16, "steps": {"from": 16, "to": 30}},
+               {"step": 20, "eval_every": {"from": 0, "to": 10}, "save_every": {"from": 50, "to": 5}}]
+    (run / "config.json").write_text(json.dumps({**config, "changes": changes}))
+    got = lines_of(plot_runs([run], tmp_path / "c.svg", window=1))
+    label = "R (kl3; --steps 16->30 at 16; --eval-every 0->10, --save-every 50->5 at 20)"
+    assert got[f"{label}|reward_mean"] == 30
+    for metric in ("reward_mean", "entropy", "completion_len", "eval/mean@8"):
+        assert {f"{label}|{metric}|change@16", f"{label}|{metric}|change@20"} <= got.keys()
+    (run / "config.json").write_text(json.dumps({**config, "changes": [{"step": 16, "steps": 30}]}))
+    with pytest.raises(SystemExit) as e:  # a record that cannot be read is one line, not a legend without it
+        main([str(run), "--out", str(tmp_path / "d.svg")])
+    assert str(e.value.code).startswith(f'error: {run / "config.json"}: "changes" is not a list')
+
+
 def test_series_sorts_steps_and_keeps_the_last_value_of_a_repeated_step():
     rows = [{"step": 2, "x": 1.0}, {"step": 1, "x": 5}, {"step": 2, "x": 3.0}, {"step": 3, "x": True}, {"step": 4}]
     assert series(rows, "x") == ([1.0, 2.0], [5.0, 3.0])

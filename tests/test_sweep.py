@@ -197,6 +197,21 @@ def test_report_reads_the_finished_runs_and_trains_nothing(tmp_path):
     assert not any(run.dir.exists() for run in runs if run.seed == 1) and not (tmp_path / "sweep.json").exists()
 
 
+def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
+    runs = sweep.plan(["clip", "kl3"], 1, tmp_path.resolve())
+    for run in runs:
+        fake_run(run, 3, mean=31.0)
+    config = json.loads((runs[1].dir / "config.json").read_text())
+    changes = [{"step": 2, "eval_every": {"from": 0, "to": 1}, "save_every": {"from": 50, "to": 1}}]
+    (runs[1].dir / "config.json").write_text(json.dumps({**config, "changes": changes}))
+    sweep.main(["--clip", "clip", "kl3", "--seeds", "1", "--steps", "3", "--out", str(tmp_path), "--report"])
+    table = (tmp_path / "table.md").read_text()
+    assert "\nChanged on resume (config.json's \"changes\"):\n- kl3-s0: at step 2: --eval-every 0 -> 1, " \
+           "--save-every 50 -> 1\n" in table
+    assert "clip-s0:" not in table
+    assert json.loads((tmp_path / "results.json").read_text())[0]["changes"] == []
+
+
 def test_without_matplotlib_the_last_line_names_the_table_alone(tmp_path, capsys, monkeypatch):
     for run in sweep.plan(["kl3"], 1, tmp_path.resolve()):
         fake_run(run, 3, mean=31.0)

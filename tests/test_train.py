@@ -69,41 +69,6 @@ def test_a_run_saving_every_n_steps_saves_at_its_multiples_and_its_end(tmp_path)
     assert sorted(json.loads(m.read_text())["step"] for m in manifests) == [2, 4, 5]
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A finished 1-step run."""
-    out = tmp_path_factory.mktemp("finished")
-    run(out, "--name", "r", "--steps", "1")
-    return out / "r"
-
-
-@pytest.mark.parametrize("args", [["--preset", "paper"], ["--name", "other"], ["--out-dir", "/x"],
-                                  ["--task", "countdown"], ["--lr", "0.5"], ["--weight-decay", "0.1"],
-                                  ["--lora-rank", "4"], ["--reward", "mine.py:f"], ["--reward-weights", "2"],
-                                  ["--lr-scheduler", "cosine"], ["--warmup-ratio", "0.5"]])
-def test_resume_refuses_a_flag_it_would_ignore(finished, capsys, args):
-    """The folder is --resume's, the settings config.json's, the optimizer's lr and the adapter's shape the
-    checkpoint's: such a flag is one line naming it, and nothing is trained or written."""
-    config, before = (finished / "config.json").read_bytes(), sorted(p.name for p in finished.iterdir())
-    with pytest.raises(SystemExit) as e:
-        train.main(["--resume", str(finished), "--steps", "2", *args])
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {args[0]} would be ignored by --resume: "), err
-    assert f"({finished / 'config.json'} has \"{args[0][2:].replace('-', '_')}\": " in err[0]
-    assert (finished / "config.json").read_bytes() == config
-    assert sorted(p.name for p in finished.iterdir()) == before
-
-
-def test_resume_takes_such_a_flag_at_the_runs_own_value(finished):
-    """The run's own value changes nothing, so it is no error; --steps is honoured (the run goes on)."""
-    train.main(["--resume", str(finished), "--steps", "2", "--name", "r", "--out-dir", str(finished.parent),
-                "--lr", "1e-4"])
-    rows = [json.loads(line) for line in (finished / "metrics.jsonl").open()]
-    assert [r["step"] for r in rows if "loss" in r] == [1, 2]
-    assert json.loads((finished / "config.json").read_text())["steps"] == 2
-
-
 def test_one_update_per_rollout_warns(tmp_path, capsys):
     run(tmp_path, "--name", "w", "--steps", "1", "--minibatches", "1")
     assert "the ratio is exactly 1" in capsys.readouterr().err

@@ -1,0 +1,294 @@
+"""A resume never rewrites what a run was (nanoatr/runs.py RESUME_RULES, SFT_RESUME_RULES): every flag of
+train.py and sft.py is classified, and each is run through the command's own argument path with --resume on
+a tiny finished run: a refused flag is one `error:` line naming it, the saved value and why, and leaves the
+folder byte for byte; a recorded one takes effect and config.json keeps the start, the change under
+"changes" at its step; a free one is taken and not recorded. Then what reads the record: eval.py --runs,
+scripts/plot.py's legend."""
+import dataclasses
+import json
+import random
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import eval as eval_cli
+import sft as sft_cli
+import train
+from nanoatr import loss, runs
+from nanoatr.config import parse
+from nanoatr.runs import FREE, RECORDED, RESUME_RULES, SFT_RESUME_RULES, Refused
+from nanoatr.session import TrainConfig, hparam_flags
+from test_train import FAST
+from tiny import make_default, make_model_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from plot import run_legend  # noqa: E402
+
+HOW = ("classify it in nanoatr/runs.py {table}: Refused(\"why\") when continuing with another value would "
+       "make the run something it was not started as, RECORDED when that is a legitimate experiment (the "
+       "record says from which step), FREE when it does not change what is trained; then give it a value "
+       "in tests/test_resume.py {values}")
+
+# A value other than the tiny runs' own, for every flag of train.py (--resume itself aside).
+TRAIN_VALUES = {
+    "system_prompt": ["--system-prompt", "Be brief."], "prompt_template": ["--prompt-template", "Q: {question}"],
+    "thinking": ["--no-thinking"], "micro_batch": ["--micro-batch", "4"], "lr": ["--lr", "0.5"],
+    "weight_decay": ["--weight-decay", "0.1"], "grad_clip": ["--grad-clip", "0.5"],
+    "lora_rank": ["--lora-rank", "4"], "lora_alpha": ["--lora-alpha", "3.0"], "lora_targets": ["--lora-targets",
+                                                                                              "q_proj"],
+    "dtype": ["--dtype", "bfloat16"], "grad_checkpoint": ["--grad-checkpoint"],
+    "eval_every": ["--eval-every", "1"], "eval_k": ["--eval-k", "3"], "eval_temperature": ["--eval-temperature",
+                                                                                            "0.5"],
+    "eval_top_p": ["--eval-top-p", "0.9"], "eval_max_new_tokens": ["--eval-max-new-tokens", "20"],
+    "eval_limit": ["--eval-limit", "3"], "eval_batch_size": ["--eval-batch-size", "3"],
+    "out_dir": ["--out-dir", "/x"], "name": ["--name", "other"], "save_every": ["--save-every", "7"],
+    "seed": ["--seed", "1"], "device": ["--device", "cpu"], "preset": ["--preset", "paper"],
+    "task": ["--task", "countdown"], "model": ["--model", "Qwen/Qwen3-1.7B"], "revision": ["--revision", "main"],
+    "data": ["--data", str(ROOT / "data/arith/val.jsonl")],
+    "eval_data": ["--eval-data", str(ROOT / "data/arith/val.jsonl")],
+    "clip": ["--clip", "clip"], "hparams": ["--delta", "0.1"], "aggregation": ["--aggregation",
+                                                                               "seq-mean-token-mean"],
+    "std_normalize": ["--std-normalize"], "beta": ["--beta", "0.01"], "minibatches": ["--minibatches", "4"],
+    "epochs": ["--epochs", "2"], "prompts_per_step": ["--prompts-per-step", "2"],
+    "group_size": ["--group-size", "2"], "max_new_tokens": ["--max-new-tokens", "30"],
+    "temperature": ["--temperature", "0.7"], "top_p": ["--top-p", "0.9"], "top_k": ["--top-k", "5"],
+    "sampler": ["--sampler", "multinomial"], "stop": ["--stop", "="], "dynamic_sampling": ["--dynamic-sampling",
+                                                                                           "1"],
+    "rollout_batch": ["--rollout-batch", "2"], "steps": ["--steps", "2"],
+    "base_name": ["--base-name", "Qwen/Qwen3-tiny"], "merge": ["--merge"], "compile": ["--compile"],
+    "keep_checkpoints": ["--keep-checkpoints", "3"], "threads": ["--threads", "1"],
+    "reward": ["--reward", "mine.py:f"], "reward_weights": ["--reward-weights", "2.0"],
+    "answer_field": ["--answer-field", "solution"], "overlong_buffer": ["--overlong-buffer", "4"],
+    "overlong_penalty": ["--overlong-penalty", "0.5"], "mask_truncated": ["--mask-truncated"],
+    "lr_scheduler": ["--lr-scheduler", "cosine"], "warmup_steps": ["--warmup-steps", "1"],
+    "warmup_ratio": ["--warmup-ratio", "0.5"], "report_to": ["--report-to", "tensorboard"],
+    "wandb_project": ["--report-to", "wandb", "--wandb-project", "p"],  # offline (the test sets WANDB_MODE)
+}
+LORA_ONLY = {"base_name", "merge"}  # train.py refuses them on a full fine-tuning run (no adapter)
+
+# The same for sft.py.
+SFT_VALUES = {
+    **{k: v for k, v in TRAIN_VALUES.items() if k in SFT_RESUME_RULES},
+    "data": ["--data", "OTHER"], "eval_data": ["--eval-data", "OTHER"],  # OTHER: the fixture's other file
+    "max_len": ["--max-len", "60"], "skip_long": ["--skip-long"], "batch_size": ["--batch-size", "4"],
+    "warmup": ["--warmup", "3"], "epochs": ["--epochs", "2.0"],
+}
+
+
+@pytest.mark.parametrize("config, table, rules, values", [
+    (TrainConfig, "RESUME_RULES", RESUME_RULES, TRAIN_VALUES),
+    (sft_cli.SFTConfig, "SFT_RESUME_RULES", SFT_RESUME_RULES, SFT_VALUES)])
+def test_every_flag_is_classified_and_has_a_test_value(config, table, rules, values):
+    fields = {f.name for f in dataclasses.fields(config)}
+    missing = sorted(fields - rules.keys())
+    assert not missing, f"{config.__name__}'s {missing} not classified for --resume: " + \
+        HOW.format(table=table, values="TRAIN_VALUES" if config is TrainConfig else "SFT_VALUES")
+    assert rules.keys() == fields, f"{table} classifies what {config.__name__} no longer has: " \
+                                   f"{sorted(rules.keys() - fields)}"
+    assert all(isinstance(r, Refused) or r in (RECORDED, FREE) for r in rules.values())
+    assert values.keys() == fields - {"resume"}, sorted(values.keys() ^ (fields - {"resume"}))
+
+
+# ----------------------------------------------------------------------------
+# train.py
+
+@pytest.fixture(scope="module")
+def train_runs(tmp_path_factory):
+    """Two finished 1-step runs, full fine-tuning and LoRA (rank 2); each test copies one."""
+    out = tmp_path_factory.mktemp("train-runs")
+    data = out / "train16.jsonl"  # 16 problems: start-up checks every prompt's length (4096: seconds)
+    data.write_text("".join((ROOT / "data/arith/train.jsonl").read_text().splitlines(keepends=True)[:16]))
+    fast = [*FAST, "--data", str(data), "--out-dir", str(out), "--steps", "1"]
+    train.main([*fast, "--name", "full"])
+    train.main([*fast, "--name", "lora", "--lora-rank", "2"])
+    return {"full": out / "full", "lora": out / "lora"}
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(run, tmp_path / run.name))
+
+
+def files(run: Path) -> dict:
+    return {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def refused_line(run: Path, field: str, argv: list[str], rules: dict) -> str:
+    """The one line a refused flag gives: the flag as given, the saved value and why."""
+    saved = json.loads((run / "config.json").read_text())[field]
+    return (f"error: {' '.join(argv)} cannot change on --resume ({run / 'config.json'} has \"{field}\": "
+            f"{json.dumps(saved)}): {rules[field].why}")
+
+
+def one_error(capsys, main, argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("kind", ["full", "lora"])
+@pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if isinstance(r, Refused)))
+def test_train_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, kind, train_runs, tmp_path,
+                                                                         capsys):
+    run = copy_of(train_runs[kind], tmp_path)
+    before = files(run)
+    argv = TRAIN_VALUES[field]
+    assert one_error(capsys, train.main, ["--resume", str(run), "--steps", "2", *argv]) == \
+        refused_line(run, field, argv, RESUME_RULES)
+    assert files(run) == before  # config.json, logs and checkpoints byte for byte
+
+
+def test_a_flag_at_the_runs_own_value_is_no_error_and_no_change(train_runs, tmp_path):
+    run = copy_of(train_runs["full"], tmp_path)
+    train.main(["--resume", str(run), "--steps", "2", "--name", "full", "--lr", "1e-4", "--clip", "kl3",
+                "--delta", "0.07", "--eval-every", "0", "--group-size", "4"])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2]
+    assert json.loads((run / "config.json").read_text())["changes"] == [{"step": 1, "steps": {"from": 1, "to": 2}}]
+
+
+def given_value(field: str, argv: list[str]):
+    return getattr(parse(TrainConfig, argv, extra=hparam_flags)[0], field)
+
+
+@pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if r == RECORDED))
+def test_train_records_the_change_and_config_json_keeps_the_start(field, train_runs, tmp_path):
+    run = copy_of(train_runs["lora" if field in LORA_ONLY else "full"], tmp_path)
+    start = json.loads((run / "config.json").read_text())
+    more = [] if field == "steps" else ["--steps", "2"]
+    train.main(["--resume", str(run), *more, *TRAIN_VALUES[field]])
+    config = json.loads((run / "config.json").read_text())
+    assert {k: v for k, v in config.items() if k != "changes"} == start
+    change = {"steps": {"from": 1, "to": 2},
+              field: {"from": start[field], "to": given_value(field, TRAIN_VALUES[field])}}
+    assert config["changes"] == [{"step": 1, **change}]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2]  # it trained on under the change
+
+
+@pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if r == FREE and k != "resume"))
+def test_train_takes_a_free_flag_without_a_record(field, train_runs, tmp_path, monkeypatch):
+    monkeypatch.setattr(loss, "_compiled_loss", lambda: loss._fused_loss)  # --compile: no minute of compiling
+    for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}.items():
+        monkeypatch.setenv(name, value)  # --report-to wandb: nothing leaves the machine
+    run = copy_of(train_runs["lora" if field in LORA_ONLY else "full"], tmp_path)
+    start = json.loads((run / "config.json").read_text())
+    train.main(["--resume", str(run), "--steps", "2", *TRAIN_VALUES[field]])
+    config = json.loads((run / "config.json").read_text())
+    assert config == {**start, "changes": [{"step": 1, "steps": {"from": 1, "to": 2}}]}
+    if field == "merge":
+        assert (run / "merged/model.safetensors").is_file()
+
+
+def test_resumes_add_up_and_one_that_changes_nothing_adds_nothing(train_runs, tmp_path, capsys):
+    """Two resumes with changes, then two without (a finished run; and one redoing a step from an older
+    checkpoint): the record holds the two, and what reads it says so."""
+    run = copy_of(train_runs["full"], tmp_path)
+    train.main(["--resume", str(run), "--steps", "2"])
+    train.main(["--resume", str(run), "--steps", "4", "--eval-every", "1", "--keep-checkpoints", "2"])
+    config = (run / "config.json").read_bytes()
+    assert json.loads(config)["changes"] == [
+        {"step": 1, "steps": {"from": 1, "to": 2}},
+        {"step": 2, "eval_every": {"from": 0, "to": 1}, "steps": {"from": 2, "to": 4}}]
+    with pytest.raises(SystemExit) as e:  # finished: nothing to do, nothing written
+        train.main(["--resume", str(run), "--eval-every", "1"])
+    assert e.value.code == 0 and (run / "config.json").read_bytes() == config
+    shutil.rmtree(run / "checkpoint")  # step 4's: the run goes on from step 2's, as it last ran
+    train.main(["--resume", str(run)])
+    assert (run / "config.json").read_bytes() == config
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
+    assert [r["step"] for r in rows if "eval/mean@2" in r] == [0, 1, 2, 3, 4]  # 3: --eval-every 1 from 2 on
+    capsys.readouterr()
+
+    eval_cli.main(["--runs", str(run)])
+    notes = capsys.readouterr().out.splitlines()
+    assert "full: changed on resume at step 1: --steps 1 -> 2" in notes
+    assert "full: changed on resume at step 2: --eval-every 0 -> 1, --steps 2 -> 4" in notes
+    assert not any("not finished" in line for line in notes)  # its --steps is 4 now, as it ran
+    assert run_legend(run) == ("full (kl3; --steps 1->2 at 1; --eval-every 0->1, --steps 2->4 at 2)", (1, 2))
+
+
+def test_a_change_recorded_past_the_checkpoint_is_restamped_at_it(tmp_path):
+    """A damaged newer checkpoint was skipped: the steps after the one resumed from are redone, with the
+    change, so the record says it took effect there."""
+    (tmp_path / "config.json").write_text(json.dumps({"steps": 4, "changes": [
+        {"step": 1, "steps": {"from": 2, "to": 3}}, {"step": 3, "steps": {"from": 3, "to": 4}}]}))
+    folder = runs.RunFolder(tmp_path, resuming=True)
+    folder.state = {"step": 3}
+    folder.write_config(None, {})
+    unchanged = (tmp_path / "config.json").read_bytes()
+    assert json.loads(unchanged)["changes"][1]["step"] == 3
+    folder.state = {"step": 2}
+    folder.write_config(None, {"eval_every": {"from": 0, "to": 1}})
+    assert json.loads((tmp_path / "config.json").read_text())["changes"] == [
+        {"step": 1, "steps": {"from": 2, "to": 3}}, {"step": 2, "steps": {"from": 3, "to": 4}},
+        {"step": 2, "eval_every": {"from": 0, "to": 1}}]
+
+
+@pytest.mark.parametrize("changes", [{"step": 1}, [{"steps": {"from": 1, "to": 2}}],
+                                     [{"step": 1, "steps": [1, 2]}]])
+def test_a_malformed_record_is_one_line(changes, train_runs, tmp_path, capsys):
+    run = copy_of(train_runs["full"], tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "changes": changes}))
+    for main in (train.main, eval_cli.main):
+        argv = ["--resume", str(run), "--steps", "2"] if main is train.main else ["--runs", str(run)]
+        assert one_error(capsys, main, argv) == f'error: {run / "config.json"}: "changes" is not a list of ' \
+            '{"step": S, "<flag>": {"from": A, "to": B}}'
+
+
+# ----------------------------------------------------------------------------
+# sft.py
+
+@pytest.fixture(scope="module")
+def sft_runs(tmp_path_factory):
+    """Two finished 1-step SFT runs of a random tiny model, full fine-tuning and LoRA (rank 2), and a
+    second data file."""
+    out = tmp_path_factory.mktemp("sft-runs")
+    rng = random.Random(0)
+    rows = [dict(zip(("problem", "answer", "solution"), make_default.make_problem(rng))) for _ in range(24)]
+    for name, part in (("sft.jsonl", rows[:16]), ("other.jsonl", rows[16:])):
+        (out / name).write_text("".join(json.dumps(r) + "\n" for r in part))
+    model = make_model_dir(out / "random", seed=1)
+    common = ["--model", str(model), "--data", str(out / "sft.jsonl"), "--eval-data", str(out / "sft.jsonl"),
+              "--eval-limit", "2", "--eval-k", "1", "--batch-size", "8", "--max-len", "64", "--steps", "1",
+              "--out-dir", str(out)]
+    sft_cli.main([*common, "--name", "full", "--lora-rank", "0"])
+    sft_cli.main([*common, "--name", "lora", "--lora-rank", "2"])
+    return {"full": out / "full", "lora": out / "lora", "other": str(out / "other.jsonl")}
+
+
+def sft_argv(field: str, sft_runs) -> list[str]:
+    return [sft_runs["other"] if word == "OTHER" else word for word in SFT_VALUES[field]]
+
+
+@pytest.mark.parametrize("kind", ["full", "lora"])
+@pytest.mark.parametrize("field", sorted(k for k, r in SFT_RESUME_RULES.items() if isinstance(r, Refused)))
+def test_sft_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, kind, sft_runs, tmp_path, capsys):
+    run = copy_of(sft_runs[kind], tmp_path)
+    before, argv = files(run), sft_argv(field, sft_runs)
+    assert one_error(capsys, sft_cli.main, ["--resume", str(run), "--steps", "2", *argv]) == \
+        refused_line(run, field, argv, SFT_RESUME_RULES)
+    assert files(run) == before
+
+
+@pytest.mark.parametrize("field", sorted(k for k, r in SFT_RESUME_RULES.items() if r in (RECORDED, FREE) and
+                                         k != "resume"))
+def test_sft_records_a_change_and_takes_a_free_flag_without_one(field, sft_runs, tmp_path):
+    run = copy_of(sft_runs["lora"], tmp_path)
+    start = json.loads((run / "config.json").read_text())
+    argv = sft_argv(field, sft_runs)
+    sft_cli.main(["--resume", str(run), *([] if field == "steps" else ["--steps", "2"]), *argv])
+    config = json.loads((run / "config.json").read_text())
+    assert {k: v for k, v in config.items() if k != "changes"} == start
+    change = {"steps": {"from": 1, "to": 2}}
+    if SFT_RESUME_RULES[field] == RECORDED:
+        change[field] = {"from": start[field], "to": getattr(parse(sft_cli.SFTConfig, argv)[0], field)}
+    assert config["changes"] == [{"step": 1, **change}]
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").open() if "loss" in line] == [1, 2]
