@@ -475,7 +475,7 @@ FOLDER = Refused("a resumed run stays in its folder")
 OPTIMIZER = Refused("the checkpoint's optimizer state has its own")
 ADAPTER = Refused("the checkpoint holds full weights or an adapter of the run's shape")
 REWARDS = Refused("a run keeps the rewards it trains on; start a new run for another")
-SCHEDULE = Refused("the learning rates so far followed the run's schedule, which the resumed steps go on with")
+SCHEDULE = Refused("the learning rates so far followed the run's schedule; the resumed steps go on with it")
 
 # The fields of config.py's shared groups (PromptFlags, TrainingFlags, EvalFlags, RunFlags): train.py's and
 # sft.py's.

@@ -135,9 +135,9 @@ def test_each_optimizer_step_runs_at_its_rate(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args, message", [
     (["--steps", "5"], "--steps 5 would change the learning-rate schedule the run has followed"),
-    (["--minibatches", "4"], "--minibatches 4 would change the learning-rate schedule"),
-    (["--lr-scheduler", "linear"], "--lr-scheduler would be ignored by --resume: the learning rates so far"),
-    (["--warmup-steps", "1"], "--warmup-steps would be ignored by --resume"),
+    (["--minibatches", "4"], "--minibatches 4 cannot change on --resume"),
+    (["--lr-scheduler", "linear"], "--lr-scheduler linear cannot change on --resume"),
+    (["--warmup-steps", "1"], "--warmup-steps 1 cannot change on --resume"),
 ])
 def test_a_resume_keeps_its_schedule(cosine_run, capsys, args, message):
     before = (cosine_run / "part/metrics.jsonl").read_bytes()
