@@ -321,7 +321,10 @@ TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
              "epsilon_high": "--eps-high", "scale_rewards": "--std-normalize", "loss_type": "--aggregation",
              "model_name_or_path": "--model", "output_dir": "--out-dir",
              "sapo_temperature_pos": "--tau-pos", "sapo_temperature_neg": "--tau-neg",
-             "lr_scheduler_type": "--lr-scheduler", "mask_truncated_completions": "--mask-truncated"}
+             "lr_scheduler_type": "--lr-scheduler", "mask_truncated_completions": "--mask-truncated",
+             "warmup_steps": "--warmup-steps", "warmup_ratio": "--warmup-ratio",
+             "weight_decay": "--weight-decay", "top_p": "--top-p", "top_k": "--top-k",
+             "reward_funcs": "--reward", "reward_weights": "--reward-weights", "report_to": "--report-to"}
 
 
 class Parser(argparse.ArgumentParser):
