@@ -311,8 +311,9 @@ def resolve_sampling(cfg: SamplingFlags, defaults: dict, source) -> str:
 # ----------------------------------------------------------------------------
 # Parsing
 
-# TRL's names (GRPOConfig, SFTConfig) for what our flags set: an unknown flag that is one of them is told
-# ours. Where the meaning differs, docs/real-scale.md's table says how (with verl's keys and the paper's).
+# TRL's names (GRPOConfig, SFTConfig, the `trl` scripts' flags) for what our flags set: an unknown flag that
+# is one of them is told ours. Where the meaning differs, docs/real-scale.md's table says how (with verl's
+# keys and the paper's).
 TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
              "steps_per_generation": "--minibatches", "per_device_train_batch_size": "--micro-batch",
              "max_completion_length": "--max-new-tokens", "learning_rate": "--lr",

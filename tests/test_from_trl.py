@@ -97,7 +97,7 @@ def runs(tmp_path_factory):
 
 def test_the_page_data_is_trls_conversational_format_with_the_gold_in_solution(runs):
     row = pq.read_table(runs.parent / "arith.parquet").slice(0, 1).to_pylist()[0]
-    first = json.loads((ROOT / "data/arith/train.jsonl").open().readline())
+    first = json.loads((ROOT / "data/arith/train.jsonl").read_text().splitlines()[0])
     assert row == {"prompt": [{"role": "user", "content": first["problem"]}], "solution": first["answer"]}
     assert f"one row: `{json.dumps(row)}`" in PAGE
 
