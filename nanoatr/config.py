@@ -311,8 +311,9 @@ def resolve_sampling(cfg: SamplingFlags, defaults: dict, source) -> str:
 # ----------------------------------------------------------------------------
 # Parsing
 
-# TRL's names (GRPOConfig, SFTConfig) for what our flags set: an unknown flag that is one of them is told
-# ours. Where the meaning differs, docs/real-scale.md's table says how (with verl's keys and the paper's).
+# TRL's names (GRPOConfig, SFTConfig, the `trl` scripts' flags) for what our flags set: an unknown flag that
+# is one of them is told ours. Where the meaning differs, docs/real-scale.md's table says how (with verl's
+# keys and the paper's).
 TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
              "steps_per_generation": "--minibatches", "per_device_train_batch_size": "--micro-batch",
              "max_completion_length": "--max-new-tokens", "learning_rate": "--lr",
@@ -321,7 +322,10 @@ TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
              "epsilon_high": "--eps-high", "scale_rewards": "--std-normalize", "loss_type": "--aggregation",
              "model_name_or_path": "--model", "output_dir": "--out-dir",
              "sapo_temperature_pos": "--tau-pos", "sapo_temperature_neg": "--tau-neg",
-             "lr_scheduler_type": "--lr-scheduler", "mask_truncated_completions": "--mask-truncated"}
+             "lr_scheduler_type": "--lr-scheduler", "mask_truncated_completions": "--mask-truncated",
+             "warmup_steps": "--warmup-steps", "warmup_ratio": "--warmup-ratio",
+             "weight_decay": "--weight-decay", "top_p": "--top-p", "top_k": "--top-k",
+             "reward_funcs": "--reward", "reward_weights": "--reward-weights", "report_to": "--report-to"}
 
 
 class Parser(argparse.ArgumentParser):

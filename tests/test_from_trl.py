@@ -1,0 +1,206 @@
+"""docs/from-trl.md, run: its data snippet, reward file and nanoatr command are taken from the page's code
+blocks (so the page cannot drift from the code) and run on the embedded tiny model, shortened to 4 steps.
+Shown: the user's rewards logged by name, the TensorBoard event file read back equal to metrics.jsonl (lr
+included), lr equal to transformers' get_cosine_schedule_with_warmup, a stopped run resumed to the
+uninterrupted run's lr, the TRL script's numbers mapped as the page's arithmetic says, and the page's error
+lines, each the one line a bad input gives (exit 2, no run folder).
+
+    python -m pytest tests/test_from_trl.py -q
+"""
+import ast
+import json
+import math
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import train
+from nanoatr.config import parse
+from nanoatr.session import TrainConfig, apply_preset, hparam_flags, resolve
+from test_knobs import transformers_rates
+from test_report import assert_same, events, metrics, scalars
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = (ROOT / "docs/from-trl.md").read_text()
+# The page's run is 100 rollout steps of 8 prompts; here 4, evaluated on 4 problems, a checkpoint every 2
+SHORT = ["--steps", "4", "--eval-every", "2", "--eval-limit", "4", "--eval-k", "2", "--save-every", "2",
+         "--no-compile"]
+
+
+def code_block(start: str) -> str:
+    """The page's one fenced code block whose text starts with `start`."""
+    found = [code for code in re.findall(r"```\w*\n(.*?)```", PAGE, flags=re.S) if code.startswith(start)]
+    assert len(found) == 1, f"docs/from-trl.md: {len(found)} code blocks start with {start!r}"
+    return found[0]
+
+
+def page_command() -> list[str]:
+    """The arguments of the page's `python train.py ...` command (its continuation lines joined)."""
+    command = code_block("python train.py ")
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[:2] == ["python", "train.py"]
+    return words[2:]
+
+
+def call_of(tree: ast.Module, name: str) -> ast.Call:
+    """The one call of `name`(...) in a script."""
+    (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == name]
+    return call
+
+
+def trl_config() -> tuple[dict, ast.Module]:
+    """The keyword arguments of the page's GRPOConfig(...) (literals), and the TRL script's syntax tree."""
+    tree = ast.parse(code_block("# train_trl.py"))
+    return {k.arg: ast.literal_eval(k.value) for k in call_of(tree, "GRPOConfig").keywords}, tree
+
+
+def page_folder(path: Path) -> Path:
+    """A folder laid out as the repo root is for the page: data/ (the tiny model and the task), the page's
+    parquet files made by its own snippet, and its reward file."""
+    path.mkdir()
+    (path / "data").symlink_to(ROOT / "data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(path)
+        exec(compile(code_block("# arith.parquet and arith-test.parquet"), "docs/from-trl.md", "exec"), {})
+    (path / "my_rewards.py").write_text(code_block("# my_rewards.py"))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def forget_the_reward_module():
+    """Each test imports the page's reward file afresh (as a new process would)."""
+    yield
+    sys.modules.pop("my_rewards", None)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The page's command (shortened), uninterrupted in runs/arith; and runs/part, a copy stopped after step
+    4 but before its checkpoint (checkpoint/ removed: step 2's is the newest left), then resumed."""
+    folder = page_folder(tmp_path_factory.mktemp("page") / "repo")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        train.main([*page_command(), *SHORT])
+        shutil.copytree("runs/arith", "runs/part")
+        shutil.rmtree("runs/part/checkpoint")
+        sys.modules.pop("my_rewards", None)
+        train.main(["--resume", "runs/part"])
+    sys.modules.pop("my_rewards", None)
+    return folder / "runs"
+
+
+def test_the_page_data_is_trls_conversational_format_with_the_gold_in_solution(runs):
+    row = pq.read_table(runs.parent / "arith.parquet").slice(0, 1).to_pylist()[0]
+    first = json.loads((ROOT / "data/arith/train.jsonl").read_text().splitlines()[0])
+    assert row == {"prompt": [{"role": "user", "content": first["problem"]}], "solution": first["answer"]}
+    assert f"one row: `{json.dumps(row)}`" in PAGE
+
+
+def test_the_page_run_logs_each_reward_by_name(runs):
+    """reward_mean is the weighted sum of reward/accuracy and reward/no_box, both from the page's file."""
+    config = json.loads((runs / "arith/config.json").read_text())
+    assert config["reward"] == ["my_rewards.py:accuracy", "my_rewards.py:no_box"]
+    w_accuracy, w_no_box = config["reward_weights"]
+    rows = [r for r in metrics(runs / "arith") if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for r in rows:
+        total = w_accuracy * r["reward/accuracy"] + w_no_box * r["reward/no_box"]
+        assert r["reward_mean"] == pytest.approx(total, abs=1e-6)
+    assert sum(r["reward/accuracy"] for r in rows) > 0  # some completions were right
+    assert "eval/arith-test/mean@2" in metrics(runs / "arith")[0]  # the evaluation before training
+    assert (config["answer_field"], config["lr_scheduler"], config["warmup_ratio"]) == \
+        ("solution", "cosine", 0.1)
+
+
+@pytest.mark.parametrize("name", ["arith", "part"])
+def test_the_event_file_holds_every_number_of_metrics_jsonl(runs, name):
+    """TensorBoard's reader, on the uninterrupted run and on the resumed one (its redone steps shown once)."""
+    rows = metrics(runs / name)
+    shown = scalars(events(runs / name))
+    assert_same(shown, rows)
+    assert [step for step, _ in shown["lr"]] == [1, 2, 3, 4]
+
+
+def test_lr_is_transformers_cosine_schedule_with_warmup(runs):
+    """4 steps x 2 minibatches = 8 optimizer steps, warmup ceil(0.1 x 8) = 1; a step logs its first
+    update's rate."""
+    cfg = TrainConfig(**{k: v for k, v in json.loads((runs / "arith/config.json").read_text()).items()
+                         if k in {"steps", "minibatches", "epochs", "lr", "lr_scheduler", "warmup_ratio"}})
+    assert (cfg.optimizer_steps, cfg.warmup) == (8, 1)
+    expected = transformers_rates("cosine", 1, 8, 1e-4)[::2]
+    assert [r["lr"] for r in metrics(runs / "arith") if "lr" in r] == expected
+
+
+def test_a_stopped_and_resumed_run_has_the_uninterrupted_runs_learning_rates(runs):
+    whole, part = metrics(runs / "arith"), metrics(runs / "part")
+    assert [r["step"] for r in part] == [r["step"] for r in whole] == [0, 1, 2, 2, 3, 4, 4]
+    assert [r.get("lr") for r in part] == [r.get("lr") for r in whole]
+    assert [r.get("loss") for r in part] == pytest.approx([r.get("loss") for r in whole], abs=1e-6)
+
+
+def test_the_trl_script_is_the_same_run_by_the_pages_arithmetic():
+    """Each GRPOConfig number against the page command's flag, as 'Counting batches' maps them (one process);
+    the reward functions, their weights and the data files are the same."""
+    trl, tree = trl_config()
+    argv = page_command()
+    cfg, extra, given = parse(TrainConfig, argv, "", hparam_flags)
+    cfg = resolve(apply_preset(cfg, given), extra)
+    k = trl["steps_per_generation"] // trl["gradient_accumulation_steps"] * trl["num_iterations"]
+    assert cfg.group_size == trl["num_generations"]
+    assert cfg.prompts_per_step == trl["per_device_train_batch_size"] * trl["steps_per_generation"] \
+        // trl["num_generations"]
+    assert cfg.micro_batch == trl["per_device_train_batch_size"]
+    assert cfg.minibatches == trl["steps_per_generation"] // trl["gradient_accumulation_steps"]
+    assert cfg.epochs == trl["num_iterations"]
+    assert (cfg.steps * k, cfg.eval_every * k, cfg.optimizer_steps) == (trl["max_steps"], trl["eval_steps"],
+                                                                         trl["max_steps"])
+    assert cfg.warmup == math.ceil(trl["max_steps"] * trl["warmup_steps"]) == 20  # TRL: below 1, a ratio
+    assert (cfg.lr, cfg.lr_scheduler, cfg.max_new_tokens) == (trl["learning_rate"], trl["lr_scheduler_type"],
+                                                              trl["max_completion_length"])
+    assert (cfg.aggregation, trl["loss_type"]) == ("dr-grpo", "dr_grpo")
+    assert (cfg.std_normalize, trl["scale_rewards"]) == (False, "none")
+    assert (cfg.beta, cfg.clip, cfg.hparams) == (trl["beta"], "clip", {"eps": trl["epsilon"]})
+    assert cfg.mask_truncated == trl["mask_truncated_completions"] is True
+    assert cfg.reward_weights == trl["reward_weights"] and cfg.report_to == [trl["report_to"]]
+    assert (cfg.dtype, cfg.grad_checkpoint, trl["bf16"], trl["gradient_checkpointing"]) == \
+        ("float32", False, False, False)
+    imported = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "my_rewards")
+    (funcs,) = [k.value.elts for k in call_of(tree, "GRPOTrainer").keywords if k.arg == "reward_funcs"]
+    funcs = [f.id for f in funcs]
+    assert [a.name for a in imported.names] == funcs == [spec.split(":")[1] for spec in cfg.reward]
+    files = [ast.literal_eval(k.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
+             for k in n.keywords if k.arg == "data_files"]
+    assert files == [cfg.data, *cfg.eval_data]
+
+
+def error_lines() -> dict[str, str]:
+    """The page's error block: {what is wrong (its comment): the error line under it}."""
+    lines = code_block("# --reward my_rewards.py:acuracy (a typo)").splitlines()
+    return {lines[i][2:]: lines[i + 1] for i in range(0, len(lines), 2)}
+
+
+@pytest.mark.parametrize("case", list(error_lines()))
+def test_each_bad_input_is_the_one_line_the_page_shows(tmp_path, capsys, monkeypatch, case):
+    folder = page_folder(tmp_path / "repo")
+    argv = page_command()
+    if "acuracy" in case:
+        argv[argv.index("my_rewards.py:accuracy")] = "my_rewards.py:acuracy"
+    elif "parquet" in case:  # the same rows, the gold in a column named answer
+        rows = pq.read_table(folder / "arith.parquet").to_pylist()
+        pq.write_table(pa.Table.from_pylist([{"prompt": r["prompt"], "answer": r["solution"]} for r in rows]),
+                       folder / "arith.parquet")
+    else:
+        assert case.startswith("--warmup-steps 20")
+        argv += ["--warmup-steps", "20"]
+    monkeypatch.chdir(folder)
+    with pytest.raises(SystemExit) as e:
+        train.main([*argv, *SHORT])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [error_lines()[case]]
+    assert not (folder / "runs/arith").exists()
