@@ -229,8 +229,8 @@ def main(argv=None):
             trainer.opt.load_state_dict(folder.state["optimizer"])
         steps = cfg.steps or math.ceil(cfg.epochs * len(examples) / cfg.batch_size)
         folder.open_log()
+        folder.open_reporters(cfg)  # first: one that cannot start leaves a resumed config.json as it was
         folder.write_config(cfg, change)
-        folder.open_reporters(cfg)
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
             distributed.DeviceError) as e:
         kept = folder.discard() if folder is not None else ""  # a new folder holding nothing is removed

@@ -85,8 +85,9 @@ class RunFolder:
             write_json_atomic(path, {**saved, "changes": changes})
 
     def open_reporters(self, cfg):
-        """cfg.report_to's destinations, started with the run's settings (after write_config): every later
-        metrics row goes to them too. One that cannot start is a ConfigError naming it (none is left open)."""
+        """cfg.report_to's destinations, started with the run's settings (before write_config, so that one
+        that cannot start records no change): every later metrics row goes to them too. One that cannot start
+        is a ConfigError naming it (none is left open)."""
         config, resume_step = dataclasses.asdict(cfg), self.state["step"] if self.resuming else None
         opened = []
         for name in cfg.report_to:

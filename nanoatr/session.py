@@ -329,13 +329,14 @@ class Session:
         self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
 
     def started(self, model, optimizer, tokenizer_files: dict):
-        """Setup is done: what the checkpoints save; the run's config.json written (resumed: this resume's
-        change added to its record), its --report-to started. model: our Qwen3, or under LoRA the PeftModel
-        around it (its adapter alone is written)."""
+        """Setup is done: what the checkpoints save; the run's --report-to started, then its config.json
+        written (resumed: this resume's change added to its record; a destination that cannot start leaves
+        it as it was). model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is
+        written)."""
         self.model, self.optimizer, self.tokenizer_files = model, optimizer, tokenizer_files
         if self.d.main:
-            self.folder.write_config(self.cfg, self.change)
             self.folder.open_reporters(self.cfg)
+            self.folder.write_config(self.cfg, self.change)
 
     def steps(self, progress=None):
         """The steps from the checkpoint's to --steps, under a progress bar (`progress(row)`: its fields).

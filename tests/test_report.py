@@ -228,6 +228,29 @@ def test_a_destination_that_cannot_start_is_one_line_and_leaves_no_folder(tmp_pa
     assert not (tmp_path / "n").exists()  # tensorboard/, opened first, went with the folder
 
 
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_a_destination_that_cannot_start_on_resume_leaves_the_run_as_it_was(tmp_path, capsys, command):
+    """config.json records a resume's change only once the resume has started: a --report-to that cannot
+    start (here a file where its folder goes) is one line, and no byte of the run changes."""
+    if command == "train":
+        train_run(tmp_path, "r", "--steps", "1")
+        main = train.main
+    else:
+        test_sft_reports_too(tmp_path)  # a 2-step sft run "s", reporting to tensorboard
+        shutil.rmtree(tmp_path / "s/tensorboard")
+        main = sft.main
+    run = tmp_path / ("r" if command == "train" else "s")
+    (run / "tensorboard").write_text("in the way")
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    capsys.readouterr()  # the first run's output
+    with pytest.raises(SystemExit) as e:
+        main(["--resume", str(run), "--steps", "3", "--report-to", "tensorboard"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --report-to tensorboard could not start"), err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
 def test_a_destination_failing_mid_run_is_warned_once_and_the_run_completes(tmp_path, capsys, monkeypatch):
     log = runs.TensorBoard.log
 
