@@ -88,12 +88,12 @@ class RunFolder:
         """cfg.report_to's destinations, started with the run's settings (before write_config, so that one
         that cannot start records no change): every later metrics row goes to them too. One that cannot start
         is a ConfigError naming it (none is left open)."""
-        config, resume_step = dataclasses.asdict(cfg), self.state["step"] if self.resuming else None
+        config = dataclasses.asdict(cfg)
         opened = []
         for name in cfg.report_to:
             try:
                 if name == "tensorboard":
-                    opened.append(TensorBoard(self.path, config, resume_step))
+                    opened.append(TensorBoard(self.path, config))
                 elif name == "wandb":
                     opened.append(Wandb(self.path, config, cfg.wandb_project))
             except Exception as e:  # an optional package: whatever it raises is its own
@@ -165,8 +165,8 @@ class RunLog:
             self._report(reporter, [row])
 
     def send_to(self, reporters: list):
-        """Each row written from now on also goes to `reporters`; one new to the run (reporter.new) first gets
-        the rows already logged, so that one added on --resume shows the run from its start."""
+        """Each row written from now on also goes to `reporters`; one that is `new` first gets the rows
+        already logged, so that one added on --resume shows the run from its start."""
         self.reporters = list(reporters)
         for reporter in list(self.reporters):
             if reporter.new:
@@ -232,26 +232,28 @@ class RunLog:
 
 # ----------------------------------------------------------------------------
 # --report-to: each metrics row also sent to TensorBoard or Weights & Biases. A reporter has `name`, `new`
-# (nothing of this run there yet), log(step, numbers) and close().
+# (it is to get the rows already logged: TensorBoard always, wandb when the run is new to it),
+# log(step, numbers) and close().
 
 class TensorBoard:
     """--report-to tensorboard: event files in <run>/tensorboard/ (`tensorboard --logdir runs` shows every
     run), each number of a row a scalar under its metrics.jsonl name, the settings a text entry "config".
 
-    Resumed from step s, the writer marks step s + 1 as a restart (purge_step): readers drop the events that
-    the stopped process wrote past the checkpoint, whose rows are redone, so each step shows once. Every row
-    is flushed at once, so a crash loses none that metrics.jsonl holds."""
+    Every start sends metrics.jsonl whole (`new`), its writer marking step 0 as a (re)start (purge_step):
+    TensorBoard drops every event of the earlier processes (it takes the first start mark of a folder as
+    its beginning, each later one as a restart) and shows the run as metrics.jsonl has it: each step once
+    (the rows redone past the checkpoint too), and none missing (the steps of a resume under --report-to
+    none too). Every row is flushed at once, so a crash loses none that metrics.jsonl holds."""
     FOLDER = "tensorboard"
     name = "tensorboard"
+    new = True
 
-    def __init__(self, run_dir: Path, config: dict, resume_step: int | None):
+    def __init__(self, run_dir: Path, config: dict):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
         folder = run_dir / self.FOLDER
-        self.new = not folder.is_dir()
-        first = 0 if self.new else resume_step + 1  # a resumed run's own folder exists; a new run's does not
-        self.writer = SummaryWriter(folder, purge_step=None if self.new else first)
+        self.writer = SummaryWriter(folder, purge_step=0)
         text = json.dumps(config, indent=2)  # indented 4: a code block in TensorBoard's markdown
-        self.writer.add_text("config", "    " + text.replace("\n", "\n    "), first)
+        self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)
 
     def log(self, step: int, values: dict):
         for key, value in values.items():
