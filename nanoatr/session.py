@@ -15,6 +15,7 @@ itself (lock, logs, what a resume may change) is nanoatr/runs.py's, the checkpoi
 """
 import dataclasses
 import math
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -301,8 +302,9 @@ class Session:
             cfg, self.change = resumed_config(self.cfg, self.given, RESUME_RULES, hparams=self.extra)
             check_schedule_kept(saved, cfg)
             extra = cfg.hparams or {}
-        else:
-            cfg, extra, self.change = apply_preset(self.cfg, self.given), self.extra, {}
+        else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
+            cfg = dataclasses.replace(apply_preset(self.cfg, self.given), workdir=os.getcwd())
+            extra, self.change = self.extra, {}
         self.d = d = distributed.setup(cfg.device)
         self.cfg = cfg = resolve(cfg, extra, d.world, self.given)
         # The run folder first, before minutes of loading: a used name, a second process on the same

@@ -389,6 +389,25 @@ def test_eval_py_counts_a_completion_correct_when_the_weighted_total_is_positive
     assert e.value.code == 2 and f"--reward ['{path}:even'] (now [])" in capsys.readouterr().err
 
 
+def test_eval_py_resumes_with_its_reward_file_however_spelled_and_from_anywhere(write, tmp_path, monkeypatch):
+    """The settings line holds a --reward's FILE.py as an absolute path: --resume takes ./r.py:f, r.py:f and
+    /abs/r.py:f for one another, and from another directory too."""
+    write("user_reward_where.py", """
+        def even(completions, **kwargs):
+            return [float(len(c) % 2 == 0) for c in completions]
+        """)
+    out = tmp_path / "eval.jsonl"
+    common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--k", "1", "--out", str(out)]
+    monkeypatch.chdir(tmp_path)
+    eval_cli.main([*common, "--limit", "2", "--reward", "user_reward_where.py:even"])
+    settings = json.loads(out.read_text().splitlines()[0])["settings"]
+    assert settings["reward"] == [f"{tmp_path}/user_reward_where.py:even"]
+    eval_cli.main([*common, "--limit", "3", "--reward", "./user_reward_where.py:even", "--resume"])
+    monkeypatch.chdir(ROOT)
+    eval_cli.main([*common, "--limit", "4", "--reward", f"{tmp_path}/user_reward_where.py:even", "--resume"])
+    assert len(out.read_text().splitlines()) == 1 + 4
+
+
 def test_eval_py_with_a_failing_reward_is_one_line_and_keeps_what_was_sampled(write, tmp_path, capsys):
     path = write("user_reward_nan.py", """
         def nan(completions, **kwargs):
