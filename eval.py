@@ -34,6 +34,7 @@ import nanoatr
 
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
 
+import dataclasses
 import functools
 import json
 import math
@@ -295,7 +296,7 @@ SHOWN = ("eval_k", "eval_temperature", "eval_top_p", "eval_top_k", "eval_max_new
 # always in the label) that differs between the runs of a table is named in their labels.
 BOOKKEEPING = ("name", "out_dir", "resume", "device", "threads", "save_every", "keep_checkpoints",
                "eval_every", "eval_batch_size", "compile", "grad_checkpoint", "merge", "base_name", "preset",
-               "workdir")
+               "report_to", "wandb_project", "workdir")
 
 
 class RunLog(NamedTuple):
@@ -337,7 +338,18 @@ def read_run(run_dir: str) -> RunLog:
             if isinstance(row.get(key), bool) or not isinstance(row.get(key), (int, float)):
                 die(f"{run_dir}/metrics.jsonl: the evaluation of step {step} has no number {key}")
     changes = [f"at step {c['step']}: {change_text(c)}" for c in recorded_changes(config, config_file)]
-    return RunLog(model_name(run_dir), settings_now(config, config_file), evals, changes)
+    return RunLog(model_name(run_dir), {**defaults(config), **settings_now(config, config_file)}, evals,
+                  changes)
+
+
+def defaults(config: dict) -> dict:
+    """The default of every flag of the command that wrote `config` (train.py's runs have a clip method,
+    sft.py's do not): a run from before a flag existed ran with its default, and is one method with the runs
+    that give it."""
+    import sft  # the commands' flags, imported for --runs only
+    from nanoatr.session import TrainConfig
+    fields = dataclasses.fields(TrainConfig if "clip" in config else sft.SFTConfig)
+    return {f.name: f.default_factory() if callable(f.default_factory) else f.default for f in fields}
 
 
 def shown(value) -> str:
