@@ -6,7 +6,7 @@ reward_funcs), so one written for TRL runs here unchanged:
 
 It is called once per batch, with keyword arguments that are lists of one entry per completion:
   prompts         the problem's prompt as its file gives it: the text, or (a conversational row, whose prompt
-                  is a list of chat messages) that list of messages
+                  is a list of chat messages) that list of messages (a content of text parts as its text)
   completions     the completion's text; for a conversational row [{"role": "assistant", "content": text}]
   completion_ids  its token ids (the EOS included, when it ended on one)
   answer          the problem's gold answer as the loader read it, a string (an `answer` column, DAPO's
