@@ -113,7 +113,8 @@ def test_resume_refuses_another_adapter_shape(lora_runs, capsys, args):
         train.main(["--resume", str(part), "--steps", "4", *args])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {args[0]} ") and " cannot change on --resume (" in err[0]
+    assert len(err) == 1 and err[0].startswith(f"error: {args[0]} ")
+    assert " cannot change on --resume (" in err[0]
     assert err[0].endswith("): the checkpoint holds full weights or an adapter of the run's shape")
     assert (part / "config.json").read_bytes() == config and max(step_rows(part)) == 3
 
