@@ -34,6 +34,7 @@ import nanoatr
 
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
 
+import dataclasses
 import functools
 import json
 import math
@@ -56,7 +57,7 @@ from nanoatr.data import TASKS, DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
 from nanoatr.rewards import RewardError, from_flags
-from nanoatr.runs import change_text, read_metrics, recorded_changes, settings_now
+from nanoatr.runs import change_text, paths, read_metrics, real_path, recorded_changes, settings_now
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
                                load_tokenizer, read_json)
 
@@ -157,18 +158,21 @@ SETTINGS = ("model", "adapter", "checkpoint_step", "temperature", "top_p", "top_
 
 
 def settings(cfg: EvalConfig, dirs) -> dict:
-    """The output file's first line: the model (absolute paths, a run checkpoint's step) and the sampling
-    settings as used (generation_config.json's values filled in)."""
+    """The output file's first line: the model (absolute paths, a run checkpoint's step; a --reward's
+    FILE.py too) and the sampling settings as used (generation_config.json's values filled in)."""
     step = read_json(Path(dirs.adapter or dirs.base, "manifest.json")).get("step")
     return {"model": str(dirs.base.resolve()),
             "adapter": str(dirs.adapter.resolve()) if dirs.adapter else None,
-            "checkpoint_step": step, **{k: getattr(cfg, k) for k in SETTINGS[3:]}}
+            "checkpoint_step": step, **{k: getattr(cfg, k) for k in SETTINGS[3:]},
+            "reward": paths("reward", cfg.reward, real_path)}
 
 
 def differences(saved: dict, now: dict) -> list[str]:
-    """The flags whose values differ between a file's settings and this run's, as 'FLAG A (now B)'."""
+    """The flags whose values differ between a file's settings and this run's, as 'FLAG A (now B)'; a
+    --reward FILE.py naming the same file is no difference (./r.py:f, r.py:f, /abs/r.py:f)."""
     names = {"checkpoint_step": "--model (its checkpoint's step)"}
     saved = {"task": "math", "reward": [], "reward_weights": [], **saved}  # files from before those flags
+    saved["reward"] = paths("reward", saved["reward"], real_path)  # a file's from before it was absolute
     return [f"{names.get(k, flag(k))} {saved.get(k)!r} (now {now[k]!r})"
             for k in SETTINGS if saved.get(k) != now[k]]
 
@@ -291,7 +295,8 @@ SHOWN = ("eval_k", "eval_temperature", "eval_top_p", "eval_top_k", "eval_max_new
 # differing only in these and their seed are one method. Every other field (besides clip and its hparams,
 # always in the label) that differs between the runs of a table is named in their labels.
 BOOKKEEPING = ("name", "out_dir", "resume", "device", "threads", "save_every", "keep_checkpoints",
-               "eval_every", "eval_batch_size", "compile", "grad_checkpoint", "merge", "base_name", "preset")
+               "eval_every", "eval_batch_size", "compile", "grad_checkpoint", "merge", "base_name", "preset",
+               "report_to", "wandb_project", "workdir")
 
 
 class RunLog(NamedTuple):
@@ -333,7 +338,18 @@ def read_run(run_dir: str) -> RunLog:
             if isinstance(row.get(key), bool) or not isinstance(row.get(key), (int, float)):
                 die(f"{run_dir}/metrics.jsonl: the evaluation of step {step} has no number {key}")
     changes = [f"at step {c['step']}: {change_text(c)}" for c in recorded_changes(config, config_file)]
-    return RunLog(model_name(run_dir), settings_now(config, config_file), evals, changes)
+    return RunLog(model_name(run_dir), {**defaults(config), **settings_now(config, config_file)}, evals,
+                  changes)
+
+
+def defaults(config: dict) -> dict:
+    """The default of every flag of the command that wrote `config` (train.py's runs have a clip method,
+    sft.py's do not): a run from before a flag existed ran with its default, and is one method with the runs
+    that give it."""
+    import sft  # the commands' flags, imported for --runs only
+    from nanoatr.session import TrainConfig
+    fields = dataclasses.fields(TrainConfig if "clip" in config else sft.SFTConfig)
+    return {f.name: f.default_factory() if callable(f.default_factory) else f.default for f in fields}
 
 
 def shown(value) -> str:

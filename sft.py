@@ -49,8 +49,10 @@ were built with, bit for bit), else scoring.token_logprobs chunk by chunk: at Qw
 """
 
 import contextlib
+import dataclasses
 import functools
 import math
+import os
 import random
 import shutil
 import signal
@@ -200,6 +202,8 @@ def main(argv=None):
     try:
         if cfg.resume:  # the run's settings; a flag that may change is recorded (SFT_RESUME_RULES)
             cfg, change = resumed_config(cfg, given, SFT_RESUME_RULES)
+        else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
+            cfg = dataclasses.replace(cfg, workdir=os.getcwd())
         check(cfg, given)
         model_dir = local_dir(cfg.model)  # a hub id: read from (or fetched into) its cache, as train.py does
         device = distributed.pick_device(cfg.device)
@@ -229,8 +233,8 @@ def main(argv=None):
             trainer.opt.load_state_dict(folder.state["optimizer"])
         steps = cfg.steps or math.ceil(cfg.epochs * len(examples) / cfg.batch_size)
         folder.open_log()
+        folder.open_reporters(cfg)  # first: one that cannot start leaves a resumed config.json as it was
         folder.write_config(cfg, change)
-        folder.open_reporters(cfg)
     except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
             distributed.DeviceError) as e:
         kept = folder.discard() if folder is not None else ""  # a new folder holding nothing is removed

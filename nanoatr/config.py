@@ -229,6 +229,9 @@ class RunFlags:
                                choices=["none", *REPORTERS])
     wandb_project: str = arg("nanoatr", "the wandb project of --report-to wandb (the wandb run is named "
                              "after the run folder)", RUN)
+    workdir: str = arg("", "the directory the run was started in, which the relative paths of its "
+                       "settings are relative to (runs.from_start); empty in a run from before it was "
+                       "recorded", cli=False)
 
 
 LORA_ONLY = ("lora_alpha", "lora_targets")  # train.py's --merge and --base-name have their own messages

@@ -11,6 +11,7 @@ The prompt is told from each row's columns:
 - ``prompt`` (TRL's formats, DAPO-Math-17k, verl): text (TRL's "standard" format) or a list of chat
   messages {role, content} (TRL's "conversational" format, DAPO). A chat is kept whole in
   ``Problem.messages`` (the chat template renders it) and ``Problem.question`` is its last user message.
+  A content given as a list of text parts ([{"type": "text", "text": ...}]) becomes their texts joined.
 - else ``problem`` (or ``question``; AIME / AMC style): the text.
 
 The gold answer is the column ``answer_field`` names (train.py's and eval.py's --answer-field), a dotted
@@ -348,17 +349,29 @@ def _prompt(row: dict, where: str) -> tuple[str, list[dict] | None, tuple[str, .
 
 
 def _chat(prompt: object, where: str) -> tuple[str, list[dict]]:
-    """The last user message and the whole chat, LaTeX escapes repaired in both."""
+    """The last user message and the whole chat, each content as text (_content), LaTeX escapes repaired
+    in both."""
     ok = isinstance(prompt, list) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        isinstance(m, dict) and isinstance(m.get("role"), str) and _content(m.get("content")) is not None
         for m in prompt
     )
-    users = [m["content"] for m in prompt if m["role"] == "user"] if ok else []
+    messages = [{**m, "content": repair_latex_escapes(_content(m["content"]))} for m in prompt] if ok else []
+    users = [m["content"] for m in messages if m["role"] == "user"]
     if not users:
         raise DataError(f"{where}: 'prompt' must be text or a list of chat messages with text 'role' and "
                         f"'content', one of them from the user; found {prompt!r:.60}")
-    messages = [{**m, "content": repair_latex_escapes(m["content"])} for m in prompt]
     return _text(users[-1], where, "prompt"), messages
+
+
+def _content(content: object) -> str | None:
+    """A message's content as text: text as is, a list of parts [{"type": "text", "text": ...}, ...] (TRL's
+    and transformers' multimodal shape) as its texts joined, as a chat template renders them; None for
+    anything else (an image part, say), which a text model cannot be given."""
+    if isinstance(content, str):
+        return content
+    parts = isinstance(content, list) and content and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content)
+    return "".join(p["text"] for p in content) if parts else None
 
 
 def _gold(row: dict, where: str, answer_field: str | None, need_answer: bool) -> str | None:

@@ -343,9 +343,11 @@ def effective_band(method: str, hp: tuple) -> tuple[float, float] | None:
 def merge_stats(stats: list[dict]) -> dict:
     """Token-weighted means over micro-batches; min/max where the name says so. A step with no token trained
     (--mask-truncated cut them all) weighs its micro-batches alike: their values are those of no token (no
-    cut, ratios 1), not 0."""
+    cut, ratios 1), not 0; its ratio_min and ratio_max are 1 too, not the +inf / -inf of an empty min / max,
+    which metrics.jsonl would hold as Infinity, no JSON number."""
     tokens = [s["_tokens"] for s in stats]
-    tokens = tokens if sum(tokens) else [1.0] * len(stats)
+    trained = sum(tokens) > 0
+    tokens = tokens if trained else [1.0] * len(stats)
     out = {}
     for k in stats[0]:
         if k == "_tokens":
@@ -353,6 +355,8 @@ def merge_stats(stats: list[dict]) -> dict:
         values = [s[k] for s in stats]
         out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else \
             sum(v * n for v, n in zip(values, tokens)) / sum(tokens)
+    if not trained:
+        out |= {k: 1.0 for k in ("ratio_min", "ratio_max") if k in out}
     return out
 
 

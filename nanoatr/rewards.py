@@ -6,15 +6,16 @@ reward_funcs), so one written for TRL runs here unchanged:
 
 It is called once per batch, with keyword arguments that are lists of one entry per completion:
   prompts         the problem's prompt as its file gives it: the text, or (a conversational row, whose prompt
-                  is a list of chat messages) that list of messages
+                  is a list of chat messages) that list of messages (a content of text parts as its text)
   completions     the completion's text; for a conversational row [{"role": "assistant", "content": text}]
   completion_ids  its token ids (the EOS included, when it ended on one)
   answer          the problem's gold answer as the loader read it, a string (an `answer` column, DAPO's
                   reward_model.ground_truth): this one name is nanoatr's, not a column as read
   every other column of the row, as read (None in a row that lacks it)
-and returns one reward per completion: a number (a bool counts 1 or 0, as TRL's tensor conversion makes
-it), or None for a completion it does not score. The built-in tasks' rewards are such functions
-(math_reward, countdown_reward; nanoatr/data.py TASKS).
+and returns one reward per completion (a list, tuple, generator, numpy array or tensor of them): a number
+(a bool counts 1 or 0, numpy's scalars and 0-d tensors their value, as TRL's tensor conversion makes them),
+or None for a completion it does not score. An `async def` function is awaited, as TRL does. The built-in
+tasks' rewards are such functions (math_reward, countdown_reward; nanoatr/data.py TASKS).
 
 Several functions combine by TRL's rule (Rewards.total): the sum over the functions of weight x reward, a
 None left out, so a completion that no function scores gets 0. metrics.jsonl logs each function's mean
@@ -27,11 +28,14 @@ do. The built-in rewards never execute the output and finish in bounded time (na
 
 Every error is one line naming the function: at start-up a ConfigError naming --reward (no such file,
 module or function; not callable; its import raised), while grading a RewardError naming the row too (it
-raised, or returned the wrong number of rewards, a non-number, NaN or inf).
+raised, or returned the wrong number of rewards, a non-number, NaN or inf), or saying which keyword
+arguments its signature cannot take (no **kwargs, say).
 """
+import asyncio
 import copy
 import importlib
 import importlib.util
+import inspect
 import math
 import numbers
 import sys
@@ -121,20 +125,21 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
     """One function's rewards of a batch, a None as NaN. Anything but one finite number or None per
     completion is a RewardError naming the function and the row. When the function raises, it is called
     again on one completion at a time to name the first that makes it raise."""
+    check_signature(fn, name, kwargs)
     try:
-        values = fn(**kwargs)
+        values = run(fn, kwargs)
     except Exception as e:
         i = failing_row(fn, kwargs)
         raise RewardError(f"reward function {name} raised {one_line(e)}"
                           + (f" on {row(i, kwargs, problems)}" if i is not None else
                              f" on a batch of {len(problems)} completions (on none of them alone)")) from None
-    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+    if not isinstance(values, list):
         raise RewardError(f"reward function {name} returned a {type(values).__name__}, not a list of one "
                           f"reward per completion ({len(problems)})")
-    values = list(values)
     if len(values) != len(problems):
         raise RewardError(f"reward function {name} returned {len(values)} rewards for {len(problems)} "
                           "completions (one per completion, None for one it does not score)")
+    values = [scalar(v) for v in values]
     for i, v in enumerate(values):
         wrong = not_a_reward(v)
         if wrong:
@@ -142,6 +147,40 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
             raise RewardError(f"reward function {name} returned {shown} for {row(i, kwargs, problems)}: "
                               f"{why}")
     return [math.nan if v is None else float(v) for v in values]
+
+
+def run(fn: Callable, kwargs: dict):
+    """What `fn` returns on a batch, as a list when it is a sequence or an iterator (a generator runs here,
+    its errors raised like the function's own); an async function's result awaited, as TRL awaits it.
+    Anything else (a number, a str, a 0-d array) is returned as is, for call() to refuse."""
+    values = fn(**kwargs)
+    if inspect.iscoroutine(values):
+        values = asyncio.run(values)
+    one = isinstance(values, (str, bytes, dict)) or getattr(values, "shape", None) == ()
+    return values if one or not hasattr(values, "__iter__") else list(values)
+
+
+def scalar(value):
+    """The number a 0-dimensional array holds (a numpy scalar such as numpy.bool_, a 0-d tensor or array, what
+    iterating over a tensor or array gives), as TRL's tensor conversion takes it; any other value as is."""
+    return value.item() if getattr(value, "shape", None) == () and hasattr(value, "item") else value
+
+
+def check_signature(fn: Callable, name: str, kwargs: dict):
+    """A RewardError when `fn` cannot take the batch's keyword arguments (a column it has no parameter for
+    and no **kwargs, a positional-only parameter, one it requires that no column gives): TRL calls a
+    reward function so too. A function whose signature Python cannot read is just called."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as e:
+        names = ", ".join(kwargs) if len(kwargs) <= 12 else ", ".join(list(kwargs)[:12]) + ", ..."
+        raise RewardError(f"reward function {name} cannot be called with the batch's keyword arguments "
+                          f"({names}): {e}; a reward function takes them by name, the ones it does not use "
+                          "as **kwargs (TRL calls it so too)") from None
 
 
 def not_a_reward(value) -> tuple[str, str] | None:
@@ -162,7 +201,7 @@ def failing_row(fn: Callable, kwargs: dict) -> int | None:
     """The first completion that makes `fn` raise when called on it alone, or None."""
     for i in range(len(kwargs["completions"])):
         try:
-            fn(**{k: v[i:i + 1] for k, v in kwargs.items()})
+            run(fn, {k: v[i:i + 1] for k, v in kwargs.items()})
         except Exception:
             return i
     return None

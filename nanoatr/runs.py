@@ -38,6 +38,7 @@ from pathlib import Path
 from nanoatr import checkpoint
 from nanoatr.checkpoint import CheckpointError, reason, replace_bytes, warn, write_bytes
 from nanoatr.config import ConfigError, flag
+from nanoatr.data import located
 
 LOCK = ".lock"
 
@@ -85,14 +86,15 @@ class RunFolder:
             write_json_atomic(path, {**saved, "changes": changes})
 
     def open_reporters(self, cfg):
-        """cfg.report_to's destinations, started with the run's settings (after write_config): every later
-        metrics row goes to them too. One that cannot start is a ConfigError naming it (none is left open)."""
-        config, resume_step = dataclasses.asdict(cfg), self.state["step"] if self.resuming else None
+        """cfg.report_to's destinations, started with the run's settings (before write_config, so that one
+        that cannot start records no change): every later metrics row goes to them too. One that cannot start
+        is a ConfigError naming it (none is left open)."""
+        config = dataclasses.asdict(cfg)
         opened = []
         for name in cfg.report_to:
             try:
                 if name == "tensorboard":
-                    opened.append(TensorBoard(self.path, config, resume_step))
+                    opened.append(TensorBoard(self.path, config))
                 elif name == "wandb":
                     opened.append(Wandb(self.path, config, cfg.wandb_project))
             except Exception as e:  # an optional package: whatever it raises is its own
@@ -164,8 +166,8 @@ class RunLog:
             self._report(reporter, [row])
 
     def send_to(self, reporters: list):
-        """Each row written from now on also goes to `reporters`; one new to the run (reporter.new) first gets
-        the rows already logged, so that one added on --resume shows the run from its start."""
+        """Each row written from now on also goes to `reporters`; one that is `new` first gets the rows
+        already logged, so that one added on --resume shows the run from its start."""
         self.reporters = list(reporters)
         for reporter in list(self.reporters):
             if reporter.new:
@@ -231,26 +233,28 @@ class RunLog:
 
 # ----------------------------------------------------------------------------
 # --report-to: each metrics row also sent to TensorBoard or Weights & Biases. A reporter has `name`, `new`
-# (nothing of this run there yet), log(step, numbers) and close().
+# (it is to get the rows already logged: TensorBoard always, wandb when the run is new to it),
+# log(step, numbers) and close().
 
 class TensorBoard:
     """--report-to tensorboard: event files in <run>/tensorboard/ (`tensorboard --logdir runs` shows every
     run), each number of a row a scalar under its metrics.jsonl name, the settings a text entry "config".
 
-    Resumed from step s, the writer marks step s + 1 as a restart (purge_step): readers drop the events that
-    the stopped process wrote past the checkpoint, whose rows are redone, so each step shows once. Every row
-    is flushed at once, so a crash loses none that metrics.jsonl holds."""
+    Every start sends metrics.jsonl whole (`new`), its writer marking step 0 as a (re)start (purge_step):
+    TensorBoard drops every event of the earlier processes (it takes the first start mark of a folder as
+    its beginning, each later one as a restart) and shows the run as metrics.jsonl has it: each step once
+    (the rows redone past the checkpoint too), and none missing (the steps of a resume under --report-to
+    none too). Every row is flushed at once, so a crash loses none that metrics.jsonl holds."""
     FOLDER = "tensorboard"
     name = "tensorboard"
+    new = True
 
-    def __init__(self, run_dir: Path, config: dict, resume_step: int | None):
+    def __init__(self, run_dir: Path, config: dict):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
         folder = run_dir / self.FOLDER
-        self.new = not folder.is_dir()
-        first = 0 if self.new else resume_step + 1  # a resumed run's own folder exists; a new run's does not
-        self.writer = SummaryWriter(folder, purge_step=None if self.new else first)
+        self.writer = SummaryWriter(folder, purge_step=0)
         text = json.dumps(config, indent=2)  # indented 4: a code block in TensorBoard's markdown
-        self.writer.add_text("config", "    " + text.replace("\n", "\n    "), first)
+        self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)
 
     def log(self, step: int, values: dict):
         for key, value in values.items():
@@ -498,6 +502,7 @@ SHARED_RESUME_RULES = {
                     "its prompt order"),
     "device": FREE,  # where it computes; "auto" already differs from machine to machine
     "report_to": FREE, "wandb_project": FREE,  # where the metrics are also sent; metrics.jsonl is the record
+    "workdir": FREE,  # not a flag: the directory the run started in, kept (from_start)
 }
 
 # train.py's TrainConfig: every field (tests/test_resume.py checks it). A new flag goes here: Refused("why")
@@ -550,7 +555,9 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
     flag given with a value other than the run's ({} when none). A Refused flag given with another value is a
     ConfigError naming it, the saved value and why, so that config.json never records a setting that did not
     run; so is a method hyper-parameter in `hparams` (train.py's --eps, --delta, ...; None: not given) other
-    than the run's. A field missing from `rules` is a KeyError: every field must be classified."""
+    than the run's. A path flag (PATH_FIELDS) naming the run's own files is the run's value, however spelled;
+    the run's relative paths are found from the directory it started in (from_start), so a resume may run
+    from anywhere. A field missing from `rules` is a KeyError: every field must be classified."""
     saved_file = Path(cfg.resume) / "config.json"
     if not saved_file.is_file():
         raise ConfigError(f"--resume {cfg.resume}: no config.json there, not a run directory")
@@ -558,8 +565,11 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
         run = type(cfg)(**settings_now(json.loads(saved_file.read_text()), saved_file))
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as e:
         raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
+    found = dataclasses.replace(run, **{k: paths(k, getattr(run, k), lambda p: from_start(p, run.workdir))
+                                        for k in PATH_FIELDS if hasattr(run, k)})
     names = [f.name for f in dataclasses.fields(cfg) if f.name in given]
-    differ = [k for k in names if getattr(cfg, k) != getattr(run, k)]
+    differ = [k for k in names if getattr(cfg, k) != getattr(run, k) and
+              not (k in PATH_FIELDS and same_files(k, getattr(cfg, k), getattr(found, k)))]
     refused = [(as_given(k, getattr(cfg, k)), k) for k in differ if isinstance(rules[k], Refused)]
     refused += [(as_given(k, v), "hparams") for k, v in sorted((hparams or {}).items())
                 if v is not None and (run.hparams or {}).get(k) != v]
@@ -568,7 +578,47 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
         raise ConfigError(f"{given_flag} cannot change on --resume ({saved_file} has \"{k}\": "
                           f"{json.dumps(getattr(run, k))}): {rules[k].why}")
     change = {k: {"from": getattr(run, k), "to": getattr(cfg, k)} for k in differ if rules[k] == RECORDED}
-    return dataclasses.replace(run, **{k: getattr(cfg, k) for k in names}), change
+    kept = [k for k in names if k in differ or k not in PATH_FIELDS]  # the run's own files: as it names them
+    return dataclasses.replace(found, **{k: getattr(cfg, k) for k in kept}), change
+
+
+# The settings that are paths (--reward's FILE.py), a relative one relative to the directory the run was
+# started in (workdir). A resume finds them from there, and takes a path given again as the run's own when
+# it names the same file (./data/x.jsonl and data/x.jsonl; an absolute path).
+PATH_FIELDS = ("model", "data", "eval_data", "reward")
+
+
+def paths(name: str, value, fn):
+    """`value` of field `name` with fn applied to each path it holds: each of a list; of a --reward
+    FILE.py:FUNCTION, its FILE.py (a MODULE:FUNCTION holds none)."""
+    if isinstance(value, list):
+        return [paths(name, v, fn) for v in value]
+    if not isinstance(value, str) or not value:
+        return value
+    if name == "reward":
+        source, _, function = value.rpartition(":")
+        return f"{fn(source)}:{function}" if source.endswith(".py") else value
+    return fn(value)
+
+
+def from_start(path: str, workdir: str) -> str:
+    """A relative path of a resumed run's settings as this process finds it: from the directory the run was
+    started in (`workdir`; a run from before it was recorded: as written, else the repository's own, as the
+    embedded tasks' files: data.located). As written when that is the same file, or none is there."""
+    if Path(path).is_absolute():
+        return path
+    there = Path(workdir, path) if workdir else Path(located(path))
+    return str(there) if there.exists() and there.resolve() != Path(path).resolve() else path
+
+
+def same_files(name: str, given, found) -> bool:
+    """A path flag given on --resume names the files the run's own value names (`found`: from_start's)."""
+    return paths(name, given, real_path) == paths(name, found, real_path)
+
+
+def real_path(path: str) -> str:
+    """An existing file's or folder's absolute path, symbolic links resolved; anything else as it is."""
+    return str(Path(path).resolve()) if Path(path).exists() else path
 
 
 def as_given(name: str, value) -> str:

@@ -15,6 +15,7 @@ itself (lock, logs, what a resume may change) is nanoatr/runs.py's, the checkpoi
 """
 import dataclasses
 import math
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -301,8 +302,9 @@ class Session:
             cfg, self.change = resumed_config(self.cfg, self.given, RESUME_RULES, hparams=self.extra)
             check_schedule_kept(saved, cfg)
             extra = cfg.hparams or {}
-        else:
-            cfg, extra, self.change = apply_preset(self.cfg, self.given), self.extra, {}
+        else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
+            cfg = dataclasses.replace(apply_preset(self.cfg, self.given), workdir=os.getcwd())
+            extra, self.change = self.extra, {}
         self.d = d = distributed.setup(cfg.device)
         self.cfg = cfg = resolve(cfg, extra, d.world, self.given)
         # The run folder first, before minutes of loading: a used name, a second process on the same
@@ -329,13 +331,14 @@ class Session:
         self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
 
     def started(self, model, optimizer, tokenizer_files: dict):
-        """Setup is done: what the checkpoints save; the run's config.json written (resumed: this resume's
-        change added to its record), its --report-to started. model: our Qwen3, or under LoRA the PeftModel
-        around it (its adapter alone is written)."""
+        """Setup is done: what the checkpoints save; the run's --report-to started, then its config.json
+        written (resumed: this resume's change added to its record; a destination that cannot start leaves
+        it as it was). model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is
+        written)."""
         self.model, self.optimizer, self.tokenizer_files = model, optimizer, tokenizer_files
         if self.d.main:
-            self.folder.write_config(self.cfg, self.change)
             self.folder.open_reporters(self.cfg)
+            self.folder.write_config(self.cfg, self.change)
 
     def steps(self, progress=None):
         """The steps from the checkpoint's to --steps, under a progress bar (`progress(row)`: its fields).

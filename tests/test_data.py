@@ -115,8 +115,9 @@ def test_error_messages_name_file_and_line(tmp_path):
         ({"prompt": [], "reward_model": {"ground_truth": "1"}},
          ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content', one of them "
          "from the user; found []"),
-        ({"prompt": [{"role": "user", "content": [{"type": "text", "text": "A"}]}], "answer": "1"},
-         ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content'"),
+        ({"prompt": [{"role": "user", "content": [{"type": "image", "image": "A.png"}]}], "answer": "1"},
+         ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content'"),  # text parts:
+        # tests/test_data_formats.py
         ({"prompt": [{"role": "system", "content": "S"}], "answer": "1"},
          ":1: 'prompt' must be text or a list"),  # no user message
         ({"prompt": None, "answer": "1"}, ":1: 'prompt' must be text or a list of chat messages"),

@@ -78,6 +78,25 @@ def test_conversational_parquet_chat_kept_fields_json_able(tmp_path):
     assert again == [first, second] and [p.fields for p in again] == [first.fields, second.fields]
 
 
+def test_content_as_a_list_of_text_parts_is_its_text(tmp_path):
+    """Some TRL datasets give a message's content as parts, [{"type": "text", "text": ...}]: the text parts
+    joined as a chat template renders them (Qwen3's renders a non-text content as ''); a non-text part is an
+    error (a text model cannot be given it), as is a list of no parts."""
+    def text(*texts):
+        return [{"type": "text", "text": t} for t in texts]
+    parts = [{"role": "system", "content": text("Be brief.")},
+             {"role": "user", "content": text("What is ", "6*7?")}]
+    for path in (parquet(tmp_path / "parts.parquet", [{"prompt": parts, "answer": "42"}]),
+                 jsonl(tmp_path / "parts.jsonl", [{"prompt": parts, "answer": "42"}])):
+        (problem,) = load_problems(path)
+        assert problem.question == "What is 6*7?" and problem.messages == chat("Be brief.", "What is 6*7?")
+    refused = ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content'"
+    for content in ([{"type": "image", "image": "x.png"}, *text("Q?")], []):
+        row = {"prompt": [{"role": "user", "content": content}], "answer": "1"}
+        path = jsonl(tmp_path / "bad.jsonl", [row])
+        assert error(path).startswith(f"{path}{refused}")
+
+
 def test_dapo_parquet_reads_as_the_jsonl_did(tmp_path):
     """DAPO/verl rows (chat prompt + reward_model.ground_truth) in parquet: the default answer column."""
     row = {"data_source": "math_dapo", "prompt": [{"content": "Solve 1+1.", "role": "user"}],
@@ -207,7 +226,8 @@ def test_train_on_a_conversational_parquet_runs_as_on_the_jsonl(tmp_path):
     steps = {}
     for name in ("jsonl", "parquet"):
         lines = [json.loads(line) for line in (out / name / "metrics.jsonl").open()]
-        steps[name] = {k: v for r in lines if "loss" in r for k, v in r.items() if not k.startswith("time")}
+        steps[name] = {k: v for r in lines if "loss" in r for k, v in r.items()
+                       if not k.startswith(("time", "tokens_per_s"))}  # timings differ
     assert steps["parquet"] == steps["jsonl"] and steps["jsonl"]["reward_mean"] > 0
     assert json.loads((out / "parquet/config.json").read_text())["answer_field"] == "solution"
 

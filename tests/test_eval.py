@@ -302,6 +302,25 @@ def test_runs_table_pools_seeds_per_method(tmp_path, capsys):
     assert "95% t-interval over the n seeds" in out and "Table 1 of" not in out
 
 
+def test_runs_from_before_a_flag_and_runs_reporting_elsewhere_are_one_method(tmp_path, capsys):
+    """A run from before a flag existed (its config.json lacks the flag: it ran with the default) and runs
+    that differ only in where they also sent their metrics, or where they were started, pool as one method:
+    kl3's seeds 0-2 one row of n = 3 (results/ holds runs from before today's flags)."""
+    runs = seed_runs(tmp_path)
+    old = json.loads(Path(runs[0], "config.json").read_text())
+    for flag in ("lr_scheduler", "warmup_steps", "mask_truncated", "reward", "report_to", "workdir"):
+        del old[flag]  # seed 0 from before these flags
+    Path(runs[0], "config.json").write_text(json.dumps(old))
+    new = json.loads(Path(runs[1], "config.json").read_text())  # seed 1 reported to TensorBoard, elsewhere
+    new |= {"report_to": ["tensorboard"], "workdir": "/b"}
+    Path(runs[1], "config.json").write_text(json.dumps(new))
+    eval_cli.main(["--runs", *runs])
+    rows = table_rows(capsys.readouterr().out)
+    assert list(rows) == ["Base model (step 0)", "kl3 (delta=0.07) final", "kl3 (delta=0.07) best",
+                          "clip (eps=0.2) final", "clip (eps=0.2) best"]
+    assert rows["kl3 (delta=0.07) final"][0] == "3"
+
+
 def test_runs_table_of_three_benchmarks_averages_per_seed(tmp_path, capsys):
     """The Average columns: per seed the files' average (eval/mean@k), then over seeds; final and best."""
     run = fake_run(tmp_path, "atr", {0: [(28.0, 48.0), (6.0, 13.0), (4.0, 20.0)],

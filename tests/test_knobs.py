@@ -235,11 +235,14 @@ def test_a_step_with_every_completion_truncated_trains_nothing_and_says_so(tmp_p
     row = metrics(tmp_path / "mt")[0]
     assert row["truncated"] == 1 and row["loss"] == 0 and row["grad_norm"] == 0
     assert row["ratio_p01"] == row["ratio_p99"] == 1 and row["clip_frac_low"] == row["clip_frac_high"] == 0
+    assert row["ratio_min"] == row["ratio_max"] == 1
+    line = (tmp_path / "mt/metrics.jsonl").read_text().splitlines()[0]
+    json.loads(line, parse_constant=lambda name: pytest.fail(f"metrics.jsonl holds {name}, no JSON number"))
 
 
 def test_merging_the_stats_of_micro_batches_without_tokens():
-    stats = [{"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf}] * 2
-    assert train.merge_stats(stats) == {"ratio_p99": 1.0, "ratio_min": math.inf}
+    stats = [{"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf, "ratio_max": -math.inf}] * 2
+    assert train.merge_stats(stats) == {"ratio_p99": 1.0, "ratio_min": 1.0, "ratio_max": 1.0}
     stats = [{"_tokens": 3.0, "ratio_p99": 2.0, "ratio_min": 0.5}, {"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf}]
     assert train.merge_stats(stats) == {"ratio_p99": 2.0, "ratio_min": 0.5}  # weighted by tokens
 

@@ -106,14 +106,16 @@ def test_lora_checkpoint_is_an_adapter_and_resume_continues_the_run(lora_runs):
 
 @pytest.mark.parametrize("args", [["--lora-rank", "8"], ["--lora-alpha", "3"], ["--lora-targets", "q_proj"]])
 def test_resume_refuses_another_adapter_shape(lora_runs, capsys, args):
-    """The checkpoint's adapter keeps its rank, alpha and targets: a new one would be ignored, so it is an error."""
+    """The checkpoint's adapter keeps its rank, alpha and targets: another is refused (runs.RESUME_RULES)."""
     part = lora_runs / "part"
     config = (part / "config.json").read_bytes()
     with pytest.raises(SystemExit) as e:
         train.main(["--resume", str(part), "--steps", "4", *args])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {args[0]} would be ignored by --resume: the checkpoint")
+    assert len(err) == 1 and err[0].startswith(f"error: {args[0]} ")
+    assert " cannot change on --resume (" in err[0]
+    assert err[0].endswith("): the checkpoint holds full weights or an adapter of the run's shape")
     assert (part / "config.json").read_bytes() == config and max(step_rows(part)) == 3
 
 

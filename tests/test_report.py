@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
 
 import sft
 import train
@@ -42,14 +43,16 @@ def numbers(rows: list[dict]) -> dict[str, list[tuple[int, float]]]:
 
 
 def events(run_dir: Path, purge: bool = True) -> EventAccumulator:
-    """The run's TensorBoard events as TensorBoard reads them (purge: its handling of restarts)."""
-    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0},
+    """The run's TensorBoard events as TensorBoard itself reads them (its plugin accumulator, which the
+    `tensorboard` command serves; purge: its handling of restarts)."""
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0},
                            purge_orphaned_data=purge)
     return acc.Reload()
 
 
 def scalars(acc: EventAccumulator) -> dict[str, list[tuple[int, float]]]:
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    return {tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+            for tag in acc.Tags()["tensors"] if acc.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"}
 
 
 def assert_same(shown: dict, rows: list[dict]):
@@ -85,10 +88,20 @@ def test_a_resumed_run_shows_each_step_once(tmp_path):
     assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3]
     assert len(list((tmp_path / "r/tensorboard").iterdir())) == 2  # the first process's file and the resume's
     assert_same(scalars(events(tmp_path / "r")), rows)
-    # read without the restart mark, the stopped process's step 3 is there twice: the test can fail
-    assert [s for s, _ in scalars(events(tmp_path / "r", purge=False))["loss"]] == [1, 2, 3, 3]
-    # the settings again from the resumed step on (the purge drops none before it)
-    assert [c.step for c in events(tmp_path / "r").Tensors("config/text_summary")] == [0, 3]
+    # read without the restart mark, the stopped process's steps are there twice: the test can fail
+    assert [s for s, _ in scalars(events(tmp_path / "r", purge=False))["loss"]] == [1, 2, 3, 1, 2, 3]
+    # the settings once, the resume's
+    assert [c.step for c in events(tmp_path / "r").Tensors("config/text_summary")] == [0]
+
+
+def test_steps_resumed_without_tensorboard_are_shown_once_it_is_back(tmp_path):
+    """Step 2 run with --report-to none, step 3 with tensorboard again: TensorBoard shows steps 1, 2, 3."""
+    train_run(tmp_path, "gap", "--steps", "1", "--report-to", "tensorboard")
+    train.main(["--resume", str(tmp_path / "gap"), "--steps", "2", "--report-to", "none"])
+    train.main(["--resume", str(tmp_path / "gap"), "--steps", "3", "--report-to", "tensorboard"])
+    rows = metrics(tmp_path / "gap")
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3]
+    assert_same(scalars(events(tmp_path / "gap")), rows)
 
 
 def test_tensorboard_added_on_resume_shows_the_run_from_its_start(tmp_path):
@@ -226,6 +239,29 @@ def test_a_destination_that_cannot_start_is_one_line_and_leaves_no_folder(tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --report-to wandb could not start (RuntimeError: network unreachable)"]
     assert not (tmp_path / "n").exists()  # tensorboard/, opened first, went with the folder
+
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_a_destination_that_cannot_start_on_resume_leaves_the_run_as_it_was(tmp_path, capsys, command):
+    """config.json records a resume's change only once the resume has started: a --report-to that cannot
+    start (here a file where its folder goes) is one line, and no byte of the run changes."""
+    if command == "train":
+        train_run(tmp_path, "r", "--steps", "1")
+        main = train.main
+    else:
+        test_sft_reports_too(tmp_path)  # a 2-step sft run "s", reporting to tensorboard
+        shutil.rmtree(tmp_path / "s/tensorboard")
+        main = sft.main
+    run = tmp_path / ("r" if command == "train" else "s")
+    (run / "tensorboard").write_text("in the way")
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    capsys.readouterr()  # the first run's output
+    with pytest.raises(SystemExit) as e:
+        main(["--resume", str(run), "--steps", "3", "--report-to", "tensorboard"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --report-to tensorboard could not start"), err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
 
 
 def test_a_destination_failing_mid_run_is_warned_once_and_the_run_completes(tmp_path, capsys, monkeypatch):

@@ -66,6 +66,7 @@ TRAIN_VALUES = {
     "lr_scheduler": ["--lr-scheduler", "cosine"], "warmup_steps": ["--warmup-steps", "1"],
     "warmup_ratio": ["--warmup-ratio", "0.5"], "report_to": ["--report-to", "tensorboard"],
     "wandb_project": ["--report-to", "wandb", "--wandb-project", "p"],  # offline (the test sets WANDB_MODE)
+    "workdir": [],  # not a flag: where the run started (test_a_run_resumes_from_anywhere_and_...)
 }
 LORA_ONLY = {"base_name", "merge"}  # train.py refuses them on a full fine-tuning run (no adapter)
 
@@ -150,6 +151,47 @@ def test_a_flag_at_the_runs_own_value_is_no_error_and_no_change(train_runs, tmp_
     rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
     assert [r["step"] for r in rows if "loss" in r] == [1, 2]
     assert json.loads((run / "config.json").read_text())["changes"] == [{"step": 1, "steps": {"from": 1, "to": 2}}]
+
+
+def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp_path, monkeypatch, capsys):
+    """Relative --data, --eval-data, --reward and --model, as given in the directory the run started in
+    (config.json's workdir): found from there on a resume from another directory; given again as ./x, as
+    an absolute path or as written, they are the run's own (no error, no change), and another file is
+    refused. config.json keeps them as given."""
+    start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
+    (start / "data").mkdir(parents=True)
+    elsewhere.mkdir()
+    lines = (ROOT / "data/arith/train.jsonl").read_text().splitlines(keepends=True)
+    (start / "data/t.jsonl").write_text("".join(lines[:16]))
+    (start / "data/other.jsonl").write_text("".join(lines[16:32]))
+    (start / "rew.py").write_text("def digits(completions, **kwargs):\n"
+                                  "    return [float(any(c.isdigit() for c in t)) for t in completions]\n")
+    shutil.copytree(ROOT / "data/tiny-qwen3", start / "model")
+    monkeypatch.chdir(start)
+    given = ["--model", "model", "--data", "data/t.jsonl", "--eval-data", "data/t.jsonl", "--reward",
+             "rew.py:digits"]
+    train.main([*given, "--eval-limit", "2", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "2",
+                "--max-new-tokens", "24", "--no-compile", "--out-dir", "runs", "--name", "r", "--steps", "1"])
+    run = start / "runs/r"
+    config = json.loads((run / "config.json").read_text())
+    assert [config[k] for k in ("model", "data", "eval_data", "reward", "workdir")] == \
+        ["model", "data/t.jsonl", ["data/t.jsonl"], ["rew.py:digits"], str(start)]
+    train.main(["--resume", "runs/r", "--steps", "2", "--data", "./data/t.jsonl", "--reward", "./rew.py:digits",
+                "--model", str(start / "model"), "--eval-data", "data/../data/t.jsonl"])
+    monkeypatch.chdir(elsewhere)
+    train.main(["--resume", str(run), "--steps", "3"])  # every relative path found from where it started
+    train.main(["--resume", str(run), "--steps", "4", "--data", "data/t.jsonl",  # as written: the run's own
+                "--reward", f"{start}/rew.py:digits"])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
+    assert all(r["reward/digits"] is not None for r in rows if "loss" in r)
+    after = json.loads((run / "config.json").read_text())
+    assert {k: v for k, v in after.items() if k != "changes"} == config
+    assert [list(c) for c in after["changes"]] == [["step", "steps"]] * 3
+    capsys.readouterr()
+    assert one_error(capsys, train.main, ["--resume", str(run), "--steps", "5", "--data",
+                                          f"{start}/data/other.jsonl"]).startswith(
+        f"error: --data {start}/data/other.jsonl cannot change on --resume")
 
 
 def given_value(field: str, argv: list[str]):

@@ -178,12 +178,65 @@ PROBLEMS = [Problem(f"q{i}", str(i)) for i in range(3)]
     ("return ['1.0', 0.0, 0.0]", "reward function bad returned a str ('1.0') for row 0 of 3 (problem 'q0', "
      "completion 'a'): a reward is a number, or None"),
     ("return [0.0, 0.0, [1.0]]", "reward function bad returned a list ([1.0]) for row 2 of 3"),
+    # a generator runs inside the call: its error is the function's, not a crash
+    ("return (1.0 / (c != 'boom') for c in completions)",
+     "reward function bad raised ZeroDivisionError: float division by zero on row 1 of 3"),
+    ("import numpy\n    return numpy.array(1.0)",
+     "reward function bad returned a ndarray, not a list of one reward per completion (3)"),
+    ("import numpy\n    return numpy.ones((3, 1))",
+     "reward function bad returned a ndarray (array([1.])) for row 0"),
 ])
 def test_a_bad_return_is_one_line_naming_the_function_and_the_row(write, body, message):
     path = write("user_reward_bad.py", f"def bad(completions, **kwargs):\n    {body}\n")
     with pytest.raises(RewardError) as e:
         from_flags([f"{path}:bad"], [], math_reward).score(PROBLEMS, ["a", "boom", "c"], [[1]] * 3)
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_what_trl_takes_is_taken_numpy_and_torch_values_and_async_functions():
+    """TRL converts a function's return with torch.tensor and awaits an async one: so do we."""
+    import numpy as np
+
+    async def later(completions, **kwargs):
+        return [1.0, None, 0.5]
+
+    class Graded:  # a callable instance whose __call__ is async
+        async def __call__(self, completions, **kwargs):
+            return (0.0, 1.0, 2.0)
+    returns = {
+        "numpy array": np.array([1.0, 0.0, 0.5]), "tensor": torch.tensor([1.0, 0.0, 0.5]),
+        "numpy scalars": [np.float32(1.0), np.bool_(False), np.int64(2)],
+        "0-d tensors": [torch.tensor(1.0), torch.tensor(True), torch.tensor(0.5, dtype=torch.bfloat16)],
+        "generator": (x for x in [1.0, 0.0, 0.5]),
+    }
+    expected = {"numpy array": [1.0, 0.0, 0.5], "tensor": [1.0, 0.0, 0.5], "numpy scalars": [1.0, 0.0, 2.0],
+                "0-d tensors": [1.0, 1.0, 0.5], "generator": [1.0, 0.0, 0.5]}
+    for kind, value in returns.items():
+        got = score(lambda completions, value=value, **kwargs: value, PROBLEMS, ["a", "b", "c"])
+        assert got[:, 0].tolist() == expected[kind], kind
+    assert score(later, PROBLEMS, ["a", "b", "c"])[:, 0].tolist()[::2] == [1.0, 0.5]
+    assert math.isnan(score(later, PROBLEMS, ["a", "b", "c"])[1, 0])  # None: unscored
+    graded = Rewards((Graded(),), ("graded",), (1.0,))
+    assert graded.score(PROBLEMS, ["a", "b", "c"], [[1]] * 3)[:, 0].tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def f(completions, answer):\n    return [0.0] * len(completions)",
+     "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
+     "completion_ids, answer): got an unexpected keyword argument 'prompts'; a reward function takes them by "
+     "name, the ones it does not use as **kwargs (TRL calls it so too)"),
+    ("def f(completions, /, **kwargs):\n    return [0.0] * len(completions)",
+     "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
+     "completion_ids, answer): 'completions' parameter is positional only, but was passed as a keyword"),
+    ("def f(completions, solution, **kwargs):\n    return [0.0] * len(completions)",
+     "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
+     "completion_ids, answer): missing a required argument: 'solution'"),
+])
+def test_a_signature_that_cannot_take_the_batch_is_one_line_naming_no_row(write, source, message):
+    path = write("user_reward_signature.py", source + "\n")
+    with pytest.raises(RewardError) as e:
+        from_flags([f"{path}:f"], [], math_reward).score(PROBLEMS, ["a", "b", "c"], [[1]] * 3)
+    assert str(e.value).startswith(message) and "row" not in str(e.value), str(e.value)
 
 
 def test_a_batch_that_fails_only_whole_says_so():
@@ -334,6 +387,25 @@ def test_eval_py_counts_a_completion_correct_when_the_weighted_total_is_positive
     with pytest.raises(SystemExit) as e:  # another grading is refused on --resume: one table, one grading
         eval_cli.main([*common, "--resume"])
     assert e.value.code == 2 and f"--reward ['{path}:even'] (now [])" in capsys.readouterr().err
+
+
+def test_eval_py_resumes_with_its_reward_file_however_spelled_and_from_anywhere(write, tmp_path, monkeypatch):
+    """The settings line holds a --reward's FILE.py as an absolute path: --resume takes ./r.py:f, r.py:f and
+    /abs/r.py:f for one another, and from another directory too."""
+    write("user_reward_where.py", """
+        def even(completions, **kwargs):
+            return [float(len(c) % 2 == 0) for c in completions]
+        """)
+    out = tmp_path / "eval.jsonl"
+    common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--k", "1", "--out", str(out)]
+    monkeypatch.chdir(tmp_path)
+    eval_cli.main([*common, "--limit", "2", "--reward", "user_reward_where.py:even"])
+    settings = json.loads(out.read_text().splitlines()[0])["settings"]
+    assert settings["reward"] == [f"{tmp_path}/user_reward_where.py:even"]
+    eval_cli.main([*common, "--limit", "3", "--reward", "./user_reward_where.py:even", "--resume"])
+    monkeypatch.chdir(ROOT)
+    eval_cli.main([*common, "--limit", "4", "--reward", f"{tmp_path}/user_reward_where.py:even", "--resume"])
+    assert len(out.read_text().splitlines()) == 1 + 4
 
 
 def test_eval_py_with_a_failing_reward_is_one_line_and_keeps_what_was_sampled(write, tmp_path, capsys):
