@@ -352,7 +352,10 @@ def throughput(sampled: float, trained: float, times: dict) -> dict:
 
 
 def reward_means(run: Run, batch: Rollout) -> dict:
-    """reward/<name>: each reward function's mean over the step's completions it scored (None: none)."""
+    """reward/<name>: each reward function's mean over the step's completions it scored (None: none); {}
+    for a batch graded elsewhere (bench/gpu_smoke.py's random rewards)."""
+    if batch.rewards_per_function is None:
+        return {}
     scores = torch.tensor(distributed.all_gather(batch.rewards_per_function.tolist(), run.d))
     return {f"reward/{name}": None if math.isnan(mean) else mean
             for name, mean in zip(run.rewards.names, scores.nanmean(0).tolist())}

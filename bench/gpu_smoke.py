@@ -111,7 +111,7 @@ def train_steps(args):
     shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step // d.world, cfg.group_size,
                               d.rank, d.world)
     run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None, eos_ids=[],
-                    stopper=None, reward=None, shard=shard, d=d, precision=precision,
+                    stopper=None, rewards=None, shard=shard, d=d, precision=precision,
                     peft_model=peft_model)
     say = print if d.main else (lambda *a, **k: None)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
