@@ -197,7 +197,7 @@ def ours_setup(model_dir: Path, args, phases: Phases):
     from nanoatr.distributed import Dist
     from nanoatr.scoring import Scorer
     from nanoatr.tokenizer import load_tokenizer, make_stopper, eos_token_ids
-    from nanoatr.verifier import verify
+    from nanoatr.rewards import Rewards, math_reward
     cfg = resolve(TrainConfig(model=str(model_dir), prompts_per_step=P, group_size=G, minibatches=1, epochs=1,
                               micro_batch=MICRO, max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0,
                               top_k=0, lr=args.lr, weight_decay=0.0, grad_clip=1.0, aggregation="dr-grpo",
@@ -210,7 +210,7 @@ def ours_setup(model_dir: Path, args, phases: Phases):
     opt = train.make_optimizer(cfg, trained)  # as train.setup
     shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step, cfg.group_size)
     run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
-                    eos_token_ids(tok, model_dir), make_stopper(tok, cfg.stop), verify, shard, d, precision, peft_model,
+                    eos_token_ids(tok, model_dir), make_stopper(tok, cfg.stop), Rewards.of(math_reward), shard, d, precision, peft_model,
                     None, dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))
     phases.wrap(train, "generate", "generate")
     phases.wrap(train, "grade", "reward")
