@@ -27,6 +27,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _wandb_offline(monkeypatch, tmp_path_factory):
+    """No test reaches wandb's servers (--report-to wandb runs offline, into a temporary folder unless the
+    test names its own), and wandb, which keeps one service per process with the settings of its first run,
+    is torn down after a test that ran it, so the next test's run writes where that test says."""
+    for name, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true",
+                        "WANDB_DIR": str(tmp_path_factory.getbasetemp())}.items():
+        monkeypatch.setenv(name, value)
+    yield
+    import sys
+    wandb = sys.modules.get("wandb")  # None: a test that hides the package
+    if wandb is not None:
+        wandb.teardown()
+
+
 TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
             max_position_embeddings=256)
