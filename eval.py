@@ -57,7 +57,8 @@ from nanoatr.data import TASKS, DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
 from nanoatr.rewards import RewardError, from_flags
-from nanoatr.runs import change_text, paths, read_metrics, real_path, recorded_changes, settings_now
+from nanoatr.runs import (PATH_FIELDS, change_text, from_start, paths, read_metrics, real_path,
+                          recorded_changes, settings_now)
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
                                load_tokenizer, read_json)
 
@@ -338,8 +339,20 @@ def read_run(run_dir: str) -> RunLog:
             if isinstance(row.get(key), bool) or not isinstance(row.get(key), (int, float)):
                 die(f"{run_dir}/metrics.jsonl: the evaluation of step {step} has no number {key}")
     changes = [f"at step {c['step']}: {change_text(c)}" for c in recorded_changes(config, config_file)]
-    return RunLog(model_name(run_dir), {**defaults(config), **settings_now(config, config_file)}, evals,
-                  changes)
+    settings = {**defaults(config), **settings_now(config, config_file)}
+    return RunLog(model_name(run_dir), same_spelling(settings), evals, changes)
+
+
+def same_spelling(settings: dict) -> dict:
+    """The run's files (--model, --data, --eval-data, --reward's FILE.py), where they exist, found from the
+    directory it started in and named one way (from here when under here, else absolutely): runs started
+    from two folders, or naming one file two ways (./data/x.jsonl, data/x.jsonl), are compared by their
+    files, not by their spelling."""
+    def found(path):
+        file = Path(real_path(from_start(path, settings.get("workdir"))))
+        return str(file.relative_to(Path.cwd())) if file.is_absolute() and file.is_relative_to(Path.cwd()) \
+            else str(file)
+    return settings | {k: paths(k, settings[k], found) for k in PATH_FIELDS if k in settings}
 
 
 def defaults(config: dict) -> dict:

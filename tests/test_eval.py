@@ -468,3 +468,22 @@ def test_progress_bar_stays_out_of_a_pipe(model_dir, data, tmp_path, capfd):
     out, err = capfd.readouterr()
     assert out.splitlines()[0].split() == ["Model", "alpha", "beta", "Average"]
     assert "\r" not in err and "compl/s" not in err and "compl]" not in err
+
+
+def test_runs_naming_one_file_two_ways_are_one_method_in_one_table(tmp_path, capsys):
+    """Seed 0 started in the repository with relative paths, seed 1 elsewhere with absolute ones, seed 2 with
+    ./-prefixed ones: the same files, so one table and one kl3 row of n = 3 (compared by file, not spelling)."""
+    runs = seed_runs(tmp_path)
+    spellings = [(str(ROOT), "data/arith/train.jsonl", "data/arith/heldout.jsonl"),
+                 ("/elsewhere", str(ROOT / "data/arith/train.jsonl"), str(ROOT / "data/arith/heldout.jsonl")),
+                 (str(ROOT), "./data/arith/train.jsonl", "./data/arith/heldout.jsonl")]
+    for run, (workdir, data, held_out) in zip(runs, spellings):
+        config = json.loads(Path(run, "config.json").read_text())
+        config |= {"workdir": workdir, "data": data, "eval_data": [held_out]}
+        Path(run, "config.json").write_text(json.dumps(config))
+        metrics = Path(run, "metrics.jsonl").read_text().replace("eval/amc23/", "eval/heldout/")
+        Path(run, "metrics.jsonl").write_text(metrics)
+    eval_cli.main(["--runs", *runs[:3]])
+    out = capsys.readouterr().out
+    assert "Table 1 of" not in out
+    assert table_rows(out)["kl3 (delta=0.07) final"][0] == "3"
