@@ -272,7 +272,9 @@ def check_report_to(cfg: RunFlags, given=frozenset()) -> None:
     if "wandb_project" in given and "wandb" not in cfg.report_to:
         raise ConfigError("--wandb-project would be ignored: without --report-to wandb there is no wandb run")
     for name in cfg.report_to:
-        if name != "none" and importlib.util.find_spec(name) is None:
+        spec = importlib.util.find_spec(name) if name != "none" else None
+        # a folder of that name with no package in it (wandb's own ./wandb output) is not the package
+        if name != "none" and (spec is None or spec.origin in (None, "namespace")):
             raise ConfigError(f"--report-to {name} needs the {name} package: pip install {name}")
 
 

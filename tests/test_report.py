@@ -304,3 +304,14 @@ def test_only_numbers_are_reported_and_a_new_reporter_first_gets_the_rows_so_far
     assert old.sent == [(1, {"loss": 0.5, "threads": 2})]
     assert new.sent == [(0, {"eval/mean@2": 50.0}), (1, {"loss": 0.5, "threads": 2})]
     assert old.closed and new.closed and log.reporters == []
+
+
+def test_a_folder_named_like_the_package_is_not_the_package(monkeypatch):
+    """wandb writes its runs to ./wandb: with the package uninstalled, that folder is found as a namespace
+    package, which is not wandb; the install line says so, not a failure to start."""
+    import importlib.machinery
+    from nanoatr.config import ConfigError, check_report_to
+    from nanoatr.session import TrainConfig
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: importlib.machinery.ModuleSpec(name, None))
+    with pytest.raises(ConfigError, match=r"--report-to wandb needs the wandb package: pip install wandb"):
+        check_report_to(TrainConfig(report_to=["wandb"]))
