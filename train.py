@@ -316,13 +316,11 @@ def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict, tim
     cfg, d = run.cfg, run.d
     rewards, lengths, finished = (torch.tensor(distributed.all_gather(x.tolist(), d))
                                   for x in (batch.rewards, batch.mask.sum(-1), batch.finished))
-    groups = rewards.view(-1, cfg.group_size)
     losses = [loss for u in updates for loss in u["losses"]]
     row = {"reward_mean": rewards.mean().item(), **reward_means(run, batch),
            "accuracy": (rewards > 0).float().mean().item(),
            "completion_len": lengths.float().mean().item(), "truncated": (~finished).float().mean().item(),
-           "groups_all_correct": (groups.min(1).values == 1).float().mean().item(),
-           "groups_all_wrong": (groups.max(1).values == 0).float().mean().item(),
+           **group_shares(rewards, cfg.group_size),
            "grad_norm": sum(u["grad_norm"] for u in updates) / len(updates),
            # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
            "loss": sum(distributed.all_gather(losses, d)) / len(updates), "lr": updates[0]["lr"]}
@@ -338,6 +336,15 @@ def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict, tim
     trained = cfg.epochs * lengths.sum().item()  # each epoch's minibatches cover every row once
     return row | merge_stats(distributed.all_gather([s for u in updates for s in u["stats"]], d)) | times | \
         throughput(sampled, trained, times)
+
+
+def group_shares(rewards: torch.Tensor, G: int) -> dict:
+    """The shares of the groups (G rewards each) that are all correct (every reward > 0, the rule of
+    `accuracy`), all wrong (none > 0) and of zero std (all G rewards equal: no advantage at any scale)."""
+    correct = (rewards > 0).view(-1, G)
+    return {"groups_all_correct": correct.all(1).float().mean().item(),
+            "groups_all_wrong": (~correct.any(1)).float().mean().item(),
+            "groups_zero_std": len(uniform_groups(rewards, G)) / correct.shape[0]}
 
 
 def throughput(sampled: float, trained: float, times: dict) -> dict:

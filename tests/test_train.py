@@ -425,6 +425,23 @@ def test_dynamic_sampling_trains_only_mixed_groups_and_logs_the_first_round(tmp_
             assert r["groups_all_correct"] == r["groups_all_wrong"] == 0
 
 
+def test_group_metrics_follow_the_accuracy_rule_under_any_reward():
+    """Groups of 2 with non-0/1 rewards: correct means reward > 0 (as `accuracy`), zero std all equal."""
+    rewards = torch.tensor([0.5, 0.5, 2, 0, -1, -1, 0, 0, 1, 2, -1, 0])
+    # groups: [.5 .5] all correct, equal; [2 0] mixed; [-1 -1] all wrong, equal; [0 0] all wrong, equal;
+    #         [1 2] all correct; [-1 0] all wrong
+    n = len(rewards)
+    batch = Rollout(torch.zeros(n, 1, dtype=torch.long), torch.ones(n, 1, dtype=torch.bool),
+                    torch.zeros(n, 1, dtype=torch.long), torch.zeros(n, 1), torch.ones(n, 1, dtype=torch.bool),
+                    torch.ones(n, dtype=torch.bool), rewards, torch.zeros(n))
+    update = {"losses": [0.0], "grad_norm": 0.0, "lr": 1e-6, "stats": [{"_tokens": 1.0, "kl3": 0.0}]}
+    row = train.metrics_line(fake_run(0), batch, [update], {}, {"time_rollout": 1.0, "time_train": 1.0})
+    assert row["accuracy"] == pytest.approx(5 / 12)  # .5 .5 2 1 2
+    assert row["groups_all_correct"] == pytest.approx(2 / 6)  # [.5 .5], [1 2]
+    assert row["groups_all_wrong"] == pytest.approx(3 / 6)  # [-1 -1], [0 0], [-1 0]
+    assert row["groups_zero_std"] == pytest.approx(3 / 6)  # [.5 .5], [-1 -1], [0 0]
+
+
 def test_own_data_without_eval_data_is_refused(tmp_path, capsys):
     """--data mine.jsonl alone would evaluate the embedded arithmetic set and log it as held out: one error
     line naming --eval-data, and no run folder; --eval-data with no file trains with no evaluation."""
