@@ -24,11 +24,12 @@ from dataclasses import dataclass
 import torch
 
 from nanoatr import distributed, lora
-from nanoatr.config import (DATA, OUTPUT, SAMPLING, ConfigError, DeviceFlags, ModelFlags, PromptFlags,
-                            SamplingFlags, arg, check_flags, die, override, parse, resolve_sampling)
+from nanoatr.config import (DATA, OUTPUT, SAMPLERS, SAMPLING, ConfigError, DeviceFlags, ModelFlags,
+                            PromptFlags, SamplingFlags, arg, check_flags, die, override, parse,
+                            resolve_sampling)
 from nanoatr.data import Problem
 from nanoatr.model import ModelError
-from nanoatr.rollout import SAMPLERS, draw, filter_logits, sampling_logprobs
+from nanoatr.rollout import draw, filter_logits, sampling_logprobs
 from nanoatr.tokenizer import (TokenizerError, format_prompt, generation_defaults, load_tokenizer,
                                ignored_prompt_flags, make_stopper, eos_token_ids)
 from nanoatr.verifier import verify

@@ -57,8 +57,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from nanoatr.config import SAMPLERS  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
-from nanoatr.rollout import SAMPLERS, generate  # noqa: E402
+from nanoatr.rollout import generate  # noqa: E402
 
 PRESETS = {
     "nano": dict(vocab_size=512, hidden_size=128, intermediate_size=384, num_hidden_layers=4,

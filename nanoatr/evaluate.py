@@ -31,7 +31,8 @@ import torch
 from tqdm import tqdm
 
 from nanoatr import distributed
-from nanoatr.rollout import SAMPLERS, generate
+from nanoatr.config import SAMPLERS
+from nanoatr.rollout import generate
 from nanoatr.scoring import score
 from nanoatr.rewards import Rewards, math_reward
 from nanoatr.tokenizer import completion_ids, completion_texts, encode_prompts, make_stopper

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from nanoatr.rollout import SAMPLERS, STOP_EVERY, draw, filter_logits, generate, sampling_logprobs
+from nanoatr.config import SAMPLERS
+from nanoatr.rollout import STOP_EVERY, draw, filter_logits, generate, sampling_logprobs
 
 PROMPTS = [[5, 17, 3, 9, 22, 41, 8], [11, 2], [30, 31, 32, 33]]
 

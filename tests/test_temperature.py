@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from nanoatr.model import Qwen3, Qwen3Config, init_weights
-from nanoatr.rollout import SAMPLERS, generate
+from nanoatr.config import SAMPLERS
+from nanoatr.rollout import generate
 from nanoatr.scoring import score, token_logprobs
 
 TEMPERATURES = [0.5, 2.0]  # T * T^-1 = 1 apart from T = 1 in either direction; a planted `* T` swaps them
