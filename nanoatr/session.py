@@ -242,11 +242,13 @@ def check_overlong(cfg: TrainConfig, given) -> None:
                           "overlong punishment")
 
 
-def check_schedule_kept(saved: TrainConfig, cfg: TrainConfig) -> None:
+def check_schedule_kept(cfg: TrainConfig, change: dict) -> None:
     """A resumed run keeps the learning rates it has followed: under a schedule, the numbering of its
     optimizer steps (--minibatches, --epochs) and, when the schedule spans the run, its length (--steps) stay
-    as they were. saved: the run's config.json; cfg: the resumed config. (The schedule's own flags:
+    as they were. cfg: the resumed config; change: this resume's, {field: {"from": the run's, "to": cfg's}}
+    (runs.resumed_config; a field it does not name is the run's own). (The schedule's own flags:
     runs.RESUME_RULES.)"""
+    saved = dataclasses.replace(cfg, **{name: c["from"] for name, c in change.items()})
     if saved.lr_scheduler == "constant" and not saved.warmup:
         return
     names = ("steps", "minibatches", "epochs") if saved.schedule_spans_run else ("minibatches", "epochs")
@@ -298,9 +300,8 @@ class Session:
     def open(self):
         """Flags resolved, the run folder made or resumed and locked, the checkpoint to start from read."""
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
-            saved, _ = resumed_config(self.cfg, set(), RESUME_RULES)
             cfg, self.change = resumed_config(self.cfg, self.given, RESUME_RULES, hparams=self.extra)
-            check_schedule_kept(saved, cfg)
+            check_schedule_kept(cfg, self.change)
             extra = cfg.hparams or {}
         else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
             cfg = dataclasses.replace(apply_preset(self.cfg, self.given), workdir=os.getcwd())

@@ -148,6 +148,19 @@ def test_a_resume_keeps_its_schedule(cosine_run, capsys, args, message):
     assert (cosine_run / "part/metrics.jsonl").read_bytes() == before
 
 
+def test_a_resume_reads_the_runs_config_once(cosine_run, monkeypatch):
+    """Session.open takes the run's settings and this resume's change from one read of config.json."""
+    saved, reads, read_text = cosine_run / "part/config.json", [], Path.read_text
+
+    def counting_read(path, *a, **kw):
+        reads.extend([path] if path == saved else [])
+        return read_text(path, *a, **kw)
+    monkeypatch.setattr(Path, "read_text", counting_read)
+    with pytest.raises(SystemExit):  # refused by check_schedule_kept, before the run folder is opened
+        train.main(["--resume", str(cosine_run / "part"), "--steps", "5"])
+    assert len(reads) == 1
+
+
 @pytest.mark.parametrize("schedule, changed, refused", [
     ({}, {"steps": 9, "minibatches": 4, "epochs": 2}, False),  # constant, no warmup: nothing depends on them
     ({"warmup_steps": 2}, {"steps": 9}, False),            # a warmup of so many steps: the length is free
@@ -159,11 +172,12 @@ def test_a_resume_keeps_its_schedule(cosine_run, capsys, args, message):
 def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
     saved = TrainConfig(steps=4, minibatches=2, resume="runs/r", **schedule)
     resumed = dataclasses.replace(saved, **changed)
+    change = {name: {"from": getattr(saved, name), "to": value} for name, value in changed.items()}
     if refused:
         with pytest.raises(ConfigError, match=f"--{next(iter(changed))} "):
-            check_schedule_kept(saved, resumed)
+            check_schedule_kept(resumed, change)
     else:
-        check_schedule_kept(saved, resumed)
+        check_schedule_kept(resumed, change)
 
 
 # ----------------------------------------------------------------------------
