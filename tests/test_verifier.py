@@ -142,6 +142,19 @@ INEQUALITY_PAIRS = [
     ("x > 1 \\text{ and } x \\le 2", "(1, 2]", True), ("[1, 2]", "x \\ge 1 \\text{ and } x \\le 2", True),
 ]
 
+# A one-point solution set ("x \ge 1 and x \le 1", "1 \le x \le 1") is the equation x = 1, and so the value 1;
+# an empty one (a strict end on the tie), another point, another variable or a longer interval is not.
+POINT_SETS = [
+    ("x \\ge 1 \\text{ and } x \\le 1", "x = 1", True), ("x = 1", "x \\ge 1 \\text{ and } x \\le 1", True),
+    ("x \\le 1 \\text{ and } x \\ge 1", "1", True), ("1 \\le x \\le 1", "x = 1", True),
+    ("x \\ge \\frac12 \\text{ and } x \\le 0.5", "x = \\frac{1}{2}", True),
+    ("x \\ge 1 \\text{ and } x \\le 1", "\\{1\\}", True), ("x \\ge 1 \\text{ and } x \\le 1", "x \\in [1, 1]", True),
+    ("x \\ge 1 \\text{ and } x \\le 2", "x = 1", False), ("x \\ge 1 \\text{ and } x \\le 1", "x = 2", False),
+    ("x \\ge 1 \\text{ and } x \\le 1", "t = 1", False), ("x > 1 \\text{ and } x \\le 1", "x = 1", False),
+    ("x \\ge 1 \\text{ and } x < 1", "x = 1", False), ("x \\ge 1 \\text{ and } x \\le 1", "x \\ge 1", False),
+    ("x \\ge 1 \\text{ and } x \\le 1", "2", False), ("1 \\le x \\le 2", "x = 1", False),
+]
+
 EQUATIONS = [
     ("y = -\\frac12 x + \\frac34", "2x+4y-3=0", True), ("2x + 4y = 3", "y = -\\frac{x}{2} + \\frac{3}{4}", True),
     ("y = -\\frac12 x + \\frac34", "2x+4y+3=0", False), ("x = 3", "3", True), ("3", "x = 3", True), ("3 = x", "x = 3", True),
@@ -185,7 +198,7 @@ NEAR_MISSES = [("x + 10^{-20}", "x", False), ("y = 2x + 1 + 10^{-15}", "y = 2x +
                ("(1+\\sqrt2)^{10}", "3363 + 2378\\sqrt2", True), ("(1+\\sqrt2)^{10}", "3363 + 2379\\sqrt2", False)]
 
 ALL_TABLES = ALL_TABLES + NEAR_MISSES + INEQUALITIES + EQUATIONS + MATRICES + UNSIMPLIFIED + SETS_AND_TUPLES + PERCENT
-ALL_TABLES += INEQUALITY_PAIRS
+ALL_TABLES += INEQUALITY_PAIRS + POINT_SETS
 
 
 @pytest.mark.parametrize("answer,gold,expected", ALL_TABLES)

@@ -55,7 +55,8 @@ EQUIVALENCE POLICY (symmetric in answer and gold)
   * Inequalities: one variable against constants is a set of intervals, so "x \ge 5" =
     "5 \le x" = "[5, \infty)" = "x \in [5, \infty)", "1 < x \le 3" = "(1, 3]", "x < -1 or
     x > 2" = "(-\infty, -1) \cup (2, \infty)", "|x| < 2" = "-2 < x < 2", "x \ne 0" = the
-    punctured line; a named variable must agree ("x > 2" != "t > 2"). Other inequalities are
+    punctured line; a named variable must agree ("x > 2" != "t > 2"). A one-point solution set
+    ("x \ge 1 and x \le 1", "1 \le x \le 1") is the equation "x = 1". Other inequalities are
     equal up to a POSITIVE factor ("y > 2x + 1" = "4x + 2 < 2y"); strictness must agree.
   * Intervals: endpoints and brackets must agree (brackets at infinity are ignored); unions are
     unordered. "\mathbb{R}" = "(-\infty, \infty)" = "all real numbers".

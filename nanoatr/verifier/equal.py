@@ -12,7 +12,7 @@ from typing import Optional
 
 import sympy
 
-from .shapes import Canon, Interval, as_intervals
+from .shapes import Canon, Interval, as_intervals, canonical
 from .values import Num, add, approx, div, neg, symbolic, to_sympy
 
 SYMPY_BUDGET = 48   # sympy evaluations allowed per verify call (each on a size-bounded tree)
@@ -218,10 +218,25 @@ def _intervals_equal(a: Canon, b: Canon) -> Optional[bool]:
         return None
     ia, ib = as_intervals(a), as_intervals(b)
     if ia is None or ib is None:
-        return None if "interval" not in (a.kind, b.kind) else False
+        if "interval" not in (a.kind, b.kind):
+            return None
+        equation = _point_equation(a if ia is not None else b)  # [1, 1] of x is x = 1 (and so 1)
+        return equation is not None and equivalent(equation, b if ia is not None else a)
     if a.kind == b.kind == "interval" and a.extra and b.extra and a.extra != b.extra:
         return False  # x > 2 is not t > 2
     return _unordered(ia, ib, _same_interval)
+
+
+def _point_equation(c: Canon) -> Optional[Canon]:
+    """The equation "x = c" of a variable's one-point solution set, the interval [c, c] ("x \\ge 1 and
+    x \\le 1", "1 \\le x \\le 1"), else None. Its sides' text is the answer's own, which only this
+    answer has: the cheap first check of `equivalent` (equal texts) stays true to it."""
+    if c.kind != "interval" or not c.extra or len(c.value) != 1:
+        return None
+    iv = c.value[0]
+    if not (iv.lo_closed and iv.hi_closed and values_equal(iv.lo, iv.hi)):
+        return None
+    return Canon("rel", c.text, (canonical(c.extra), Canon("num", c.text, iv.lo)), (("=",), (True, False)))
 
 
 def _same_interval(x: Interval, y: Interval) -> bool:

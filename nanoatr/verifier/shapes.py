@@ -301,14 +301,16 @@ def _real(n: Num) -> Optional[float]:
 
 
 def _intersect(a: Interval, b: Interval) -> Optional[Interval]:
-    """Two intervals' intersection, when their endpoints compare as plain numbers (else None)."""
+    """Two intervals' intersection, when their endpoints compare as plain numbers and it is not empty (else
+    None); a single point is [c, c] ("x \\ge 1 and x \\le 1": the equation x = 1, equal.py)."""
     los = [(_real(a.lo), a.lo, a.lo_closed), (_real(b.lo), b.lo, b.lo_closed)]
     his = [(_real(a.hi), a.hi, a.hi_closed), (_real(b.hi), b.hi, b.hi_closed)]
     if any(t[0] is None for t in los + his):
         return None
     lo = max(los, key=lambda t: (t[0], not t[2]))   # the larger lower end; open beats closed on a tie
     hi = min(his, key=lambda t: (t[0], t[2]))       # the smaller upper end; open beats closed on a tie
-    return Interval(lo[1], hi[1], lo[2], hi[2]) if lo[0] < hi[0] else None
+    point = lo[0] == hi[0] and lo[2] and hi[2]
+    return Interval(lo[1], hi[1], lo[2], hi[2]) if lo[0] < hi[0] or point else None
 
 
 def _matrix(s: str, body: str, depth: int) -> Canon:
