@@ -28,7 +28,8 @@ settings is refused (one table never mixes two evaluations).
 and prints one table per evaluation setting (temperature, top-p, budget, k, files, model, prompt: runs
 evaluated otherwise get their own table, headed by what differs), with the base model's row (step 0) once,
 then per method (clip, its hyper-parameters, any other training flag that differs between the runs) its
-final and best evaluation over seeds: mean ± the half-width of a 95% t-interval, and n.
+final and best evaluation over seeds: n, and the mean ± the half-width of its 95% t-interval
+(nanoatr/stats.py).
 """
 import nanoatr
 
@@ -37,7 +38,6 @@ nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line
 import dataclasses
 import functools
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 import torch
 
-from nanoatr import distributed, lora
+from nanoatr import distributed, lora, stats
 from nanoatr.checkpoint import CheckpointError
 from nanoatr.config import (DATA, OUTPUT, SAMPLING, ConfigError, DataFlags, DeviceFlags, ModelFlags,
                             PromptFlags, RewardFlags, SamplingFlags, arg, check_flags, die, flag, override,
@@ -243,49 +243,6 @@ def grid(corner: str, names: list[str], k: int, rows: list[tuple[str, list[str]]
 # ----------------------------------------------------------------------------
 # --runs: Table 2 over seeds, from the evaluations the training (or SFT) runs logged
 
-def t_central(t: float, df: int) -> float:
-    """P(|T| < t) for Student's t with df >= 1 degrees of freedom, in closed form (Abramowitz and Stegun
-    26.7.3 and 26.7.4), with theta = arctan(t / sqrt(df)) and c = cos(theta):
-        df even: sin(theta) (1 + 1/2 c^2 + 1*3/(2*4) c^4 + ... + 1*3*..*(df-3)/(2*4*..*(df-2)) c^(df-2))
-        df odd:  2/pi (theta + sin(theta) c (1 + 2/3 c^2 + ... + 2*4*..*(df-3)/(1*3*..*(df-2)) c^(df-3)))
-                 (df 1: 2 theta / pi)"""
-    theta = math.atan(t / math.sqrt(df))
-    c2 = math.cos(theta) ** 2
-    term = 1.0
-    if df % 2 == 0:
-        series = 1.0
-        for j in range(1, df // 2):
-            term *= c2 * (2 * j - 1) / (2 * j)
-            series += term
-        return math.sin(theta) * series
-    series = 1.0 if df > 1 else 0.0
-    for j in range(1, (df - 1) // 2):
-        term *= c2 * (2 * j) / (2 * j + 1)
-        series += term
-    return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * series)
-
-
-def t_quantile_95(df: int) -> float:
-    """The t with P(|T| < t) = 0.95 for df degrees of freedom (12.706 at df 1, 2.262 at 9, 2.093 at 19), by
-    bisection on t_central, which grows with t."""
-    low, high = 0.0, 1.0
-    while t_central(high, df) < 0.95:
-        high *= 2
-    for _ in range(100):
-        mid = (low + high) / 2
-        low, high = (mid, high) if t_central(mid, df) < 0.95 else (low, mid)
-    return (low + high) / 2
-
-
-def t_interval(values: list[float]) -> tuple[float, float | None]:
-    """(mean, half-width of its 95% t-interval: t_quantile_95(n - 1) * sd / sqrt(n)) of values over n seeds;
-    one seed has no interval (None)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, t_quantile_95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-
-
 # What a run's logged evaluations depend on (config.json of train.py and sft.py): runs that differ in one are
 # in different tables, each with its own base-model row.
 EVALUATION = ("model", "revision", "task", "eval_data", "eval_limit", "eval_k", "eval_temperature",
@@ -386,10 +343,12 @@ def final_and_best(run: RunLog, keys: list[str]) -> tuple[list[float], list[floa
 
 
 def over_seeds(per_seed: list[list[float]]) -> list[str]:
-    """n, then 'mean ± half-width' (t_interval) of each column over the seeds' values."""
+    """n, then 'mean ± half-width of its 95% t-interval' (stats.half_width) of each column over the seeds'
+    values; one seed: its value."""
     cells = [str(len(per_seed))]
-    for mean, half in map(t_interval, zip(*per_seed)):
-        cells.append(f"{mean:.2f}" if half is None else f"{mean:.2f} ± {half:.2f}")
+    for column in zip(*per_seed):
+        mean = statistics.fmean(column)
+        cells.append(f"{mean:.2f}" if len(column) < 2 else f"{mean:.2f} ± {stats.half_width(column):.2f}")
     return cells
 
 

@@ -19,7 +19,7 @@ Each run has --threads torch threads (default: the cores shared out, e.g. 2 jobs
 
 Writes OUT/table.md (final held-out Mean@k / Pass@k, mean +- std over seeds, and the fraction of
 tokens whose gradient was cut; then the pre-registered family of --hypothesis and --reject, each with its
-interval, its p and Holm's decision over the family, and the seed-paired comparisons: scripts/stats.py),
+interval, its p and Holm's decision over the family, and the seed-paired comparisons: nanoatr/stats.py),
 OUT/curves.svg (Figure 2, one colour per method), OUT/results.json, and with --ablate-delta
 OUT/ablation.svg (Figure 3: Mean@k and Pass@k against delta).  A comparison is A/B, or an --effect of more
 than two arms, e.g. the main effects of a 2 x 2 (edges of a trust band: clip, two hybrids, kl3):
@@ -52,8 +52,8 @@ import torch  # noqa: E402
 from nanoatr import config  # noqa: E402
 from nanoatr.session import PRESETS, TrainConfig, hparam_flags  # noqa: E402
 from nanoatr.methods import METHODS, check_hparams, defaults  # noqa: E402
+from nanoatr import stats  # noqa: E402
 from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402  (scripts/plot.py)
-import stats  # noqa: E402  (scripts/stats.py)
 
 # Where clipping acts and the policy still learns: 32 AdamW steps per rollout batch (8 minibatches x 4
 # epochs) at a small lr, so later minibatches meet ratios well away from 1.  Measured on the embedded
@@ -465,7 +465,7 @@ def score_key(name: str) -> str:
 
 
 def measured(done: list[dict], c: Contrast, key: str) -> stats.Paired:
-    """The contrast in `key`, seed by seed over the seeds where every one of its arms finished (scripts/stats.py)."""
+    """The contrast in `key`, seed by seed over the seeds where every one of its arms finished (nanoatr/stats.py)."""
     def by_seed(method: str, key: str) -> dict:
         return {r["seed"]: r[key] for r in done if r["method"] == method and key in r and not math.isnan(r[key])}
     return stats.contrast([(w, by_seed(arm, f"{key}_start" if at_start else key)) for w, arm, at_start in c.terms])
@@ -491,7 +491,7 @@ def p_text(p: float) -> str:
 
 
 def comparisons(results: list[dict], contrasts: list[Contrast], steps: int) -> str:
-    """The seed-paired differences A - B and effects (scripts/stats.py) of every score and of the end entropy, in
+    """The seed-paired differences A - B and effects (nanoatr/stats.py) of every score and of the end entropy, in
     markdown: the mean with its 95% paired t-interval, seeds above : below 0, the sign test, the minimal detectable
     effect (80% power, t-based) and the seeds a decision would need at the observed effect and spread."""
     done = [r for r in results if r]
@@ -516,7 +516,7 @@ def comparisons(results: list[dict], contrasts: list[Contrast], steps: int) -> s
 def verdicts(results: list[dict], hypotheses: list[Hypothesis], claims: list[Claim], steps: int) -> str:
     """The pre-registered family in markdown. A row per hypothesis: its verdict by its own 95% paired t-interval,
     its paired t-test's p on the predicted side (two-sided for 'differs') and the family's decision by Holm's
-    procedure over every hypothesis and --reject claim (scripts/stats.py), and, when its interval leaves it
+    procedure over every hypothesis and --reject claim (nanoatr/stats.py), and, when its interval leaves it
     undecided, the effect the seeds could have detected and the seeds a decision would need. Then a line per
     --reject claim: its one-sided paired t-test against the stated effect and the family's decision on it."""
     done = [r for r in results if r]
@@ -772,7 +772,7 @@ def main(argv=None):
     report = head + table(results, methods, args.seeds, args.steps) + (
         "\nEffects: each seed's weighted sum of its arms' scores, over the seeds where every arm finished; compared "
         f"as a difference A − B is:\n{defined}\n" if effects else "") + (
-        "\nPre-registered hypotheses (scripts/stats.py): each one's 95% paired t-interval of the mean difference "
+        "\nPre-registered hypotheses (nanoatr/stats.py): each one's 95% paired t-interval of the mean difference "
         "(df = seeds - 1) says confirmed when it lies wholly on the predicted side of 0, refuted when wholly on the "
         "other, undecided otherwise; the paired t-test's p is one-sided on the predicted side (two-sided for ≠ 0); "
         f"the family, every hypothesis and --reject claim, is decided by Holm's procedure at the "
@@ -783,7 +783,7 @@ def main(argv=None):
         f"would need (t-based, and at least {stats.MIN_SIGN_SEEDS}: fewer cannot make the sign test significant):"
         f"\n\n{decided}" if decided else "") + (
         f"\nSeed-paired differences{', exploratory: no correction for multiple comparisons' if decided else ''} "
-        "(scripts/stats.py: 95% paired t-interval of the mean difference, exact sign test, the difference "
+        "(nanoatr/stats.py: 95% paired t-interval of the mean difference, exact sign test, the difference "
         f"detectable with 80% power at this spread and the seeds needed for the observed one, both t-based):\n\n"
         f"{compared}" if compared else "")
     (out / "table.md").write_text(report)

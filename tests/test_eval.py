@@ -210,25 +210,6 @@ def test_a_budget_past_the_model_positions_is_one_line(model_dir, data, tmp_path
 # ----------------------------------------------------------------------------
 # --runs: Table 2 over seeds from training runs' logged evaluations, final and best
 
-def test_t_quantile_against_the_printed_tables():
-    for df, t in [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (9, 2.262), (19, 2.093), (30, 2.042)]:
-        assert eval_cli.t_quantile_95(df) == pytest.approx(t, abs=5e-4), df
-    assert eval_cli.t_quantile_95(1000) == pytest.approx(1.962, abs=5e-4)  # near the normal's 1.960
-    # the CDF in closed form: df 1 is Cauchy, P(|T| < t) = 2 atan(t) / pi; df 2: t / sqrt(t^2 + 2)
-    assert eval_cli.t_central(1.0, 1) == pytest.approx(0.5)
-    assert eval_cli.t_central(3.0, 2) == pytest.approx(3 / math.sqrt(11))
-    # df 3 and 4 by the series' first terms, at t = sqrt(df) (theta = pi/4, cos^2 = 1/2)
-    assert eval_cli.t_central(math.sqrt(3), 3) == pytest.approx(2 / math.pi * (math.pi / 4 + 0.5))
-    assert eval_cli.t_central(2.0, 4) == pytest.approx(math.sqrt(0.5) * (1 + 0.5 * 0.5))
-
-
-def test_t_interval_by_hand():
-    assert eval_cli.t_interval([40.0, 42.0, 44.0]) == pytest.approx((42.0, 4.303 * 2 / math.sqrt(3)), abs=1e-3)
-    assert eval_cli.t_interval([10.0, 14.0]) == pytest.approx((12.0, 12.706 * math.sqrt(8) / math.sqrt(2)),
-                                                                  abs=1e-3)
-    assert eval_cli.t_interval([7.0]) == (7.0, None)
-
-
 NAMES = ("amc23", "aime24", "aime25")
 
 

@@ -1,18 +1,16 @@
-"""scripts/stats.py: the t distribution, the seed-paired t-interval and contrasts, p-values, the verdict rule, Holm's
-procedure over a family, power and rejection."""
+"""nanoatr/stats.py: the t distribution, the t-interval of a mean, seed-paired contrasts, p-values, the
+verdict rule, Holm's procedure over a family, power and rejection."""
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import stats  # noqa: E402  (scripts/stats.py)
+from nanoatr import stats
 
 
 @pytest.mark.parametrize("p, df, published", [
     (0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 4, 2.776), (0.975, 7, 2.365), (0.975, 9, 2.262),
     (0.975, 19, 2.093), (0.975, 60, 2.000), (0.95, 9, 1.833), (0.8, 5, 0.920), (0.8, 9, 0.883), (0.8, 8, 0.889),
+    (0.975, 3, 3.182), (0.975, 30, 2.042), (0.975, 1000, 1.962),  # 1000: near the normal's 1.960
 ])
 def test_t_quantiles_match_published_tables(p, df, published):
     assert stats.t_quantile(p, df) == pytest.approx(published, abs=5e-4)
@@ -29,6 +27,14 @@ def test_t_cdf_against_closed_forms(t):
     assert stats.t_cdf(1.959964, 20_000) == pytest.approx(0.975, abs=1e-4)  # towards the normal
     with pytest.raises(ValueError, match="positive integer"):
         stats.t_cdf(1.0, 0)
+
+
+def test_t_cdf_by_the_series_terms_at_t_sqrt_df():
+    """At t = sqrt(df), theta = pi/4 and cos^2 = 1/2: the series past their first term, df 4 (even) and 5
+    (odd)."""
+    assert stats.t_cdf(2.0, 4) == pytest.approx(0.5 + math.sqrt(0.5) * (1 + 0.5 * 0.5) / 2, abs=1e-14)
+    # sin(theta) (cos + 2/3 cos^3) = 1/2 + 1/6
+    assert stats.t_cdf(math.sqrt(5), 5) == pytest.approx(0.5 + (math.pi / 4 + 2 / 3) / math.pi, abs=1e-14)
 
 
 def test_sign_test_against_hand_computed_binomial_tails():
@@ -50,6 +56,14 @@ def test_paired_t_interval_against_a_hand_computation():
     one = stats.paired({0: 2.0}, {0: 1.0})                       # one seed: a difference, no interval
     assert one.mean == 1.0 and math.isnan(one.low) and math.isnan(one.high) and math.isnan(one.sd)
     assert all(math.isnan(x) for x in stats.mean_interval([]))
+
+
+def test_half_width_by_hand():
+    """eval.py --runs prints mean ± half_width: sd 2 over three seeds, t(0.975, 2) = 4.303; sd sqrt(8) over
+    two, t(0.975, 1) = 12.706; one seed has no spread."""
+    assert stats.half_width([40.0, 42.0, 44.0]) == pytest.approx(4.303 * 2 / math.sqrt(3), abs=1e-3)
+    assert stats.half_width((10.0, 14.0)) == pytest.approx(12.706 * math.sqrt(8) / math.sqrt(2), abs=1e-3)
+    assert math.isnan(stats.half_width([7.0])) and math.isnan(stats.half_width([]))
 
 
 def test_pairing_is_by_seed_not_by_the_order_the_sides_were_built_in():

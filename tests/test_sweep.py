@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import stats  # noqa: E402  (scripts/stats.py)
 import sweep  # noqa: E402  (scripts/sweep.py)
-from nanoatr import config  # noqa: E402
+from nanoatr import config, stats  # noqa: E402
 from nanoatr.session import PRESETS, TrainConfig, apply_preset, hparam_flags  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
 TINY = ["--eval-limit", "4", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40"]

@@ -1,4 +1,8 @@
-"""Seed-paired comparisons of methods: the statistics scripts/sweep.py prints under its table.
+"""Statistics over seeds: the 95% t-interval of a mean, and seed-paired comparisons of methods.
+
+eval.py --runs (Table 2 over seeds) prints each method's mean with the half-width of its t-interval
+(`half_width`: t(0.975, n-1) sd / sqrt(n)); scripts/sweep.py draws the same intervals as the bands of its
+figures (`mean_interval`) and prints, under its table, the comparisons below.
 
 Runs of one seed share their prompts, their first completions and their evaluation draws, so methods are
 compared seed by seed. A comparison is a contrast: on each seed s its value is d_s = sum_i w_i X_i(s) over
@@ -39,7 +43,7 @@ from __future__ import annotations
 import math
 import statistics
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 LEVEL = 0.95            # two-sided level of every interval
 POWER = 0.8             # power of the minimal detectable effect and of the seeds needed
@@ -97,15 +101,21 @@ def sign_test(wins: int, losses: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def half_width(values: Sequence[float]) -> float:
+    """The half-width of the 95% t-interval of the mean of n `values`, t(0.975, n-1) sd / sqrt(n) (nan for
+    fewer than two values: one value has no spread)."""
+    if len(values) < 2:
+        return math.nan
+    t = t_quantile(1 - (1 - LEVEL) / 2, len(values) - 1)
+    return t * statistics.stdev(values) / math.sqrt(len(values))
+
+
 def mean_interval(values: list[float]) -> tuple[float, float, float]:
-    """(mean, low, high): the mean of `values` and its 95% t-interval, mean -+ t(0.975, n-1) sd / sqrt(n)
-    (nan bounds for fewer than two values: one value has no spread)."""
+    """(mean, low, high): the mean of `values` and its 95% t-interval, mean -+ half_width (nan bounds for
+    fewer than two values; all nan for none)."""
     if not values:
         return math.nan, math.nan, math.nan
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan, math.nan
-    half = t_quantile(1 - (1 - LEVEL) / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    mean, half = statistics.fmean(values), half_width(values)
     return mean, mean - half, mean + half
 
 
@@ -121,8 +131,8 @@ class Paired(NamedTuple):
 
 
 def contrast(terms: list[tuple[float, dict[int, float]]]) -> Paired:
-    """sum_i w_i X_i seed by seed, over the seeds every X_i has: terms are (w_i, X_i), X_i mapping seed -> value
-    in any order."""
+    """sum_i w_i X_i seed by seed, over the seeds every X_i has: terms are (w_i, X_i), X_i mapping
+    seed -> value in any order."""
     seeds = sorted(set.intersection(*(set(values) for _, values in terms)))
     diffs = [sum(w * values[s] for w, values in terms) for s in seeds]
     wins, losses = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
@@ -140,8 +150,8 @@ SIDES = (1, -1, 0)  # a prediction: above 0, below 0, differs from 0
 
 
 def t_statistic(p: Paired, against: float = 0.0) -> float:
-    """(mean - against) / se, se = sd / sqrt(n); for seeds without spread (se = 0) +-inf, or 0 when the mean is
-    `against` itself."""
+    """(mean - against) / se, se = sd / sqrt(n); for seeds without spread (se = 0) +-inf, or 0 when the mean
+    is `against` itself."""
     se = p.sd / math.sqrt(p.n)
     if se > 0:
         return (p.mean - against) / se
@@ -190,8 +200,8 @@ def holm(p_values: list[float], alpha: float = FAMILY_ALPHA) -> list[bool]:
 
 def family(tests: list[tuple[float, float]], alpha: float = FAMILY_ALPHA) -> list[str]:
     """The decisions over a pre-registered family: tests are (p on the predicted side, p on the opposite side,
-    nan where there is none, as for 'differs'). 'confirmed' where Holm rejects by the first, 'refuted' where Holm
-    over the second rejects, 'undecided' otherwise."""
+    nan where there is none, as for 'differs'). 'confirmed' where Holm rejects by the first, 'refuted' where
+    Holm over the second rejects, 'undecided' otherwise."""
     confirmed = holm([p for p, _ in tests], alpha)
     refuted = holm([opposite for _, opposite in tests], alpha)
     return ["confirmed" if c else "refuted" if r else "undecided" for c, r in zip(confirmed, refuted)]
@@ -199,20 +209,22 @@ def family(tests: list[tuple[float, float]], alpha: float = FAMILY_ALPHA) -> lis
 
 def detectable(n: int, sd: float) -> float:
     """Minimal detectable effect: the mean difference a two-sided paired t-test at the 5% level finds with
-    80% power over n seeds at spread sd, (t(0.975, n-1) + t(0.8, n-1)) sd / sqrt(n) (t-based approximation)."""
+    80% power over n seeds at spread sd, (t(0.975, n-1) + t(0.8, n-1)) sd / sqrt(n) (t-based
+    approximation)."""
     if n < 2:
         return math.nan
     return (t_quantile(1 - (1 - LEVEL) / 2, n - 1) + t_quantile(POWER, n - 1)) * sd / math.sqrt(n)
 
 
 def seeds_needed(p: Paired) -> float:
-    """Seeds at which the observed |mean| is the minimal detectable effect at the observed spread, and at least
-    MIN_SIGN_SEEDS; inf beyond MAX_SEEDS (and for a mean of 0); nan for fewer than two seeds."""
+    """Seeds at which the observed |mean| is the minimal detectable effect at the observed spread, and at
+    least MIN_SIGN_SEEDS; inf beyond MAX_SEEDS (and for a mean of 0); nan for fewer than two seeds."""
     if p.n < 2:
         return math.nan
     if p.mean == 0 or detectable(MAX_SEEDS, p.sd) > abs(p.mean):
         return math.inf
-    low, high = MIN_SIGN_SEEDS - 1, MAX_SEEDS  # detectable(high) <= |mean|; low is below the floor or falls short
+    # detectable(high) <= |mean|; low is below the floor or falls short
+    low, high = MIN_SIGN_SEEDS - 1, MAX_SEEDS
     while high - low > 1:
         mid = (low + high) // 2
         if detectable(mid, p.sd) <= abs(p.mean):
@@ -237,4 +249,5 @@ def reject(p: Paired, effect: float) -> Rejection:
         return Rejection(effect, math.nan, math.nan, math.nan, False)
     short = -1 if effect > 0 else 1   # the side of the effect the mean lies on when the effect is ruled out
     ruled_out = p_value(p, short, effect)
-    return Rejection(effect, t_statistic(p, effect), ruled_out, p_value(p, -short, effect), ruled_out < 1 - LEVEL)
+    return Rejection(effect, t_statistic(p, effect), ruled_out, p_value(p, -short, effect),
+                     ruled_out < 1 - LEVEL)
