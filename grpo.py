@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from nanoatr.data import TASKS, load_problems
+from nanoatr.data import TASKS, load_problems, located
 from nanoatr.loss import group_advantages, policy_loss
 from nanoatr.methods import METHODS, check_hparams
 from nanoatr.model import Qwen3
@@ -72,8 +72,10 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     task = TASKS["math"]
-    model, tok = Qwen3.from_pretrained(task.model), load_tokenizer(task.model)
-    problems, held_out = load_problems(task.data), load_problems(task.eval_data[0], limit=64)
+    model_dir = located(task.model)  # the repository's own files, from whatever folder it is started in
+    model, tok = Qwen3.from_pretrained(model_dir), load_tokenizer(model_dir)
+    problems = load_problems(located(task.data))
+    held_out = load_problems(located(task.eval_data[0]), limit=64)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
     hparams = check_hparams(args.clip)  # the method's default knobs (delta = 0.07 for kl3)
     rewards = Rewards.of(task.reward)   # the verifier (nanoatr/rewards.py)

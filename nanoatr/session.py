@@ -69,7 +69,7 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
                                   "--overlong-buffer", METHOD, ">=0")
     prompts_per_step: int = arg(16, "distinct prompts sampled per rollout step (over all ranks)", ROLLOUT,
                                 ">=1")
-    group_size: int = arg(8, "completions per prompt (G)", ROLLOUT, ">=1")
+    group_size: int = arg(8, "completions per prompt (G; a group of one has no baseline)", ROLLOUT, ">=2")
     max_new_tokens: int = arg(48, "completion budget in tokens", ROLLOUT, ">=1")
     temperature: float = arg(1.0, "sampling temperature of rollouts (and of the log-probs trained on)",
                              ROLLOUT, ">0")

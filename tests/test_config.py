@@ -17,7 +17,8 @@ GROUPS = [config.PromptFlags, config.ModelFlags, config.SamplingFlags, config.De
 
 
 @pytest.mark.parametrize("name, inside, outside", [
-    (">0", [1e-9, 1], [0, -1]), (">=0", [0, 2], [-1e-9]), (">=1", [1, 7], [0.999]), (">1", [1.001], [1, 0]),
+    (">0", [1e-9, 1], [0, -1]), (">=0", [0, 2], [-1e-9]), (">=1", [1, 7], [0.999]), (">=2", [2, 9], [1.999, 1]),
+    (">1", [1.001], [1, 0]),
     ("(0,1)", [1e-9, 0.5, 0.999], [0, 1]), ("(0,1]", [1e-9, 1], [0, 1.001]), ("[0,1]", [0, 1], [-1e-9, 1.001]),
 ])
 def test_each_range_at_its_endpoints(name, inside, outside):

@@ -55,3 +55,12 @@ def test_grpo_py_computes_train_py_step(clip):
             assert close(p.detach(), q.detach(), rel=1e-5), (clip, i, name)
         ratios_moved |= float(metrics["ratio_max"]) > 1.001 or float(metrics["ratio_min"]) < 0.999
     assert ratios_moved, "the later minibatches were off-policy: the rule itself was compared, not only w = 1"
+
+
+def test_grpo_py_runs_from_any_folder(tmp_path, monkeypatch, capsys):
+    """Started from another folder, it reads the repository's own model and problems (data.located), as
+    train.py does, instead of failing on the relative path data/tiny-qwen3."""
+    monkeypatch.chdir(tmp_path)
+    grpo.main(["--steps", "0"])
+    first, last = capsys.readouterr().out.splitlines()
+    assert first.startswith("held-out accuracy ") and "--clip kl3" in first and last == first.split(";")[0]

@@ -214,6 +214,7 @@ def test_prompt_order_visits_every_problem_once_per_pass():
     (["--model", "/nonexistent/dir"], "--model /nonexistent/dir: no such directory"),
     (["--steps", "0"], "--steps must be >= 1"),
     (["--minibatches", "3"], "--minibatches 3 must divide"),
+    (["--group-size", "1"], "--group-size must be >= 2 (got 1)"),  # not the loss's ValueError mid-step
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as e:
@@ -221,6 +222,7 @@ def test_bad_input_is_one_line(tmp_path, capsys, args, message):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and "Traceback" not in "\n".join(err)
+    assert not any(tmp_path.iterdir()), "refused before a run folder is made"
 
 
 def test_malformed_data_line_names_file_and_line(tmp_path, capsys):
