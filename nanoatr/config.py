@@ -40,7 +40,8 @@ def flag(name: str) -> str:
 # Name: (test, wording in the error line).
 RANGES = {
     ">0": (lambda v: v > 0, "> 0"), ">=0": (lambda v: v >= 0, ">= 0"), ">=1": (lambda v: v >= 1, ">= 1"),
-    ">=2": (lambda v: v >= 2, ">= 2"), ">1": (lambda v: v > 1, "> 1"), "(0,1)": (lambda v: 0 < v < 1, "in (0, 1)"),
+    ">=2": (lambda v: v >= 2, ">= 2"), ">1": (lambda v: v > 1, "> 1"),
+    "(0,1)": (lambda v: 0 < v < 1, "in (0, 1)"),
     "(0,1]": (lambda v: 0 < v <= 1, "in (0, 1]"), "[0,1]": (lambda v: 0 <= v <= 1, "in [0, 1]"),
 }
 
