@@ -7,7 +7,8 @@ checkpoints inside are nanoatr/checkpoint.py's.
         config.json    the run's settings, written atomically (write_json_atomic)
         metrics.jsonl  one JSON object per line, each with its "step"; samples.jsonl likewise
         checkpoint/    and older checkpoint-stepN/: nanoatr/checkpoint.py
-        tensorboard/   --report-to tensorboard's event files; wandb-id: --report-to wandb's run id
+        tensorboard/   --report-to tensorboard's event files
+        wandb-id       --report-to wandb's run id; wandb-step: the last step sent to it
 
 Guarantees:
 - create_run() refuses a used folder; RunLock keeps a second process out of a run folder; resume_run()
@@ -166,12 +167,12 @@ class RunLog:
             self._report(reporter, [row])
 
     def send_to(self, reporters: list):
-        """Each row written from now on also goes to `reporters`; one that is `new` first gets the rows
-        already logged, so that one added on --resume shows the run from its start."""
+        """Each row written from now on also goes to `reporters`; each first gets the rows already logged at
+        steps after its `resend_after` (those it lacks), so that one added on --resume shows the run from its
+        start, and wandb gets the steps a resume under --report-to none logged."""
         self.reporters = list(reporters)
         for reporter in list(self.reporters):
-            if reporter.new:
-                self._report(reporter, self.rows)
+            self._report(reporter, [row for row in self.rows if row["step"] > reporter.resend_after])
 
     def _report(self, reporter, rows: list[dict]):
         """The numbers of each row at its step (other values skipped). A reporter that raises is warned about
@@ -232,22 +233,22 @@ class RunLog:
 
 
 # ----------------------------------------------------------------------------
-# --report-to: each metrics row also sent to TensorBoard or Weights & Biases. A reporter has `name`, `new`
-# (it is to get the rows already logged: TensorBoard always, wandb when the run is new to it),
-# log(step, numbers) and close().
+# --report-to: each metrics row also sent to TensorBoard or Weights & Biases. A reporter has `name`,
+# `resend_after` (the last step it holds from earlier processes, -1 for none: the rows logged after it are
+# sent at start; TensorBoard -1, wandb the last step sent to its run), log(step, numbers) and close().
 
 class TensorBoard:
     """--report-to tensorboard: event files in <run>/tensorboard/ (`tensorboard --logdir runs` shows every
     run), each number of a row a scalar under its metrics.jsonl name, the settings a text entry "config".
 
-    Every start sends metrics.jsonl whole (`new`), its writer marking step 0 as a (re)start (purge_step):
-    TensorBoard drops every event of the earlier processes (it takes the first start mark of a folder as
-    its beginning, each later one as a restart) and shows the run as metrics.jsonl has it: each step once
-    (the rows redone past the checkpoint too), and none missing (the steps of a resume under --report-to
-    none too). Every row is flushed at once, so a crash loses none that metrics.jsonl holds."""
+    Every start sends metrics.jsonl whole (`resend_after` -1), its writer marking step 0 as a (re)start
+    (purge_step): TensorBoard drops every event of the earlier processes (it takes the first start mark of a
+    folder as its beginning, each later one as a restart) and shows the run as metrics.jsonl has it: each
+    step once (the rows redone past the checkpoint too), and none missing (the steps of a resume under
+    --report-to none too). Every row is flushed at once, so a crash loses none that metrics.jsonl holds."""
     FOLDER = "tensorboard"
     name = "tensorboard"
-    new = True
+    resend_after = -1
 
     def __init__(self, run_dir: Path, config: dict):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
@@ -270,22 +271,43 @@ class Wandb:
     as its config, each number of a row logged at its step. WANDB_MODE, WANDB_DIR and the rest of wandb's
     own settings apply.
 
-    The wandb run's id is kept in <run>/wandb-id: a resumed run goes on in the same wandb run. wandb keeps a
-    run's steps increasing, so the rows a resume redoes at steps it already has keep their first values."""
+    The wandb run's id is kept in <run>/wandb-id: a resumed run goes on in the same wandb run. Each start
+    first sends the rows of metrics.jsonl after the last step sent to it, kept in <run>/wandb-step (written
+    atomically once a step's first row is sent; none: a new wandb run, or one from before the file, gets every
+    row): so the steps of a resume under --report-to none reach it too. wandb keeps a run's steps increasing,
+    so the rows a resume redoes at steps it already has are not sent: they keep their first values. A kill
+    between a row sent and its step written sends that step again (online, wandb keeps its first values)."""
     ID_FILE = "wandb-id"
+    STEP_FILE = "wandb-step"
     name = "wandb"
 
     def __init__(self, run_dir: Path, config: dict, project: str):
         import wandb
-        id_file = run_dir / self.ID_FILE
-        self.new = not id_file.is_file()
-        if self.new:
+        id_file, self.step_file = run_dir / self.ID_FILE, run_dir / self.STEP_FILE
+        if not id_file.is_file():  # a new wandb run: no step sent to it yet
+            self.step_file.unlink(missing_ok=True)
             replace_bytes(id_file, secrets.token_hex(4).encode())
+        self.resend_after = self.sent = self.last_step_sent(self.step_file)
         self.run = wandb.init(project=project, name=run_dir.name, id=id_file.read_text().strip(),
                               resume="allow", config=config)
 
+    @staticmethod
+    def last_step_sent(step_file: Path) -> int:
+        """The step in the wandb-step file; -1 when there is none."""
+        if not step_file.is_file():
+            return -1
+        text = step_file.read_text().strip()
+        if not text.isdigit():
+            raise ValueError(f"{step_file} holds {text[:20]!r}, not a step: remove it to resend every row")
+        return int(text)
+
     def log(self, step: int, values: dict):
+        if step <= self.resend_after:  # redone after a crash: the wandb run has this step
+            return
         self.run.log(values, step=step)
+        if step != self.sent:
+            replace_bytes(self.step_file, str(step).encode())
+            self.sent = step
 
     def close(self):
         self.run.finish()

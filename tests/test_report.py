@@ -177,15 +177,54 @@ def by_step(rows: list[dict]) -> dict[int, dict]:
     return merged
 
 
-def test_wandb_offline_gets_every_number_and_a_resume_goes_on_in_the_same_run(tmp_path, monkeypatch):
-    import wandb
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
+class WandbProcesses:
+    """The offline wandb processes of a test, each writing under its own WANDB_DIR (tmp_path/wandb-N):
+    wandb names an offline run's folder after the second the process started in, so two started within
+    one second would write one file."""
+
+    def __init__(self, tmp_path: Path, monkeypatch):
+        self.tmp_path, self.monkeypatch, self.count = tmp_path, monkeypatch, 0
+        self.next()
+
+    def next(self):
+        """The last process is torn down (wandb's service writes its run file after run.finish(): at exit, or
+        on teardown), and the next one writes to a folder of its own."""
+        import wandb
+        wandb.teardown()
+        self.count += 1
+        folder = self.tmp_path / f"wandb-{self.count}"
+        folder.mkdir()
+        self.monkeypatch.setenv("WANDB_DIR", str(folder))
+
+    def files(self, run_dir: Path) -> list[Path]:
+        """The .wandb file each process wrote for the run's wandb run (<run>/wandb-id), in the order they
+        ran."""
+        run_id = (run_dir / "wandb-id").read_text()
+        pattern = f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb"
+        return [file for n in range(1, self.count + 1)
+                for file in (self.tmp_path / f"wandb-{n}").glob(pattern)]
+
+    def histories(self, run_dir: Path) -> list[dict]:
+        return [wandb_run(file)[1] for file in self.files(run_dir)]
+
+
+@pytest.fixture
+def processes(tmp_path, monkeypatch) -> WandbProcesses:
+    return WandbProcesses(tmp_path, monkeypatch)
+
+
+def assert_sent_once(histories: list[dict], rows: list[dict]):
+    """Each step of metrics.jsonl in exactly one process's history, with metrics.jsonl's numbers."""
+    sent = [step for history in histories for step in history]
+    assert sorted(sent) == sorted(set(sent)), f"a step sent twice: {sent}"
+    assert {step: numbers for history in histories for step, numbers in history.items()} == by_step(rows)
+
+
+def test_wandb_offline_gets_every_number_and_a_resume_goes_on_in_the_same_run(tmp_path, processes):
     first = train_run(tmp_path, "w", "--steps", "1", "--report-to", "wandb", "--wandb-project", "p")
-    wandb.teardown()  # wandb's service writes the run file after run.finish(); at exit, or on teardown
+    processes.next()
     run_id = (tmp_path / "w/wandb-id").read_text()
-    files = sorted(tmp_path.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb"))
+    files = processes.files(tmp_path / "w")
     assert len(files) == 1
     run, history = wandb_run(files[0])
     assert (run.run_id, run.project, run.display_name) == (run_id, "p", "w")
@@ -194,12 +233,85 @@ def test_wandb_offline_gets_every_number_and_a_resume_goes_on_in_the_same_run(tm
     assert history == by_step(first)
 
     train.main(["--resume", str(tmp_path / "w"), "--steps", "2"])
-    wandb.teardown()
-    files = sorted(tmp_path.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb"))
+    processes.next()
+    files = processes.files(tmp_path / "w")
     assert len(files) == 2  # the same wandb run, continued: only the resumed steps are sent
     run, history = wandb_run(files[1])
-    assert run.run_id == run_id
-    assert history == by_step(metrics(tmp_path / "w")[len(first):]) and list(history) == [2]
+    assert run.run_id == run_id and list(history) == [2]
+    assert_sent_once(processes.histories(tmp_path / "w"), metrics(tmp_path / "w"))
+
+
+def test_steps_resumed_without_wandb_are_sent_once_it_is_back(tmp_path, processes):
+    """Step 1 under wandb, step 2 under --report-to none, step 3 under wandb again: the third process first
+    sends step 2 (its loss and evaluation rows), so the wandb run has every step of metrics.jsonl once."""
+    run = tmp_path / "gap"
+    train_run(tmp_path, "gap", "--steps", "1", "--report-to", "wandb")
+    processes.next()
+    train.main(["--resume", str(run), "--steps", "2", "--report-to", "none"])
+    train.main(["--resume", str(run), "--steps", "3", "--report-to", "wandb"])
+    processes.next()
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [0, 1, 1, 2, 2, 3, 3]  # an evaluation at every step after the first
+    histories = processes.histories(run)
+    assert [list(history) for history in histories] == [[0, 1], [2, 3]]
+    assert_sent_once(histories, rows)
+
+
+def test_steps_a_resume_redoes_are_not_sent_to_wandb_again(tmp_path, processes):
+    """Stopped after logging step 3 but before its checkpoint (checkpoint/ removed: the latest is step 2's),
+    then resumed: step 3 is redone, and logged again in metrics.jsonl, but wandb has it: nothing is sent."""
+    run = tmp_path / "r"
+    first = train_run(tmp_path, "r", "--steps", "3", "--save-every", "2", "--report-to", "wandb")
+    processes.next()
+    assert (run / "wandb-step").read_text() == "3"
+    shutil.rmtree(run / "checkpoint")
+    train.main(["--resume", str(run)])
+    processes.next()
+    assert [r["step"] for r in metrics(run)] == [0, 1, 2, 3, 3]
+    histories = processes.histories(run)
+    assert [list(history) for history in histories] == [[0, 1, 2, 3], []]
+    assert_sent_once(histories, first)  # step 3 as first logged
+
+
+def test_wandb_step_is_written_as_each_step_is_sent_and_a_new_wandb_run_starts_from_none(tmp_path, processes):
+    """wandb-step holds the last step sent from the moment it is sent (a kill loses no record of it); the next
+    start sends nothing up to it. Without wandb-id the wandb run is new: a stale wandb-step is dropped."""
+    run, step_file = tmp_path / "run", tmp_path / "run/wandb-step"
+    run.mkdir()
+    reporter = runs.Wandb(run, {}, "p")
+    assert reporter.resend_after == -1 and not step_file.exists()
+    reporter.log(0, {"a": 1.0})
+    assert step_file.read_text() == "0"
+    reporter.log(1, {"a": 2.0})
+    reporter.log(1, {"b": 3.0})
+    assert step_file.read_text() == "1"
+    reporter.close()
+    processes.next()
+    again = runs.Wandb(run, {}, "p")
+    assert again.resend_after == 1
+    again.log(1, {"b": 4.0})  # a redone step: the wandb run has it
+    again.log(2, {"a": 5.0})
+    again.close()
+    processes.next()
+    assert processes.histories(run) == [{0: {"a": 1.0}, 1: {"a": 2.0, "b": 3.0}}, {2: {"a": 5.0}}]
+    assert step_file.read_text() == "2"
+    (run / "wandb-id").unlink()
+    fresh = runs.Wandb(run, {}, "p")
+    assert fresh.resend_after == -1 and not step_file.exists()
+    fresh.close()
+
+
+def test_a_wandb_step_file_that_holds_no_step_is_one_line(tmp_path, capsys):
+    train_run(tmp_path, "s", "--steps", "1")
+    (tmp_path / "s/wandb-id").write_text("abcd1234")
+    (tmp_path / "s/wandb-step").write_text("x")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train.main(["--resume", str(tmp_path / "s"), "--steps", "2", "--report-to", "wandb"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --report-to wandb could not start (ValueError: {tmp_path / 's/wandb-step'} holds 'x', not a "
+        "step: remove it to resend every row)"]
 
 
 # ----------------------------------------------------------------------------
@@ -282,10 +394,10 @@ def test_a_destination_failing_mid_run_is_warned_once_and_the_run_completes(tmp_
 
 class Recorder:
     """A reporter that keeps what it is sent."""
-    name, new = "recorder", False
+    name = "recorder"
 
-    def __init__(self):
-        self.sent, self.closed = [], False
+    def __init__(self, resend_after: int):
+        self.resend_after, self.sent, self.closed = resend_after, [], False
 
     def log(self, step, values):
         self.sent.append((step, values))
@@ -294,16 +406,19 @@ class Recorder:
         self.closed = True
 
 
-def test_only_numbers_are_reported_and_a_new_reporter_first_gets_the_rows_so_far(tmp_path):
+def test_only_numbers_are_reported_and_a_reporter_first_gets_the_rows_after_its_resend_after(tmp_path):
     with RunLog.open(tmp_path) as log:
         log.write({"step": 0, "eval/mean@2": 50.0})
-        old, new = Recorder(), Recorder()
-        new.new = True
-        log.send_to([old, new])
-        log.write({"step": 1, "loss": 0.5, "threads": 2, "note": "text", "ids": [1, 2], "drift": None})
-    assert old.sent == [(1, {"loss": 0.5, "threads": 2})]
-    assert new.sent == [(0, {"eval/mean@2": 50.0}), (1, {"loss": 0.5, "threads": 2})]
-    assert old.closed and new.closed and log.reporters == []
+        log.write({"step": 1, "loss": 0.25})
+        log.write({"step": 1, "eval/mean@2": 75.0})
+        has_all, has_0, new = Recorder(1), Recorder(0), Recorder(-1)
+        log.send_to([has_all, has_0, new])
+        log.write({"step": 2, "loss": 0.5, "threads": 2, "note": "text", "ids": [1, 2], "drift": None})
+    step_2 = (2, {"loss": 0.5, "threads": 2})
+    assert has_all.sent == [step_2]
+    assert has_0.sent == [(1, {"loss": 0.25}), (1, {"eval/mean@2": 75.0}), step_2]
+    assert new.sent == [(0, {"eval/mean@2": 50.0}), (1, {"loss": 0.25}), (1, {"eval/mean@2": 75.0}), step_2]
+    assert all(r.closed for r in (has_all, has_0, new)) and log.reporters == []
 
 
 def test_a_folder_named_like_the_package_is_not_the_package(monkeypatch):
