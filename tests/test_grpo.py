@@ -61,6 +61,6 @@ def test_grpo_py_runs_from_any_folder(tmp_path, monkeypatch, capsys):
     """Started from another folder, it reads the repository's own model and problems (data.located), as
     train.py does, instead of failing on the relative path data/tiny-qwen3."""
     monkeypatch.chdir(tmp_path)
-    grpo.main(["--steps", "0"])
+    grpo.main(["--steps", "1"])  # one step too: the whole path, so a blank update (exercise 12) fails it
     first, last = capsys.readouterr().out.splitlines()
-    assert first.startswith("held-out accuracy ") and "--clip kl3" in first and last == first.split(";")[0]
+    assert first.startswith("held-out accuracy ") and "--clip kl3" in first and last.startswith("held-out accuracy ")
