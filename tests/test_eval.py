@@ -377,6 +377,16 @@ def test_two_runs_of_one_method_and_seed_are_refused(tmp_path, capsys):
                    "per seed"]
 
 
+@pytest.mark.parametrize("spelled", ["{a}", "{a}/", "{parent}/../{parent_name}/a"])
+def test_one_folder_given_twice_is_named_as_such(tmp_path, capsys, spelled):
+    a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 5: [(3.0, 4.0)]}, names=("amc23",))
+    again = spelled.format(a=a, parent=tmp_path, parent_name=tmp_path.name)
+    with pytest.raises(SystemExit):
+        eval_cli.main(["--runs", a, again])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --runs: {again} is given twice (as {a} too): one run per folder"]
+
+
 def test_changes_on_resume_and_unfinished_runs_are_in_the_notes(tmp_path, capsys):
     """config.json's "changes" (nanoatr/runs.py) under the table; each run as it last ran: a, started with
     --steps 10 and resumed to 20, is finished; b (20 steps) is not. Both ran 20 steps: one method, n = 2."""
