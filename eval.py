@@ -407,9 +407,9 @@ def runs_table(run_dirs: list[str]) -> str:
     their own table, headed by the settings that differ."""
     first: dict[Path, int] = {}  # each folder's first place in run_dirs: two globs may name one folder twice
     for i, run_dir in enumerate(run_dirs):
-        if first.setdefault(Path(run_dir).resolve(), i) != i:
-            die(f"--runs: {run_dir} is given twice (as {run_dirs[first[Path(run_dir).resolve()]]} too): "
-                "one run per folder")
+        j = first.setdefault(Path(run_dir).resolve(), i)
+        if j != i:
+            die(f"--runs: {run_dir} is given twice (as {run_dirs[j]} too): one run per folder")
     tables: dict[str, list[RunLog]] = {}
     for run in map(read_run, run_dirs):
         tables.setdefault(json.dumps(evaluation(run.config), sort_keys=True), []).append(run)

@@ -210,8 +210,9 @@ def ours_setup(model_dir: Path, args, phases: Phases):
     opt = train.make_optimizer(cfg, trained)  # as train.setup
     shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step, cfg.group_size)
     run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
-                    eos_token_ids(tok, model_dir), make_stopper(tok, cfg.stop), Rewards.of(math_reward), shard, d, precision, peft_model,
-                    None, dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))
+                    eos_token_ids(tok, model_dir), make_stopper(tok, cfg.stop), Rewards.of(math_reward), shard, d,
+                    precision, peft_model, None,
+                    dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))
     phases.wrap(train, "generate", "generate")
     phases.wrap(train, "grade", "reward")
     phases.wrap(run.score, "forward", "forward")
