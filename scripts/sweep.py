@@ -340,6 +340,24 @@ def hyperparameters(method: str) -> str:
     return ", ".join(words) or "none"
 
 
+def settings_text(train_args: list[str]) -> str:
+    """The sweep's train.py flags as the runs took them: a flag given twice (the task's setting, then the
+    user's after --) is shown once, as its last value, which is the one train.py's argparse keeps; a list
+    flag given twice keeps both, as train.py does."""
+    groups = []  # (flag, [flag and its values])
+    for word in train_args:
+        if word.startswith("--"):
+            groups.append((word.split("=")[0], [word]))
+        elif groups:
+            groups[-1][1].append(word)
+    hints = typing.get_type_hints(TrainConfig)
+    lists = {config.flag(name) for name, tp in hints.items() if typing.get_origin(tp) is list}
+    key = lambda name: "--" + name[len("--no-"):] if name.startswith("--no-") else name  # noqa: E731
+    last = {key(name): i for i, (name, _) in enumerate(groups) if name not in lists}
+    kept = [words for i, (name, words) in enumerate(groups) if name in lists or last[key(name)] == i]
+    return " ".join(word for words in kept for word in words)
+
+
 def scores(done: list[dict]) -> list[tuple[str, str]]:
     """(result key, column name) of the scores to report: Mean@k and Pass@k of each evaluated file, or of
     their average when the runs logged no file's own."""
@@ -765,7 +783,7 @@ def main(argv=None):
     at = " and ".join(f"step {s}" for s in next((r["end_steps"] for r in results if r), [args.steps]))
     head = (f"{'δ ablation of kl3' if args.ablate_delta else 'Clipping methods'}: each score is the mean of the "
             f"evaluations at {at}, then mean ± std over {args.seeds} seed(s) (population std); cut = mean over "
-            f"training steps of clip_frac_low + clip_frac_high.\nSettings: `{' '.join(train_args)}`\n\n")
+            f"training steps of clip_frac_low + clip_frac_high.\nSettings: `{settings_text(train_args)}`\n\n")
     decided = verdicts(results, hypotheses, claims, args.steps)
     compared = comparisons(results, contrasts, args.steps)
     defined = "".join(f"\n- {effect_text(c)}" for c in effects.values())

@@ -196,6 +196,20 @@ def test_report_reads_the_finished_runs_and_trains_nothing(tmp_path):
     assert not any(run.dir.exists() for run in runs if run.seed == 1) and not (tmp_path / "sweep.json").exists()
 
 
+def test_the_settings_line_shows_each_flag_as_train_py_took_it(tmp_path):
+    """A flag after -- overrides the task's setting: the report shows the value that ran, once; list flags
+    given twice keep both, as train.py's argparse does."""
+    assert sweep.settings_text(["--task", "countdown", "--lr", "1e-4", "--no-compile", "--eval-data", "a.jsonl",
+                                "--compile", "--lr", "5e-5", "--eval-data", "b.jsonl", "--delta=0.1", "--delta",
+                                "0.05"]) == \
+        "--task countdown --eval-data a.jsonl --compile --lr 5e-5 --eval-data b.jsonl --delta 0.05"
+    fake_run(sweep.plan(["clip"], 1, tmp_path.resolve())[0], 32, mean=31.0)
+    sweep.main(["--task", "countdown", "--clip", "clip", "--seeds", "1", "--out", str(tmp_path), "--report", "--",
+                "--lr", "5e-5"])
+    settings = next(line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("Settings"))
+    assert "--lr 5e-5" in settings and "1e-4" not in settings and settings.count("--lr") == 1
+
+
 def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
     runs = sweep.plan(["clip", "kl3"], 1, tmp_path.resolve())
     for run in runs:
