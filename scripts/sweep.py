@@ -17,8 +17,8 @@ Each run has --threads torch threads (default: the cores shared out, e.g. 2 jobs
 
     python scripts/sweep.py --gpus 0,1,2,3 --clip clip kl3 --seeds 8 -- --preset paper --model ... --data ...
 
-Writes OUT/table.md (final held-out Mean@k / Pass@k, mean +- std over seeds, and the fraction of
-tokens whose gradient was cut; then the pre-registered family of --hypothesis and --reject, each with its
+Writes OUT/table.md (final held-out Mean@k / Pass@k, mean +- std over seeds, the fraction of tokens
+whose gradient was cut, the training tokens' entropy and the evaluation policy's on each file; then the pre-registered family of --hypothesis and --reject, each with its
 interval, its p and Holm's decision over the family, and the seed-paired comparisons: nanoatr/stats.py),
 OUT/curves.svg (Figure 2, one colour per method), OUT/results.json, and with --ablate-delta
 OUT/ablation.svg (Figure 3: Mean@k and Pass@k against delta).  A comparison is A/B, or an --effect of more
@@ -366,14 +366,28 @@ def scores(done: list[dict]) -> list[tuple[str, str]]:
             for m in ("mean", "pass")]
 
 
+def entropies(done: list[dict]) -> list[tuple[str, str]]:
+    """(result key, column name) of the evaluation policy's entropy on each evaluated file (T = 1, at the end),
+    for the files the runs logged it on (runs since the clean splits)."""
+    return [(f"{s}/entropy", f"{s} entropy (T = 1)") for s in done[0]["splits"]
+            if any(not math.isnan(r.get(f"{s}/entropy", math.nan)) for r in done)]
+
+
+def digits(key: str) -> int:
+    """Decimals of a score: an entropy (nats per token) 3, a percentage 2."""
+    return 3 if key.endswith("entropy") or key == "entropy_end" else 2
+
+
 def table(results: list[dict], methods: list[str], seeds: int, steps: int) -> str:
     """Table 3 in markdown: one row per method (its hyper-parameters, mean ± std over seeds of each score),
     plus the warm-start policy (step 0) for reference, mean ± std over the seeds of the finished runs."""
     done = [r for r in results if r]
     cols = scores(done) if done else [("mean@k", "Mean@k"), ("pass@k", "Pass@k")]
+    evaluated = entropies(done) if done else []
     window = min(ENTROPY_WINDOW, steps)
     lines = [f"| method | hyper-parameters | runs | {' | '.join(f'{name} (%)' for _, name in cols)} | "
-             f"cut tokens (%) low + high | entropy, last {window} steps |", "|---" * (len(cols) + 5) + "|"]
+             f"cut tokens (%) low + high | entropy, last {window} steps |" +
+             "".join(f" {name} |" for _, name in evaluated), "|---" * (len(cols) + len(evaluated) + 5) + "|"]
     start = {}  # seed -> its runs' step-0 evaluations: one warm start per seed, however many methods ran it
     for r in done:
         if not math.isnan(r["mean@k_start"]):
@@ -383,17 +397,18 @@ def table(results: list[dict], methods: list[str], seeds: int, steps: int) -> st
             return [statistics.fmean(r[f"{key}_start"] for r in rs) for rs in start.values()]
         seeds_run = f"{len(start)} seed{'s' * (len(start) > 1)}"
         lines.append(f"| warm start (step 0), one value per seed | | {seeds_run} | " +
-                     " | ".join(pm(at_start(key)) for key, _ in cols) + " | | |")
+                     " | ".join(pm(at_start(key)) for key, _ in cols) + " | | |" + " |" * len(evaluated))
     for m in methods:
         rs = [r for r in done if r["method"] == m]
         if not rs:
-            lines.append(f"| {m} | {hyperparameters(m)} | 0/{seeds} |" + " |" * (len(cols) + 2))
+            lines.append(f"| {m} | {hyperparameters(m)} | 0/{seeds} |" + " |" * (len(cols) + len(evaluated) + 2))
             continue
         low, high = mean_std([r["cut_low"] for r in rs])[0], mean_std([r["cut_high"] for r in rs])[0]
         entropy = "" if any(math.isnan(r["entropy_end"]) for r in rs) else pm([r["entropy_end"] for r in rs], 3)
         lines.append(f"| {m} | {hyperparameters(m)} | {len(rs)}{'' if len(rs) == seeds else f'/{seeds}'} | " +
                      " | ".join(pm([r[key] for r in rs]) for key, _ in cols) +
-                     f" | {low + high:.2f} ({low:.2f} + {high:.2f}) | {entropy} |")
+                     f" | {low + high:.2f} ({low:.2f} + {high:.2f}) | {entropy} |" +
+                     "".join(f" {pm([r.get(key, math.nan) for r in rs], 3)} |" for key, _ in evaluated))
     return "\n".join(lines) + "\n" + changed_on_resume(done)
 
 
@@ -490,14 +505,15 @@ def measured(done: list[dict], c: Contrast, key: str) -> stats.Paired:
 
 
 def score_names(done: list[dict], steps: int) -> dict:
-    """result key -> column name of every score of the runs and of the end entropy."""
-    return {**dict(scores(done)), "entropy_end": f"entropy, last {min(ENTROPY_WINDOW, steps)} steps"}
+    """result key -> column name of every score of the runs, of the end entropy and of the evaluation policy's."""
+    return {**dict(scores(done)), "entropy_end": f"entropy, last {min(ENTROPY_WINDOW, steps)} steps",
+            **dict(entropies(done))}
 
 
 def difference(p: stats.Paired, key: str) -> str:
     """'-0.93 [-2.62, +0.76]': the mean difference and its 95% t-interval (none for one seed)."""
-    digits = 3 if key == "entropy_end" else 2
-    return f"{p.mean:+.{digits}f}" + (f" [{p.low:+.{digits}f}, {p.high:+.{digits}f}]" if p.n > 1 else "")
+    d = digits(key)
+    return f"{p.mean:+.{d}f}" + (f" [{p.low:+.{d}f}, {p.high:+.{d}f}]" if p.n > 1 else "")
 
 
 def seeds_text(needed: float) -> str:
@@ -524,9 +540,8 @@ def comparisons(results: list[dict], contrasts: list[Contrast], steps: int) -> s
                 continue
             side = "—" if p.n < 2 else {"confirmed": "above 0", "refuted": "below 0"}.get(stats.verdict(p, +1),
                                                                                          "contains 0")
-            digits = 3 if key == "entropy_end" else 2
             lines.append(f"| {c.name} | {name} | {p.n} | {difference(p, key)} | {side} | {p.wins} : {p.losses} "
-                         f"| {p.p_sign:.3f} | {stats.detectable(p.n, p.sd):.{digits}f} | "
+                         f"| {p.p_sign:.3f} | {stats.detectable(p.n, p.sd):.{digits(key)}f} | "
                          f"{seeds_text(stats.seeds_needed(p))} |")
     return "\n".join(lines) + "\n"
 
@@ -559,8 +574,7 @@ def verdicts(results: list[dict], hypotheses: list[Hypothesis], claims: list[Cla
             lines.append(f"{head} {why} | | | | — | **{decision}** | | |")
             continue
         verdict = stats.verdict(p, h.predicted)
-        digits = 3 if h.score == "entropy_end" else 2
-        power = f"{stats.detectable(p.n, p.sd):.{digits}f} | {seeds_text(stats.seeds_needed(p))}" \
+        power = f"{stats.detectable(p.n, p.sd):.{digits(h.score)}f} | {seeds_text(stats.seeds_needed(p))}" \
             if verdict == "undecided" else "— | —"
         lines.append(f"{head} {difference(p, h.score)} | {p.wins} : {p.losses} | {p.p_sign:.3f} | {verdict} | "
                      f"{p_text(stats.p_value(p, h.predicted))} | **{decision}** | {power} |")

@@ -145,6 +145,12 @@ def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
     table = sweep.table([res], ["kl3"], 1, 31)
     assert "| kl3 | delta=0.07 | 1 | 32.00 | 42.00 | 3.00 | 4.00 |" in table      # one seed: no ± 0.00
     assert "heldout Mean@8 (%) | heldout Pass@8 (%) | transfer Mean@8 (%) | transfer Pass@8 (%)" in table
+    # the evaluation policy's entropy (T = 1), a column for each file it was logged on; nats to 3 decimals
+    assert table.splitlines()[0].endswith("| entropy, last 20 steps | heldout entropy (T = 1) |")
+    assert table.splitlines()[3].endswith("| 0.320 |")
+    between = sweep.stats.paired({0: 0.31, 1: 0.3}, {1: 0.28, 0: 0.3})  # seed 0: +0.01, seed 1: +0.02
+    assert sweep.difference(between, "heldout/entropy").startswith("+0.015 [")
+    assert sweep.difference(between, "heldout/mean@k").startswith("+0.01 [")
 
 
 def test_train_prints_each_evaluated_file():
