@@ -10,10 +10,9 @@ its group's mean (3: the advantage), score the completions under the policy that
 then one AdamW step per minibatch on the clipped surrogate of --clip (5). tests/test_grpo.py checks that
 its loss and gradients are train.py's on the same batch.
 """
-import argparse
-
 import torch
 
+from nanoatr.config import ConfigError, Parser, check_number, die
 from nanoatr.data import TASKS, load_problems, located
 from nanoatr.loss import group_advantages, policy_loss
 from nanoatr.methods import METHODS, check_hparams
@@ -60,7 +59,7 @@ def update(model, opt, batch: Rollout, old_logp, rows, clip: str, hparams: dict,
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap = Parser(description=" ".join(__doc__.split("\n\n")[0].split()))  # a bad flag: one error line
     ap.add_argument("--clip", default="kl3", choices=sorted(METHODS),
                     help="the clipping rule (nanoatr/methods.py)")
     ap.add_argument("--steps", type=int, default=60)
@@ -71,6 +70,11 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    try:
+        for name, allowed in (("prompts", ">=1"), ("group_size", ">=2"), ("minibatches", ">=1"), ("lr", ">0")):
+            check_number(name, getattr(args, name), allowed)
+    except ConfigError as e:
+        die(str(e))
     task = TASKS["math"]
     model_dir = located(task.model)  # the repository's own files, from whatever folder it is started in
     model, tok = Qwen3.from_pretrained(model_dir), load_tokenizer(model_dir)
