@@ -180,15 +180,22 @@ def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
                                   generator=generator, temperature=cfg.temperature, top_p=cfg.top_p,
                                   top_k=cfg.top_k, sampler=cfg.sampler, eos_token_id=run.eos_ids,
                                   pad_id=pad_id, stopper=run.stopper))
-    return grade(run, Rollout.cat(parts, pad_id), [p for p in picked for _ in range(G)])  # 2.
+    return grade(run, Rollout.cat(parts, pad_id), [p for p in picked for _ in range(G)], step)  # 2.
 
 
-def grade(run: Run, out: Rollout, problems: list) -> Rollout:
+def grade(run: Run, out: Rollout, problems: list, step: int) -> Rollout:
     """The rollout with its rewards: each reward function's of each completion (problems[i] is row i's
     problem) and their weighted total (nanoatr/rewards.py)."""
-    scores = run.rewards.score(problems, completion_texts(run.tok, out.tokens, out.mask),
-                               completion_ids(out.tokens, out.mask))
+    scores = rewards_at(run, step).score(problems, completion_texts(run.tok, out.tokens, out.mask),
+                                         completion_ids(out.tokens, out.mask))
     return out._replace(rewards=run.rewards.total(scores), rewards_per_function=scores)
+
+
+def rewards_at(run: Run, step: int) -> Rewards:
+    """The run's reward functions, told its progress after `step` GRPO steps: the optimizer steps done of
+    the run's (their trainer_state, as TRL counts them)."""
+    cfg = run.cfg
+    return run.rewards.at(step * cfg.minibatches * cfg.epochs, cfg.optimizer_steps)
 
 
 # 4. pi_old: what every ratio of the step is taken against
@@ -407,7 +414,7 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
             run.model, run.tok, eval_sets, cfg.eval_k, cfg.eval_batch_size, run.d, seed=cfg.seed,
             max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens, temperature=cfg.eval_temperature,
             top_p=cfg.eval_top_p, sampler=cfg.sampler, eos_ids=run.eos_ids, prompt_kw=run.prompt_kw,
-            stop=cfg.stop, rewards=run.rewards)
+            stop=cfg.stop, rewards=rewards_at(run, step))
     session.log_eval(step, results, samples)
     return results
 

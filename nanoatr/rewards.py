@@ -9,6 +9,9 @@ It is called once per batch, with keyword arguments that are lists of one entry 
                   is a list of chat messages) that list of messages (a content of text parts as its text)
   completions     the completion's text; for a conversational row [{"role": "assistant", "content": text}]
   completion_ids  its token ids (the EOS included, when it ended on one)
+  trainer_state   not a list: the run's progress, as TRL passes transformers' TrainerState (a curriculum
+                  reads it): .global_step, the optimizer steps done (in an evaluation, those before it), and
+                  .max_steps, the run's (--steps x --minibatches x --epochs); None outside a run (eval.py)
   answer          the problem's gold answer as the loader read it, a string (an `answer` column, DAPO's
                   reward_model.ground_truth): this one name is nanoatr's, not a column as read
   every other column of the row, as read (None in a row that lacks it)
@@ -33,6 +36,7 @@ arguments its signature cannot take (no **kwargs, say).
 """
 import asyncio
 import copy
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -77,21 +81,34 @@ def countdown_reward(completions, answer, **kwargs) -> list[float]:
 # Several functions, weighted: what grades a batch
 
 @dataclass(frozen=True)
+class TrainerState:
+    """A reward function's trainer_state: the fields of transformers' TrainerState that mean the same here."""
+    global_step: int  # optimizer steps done
+    max_steps: int    # the run's optimizer steps
+
+
+@dataclass(frozen=True)
 class Rewards:
-    """The reward functions of a run, each with its name (metrics.jsonl's reward/<name>) and weight."""
+    """The reward functions of a run, each with its name (metrics.jsonl's reward/<name>) and weight, and
+    the run's progress they are told (their trainer_state; None outside a run)."""
     functions: tuple[Callable, ...]
     names: tuple[str, ...]
     weights: tuple[float, ...]
+    state: TrainerState | None = None
 
     @staticmethod
     def of(*functions: Callable) -> "Rewards":
         """Functions of weight 1, named as defined (__name__): a task's built-in reward, for one."""
         return Rewards(functions, tuple(f.__name__ for f in functions), (1.0,) * len(functions))
 
+    def at(self, global_step: int, max_steps: int) -> "Rewards":
+        """The same functions, told that `global_step` of the run's `max_steps` optimizer steps are done."""
+        return dataclasses.replace(self, state=TrainerState(global_step, max_steps))
+
     def score(self, problems: list, completions: list[str], completion_ids: list[list[int]]) -> torch.Tensor:
         """(N, F) float32: function f's reward of completion i (NaN where it returned None), problems[i]
         being completion i's problem (a data.Problem). A RewardError names the function and the row."""
-        kwargs = arguments(problems, completions, completion_ids)
+        kwargs = arguments(problems, completions, completion_ids) | {"trainer_state": self.state}
         columns = [call(fn, name, kwargs, problems) for fn, name in zip(self.functions, self.names)]
         return torch.tensor(columns, dtype=torch.float32).reshape(len(columns), len(problems)).T
 
@@ -101,7 +118,7 @@ class Rewards:
         return (scores * torch.tensor(self.weights, dtype=scores.dtype)).nansum(dim=1)
 
 
-OWN_ARGUMENTS = ("prompts", "completions", "completion_ids")  # a column of one of these names would clash
+OWN_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state")  # a column of one of these names would clash
 
 
 def arguments(problems: list, completions: list[str], completion_ids: list[list[int]]) -> dict[str, list]:
@@ -201,7 +218,7 @@ def failing_row(fn: Callable, kwargs: dict) -> int | None:
     """The first completion that makes `fn` raise when called on it alone, or None."""
     for i in range(len(kwargs["completions"])):
         try:
-            run(fn, {k: v[i:i + 1] for k, v in kwargs.items()})
+            run(fn, {k: v if k == "trainer_state" else v[i:i + 1] for k, v in kwargs.items()})
         except Exception:
             return i
     return None

@@ -64,7 +64,26 @@ def test_a_function_gets_trls_keyword_arguments_one_entry_per_completion():
     assert seen["answer"] == ["5", "5"]  # the gold as loaded, a string, whatever the row's column held
     assert seen["level"] == [1, None] and seen["id"] == [None, 7]  # every column; None where a row has none
     assert seen["reward_model"] == [None, {"ground_truth": "5"}]
-    assert set(seen) == {"prompts", "completions", "completion_ids", "answer", "level", "id", "reward_model"}
+    assert seen["trainer_state"] is None  # outside a run (eval.py); a run's: the next test
+    assert set(seen) == {"prompts", "completions", "completion_ids", "answer", "level", "id", "reward_model",
+                         "trainer_state"}
+
+
+def test_a_function_is_told_the_runs_progress_as_trls_trainer_state():
+    """TRL passes trainer_state (transformers' TrainerState: a curriculum reads .global_step); it is one value,
+    not a list, so the search for the row that makes a function raise passes it whole."""
+    seen = []
+
+    def curriculum(completions, trainer_state, **kwargs):
+        seen.append((trainer_state.global_step, trainer_state.max_steps))
+        if trainer_state.global_step >= 8 and "6" in completions:
+            raise ValueError("too hard")
+        return [1.0] * len(completions)
+    rewards = Rewards.of(curriculum)
+    assert rewards.at(4, 32).score([STANDARD], ["5"], [[1]]).tolist() == [[1.0]] and seen == [(4, 32)]
+    assert rewards.state is None  # .at is a copy
+    with pytest.raises(RewardError, match=r"curriculum raised ValueError: too hard on row 1 of 2"):
+        rewards.at(8, 32).score([STANDARD] * 2, ["5", "6"], [[1]] * 2)
 
 
 def test_a_function_that_changes_its_arguments_changes_no_problem():
@@ -223,14 +242,14 @@ def test_what_trl_takes_is_taken_numpy_and_torch_values_and_async_functions():
 @pytest.mark.parametrize("source, message", [
     ("def f(completions, answer):\n    return [0.0] * len(completions)",
      "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
-     "completion_ids, answer): got an unexpected keyword argument 'prompts'; a reward function takes them by "
+     "completion_ids, answer, trainer_state): got an unexpected keyword argument 'prompts'; a reward function takes them by "
      "name, the ones it does not use as **kwargs (TRL calls it so too)"),
     ("def f(completions, /, **kwargs):\n    return [0.0] * len(completions)",
      "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
-     "completion_ids, answer): 'completions' parameter is positional only, but was passed as a keyword"),
+     "completion_ids, answer, trainer_state): 'completions' parameter is positional only, but was passed as a keyword"),
     ("def f(completions, solution, **kwargs):\n    return [0.0] * len(completions)",
      "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
-     "completion_ids, answer): missing a required argument: 'solution'"),
+     "completion_ids, answer, trainer_state): missing a required argument: 'solution'"),
 ])
 def test_a_signature_that_cannot_take_the_batch_is_one_line_naming_no_row(write, source, message):
     path = write("user_reward_signature.py", source + "\n")
@@ -306,11 +325,14 @@ def test_train_py_runs_on_rewards_from_a_file_each_logged_by_name(write, tmp_pat
         def odd_ids(completion_ids, **kwargs):
             return [len(ids) % 2 for ids in completion_ids]
 
-        def unscored(completions, **kwargs):
+        def unscored(completions, trainer_state, **kwargs):  # and the run's progress, as TRL tells it
+            with open(__file__ + ".steps", "a") as f:
+                f.write(f"{trainer_state.global_step} {trainer_state.max_steps}\\n")
             return [None] * len(completions)
         """)
     train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--steps", "2",
-                "--reward", f"{path}:odd_ids", f"{path}:unscored", "--reward-weights", "2", "1"])
+                "--reward", f"{path}:odd_ids", f"{path}:unscored", "--reward-weights", "2", "1",
+                "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "1", "--eval-every", "1"])
     rows = [r for r in metrics(tmp_path / "r") if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
@@ -320,6 +342,10 @@ def test_train_py_runs_on_rewards_from_a_file_each_logged_by_name(write, tmp_pat
     assert 0 < sum(r["reward/odd_ids"] for r in rows) < 2  # both kinds of completion were met
     config = json.loads((tmp_path / "r/config.json").read_text())
     assert config["reward"] == [f"{path}:odd_ids", f"{path}:unscored"] and config["reward_weights"] == [2, 1]
+    # trainer_state.global_step: the optimizer steps done, before each rollout and each evaluation
+    k, total = config["minibatches"] * config["epochs"], 2 * config["minibatches"] * config["epochs"]
+    done = [0, 0, k, k, 2 * k]  # evaluation at step 0, rollout 1, evaluation at step 1, rollout 2, evaluation
+    assert Path(f"{path}.steps").read_text() == "".join(f"{n} {total}\n" for n in done)
 
 
 def test_a_reward_failing_mid_run_keeps_the_steps_done_and_the_run_resumes(write, tmp_path, capsys):
