@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 import eval as eval_cli
+import grpo
 import sample
 import sft
 from nanoatr import config, methods
@@ -80,3 +81,20 @@ def test_help_sections_come_in_one_order(cls, capsys):
     for f in dataclasses.fields(cls):
         if f.metadata.get("cli") is not False:
             assert config.flag(f.name) in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompts", "0"], "error: --prompts must be >= 1 (got 0)"),
+    (["--group-size", "1"], "error: --group-size must be >= 2 (got 1)"),
+    (["--minibatches", "0"], "error: --minibatches must be >= 1 (got 0)"),
+    (["--lr=-1e-4"], "error: --lr must be > 0 (got -0.0001)"),
+    (["--lr", "nan"], "error: --lr must be a finite number (got nan)"),
+    (["--clip", "kl4"], "error: argument --clip: invalid choice: 'kl4'"),
+    (["--learning_rate", "1e-4"], "TRL's --learning_rate is --lr here"),
+])
+def test_a_bad_grpo_py_flag_is_one_error_line(argv, message, capsys):
+    """grpo.py (the one-file GRPO) checks its counts and rate as train.py does: one line naming the flag."""
+    with pytest.raises(SystemExit) as e:
+        grpo.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
