@@ -118,7 +118,8 @@ class Rewards:
         return (scores * torch.tensor(self.weights, dtype=scores.dtype)).nansum(dim=1)
 
 
-OWN_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state")  # a column of one of these names would clash
+# a column of one of these names would clash with the argument
+OWN_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state")
 
 
 def arguments(problems: list, completions: list[str], completion_ids: list[list[int]]) -> dict[str, list]:
