@@ -248,7 +248,7 @@ def grid(corner: str, names: list[str], k: int, rows: list[tuple[str, list[str]]
 EVALUATION = ("model", "revision", "task", "eval_data", "eval_limit", "eval_k", "eval_temperature",
               "eval_top_p", "eval_top_k", "eval_max_new_tokens", "sampler", "prompt_template",
               "system_prompt", "thinking", "stop")
-SHOWN = ("eval_k", "eval_temperature", "eval_top_p", "eval_top_k", "eval_max_new_tokens")  # under every table
+SHOWN = ("eval_k", "eval_temperature", "eval_top_p", "eval_max_new_tokens")  # under every table, with top-k
 # What says nothing about what was trained (where and how fast it ran, how it was saved and logged): runs
 # differing only in these and their seed are one method. Every other field (besides clip and its hparams,
 # always in the label) that differs between the runs of a table is named in their labels.
@@ -391,7 +391,9 @@ def seed_table(runs: list[RunLog]) -> str:
     for label, by_seed in by_method(runs).items():
         finals, bests = zip(*(final_and_best(run, keys) for run in by_seed.values()))
         rows += [(f"{label} final", over_seeds(list(finals))), (f"{label} best", over_seeds(list(bests)))]
-    notes = ["evaluation: " + ", ".join(f"{flag(key)} {shown(settings[key])}" for key in SHOWN)]
+    top_k = settings["eval_top_k"] or "off"  # no train.py or sft.py flag: named as eval.py's --top-k
+    shown_flags = ", ".join(f"{flag(key)} {shown(settings[key])}" for key in SHOWN)
+    notes = [f"evaluation: {shown_flags}, top-k {top_k}"]
     for run in runs:
         last, steps = max(run.evals), run.config.get("steps")
         if isinstance(steps, int) and last < steps:

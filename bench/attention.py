@@ -71,7 +71,7 @@ def variants(scale: float):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--presets", default="tiny,100m", help="comma-separated: " + ", ".join(PRESETS))
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--context", default="96", help="comma-separated numbers of cached tokens attended")

@@ -38,7 +38,7 @@ def step_seconds(threads: int, steps: int, out: Path) -> tuple[float, list[int]]
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=12, help="steps per cell (the first two are not timed)")
     ap.add_argument("--loads", type=int, nargs="+", default=[0, 1, 3], help="numbers of busy processes")
     args = ap.parse_args(argv)

@@ -78,7 +78,7 @@ class Sizes:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes and lengths: the code path, in seconds")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for every part together (default 480)")

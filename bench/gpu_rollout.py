@@ -96,7 +96,7 @@ def to_hf(model: Qwen3):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--models", default="0.6b,1.7b", help=f"comma-separated, of {', '.join(SHAPES)}")
     ap.add_argument("--batches", default="64,256")

@@ -59,7 +59,7 @@ def main(argv=None):
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer, hidden-64 model instead of 0.6B's shape")
     ap.add_argument("--shape", choices=list(SHAPES), default=None, help="the model's shape (default 0.6b; --tiny: tiny)")

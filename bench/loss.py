@@ -86,7 +86,7 @@ def measure_memory(variant: str, tokens: int, V: int, D: int, chunk_size: int) -
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--methods", default="kl3,clip", help="comma-separated --clip methods to time")
     ap.add_argument("--batch", type=int, default=64, help="B of the timed loss")
     ap.add_argument("--length", type=int, default=1024, help="T of the timed loss")

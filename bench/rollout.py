@@ -202,7 +202,7 @@ def profile_seconds(run) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--presets", default="nano,small", help="comma-separated: " + ", ".join(PRESETS))
     ap.add_argument("--batches", default="64", help="comma-separated batch sizes")
     ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row")

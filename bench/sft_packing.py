@@ -88,7 +88,7 @@ def compare(name: str, model_dir: Path, stream, batch: int, pack_len: int, repea
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=64, help="examples per step (the warm-starts' batch)")
     ap.add_argument("--pack-len", type=int, default=256, help="length of a packed row (the models' positions)")
     ap.add_argument("--repeats", type=int, default=20, help="timed steps")

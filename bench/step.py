@@ -170,7 +170,7 @@ def report(name, times, n_tokens, rollout_tokens):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="data/tiny-qwen3")
     ap.add_argument("--data", default="data/arith/train.jsonl")
     ap.add_argument("--prompts", type=int, default=8, help="distinct prompts per step")

@@ -90,7 +90,7 @@ def measure(variant: str, rows: int, T: int = 2048, V: int = 151_936, D: int = 3
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=8, help="completions in the step (B)")
     ap.add_argument("--length", type=int, default=2048, help="completion length (T)")
     ap.add_argument("--vocab", type=int, default=151_936, help="V")

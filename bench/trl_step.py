@@ -367,7 +367,7 @@ def trl_installed() -> bool:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
     ap.add_argument("--steps", type=int, default=5, help="timed steps of each side; medians are reported")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps of each side first (compiles our loss)")

@@ -75,7 +75,7 @@ def print_table(title, t, have_mv):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default=os.path.join(ROOT, "tests", "data", "verifier_cases.jsonl"))
     ap.add_argument("--show", choices=["all", "wrong", "none"], default="wrong",
                     help="list disagreements: cases either verifier gets wrong (default), every case, none")

@@ -407,7 +407,7 @@ def write_rl_prompts(model, tok, model_dir: Path, data: Path):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0, help="seed of the task splits and of the training")
     ap.add_argument("--numbers", type=int, default=4, help="numbers per problem")
     ap.add_argument("--high", type=int, default=10, help="numbers are drawn from 1..HIGH")

@@ -169,7 +169,7 @@ def warm_start(model, tok, splits: dict[str, list[Problem]], args) -> int:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0, help="seed of the task splits and of the training")
     ap.add_argument("--target", type=float, default=30.0, help="stop when validation Mean@4 (%%) reaches this")
     ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate of the warm-start")

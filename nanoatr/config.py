@@ -11,6 +11,7 @@ EvalConfig in eval.py, SampleConfig in sample.py.
 """
 import argparse
 import dataclasses
+import difflib
 import importlib.util
 import math
 import sys
@@ -335,13 +336,29 @@ TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line, not after a usage block of every flag."""
+    """argparse that reports a bad flag in one line, not after a usage block of every flag, and takes every
+    flag only in full: a typo or a shortened flag (--delt, --prompt for --prompt-template) is an error that
+    names the flag meant, never silently another flag."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message):
         unknown = message.split()[2:] if message.startswith("unrecognized arguments:") else []
         trl = list(self.trl_flags(unknown))
-        die(f"{message} (see --help)" + (f"; TRL's {', '.join(f'{a} is {b}' for a, b in trl)} here "
-                                         f"(docs/real-scale.md maps TRL's and verl's names)" if trl else ""))
+        trl_text = f"; TRL's {', '.join(f'{a} is {b}' for a, b in trl)} here " \
+                   f"(docs/real-scale.md maps TRL's and verl's names)" if trl else ""
+        hints = "".join(f"; {word}: did you mean {meant}?" for word, meant in self.meant_flags(unknown)
+                        if word not in dict(trl))
+        die(f"{message} (see --help){trl_text}{hints}")
+
+    def meant_flags(self, words):
+        """(word, 'flag or flag') for each unknown --word of `words` that names_meant() finds a flag for."""
+        flags = [f for f in self._option_string_actions if f.startswith("--")]
+        for word in words:
+            name = word.split("=")[0]
+            if name.startswith("--") and name not in flags and (meant := names_meant(name, flags)):
+                yield name, " or ".join(meant)
 
     def trl_flags(self, words):
         """(flag, ours) for each of `words` that is a TRL name of one of this command's flags."""
@@ -350,6 +367,13 @@ class Parser(argparse.ArgumentParser):
             ours = TRL_NAMES.get(name.lstrip("-").replace("-", "_")) if name.startswith("--") else None
             if ours in self._option_string_actions:
                 yield name, ours
+
+
+def names_meant(word: str, names: list[str]) -> list[str]:
+    """The names a mistyped `word` may have meant: those it begins, when there are 1 to 3 of them, or else the
+    one nearest spelling (difflib's ratio >= 0.75); [] when nothing is close."""
+    longer = [n for n in names if n.startswith(word)]
+    return longer if 0 < len(longer) <= 3 else difflib.get_close_matches(word, names, n=1, cutoff=0.75)
 
 
 def add_fields(parser: argparse.ArgumentParser, cls):

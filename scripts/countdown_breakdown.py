@@ -66,7 +66,7 @@ def breakdown(rows: list[dict], problems) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="*", help="policies: model directories or checkpoints of full-weight runs "
                     "(the sweep's; default: the warm start)")
     ap.add_argument("--k", type=int, default=8, help="samples per problem")

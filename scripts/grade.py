@@ -369,7 +369,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         return child(json.loads(Path(argv[1]).read_text()))
-    parser = argparse.ArgumentParser(prog="grade.py", description=__doc__,
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="grade.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("student", nargs="?", type=Path, default=Path("."),
                         help="the student's repository (default: the current folder)")

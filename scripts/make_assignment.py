@@ -402,7 +402,7 @@ def paste_reference(student: Path, numbers: list | None = None, root: Path = ROO
 # ----------------------------------------------------------------------------
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python scripts/make_assignment.py", description=__doc__,
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/make_assignment.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exercises", default="", help="exercise numbers, e.g. 1,4,7, or 'all'")
     parser.add_argument("--out", type=Path, help="the student repository to write (must not exist; outside this "

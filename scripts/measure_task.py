@@ -52,7 +52,7 @@ def mean_entropy(model, tok, problems, n: int, max_new_tokens: int, temperature:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="math", choices=sorted(TASKS), help="the task (train.py --task)")
     ap.add_argument("--model", help="model directory (default: the task's warm-start)")
     ap.add_argument("--data", help="problems (default: the task's held-out file)")

@@ -95,7 +95,8 @@ def draw(panels: list[Panel], out, xlabel: str, cols: int = 2, log2x: bool = Fal
                    ncol=1 if cols == 1 else min(4, len(handles)), fontsize=8, frameon=False)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out.with_suffix(".svg"), bbox_inches="tight")
+    with plt.rc_context({"svg.hashsalt": "nanoatr"}):  # no date and fixed ids: one figure, one file
+        fig.savefig(out.with_suffix(".svg"), bbox_inches="tight", metadata={"Date": None})
     fig.savefig(out.with_suffix(".png"), dpi=110, bbox_inches="tight")
     plt.close(fig)
     return out.with_suffix(".svg")
@@ -231,7 +232,7 @@ def plot_pass_at_k(eval_files, out) -> Path:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python scripts/plot.py", description=__doc__,
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/plot.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", help="run directories (Figure 2) or, with --passk, eval files")
     parser.add_argument("--passk", action="store_true", help="Figure 4 from eval.py output files")

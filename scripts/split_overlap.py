@@ -74,7 +74,7 @@ def report(task: str, data_dir: Path, steps: int) -> list[str]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", choices=sorted(TASKS), action="append", help="the task (default: both)")
     ap.add_argument("--data-dir", default=str(ROOT / "data"), help="holds arith/ and countdown/ (default: data)")
     ap.add_argument("--sft-steps", type=int, help="warm-start steps of the stream (default: 750 arith, 1050 countdown)")

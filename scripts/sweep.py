@@ -6,8 +6,8 @@ the delta ablation of kl3.
     python scripts/sweep.py --clip kl3 clip:eps=0.329 --steps 60 -- --eval-limit 64   # train flags after --
 
 An arm (a --clip entry) is a method, optionally with its hyper-parameters and train.py flags of its own:
-`clip:eps=0.329`, `kl3:delta=0.07,aggregation=seq-mean-token-mean,lr=2e-4` (a unique prefix of a flag
-will do: `agg=`).  Every run gets the same flags (SETTINGS, then yours after `--`, then its arm's) and
+`clip:eps=0.329`, `kl3:delta=0.07,aggregation=seq-mean-token-mean,lr=2e-4` (flags in full, as train.py
+takes them).  Every run gets the same flags (SETTINGS, then yours after `--`, then its arm's) and
 differs only in arm and seed; a --preset after `--` replaces SETTINGS (the preset wins).  Runs go to
 OUT/<arm>-s<seed>/ as ordinary train.py run directories, named by what differs from the method's
 defaults (kl3:delta=0.07 is kl3); logs to OUT/logs/.  A finished run is not run again and an interrupted
@@ -130,30 +130,28 @@ def flag_argv(name: str, value: str) -> list[str]:
 
 
 def train_flag(spec: str, key: str, value: str) -> tuple[str, str]:
-    """An arm's train.py flag: (field, value), the field named in full (a unique prefix is taken, as train.py's
-    argparse takes it) and the value as train.py parses it (a bad one: train.py's one error line)."""
-    fields = train_fields()
-    names = [key] if key in fields else [n for n in fields if n.startswith(key)]
+    """An arm's train.py flag: (field, value), the field named in full, as train.py takes it, and the value
+    as train.py parses it (a bad one: train.py's one error line)."""
     if key in ARM_EXCLUDED or typing.get_origin(typing.get_type_hints(TrainConfig).get(key)) is list:
         raise ValueError(f"method {spec!r}: {config.flag(key)} is one for the whole sweep (the sweep's own, or a "
                          "train.py flag after --)")
-    if len(names) != 1:
-        what = f"could be {', '.join(map(config.flag, names))}" if names else \
-            "is neither a hyper-parameter of its method nor a train.py flag"
-        raise ValueError(f"method {spec!r}: {config.flag(key)} {what}")
-    name = names[0]
-    if is_switch(name):
+    if key not in train_fields():
+        meant = config.names_meant(key, list(train_fields()))
+        hint = f"; did you mean {' or '.join(meant)}?" if meant else ""
+        raise ValueError(f"method {spec!r}: {config.flag(key)} is neither a hyper-parameter of its method nor a "
+                         f"train.py flag{hint}")
+    if is_switch(key):
         if value.lower() not in ("true", "false"):
-            raise ValueError(f"method {spec!r}: {config.flag(name)} is a switch: {name}=true or {name}=false")
+            raise ValueError(f"method {spec!r}: {config.flag(key)} is a switch: {key}=true or {key}=false")
         value = value.lower()
-    cfg = config.parse(TrainConfig, flag_argv(name, value), extra=hparam_flags)[0]
+    cfg = config.parse(TrainConfig, flag_argv(key, value), extra=hparam_flags)[0]
     config.check_ranges(cfg)  # ConfigError (a ValueError) naming the flag
-    parsed = getattr(cfg, name)
-    return name, value if isinstance(parsed, bool) else f"{parsed:g}" if isinstance(parsed, float) else str(parsed)
+    parsed = getattr(cfg, key)
+    return key, value if isinstance(parsed, bool) else f"{parsed:g}" if isinstance(parsed, float) else str(parsed)
 
 
 def parse_method(spec: str) -> tuple[str, dict, tuple]:
-    """An arm: 'kl3:delta=0.07,agg=seq-mean-token-mean,lr=2e-4' -> ('kl3', {'delta': 0.07},
+    """An arm: 'kl3:delta=0.07,aggregation=seq-mean-token-mean,lr=2e-4' -> ('kl3', {'delta': 0.07},
     (('aggregation', 'seq-mean-token-mean'), ('lr', '0.0002'))). A key that is a hyper-parameter of some
     method goes to the method (checked against this one's); any other must be a train.py flag."""
     clip, _, rest = spec.partition(":")
@@ -182,8 +180,8 @@ def run_name(clip: str, hparams: dict, flags: tuple) -> str:
 
 
 def plan(methods: list[str], seeds: int, out: Path, delta: float | None = None, first_seed: int = 0) -> list[Run]:
-    """Every (arm, seed) run, seeds first_seed .. first_seed + seeds - 1; --delta goes to the methods that have one and did not set it. Two arms that are
-    one run (kl3 and kl3:delta=0.07) are refused."""
+    """Every (arm, seed) run, seeds first_seed .. first_seed + seeds - 1; --delta goes to the methods that
+    have one and did not set it. Two arms that are one run (kl3 and kl3:delta=0.07) are refused."""
     runs, named = [], {}
     for spec in methods:
         clip, hp, flags = parse_method(spec)
@@ -303,7 +301,7 @@ def result(run: Run, steps: int) -> dict | None:
         return 100 * sum(r[key] for r in train) / max(len(train), 1)
 
     entropy = [r["entropy"] for r in train[-min(ENTROPY_WINDOW, steps):] if "entropy" in r]
-    res = {"method": run.method, "seed": run.seed, "k": k, "dir": str(run.dir), "end_steps": end, "splits": splits,
+    res = {"method": run.method, "seed": run.seed, "k": k, "dir": run.dir.name, "end_steps": end, "splits": splits,
            "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high"),
            "entropy_end": statistics.fmean(entropy) if entropy else math.nan,
            "changes": [f"at step {c['step']}: {change_text(c)}"
@@ -415,7 +413,7 @@ def table(results: list[dict], methods: list[str], seeds: int, steps: int) -> st
 def changed_on_resume(done: list[dict]) -> str:
     """Under the table, the runs whose config.json records changes made on a resume (train.py --resume with
     --steps, --eval-every, ...: nanoatr/runs.py RESUME_RULES), each change with its step; "" when none."""
-    lines = [f"- {Path(r['dir']).name}: {change}" for r in done for change in r.get("changes", [])]
+    lines = [f"- {r['dir']}: {change}" for r in done for change in r.get("changes", [])]
     return "\nChanged on resume (config.json's \"changes\"):\n" + "\n".join(lines) + "\n" if lines else ""
 
 
@@ -660,7 +658,7 @@ def main(argv=None):
     argv = argv[:argv.index("--")] if "--" in argv else argv
     settings_help = "".join(f"\nSETTINGS of --task {t} (none under --preset): {' '.join(f)} --steps {n}"
                             for t, (f, n) in SETTINGS.items())
-    parser = argparse.ArgumentParser(prog="python scripts/sweep.py", description=__doc__ + settings_help,
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/sweep.py", description=__doc__ + settings_help,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clip", nargs="+", metavar="ARM", help="arms: methods, each with its hyper-parameters "
                         "and train.py flags if any, as above (default: clip clip-higher kl3)")

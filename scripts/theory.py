@@ -206,7 +206,7 @@ def figure1(out, delta: float = 0.07):
 # ----------------------------------------------------------------------------
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python scripts/theory.py", description=__doc__,
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/theory.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--states", type=int, default=2000, help="random states per event and surrogate")
     parser.add_argument("--eta", type=float, default=1e-3, help="policy-gradient step size (first order: small)")

@@ -98,3 +98,30 @@ def test_a_bad_grpo_py_flag_is_one_error_line(argv, message, capsys):
         grpo.main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("cls", COMMANDS, ids=lambda c: c.__name__)
+def test_a_shortened_or_misspelt_flag_is_an_error_naming_the_flag_meant(cls, capsys):
+    """A flag is taken only in full (argparse's prefixes are off): a shortened one would silently be
+    whichever flag it begins, and would break once another flag begins the same way."""
+    typos = [("--mod", "--model"), ("--sytem-prompt", "--system-prompt"), ("--devise", "--device")]
+    for word, meant in typos:
+        with pytest.raises(SystemExit) as e:
+            parse(cls, [word, "4"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and len(err.strip().splitlines()) == 1
+        assert f"unrecognized arguments: {word} 4 (see --help); {word}: did you mean {meant}?" in err
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["--prompt", "x"], "; --prompt: did you mean --prompt-template or --prompts-per-step?"),
+    (["--ev", "3"], ""),    # begins eight flags, near none: no guess
+    (["--zzz"], ""),
+    (["--learning_rate", "1e-4"], "; TRL's --learning_rate is --lr here"),   # the TRL name, not a guess too
+])
+def test_a_prefix_of_several_flags_names_them_and_a_word_near_none_names_none(argv, hint, capsys):
+    with pytest.raises(SystemExit):
+        parse(TrainConfig, argv)
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: unrecognized arguments: {' '.join(argv)} (see --help){hint}")
+    assert err.count("did you mean") == hint.count("did you mean")

@@ -278,8 +278,8 @@ def test_runs_table_pools_seeds_per_method(tmp_path, capsys):
     h2 = f"{t2 * math.sqrt(8) / math.sqrt(2):.2f}"  # 25.41
     assert rows["clip (eps=0.2) final"] == ["2"] + [f"10.00 ± {h2}", "64.00 ± 0.00"] * 2
     assert rows["clip (eps=0.2) best"] == ["2"] + [f"12.00 ± {h2}", "66.00 ± 0.00"] * 2
-    assert "evaluation: --eval-k 8, --eval-temperature 1.0, --eval-top-p 1.0, --eval-top-k 0, " \
-           "--eval-max-new-tokens 48" in out
+    assert "evaluation: --eval-k 8, --eval-temperature 1.0, --eval-top-p 1.0, " \
+           "--eval-max-new-tokens 48, top-k off\n" in out
     assert "95% t-interval over the n seeds" in out and "Table 1 of" not in out
 
 
@@ -447,8 +447,8 @@ def test_runs_table_from_tiny_train_runs(tmp_path, capsys):
     finals = [[r for r in map(json.loads, (tmp_path / f"kl3-{s}/metrics.jsonl").open())
                if r.get("step") == 1 and "eval/mean@2" in r][0]["eval/heldout/mean@2"] for s in (0, 1)]
     assert rows["kl3 (delta=0.07) final"][1].startswith(f"{(finals[0] + finals[1]) / 2:.2f}")
-    assert "evaluation: --eval-k 2, --eval-temperature 1.0, --eval-top-p 1.0, --eval-top-k 0, " \
-           "--eval-max-new-tokens 8" in out
+    assert "evaluation: --eval-k 2, --eval-temperature 1.0, --eval-top-p 1.0, " \
+           "--eval-max-new-tokens 8, top-k off\n" in out
 
 
 def test_progress_bar_stays_out_of_a_pipe(model_dir, data, tmp_path, capfd):

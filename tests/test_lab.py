@@ -55,7 +55,7 @@ def test_result_of_a_hand_written_log(tmp_path):
             {"step": 3, "eval/mean@2": 40.0, "eval/pass@2": 62.5}]
     run = fake_run(tmp_path, "a", rows)
     res = sweep.result(run, 3)
-    assert res["method"] == "kl3" and res["seed"] == 1 and res["k"] == 2 and res["dir"] == str(run.dir)
+    assert res["method"] == "kl3" and res["seed"] == 1 and res["k"] == 2 and res["dir"] == run.dir.name  # the folder beside results.json
     assert (res["mean@k"], res["pass@k"], res["mean@k_start"], res["pass@k_start"]) == (40.0, 62.5, 30.0, 50.0)
     assert res["cut_low"] == pytest.approx(100 * (0.01 + 0.03 + 0.02) / 3)
     assert res["cut_high"] == pytest.approx(100 * (0.0 + 0.02 + 0.01) / 3)

@@ -70,6 +70,10 @@ def test_training_figure_has_one_line_per_run_and_metric(tmp_path):
     assert "(d) eval/mean@8" in text and "(a) return" in text  # text stays text
     png = out.with_suffix(".png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000  # a real picture, not an empty canvas
+    # drawn again: the same bytes (no date, ids from a fixed salt), so a committed figure rebuilt from the same
+    # runs shows no change
+    again = plot_runs(runs, tmp_path / "again" / "curves.svg", window=5)
+    assert "<dc:date>" not in text and again.read_text() == text
 
 
 @draws

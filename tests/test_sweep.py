@@ -255,7 +255,7 @@ def train_config(cmd: list[str]):
 
 
 def test_arms_set_train_flags_and_keep_one_name_per_run(tmp_path):
-    arm = "kl3:delta=0.07,agg=seq-mean-token-mean,lr=2e-4"
+    arm = "kl3:delta=0.07,aggregation=seq-mean-token-mean,lr=2e-4"
     assert sweep.parse_method(arm) == ("kl3", {"delta": 0.07}, (("aggregation", "seq-mean-token-mean"),
                                                                ("lr", "0.0002")))
     runs = sweep.plan([arm, "kl3:delta=0.05,compile=false", "kl3"], 1, tmp_path)
@@ -279,11 +279,13 @@ def test_arms_set_train_flags_and_keep_one_name_per_run(tmp_path):
 
 @pytest.mark.parametrize("arm, message", [
     ("kl3:nope=1", "--nope is neither a hyper-parameter of its method nor a train.py flag"),
-    ("kl3:eval_t=1", "--eval-t could be --eval-temperature, --eval-top-p"),
+    ("kl3:eval_t=1", "--eval-t is neither a hyper-parameter of its method nor a train.py flag; did you mean "
+                     "eval_temperature or eval_top_p?"),
+    ("kl3:agg=dr-grpo", "did you mean aggregation?"),   # flags in full, as train.py takes them
     ("kl3:seed=1", "--seed is one for the whole sweep"),
     ("kl3:eval_data=x.jsonl", "--eval-data is one for the whole sweep"),
     ("kl3:compile=yes", "--compile is a switch: compile=true or compile=false"),
-    ("kl3:agg=sum", "argument --aggregation: invalid choice: 'sum'"),
+    ("kl3:aggregation=sum", "argument --aggregation: invalid choice: 'sum'"),
     ("kl3:lr=-1", "--lr must be > 0"),
     ("clip:delta=0.1", "--delta does not apply to --clip clip"),
 ])
