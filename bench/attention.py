@@ -40,7 +40,8 @@ def variants(scale: float):
 
     def packed(q, k, v, bias, valid):
         B, H, _, D = q.shape
-        return F.scaled_dot_product_attention(q.view(B, k.shape[1], -1, D), k, v, attn_mask=bias).view(B, H, 1, D)
+        return F.scaled_dot_product_attention(q.view(B, k.shape[1], -1, D), k, v,
+                                              attn_mask=bias).view(B, H, 1, D)
 
     def copied(q, k, v, bias, valid):
         return packed(q, k.contiguous(), v.contiguous(), bias, valid)
@@ -90,7 +91,8 @@ def main():
         B, H, Hkv, D, L = (args.batch, c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"],
                            c["num_hidden_layers"])
         g = torch.Generator().manual_seed(0)
-        caches = [(torch.randn(B, Hkv, args.max_len, D, generator=g), torch.randn(B, Hkv, args.max_len, D, generator=g))
+        caches = [(torch.randn(B, Hkv, args.max_len, D, generator=g),
+                   torch.randn(B, Hkv, args.max_len, D, generator=g))
                   for _ in range(L)]
         for T in map(int, args.context.split(",")):
             q = torch.randn(B, H, 1, D, generator=g)
@@ -104,7 +106,8 @@ def main():
                   f"floor {floor * 1e6:.0f} us per layer")
             with torch.inference_mode():
                 for name, fn in variants(D ** -0.5).items():
-                    err = (fn(q, caches[0][0][:, :, :T], caches[0][1][:, :, :T], bias, valid) - reference).abs().max()
+                    err = (fn(q, caches[0][0][:, :, :T], caches[0][1][:, :, :T], bias, valid)
+                           - reference).abs().max()
                     times = []
                     for i in range(args.repeats + 2):
                         t0 = time.perf_counter()
@@ -113,7 +116,8 @@ def main():
                         if i >= 2:  # the first passes compile and warm up
                             times.append((time.perf_counter() - t0) / L)
                     t = statistics.median(times)
-                    print(f"  {name:18s} {t * 1e6:7.0f} us   {t / floor:5.1f}x the floor   max |diff| {err:.1e}")
+                    print(f"  {name:18s} {t * 1e6:7.0f} us   {t / floor:5.1f}x the floor   "
+                          f"max |diff| {err:.1e}")
                     summary.append(f"{preset}/T{T}/{name.split(',')[-1].strip()} {t / floor:.1f}x")
     print("\nsummary: time over the memory floor: " + ", ".join(summary))
 

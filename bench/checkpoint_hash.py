@@ -72,7 +72,8 @@ def hash_speeds(mb: int = 256):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=28, help="decoder layers (28 = Qwen3-1.7B)")
     ap.add_argument("--dir", default=None, help="where to write the run folder (default: a temporary one)")
     args = ap.parse_args(argv)

@@ -44,7 +44,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
     policies = {"default (--threads 0)": 0, f"{cores} threads forced": cores}
-    print(f"{cores} cores; default run, {args.steps} steps per cell; median s/step (threads chosen)", flush=True)
+    print(f"{cores} cores; default run, {args.steps} steps per cell; median s/step (threads chosen)",
+          flush=True)
     table = {}
     with tempfile.TemporaryDirectory() as tmp:
         for load in args.loads:

@@ -74,14 +74,17 @@ class Sizes:
         self.eval_prompt, self.eval_steps = (8, 8) if tiny else (128, 256)
         self.check_new = 200
         self.e_shape, self.e_new = ("tiny", 16) if tiny else ("0.6b", 256)
-        self.train_flags = ["--steps", "2", "--eval-limit", "4", "--no-compile"] if tiny else ["--steps", "20"]
+        self.train_flags = (["--steps", "2", "--eval-limit", "4", "--no-compile"] if tiny
+                            else ["--steps", "20"])
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes and lengths: the code path, in seconds")
-    ap.add_argument("--budget", type=float, default=480.0, help="seconds for every part together (default 480)")
+    ap.add_argument("--budget", type=float, default=480.0,
+                    help="seconds for every part together (default 480)")
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     ap.add_argument("--part", default=None, help=argparse.SUPPRESS)  # run one part here (the parent's child)
     args = ap.parse_args(argv)
@@ -107,13 +110,15 @@ def main(argv=None):
         figures[part] = run_part(part, share, args)
     if "status" in figures.get("c", {}) and "status" in figures.get("c-eval", {}):
         figures["run"] = projection(figures["c"], figures["c-eval"])
-    print("SUMMARY " + " | ".join([f"device={name}"] + [summary(k, v) for k, v in figures.items()]), flush=True)
+    print("SUMMARY " + " | ".join([f"device={name}"] + [summary(k, v) for k, v in figures.items()]),
+          flush=True)
     return 0
 
 
 def commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True)
         return out.stdout.strip() or "unknown"
     except OSError:
         return "unknown"
@@ -127,8 +132,9 @@ def run_part(part: str, seconds: float, args) -> dict:
     with "status": "ok", "over budget" or "failed (exit N)" (a part stopped keeps what it reported)."""
     out_dir = tempfile.mkdtemp(prefix="gpu_check_")
     command = part_command(part, args, out_dir)
+    # start_new_session: its own process group, stopped with whatever it started
     child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)  # its own process group: stopped with whatever it started
+                             start_new_session=True)
     figures = {}
     reader = threading.Thread(target=echo, args=(child.stdout, figures), daemon=True)
     reader.start()
@@ -232,7 +238,8 @@ def fast_plan(device) -> DecodePlan:
 
 
 def check_against_eager(device, sizes: Sizes):
-    """Part a: the rollout that crashed on the GPU (rows end at EOS at different steps, and leave the batch)."""
+    """Part a: the rollout that crashed on the GPU (rows end at EOS at different steps, and leave the
+    batch)."""
     model = gpu_rollout.random_model("tiny", torch.float32, device)
     prompts = gpu_rollout.ragged_prompts(24, (3, 40), model.config.vocab_size, seed=1)
     eos = list(range(0, 1000, 25))  # 40 of 1000 tokens end a row: rows finish at different steps
@@ -301,8 +308,8 @@ def paper_steps(device, sizes: Sizes):
             extra = steps[0]["step"] - figures["step"]
             print(f"c: compiling and recording {extra:.1f} s (the first step less the second); compiles "
                   f"{compiles()}; rollout {figures['rollout'] / figures['step']:.0%} of the step", flush=True)
-            report(**{k: v for k, v in figures.items() if v is not None}, compiling=extra, compiles=compiles(),
-                   **{"rollout share": figures["rollout"] / figures["step"]})
+            report(**{k: v for k, v in figures.items() if v is not None}, compiling=extra,
+                   compiles=compiles(), **{"rollout share": figures["rollout"] / figures["step"]})
 
 
 def evaluation_batch(device, sizes: Sizes):
@@ -332,7 +339,8 @@ def evaluation_batch(device, sizes: Sizes):
         print(f"c-eval: {rows} rows, context {prompt_len:,}-{prompt_len + n:,} tokens: "
               f"{per_step[name] * 1e3:.2f} ms per decode step (prefill {prefill:.2f} s)", flush=True)
         report(**{f"step ms {name}": per_step[name] * 1e3})
-    batch = sizes.eval_tokens * per_step["long"]  # a step's time is linear in its context: the middle's x steps
+    # a step's time is linear in its context: the middle's x steps
+    batch = sizes.eval_tokens * per_step["long"]
     print(f"c-eval: an evaluation batch held to {sizes.eval_tokens:,} tokens by one row: {batch:.0f} s",
           flush=True)
     report(**{"batch s": batch, "batch tokens": sizes.eval_tokens, "compiles": compiles()})
@@ -353,8 +361,9 @@ def teacher_forced_gap(device, sizes: Sizes):
         logits = hf(input_ids=ids, attention_mask=mask, position_ids=positions).logits
     logp = F.log_softmax(logits[:, P - 1:-1].float(), -1).gather(-1, out.tokens[..., None])[..., 0]
     gap = (logp - out.sampler_logp).abs()[out.mask]
-    print(f"e: transformers' teacher-forced log-probs vs the sampler's, {sizes.e_shape} shape, bf16, 8 rows x "
-          f"{sizes.e_new} tokens: mean gap {gap.mean().item():.1e}, max {gap.max().item():.1e}", flush=True)
+    print(f"e: transformers' teacher-forced log-probs vs the sampler's, {sizes.e_shape} shape, bf16, "
+          f"8 rows x {sizes.e_new} tokens: mean gap {gap.mean().item():.1e}, max {gap.max().item():.1e}",
+          flush=True)
     report(**{"gap mean": gap.mean().item(), "gap max": gap.max().item()})
 
 

@@ -2,7 +2,8 @@
 
     python bench/gpu_rollout.py                                  # the issue's matrix (0.6B and 1.7B shapes)
     python bench/gpu_rollout.py --models 0.6b --batches 256 --new-tokens 512 --against eager,hf,hf-static
-    python bench/gpu_rollout.py --device cpu --models tiny --batches 4 --new-tokens 16   # the code path, seconds
+    python bench/gpu_rollout.py --device cpu --models tiny --batches 4 --new-tokens 16   # the code path,
+                                                                                         # seconds
 
 Random weights in the shapes of Qwen3-0.6B and Qwen3-1.7B (their config.json sizes), bf16, on one
 GPU; ragged prompts of --prompt-len tokens (64-256: left-padded); every row samples exactly
@@ -86,7 +87,8 @@ def hf_generate(hf, prompts, n, device, **kw):
 
 def to_hf(model: Qwen3):
     from transformers import Qwen3Config as HFConfig, Qwen3ForCausalLM
-    cfg = HFConfig(**{k: v for k, v in model.config.to_hf().items() if k not in ("architectures", "model_type")})
+    cfg = HFConfig(**{k: v for k, v in model.config.to_hf().items()
+                      if k not in ("architectures", "model_type")})
     with torch.device(model.lm_head.weight.device):
         hf = Qwen3ForCausalLM(cfg).to(model.lm_head.weight.dtype)
     hf.load_state_dict(model.state_dict(), assign=True, strict=False)  # shares our weights: no second copy
@@ -104,7 +106,8 @@ def main(argv=None):
     ap.add_argument("--prompt-len", default="64:256", help="prompt lengths drawn uniformly in MIN:MAX")
     ap.add_argument("--against", default="eager,hf,hf-static", help="comma-separated: eager, hf, hf-static")
     ap.add_argument("--eager-tokens", type=int, default=32, help="new tokens of the eager path's timing")
-    ap.add_argument("--hf-tokens", type=int, default=0, help="new tokens of the hf (dynamic cache) timing (0: all)")
+    ap.add_argument("--hf-tokens", type=int, default=0,
+                    help="new tokens of the hf (dynamic cache) timing (0: all)")
     ap.add_argument("--repeats", type=int, default=1, help="timed calls of ours per shape (the best is kept)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--lora", action="store_true", help="also LoRA merged / unmerged at the first shape")
@@ -122,13 +125,14 @@ def main(argv=None):
     first_shape = True
     for shape in args.models.split(","):
         model = random_model(shape, dtype, device)
-        print(f"\n{shape}: {model.num_parameters() / 1e9:.2f}B parameters, {args.dtype}, prompts {lo}-{hi} tokens",
-              flush=True)
+        print(f"\n{shape}: {model.num_parameters() / 1e9:.2f}B parameters, {args.dtype}, "
+              f"prompts {lo}-{hi} tokens", flush=True)
         hf = to_hf(model) if any(a.startswith("hf") for a in against) else None
         for B in (int(b) for b in args.batches.split(",")):
             prompts = ragged_prompts(B, (lo, hi), model.config.vocab_size)
             for n in (int(x) for x in args.new_tokens.split(",")):
-                measure(model, hf, prompts, n, device, against, args.repeats, args.eager_tokens, args.hf_tokens)
+                measure(model, hf, prompts, n, device, against, args.repeats, args.eager_tokens,
+                        args.hf_tokens)
                 if args.lora and first_shape:
                     lora_row(model, prompts, n, device)
                 first_shape = False
@@ -175,7 +179,8 @@ def time_eager(model, prompts, n, device, mine: float, tokens: int) -> dict:
 
 def time_hf(hf, kind: str, prompts, n, device, mine: float, tokens: int = 0) -> dict:
     """transformers' generate, `kind` "hf" (its dynamic cache, over `tokens` new tokens when given) or
-    "hf-static" (its first call, which compiles, timed apart), printed: {kind: tokens/s, "<kind> first": s}."""
+    "hf-static" (its first call, which compiles, timed apart), printed: {kind: tokens/s,
+    "<kind> first": s}."""
     kw = {"cache_implementation": "static"} if kind == "hf-static" else {}
     m = tokens or n
     figures = {}
@@ -211,9 +216,9 @@ def lora_row(model, prompts, n, device):
                                          for _ in range(2))
     peft_model.unload()  # the plain model again, for the shapes that follow
     plain = min(timed(lambda: ours(model, prompts, n, device), device) for _ in range(2))
-    print(f"    LoRA r32 on every projection: merged {times['merged']:.2f} s ({times['merged'] / plain - 1:+.0%} "
-          f"over the plain model's {plain:.2f} s), unmerged {times['unmerged']:.2f} s "
-          f"({times['unmerged'] / plain - 1:+.0%})", flush=True)
+    print(f"    LoRA r32 on every projection: merged {times['merged']:.2f} s "
+          f"({times['merged'] / plain - 1:+.0%} over the plain model's {plain:.2f} s), "
+          f"unmerged {times['unmerged']:.2f} s ({times['unmerged'] / plain - 1:+.0%})", flush=True)
 
 
 if __name__ == "__main__":

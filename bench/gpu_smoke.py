@@ -1,18 +1,22 @@
 """GPU smoke test: a random Qwen3-0.6B-shaped policy in bf16 + LoRA trains a few steps with the compiled loss.
 
-    python bench/gpu_smoke.py                          # one GPU; prints "skipped: no CUDA" and exits 0 without one
+    python bench/gpu_smoke.py                          # one GPU; prints "skipped: no CUDA" and exits 0
+                                                       # without one
     torchrun --nproc_per_node 2 bench/gpu_smoke.py     # DDP over NCCL
-    python bench/gpu_smoke.py --device cpu --tiny      # the same code path on a tiny model (what the tests run)
+    python bench/gpu_smoke.py --device cpu --tiny      # the same code path on a tiny model (what the
+                                                       # tests run)
 
 Each step is what train.py does after loading a checkpoint: rollout.generate with the KV cache (random
-prompts of different lengths, so left-padded; the random model rarely stops, so every row runs to --max-new-tokens), random 0/1 rewards,
+prompts of different lengths, so left-padded; the random model rarely stops, so every row runs to
+--max-new-tokens), random 0/1 rewards,
 then train.optimize (pi_old's log-probs, forward/backward under bf16 autocast with gradient checkpointing,
 the torch.compile'd kl3 loss, AdamW). It prints the largest gap between the trainer's log-probs and
 the sampler's (bf16 rounding: logged, not checked; with --dtype float32 train.optimize raises above
 1e-2), checks that the loss is finite, and prints time per phase and peak GPU memory.
 No checkpoint or tokenizer is needed: nothing is downloaded.
 
-    python bench/gpu_smoke.py --paper --shape 1.7b --steps 2    # one step of --preset paper on a Qwen3-1.7B shape
+    python bench/gpu_smoke.py --paper --shape 1.7b --steps 2    # one step of --preset paper
+                                                                # on a Qwen3-1.7B shape
 
 --paper takes the step's shape from --preset paper (4 prompts x 8 completions of up to 2048 tokens, LoRA
 rank 32 / alpha 64, micro-batches of 8, 4 optimizer steps, bf16, checkpointed activations) and prints
@@ -62,7 +66,8 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer, hidden-64 model instead of 0.6B's shape")
-    ap.add_argument("--shape", choices=list(SHAPES), default=None, help="the model's shape (default 0.6b; --tiny: tiny)")
+    ap.add_argument("--shape", choices=list(SHAPES), default=None,
+                    help="the model's shape (default 0.6b; --tiny: tiny)")
     ap.add_argument("--paper", action="store_true", help="the step of --preset paper, phase by phase")
     ap.add_argument("--steps", type=int, default=3, help="training steps")
     ap.add_argument("--prompts", type=int, default=2, help="prompts per step (over all ranks)")
@@ -83,15 +88,16 @@ def train_steps(args):
     d = distributed.setup(args.device)
     torch.manual_seed(0)
     args.max_new_tokens = args.max_new_tokens or (None if args.paper else 512)
-    fields = dict(prompts_per_step=args.prompts, group_size=args.group_size, minibatches=2, micro_batch=args.micro_batch,
-                  max_new_tokens=args.max_new_tokens, lora_rank=args.lora_rank, dtype=args.dtype, grad_checkpoint=True,
-                  compile=not args.no_compile, lr=1e-5)
+    fields = dict(prompts_per_step=args.prompts, group_size=args.group_size, minibatches=2,
+                  micro_batch=args.micro_batch, max_new_tokens=args.max_new_tokens, lora_rank=args.lora_rank,
+                  dtype=args.dtype, grad_checkpoint=True, compile=not args.no_compile, lr=1e-5)
     if args.paper:
-        keys = ("lora_rank", "lora_alpha", "lr", "weight_decay", "prompts_per_step", "group_size", "micro_batch",
-                "minibatches", "epochs", "max_new_tokens", "aggregation", "std_normalize", "clip", "dtype",
-                "grad_checkpoint")
+        keys = ("lora_rank", "lora_alpha", "lr", "weight_decay", "prompts_per_step", "group_size",
+                "micro_batch", "minibatches", "epochs", "max_new_tokens", "aggregation", "std_normalize",
+                "clip", "dtype", "grad_checkpoint")
         fields.update({k: PRESETS["paper"][k] for k in keys})
-        args.lora_rank, args.prompts, args.group_size = fields["lora_rank"], fields["prompts_per_step"], fields["group_size"]
+        args.lora_rank, args.prompts, args.group_size = (fields["lora_rank"], fields["prompts_per_step"],
+                                                         fields["group_size"])
         fields["max_new_tokens"] = args.max_new_tokens or fields["max_new_tokens"]
         args.max_new_tokens, args.dtype = fields["max_new_tokens"], fields["dtype"]
         args.prompt_len = max(args.prompt_len, 256)
@@ -102,24 +108,25 @@ def train_steps(args):
     init_weights(model, std=0.02, seed=0)
     # As lora.load_policy: frozen weights in --dtype, trained ones float32.
     model.to(getattr(torch, args.dtype) if args.lora_rank else torch.float32)
-    peft_model = lora.add_adapters(model, args.lora_rank, cfg.lora_alpha or 2.0 * args.lora_rank, lora.TARGETS,
-                                   "random") if args.lora_rank else None
+    peft_model = (lora.add_adapters(model, args.lora_rank, cfg.lora_alpha or 2.0 * args.lora_rank,
+                                    lora.TARGETS, "random") if args.lora_rank else None)
     model.gradient_checkpointing = True
     precision = distributed.precision(args.dtype, d.device)
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = train.make_optimizer(cfg, trained)
     shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step // d.world, cfg.group_size,
                               d.rank, d.world)
-    run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None, eos_ids=[],
-                    stopper=None, rewards=None, shard=shard, d=d, precision=precision,
+    run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None,
+                    eos_ids=[], stopper=None, rewards=None, shard=shard, d=d, precision=precision,
                     peft_model=peft_model)
     say = print if d.main else (lambda *a, **k: None)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     phases = collections.defaultdict(float)  # seconds per phase of the step, the GPU synchronised around each
     for name, attr in (("pi_old", "old_logprobs"), ("update", "update")):
         setattr(train, attr, timed_phase(getattr(train, attr), name, phases, d.device))
-    say(f"{args.shape or ('tiny' if args.tiny else '0.6b')}-shaped random model, {model.num_parameters() / 1e6:.0f}M parameters "
-        f"({trained / 1e6:.1f}M trained), {args.dtype}, {d.world} x {d.device}, compile={cfg.compile}", flush=True)
+    say(f"{args.shape or ('tiny' if args.tiny else '0.6b')}-shaped random model, "
+        f"{model.num_parameters() / 1e6:.0f}M parameters ({trained / 1e6:.1f}M trained), {args.dtype}, "
+        f"{d.world} x {d.device}, compile={cfg.compile}", flush=True)
 
     G, share = args.group_size, args.prompts // d.world
     g = torch.Generator(device=d.device).manual_seed(d.rank)
@@ -154,12 +161,14 @@ def train_steps(args):
         times = dict(rollout=t_rollout, pi_old=phases["pi_old"], updates=phases["update"],
                      optimizer=t_train - phases["pi_old"] - phases["update"], step=t_rollout + t_train)
         mem = f"  peak {peak:.1f} GiB" if peak is not None else ""
-        say(f"step {step + 1}: rollout {t_rollout:6.1f} s ({tokens / t_rollout:7.0f} tok/s)  train {t_train:6.1f} s"
-            f"  loss {row['loss']:+.2e}  kl3 {row['kl3']:.2e}  ratio [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]"
-            f"  grad_norm {row['grad_norm']:.3f}  sampler gap {row['sampler_logp_gap_max']:.1e}{mem}", flush=True)
-        say(f"  phases: rollout {times['rollout']:.2f} s, pi_old {times['pi_old']:.2f} s, updates (forward + backward)"
-            f" {times['updates']:.2f} s, optimizer and the rest {times['optimizer']:.2f} s; step {times['step']:.2f} s,"
-            f" rollout {times['rollout'] / times['step']:.0%} of it", flush=True)
+        say(f"step {step + 1}: rollout {t_rollout:6.1f} s ({tokens / t_rollout:7.0f} tok/s)  "
+            f"train {t_train:6.1f} s  loss {row['loss']:+.2e}  kl3 {row['kl3']:.2e}  "
+            f"ratio [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]  grad_norm {row['grad_norm']:.3f}  "
+            f"sampler gap {row['sampler_logp_gap_max']:.1e}{mem}", flush=True)
+        say(f"  phases: rollout {times['rollout']:.2f} s, pi_old {times['pi_old']:.2f} s, "
+            f"updates (forward + backward) {times['updates']:.2f} s, "
+            f"optimizer and the rest {times['optimizer']:.2f} s; step {times['step']:.2f} s, "
+            f"rollout {times['rollout'] / times['step']:.0%} of it", flush=True)
         yield {**times, "tokens": tokens, "peak_gib": peak}
     say("ok")
     distributed.shutdown()

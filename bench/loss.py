@@ -125,7 +125,8 @@ def main():
         print(f"   {v:8s} peak +{r['peak_mb']:8.0f} MB   {r['seconds']:6.2f} s")
     ratio = results["chunked"]["peak_mb"] / results["naive"]["peak_mb"]
     print(f"   chunked / naive peak = {ratio:.3f} (1/{1 / ratio:.1f}); the naive (B, T, V) float32 logits "
-          f"alone would be {args.batch * args.length * args.vocab * 4 / 2**30:.1f} GiB at {args.batch} x {args.length}")
+          f"alone would be {args.batch * args.length * args.vocab * 4 / 2**30:.1f} GiB "
+          f"at {args.batch} x {args.length}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Rollout throughput: nanoatr.rollout.generate vs transformers' generate, same weights, same prompts.
 
-    python bench/rollout.py                          # the issue's setting: nano and small, batch 64 x 64 new tokens
+    python bench/rollout.py                          # the issue's setting: nano and small,
+                                                     # batch 64 x 64 new tokens
     python bench/rollout.py --presets nano --repeats 1 --new-tokens 4       # a smoke run, seconds
     python bench/rollout.py --threads 1 --profile --presets tiny,100m --batches 8,64 --new-tokens 128 \
         --samplers multinomial,inverse-cdf          # docs/speed.md's table (before issue 19's defaults)
@@ -214,7 +215,8 @@ def main(argv=None):
                          f"{DEFAULT_SAMPLER!r}), multinomial, inverse-cdf")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--no-ceiling", dest="ceiling", action="store_false",
-                    help="skip measuring the matmul ceiling (seconds; for smoke runs): no %% of matmul column")
+                    help="skip measuring the matmul ceiling (seconds; for smoke runs): "
+                         "no %% of matmul column")
     ap.add_argument("--profile", action="store_true",
                     help="also profile one run of each side: where the time goes, and the speed-up over "
                          "transformers that ours could reach if everything but its matrix products and "
@@ -222,7 +224,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     presets, batches, samplers = args.presets.split(","), [int(b) for b in args.batches.split(",")], \
         args.samplers.split(",")
-    for name, given, known in (("--presets", presets, PRESETS), ("--samplers", samplers, ("default", *SAMPLERS))):
+    for name, given, known in (("--presets", presets, PRESETS),
+                               ("--samplers", samplers, ("default", *SAMPLERS))):
         if unknown := [x for x in given if x not in known]:
             ap.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     if args.threads:
@@ -231,20 +234,23 @@ def main(argv=None):
     import transformers
     transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar
     lo, hi = map(int, args.prompt_len.split(","))
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads "
-          f"({'--threads' if args.threads else 'torch default'}); {args.new_tokens} new tokens, prompts {lo}-{hi} "
-          f"tokens, sampling T=1, ours with sampler {', '.join(map(sampler_name, samplers))}; medians of "
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"{torch.get_num_threads()} threads ({'--threads' if args.threads else 'torch default'}); "
+          f"{args.new_tokens} new tokens, prompts {lo}-{hi} tokens, sampling T=1, "
+          f"ours with sampler {', '.join(map(sampler_name, samplers))}; medians of "
           f"{args.repeats} after {args.warmup} warm-up", flush=True)
     ceiling = matmul_flops_per_s() if args.ceiling else None
     stream = memory_bytes_per_s() if args.profile else None  # only --profile's attention bound uses it
     if ceiling or stream:
-        print("ceiling: " + "; ".join(([f"2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s"] if ceiling else []) +
-                                      ([f"streaming memory {stream / 1e9:.1f} GB/s"] if stream else [])), flush=True)
+        print("ceiling: "
+              + "; ".join(([f"2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s"] if ceiling else [])
+                          + ([f"streaming memory {stream / 1e9:.1f} GB/s"] if stream else [])), flush=True)
     ratios = []
     for preset in presets:
         with tempfile.TemporaryDirectory() as tmp:
             hf, ours = build(preset, tmp)
-        print(f"\n{preset}: {ours.num_parameters() / 1e6:.2f}M parameters, vocabulary {ours.config.vocab_size}")
+        print(f"\n{preset}: {ours.num_parameters() / 1e6:.2f}M parameters, "
+              f"vocabulary {ours.config.vocab_size}")
         for B in batches:
             prompts = random_prompts(B, ours.config.vocab_size, lo, hi)
             t = time_all(hf, ours, prompts, args.new_tokens, args.warmup, args.repeats, samplers)
@@ -255,13 +261,16 @@ def main(argv=None):
                 ratio = t["transformers"] / t[sampler]
                 print(f"             ours ({sampler_name(sampler):11s}) {n / t[sampler]:8.0f} tok/s   ratio "
                       f"{ratio:4.2f}x   {flops / t[sampler] / 1e9:6.2f} GFLOP/s"
-                      + (f" = {100 * flops / t[sampler] / ceiling:4.1f}% of matmul" if ceiling else ""), flush=True)
-                label = preset + (f"/b{B}" if len(batches) > 1 else "") + (f"/{sampler}" if len(samplers) > 1 else "")
+                      + (f" = {100 * flops / t[sampler] / ceiling:4.1f}% of matmul" if ceiling else ""),
+                      flush=True)
+                label = (preset + (f"/b{B}" if len(batches) > 1 else "")
+                         + (f"/{sampler}" if len(samplers) > 1 else ""))
                 ratios.append(f"{label} {ratio:.2f}x")
             if args.profile:
                 ids, mask = hf_inputs(prompts)
                 secs = {
-                    "ours": profile_seconds(lambda: ours_generate(ours, prompts, args.new_tokens, samplers[0])),
+                    "ours": profile_seconds(lambda: ours_generate(
+                        ours, prompts, args.new_tokens, samplers[0])),
                     "transformers": profile_seconds(lambda: hf.generate(
                         input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens, do_sample=True,
                         temperature=1.0, top_k=0, top_p=1.0, use_cache=True))}
@@ -278,8 +287,10 @@ def main(argv=None):
                 print(f"             with attention at memory speed (and all else as now) ours would be "
                       f"{t['transformers'] / ideal:.2f}x transformers")
     if ceiling:
-        print(f"\nceiling again: {matmul_flops_per_s() / 1e9:.1f} GFLOP/s (a large drift means the load changed)")
-    print("rollout ours/transformers: " + ", ".join(ratios))  # the last line: tokens/s ours over transformers'
+        print(f"\nceiling again: {matmul_flops_per_s() / 1e9:.1f} GFLOP/s "
+              "(a large drift means the load changed)")
+    # the last line: tokens/s ours over transformers'
+    print("rollout ours/transformers: " + ", ".join(ratios))
     return 0
 
 

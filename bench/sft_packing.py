@@ -82,22 +82,25 @@ def compare(name: str, model_dir: Path, stream, batch: int, pack_len: int, repea
         real += sum(len(p) + len(c) for p, c in examples)
         padded_tokens, packed_tokens = padded_tokens + ids.numel(), packed_tokens + p_ids.numel()
     a, b, c = (statistics.median(t[1:]) * 1e3 for t in (pad, pack, masked))
-    print(f"{name}: padding {a:.0f} ms/step ({100 * (1 - real / padded_tokens):.0f}% pad tokens); packed into "
-          f"{pack_len} ({100 * (1 - real / packed_tokens):.0f}% pad tokens) {b:.0f} ms/step = {b / a:.2f}x, "
-          f"masked {c:.0f} ms/step = {c / a:.2f}x")
+    print(f"{name}: padding {a:.0f} ms/step ({100 * (1 - real / padded_tokens):.0f}% pad tokens); "
+          f"packed into {pack_len} ({100 * (1 - real / packed_tokens):.0f}% pad tokens) {b:.0f} ms/step "
+          f"= {b / a:.2f}x, masked {c:.0f} ms/step = {c / a:.2f}x")
 
 
 def main():
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=64, help="examples per step (the warm-starts' batch)")
-    ap.add_argument("--pack-len", type=int, default=256, help="length of a packed row (the models' positions)")
+    ap.add_argument("--pack-len", type=int, default=256,
+                    help="length of a packed row (the models' positions)")
     ap.add_argument("--repeats", type=int, default=20, help="timed steps")
     args = ap.parse_args()
     torch.manual_seed(0)
-    compare("arithmetic", ROOT / "data/tiny-qwen3", make_default.sft_stream(1, set()), args.batch, args.pack_len,
-            args.repeats)
+    compare("arithmetic", ROOT / "data/tiny-qwen3", make_default.sft_stream(1, set()), args.batch,
+            args.pack_len, args.repeats)
     compare("countdown", ROOT / "data/tiny-qwen3-countdown",
-            make_countdown.sft_stream(1, set(), make_countdown.Spec()), args.batch, args.pack_len, args.repeats)
+            make_countdown.sft_stream(1, set(), make_countdown.Spec()), args.batch, args.pack_len,
+            args.repeats)
 
 
 if __name__ == "__main__":

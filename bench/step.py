@@ -74,8 +74,9 @@ class Reference:
         ids, mask = left_pad(prompts, pad)
         torch.manual_seed(gen.initial_seed())
         with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=mask.long(), max_new_tokens=args.max_new_tokens,
-                                      do_sample=True, temperature=args.temperature, top_k=0, top_p=1.0,
+            out = self.model.generate(input_ids=ids, attention_mask=mask.long(),
+                                      max_new_tokens=args.max_new_tokens, do_sample=True,
+                                      temperature=args.temperature, top_k=0, top_p=1.0,
                                       eos_token_id=eos_ids, pad_token_id=pad, use_cache=True)
         tokens = out[:, ids.shape[1]:]
         is_eos = torch.isin(tokens, torch.tensor(eos_ids))
@@ -86,7 +87,8 @@ class Reference:
         P = prompt_ids.shape[1]
         ids = torch.cat([prompt_ids, tokens], 1)[:, :-1]
         mask = torch.cat([prompt_mask, torch.ones_like(tokens, dtype=torch.bool)], 1)[:, :-1].long()
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+        logits = self.model(input_ids=ids, attention_mask=mask,
+                            position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
         logp_all = sampling_logprobs(logits[:, P - 1:], temperature)  # (B, T, V)
         logp = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
@@ -129,7 +131,8 @@ def one_step(policy, opt, problems, tok, eos_ids, args, step, tokens_from=None):
     for m, idx in enumerate(idxs):
         if m > 0 or policy.rescore_first:
             with torch.no_grad():
-                old_logp[idx] = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], args.temperature).logp
+                old_logp[idx] = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx],
+                                             args.temperature).logp
     t["old logp"] = time.perf_counter() - t0
 
     for k in ("update fwd", "backward", "optimizer"):
@@ -137,7 +140,8 @@ def one_step(policy, opt, problems, tok, eos_ids, args, step, tokens_from=None):
     for m, idx in enumerate(idxs):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        logp, entropy = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], args.temperature, with_entropy=True)[:2]
+        logp, entropy = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], args.temperature,
+                                     with_entropy=True)[:2]
         if m == 0 and not policy.rescore_first:
             old_logp[idx] = logp.detach()
         loss, _ = policy_loss("kl3", logp, old_logp[idx], advantages[idx], mask[idx], num_sequences=mb,
@@ -177,11 +181,13 @@ def main():
     ap.add_argument("--group", type=int, default=8, help="completions per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="completion budget (train.py's default)")
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--minibatches", type=int, default=2, help="optimizer steps per rollout (train.py's default)")
+    ap.add_argument("--minibatches", type=int, default=2,
+                    help="optimizer steps per rollout (train.py's default)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps; medians are reported")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (compiles the loss)")
     ap.add_argument("--no-compile-loss", dest="compile_loss", action="store_false", help="eager loss")
-    ap.add_argument("--no-reference", dest="reference", action="store_false", help="skip the transformers step")
+    ap.add_argument("--no-reference", dest="reference", action="store_false",
+                    help="skip the transformers step")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = ap.parse_args()
     if args.threads:
@@ -198,7 +204,8 @@ def main():
     opts = {k: torch.optim.AdamW(p.model.parameters(), lr=1e-4) for k, p in sides.items()}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.model}: "
           f"{sides['ours'].model.num_parameters() / 1e6:.2f}M parameters; {args.prompts} x {args.group} = "
-          f"{args.prompts * args.group} completions of <= {args.max_new_tokens} tokens, {args.minibatches} minibatches")
+          f"{args.prompts * args.group} completions of <= {args.max_new_tokens} tokens, "
+          f"{args.minibatches} minibatches")
     times = {k: [] for k in sides}
     n_tokens, rollout_tokens = {k: [] for k in sides}, {k: [] for k in sides}
     for step in range(args.warmup + args.steps):
@@ -218,10 +225,13 @@ def main():
     ours = meds["ours"]
     update = ours["update fwd"] + ours["backward"] + ours["optimizer"]
     others = max(ours[k] for k in ("reward", "advantages", "old logp"))
-    line = (f"summary: ours {totals['ours']:.3f} s/step = rollout {100 * ours['rollout'] / totals['ours']:.0f}% + "
-            f"update {100 * update / totals['ours']:.0f}%; largest other phase {100 * others / totals['ours']:.1f}%")
+    line = (f"summary: ours {totals['ours']:.3f} s/step = "
+            f"rollout {100 * ours['rollout'] / totals['ours']:.0f}% + "
+            f"update {100 * update / totals['ours']:.0f}%; "
+            f"largest other phase {100 * others / totals['ours']:.1f}%")
     if args.reference:
-        line += f"; transformers {totals['transformers']:.3f} s/step ({totals['transformers'] / totals['ours']:.2f}x ours)"
+        line += (f"; transformers {totals['transformers']:.3f} s/step "
+                 f"({totals['transformers'] / totals['ours']:.2f}x ours)")
     print(line)
 
 

@@ -55,8 +55,9 @@ def step_inputs(rows: int, T: int, V: int, D: int, lora_rank: int):
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=1e-6)
     run = train.Run(cfg, model, Scorer(model, contextlib.nullcontext), opt, trained, tok=None, eos_ids=[],
-                    stopper=None, rewards=None, shard=Shard(cfg.seed, 1, 1, rows), d=Dist(0, 1, torch.device("cpu")),
-                    precision=contextlib.nullcontext, peft_model=peft_model)
+                    stopper=None, rewards=None, shard=Shard(cfg.seed, 1, 1, rows),
+                    d=Dist(0, 1, torch.device("cpu")), precision=contextlib.nullcontext,
+                    peft_model=peft_model)
     g = torch.Generator().manual_seed(0)
     rewards = torch.randint(0, 2, (rows,), generator=g).float()
     batch = Rollout(torch.randint(0, V, (rows, 16), generator=g), torch.ones(rows, 16, dtype=torch.bool),
@@ -77,14 +78,15 @@ def child(variant: str, rows: int, T: int, V: int, D: int, lora_rank: int) -> di
     train.optimize(run, batch, step=0)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB -> MB on Linux
-    return {"variant": variant, "rows": rows, "tokens": T, "peak_mb": max(0.0, peak - before), "seconds": seconds,
-            "full_logits_mb": rows * T * V * 4 / 2**20}
+    return {"variant": variant, "rows": rows, "tokens": T, "peak_mb": max(0.0, peak - before),
+            "seconds": seconds, "full_logits_mb": rows * T * V * 4 / 2**20}
 
 
 def measure(variant: str, rows: int, T: int = 2048, V: int = 151_936, D: int = 32, lora_rank: int = 32,
             threads: int = 1, env: dict | None = None) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", variant, "--rows", str(rows), "--length", str(T),
-                          "--vocab", str(V), "--dim", str(D), "--lora-rank", str(lora_rank), "--threads", str(threads)],
+    out = subprocess.run([sys.executable, __file__, "--child", variant, "--rows", str(rows),
+                          "--length", str(T), "--vocab", str(V), "--dim", str(D),
+                          "--lora-rank", str(lora_rank), "--threads", str(threads)],
                          capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -97,7 +99,8 @@ def main():
     ap.add_argument("--dim", type=int, default=32, help="hidden size D")
     ap.add_argument("--lora-rank", type=int, default=32, help="LoRA rank (0 = full fine-tuning)")
     ap.add_argument("--naive-rows", type=int, default=1, help="rows of the naive step (0 = skip it)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on shared cores)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (1 avoids OpenMP stalls on shared cores)")
     ap.add_argument("--child", choices=["chunked", "naive"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -105,7 +108,8 @@ def main():
         print(json.dumps(child(args.child, args.rows, args.length, args.vocab, args.dim, args.lora_rank)))
         return
     kw = dict(T=args.length, V=args.vocab, D=args.dim, lora_rank=args.lora_rank, threads=args.threads)
-    print(f"one train.optimize step, T = {args.length}, V = {args.vocab:,}, D = {args.dim}, LoRA r = {args.lora_rank}")
+    print(f"one train.optimize step, T = {args.length}, V = {args.vocab:,}, D = {args.dim}, "
+          f"LoRA r = {args.lora_rank}")
     results = [measure("chunked", args.rows, **kw)]
     if args.naive_rows:
         results.append(measure("naive", args.naive_rows, **kw))
@@ -115,8 +119,9 @@ def main():
     if len(results) == 2:
         c, n = results
         per_row = n["peak_mb"] / n["rows"]
-        print(f"   the chunked step on {c['rows']} rows peaks at {c['peak_mb'] / n['peak_mb']:.2f}x the naive step on "
-              f"{n['rows']}; naive ~{per_row:.0f} MB per row, ~{per_row * c['rows'] / 1024:.0f} GB at B = {c['rows']}")
+        print(f"   the chunked step on {c['rows']} rows peaks at {c['peak_mb'] / n['peak_mb']:.2f}x "
+              f"the naive step on {n['rows']}; naive ~{per_row:.0f} MB per row, "
+              f"~{per_row * c['rows'] / 1024:.0f} GB at B = {c['rows']}")
 
 
 if __name__ == "__main__":

@@ -79,7 +79,8 @@ Scorer's forward and train.policy_loss; TRL's _generate_single_turn, _calculate_
 compute_loss, _clip_grad_norm and optimizer.step (callbacks); both torch.Tensor.backward and
 torch.nn.utils.clip_grad_norm_. "other" is the rest of the step.
 
-The last line is the speed-up, TRL's step time over ours, e.g. `GRPO step ours/TRL: embedded 2.05x, 58M 1.52x`.
+The last line is the speed-up, TRL's step time over ours, e.g.
+`GRPO step ours/TRL: embedded 2.05x, 58M 1.52x`.
 """
 import argparse
 import functools
@@ -199,9 +200,10 @@ def ours_setup(model_dir: Path, args, phases: Phases):
     from nanoatr.tokenizer import load_tokenizer, make_stopper, eos_token_ids
     from nanoatr.rewards import Rewards, math_reward
     cfg = resolve(TrainConfig(model=str(model_dir), prompts_per_step=P, group_size=G, minibatches=1, epochs=1,
-                              micro_batch=MICRO, max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0,
-                              top_k=0, lr=args.lr, weight_decay=0.0, grad_clip=1.0, aggregation="dr-grpo",
-                              std_normalize=False, beta=0.0, clip=args.clip, compile=args.compile), {})
+                              micro_batch=MICRO, max_new_tokens=args.max_new_tokens, temperature=1.0,
+                              top_p=1.0, top_k=0, lr=args.lr, weight_decay=0.0, grad_clip=1.0,
+                              aggregation="dr-grpo", std_normalize=False, beta=0.0, clip=args.clip,
+                              compile=args.compile), {})
     d = Dist(0, 1, torch.device("cpu"))
     model, peft_model = lora.load_policy(cfg, Path(cfg.model), None, d.device)
     tok = load_tokenizer(model_dir)
@@ -210,9 +212,10 @@ def ours_setup(model_dir: Path, args, phases: Phases):
     opt = train.make_optimizer(cfg, trained)  # as train.setup
     shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step, cfg.group_size)
     run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
-                    eos_token_ids(tok, model_dir), make_stopper(tok, cfg.stop), Rewards.of(math_reward), shard, d,
-                    precision, peft_model, None,
-                    dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt, enable_thinking=cfg.thinking))
+                    eos_token_ids(tok, model_dir), make_stopper(tok, cfg.stop), Rewards.of(math_reward),
+                    shard, d, precision, peft_model, None,
+                    dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
+                         enable_thinking=cfg.thinking))
     phases.wrap(train, "generate", "generate")
     phases.wrap(train, "grade", "reward")
     phases.wrap(run.score, "forward", "forward")
@@ -240,23 +243,28 @@ def trl_setup(model_dir: Path, rows, args, out_dir: str, callback):
         per_device_train_batch_size=MICRO, gradient_accumulation_steps=(P * G) // MICRO, num_generations=G,
         num_iterations=1, max_completion_length=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
         loss_type="dr_grpo", scale_rewards="none", epsilon=0.2, beta=0.0,
-        learning_rate=args.lr, adam_beta2=0.99, weight_decay=0.0, max_grad_norm=1.0, lr_scheduler_type="constant",
+        learning_rate=args.lr, adam_beta2=0.99, weight_decay=0.0, max_grad_norm=1.0,
+        lr_scheduler_type="constant",
         use_vllm=False, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
         model_init_kwargs={"dtype": "float32"}, shuffle_dataset=False, seed=0,
         report_to="none", save_strategy="no", disable_tqdm=True)
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": p.question}], "answer": p.answer} for p in rows])
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": p.question}], "answer": p.answer}
+                              for p in rows])
     trainer = GRPOTrainer(model=str(model_dir), reward_funcs=arith_reward, args=config, train_dataset=data,
                           callbacks=[callback])
     trainer.remove_callback(PrinterCallback)  # logs are still computed every logging_steps, not printed
     a = trainer.args
-    checks = {"generation_batch_size": (a.generation_batch_size, P * G), "steps_per_generation": (a.steps_per_generation, 4),
-              "gradient_accumulation_steps": (a.gradient_accumulation_steps, 4), "num_iterations": (a.num_iterations, 1),
-              "per_device_train_batch_size": (a.per_device_train_batch_size, MICRO), "use_vllm": (a.use_vllm, False),
-              "bf16": (a.bf16, False), "device": (a.device.type, "cpu"), "loss_type": (trainer.loss_type, "dr_grpo"),
+    checkpointing = bool(a.gradient_checkpointing or getattr(a, "activation_checkpointing", False))
+    checks = {"generation_batch_size": (a.generation_batch_size, P * G),
+              "steps_per_generation": (a.steps_per_generation, 4),
+              "gradient_accumulation_steps": (a.gradient_accumulation_steps, 4),
+              "num_iterations": (a.num_iterations, 1),
+              "per_device_train_batch_size": (a.per_device_train_batch_size, MICRO),
+              "use_vllm": (a.use_vllm, False), "bf16": (a.bf16, False), "device": (a.device.type, "cpu"),
+              "loss_type": (trainer.loss_type, "dr_grpo"),
               "beta": (trainer.beta, 0.0), "ref_model": (trainer.ref_model, None),
               "model dtype": (trainer.model.dtype, torch.float32), "weight_decay": (a.weight_decay, 0.0),
-              "activation checkpointing": (bool(a.gradient_checkpointing or getattr(a, "activation_checkpointing", False)),
-                                           False)}
+              "activation checkpointing": (checkpointing, False)}
     wrong = {k: v for k, v in checks.items() if v[0] != v[1]}
     if wrong:
         raise SystemExit(f"error: TRL is not configured as intended: {wrong}")
@@ -301,7 +309,8 @@ def bench_model(name: str, model_dir: Path, args, phases: Phases) -> float:
     run = ours_setup(model_dir, args, phases)
     n_steps = args.warmup + args.steps
     # TRL's dataset laid out in our prompt order: TRL's step k (shuffle off) has our step k's prompts.
-    rows = [problems[i] for k in range(n_steps) for i in distributed.prompt_order(len(problems), k, P, run.cfg.seed)]
+    rows = [problems[i] for k in range(n_steps)
+            for i in distributed.prompt_order(len(problems), k, P, run.cfg.seed)]
     results = {"ours": [], "TRL": []}
     tokens = {"ours": [], "TRL": []}
     forwards = {"ours": [], "TRL": []}
@@ -326,7 +335,8 @@ def bench_model(name: str, model_dir: Path, args, phases: Phases) -> float:
         trainer = trl_setup(model_dir, rows, args, out_dir, make_callback(phases, ours_step, record))
         # The prompts TRL feeds its model are ours, token for token.
         conv = [{"role": "user", "content": rows[0].question}]
-        assert trainer._tokenize_prompts([conv])[0][0] == encode_prompts(run.tok, [rows[0]])[0], "prompts differ"
+        assert (trainer._tokenize_prompts([conv])[0][0]
+                == encode_prompts(run.tok, [rows[0]])[0]), "prompts differ"
         phases.wrap(trainer, "_generate_single_turn", "generate")
         phases.wrap(trainer, "_calculate_rewards", "reward")
         phases.wrap(trainer, "compute_loss", "forward")
@@ -338,14 +348,18 @@ def bench_model(name: str, model_dir: Path, args, phases: Phases) -> float:
             phases.calls["_get_per_token_logps_and_entropies"] += 1
             return counter(*a, **k)
         trainer._get_per_token_logps_and_entropies = counted
-        print(f"\n{name}: {run.model.num_parameters() / 1e6:.2f}M parameters, vocabulary {run.model.config.vocab_size}; "
-              f"{P} prompts x {G} = {P * G} completions of <= {args.max_new_tokens} tokens, {(P * G) // MICRO} "
-              f"micro-batches of {MICRO}, one AdamW step; ours --clip {args.clip}, sampler {run.cfg.sampler}, "
-              f"compile {run.cfg.compile}; TRL optim {getattr(trainer.args.optim, 'value', trainer.args.optim)}; "
-              f"{args.steps} timed steps after {args.warmup} warm-up, {torch.get_num_threads()} threads", flush=True)
+        print(f"\n{name}: {run.model.num_parameters() / 1e6:.2f}M parameters, "
+              f"vocabulary {run.model.config.vocab_size}; "
+              f"{P} prompts x {G} = {P * G} completions of <= {args.max_new_tokens} tokens, "
+              f"{(P * G) // MICRO} micro-batches of {MICRO}, one AdamW step; "
+              f"ours --clip {args.clip}, sampler {run.cfg.sampler}, compile {run.cfg.compile}; "
+              f"TRL optim {getattr(trainer.args.optim, 'value', trainer.args.optim)}; "
+              f"{args.steps} timed steps after {args.warmup} warm-up, {torch.get_num_threads()} threads",
+              flush=True)
         trainer.train()
     if len(results["ours"]) != n_steps or len(results["TRL"]) != n_steps:
-        raise SystemExit(f"error: expected {n_steps} steps of each side, got {len(results['ours'])} / {len(results['TRL'])}")
+        raise SystemExit(f"error: expected {n_steps} steps of each side, "
+                         f"got {len(results['ours'])} / {len(results['TRL'])}")
     med = {s: {k: statistics.median(r[k] for r in results[s][args.warmup:]) for k in (*PHASES, "step")}
            for s in results}
     ntok = {s: statistics.median(tokens[s][args.warmup:]) for s in tokens}
@@ -355,7 +369,8 @@ def bench_model(name: str, model_dir: Path, args, phases: Phases) -> float:
         ratio = f"{t / o:6.2f}x" if o > 1e-4 else "     -"
         print(f"  {k:10s} {o * 1e3:8.1f}ms {t * 1e3:8.1f}ms   {ratio}")
     print(f"  completion tokens per step (median): ours {ntok['ours']:.0f}, TRL {ntok['TRL']:.0f}; "
-          f"forward passes with gradients per step: ours {statistics.median(forwards['ours'][args.warmup:]):.0f}, "
+          "forward passes with gradients per step: "
+          f"ours {statistics.median(forwards['ours'][args.warmup:]):.0f}, "
           f"TRL {statistics.median(forwards['TRL'][args.warmup:]):.0f}")
     print(f"  steps (s): ours " + " ".join(f"{r['step']:.2f}" for r in results["ours"]) +
           " | TRL " + " ".join(f"{r['step']:.2f}" for r in results["TRL"]) + "  (first: warm-up)", flush=True)
@@ -370,15 +385,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
     ap.add_argument("--steps", type=int, default=5, help="timed steps of each side; medians are reported")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed steps of each side first (compiles our loss)")
-    ap.add_argument("--max-new-tokens", type=int, default=48, help="completion budget of both sides (train.py's)")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed steps of each side first (compiles our loss)")
+    ap.add_argument("--max-new-tokens", type=int, default=48,
+                    help="completion budget of both sides (train.py's)")
     ap.add_argument("--data", default="data/arith/train.jsonl", help="the prompts (both models)")
     ap.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate of both sides (train.py's)")
-    ap.add_argument("--clip", default="clip", help="our --clip method (clip = PPO's, TRL's dr_grpo objective; with "
-                    "one optimizer step per rollout every method gives the same gradient)")
-    ap.add_argument("--no-compile", dest="compile", action="store_false", help="our loss eager (default: compiled, "
-                    "as train.py)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0 = torch's default)")
+    ap.add_argument("--clip", default="clip",
+                    help="our --clip method (clip = PPO's, TRL's dr_grpo objective; with one optimizer step "
+                         "per rollout every method gives the same gradient)")
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="our loss eager (default: "
+                    "compiled, as train.py)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads for both sides (0 = torch's default)")
     args = ap.parse_args(argv)
     models = args.models.split(",")
     if unknown := [m for m in models if m not in MODELS]:
@@ -398,7 +417,8 @@ def main(argv=None):
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()
-    print(f"trl {trl.__version__}" + ("" if trl.__version__ == TRL_VERSION else f" (written against {TRL_VERSION})")
+    print(f"trl {trl.__version__}"
+          + ("" if trl.__version__ == TRL_VERSION else f" (written against {TRL_VERSION})")
           + f", transformers {transformers.__version__}, accelerate {accelerate.__version__}, datasets "
           f"{datasets.__version__}, torch {torch.__version__}; {torch.get_num_threads()} threads "
           f"({'--threads' if args.threads else 'torch default'})", flush=True)

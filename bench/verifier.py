@@ -83,7 +83,8 @@ def make_structured_case(rng: random.Random, correct: bool):
 
 
 def main():
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -100,7 +101,8 @@ def main():
     for c, g, _ in cases:
         canonical.cache_clear()
         verify(c, g)
-    uncached, uncached_cpu = args.n / (time.perf_counter() - start), args.n / (time.process_time() - cpu_start)
+    uncached, uncached_cpu = (args.n / (time.perf_counter() - start),
+                              args.n / (time.process_time() - cpu_start))
 
     canonical.cache_clear()  # the normal case: cache starts empty, golds repeat across rollouts
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -114,8 +116,8 @@ def main():
           f"cache hits={info.hits} misses={info.misses}")
     print(f"uncached: {uncached:,.0f} verifications/s ({uncached_cpu:,.0f} per CPU-second)")
     # CPU time as well: on a shared machine the wall clock also counts other processes' turns
-    print(f"verify: {args.n / elapsed:,.0f} verifications/s on one core ({elapsed * 1e6 / args.n:.0f} us each; "
-          f"{args.n / cpu:,.0f} per CPU-second)")
+    print(f"verify: {args.n / elapsed:,.0f} verifications/s on one core "
+          f"({elapsed * 1e6 / args.n:.0f} us each; {args.n / cpu:,.0f} per CPU-second)")
 
 
 if __name__ == "__main__":

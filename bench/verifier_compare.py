@@ -75,7 +75,8 @@ def print_table(title, t, have_mv):
 
 
 def main():
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default=os.path.join(ROOT, "tests", "data", "verifier_cases.jsonl"))
     ap.add_argument("--show", choices=["all", "wrong", "none"], default="wrong",
                     help="list disagreements: cases either verifier gets wrong (default), every case, none")
@@ -93,7 +94,8 @@ def main():
     print_table("tier", table(rows, "tier"), have_mv)
     print_table("category", table(rows, "category"), have_mv)
     slowest = max(rows, key=lambda r: r["seconds"])
-    print(f"\nslowest case (ours): {slowest['seconds'] * 1e3:.1f} ms (id {slowest.get('id')}, {slowest['category']})")
+    print(f"\nslowest case (ours): {slowest['seconds'] * 1e3:.1f} ms "
+          f"(id {slowest.get('id')}, {slowest['category']})")
 
     if args.show != "none":
         print("\ndisagreements (label / ours / math-verify):")

@@ -27,7 +27,8 @@ Sources assumed (dataset id: files read; columns). Revision "main", resolved to 
 run starts and recorded in sources.json; --source NAME=REPO@REVISION pins another (or another copy):
     dapo-math-17k       BytedTsinghua-SIA/DAPO-Math-17k: data/dapo-math-17k.parquet; data_source,
                         prompt (chat list), ability, reward_model {ground_truth, style}, extra_info
-    aime24              HuggingFaceH4/aime_2024: data/train-*.parquet; id, problem, solution, answer, url, year
+    aime24              HuggingFaceH4/aime_2024: data/train-*.parquet; id, problem, solution,
+                        answer, url, year
     aime25              math-ai/aime25: test.jsonl; problem, answer (its \frac / \triangle stored as
                         form feed / tab are repaired, nanoatr.data.repair_latex_escapes)
     amc23               math-ai/amc23: *test-*.parquet; id, question, answer, url
@@ -85,7 +86,8 @@ class GetDataConfig:
     sft_size: int = arg(10_000, "OpenMathReasoning problems for the SFT (one solution each)", range=">=1")
     sft_heldout: int = arg(64, "more OpenMathReasoning problems, held out: the SFT's periodic accuracy",
                            range=">=0")
-    source: list[str] = arg([], "NAME=REPO[@REVISION]: read a dataset from another hub repository or revision")
+    source: list[str] = arg([], "NAME=REPO[@REVISION]: read a dataset from another hub "
+                            "repository or revision")
     from_dir: str | None = arg(None, "read the files from DIR/REPO/PATH instead of the hub (brought in by "
                                "other means, or a test's fixtures)")
 
@@ -124,8 +126,8 @@ class Files:
         if self.root is not None:
             raise DataError(self.layout_problem(src))
         shown = ", ".join(listed[:5]) + (", ..." if len(listed) > 5 else "")
-        raise DataError(f"{src.repo}@{src.revision}: no data file matches {src.files!r} (files there: {shown}); "
-                        "pin another with --source")
+        raise DataError(f"{src.repo}@{src.revision}: no data file matches {src.files!r} "
+                        f"(files there: {shown}); pin another with --source")
 
     def layout_problem(self, src: Source) -> str:
         """Why a local copy has no file for `src`: where the file was expected (DIR/REPO/PATH) and a few of
@@ -175,9 +177,9 @@ def some_files(root: Path, most: int = 5) -> list[str]:
 
 def hub_problem(src: Source, e: Exception, name: str = "") -> str:
     first = (str(e).strip().splitlines() or [""])[0][:160]
-    return (f"cannot read {src.repo}{'/' + name if name else ''} (revision {src.revision}) from the Hugging Face "
-            f"hub: {type(e).__name__}: {first}. No network? Bring the files in by other means and pass "
-            "--from-dir DIR (laid out as DIR/REPO/PATH)")
+    return (f"cannot read {src.repo}{'/' + name if name else ''} (revision {src.revision}) "
+            f"from the Hugging Face hub: {type(e).__name__}: {first}. No network? Bring the files in by "
+            "other means and pass --from-dir DIR (laid out as DIR/REPO/PATH)")
 
 
 def rows(path: Path, columns: list[str]) -> Iterator[tuple[str, dict]]:
@@ -352,7 +354,8 @@ def sources(cfg) -> dict[str, Source]:
     for item in cfg.source:
         name, _, spec = item.partition("=")
         if name not in SOURCES or not spec:
-            raise DataError(f"--source {item}: expected NAME=REPO[@REVISION] with NAME one of {', '.join(SOURCES)}")
+            raise DataError(f"--source {item}: expected NAME=REPO[@REVISION] with NAME one of "
+                            f"{', '.join(SOURCES)}")
         repo, _, revision = spec.partition("@")
         out[name] = Source(repo, SOURCES[name].files, revision or "main")
     return out
@@ -378,12 +381,14 @@ def main(argv=None):
             record[name] = {"repo": src.repo, "revision": src.revision, "commit": commit,
                             "local_copy": None if commit else str(files.root / src.repo), "files": src.files,
                             "written": {f: len(r) for f, r in outputs.items()}, "counts": note}
-            print(f"{name}: {note} <- {f'{src.repo}@{commit}' if commit else files.root / src.repo}", flush=True)
+            print(f"{name}: {note} <- {f'{src.repo}@{commit}' if commit else files.root / src.repo}",
+                  flush=True)
     except DataError as e:
         die(str(e))
     except KeyboardInterrupt:
         die("interrupted: the files written before are complete, the others as they were", 130)
-    previous = json.loads((out_dir / "sources.json").read_text()) if (out_dir / "sources.json").is_file() else {}
+    previous = (json.loads((out_dir / "sources.json").read_text()) if (out_dir / "sources.json").is_file()
+                else {})
     write_json(out_dir / "sources.json", {**previous, **record})
     print(f"wrote {len(written)} files: " + ", ".join(written))
 

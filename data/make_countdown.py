@@ -5,10 +5,12 @@ r"""Build the Countdown task from scratch: the task files, the tokenizer, the wa
     python data/make_countdown.py --describe       # how the held-out and transfer problems differ (a minute)
 
 Writes
-    data/countdown/heldout.jsonl        held-out test problems: a sample of the task's law that nothing trains on
+    data/countdown/heldout.jsonl        held-out test problems: a sample of the task's law that nothing
+                                        trains on
     data/countdown/val.jsonl            validation problems, drawn the same way, for choosing settings
     data/countdown/transfer.jsonl       transfer problems: the same numbers, targets drawn another way
-    data/countdown/train.jsonl          the pool of training problems {"problem": "3,8,5,2:19", "answer": "3,8,5,2:19"}
+    data/countdown/train.jsonl          the pool of training problems
+                                        {"problem": "3,8,5,2:19", "answer": "3,8,5,2:19"}
     data/countdown/rl.jsonl             the RL prompts (--task countdown): the pool's problems the warm-start
                                         solves sometimes but not always (1-7 of 8 samples)
     data/tiny-qwen3-countdown/          config.json, model.safetensors, tokenizer.json, tokenizer_config.json
@@ -212,7 +214,8 @@ class Spec:
 
     def __init__(self, n_numbers: int = 4, low: int = 1, high: int = 10, max_value: int = 100,
                  min_target: int = 10, fmt: str = "search", max_attempts: int = 4):
-        self.n_numbers, self.low, self.high, self.max_value, self.min_target = n_numbers, low, high, max_value, min_target
+        self.n_numbers, self.low, self.high = n_numbers, low, high
+        self.max_value, self.min_target = max_value, min_target
         self.fmt, self.max_attempts = fmt, max_attempts
 
 
@@ -271,13 +274,15 @@ def task_splits(seed: int, spec: Spec) -> dict[str, list[Problem]]:
 
 
 def evaluation_keys(splits: dict[str, list[Problem]]) -> set:
-    """The keys of every evaluation split: what the pool, the RL prompts and the warm-start's stream never hold."""
+    """The keys of every evaluation split: what the pool, the RL prompts and the warm-start's stream never
+    hold."""
     return {countdown_key(p) for name in EVALUATION for p in splits[name]}
 
 
 def sft_stream(seed: int, excluded: set, spec: Spec):
     """Endless (question, random worked solution) pairs of make_problem's law, skipping every problem whose
-    key (countdown_key) is in `excluded` (the evaluation keys: the warm-start never sees an evaluation problem)."""
+    key (countdown_key) is in `excluded` (the evaluation keys: the warm-start never sees an evaluation
+    problem)."""
     rng = random.Random(seed)
     while True:
         question, answer, solution = make_problem(rng, spec)
@@ -358,7 +363,8 @@ def make_transfer(seed: int, size: int, spec: Spec, excluded: set) -> list[Probl
 
 def describe(name: str, problems: list[Problem], max_value: int = 100) -> dict:
     """How hard a split's problems are by construction (not for a model): worked solutions under the
-    generator's step rules (solutions), targets above 50, targets reachable with integer steps <= max_value."""
+    generator's step rules (solutions), targets above 50, targets reachable
+    with integer steps <= max_value."""
     counts, integer_only = [], 0
     for p in problems:
         numbers, target = countdown_key(p)
@@ -380,8 +386,9 @@ def describe(name: str, problems: list[Problem], max_value: int = 100) -> dict:
 
 def model_config(vocab_size: int, hidden: int, layers: int) -> Qwen3Config:
     return Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=3 * hidden,
-                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4,
-                       rope_theta=10_000.0, tie_word_embeddings=True, max_position_embeddings=256)
+                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=hidden // 4, rope_theta=10_000.0, tie_word_embeddings=True,
+                       max_position_embeddings=256)
 
 
 def pass_rate_filter(model, tok, model_dir: Path, pool: list[Problem]) -> list[Problem]:
@@ -395,19 +402,21 @@ def pass_rate_filter(model, tok, model_dir: Path, pool: list[Problem]) -> list[P
     for r in rows:
         solved[r["problem_id"]] += r["correct"]
     keep = [p for p, c in zip(pool, solved) if 0 < c < FILTER_SAMPLES]
-    print(f"pass-rate filter: the warm-start solves {summary[f'mean@{FILTER_SAMPLES}']:.1f}% of the pool's samples; "
-          f"kept {len(keep)} of {len(pool)} problems (never solved {solved.count(0)}, always "
-          f"{solved.count(FILTER_SAMPLES)})", flush=True)
+    print(f"pass-rate filter: the warm-start solves {summary[f'mean@{FILTER_SAMPLES}']:.1f}% "
+          f"of the pool's samples; kept {len(keep)} of {len(pool)} problems (never solved {solved.count(0)}, "
+          f"always {solved.count(FILTER_SAMPLES)})", flush=True)
     return keep
 
 
 def write_rl_prompts(model, tok, model_dir: Path, data: Path):
     """data/rl.jsonl: the pass-rate-filtered problems of data/train.jsonl."""
-    save_problems(data / "rl.jsonl", pass_rate_filter(model, tok, model_dir, load_problems(data / "train.jsonl")))
+    save_problems(data / "rl.jsonl",
+                  pass_rate_filter(model, tok, model_dir, load_problems(data / "train.jsonl")))
 
 
 def main():
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0, help="seed of the task splits and of the training")
     ap.add_argument("--numbers", type=int, default=4, help="numbers per problem")
     ap.add_argument("--high", type=int, default=10, help="numbers are drawn from 1..HIGH")
@@ -423,7 +432,8 @@ def main():
     ap.add_argument("--layers", type=int, default=4, help="layers of the tiny Qwen3")
     ap.add_argument("--check-every", type=int, default=150, help="steps between validation prints")
     ap.add_argument("--data-dir", default=str(HERE / "countdown"), help="where to write the splits")
-    ap.add_argument("--out", default=str(HERE / "tiny-qwen3-countdown"), help="where to write the policy and tokenizer")
+    ap.add_argument("--out", default=str(HERE / "tiny-qwen3-countdown"),
+                    help="where to write the policy and tokenizer")
     ap.add_argument("--only-splits", action="store_true",
                     help="only write DATA_DIR's heldout, val, transfer and train")
     ap.add_argument("--describe", action="store_true", help="only print how DATA_DIR's held-out and transfer "
@@ -441,7 +451,8 @@ def main():
             try:
                 describe(name, load_problems(data / f"{name}.jsonl"), args.max_value)
             except DataError as e:
-                raise SystemExit(f"error: {e} (make the splits first: python data/make_countdown.py --only-splits)")
+                raise SystemExit(f"error: {e} (make the splits first: "
+                                 "python data/make_countdown.py --only-splits)")
         return
     torch.manual_seed(args.seed)
     spec = Spec(args.numbers, 1, args.high, args.max_value, args.min_target, args.format, args.attempts)
@@ -462,12 +473,13 @@ def main():
     print(f"warm-start of a {model.num_parameters() / 1e6:.2f}M-parameter Qwen3 on Countdown ({vars(spec)}; "
           f"{args.steps} steps)", flush=True)
     stream = sft_stream(args.seed + 1, evaluation_keys(splits), spec)  # no evaluation problem, up to its key
-    steps = sft.warm_start(model, tok, stream, splits["val"], sft.Recipe(lr=args.lr), batch_size=args.batch_size,
-                           max_steps=args.steps, check_every=args.check_every, max_new_tokens=task.max_new_tokens,
-                           done=lambda step, acc: step >= args.steps, rewards=Rewards.of(task.reward))
+    steps = sft.warm_start(model, tok, stream, splits["val"], sft.Recipe(lr=args.lr),
+                           batch_size=args.batch_size, max_steps=args.steps, check_every=args.check_every,
+                           max_new_tokens=task.max_new_tokens, done=lambda step, acc: step >= args.steps,
+                           rewards=Rewards.of(task.reward))
     model.save_pretrained(out)
-    summary = evaluate(model, tok, splits["heldout"], k=8, max_new_tokens=task.max_new_tokens, temperature=1.0,
-                       progress=False, rewards=Rewards.of(task.reward))[0]
+    summary = evaluate(model, tok, splits["heldout"], k=8, max_new_tokens=task.max_new_tokens,
+                       temperature=1.0, progress=False, rewards=Rewards.of(task.reward))[0]
     print(f"saved {out} after {steps} steps: held-out mean@8 {summary['mean@8']:.1f}%  pass@8 "
           f"{summary['pass@8']:.1f}%  (entropy and more: python scripts/measure_task.py --task countdown)")
     write_rl_prompts(model, tok, out, data)

@@ -5,7 +5,8 @@
 
 Writes
     data/arith/heldout.jsonl    held-out test problems: a sample of the task's law that nothing trains on
-    data/arith/val.jsonl        validation problems, drawn the same way: choosing settings, the warm-start's stop
+    data/arith/val.jsonl        validation problems, drawn the same way: choosing settings, the
+                                warm-start's stop
     data/arith/train.jsonl      RL prompts (question + gold answer only; RL never sees a solution)
     data/tiny-qwen3/            config.json, model.safetensors, tokenizer.json, tokenizer_config.json
 
@@ -130,7 +131,8 @@ def evaluation_keys(splits: dict[str, list[Problem]]) -> set:
 
 def sft_stream(seed: int, excluded: set):
     """An endless stream of (question, worked solution) of make_problem's law, skipping every problem whose
-    key (arith_key) is in `excluded` (the evaluation keys: the warm-start never sees an evaluation problem)."""
+    key (arith_key) is in `excluded` (the evaluation keys: the warm-start never sees an evaluation
+    problem)."""
     rng = random.Random(seed)
     while True:
         question, answer, solution = make_problem(rng)
@@ -163,21 +165,24 @@ def warm_start(model, tok, splits: dict[str, list[Problem]], args) -> int:
     """The shared SFT (sft.py) on the worked-solution stream (seed --seed + 1), every evaluation key left
     out, until Mean@4 on the validation split first reaches --target."""
     stream = sft_stream(args.seed + 1, evaluation_keys(splits))
-    return sft.warm_start(model, tok, stream, splits["val"], sft.Recipe(lr=args.lr), batch_size=args.batch_size,
-                          max_steps=args.max_steps, check_every=args.check_every, max_new_tokens=48,
-                          done=lambda step, acc: acc >= args.target)
+    return sft.warm_start(model, tok, stream, splits["val"], sft.Recipe(lr=args.lr),
+                          batch_size=args.batch_size, max_steps=args.max_steps, check_every=args.check_every,
+                          max_new_tokens=48, done=lambda step, acc: acc >= args.target)
 
 
 def main():
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0, help="seed of the task splits and of the training")
-    ap.add_argument("--target", type=float, default=30.0, help="stop when validation Mean@4 (%%) reaches this")
+    ap.add_argument("--target", type=float, default=30.0,
+                    help="stop when validation Mean@4 (%%) reaches this")
     ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate of the warm-start")
     ap.add_argument("--batch-size", type=int, default=64, help="worked solutions per step")
     ap.add_argument("--check-every", type=int, default=25, help="steps between validation checks")
     ap.add_argument("--max-steps", type=int, default=6000, help="give up after this many steps")
     ap.add_argument("--out", default=str(HERE / "tiny-qwen3"), help="where to write the policy and tokenizer")
-    ap.add_argument("--only-splits", action="store_true", help="only write the task files, data/arith/*.jsonl")
+    ap.add_argument("--only-splits", action="store_true",
+                    help="only write the task files, data/arith/*.jsonl")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
 
@@ -198,7 +203,8 @@ def main():
           f"(max {args.max_steps} steps, target {args.target}%)", flush=True)
     steps = warm_start(model, tok, splits, args)
     model.save_pretrained(out)
-    summary = evaluate(model, tok, splits["heldout"], k=8, max_new_tokens=48, temperature=1.0, progress=False)[0]
+    summary = evaluate(model, tok, splits["heldout"], k=8, max_new_tokens=48, temperature=1.0,
+                       progress=False)[0]
     print(f"saved {out} after {steps} steps: held-out mean@8 {summary['mean@8']:.1f}%  "
           f"pass@8 {summary['pass@8']:.1f}%")
 

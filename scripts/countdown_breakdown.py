@@ -66,11 +66,13 @@ def breakdown(rows: list[dict], problems) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("models", nargs="*", help="policies: model directories or checkpoints of full-weight runs "
-                    "(the sweep's; default: the warm start)")
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*", help="policies: model directories or checkpoints of full-weight "
+                    "runs (the sweep's; default: the warm start)")
     ap.add_argument("--k", type=int, default=8, help="samples per problem")
-    ap.add_argument("--seed", type=int, default=0, help="train.py's --seed (its evaluations draw these samples)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="train.py's --seed (its evaluations draw these samples)")
     args = ap.parse_args()
     task = TASKS["countdown"]
     base = ROOT / task.model

@@ -85,7 +85,8 @@ class Recorder:
         crash = getattr(report.longrepr, "reprcrash", None)
         text = crash.message if crash is not None else str(report.longrepr)
         lines = [line.strip() for line in text.splitlines() if line.strip()]
-        errors = [line for line in lines if "Error" in line or "Exception" in line]  # hypothesis: the example first
+        # hypothesis: the example first
+        errors = [line for line in lines if "Error" in line or "Exception" in line]
         where = re.search(r'File "([^"]+)", line (\d+)', text)  # a module that does not import: say where
         at = f" ({os.path.relpath(where.group(1))}:{where.group(2)})" if where and errors and \
             where.group(1).startswith(os.getcwd()) else ""
@@ -158,7 +159,8 @@ def run_child(spec: dict, timeout: float, fork: bool) -> dict:
     if timed_out:
         record["errors"].append(f"stopped after {timeout:.0f} s (--timeout)")
     elif record["exit"] is None:
-        log = Path(spec["log"]).read_text(errors="replace").strip().splitlines() if Path(spec["log"]).is_file() else []
+        log = (Path(spec["log"]).read_text(errors="replace").strip().splitlines()
+               if Path(spec["log"]).is_file() else [])
         record["errors"].append("the test process died: " + (log[-1] if log else "no output"))
     record["seconds"] = time.perf_counter() - t0
     return record
@@ -193,7 +195,8 @@ def isolated_sources(student: Path, reference: Path, exercises: dict, n: int) ->
         for path, name in exercises[m].functions:
             ref = (reference / path).read_text()
             try:
-                files[path] = MA.paste_function(files[path], ref, name, path) if files[path] is not None else ref
+                files[path] = (MA.paste_function(files[path], ref, name, path) if files[path] is not None
+                               else ref)
             except (SyntaxError, LookupError):
                 pass  # the student's file does not parse: it stays broken, for every exercise in it
     return files
@@ -261,7 +264,8 @@ def grade(student: Path, numbers: list | None = None, reference: Path | None = N
     assigned = sorted(set(numbers) | set(json.loads(meta.read_text())["exercises"] if meta.is_file() else []))
     fork = ("fork" in multiprocessing.get_all_start_methods() and sys.platform.startswith("linux")) \
         if fork is None else fork
-    if fork:  # import the heavy packages once; every forked test run starts with them (no tensor op runs here)
+    # import the heavy packages once; every forked test run starts with them (no tensor op runs here)
+    if fork:
         for name in PRELOAD:
             try:
                 __import__(name)
@@ -304,7 +308,8 @@ def grade(student: Path, numbers: list | None = None, reference: Path | None = N
             errors = [e for e in record["errors"] if e.split(":")[0] in own or not e.startswith("tests/")]
             if not ids and not errors:
                 errors.append(f"no test ran (pytest exit {record['exit']}; --keep keeps its log)")
-            if not ids or errors:  # a module that does not import, a time-out: count the tests it should have run
+            # a module that does not import, a time-out: count the tests it should have run
+            if not ids or errors:
                 if expected is None and reference is not None:
                     tree = build_tree(reference, work / "reference", None, {})
                     spec = {"tree": str(tree), "ini": str(ini), "out": str(work / "reference.json"),
@@ -336,7 +341,8 @@ def report(results: list, outside: list, student: Path, reference, kept, say) ->
     width = max(len(r["title"]) for r in results)
     for r in results:
         points = "written: graded by hand" if r["written"] else f"{r['score']:4.1f}/{r['max_score']:.0f}"
-        say(f"exercise {r['number']:2}  {r['title']:{width}}  {r['passed']:3}/{r['total']:<3} tests passed  {points}")
+        say(f"exercise {r['number']:2}  {r['title']:{width}}  {r['passed']:3}/{r['total']:<3} tests passed  "
+            f"{points}")
         reasons = {}
         for test, why in r["failed"]:
             reasons.setdefault(why, []).append(test.split("::")[-1])
@@ -362,7 +368,8 @@ def report(results: list, outside: list, student: Path, reference, kept, say) ->
                                   "".join(f"\nerror: {e}" for e in r["errors"]))} for r in results],
             "extra_data": {"exercises": results, "complete": complete, "graded": len(graded),
                            "changed_outside": outside, "student": str(student),
-                           "tests_from": str((reference or student) / "tests"), "isolated": reference is not None}}
+                           "tests_from": str((reference or student) / "tests"),
+                           "isolated": reference is not None}}
 
 
 def main(argv=None):
@@ -379,7 +386,8 @@ def main(argv=None):
     parser.add_argument("--exercises", help="grade these, e.g. 1,4,7 (default: the assignment's)")
     parser.add_argument("--json", type=Path, default=Path("results.json"),
                         help="where to write the results (default: results.json)")
-    parser.add_argument("--timeout", type=float, default=300, help="seconds allowed per exercise (default: 300)")
+    parser.add_argument("--timeout", type=float, default=300,
+                        help="seconds allowed per exercise (default: 300)")
     parser.add_argument("--no-fork", action="store_true", help="a new interpreter per test run (slower)")
     parser.add_argument("--keep", action="store_true", help="keep the copies graded and the pytest logs")
     args = parser.parse_args(argv)

@@ -1,9 +1,12 @@
 """Make a student copy of nanoatr for a course: the chosen exercises' functions blanked, their text
 beside them, a fresh git history; and a grader bundle for the teaching staff.
 
-    python scripts/make_assignment.py --exercises 1,4,7 --out ../hw1   # ../hw1/ for students, ../hw1-grader/ for TAs
-    python scripts/make_assignment.py --list                            # the exercises and what each one blanks
-    python scripts/make_assignment.py --paste-reference ../hw1          # put this checkout's bodies back into it
+    python scripts/make_assignment.py --exercises 1,4,7 --out ../hw1   # ../hw1/ for students,
+                                                                       # ../hw1-grader/ for TAs
+    python scripts/make_assignment.py --list                            # the exercises and
+                                                                        # what each one blanks
+    python scripts/make_assignment.py --paste-reference ../hw1          # put this checkout's bodies
+                                                                        # back into it
 
 The exercises are the table at the top of docs/exercises.md (number, title, the functions to write as
 file::name, the pytest commands that check them); scripts/grade.py and tests/test_classroom.py read
@@ -39,7 +42,8 @@ DOC = "docs/exercises.md"
 TEACHER_ONLY = ("docs/teaching.md", "tests/test_classroom.py")   # never in a student copy
 SKIP_DIRS = {".git", "runs", "__pycache__", ".pytest_cache", ".hypothesis", ".benchmarks", ".venv", ".whl",
              "build", "dist"}
-TEACHER_BLOCK = re.compile(r"^<!-- teacher-only.*?-->\n.*?^<!-- /teacher-only -->\n", re.M | re.S)  # in markdown
+# in markdown
+TEACHER_BLOCK = re.compile(r"^<!-- teacher-only.*?-->\n.*?^<!-- /teacher-only -->\n", re.M | re.S)
 STUDENT_FILES = ("EXERCISES.md", "ANSWERS.md", "assignment.json")  # what make_student_copy adds
 
 
@@ -55,7 +59,8 @@ class Exercise(NamedTuple):
     section: str                          # its section of docs/exercises.md
 
     def commands(self) -> list[str]:
-        return [f"python -m pytest {file}" + (f" -k {shlex.quote(k)}" if k else "") for file, k in self.checks]
+        return [f"python -m pytest {file}" + (f" -k {shlex.quote(k)}" if k else "")
+                for file, k in self.checks]
 
 
 # ----------------------------------------------------------------------------
@@ -74,7 +79,8 @@ def parse_check(command: str) -> tuple:
 def load_exercises(root: Path = ROOT) -> dict:
     """{number: Exercise} from the table and sections of docs/exercises.md under `root`."""
     text = (Path(root) / DOC).read_text()
-    sections = {int(m.group(1)): m for m in re.finditer(r"^## (\d+)\. .*?(?=^## |^---|^### |\Z)", text, re.M | re.S)}
+    sections = {int(m.group(1)): m
+                for m in re.finditer(r"^## (\d+)\. .*?(?=^## |^---|^### |\Z)", text, re.M | re.S)}
     exercises = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")] if line.startswith("| ") else []
@@ -97,7 +103,8 @@ def load_exercises(root: Path = ROOT) -> dict:
 
 
 def contract_of(section: str) -> list:
-    """The bullets of the section's **Contract** list, each joined onto one line (nested ones keep 2 spaces)."""
+    """The bullets of the section's **Contract** list, each joined onto one line (nested ones
+    keep 2 spaces)."""
     m = re.search(r"^\*\*Contract\*\*\n(.*?)(?:\n\n|\Z)", section, re.M | re.S)
     bullets = []
     for line in (m.group(1).splitlines() if m else []):
@@ -125,9 +132,11 @@ def choose(exercises: dict, spec: str) -> list:
 
 def course_order(root: Path = ROOT) -> list:
     """The course order of docs/exercises.md's **Order.** paragraph, as sessions: [[7, 8], [1, 2], ...]."""
-    m = re.search(r"^\*\*Order\.\*\*.*?course order[^:]*: ([\d, →]+)\.", (Path(root) / DOC).read_text(), re.M | re.S)
+    m = re.search(r"^\*\*Order\.\*\*.*?course order[^:]*: ([\d, →]+)\.", (Path(root) / DOC).read_text(),
+                  re.M | re.S)
     if not m:
-        raise ValueError(f"{DOC}: no course order ('A course order ...: 7, 8 → 1, 2 → ...') in its **Order.** paragraph")
+        raise ValueError(f"{DOC}: no course order ('A course order ...: 7, 8 → 1, 2 → ...') "
+                         "in its **Order.** paragraph")
     return [[int(n) for n in session.split(",")] for session in m.group(1).split("→")]
 
 
@@ -186,7 +195,8 @@ def todo_block(ex: Exercise, indent: int) -> str:
                              subsequent_indent=pad + "#" + " " * (len(lead) - 1), break_on_hyphens=False)
     for command in ex.commands():
         out.append(f"{pad}# Check: {command}")
-    out.append(f"{pad}raise NotImplementedError({json.dumps(f'exercise {ex.number}: {ex.title}', ensure_ascii=False)})")
+    out.append(f"{pad}raise NotImplementedError("
+               f"{json.dumps(f'exercise {ex.number}: {ex.title}', ensure_ascii=False)})")
     return "\n".join(out) + "\n"
 
 
@@ -198,7 +208,8 @@ def blank_function(source: str, ex: Exercise, name: str, path: str = "") -> str:
 
 
 def paste_function(source: str, reference: str, name: str, path: str = "") -> str:
-    """`source` with function `name` replaced by its definition in `reference` (appended if `source` lacks it)."""
+    """`source` with function `name` replaced by its definition in `reference` (appended if `source`
+    lacks it)."""
     ref_first, ref_end = function_span(reference, name, path)
     definition = "".join(reference.splitlines(keepends=True)[ref_first:ref_end])
     lines = source.splitlines(keepends=True)
@@ -227,7 +238,8 @@ def without_functions(source: str, names: list, path: str = "") -> str:
 def _git_files(root: Path, *args) -> list | None:
     """`git ls-files -z ARGS` in root (existing files only), or None where root is not a git checkout."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z", *args], cwd=root, capture_output=True, check=True).stdout
+        out = subprocess.run(["git", "ls-files", "-z", *args], cwd=root, capture_output=True,
+                             check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     return sorted({f for f in out.decode().split("\0") if f and (Path(root) / f).is_file()})
@@ -273,12 +285,14 @@ def git_commit(repo: Path, message: str) -> str:
            "GIT_COMMITTER_NAME": "nanoatr course", "GIT_COMMITTER_EMAIL": "course@nanoatr.invalid"}
 
     def git(*args):
-        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True,
+                              check=True).stdout
 
     git("init", "-q")
     git("checkout", "-q", "-b", "main")
     git("add", "-A")
-    git("-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify", "-m", message)
+    git("-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify",
+        "-m", message)
     return git("rev-parse", "HEAD").strip()
 
 
@@ -288,12 +302,13 @@ def student_order(exercises: dict, numbers: list, root: Path = ROOT) -> str:
     def names(ns):
         return ", ".join(map(str, ns[:-1])) + " and " + str(ns[-1]) if len(ns) > 1 else str(ns[0])
 
-    text = ["**Order.** Blank functions raise only when called, so this copy runs everything that does not call "
-            "them (the table's last column)."]
+    text = ["**Order.** Blank functions raise only when called, so this copy runs everything that does not "
+            "call them (the table's last column)."]
     needs = {n: [m for m in exercises[n].builds_on if m in numbers] for n in numbers}
     for n in [n for n in numbers if needs[n]]:
         text.append(f"{n} builds on {names(needs[n])}: until {'it is' if len(needs[n]) == 1 else 'they are'} "
-                    f"done, {n}'s checks fail on {'its' if len(needs[n]) == 1 else 'their'} NotImplementedError.")
+                    f"done, {n}'s checks fail on {'its' if len(needs[n]) == 1 else 'their'} "
+                    "NotImplementedError.")
     methods = {n: [m for m in exercises[n].every_method if m in numbers] for n in numbers}
     for n in [n for n in numbers if methods[n]]:
         one = len(methods[n]) == 1
@@ -313,28 +328,31 @@ def student_text(exercises: dict, numbers: list, root: Path = ROOT) -> tuple:
     """(EXERCISES.md, ANSWERS.md) of a student copy."""
     doc = (Path(root) / DOC).read_text()
     notation = re.search(r"^\*\*Notation\.\*\*.*?\n\n", doc, re.M | re.S)
-    intro = ("Each exercise names functions whose bodies are blank: they raise `NotImplementedError` under a TODO "
-             "block that states the contract, the behaviour the tests check. Write the bodies and run the checks "
-             "from the repository root; the whole test suite (`python -m pytest`) fails wherever a blank function "
-             "is called. `python scripts/grade.py` runs each exercise's checks on this copy as it is and prints "
-             "a score per exercise. The official grade runs the same tests from the teachers' own copy, with "
-             "the reference in the exercises it is not grading: the two agree once what an exercise builds on "
-             "(the order below) is written. Answer the questions in ANSWERS.md.")
+    intro = ("Each exercise names functions whose bodies are blank: they raise `NotImplementedError` under "
+             "a TODO block that states the contract, the behaviour the tests check. Write the bodies and "
+             "run the checks from the repository root; the whole test suite (`python -m pytest`) fails "
+             "wherever a blank function is called. `python scripts/grade.py` runs each exercise's checks on "
+             "this copy as it is and prints a score per exercise. The official grade runs the same tests "
+             "from the teachers' own copy, with the reference in the exercises it is not grading: the two "
+             "agree once what an exercise builds on (the order below) is written. Answer the questions in "
+             "ANSWERS.md.")
     head = [f"# Exercises {', '.join(map(str, numbers))}\n", textwrap.fill(intro, 100) + "\n",
             "| # | exercise | write | while blank, this also stops working |", "|---|---|---|---|"]
     head += [f"| {n} | {exercises[n].title} | "
-             f"{' '.join(f'`{p}::{f}`' for p, f in exercises[n].functions) or 'in words'} | {exercises[n].breaks} |"
+             f"{' '.join(f'`{p}::{f}`' for p, f in exercises[n].functions) or 'in words'} | "
+             f"{exercises[n].breaks} |"
              for n in numbers]
     head.append("")
     if notation:
         head.append(notation.group(0).rstrip() + "\n")
     head.append(student_order(exercises, numbers, root))
     body = "\n".join(head) + "\n---\n\n" + "\n".join(exercises[n].section for n in numbers)
-    answers = ["# Answers\n", "Your answers to each exercise's questions, in words (and numbers where asked).\n"]
+    answers = ["# Answers\n",
+               "Your answers to each exercise's questions, in words (and numbers where asked).\n"]
     for n in numbers:
         q = re.search(r"^\*\*(Questions|Explain)\.?\*\*.*?(?:\n\n|\Z)", exercises[n].section, re.M | re.S)
-        answers += [f"## {n}. {exercises[n].title}\n", "> " + (q.group(0).strip().replace("\n", "\n> ") if q else
-                                                           "See EXERCISES.md.") + "\n", "(your answer)\n"]
+        quoted = q.group(0).strip().replace("\n", "\n> ") if q else "See EXERCISES.md."
+        answers += [f"## {n}. {exercises[n].title}\n", "> " + quoted + "\n", "(your answer)\n"]
     return body, "\n".join(answers)
 
 
@@ -379,8 +397,10 @@ def make_grader_bundle(grader: Path, numbers: list, root: Path = ROOT) -> None:
     meta = {"exercises": numbers, "reference_commit": commit}
     (grader / "assignment.json").write_text(json.dumps(meta, indent=1) + "\n")
     (grader / "README.md").write_text(
-        f"# Grader for exercises {', '.join(map(str, numbers))} (teaching staff only: reference/ holds the answers)\n\n"
-        "In a student's repository:\n\n    python <this folder>/grade.py     # prints the scores, writes results.json\n\n"
+        f"# Grader for exercises {', '.join(map(str, numbers))} "
+        "(teaching staff only: reference/ holds the answers)\n\n"
+        "In a student's repository:\n\n"
+        "    python <this folder>/grade.py     # prints the scores, writes results.json\n\n"
         "See reference/docs/teaching.md.\n")
 
 
@@ -402,15 +422,17 @@ def paste_reference(student: Path, numbers: list | None = None, root: Path = ROO
 # ----------------------------------------------------------------------------
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/make_assignment.py", description=__doc__,
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/make_assignment.py",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exercises", default="", help="exercise numbers, e.g. 1,4,7, or 'all'")
-    parser.add_argument("--out", type=Path, help="the student repository to write (must not exist; outside this "
-                                                 "checkout, e.g. ../hw1)")
+    parser.add_argument("--out", type=Path, help="the student repository to write (must not exist; outside "
+                                                 "this checkout, e.g. ../hw1)")
     parser.add_argument("--grader", type=Path, help="the grader bundle to write (default: <out>-grader)")
     parser.add_argument("--list", action="store_true", help="list the exercises and stop")
     parser.add_argument("--paste-reference", type=Path, metavar="DIR",
-                        help="put this checkout's bodies of DIR's exercises (assignment.json, or --exercises) back")
+                        help="put this checkout's bodies of DIR's exercises "
+                             "(assignment.json, or --exercises) back")
     args = parser.parse_args(argv)
     try:
         exercises = load_exercises(ROOT)
@@ -433,8 +455,9 @@ def main(argv=None):
             if path.exists():
                 parser.error(f"{path} exists; choose another --out / --grader")
             if path.resolve().is_relative_to(ROOT.resolve()):
-                parser.error(f"{flag} {path} is inside this checkout ({ROOT}): a `git add -A` would commit the "
-                             f"answers and pytest would collect its tests; write it outside, e.g. --out ../hw1")
+                parser.error(f"{flag} {path} is inside this checkout ({ROOT}): a `git add -A` would "
+                             "commit the answers and pytest would collect its tests; write it outside, "
+                             "e.g. --out ../hw1")
         if grader.resolve().is_relative_to(args.out.resolve()):
             parser.error("--grader must not be inside --out: students would get the answers")
     except (ValueError, LookupError) as e:
@@ -442,16 +465,16 @@ def main(argv=None):
     commit = make_student_copy(args.out, numbers, ROOT)
     make_grader_bundle(grader, numbers, ROOT)
     blanked = [f"{p}::{f}" for n in numbers for p, f in exercises[n].functions]
-    print(f"student copy: {args.out} (git commit {commit[:10] or 'none'}; exercises {', '.join(map(str, numbers))}; "
-          f"blank: {', '.join(blanked) or 'nothing'})")
+    print(f"student copy: {args.out} (git commit {commit[:10] or 'none'}; "
+          f"exercises {', '.join(map(str, numbers))}; blank: {', '.join(blanked) or 'nothing'})")
     left_out = untracked_files(ROOT)
     if left_out:
         shown = ", ".join(left_out[:5]) + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else "")
-        print(f"left out {len(left_out)} untracked file{'s' if len(left_out) > 1 else ''} (both copies hold what git "
-              f"tracks; git add what students need): {shown}")
+        print(f"left out {len(left_out)} untracked file{'s' if len(left_out) > 1 else ''} "
+              f"(both copies hold what git tracks; git add what students need): {shown}")
     grade = os.path.relpath(grader.resolve() / "grade.py", args.out.resolve())
-    print(f"grader bundle: {grader} (keep it from students; to grade a copy: cd {shlex.quote(str(args.out))} && "
-          f"python {shlex.quote(grade)})")
+    print(f"grader bundle: {grader} (keep it from students; "
+          f"to grade a copy: cd {shlex.quote(str(args.out))} && python {shlex.quote(grade)})")
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ def mean_entropy(model, tok, problems, n: int, max_new_tokens: int, temperature:
     for start in range(0, len(prompts), batch_size):
         batch = prompts[start:start + batch_size]
         g = torch.Generator().manual_seed(seed * 1_000_003 + start + 1)
-        out = generate(model, batch, max_new_tokens, temperature=temperature, eos_token_id=eos_ids, generator=g,
-                       pad_id=pad)
+        out = generate(model, batch, max_new_tokens, temperature=temperature, eos_token_id=eos_ids,
+                       generator=g, pad_id=pad)
         prompt_ids, prompt_mask = left_pad(batch, pad)
         entropy = score(model, prompt_ids, prompt_mask, out.tokens, temperature, with_entropy=True).entropy
         total += float((entropy * out.mask).sum())
@@ -52,15 +52,18 @@ def mean_entropy(model, tok, problems, n: int, max_new_tokens: int, temperature:
 
 
 def main():
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="math", choices=sorted(TASKS), help="the task (train.py --task)")
     ap.add_argument("--model", help="model directory (default: the task's warm-start)")
     ap.add_argument("--data", help="problems (default: the task's held-out file)")
     ap.add_argument("--k", type=int, default=8, help="samples per problem, k of Mean@k / Pass@k")
-    ap.add_argument("--limit", type=int, default=0, help="only the first N problems (0 = all; train.py --eval-limit)")
+    ap.add_argument("--limit", type=int, default=0,
+                    help="only the first N problems (0 = all; train.py --eval-limit)")
     ap.add_argument("--max-new-tokens", type=int, help="completion budget (default: the task's)")
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0, help="train.py's --seed (its step-0 evaluation draws these samples)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="train.py's --seed (its step-0 evaluation draws these samples)")
     ap.add_argument("--show", type=int, default=0, help="print this many sampled completions")
     args = ap.parse_args()
     task = TASKS[args.task]
@@ -71,8 +74,8 @@ def main():
     tok = load_tokenizer(model_dir)
     eos_ids = eos_token_ids(tok, model_dir)
     problems = load_problems(data, limit=args.limit or None)
-    summary, rows = evaluate(model, tok, problems, k=args.k, max_new_tokens=budget, temperature=args.temperature,
-                             eos_ids=eos_ids, seed=args.seed, progress=False,
+    summary, rows = evaluate(model, tok, problems, k=args.k, max_new_tokens=budget,
+                             temperature=args.temperature, eos_ids=eos_ids, seed=args.seed, progress=False,
                              rewards=Rewards.of(task.reward))
     entropy = mean_entropy(model, tok, problems, args.k, budget, args.temperature, args.seed, eos_ids=eos_ids)
     for r in rows[:: max(1, len(rows) // args.show)][:args.show] if args.show else []:

@@ -24,8 +24,10 @@ from nanoatr.model.files import local_dir  # noqa: E402
 class MergeConfig:
     adapter: str | None = arg(None, "LoRA adapter directory (a LoRA run's checkpoint/ works as is)")
     out: str | None = arg(None, "output directory: a full Hugging Face checkpoint")
-    model: str | None = arg(None, "base model directory or hub id (default: the adapter's base_model_name_or_path)")
-    revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is a hub id")
+    model: str | None = arg(None, "base model directory or hub id (default: the adapter's "
+                            "base_model_name_or_path)")
+    revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is "
+                               "a hub id")
     dtype: str = arg("float32", "dtype of the merged weights", choices=["float32", "bfloat16"])
 
 

@@ -4,7 +4,8 @@
     python scripts/plot.py --passk runs/eval/kl3.jsonl [--out passk.svg]          # Figure 4
 
 Figure 2: four panels, one line per run: (a) return `reward_mean` (`reward_mean_first_round` where
-logged: with --dynamic-sampling the trained groups are picked for mixed rewards), (b) `entropy`, (c) `completion_len`
+logged: with --dynamic-sampling the trained groups are picked for mixed rewards), (b) `entropy`,
+(c) `completion_len`
 (each a faint raw line under a trailing moving average), and (d) the evaluation Mean@k logged under
 `eval/mean@K` (else the first `eval/.../mean@K` key). A run directory holds metrics.jsonl (x axis
 `step`; rows missing a key or with a non-finite value are skipped for that panel) and config.json,
@@ -32,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a cl
 from nanoatr.runs import change_text, read_metrics, recorded_changes  # noqa: E402
 from nanoatr.evaluate import summarize, verdicts_by_problem  # noqa: E402
 
-TRAIN_PANELS = (("(a) return", "reward_mean"), ("(b) entropy", "entropy"), ("(c) completion length", "completion_len"))
+TRAIN_PANELS = (("(a) return", "reward_mean"), ("(b) entropy", "entropy"),
+                ("(c) completion length", "completion_len"))
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
@@ -44,7 +46,8 @@ class Line(NamedTuple):
     raw: list[float] | None = None  # unsmoothed values, drawn faint under ys
     markers: bool = False           # dots on the points: evaluations are sparse
     style: str = "-"
-    band: tuple[list[float], list[float]] | None = None  # (low, high) at each x, shaded: an interval over seeds
+    # (low, high) at each x, shaded: an interval over seeds
+    band: tuple[list[float], list[float]] | None = None
     marks: tuple[float, ...] = ()   # steps where the run changed on a resume: dotted vertical lines
 
 
@@ -227,8 +230,8 @@ def plot_pass_at_k(eval_files, out) -> Path:
             color = COLORS[len(mean_lines) % len(COLORS)]
             mean_lines.append(Line(label, color, ks, means, markers=True))
             pass_lines.append(Line(label, color, ks, passes, markers=True))
-    return draw([Panel("(a) Mean@K (%)", "mean@k", mean_lines), Panel("(b) Pass@K (%)", "pass@k", pass_lines)],
-                out, "K", log2x=True)
+    return draw([Panel("(a) Mean@K (%)", "mean@k", mean_lines),
+                 Panel("(b) Pass@K (%)", "pass@k", pass_lines)], out, "K", log2x=True)
 
 
 def main(argv=None) -> None:
@@ -236,8 +239,8 @@ def main(argv=None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", help="run directories (Figure 2) or, with --passk, eval files")
     parser.add_argument("--passk", action="store_true", help="Figure 4 from eval.py output files")
-    parser.add_argument("--out", help="output .svg (a .png is written beside it; default: curves.svg in the first "
-                        "run directory, or passk.svg beside the first eval file)")
+    parser.add_argument("--out", help="output .svg (a .png is written beside it; default: curves.svg in the "
+                        "first run directory, or passk.svg beside the first eval file)")
     parser.add_argument("--window", type=int, default=10, help="moving-average window of the training panels")
     parser.add_argument("--eval-key", help="metrics key of panel (d) (default: eval/mean@K)")
     args = parser.parse_args(argv)

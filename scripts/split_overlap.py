@@ -23,7 +23,8 @@ import make_countdown  # noqa: E402  (data/make_countdown.py: the Countdown gene
 import make_default  # noqa: E402  (data/make_default.py: the arithmetic generator)
 from nanoatr.data import DataError, Problem, arith_key, countdown_key, load_problems  # noqa: E402
 
-# task: (directory under data/, key, the files trained on, the evaluation files, the shipped warm-start's steps)
+# task: (directory under data/, key, the files trained on, the evaluation files, the shipped
+# warm-start's steps)
 TASKS = {
     "arith": ("arith", arith_key, ("train",), ("heldout", "val"), 725),
     "countdown": ("countdown", countdown_key, ("train", "rl"), ("heldout", "val", "transfer"), 1050),
@@ -37,7 +38,8 @@ def warm_start_stream(task: str):
     if task == "arith":
         return make_default.sft_stream(1, make_default.evaluation_keys(make_default.task_splits(0)))
     spec = make_countdown.Spec()
-    return make_countdown.sft_stream(1, make_countdown.evaluation_keys(make_countdown.task_splits(0, spec)), spec)
+    return make_countdown.sft_stream(1, make_countdown.evaluation_keys(make_countdown.task_splits(0, spec)),
+                                     spec)
 
 
 def sft_keys(task: str, steps: int) -> set:
@@ -74,10 +76,13 @@ def report(task: str, data_dir: Path, steps: int) -> list[str]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", choices=sorted(TASKS), action="append", help="the task (default: both)")
-    ap.add_argument("--data-dir", default=str(ROOT / "data"), help="holds arith/ and countdown/ (default: data)")
-    ap.add_argument("--sft-steps", type=int, help="warm-start steps of the stream (default: 750 arith, 1050 countdown)")
+    ap.add_argument("--data-dir", default=str(ROOT / "data"),
+                    help="holds arith/ and countdown/ (default: data)")
+    ap.add_argument("--sft-steps", type=int,
+                    help="warm-start steps of the stream (default: 750 arith, 1050 countdown)")
     args = ap.parse_args(argv)
     for task in args.task or sorted(TASKS):
         try:

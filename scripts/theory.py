@@ -55,7 +55,8 @@ from nanoatr.divergence import k3, kl3_ratio_range  # noqa: E402
 from plot import Line, Panel, draw  # noqa: E402  (scripts/plot.py)
 
 EVENTS = ("X-", "X+")
-FIGURE = "runs/theory/figure1-kl3.svg"  # not tracked (runs/ is ignored); --figure docs/figure1-kl3.svg for the docs
+# not tracked (runs/ is ignored); --figure docs/figure1-kl3.svg for the docs
+FIGURE = "runs/theory/figure1-kl3.svg"
 SURROGATES = ("paper", "nanoatr")
 
 
@@ -160,7 +161,8 @@ def agreement(states: int = 2000, eta: float = 1e-3, delta: float = 0.07, seed: 
               event: str = "X-", surrogate: str = "paper") -> dict:
     """Over `states` random states: how often the predicted sign of Delta H is the measured one."""
     gen = torch.Generator().manual_seed(seed)
-    rows = [r for r in (check_state(random_state(gen), event, delta, surrogate, eta) for _ in range(states)) if r]
+    rows = [r for r in (check_state(random_state(gen), event, delta, surrogate, eta) for _ in range(states))
+            if r]
     if not rows:
         raise ValueError("no state satisfied the premise; raise --states")
 
@@ -168,7 +170,8 @@ def agreement(states: int = 2000, eta: float = 1e-3, delta: float = 0.07, seed: 
         return sum((r[pred] > 0) == (r[meas] > 0) for r in rows) / len(rows)
 
     return {"event": event, "surrogate": surrogate, "states": states, "premise": len(rows),
-            "printed_vanilla": rate("printed", "dH_vanilla"), "weighted_vanilla": rate("weighted", "dH_vanilla"),
+            "printed_vanilla": rate("printed", "dH_vanilla"),
+            "weighted_vanilla": rate("weighted", "dH_vanilla"),
             "printed_natural": rate("printed", "dH_natural"),
             "thm51_max_err": max(r["thm51_err"] for r in rows),
             "rel_err_median": sorted(r["rel_err"] for r in rows)[len(rows) // 2]}
@@ -194,8 +197,10 @@ def figure1(out, delta: float = 0.07):
     lines = [
         Line("KL3(w) = w − 1 − log w", blue, ws, [w - 1 - math.log(w) for w in ws]),
         Line(f"δ = {delta:g}", gray, [ws[0], ws[-1]], [delta, delta], style="--"),
-        Line(f"KL3 ≤ δ  ⇔  w ∈ [l_δ, u_δ] = [{l:.3f}, {u:.3f}]", red, [l, l, u, u], [0.0, delta, delta, 0.0]),
-        Line(f"KL3 ≤ δ  ⇔  w ∈ [l_δ, u_δ] = [{l:.3f}, {u:.3f}]", red, [l, l, u, u], [-0.045, -0.05, -0.05, -0.045]),
+        Line(f"KL3 ≤ δ  ⇔  w ∈ [l_δ, u_δ] = [{l:.3f}, {u:.3f}]", red, [l, l, u, u],
+             [0.0, delta, delta, 0.0]),
+        Line(f"KL3 ≤ δ  ⇔  w ∈ [l_δ, u_δ] = [{l:.3f}, {u:.3f}]", red, [l, l, u, u],
+             [-0.045, -0.05, -0.05, -0.045]),
         Line(f"ratio clip, ε = 1 − l_δ = {eps:.3f}:  w ∈ [{1 - eps:.3f}, {1 + eps:.3f}]", green,
              [1 - eps, 1 - eps, 1 + eps, 1 + eps], [-0.02, -0.025, -0.025, -0.02]),
     ]
@@ -209,18 +214,21 @@ def main(argv=None):
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/theory.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--states", type=int, default=2000, help="random states per event and surrogate")
-    parser.add_argument("--eta", type=float, default=1e-3, help="policy-gradient step size (first order: small)")
-    parser.add_argument("--delta", type=float, default=0.07, help="KL3 threshold; eps follows from the premise")
+    parser.add_argument("--eta", type=float, default=1e-3,
+                        help="policy-gradient step size (first order: small)")
+    parser.add_argument("--delta", type=float, default=0.07,
+                        help="KL3 threshold; eps follows from the premise")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--figure", default=FIGURE, help=f"where to write Figure 1, and a .png beside it (default: "
-                        f"{FIGURE}; docs/figure1-kl3.svg is the docs' copy; '' = skip)")
+    parser.add_argument("--figure", default=FIGURE, help="where to write Figure 1, and a .png beside it "
+                        f"(default: {FIGURE}; docs/figure1-kl3.svg is the docs' copy; '' = skip)")
     args = parser.parse_args(argv)
     l, u = kl3_ratio_range(args.delta)
     print(f"delta {args.delta:g}: KL3 range [l, u] = [{l:.4f}, {u:.4f}]; X-: eps = u - 1 = {u - 1:.4f}, "
           f"X+: eps = 1 - l = {1 - l:.4f}; eta {args.eta:g}; {args.states} random states per row\n")
-    print("sign agreement of Delta H = H(ATR step) - H(ratio step) with Theorem 5.2, on states where the premise holds")
-    print(f"{'surrogate':9} {'event':5} {'premise':>7} | {'printed Cov':>11} {'pi-weighted':>11} | {'printed Cov':>11}"
-          f" | {'Thm 5.1':>8} {'1st order':>9}")
+    print("sign agreement of Delta H = H(ATR step) - H(ratio step) with Theorem 5.2, "
+          "on states where the premise holds")
+    print(f"{'surrogate':9} {'event':5} {'premise':>7} | {'printed Cov':>11} {'pi-weighted':>11} | "
+          f"{'printed Cov':>11} | {'Thm 5.1':>8} {'1st order':>9}")
     print(f"{'':9} {'':5} {'':>7} | {'vanilla PG':>11} {'vanilla PG':>11} | {'natural PG':>11}"
           f" | {'max err':>8} {'rel err':>9}")
     for surrogate in SURROGATES:
@@ -229,8 +237,10 @@ def main(argv=None):
             print(f"{surrogate:9} {event:5} {r['premise']:7d} | {r['printed_vanilla']:11.1%} "
                   f"{r['weighted_vanilla']:11.1%} | {r['printed_natural']:11.1%} | {r['thm51_max_err']:8.1e} "
                   f"{r['rel_err_median']:9.1e}")
-    print("\nprinted Cov = eta Cov(A 1_X, log pi) (Theorem 5.2); pi-weighted = eta Cov(pi (A 1_X - E[A 1_X]), log pi),\n"
-          "the first-order term of Theorem 5.1's vanilla step (Eq. 30 drops pi(a)); Thm 5.1 max err: |measured\n"
+    print("\nprinted Cov = eta Cov(A 1_X, log pi) (Theorem 5.2); "
+          "pi-weighted = eta Cov(pi (A 1_X - E[A 1_X]), log pi),\n"
+          "the first-order term of Theorem 5.1's vanilla step (Eq. 30 drops pi(a)); "
+          "Thm 5.1 max err: |measured\n"
           "Delta theta - formula|; 1st order rel err: median |Delta H - pi-weighted| / |pi-weighted|.")
     if args.figure and not has_matplotlib():
         print("figure 1 not drawn: it needs matplotlib (pip install matplotlib); the numbers above do not")

@@ -14,7 +14,7 @@ import pytest
 import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import sweep  # noqa: E402  (scripts/sweep.py)
+import sweep_report  # noqa: E402  (scripts/sweep_report.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -22,22 +22,22 @@ FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/ari
         "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40", "--no-compile"]
 
 
-def train_run(tmp_path, name, *args) -> sweep.Run:
+def train_run(tmp_path, name, *args) -> sweep_report.Run:
     """Train one run in-process; returns it as the sweep's Run (method = --clip)."""
     clip = args[args.index("--clip") + 1] if "--clip" in args else "kl3"
     train.main([*FAST, "--out-dir", str(tmp_path), "--name", name, *args])
-    return sweep.Run(clip, clip, {}, 0, tmp_path / name)
+    return sweep_report.Run(clip, clip, {}, 0, tmp_path / name)
 
 
-def train_rows(run: sweep.Run) -> list[dict]:
+def train_rows(run: sweep_report.Run) -> list[dict]:
     return [r for r in map(json.loads, (run.dir / "metrics.jsonl").open()) if "clip_frac_low" in r]
 
 
 # ----------------------------------------------------------------------------
-# Exercise 10: make clipping act, and read it off metrics.jsonl (sweep.result)
+# Exercise 10: make clipping act, and read it off metrics.jsonl (sweep_report.result)
 
-def fake_run(tmp_path, name, rows, eval_k=2) -> sweep.Run:
-    run = sweep.Run("kl3", "kl3", {}, 1, tmp_path / name)
+def fake_run(tmp_path, name, rows, eval_k=2) -> sweep_report.Run:
+    run = sweep_report.Run("kl3", "kl3", {}, 1, tmp_path / name)
     run.dir.mkdir()
     (run.dir / "config.json").write_text(json.dumps({"clip": "kl3", "eval_k": eval_k, "seed": 1}))
     (run.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -54,25 +54,25 @@ def test_result_of_a_hand_written_log(tmp_path):
             step(2, 0.03, 0.02), step(3, 0.02, 0.01),   # ... and its last row counts
             {"step": 3, "eval/mean@2": 40.0, "eval/pass@2": 62.5}]
     run = fake_run(tmp_path, "a", rows)
-    res = sweep.result(run, 3)
+    res = sweep_report.result(run, 3)
     assert res["method"] == "kl3" and res["seed"] == 1 and res["k"] == 2 and res["dir"] == run.dir.name  # the folder beside results.json
     assert (res["mean@k"], res["pass@k"], res["mean@k_start"], res["pass@k_start"]) == (40.0, 62.5, 30.0, 50.0)
     assert res["cut_low"] == pytest.approx(100 * (0.01 + 0.03 + 0.02) / 3)
     assert res["cut_high"] == pytest.approx(100 * (0.0 + 0.02 + 0.01) / 3)
     # no evaluation at step 0: the start is nan; eval_k comes from config.json
-    res = sweep.result(fake_run(tmp_path, "b", [step(1, 0.1, 0.2), {"step": 1, "eval/mean@4": 10.0,
-                                                                    "eval/pass@4": 20.0}], eval_k=4), 1)
+    res = sweep_report.result(fake_run(tmp_path, "b", [step(1, 0.1, 0.2), {"step": 1, "eval/mean@4": 10.0,
+                                                                           "eval/pass@4": 20.0}], eval_k=4), 1)
     assert res["k"] == 4 and res["mean@k"] == 10.0
     assert math.isnan(res["mean@k_start"]) and math.isnan(res["pass@k_start"])
     assert res["cut_low"] == pytest.approx(10.0) and res["cut_high"] == pytest.approx(20.0)
     # not finished (no evaluation at the last step): None
-    assert sweep.result(fake_run(tmp_path, "c", rows[:3]), 3) is None
+    assert sweep_report.result(fake_run(tmp_path, "c", rows[:3]), 3) is None
 
 
 def test_clipping_acts_only_with_several_updates_per_rollout(tmp_path):
     one = train_run(tmp_path, "one", "--steps", "2", "--minibatches", "1")
     four = train_run(tmp_path, "four", "--steps", "2", "--minibatches", "2", "--epochs", "2")
-    a, b = sweep.result(one, 2), sweep.result(four, 2)
+    a, b = sweep_report.result(one, 2), sweep_report.result(four, 2)
     assert a["cut_low"] == a["cut_high"] == 0.0           # w = 1 exactly: nothing can be cut
     assert all(r["ratio_min"] == r["ratio_max"] == 1.0 for r in train_rows(one))
     assert b["cut_low"] + b["cut_high"] > 0                # later updates see w != 1, and some tokens leave

@@ -22,6 +22,8 @@ LIBRARY = {p.stem: p for p in (ROOT / "nanoatr").glob("*.py") if p.stem != "__in
 LIBRARY |= {p.name: p / "__init__.py" for p in (ROOT / "nanoatr").iterdir() if (p / "__init__.py").is_file()}
 FILES = sorted((ROOT / "nanoatr").rglob("*.py"))
 COMMANDS = [ROOT / name for name in ("train.py", "grpo.py", "eval.py", "sample.py", "sft.py")]
+# The tools around them: scripts (sweep and its report, figures, the classroom kit), benchmarks, data builders
+TOOLS = sorted(path for folder in ("scripts", "bench", "data") for path in (ROOT / folder).glob("*.py"))
 # The only imports allowed inside functions: optional packages, slow to import, each needed by some runs only
 # (peft: LoRA; pyarrow: a .parquet problem file; wandb and torch.utils.tensorboard, which needs the
 # tensorboard package: --report-to).
@@ -101,9 +103,26 @@ def test_every_function_is_short_enough_to_read_at_once():
 
 
 def test_every_line_reads_without_scrolling():
-    wide = [f"{path.relative_to(ROOT)}:{i} ({len(line)} chars)" for path in FILES + COMMANDS
+    wide = [f"{path.relative_to(ROOT)}:{i} ({len(line)} chars)" for path in FILES + COMMANDS + TOOLS
             for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > MAX_LINE_CHARS]
     assert not wide, f"over {MAX_LINE_CHARS} characters: rewrap: {wide}"
+
+
+def test_no_command_takes_a_shortened_flag():
+    """argparse takes a unique prefix of a flag by default (--delt for --delta): a typo then runs as
+    another flag, and a script written with a prefix breaks once a new flag begins the same way. Every
+    parser is config.Parser (prefixes off, a typo named in its error line: test_config.py) or says
+    allow_abbrev=False."""
+    loose = []
+    for path in FILES + COMMANDS + TOOLS:
+        for node in ast.walk(ast.parse(path.read_text())):
+            named = isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", ""))
+            strict = named == "ArgumentParser" and any(
+                k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in node.keywords)
+            if named == "ArgumentParser" and not strict:
+                loose.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not loose, f"ArgumentParser without allow_abbrev=False: {loose}"
 
 
 JOB_END = re.compile(r":\s|:$|\.\s|\.$")  # a colon or a full stop ends it (the "." of "train.py" does not)

@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import sweep  # noqa: E402  (scripts/sweep.py)
+import sweep_report  # noqa: E402  (scripts/sweep_report.py)
 from nanoatr import config, stats  # noqa: E402
 from nanoatr.session import PRESETS, TrainConfig, apply_preset, hparam_flags  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
@@ -94,8 +95,19 @@ def test_parse_method_and_plan(tmp_path):
     assert sweep.command(runs[2], 50, [])[1:] == ["train.py", "--resume", str(runs[2].dir), "--steps", "50"]
 
 
+def test_the_table_shows_the_delta_the_runs_used(tmp_path):
+    """--delta 0.1 reaches kl3 (which did not set one) and its row says 0.1, not kl3's default 0.07."""
+    for run in sweep.plan(["clip", "kl3", "kl3:delta=0.2"], 1, tmp_path.resolve(), delta=0.1):
+        fake_run(run, 3, mean=30.0)
+    sweep.main(["--clip", "clip", "kl3", "kl3:delta=0.2", "--delta", "0.1", "--seeds", "1", "--steps", "3",
+                "--out", str(tmp_path), "--report"])
+    table = (tmp_path / "table.md").read_text()
+    assert "| clip | eps=0.2 | 1 |" in table and "| kl3 | delta=0.1 | 1 |" in table
+    assert "| kl3:delta=0.2 | delta=0.2 | 1 |" in table
+
+
 def test_std_is_the_population_std_as_in_table_3():
-    assert sweep.mean_std([20.0, 23.33, 23.33]) == pytest.approx((22.22, 1.57), abs=0.01)
+    assert sweep_report.mean_std([20.0, 23.33, 23.33]) == pytest.approx((22.22, 1.57), abs=0.01)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -125,7 +137,7 @@ def test_a_failed_run_is_reported(tmp_path, capsys):
 
 
 def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
-    run = sweep.Run("kl3", "kl3", {}, 0, tmp_path / "r")
+    run = sweep_report.Run("kl3", "kl3", {}, 0, tmp_path / "r")
     run.dir.mkdir()
     (run.dir / "config.json").write_text(json.dumps({"clip": "kl3", "eval_k": 8}))
     ev = lambda step, h, t: {"step": step, "eval/heldout/mean@8": h, "eval/heldout/pass@8": h + 10,  # noqa: E731
@@ -135,22 +147,23 @@ def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
     rows = [ev(0, 20.0, 2.0)] + [{"step": s, "entropy": 0.1 * s, "clip_frac_low": 0.0, "clip_frac_high": 0.0}
                                  for s in range(1, 32)] + [ev(29, 99.0, 99.0), ev(30, 30.0, 4.0), ev(31, 34.0, 2.0)]
     (run.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    res = sweep.result(run, 31)
+    res = sweep_report.result(run, 31)
     assert res["splits"] == ["heldout", "transfer"] and res["end_steps"] == [30, 31]   # step 29 is not the end
     assert (res["heldout/mean@k"], res["heldout/pass@k"], res["transfer/mean@k"]) == (32.0, 42.0, 3.0)
     assert (res["heldout/mean@k_start"], res["transfer/pass@k_start"], res["mean@k"]) == (20.0, 3.0, 17.5)
     assert res["entropy_end"] == pytest.approx(0.1 * sum(range(12, 32)) / 20)      # the last 20 of 31 steps
     assert res["heldout/entropy"] == pytest.approx(0.32) and math.isnan(res["transfer/entropy"])  # not logged
-    assert (sweep.score_key("heldout/entropy"), sweep.score_key("entropy")) == ("heldout/entropy", "entropy_end")
-    table = sweep.table([res], ["kl3"], 1, 31)
+    assert (sweep_report.score_key("heldout/entropy"), sweep_report.score_key("entropy")) == \
+        ("heldout/entropy", "entropy_end")
+    table = sweep_report.table([res], {"kl3": run}, 1, 31)
     assert "| kl3 | delta=0.07 | 1 | 32.00 | 42.00 | 3.00 | 4.00 |" in table      # one seed: no ± 0.00
     assert "heldout Mean@8 (%) | heldout Pass@8 (%) | transfer Mean@8 (%) | transfer Pass@8 (%)" in table
     # the evaluation policy's entropy (T = 1), a column for each file it was logged on; nats to 3 decimals
     assert table.splitlines()[0].endswith("| entropy, last 20 steps | heldout entropy (T = 1) |")
     assert table.splitlines()[3].endswith("| 0.320 |")
-    between = sweep.stats.paired({0: 0.31, 1: 0.3}, {1: 0.28, 0: 0.3})  # seed 0: +0.01, seed 1: +0.02
-    assert sweep.difference(between, "heldout/entropy").startswith("+0.015 [")
-    assert sweep.difference(between, "heldout/mean@k").startswith("+0.01 [")
+    between = stats.paired({0: 0.31, 1: 0.3}, {1: 0.28, 0: 0.3})  # seed 0: +0.01, seed 1: +0.02
+    assert sweep_report.difference(between, "heldout/entropy").startswith("+0.015 [")
+    assert sweep_report.difference(between, "heldout/mean@k").startswith("+0.01 [")
 
 
 def test_train_prints_each_evaluated_file():
@@ -205,9 +218,9 @@ def test_report_reads_the_finished_runs_and_trains_nothing(tmp_path):
 def test_the_settings_line_shows_each_flag_as_train_py_took_it(tmp_path):
     """A flag after -- overrides the task's setting: the report shows the value that ran, once; list flags
     given twice keep both, as train.py's argparse does."""
-    assert sweep.settings_text(["--task", "countdown", "--lr", "1e-4", "--no-compile", "--eval-data", "a.jsonl",
-                                "--compile", "--lr", "5e-5", "--eval-data", "b.jsonl", "--delta=0.1", "--delta",
-                                "0.05"]) == \
+    assert sweep_report.settings_text(["--task", "countdown", "--lr", "1e-4", "--no-compile", "--eval-data",
+                                       "a.jsonl", "--compile", "--lr", "5e-5", "--eval-data", "b.jsonl",
+                                       "--delta=0.1", "--delta", "0.05"]) == \
         "--task countdown --eval-data a.jsonl --compile --lr 5e-5 --eval-data b.jsonl --delta 0.05"
     fake_run(sweep.plan(["clip"], 1, tmp_path.resolve())[0], 32, mean=31.0)
     sweep.main(["--task", "countdown", "--clip", "clip", "--seeds", "1", "--out", str(tmp_path), "--report", "--",
@@ -237,7 +250,7 @@ def test_without_matplotlib_the_last_line_names_the_table_alone(tmp_path, capsys
 
     def no_matplotlib(*args, **kwargs):
         raise SystemExit("error: drawing figures needs matplotlib: pip install matplotlib")
-    monkeypatch.setattr(sweep, "plot_methods", no_matplotlib)
+    monkeypatch.setattr(sweep_report, "plot_methods", no_matplotlib)
     sweep.main(["--clip", "kl3", "--seeds", "1", "--steps", "3", "--out", str(tmp_path)])
     captured = capsys.readouterr()
     last = captured.out.strip().splitlines()[-1]
@@ -501,7 +514,7 @@ def test_the_committed_confirmatory_run_is_found_by_its_documented_command():
     assert [r.dir.name for r in runs[::10]] == ["clip-s0", "clip-higher-s0", "kl3-s0", "kl3-seq-s0",
                                                 "kl3_delta_0.05-s0", "kl3_delta_0.1-s0"]
     steps = json.loads((sweep.ROOT / "results" / "confirm-countdown" / "sweep.json").read_text())["steps"]
-    assert [r.dir.name for r in runs if not sweep.finished(r, steps)] == []
+    assert [r.dir.name for r in runs if not sweep_report.finished(r, steps)] == []
 
 
 def test_first_seed_gives_tuning_seeds_apart_from_the_confirmatory_ones(tmp_path):
