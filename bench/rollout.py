@@ -3,7 +3,7 @@
     python bench/rollout.py                          # the issue's setting: nano and small,
                                                      # batch 64 x 64 new tokens
     python bench/rollout.py --presets nano --repeats 1 --new-tokens 4       # a smoke run, seconds
-    python bench/rollout.py --threads 1 --profile --presets tiny,100m --batches 8,64 --new-tokens 128 \
+    python bench/rollout.py --threads 1 --profile --presets tiny,100m --batches 8,64 --new-tokens 128 \\
         --samplers multinomial,inverse-cdf          # docs/speed.md's table (before issue 19's defaults)
 
 By default it runs at the defaults a user runs: torch's own thread count (--threads N to change it)

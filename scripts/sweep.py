@@ -52,8 +52,8 @@ from nanoatr import config  # noqa: E402
 from nanoatr.session import PRESETS, TrainConfig, hparam_flags  # noqa: E402
 from nanoatr.methods import METHODS, check_hparams, defaults  # noqa: E402
 # the report: scripts/sweep_report.py
-from sweep_report import (Claim, Contrast, Hypothesis, Run, SCORE, WARM_START, difference_of,  # noqa: E402
-                          finished, parse_effect, result, score_key, scores, write_report)
+from sweep_report import (Claim, Contrast, Hypothesis, Questions, Run, SCORE, WARM_START,  # noqa: E402
+                          difference_of, finished, parse_effect, result, score_key, scores, write_report)
 
 # Where clipping acts and the policy still learns: 32 AdamW steps per rollout batch (8 minibatches x 4
 # epochs) at a small lr, so later minibatches meet ratios well away from 1.  Measured on the embedded
@@ -269,10 +269,8 @@ def train_all(runs: list[Run], steps: int, train_args: list[str], devices: list[
 
 # ----------------------------------------------------------------------------
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    train_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+def make_parser() -> argparse.ArgumentParser:
+    """The sweep's own flags (train.py's come after --)."""
     settings_help = "".join(f"\nSETTINGS of --task {t} (none under --preset): {' '.join(f)} --steps {n}"
                             for t, (f, n) in SETTINGS.items())
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/sweep.py",
@@ -327,28 +325,13 @@ def main(argv=None):
     parser.add_argument("--report", action="store_true", help="train nothing: write the table, the "
                         "comparisons and the figures from the runs finished so far (a sweep in progress is "
                         "left alone)")
-    args = parser.parse_args(argv)
-    if args.clip and args.ablate_delta:
-        parser.error("--clip and --ablate-delta exclude each other (the ablation runs kl3)")
-    given = config.parse(TrainConfig, train_args, extra=hparam_flags)  # a bad flag: train.py's error line
-    own = sorted(config.flag(name) for name in given[2] if config.flag(name) in OWN_FLAGS)
-    if own:
-        parser.error(f"{', '.join(own)} after -- is set by the sweep itself")
-    preset = given[0].preset
-    # A preset wins: the sweep's SETTINGS are tuned for the embedded tasks, and a preset (the paper's, for
-    # Qwen3-1.7B on GPUs) is a setting of its own; only --steps, the sweep's own flag, is still the sweep's.
-    flags, steps = ([], PRESETS[preset]["steps"]) if preset else SETTINGS[args.task]
-    args.steps = args.steps or steps
-    if args.seeds < 1 or args.steps < 1:
-        parser.error("--seeds and --steps must be >= 1")
-    methods = [f"kl3:delta={d:g}" for d in args.ablate_delta] if args.ablate_delta else \
-        args.clip or ["clip", "clip-higher", "kl3"]
-    out = args.out.resolve()
-    try:
-        runs = plan(methods, args.seeds, out, args.delta, args.first_seed)
-    except ValueError as e:
-        parser.error(str(e))
+    return parser
 
+
+def asked(args, methods: list[str], parser: argparse.ArgumentParser) -> Questions:
+    """What the report asks of the runs: the --effect contrasts, the --compare list (by default every method
+    against the first, then the effects), the pre-registered --hypothesis and --reject family; a bad one is
+    the parser's error line."""
     try:
         effects = {c.name: c for c in (parse_effect(tokens, methods) for tokens in args.effect)}
     except ValueError as e:
@@ -388,9 +371,13 @@ def main(argv=None):
         parser.error("--reject A/B SCORE EFFECT: EFFECT is a number, e.g. 3.67")
     if any(c.effect == 0 or not math.isfinite(c.effect) for c in claims):
         parser.error("--reject A/B SCORE EFFECT: EFFECT is a difference other than 0")
-    ends = [] if preset or "--eval-every" in flags or args.steps < 2 else \
-        ["--eval-every", str(args.steps - 1)]
-    train_args = ["--task", args.task, *flags, *ends, *train_args]  # later flags win in train.py's argparse
+    return Questions(effects, contrasts, hypotheses, claims)
+
+
+def devices_and_threads(args, runs: list[Run], parser: argparse.ArgumentParser) -> tuple[list, int]:
+    """Where the runs go: one slot per GPU (--gpus, default every visible one), else --jobs CPU slots (default
+    one per core, at most one per run); and the torch threads of each run (--threads, default the cores
+    shared out)."""
     gpus = [g.strip() for g in args.gpus.split(",")] if args.gpus is not None else visible_gpus()
     if "" in gpus or len(set(gpus)) < len(gpus):
         parser.error(f"--gpus {args.gpus}: name each GPU once, e.g. --gpus 0,1,2,3")
@@ -399,16 +386,64 @@ def main(argv=None):
                      "choose them with --gpus")
     cores = os.cpu_count() or 1
     devices = gpus or [None] * (args.jobs or max(1, min(len(runs), cores)))
-    threads = args.threads or max(1, cores // len(devices))
+    return devices, args.threads or max(1, cores // len(devices))
+
+
+def print_commands(runs: list[Run], steps: int, train_args: list[str], devices: list, threads: int):
+    """--dry-run: each run's train.py command line, as the sweep would start it."""
+    gpus = [d for d in devices if d is not None]
+    if gpus:
+        print(f"# {len(gpus)} at a time: each command runs with CUDA_VISIBLE_DEVICES set to a GPU of "
+              f"{','.join(gpus)} that no other run holds")
+    for run in runs:
+        print(f"cd {ROOT} && OMP_NUM_THREADS={threads} {' '.join(command(run, steps, train_args))}")
+
+
+def print_failed(failed: list[Run], out: Path):
+    """Each failed run's name and the last lines of its log, on stderr."""
+    for run in failed:
+        log = out / "logs" / f"{run.dir.name}.log"
+        tail = log.read_text(errors="replace").replace("\r", "\n").strip().splitlines()[-3:] \
+            if log.is_file() else []
+        print(f"{run.dir.name} failed; {log}:\n  " + "\n  ".join(tail), file=sys.stderr)
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    train_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.clip and args.ablate_delta:
+        parser.error("--clip and --ablate-delta exclude each other (the ablation runs kl3)")
+    given = config.parse(TrainConfig, train_args, extra=hparam_flags)  # a bad flag: train.py's error line
+    own = sorted(config.flag(name) for name in given[2] if config.flag(name) in OWN_FLAGS)
+    if own:
+        parser.error(f"{', '.join(own)} after -- is set by the sweep itself")
+    preset = given[0].preset
+    # A preset wins: the sweep's SETTINGS are tuned for the embedded tasks, and a preset (the paper's, for
+    # Qwen3-1.7B on GPUs) is a setting of its own; only --steps, the sweep's own flag, is still the sweep's.
+    flags, steps = ([], PRESETS[preset]["steps"]) if preset else SETTINGS[args.task]
+    args.steps = args.steps or steps
+    if args.seeds < 1 or args.steps < 1:
+        parser.error("--seeds and --steps must be >= 1")
+    methods = [f"kl3:delta={d:g}" for d in args.ablate_delta] if args.ablate_delta else \
+        args.clip or ["clip", "clip-higher", "kl3"]
+    out = args.out.resolve()
+    try:
+        runs = plan(methods, args.seeds, out, args.delta, args.first_seed)
+    except ValueError as e:
+        parser.error(str(e))
+    questions = asked(args, methods, parser)
+    ends = [] if preset or "--eval-every" in flags or args.steps < 2 else \
+        ["--eval-every", str(args.steps - 1)]
+    train_args = ["--task", args.task, *flags, *ends, *train_args]  # later flags win in train.py's argparse
+    devices, threads = devices_and_threads(args, runs, parser)
     if preset:
         print(f"--preset {preset} after --: the sweep's settings of --task {args.task} are not applied (the "
               f"preset's win); {args.steps} steps", flush=True)
     if args.dry_run:
-        if gpus:
-            print(f"# {len(gpus)} at a time: each command runs with CUDA_VISIBLE_DEVICES set to a GPU of "
-                  f"{','.join(gpus)} that no other run holds")
-        for run in runs:
-            print(f"cd {ROOT} && OMP_NUM_THREADS={threads} {' '.join(command(run, args.steps, train_args))}")
+        print_commands(runs, args.steps, train_args, devices, threads)
         return
 
     # one sweep directory, one set of settings: finished runs are reused only if they ran with these
@@ -421,14 +456,9 @@ def main(argv=None):
     t0 = time.perf_counter()
     failed = [] if args.report else train_all(runs, args.steps, train_args, devices, threads, out, saved,
                                               settings)
-    written = write_report(runs, out, args.steps, args.seeds, train_args, effects, contrasts,
-                           hypotheses, claims, bool(args.ablate_delta))
+    written = write_report(runs, out, args.steps, args.seeds, train_args, questions, bool(args.ablate_delta))
     print(f"wrote {', '.join(map(str, written))}  ({(time.perf_counter() - t0) / 60:.1f} min)")
-    for run in failed:
-        log = out / "logs" / f"{run.dir.name}.log"
-        tail = log.read_text(errors="replace").replace("\r", "\n").strip().splitlines()[-3:] \
-            if log.is_file() else []
-        print(f"{run.dir.name} failed; {log}:\n  " + "\n  ".join(tail), file=sys.stderr)
+    print_failed(failed, out)
     if failed:
         raise SystemExit(1)
 

@@ -446,9 +446,15 @@ def plot_ablation(results: list[dict], out: Path, arms: dict[str, Run]) -> Path:
     return draw(panels, out, "δ")
 
 
-def write_report(runs: list[Run], out: Path, steps: int, seeds: int,
-                 train_args: list[str], effects: dict[str, Contrast], contrasts: list[Contrast],
-                 hypotheses: list[Hypothesis], claims: list[Claim], ablation: bool) -> list[Path]:
+class Questions(NamedTuple):  # what the report asks of the runs, besides Table 3 (sweep.py's flags)
+    effects: dict[str, Contrast]   # --effect, by name
+    contrasts: list[Contrast]      # the seed-paired comparisons: --compare, then the effects
+    hypotheses: list[Hypothesis]   # --hypothesis: with the claims, the pre-registered family
+    claims: list[Claim]            # --reject
+
+
+def write_report(runs: list[Run], out: Path, steps: int, seeds: int, train_args: list[str],
+                 questions: Questions, ablation: bool) -> list[Path]:
     """Read the runs finished so far (the others are left out) and write OUT/results.json, OUT/table.md
     (printed too) and the figures (none without matplotlib: the reason goes to stderr); returns table.md's
     path and the figures'. `ablation`: the sweep is --ablate-delta's."""
@@ -461,8 +467,9 @@ def write_report(runs: list[Run], out: Path, steps: int, seeds: int,
     head = (f"{'δ ablation of kl3' if ablation else 'Clipping methods'}: each score is the mean of the "
             f"evaluations at {at}, then mean ± std over {seeds} seed(s) (population std); cut = mean over "
             f"training steps of clip_frac_low + clip_frac_high.\nSettings: `{settings_text(train_args)}`\n\n")
-    decided = verdicts(results, hypotheses, claims, steps)
-    compared = comparisons(results, contrasts, steps)
+    effects = questions.effects
+    decided = verdicts(results, questions.hypotheses, questions.claims, steps)
+    compared = comparisons(results, questions.contrasts, steps)
     defined = "".join(f"\n- {effect_text(c)}" for c in effects.values())
     report = head + table(results, arms, seeds, steps) + (
         "\nEffects: each seed's weighted sum of its arms' scores, over the seeds where every arm finished; "
