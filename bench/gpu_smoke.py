@@ -81,12 +81,8 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def train_steps(args):
-    """Runs the steps of `args`, printing each (flushed) as it ends, and yields each one's figures: the
-    seconds of its phases (rollout, pi_old, updates, optimizer: the rest of the update; step), its
-    completion tokens and peak GiB (CUDA; None on the CPU)."""
-    d = distributed.setup(args.device)
-    torch.manual_seed(0)
+def step_config(args, world: int) -> TrainConfig:
+    """The step's TrainConfig from the flags; --paper: the preset's step, written back into `args`."""
     args.max_new_tokens = args.max_new_tokens or (None if args.paper else 512)
     fields = dict(prompts_per_step=args.prompts, group_size=args.group_size, minibatches=2,
                   micro_batch=args.micro_batch, max_new_tokens=args.max_new_tokens, lora_rank=args.lora_rank,
@@ -101,8 +97,11 @@ def train_steps(args):
         fields["max_new_tokens"] = args.max_new_tokens or fields["max_new_tokens"]
         args.max_new_tokens, args.dtype = fields["max_new_tokens"], fields["dtype"]
         args.prompt_len = max(args.prompt_len, 256)
-    cfg = resolve(TrainConfig(**fields), {}, d.world)
-    shape = SHAPES[args.shape or ("tiny" if args.tiny else "0.6b")]
+    return resolve(TrainConfig(**fields), {}, world)
+
+
+def make_run(args, cfg: TrainConfig, d, shape: dict) -> train.Run:
+    """A random policy of `shape` (LoRA unless --lora-rank 0), its scorer and optimizer: a train.Run."""
     with torch.device(d.device):
         model = Qwen3(Qwen3Config(**shape))
     init_weights(model, std=0.02, seed=0)
@@ -116,9 +115,66 @@ def train_steps(args):
     opt = train.make_optimizer(cfg, trained)
     shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step // d.world, cfg.group_size,
                               d.rank, d.world)
-    run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None,
-                    eos_ids=[], stopper=None, rewards=None, shard=shard, d=d, precision=precision,
-                    peft_model=peft_model)
+    return train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None,
+                     eos_ids=[], stopper=None, rewards=None, shard=shard, d=d, precision=precision,
+                     peft_model=peft_model)
+
+
+def timed_rollout(args, run: train.Run, shape: dict, share: int, g: torch.Generator):
+    """Sample G completions of `share` random prompts: (the rollout, its prompts, its seconds)."""
+    d, G = run.d, args.group_size
+    if d.device.type == "cuda":
+        torch.cuda.synchronize(d.device)
+        torch.cuda.reset_peak_memory_stats(d.device)
+    t0 = time.perf_counter()
+    # prompts of different lengths (half to all of --prompt-len): left padding, as real batches have
+    lengths = torch.randint(max(1, args.prompt_len // 2), args.prompt_len + 1, (share,)).tolist()
+    prompts = [torch.randint(0, shape["vocab_size"], (n,)).tolist() for n in lengths]
+    prompts = [p for p in prompts for _ in range(G)]
+    run.model.eval()
+    with run.precision():
+        out = generate(run.model, prompts, args.max_new_tokens, temperature=1.0, generator=g)
+    if d.device.type == "cuda":
+        torch.cuda.synchronize(d.device)
+    return out, prompts, time.perf_counter() - t0
+
+
+def timed_update(run: train.Run, out, prompts: list, G: int, step: int):
+    """Random 0/1 rewards and train.optimize on them: (the batch, its updates, their seconds)."""
+    d = run.d
+    t0 = time.perf_counter()
+    rewards = torch.randint(0, 2, (len(prompts),)).float()
+    batch = out._replace(rewards=rewards, advantages=group_advantages(rewards, G).to(d.device))
+    updates = train.optimize(run, batch, step)
+    if d.device.type == "cuda":
+        torch.cuda.synchronize(d.device)
+    return batch, updates, time.perf_counter() - t0
+
+
+def print_step(say, step: int, row: dict, tokens: int, t_train: float, times: dict, peak: float | None):
+    """Print the step's line (rollout, train, the loss and its ratios) and its phases' line."""
+    t_rollout = times["rollout"]
+    mem = f"  peak {peak:.1f} GiB" if peak is not None else ""
+    say(f"step {step + 1}: rollout {t_rollout:6.1f} s ({tokens / t_rollout:7.0f} tok/s)  "
+        f"train {t_train:6.1f} s  loss {row['loss']:+.2e}  kl3 {row['kl3']:.2e}  "
+        f"ratio [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]  grad_norm {row['grad_norm']:.3f}  "
+        f"sampler gap {row['sampler_logp_gap_max']:.1e}{mem}", flush=True)
+    say(f"  phases: rollout {times['rollout']:.2f} s, pi_old {times['pi_old']:.2f} s, "
+        f"updates (forward + backward) {times['updates']:.2f} s, "
+        f"optimizer and the rest {times['optimizer']:.2f} s; step {times['step']:.2f} s, "
+        f"rollout {times['rollout'] / times['step']:.0%} of it", flush=True)
+
+
+def train_steps(args):
+    """Runs the steps of `args`, printing each (flushed) as it ends, and yields each one's figures: the
+    seconds of its phases (rollout, pi_old, updates, optimizer: the rest of the update; step), its
+    completion tokens and peak GiB (CUDA; None on the CPU)."""
+    d = distributed.setup(args.device)
+    torch.manual_seed(0)
+    cfg = step_config(args, d.world)
+    shape = SHAPES[args.shape or ("tiny" if args.tiny else "0.6b")]
+    run = make_run(args, cfg, d, shape)
+    model = run.model
     say = print if d.main else (lambda *a, **k: None)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     phases = collections.defaultdict(float)  # seconds per phase of the step, the GPU synchronised around each
@@ -131,28 +187,9 @@ def train_steps(args):
     G, share = args.group_size, args.prompts // d.world
     g = torch.Generator(device=d.device).manual_seed(d.rank)
     for step in range(args.steps):
-        if d.device.type == "cuda":
-            torch.cuda.synchronize(d.device)
-            torch.cuda.reset_peak_memory_stats(d.device)
-        t0 = time.perf_counter()
-        # prompts of different lengths (half to all of --prompt-len): left padding, as real batches have
-        lengths = torch.randint(max(1, args.prompt_len // 2), args.prompt_len + 1, (share,)).tolist()
-        prompts = [torch.randint(0, shape["vocab_size"], (n,)).tolist() for n in lengths]
-        prompts = [p for p in prompts for _ in range(G)]
-        model.eval()
-        with precision():
-            out = generate(model, prompts, args.max_new_tokens, temperature=1.0, generator=g)
-        if d.device.type == "cuda":
-            torch.cuda.synchronize(d.device)
-        t_rollout = time.perf_counter() - t0
+        out, prompts, t_rollout = timed_rollout(args, run, shape, share, g)
         phases.clear()
-        t0 = time.perf_counter()
-        rewards = torch.randint(0, 2, (len(prompts),)).float()
-        batch = out._replace(rewards=rewards, advantages=group_advantages(rewards, G).to(d.device))
-        updates = train.optimize(run, batch, step)
-        if d.device.type == "cuda":
-            torch.cuda.synchronize(d.device)
-        t_train = time.perf_counter() - t0
+        batch, updates, t_train = timed_update(run, out, prompts, G, step)
         row = train.metrics_line(run, batch, updates, {}, {"time_rollout": t_rollout, "time_train": t_train})
         if not all(math.isfinite(row[k]) for k in ("loss", "grad_norm", "kl3", "entropy")):
             raise SystemExit(f"error: non-finite metrics at step {step + 1}: {row}")
@@ -160,15 +197,7 @@ def train_steps(args):
         peak = torch.cuda.max_memory_allocated(d.device) / 2**30 if d.device.type == "cuda" else None
         times = dict(rollout=t_rollout, pi_old=phases["pi_old"], updates=phases["update"],
                      optimizer=t_train - phases["pi_old"] - phases["update"], step=t_rollout + t_train)
-        mem = f"  peak {peak:.1f} GiB" if peak is not None else ""
-        say(f"step {step + 1}: rollout {t_rollout:6.1f} s ({tokens / t_rollout:7.0f} tok/s)  "
-            f"train {t_train:6.1f} s  loss {row['loss']:+.2e}  kl3 {row['kl3']:.2e}  "
-            f"ratio [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]  grad_norm {row['grad_norm']:.3f}  "
-            f"sampler gap {row['sampler_logp_gap_max']:.1e}{mem}", flush=True)
-        say(f"  phases: rollout {times['rollout']:.2f} s, pi_old {times['pi_old']:.2f} s, "
-            f"updates (forward + backward) {times['updates']:.2f} s, "
-            f"optimizer and the rest {times['optimizer']:.2f} s; step {times['step']:.2f} s, "
-            f"rollout {times['rollout'] / times['step']:.0%} of it", flush=True)
+        print_step(say, step, row, tokens, t_train, times, peak)
         yield {**times, "tokens": tokens, "peak_gib": peak}
     say("ok")
     distributed.shutdown()

@@ -202,7 +202,8 @@ def profile_seconds(run) -> dict:
     return out | {"total": sum(times.values())}
 
 
-def main(argv=None):
+def make_parser() -> argparse.ArgumentParser:
+    """The benchmark's flags: the shapes, batches and samplers to time, threads, ceiling and profile."""
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--presets", default="nano,small", help="comma-separated: " + ", ".join(PRESETS))
     ap.add_argument("--batches", default="64", help="comma-separated batch sizes")
@@ -221,9 +222,75 @@ def main(argv=None):
                     help="also profile one run of each side: where the time goes, and the speed-up over "
                          "transformers that ours could reach if everything but its matrix products and "
                          "attention took no time")
+    return ap
+
+
+def measure_ceilings(args) -> tuple[float | None, float | None]:
+    """Measure and print the ceilings: a float32 matmul's FLOP/s (not with --no-ceiling), memory speed."""
+    ceiling = matmul_flops_per_s() if args.ceiling else None
+    stream = memory_bytes_per_s() if args.profile else None  # only --profile's attention bound uses it
+    if ceiling or stream:
+        print("ceiling: "
+              + "; ".join(([f"2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s"] if ceiling else [])
+                          + ([f"streaming memory {stream / 1e9:.1f} GB/s"] if stream else [])), flush=True)
+    return ceiling, stream
+
+
+def print_profile(hf, ours, prompts, t: dict, sampler: str, new_tokens: int, stream: float):
+    """--profile: where each side's time goes, and the bounds that sets on ours' speed-up."""
+    ids, mask = hf_inputs(prompts)
+    secs = {
+        "ours": profile_seconds(lambda: ours_generate(ours, prompts, new_tokens, sampler)),
+        "transformers": profile_seconds(lambda: hf.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
+            temperature=1.0, top_k=0, top_p=1.0, use_cache=True))}
+    for side, sec in secs.items():
+        print(f"             {side:12s} time in " + ", ".join(
+            f"{k} {100 * sec[k] / sec['total']:.0f}%" for k in [*GROUPS, "other"]))
+    # The profiler slows small operations; the matmul and attention kernels it barely touches.
+    floor = secs["ours"]["matmul"] + secs["ours"]["attention"]
+    print(f"             bound: ours with only its matmuls and attention left would be "
+          f"{t['transformers'] / floor:.2f}x transformers")
+    # Attention at memory speed: the cache streamed once per step, the rest of ours as measured.
+    ideal = (t[sampler] - secs["ours"]["attention"]
+             + cache_bytes_read(ours.config, prompts, new_tokens) / stream)
+    print(f"             with attention at memory speed (and all else as now) ours would be "
+          f"{t['transformers'] / ideal:.2f}x transformers")
+
+
+def bench_preset(preset: str, batches: list[int], samplers: list[str], lo: int, hi: int, args,
+                 ceiling: float | None, stream: float | None) -> list[str]:
+    """Time one preset at each batch size and print each side's tokens/s; returns ours' ratios, labelled."""
+    ratios = []
+    with tempfile.TemporaryDirectory() as tmp:
+        hf, ours = build(preset, tmp)
+    print(f"\n{preset}: {ours.num_parameters() / 1e6:.2f}M parameters, "
+          f"vocabulary {ours.config.vocab_size}")
+    for B in batches:
+        prompts = random_prompts(B, ours.config.vocab_size, lo, hi)
+        t = time_all(hf, ours, prompts, args.new_tokens, args.warmup, args.repeats, samplers)
+        n = B * args.new_tokens
+        flops = rollout_flops(ours.config, prompts, args.new_tokens)
+        print(f"  batch {B:3d}: transformers {n / t['transformers']:8.0f} tok/s")
+        for sampler in samplers:
+            ratio = t["transformers"] / t[sampler]
+            print(f"             ours ({sampler_name(sampler):11s}) {n / t[sampler]:8.0f} tok/s   ratio "
+                  f"{ratio:4.2f}x   {flops / t[sampler] / 1e9:6.2f} GFLOP/s"
+                  + (f" = {100 * flops / t[sampler] / ceiling:4.1f}% of matmul" if ceiling else ""),
+                  flush=True)
+            label = (preset + (f"/b{B}" if len(batches) > 1 else "")
+                     + (f"/{sampler}" if len(samplers) > 1 else ""))
+            ratios.append(f"{label} {ratio:.2f}x")
+        if args.profile:
+            print_profile(hf, ours, prompts, t, samplers[0], args.new_tokens, stream)
+    return ratios
+
+
+def main(argv=None):
+    ap = make_parser()
     args = ap.parse_args(argv)
-    presets, batches, samplers = args.presets.split(","), [int(b) for b in args.batches.split(",")], \
-        args.samplers.split(",")
+    presets, batches, samplers = (args.presets.split(","), [int(b) for b in args.batches.split(",")],
+                                  args.samplers.split(","))
     for name, given, known in (("--presets", presets, PRESETS),
                                ("--samplers", samplers, ("default", *SAMPLERS))):
         if unknown := [x for x in given if x not in known]:
@@ -239,53 +306,10 @@ def main(argv=None):
           f"{args.new_tokens} new tokens, prompts {lo}-{hi} tokens, sampling T=1, "
           f"ours with sampler {', '.join(map(sampler_name, samplers))}; medians of "
           f"{args.repeats} after {args.warmup} warm-up", flush=True)
-    ceiling = matmul_flops_per_s() if args.ceiling else None
-    stream = memory_bytes_per_s() if args.profile else None  # only --profile's attention bound uses it
-    if ceiling or stream:
-        print("ceiling: "
-              + "; ".join(([f"2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s"] if ceiling else [])
-                          + ([f"streaming memory {stream / 1e9:.1f} GB/s"] if stream else [])), flush=True)
+    ceiling, stream = measure_ceilings(args)
     ratios = []
     for preset in presets:
-        with tempfile.TemporaryDirectory() as tmp:
-            hf, ours = build(preset, tmp)
-        print(f"\n{preset}: {ours.num_parameters() / 1e6:.2f}M parameters, "
-              f"vocabulary {ours.config.vocab_size}")
-        for B in batches:
-            prompts = random_prompts(B, ours.config.vocab_size, lo, hi)
-            t = time_all(hf, ours, prompts, args.new_tokens, args.warmup, args.repeats, samplers)
-            n = B * args.new_tokens
-            flops = rollout_flops(ours.config, prompts, args.new_tokens)
-            print(f"  batch {B:3d}: transformers {n / t['transformers']:8.0f} tok/s")
-            for sampler in samplers:
-                ratio = t["transformers"] / t[sampler]
-                print(f"             ours ({sampler_name(sampler):11s}) {n / t[sampler]:8.0f} tok/s   ratio "
-                      f"{ratio:4.2f}x   {flops / t[sampler] / 1e9:6.2f} GFLOP/s"
-                      + (f" = {100 * flops / t[sampler] / ceiling:4.1f}% of matmul" if ceiling else ""),
-                      flush=True)
-                label = (preset + (f"/b{B}" if len(batches) > 1 else "")
-                         + (f"/{sampler}" if len(samplers) > 1 else ""))
-                ratios.append(f"{label} {ratio:.2f}x")
-            if args.profile:
-                ids, mask = hf_inputs(prompts)
-                secs = {
-                    "ours": profile_seconds(lambda: ours_generate(
-                        ours, prompts, args.new_tokens, samplers[0])),
-                    "transformers": profile_seconds(lambda: hf.generate(
-                        input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens, do_sample=True,
-                        temperature=1.0, top_k=0, top_p=1.0, use_cache=True))}
-                for side, sec in secs.items():
-                    print(f"             {side:12s} time in " + ", ".join(
-                        f"{k} {100 * sec[k] / sec['total']:.0f}%" for k in [*GROUPS, "other"]))
-                # The profiler slows small operations; the matmul and attention kernels it barely touches.
-                floor = secs["ours"]["matmul"] + secs["ours"]["attention"]
-                print(f"             bound: ours with only its matmuls and attention left would be "
-                      f"{t['transformers'] / floor:.2f}x transformers")
-                # Attention at memory speed: the cache streamed once per step, the rest of ours as measured.
-                ideal = t[samplers[0]] - secs["ours"]["attention"] + \
-                    cache_bytes_read(ours.config, prompts, args.new_tokens) / stream
-                print(f"             with attention at memory speed (and all else as now) ours would be "
-                      f"{t['transformers'] / ideal:.2f}x transformers")
+        ratios += bench_preset(preset, batches, samplers, lo, hi, args, ceiling, stream)
     if ceiling:
         print(f"\nceiling again: {matmul_flops_per_s() / 1e9:.1f} GFLOP/s "
               "(a large drift means the load changed)")

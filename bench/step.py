@@ -95,6 +95,21 @@ class Reference:
         return Scores(logp, entropy, None)
 
 
+def grade_completions(tok, tokens, mask, golds) -> torch.Tensor:
+    """Decode every completion and grade it against its gold answer: 1.0 right, 0.0 wrong."""
+    lengths = mask.sum(-1).tolist()
+    texts = tok.batch_decode([row[:n] for row, n in zip(tokens.tolist(), lengths)], skip_special_tokens=True)
+    return torch.tensor([float(verify(s, g)) for s, g in zip(texts, golds)])
+
+
+def score_old_logprobs(policy, old_logp, prompt_ids, prompt_mask, tokens, idxs, temperature):
+    """Write pi_old's log-probs into old_logp, minibatch by minibatch (ours skips the first: see Ours)."""
+    for m, idx in enumerate(idxs):
+        if m > 0 or policy.rescore_first:
+            with torch.no_grad():
+                old_logp[idx] = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx], temperature).logp
+
+
 def one_step(policy, opt, problems, tok, eos_ids, args, step, tokens_from=None):
     """Times of every phase (dict) and the rollout this step trained on."""
     t = {}
@@ -111,9 +126,7 @@ def one_step(policy, opt, problems, tok, eos_ids, args, step, tokens_from=None):
     tokens, mask = (out.tokens, out.mask) if tokens_from is None else tokens_from  # score the same tokens
 
     t0 = time.perf_counter()
-    lengths = mask.sum(-1).tolist()
-    texts = tok.batch_decode([row[:n] for row, n in zip(tokens.tolist(), lengths)], skip_special_tokens=True)
-    rewards = torch.tensor([float(verify(s, g)) for s, g in zip(texts, golds)])
+    rewards = grade_completions(tok, tokens, mask, golds)
     t["reward"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -128,11 +141,7 @@ def one_step(policy, opt, problems, tok, eos_ids, args, step, tokens_from=None):
     idxs = [order[m * mb:(m + 1) * mb] for m in range(args.minibatches)]
     old_logp = torch.zeros(tokens.shape)
     t0 = time.perf_counter()
-    for m, idx in enumerate(idxs):
-        if m > 0 or policy.rescore_first:
-            with torch.no_grad():
-                old_logp[idx] = policy.score(prompt_ids[idx], prompt_mask[idx], tokens[idx],
-                                             args.temperature).logp
+    score_old_logprobs(policy, old_logp, prompt_ids, prompt_mask, tokens, idxs, args.temperature)
     t["old logp"] = time.perf_counter() - t0
 
     for k in ("update fwd", "backward", "optimizer"):

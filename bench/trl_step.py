@@ -300,11 +300,68 @@ def make_callback(phases: Phases, ours_step, record):
     return Lockstep()
 
 
+def check_same_prompts(trainer, run, rows):
+    """Assert that the prompts TRL feeds its model are ours, token for token."""
+    from nanoatr.tokenizer import encode_prompts
+    conv = [{"role": "user", "content": rows[0].question}]
+    assert (trainer._tokenize_prompts([conv])[0][0]
+            == encode_prompts(run.tok, [rows[0]])[0]), "prompts differ"
+
+
+def time_trl_phases(trainer, phases: Phases):
+    """Wrap TRL's generate, reward, loss and clipping to time its phases, and count its log-prob passes."""
+    phases.wrap(trainer, "_generate_single_turn", "generate")
+    phases.wrap(trainer, "_calculate_rewards", "reward")
+    phases.wrap(trainer, "compute_loss", "forward")
+    phases.wrap(trainer, "_clip_grad_norm", "optimizer")
+    counter = trainer._get_per_token_logps_and_entropies  # counted, not timed (inside compute_loss)
+
+    @functools.wraps(counter)
+    def counted(*a, **k):
+        phases.calls["_get_per_token_logps_and_entropies"] += 1
+        return counter(*a, **k)
+    trainer._get_per_token_logps_and_entropies = counted
+
+
+def print_setting(name: str, run, trainer, args):
+    """Print the model's size and the step both sides take: prompts, completions, micro-batches, methods."""
+    print(f"\n{name}: {run.model.num_parameters() / 1e6:.2f}M parameters, "
+          f"vocabulary {run.model.config.vocab_size}; "
+          f"{P} prompts x {G} = {P * G} completions of <= {args.max_new_tokens} tokens, "
+          f"{(P * G) // MICRO} micro-batches of {MICRO}, one AdamW step; "
+          f"ours --clip {args.clip}, sampler {run.cfg.sampler}, compile {run.cfg.compile}; "
+          f"TRL optim {getattr(trainer.args.optim, 'value', trainer.args.optim)}; "
+          f"{args.steps} timed steps after {args.warmup} warm-up, {torch.get_num_threads()} threads",
+          flush=True)
+
+
+def print_phases(results: dict, tokens: dict, forwards: dict, args, n_steps: int) -> float:
+    """Print each side's median phases, tokens and forward passes per step; returns TRL's step over ours."""
+    if len(results["ours"]) != n_steps or len(results["TRL"]) != n_steps:
+        raise SystemExit(f"error: expected {n_steps} steps of each side, "
+                         f"got {len(results['ours'])} / {len(results['TRL'])}")
+    med = {s: {k: statistics.median(r[k] for r in results[s][args.warmup:]) for k in (*PHASES, "step")}
+           for s in results}
+    ntok = {s: statistics.median(tokens[s][args.warmup:]) for s in tokens}
+    print(f"  {'phase':10s} {'ours':>10s} {'TRL':>10s}   TRL/ours")
+    for k in (*PHASES, "step"):
+        o, t = med["ours"][k], med["TRL"][k]
+        ratio = f"{t / o:6.2f}x" if o > 1e-4 else "     -"
+        print(f"  {k:10s} {o * 1e3:8.1f}ms {t * 1e3:8.1f}ms   {ratio}")
+    print(f"  completion tokens per step (median): ours {ntok['ours']:.0f}, TRL {ntok['TRL']:.0f}; "
+          "forward passes with gradients per step: "
+          f"ours {statistics.median(forwards['ours'][args.warmup:]):.0f}, "
+          f"TRL {statistics.median(forwards['TRL'][args.warmup:]):.0f}")
+    print(f"  steps (s): ours " + " ".join(f"{r['step']:.2f}" for r in results["ours"]) +
+          " | TRL " + " ".join(f"{r['step']:.2f}" for r in results["TRL"]) + "  (first: warm-up)", flush=True)
+    return med["TRL"]["step"] / med["ours"]["step"]
+
+
 def bench_model(name: str, model_dir: Path, args, phases: Phases) -> float:
+    """One model, our step and TRL's in lockstep, compared phase by phase: TRL's step time over ours."""
     import train
     from nanoatr import distributed
     from nanoatr.data import load_problems
-    from nanoatr.tokenizer import encode_prompts
     problems = load_problems(ROOT / args.data)
     run = ours_setup(model_dir, args, phases)
     n_steps = args.warmup + args.steps
@@ -333,48 +390,11 @@ def bench_model(name: str, model_dir: Path, args, phases: Phases) -> float:
 
     with tempfile.TemporaryDirectory() as out_dir:
         trainer = trl_setup(model_dir, rows, args, out_dir, make_callback(phases, ours_step, record))
-        # The prompts TRL feeds its model are ours, token for token.
-        conv = [{"role": "user", "content": rows[0].question}]
-        assert (trainer._tokenize_prompts([conv])[0][0]
-                == encode_prompts(run.tok, [rows[0]])[0]), "prompts differ"
-        phases.wrap(trainer, "_generate_single_turn", "generate")
-        phases.wrap(trainer, "_calculate_rewards", "reward")
-        phases.wrap(trainer, "compute_loss", "forward")
-        phases.wrap(trainer, "_clip_grad_norm", "optimizer")
-        counter = trainer._get_per_token_logps_and_entropies  # counted, not timed (inside compute_loss)
-
-        @functools.wraps(counter)
-        def counted(*a, **k):
-            phases.calls["_get_per_token_logps_and_entropies"] += 1
-            return counter(*a, **k)
-        trainer._get_per_token_logps_and_entropies = counted
-        print(f"\n{name}: {run.model.num_parameters() / 1e6:.2f}M parameters, "
-              f"vocabulary {run.model.config.vocab_size}; "
-              f"{P} prompts x {G} = {P * G} completions of <= {args.max_new_tokens} tokens, "
-              f"{(P * G) // MICRO} micro-batches of {MICRO}, one AdamW step; "
-              f"ours --clip {args.clip}, sampler {run.cfg.sampler}, compile {run.cfg.compile}; "
-              f"TRL optim {getattr(trainer.args.optim, 'value', trainer.args.optim)}; "
-              f"{args.steps} timed steps after {args.warmup} warm-up, {torch.get_num_threads()} threads",
-              flush=True)
+        check_same_prompts(trainer, run, rows)
+        time_trl_phases(trainer, phases)
+        print_setting(name, run, trainer, args)
         trainer.train()
-    if len(results["ours"]) != n_steps or len(results["TRL"]) != n_steps:
-        raise SystemExit(f"error: expected {n_steps} steps of each side, "
-                         f"got {len(results['ours'])} / {len(results['TRL'])}")
-    med = {s: {k: statistics.median(r[k] for r in results[s][args.warmup:]) for k in (*PHASES, "step")}
-           for s in results}
-    ntok = {s: statistics.median(tokens[s][args.warmup:]) for s in tokens}
-    print(f"  {'phase':10s} {'ours':>10s} {'TRL':>10s}   TRL/ours")
-    for k in (*PHASES, "step"):
-        o, t = med["ours"][k], med["TRL"][k]
-        ratio = f"{t / o:6.2f}x" if o > 1e-4 else "     -"
-        print(f"  {k:10s} {o * 1e3:8.1f}ms {t * 1e3:8.1f}ms   {ratio}")
-    print(f"  completion tokens per step (median): ours {ntok['ours']:.0f}, TRL {ntok['TRL']:.0f}; "
-          "forward passes with gradients per step: "
-          f"ours {statistics.median(forwards['ours'][args.warmup:]):.0f}, "
-          f"TRL {statistics.median(forwards['TRL'][args.warmup:]):.0f}")
-    print(f"  steps (s): ours " + " ".join(f"{r['step']:.2f}" for r in results["ours"]) +
-          " | TRL " + " ".join(f"{r['step']:.2f}" for r in results["TRL"]) + "  (first: warm-up)", flush=True)
-    return med["TRL"]["step"] / med["ours"]["step"]
+    return print_phases(results, tokens, forwards, args, n_steps)
 
 
 def trl_installed() -> bool:

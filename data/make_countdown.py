@@ -414,7 +414,8 @@ def write_rl_prompts(model, tok, model_dir: Path, data: Path):
                   pass_rate_filter(model, tok, model_dir, load_problems(data / "train.jsonl")))
 
 
-def main():
+def make_parser() -> argparse.ArgumentParser:
+    """The generator's flags: the task's law, the warm-start's recipe, and where to write."""
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0, help="seed of the task splits and of the training")
@@ -440,34 +441,30 @@ def main():
                     "problems differ (solutions per problem, large targets; about a minute)")
     ap.add_argument("--only-filter", action="store_true",
                     help="only rewrite DATA_DIR/rl.jsonl from DATA_DIR/train.jsonl and the policy in OUT")
-    args = ap.parse_args()
-    data, out = Path(args.data_dir), Path(args.out)
-    if args.only_filter:
-        model, tok = Qwen3.from_pretrained(out), load_tokenizer(out)
-        write_rl_prompts(model, tok, out, data)
-        return
-    if args.describe:
-        for name in ("heldout", "transfer"):
-            try:
-                describe(name, load_problems(data / f"{name}.jsonl"), args.max_value)
-            except DataError as e:
-                raise SystemExit(f"error: {e} (make the splits first: "
-                                 "python data/make_countdown.py --only-splits)")
-        return
-    torch.manual_seed(args.seed)
-    spec = Spec(args.numbers, 1, args.high, args.max_value, args.min_target, args.format, args.attempts)
-    task = TASKS["countdown"]
+    return ap
 
-    splits = task_splits(args.seed, spec)
-    for name, problems in splits.items():
-        save_problems(data / f"{name}.jsonl", problems)
-    if args.only_splits:
-        return
+
+def describe_splits(data: Path, max_value: int):
+    """--describe: print how DATA_DIR's held-out and transfer problems differ."""
+    for name in ("heldout", "transfer"):
+        try:
+            describe(name, load_problems(data / f"{name}.jsonl"), max_value)
+        except DataError as e:
+            raise SystemExit(f"error: {e} (make the splits first: "
+                             "python data/make_countdown.py --only-splits)")
+
+
+def write_tokenizer(out: Path):
+    """Write OUT's tokenizer (tokenizer.json, tokenizer_config.json) and load it back."""
     out.mkdir(parents=True, exist_ok=True)
     build_tokenizer().save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
-    tok = load_tokenizer(out)
+    return load_tokenizer(out)
 
+
+def train_warm_start(args, tok, spec: Spec, splits: dict[str, list[Problem]], out: Path) -> Qwen3:
+    """The tiny Qwen3's supervised warm-start on worked solutions, saved to OUT; prints its held-out score."""
+    task = TASKS["countdown"]
     model = Qwen3(model_config(len(tok), args.hidden, args.layers))
     init_weights(model, seed=args.seed)
     print(f"warm-start of a {model.num_parameters() / 1e6:.2f}M-parameter Qwen3 on Countdown ({vars(spec)}; "
@@ -482,6 +479,28 @@ def main():
                        temperature=1.0, progress=False, rewards=Rewards.of(task.reward))[0]
     print(f"saved {out} after {steps} steps: held-out mean@8 {summary['mean@8']:.1f}%  pass@8 "
           f"{summary['pass@8']:.1f}%  (entropy and more: python scripts/measure_task.py --task countdown)")
+    return model
+
+
+def main():
+    args = make_parser().parse_args()
+    data, out = Path(args.data_dir), Path(args.out)
+    if args.only_filter:
+        model, tok = Qwen3.from_pretrained(out), load_tokenizer(out)
+        write_rl_prompts(model, tok, out, data)
+        return
+    if args.describe:
+        describe_splits(data, args.max_value)
+        return
+    torch.manual_seed(args.seed)
+    spec = Spec(args.numbers, 1, args.high, args.max_value, args.min_target, args.format, args.attempts)
+    splits = task_splits(args.seed, spec)
+    for name, problems in splits.items():
+        save_problems(data / f"{name}.jsonl", problems)
+    if args.only_splits:
+        return
+    tok = write_tokenizer(out)
+    model = train_warm_start(args, tok, spec, splits, out)
     write_rl_prompts(model, tok, out, data)
 
 

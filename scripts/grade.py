@@ -247,11 +247,8 @@ def changed_outside(student: Path, reference: Path, exercises: dict, numbers: li
 
 # ----------------------------------------------------------------------------
 
-def grade(student: Path, numbers: list | None = None, reference: Path | None = None, timeout: float = 300,
-          fork: bool | None = None, keep: bool = False, say=print) -> dict:
-    """Grade the student repository; returns the results (Gradescope's format)."""
-    student = student.resolve()
-    exercises = MA.load_exercises(reference or student)
+def exercises_to_grade(student: Path, exercises: dict, numbers: list | None) -> tuple[list, list]:
+    """(the exercises to grade: `numbers`, or by default the assignment's; every exercise assigned)."""
     if numbers is None:
         meta = student / "assignment.json"
         if not meta.is_file():
@@ -262,16 +259,20 @@ def grade(student: Path, numbers: list | None = None, reference: Path | None = N
         raise ValueError(f"no exercise {unknown[0]} in {MA.DOC}")
     meta = student / "assignment.json"
     assigned = sorted(set(numbers) | set(json.loads(meta.read_text())["exercises"] if meta.is_file() else []))
-    fork = ("fork" in multiprocessing.get_all_start_methods() and sys.platform.startswith("linux")) \
-        if fork is None else fork
-    # import the heavy packages once; every forked test run starts with them (no tensor op runs here)
-    if fork:
-        for name in PRELOAD:
-            try:
-                __import__(name)
-            except ImportError:
-                pass
+    return numbers, assigned
 
+
+def preload():
+    """Import the heavy packages once; every forked test run starts with them (no tensor op runs here)."""
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+
+
+def group_runs(student: Path, reference: Path | None, exercises: dict, numbers: list) -> dict:
+    """The test runs to make: {key: (files written over the copy, the exercises it grades)}."""
     # Official: one test run per distinct set of target files (the exercises whose copies are the same
     # share a run; in the worst case one run per exercise). Self-check: one run per exercise, on the
     # student's files as they are, so that a module one exercise's check cannot import, or a time-out,
@@ -281,52 +282,85 @@ def grade(student: Path, numbers: list | None = None, reference: Path | None = N
         files = isolated_sources(student, reference, exercises, n) if reference else {}
         key = json.dumps(files, sort_keys=True) if reference else f"exercise {n}"
         groups.setdefault(key, (files, []))[1].append(n)
-    work = Path(tempfile.mkdtemp(prefix="nanoatr-grade-"))
-    ini = work / "pytest.ini"
-    ini.write_text("[pytest]\n")
+    return groups
+
+
+def run_groups(groups: dict, student: Path, reference: Path | None, exercises: dict, work: Path,
+               timeout: float, fork: bool, keep: bool) -> dict:
+    """Each test run in its own copy of the student's repository: {exercise: the record of its run}."""
     records = {}
+    for i, (files, members) in enumerate(groups.values()):
+        tree = build_tree(student, work / f"copy{i}", reference, files)
+        spec = {"tree": str(tree), "ini": str(work / "pytest.ini"), "out": str(work / f"run{i}.json"),
+                "log": str(work / f"run{i}.log"),
+                "selections": {n: list(exercises[n].checks) for n in members}}
+        record = run_child(spec, timeout * len(members), fork)
+        for n in members:
+            records[n] = record
+        if not keep:
+            shutil.rmtree(tree, ignore_errors=True)
+    return records
+
+
+def reference_tests(reference: Path, exercises: dict, numbers: list, work: Path, timeout: float,
+                    fork: bool) -> dict:
+    """The tests each exercise's checks select in the reference, collected, not run: {"n": [test ids]}."""
+    tree = build_tree(reference, work / "reference", None, {})
+    spec = {"tree": str(tree), "ini": str(work / "pytest.ini"), "out": str(work / "reference.json"),
+            "log": str(work / "reference.log"), "collect_only": True,
+            "selections": {m: list(exercises[m].checks) for m in numbers}}
+    return run_child(spec, timeout, fork)["selected"]
+
+
+def score_exercises(numbers: list, exercises: dict, records: dict, reference: Path | None, work: Path,
+                    timeout: float, fork: bool) -> list:
+    """Each exercise's tests passed, score and failures, from the records of the test runs."""
+    expected = None
+    results = []
+    for n in numbers:
+        ex, record = exercises[n], records[n]
+        ids = record["selected"].get(str(n), [])
+        own = {file for file, _ in ex.checks}  # errors of a shared run: those of this exercise's files
+        errors = [e for e in record["errors"] if e.split(":")[0] in own or not e.startswith("tests/")]
+        if not ids and not errors:
+            errors.append(f"no test ran (pytest exit {record['exit']}; --keep keeps its log)")
+        # a module that does not import, a time-out: count the tests it should have run
+        if not ids or errors:
+            if expected is None and reference is not None:
+                expected = reference_tests(reference, exercises, numbers, work, timeout, fork)
+            ids = list(dict.fromkeys(ids + (expected or {}).get(str(n), []))) or [f"{n}: no test ran"]
+        outcome = {i: record["outcomes"].get(i, ["not run", ""]) for i in ids}
+        passed = sum(o[0] == "passed" for o in outcome.values())
+        written = not ex.functions
+        max_score = 0.0 if written else POINTS
+        results.append({"number": n, "title": ex.title, "passed": passed, "total": len(ids),
+                        "score": round(max_score * passed / len(ids), 2), "max_score": max_score,
+                        "written": written, "seconds": round(record["seconds"], 1),
+                        "failed": [[i, o[0] + (": " + o[1] if o[1] and o[1] != o[0] else "")]
+                                   for i, o in outcome.items() if o[0] != "passed"],
+                        "errors": errors})
+    return results
+
+
+def grade(student: Path, numbers: list | None = None, reference: Path | None = None, timeout: float = 300,
+          fork: bool | None = None, keep: bool = False, say=print) -> dict:
+    """Grade the student repository; returns the results (Gradescope's format)."""
+    student = student.resolve()
+    exercises = MA.load_exercises(reference or student)
+    numbers, assigned = exercises_to_grade(student, exercises, numbers)
+    fork = (("fork" in multiprocessing.get_all_start_methods() and sys.platform.startswith("linux"))
+            if fork is None else fork)
+    if fork:
+        preload()
+    groups = group_runs(student, reference, exercises, numbers)
+    work = Path(tempfile.mkdtemp(prefix="nanoatr-grade-"))
+    (work / "pytest.ini").write_text("[pytest]\n")
     say(f"grading {student} (exercises {', '.join(map(str, numbers))}; tests from "
         f"{(reference or student) / 'tests'}{'' if reference else ', your own: a self-check'}; "
         f"{len(groups)} test run{'s' if len(groups) > 1 else ''})", flush=True)
     try:
-        for i, (files, members) in enumerate(groups.values()):
-            tree = build_tree(student, work / f"copy{i}", reference, files)
-            spec = {"tree": str(tree), "ini": str(ini), "out": str(work / f"run{i}.json"),
-                    "log": str(work / f"run{i}.log"),
-                    "selections": {n: list(exercises[n].checks) for n in members}}
-            record = run_child(spec, timeout * len(members), fork)
-            for n in members:
-                records[n] = record
-            if not keep:
-                shutil.rmtree(tree, ignore_errors=True)
-        expected = None
-        results = []
-        for n in numbers:
-            ex, record = exercises[n], records[n]
-            ids = record["selected"].get(str(n), [])
-            own = {file for file, _ in ex.checks}  # errors of a shared run: those of this exercise's files
-            errors = [e for e in record["errors"] if e.split(":")[0] in own or not e.startswith("tests/")]
-            if not ids and not errors:
-                errors.append(f"no test ran (pytest exit {record['exit']}; --keep keeps its log)")
-            # a module that does not import, a time-out: count the tests it should have run
-            if not ids or errors:
-                if expected is None and reference is not None:
-                    tree = build_tree(reference, work / "reference", None, {})
-                    spec = {"tree": str(tree), "ini": str(ini), "out": str(work / "reference.json"),
-                            "log": str(work / "reference.log"), "collect_only": True,
-                            "selections": {m: list(exercises[m].checks) for m in numbers}}
-                    expected = run_child(spec, timeout, fork)["selected"]
-                ids = list(dict.fromkeys(ids + (expected or {}).get(str(n), []))) or [f"{n}: no test ran"]
-            outcome = {i: record["outcomes"].get(i, ["not run", ""]) for i in ids}
-            passed = sum(o[0] == "passed" for o in outcome.values())
-            written = not ex.functions
-            max_score = 0.0 if written else POINTS
-            results.append({"number": n, "title": ex.title, "passed": passed, "total": len(ids),
-                            "score": round(max_score * passed / len(ids), 2), "max_score": max_score,
-                            "written": written, "seconds": round(record["seconds"], 1),
-                            "failed": [[i, o[0] + (": " + o[1] if o[1] and o[1] != o[0] else "")]
-                                       for i, o in outcome.items() if o[0] != "passed"],
-                            "errors": errors})
+        records = run_groups(groups, student, reference, exercises, work, timeout, fork, keep)
+        results = score_exercises(numbers, exercises, records, reference, work, timeout, fork)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -38,7 +38,9 @@ MAX_UNITS = 19
 # Counted from `def` to its last line, docstring and comments included. When the cap was set (issue 39) the
 # 509 functions had a median of 8 lines and a 99th percentile of 52; the two over 60 (eval.py's main at 85,
 # rollout.decode at 64) were split into named steps (print_runs_table, append_samples, print_summary;
-# prefill).
+# prefill). The tools (scripts/, bench/, data/) came under the cap later, their six over 60 split the same
+# way: grade.py's grade (85), make_countdown.py's main (69), and in bench/ gpu_smoke.train_steps (91),
+# rollout.py's main (90), step.one_step (65), trl_step.bench_model (75).
 MAX_FUNCTION_LINES = 60
 # Functions that read best long, each with its reason ("path:name"). None today.
 LONG_FUNCTIONS: dict[str, str] = {}
@@ -96,7 +98,7 @@ def functions(path: Path):
 
 
 def test_every_function_is_short_enough_to_read_at_once():
-    long = [f"{path.relative_to(ROOT)}:{line} {name} ({n} lines)" for path in FILES + COMMANDS
+    long = [f"{path.relative_to(ROOT)}:{line} {name} ({n} lines)" for path in FILES + COMMANDS + TOOLS
             for name, line, n in functions(path)
             if n > MAX_FUNCTION_LINES and f"{path.relative_to(ROOT)}:{name}" not in LONG_FUNCTIONS]
     assert not long, f"over {MAX_FUNCTION_LINES} lines: split out a named step: {long}"
