@@ -68,8 +68,8 @@ def result(run: Run, steps: int) -> dict | None:
     fractions (%) and the entropy (nats per completion token) over the last min(20, steps) steps."""
     if not finished(run, steps):
         return None
-    config = json.loads((run.dir / "config.json").read_text())
-    k, rows = config["eval_k"], read_metrics(run.dir / "metrics.jsonl")
+    saved = json.loads((run.dir / "config.json").read_text())  # the run's config.json
+    k, rows = saved["eval_k"], read_metrics(run.dir / "metrics.jsonl")
     evals = {r["step"]: r for r in rows if f"eval/mean@{k}" in r}  # a resumed step keeps its last row
     train = list({r["step"]: r for r in rows if "clip_frac_low" in r}.values())  # resumed steps: last row
     end = [s for s in (steps - 1, steps) if s in evals]
@@ -84,7 +84,7 @@ def result(run: Run, steps: int) -> dict | None:
            "splits": splits, "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high"),
            "entropy_end": statistics.fmean(entropy) if entropy else math.nan,
            "changes": [f"at step {c['step']}: {change_text(c)}"
-                       for c in recorded_changes(config, run.dir / "config.json")]}
+                       for c in recorded_changes(saved, run.dir / "config.json")]}
     for prefix in ["", *(f"{split}/" for split in splits)]:
         for metric in ("mean", "pass"):
             key = f"eval/{prefix}{metric}@{k}"
