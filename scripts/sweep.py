@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
 import torch  # noqa: E402
 from nanoatr import config  # noqa: E402
-from nanoatr.session import PRESETS, TrainConfig, hparam_flags  # noqa: E402
+from nanoatr.session import PRESETS, TrainConfig, apply_preset, hparam_flags, resolve  # noqa: E402
 from nanoatr.methods import METHODS, check_hparams, defaults  # noqa: E402
 # the report: scripts/sweep_report.py
 from sweep_report import (Claim, Contrast, Hypothesis, Questions, Run, SCORE, WARM_START,  # noqa: E402
@@ -273,9 +273,8 @@ def make_parser() -> argparse.ArgumentParser:
     """The sweep's own flags (train.py's come after --)."""
     settings_help = "".join(f"\nSETTINGS of --task {t} (none under --preset): {' '.join(f)} --steps {n}"
                             for t, (f, n) in SETTINGS.items())
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/sweep.py",
-                                     description=__doc__ + settings_help,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = config.Parser(prog="python scripts/sweep.py", description=__doc__ + settings_help,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)  # a bad flag: one line
     parser.add_argument("--clip", nargs="+", metavar="ARM", help="arms: methods, each with its "
                         "hyper-parameters and train.py flags if any, as above (default: clip clip-higher "
                         "kl3)")
@@ -326,6 +325,16 @@ def make_parser() -> argparse.ArgumentParser:
                         "comparisons and the figures from the runs finished so far (a sweep in progress is "
                         "left alone)")
     return parser
+
+
+def check_counts(args, parser: argparse.ArgumentParser):
+    """The sweep's counts in their ranges: one error line naming the flag."""
+    counts = (("seeds", ">=1"), ("steps", ">=1"), ("first_seed", ">=0"), ("jobs", ">=0"), ("threads", ">=0"))
+    try:
+        for name, allowed in counts:
+            config.check_number(name, getattr(args, name), allowed)
+    except config.ConfigError as e:
+        parser.error(str(e))
 
 
 def asked(args, methods: list[str], parser: argparse.ArgumentParser) -> Questions:
@@ -389,6 +398,21 @@ def devices_and_threads(args, runs: list[Run], parser: argparse.ArgumentParser) 
     return devices, args.threads or max(1, cores // len(devices))
 
 
+def check_runs(runs: list[Run], steps: int, train_args: list[str], parser: argparse.ArgumentParser):
+    """Each new run's train.py flags, checked as train.py checks them before its first step (each value in
+    its range, and how they fit together): a setting that would fail its runs is one error line now, not
+    failed runs later. A resumed run is train.py's to check against its config.json."""
+    for run in runs:
+        argv = command(run, steps, train_args)[2:]
+        if "--resume" in argv:
+            continue
+        cfg, hparams, given = config.parse(TrainConfig, argv, extra=hparam_flags)
+        try:
+            resolve(apply_preset(cfg, given), hparams, 1, given)
+        except config.ConfigError as e:
+            parser.error(f"{e} (train.py, run {run.dir.name})")
+
+
 def print_commands(runs: list[Run], steps: int, train_args: list[str], devices: list, threads: int):
     """--dry-run: each run's train.py command line, as the sweep would start it."""
     gpus = [d for d in devices if d is not None]
@@ -425,8 +449,7 @@ def main(argv=None):
     # Qwen3-1.7B on GPUs) is a setting of its own; only --steps, the sweep's own flag, is still the sweep's.
     flags, steps = ([], PRESETS[preset]["steps"]) if preset else SETTINGS[args.task]
     args.steps = args.steps or steps
-    if args.seeds < 1 or args.steps < 1:
-        parser.error("--seeds and --steps must be >= 1")
+    check_counts(args, parser)
     methods = [f"kl3:delta={d:g}" for d in args.ablate_delta] if args.ablate_delta else \
         args.clip or ["clip", "clip-higher", "kl3"]
     out = args.out.resolve()
@@ -439,6 +462,10 @@ def main(argv=None):
         ["--eval-every", str(args.steps - 1)]
     train_args = ["--task", args.task, *flags, *ends, *train_args]  # later flags win in train.py's argparse
     devices, threads = devices_and_threads(args, runs, parser)
+    if not args.report:
+        check_runs(runs, args.steps, train_args, parser)
+    elif not out.is_dir():
+        parser.error(f"--report: {out} holds no sweep (no such folder)")
     if preset:
         print(f"--preset {preset} after --: the sweep's settings of --task {args.task} are not applied (the "
               f"preset's win); {args.steps} steps", flush=True)

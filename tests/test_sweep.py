@@ -114,11 +114,25 @@ def test_std_is_the_population_std_as_in_table_3():
     (["--clip", "kl3", "--ablate-delta", "0.1"], "exclude each other"),
     (["--", "--seed", "3"], "--seed after -- is set by the sweep"),
     (["--clip", "nope"], "--clip must be one of"),
+    (["--seeds", "0"], "error: --seeds must be >= 1 (got 0)"),
+    (["--first-seed", "-1"], "error: --first-seed must be >= 0 (got -1)"),
+    (["--jobs", "-1"], "error: --jobs must be >= 0 (got -1)"),       # was a ZeroDivisionError
+    (["--threads", "-2"], "error: --threads must be >= 0 (got -2)"),  # was OMP_NUM_THREADS=-2
+    (["--clp", "kl3"], "error: unrecognized arguments: --clp kl3 (see --help); --clp: did you mean --clip?"),
 ])
 def test_bad_command_lines(argv, message, tmp_path, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as e:
         sweep.main([*argv, "--out", str(tmp_path)] if "--" not in argv else ["--out", str(tmp_path), *argv])
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_report_needs_a_sweep_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        sweep.main(["--clip", "kl3", "--report", "--out", str(tmp_path / "nothing")])
+    err = capsys.readouterr().err
+    assert f"error: --report: {tmp_path / 'nothing'} holds no sweep (no such folder)" in err
+    assert not (tmp_path / "nothing").exists()
 
 
 def test_other_settings_need_another_directory(tmp_path):
@@ -128,12 +142,33 @@ def test_other_settings_need_another_directory(tmp_path):
 
 
 def test_a_failed_run_is_reported(tmp_path, capsys):
+    missing = tmp_path / "missing.jsonl"  # train.py finds out when it starts: the run fails
     with pytest.raises(SystemExit) as e:
-        sweep.main(["--clip", "kl3", "--seeds", "1", "--steps", "1", "--out", str(tmp_path), "--", "--lr", "-1"])
+        sweep.main(["--clip", "kl3", "--seeds", "1", "--steps", "1", "--out", str(tmp_path / "sweep"), "--",
+                    "--eval-data", str(missing)])
     assert e.value.code == 1
     captured = capsys.readouterr()
-    assert "FAILED" in captured.out and "| kl3 | delta=0.07 | 0/1 |" in (tmp_path / "table.md").read_text()
-    assert "--lr must be > 0" in captured.err
+    assert "FAILED" in captured.out
+    assert "| kl3 | delta=0.07 | 0/1 |" in (tmp_path / "sweep/table.md").read_text()
+    assert "kl3-s0 failed" in captured.err and str(missing) in captured.err
+
+
+@pytest.mark.parametrize("own, train, message", [
+    (["--clip", "kl3"], ["--lr", "-1"], "error: --lr must be > 0 (got -1.0) (train.py, run kl3-s0)"),
+    (["--clip", "clip", "kl3:minibatches=7"], [],   # an arm's own flag, as it fits the others
+     "error: --minibatches 7 must divide the 128 completions of a rollout chunk"),
+    (["--clip", "kl3", "--steps", "2"], ["--warmup-steps", "100"],
+     "error: --warmup-steps 100 is more than the run's 64 optimizer steps"),
+])
+def test_flags_that_would_fail_the_runs_are_one_error_line_before_any_run(own, train, message, tmp_path,
+                                                                         capsys):
+    """train.py's own checks (each value's range, how the flags fit together) run on every new run's command
+    line first: one line naming the flag, exit 2, nothing started."""
+    with pytest.raises(SystemExit) as e:
+        sweep.main([*own, "--seeds", "1", "--out", str(tmp_path / "sweep"), "--", *train])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
