@@ -89,6 +89,7 @@ sys.path.insert(0, str(HERE))
 
 from make_default import TOKENIZER_CONFIG, build_tokenizer  # noqa: E402
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
+from nanoatr.config import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.data import TASKS, DataError, Problem, countdown_key, load_problems, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
@@ -416,8 +417,7 @@ def write_rl_prompts(model, tok, model_dir: Path, data: Path):
 
 def make_parser() -> argparse.ArgumentParser:
     """The generator's flags: the task's law, the warm-start's recipe, and where to write."""
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0, help="seed of the task splits and of the training")
     ap.add_argument("--numbers", type=int, default=4, help="numbers per problem")
     ap.add_argument("--high", type=int, default=10, help="numbers are drawn from 1..HIGH")

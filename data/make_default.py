@@ -45,6 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere without installing
 
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
+from nanoatr.config import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.data import Problem, arith_key, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
@@ -171,8 +172,7 @@ def warm_start(model, tok, splits: dict[str, list[Problem]], args) -> int:
 
 
 def main():
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0, help="seed of the task splits and of the training")
     ap.add_argument("--target", type=float, default=30.0,
                     help="stop when validation Mean@4 (%%) reaches this")

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))  # run from anywhere without installing
 sys.path.insert(0, str(ROOT / "data"))
 
 from make_countdown import solutions  # noqa: E402  (data/make_countdown.py)
+from nanoatr.config import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.data import TASKS, load_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
@@ -66,8 +67,7 @@ def breakdown(rows: list[dict], problems) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="*", help="policies: model directories or checkpoints of full-weight "
                     "runs (the sweep's; default: the warm start)")
     ap.add_argument("--k", type=int, default=8, help="samples per problem")

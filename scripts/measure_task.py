@@ -20,6 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from anywhere without installing
 
+from nanoatr.config import ConfigError, Parser, check_number, die  # noqa: E402  (one error line each)
 from nanoatr.data import TASKS, load_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
@@ -52,8 +53,7 @@ def mean_entropy(model, tok, problems, n: int, max_new_tokens: int, temperature:
 
 
 def main():
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="math", choices=sorted(TASKS), help="the task (train.py --task)")
     ap.add_argument("--model", help="model directory (default: the task's warm-start)")
     ap.add_argument("--data", help="problems (default: the task's held-out file)")
@@ -66,6 +66,13 @@ def main():
                     help="train.py's --seed (its step-0 evaluation draws these samples)")
     ap.add_argument("--show", type=int, default=0, help="print this many sampled completions")
     args = ap.parse_args()
+    try:
+        for name, allowed in (("k", ">=1"), ("limit", ">=0"), ("temperature", ">0"), ("show", ">=0")):
+            check_number(name, getattr(args, name), allowed)
+        if args.max_new_tokens is not None:
+            check_number("max_new_tokens", args.max_new_tokens, ">=1")
+    except ConfigError as e:
+        die(str(e))
     task = TASKS[args.task]
     model_dir = args.model or str(ROOT / task.model)
     data = args.data or str(ROOT / task.eval_data[0])

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
+from nanoatr.config import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.runs import change_text, read_metrics, recorded_changes  # noqa: E402
 from nanoatr.evaluate import summarize, verdicts_by_problem  # noqa: E402
 
@@ -235,8 +236,8 @@ def plot_pass_at_k(eval_files, out) -> Path:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/plot.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python scripts/plot.py", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", help="run directories (Figure 2) or, with --passk, eval files")
     parser.add_argument("--passk", action="store_true", help="Figure 4 from eval.py output files")
     parser.add_argument("--out", help="output .svg (a .png is written beside it; default: curves.svg in the "

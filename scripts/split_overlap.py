@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT / "data"))
 
 import make_countdown  # noqa: E402  (data/make_countdown.py: the Countdown generator)
 import make_default  # noqa: E402  (data/make_default.py: the arithmetic generator)
+from nanoatr.config import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.data import DataError, Problem, arith_key, countdown_key, load_problems  # noqa: E402
 
 # task: (directory under data/, key, the files trained on, the evaluation files, the shipped
@@ -76,8 +77,7 @@ def report(task: str, data_dir: Path, steps: int) -> list[str]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", choices=sorted(TASKS), action="append", help="the task (default: both)")
     ap.add_argument("--data-dir", default=str(ROOT / "data"),
                     help="holds arith/ and countdown/ (default: data)")

@@ -50,6 +50,7 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
+from nanoatr.config import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr import methods  # noqa: E402
 from nanoatr.divergence import k3, kl3_ratio_range  # noqa: E402
 from plot import Line, Panel, draw  # noqa: E402  (scripts/plot.py)
@@ -211,8 +212,8 @@ def figure1(out, delta: float = 0.07):
 # ----------------------------------------------------------------------------
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/theory.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python scripts/theory.py", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--states", type=int, default=2000, help="random states per event and surrogate")
     parser.add_argument("--eta", type=float, default=1e-3,
                         help="policy-gradient step size (first order: small)")
