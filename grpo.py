@@ -71,7 +71,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     try:
-        checks = (("prompts", ">=1"), ("group_size", ">=2"), ("minibatches", ">=1"), ("lr", ">0"))
+        checks = (("steps", ">=0"), ("prompts", ">=1"), ("group_size", ">=2"), ("minibatches", ">=1"),
+                  ("lr", ">0"))
         for name, allowed in checks:
             check_number(name, getattr(args, name), allowed)
     except ConfigError as e:

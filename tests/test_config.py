@@ -84,6 +84,7 @@ def test_help_sections_come_in_one_order(cls, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
+    (["--steps", "-1"], "error: --steps must be >= 0 (got -1)"),   # it trained nothing and said so twice
     (["--prompts", "0"], "error: --prompts must be >= 1 (got 0)"),
     (["--group-size", "1"], "error: --group-size must be >= 2 (got 1)"),
     (["--minibatches", "0"], "error: --minibatches must be >= 1 (got 0)"),
