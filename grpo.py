@@ -12,7 +12,7 @@ its loss and gradients are train.py's on the same batch.
 """
 import torch
 
-from nanoatr.config import ConfigError, Parser, check_number, die
+from nanoatr.config import ConfigError, Parser, check_numbers, die
 from nanoatr.data import TASKS, load_problems, located
 from nanoatr.loss import group_advantages, policy_loss
 from nanoatr.methods import METHODS, check_hparams
@@ -71,10 +71,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     try:
-        checks = (("steps", ">=0"), ("prompts", ">=1"), ("group_size", ">=2"), ("minibatches", ">=1"),
-                  ("lr", ">0"))
-        for name, allowed in checks:
-            check_number(name, getattr(args, name), allowed)
+        check_numbers(args, {"steps": ">=0", "prompts": ">=1", "group_size": ">=2", "minibatches": ">=1",
+                             "lr": ">0"})
     except ConfigError as e:
         die(str(e))
     task = TASKS["math"]

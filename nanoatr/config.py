@@ -55,6 +55,14 @@ def check_number(name: str, value, range: str | None = None):
         raise ConfigError(f"{flag(name)} must be {RANGES[range][1]} (got {value})")
 
 
+def check_numbers(args, ranges: dict[str, str]) -> None:
+    """A command's own counts and rates, each given attribute of `args` (an argparse namespace) inside its
+    RANGES name, e.g. {"steps": ">=0", "lr": ">0"}; one left unset (None) is not checked."""
+    for name, allowed in ranges.items():
+        if getattr(args, name) is not None:
+            check_number(name, getattr(args, name), allowed)
+
+
 def check_ranges(cfg) -> None:
     """Every numeric field inside its declared range, every float finite; ConfigError names the flag."""
     for f in dataclasses.fields(cfg):

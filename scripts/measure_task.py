@@ -20,7 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from anywhere without installing
 
-from nanoatr.config import ConfigError, Parser, check_number, die  # noqa: E402  (one error line each)
+from nanoatr.config import ConfigError, Parser, check_numbers, die  # noqa: E402  (one error line each)
 from nanoatr.data import TASKS, load_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
@@ -67,10 +67,8 @@ def main():
     ap.add_argument("--show", type=int, default=0, help="print this many sampled completions")
     args = ap.parse_args()
     try:
-        for name, allowed in (("k", ">=1"), ("limit", ">=0"), ("temperature", ">0"), ("show", ">=0")):
-            check_number(name, getattr(args, name), allowed)
-        if args.max_new_tokens is not None:
-            check_number("max_new_tokens", args.max_new_tokens, ">=1")
+        check_numbers(args, {"k": ">=1", "limit": ">=0", "max_new_tokens": ">=1", "temperature": ">0",
+                             "show": ">=0"})
     except ConfigError as e:
         die(str(e))
     task = TASKS[args.task]

@@ -329,10 +329,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 def check_counts(args, parser: argparse.ArgumentParser):
     """The sweep's counts in their ranges: one error line naming the flag."""
-    counts = (("seeds", ">=1"), ("steps", ">=1"), ("first_seed", ">=0"), ("jobs", ">=0"), ("threads", ">=0"))
     try:
-        for name, allowed in counts:
-            config.check_number(name, getattr(args, name), allowed)
+        config.check_numbers(args, {"seeds": ">=1", "steps": ">=1", "first_seed": ">=0", "jobs": ">=0",
+                                    "threads": ">=0"})
     except config.ConfigError as e:
         parser.error(str(e))
 
