@@ -262,6 +262,30 @@ def test_the_self_check_agrees_with_the_grader_on_a_partly_solved_copy(tmp_path)
     assert one["score"] == 0 and "a test module that does not import" in one["errors"][0], printed
 
 
+PLANTED = """    loss.backward()
+    g = torch.Generator().manual_seed(0)
+    for p in model.parameters():  # planted: another CPU's summation order, 64 units of rounding
+        eps = torch.finfo(p.grad.dtype).eps
+        p.grad += p.grad * 64 * eps * torch.randn(p.grad.shape, generator=g, dtype=p.grad.dtype).sign()
+"""
+
+
+def test_a_correct_answer_gets_full_marks_whatever_the_cpus_rounding(tmp_path):
+    """Exercise 12 (grpo.py::update) is graded by tests/test_grpo.py, which compares it with train.py's step.
+    The reference answer with a rounding difference planted in every gradient (64 units of the dtype's
+    rounding, random signs: about what train.py's and grpo.py's own summation orders differ by, 54 measured
+    in float64, and what another CPU's kernels give) still scores 10 of 10. While the comparison ran in
+    float32, this plant scored 6.67 (a weight tolerance of 1e-5 after SGD steps at lr 30), as the unplanted
+    reference did on an Intel CPU: 106.67/110."""
+    MA.main(["--exercises", "12", "--out", str(tmp_path / "hw")])
+    student, grader = tmp_path / "hw", tmp_path / "hw-grader"
+    assert MA.paste_reference(student, [12]) == ["grpo.py"]
+    source = (student / "grpo.py").read_text()
+    assert source.count("    loss.backward()\n") == 1
+    (student / "grpo.py").write_text(source.replace("    loss.backward()\n", PLANTED))
+    assert scores(run_grader(grader, student, tmp_path / "planted.json")) == {12: (10, 3, 3)}
+
+
 @pytest.mark.skipif(find_spec("setuptools") is None, reason="pip install -e . without network needs setuptools")
 def test_pip_install_editable_then_import_from_anywhere(tmp_path):
     """What a notebook in another folder does: after `pip install -e .`, `import nanoatr.methods` works and
