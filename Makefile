@@ -1,0 +1,29 @@
+# Two commands on a fresh machine, each doing its own set-up:
+#   make train     a virtual environment in .venv (made once), requirements.txt, then the embedded default run
+#   make test      the same environment, requirements-dev.txt, then the whole suite (what CI runs: .ci/run)
+# Flags for train.py go in ARGS:  make train ARGS="--clip clip --steps 50"
+# Any python3 >= 3.10 makes the environment; PYTHON=python3.12 picks another.
+
+PYTHON ?= python3
+VENV := .venv
+ARGS ?= --clip kl3 --delta 0.07
+
+train: $(VENV)/.train
+	$(VENV)/bin/python train.py $(ARGS)
+
+test: $(VENV)/.test
+	$(VENV)/bin/python -m pytest -q
+
+# A stamp per requirements file: installed again only when the file changes.
+$(VENV)/.train: requirements.txt | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.test: requirements.txt requirements-dev.txt | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -r requirements-dev.txt
+	touch $@ $(VENV)/.train
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+.PHONY: train test
