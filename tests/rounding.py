@@ -12,6 +12,7 @@ sum differ by at most twice that. `within` checks a difference against its bound
 NANOATR_ROUNDING=1 in the environment (and pytest -s), prints both: the "measured" column of the table in
 docs or a report comes from there, on whatever machine runs it.
 """
+import contextlib
 import math
 import os
 
@@ -96,3 +97,29 @@ def within(a, b, tol: float, what: str = "") -> float:
         print(f"\nrounding: {what}: {diff:.3g} (bound {tol:.3g})")
     assert diff <= tol, f"{what}: {diff:.3g} apart, more than rounding explains ({tol:.3g})"
     return diff
+
+
+@contextlib.contextmanager
+def another_cpu(seed: int = 0, linear_units: int = 64):
+    """Inside, our Qwen3 rounds as another CPU's kernels might: every entry of every float32 island (each
+    RMSNorm's output, RoPE's cos and sin) one float32 ulp off (2 U32, random signs), and every linear layer's
+    output `linear_units` units of its own dtype's rounding off (another order of its sums). What a bound of
+    qwen3_float64 must absorb (tests/test_model.py plants it)."""
+    from torch import nn
+    from nanoatr.model import qwen3
+    g = torch.Generator().manual_seed(seed)
+    norm, rope, linear = qwen3.RMSNorm.forward, qwen3.rope_cos_sin, nn.Linear.forward
+
+    def off(x, units):
+        return x * (1 + units * torch.randn(x.shape, generator=g, dtype=x.dtype).sign())
+
+    def linear_off(self, x):
+        y = linear(self, x)
+        return off(y, linear_units * (U64 if y.dtype == torch.float64 else U32))
+    qwen3.RMSNorm.forward = lambda self, x: off(norm(self, x), 2 * U32)
+    qwen3.rope_cos_sin = lambda *a: tuple(off(t, 2 * U32) for t in rope(*a))
+    nn.Linear.forward = linear_off
+    try:
+        yield
+    finally:
+        qwen3.RMSNorm.forward, qwen3.rope_cos_sin, nn.Linear.forward = norm, rope, linear
