@@ -65,8 +65,27 @@ def test_the_58m_models_tokenizer_has_32000_tokens_that_all_decode():
     assert tok.decode(ids) == "12*34=\\boxed{408}" and len(ids) == 11  # a token per character; \boxed{ is one
 
 
-@pytest.mark.skipif(not HAS_TRL, reason="needs trl (bench/trl_step.py says how to install it)")
+def test_trl_step_times_our_side_alone_without_trl(capsys):
+    """--ours-only: our step as the comparison runs it (train.Run built as train.setup builds it, its phases
+    timed by wrapping train's functions and the scorer), without TRL; the TRL column is '-'. It ended in an
+    AttributeError (run.score, renamed run.scorer) that no test saw, TRL not being installed here."""
+    import torch
+    import train
+    trl_step, before = load("trl_step"), (torch.Tensor.backward, train.generate, train.policy_loss)
+    assert trl_step.main(["--ours-only", "--models", "embedded", "--steps", "1", "--warmup", "0",
+                          "--max-new-tokens", "4", "--no-compile"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("TRL not run (--ours-only)"), lines[0]
+    assert re.fullmatch(r"GRPO step ours alone \(--ours-only\): embedded \d+\.\dms", lines[-1]), lines[-1]
+    table = {line.split()[0]: line.split()[1:] for line in lines if line.startswith("  ")}
+    for phase in (*trl_step.PHASES, "step"):
+        assert re.fullmatch(r"\d+\.\dms", table[phase][0]) and table[phase][1:] == ["-", "-"], table[phase]
+    assert "forward passes with gradients per step: ours 4, TRL -" in "\n".join(lines)  # 64 / 16 a forward
+    assert (torch.Tensor.backward, train.generate, train.policy_loss) == before  # its timers are removed
+
+
 def test_trl_step_runs_one_short_step_of_each_side(capsys):
+    pytest.importorskip("trl", reason="needs trl (bench/trl_step.py says how to install it)")
     import torch
     import train
     trl_step, before = load("trl_step"), (torch.Tensor.backward, train.generate, train.policy_loss)
