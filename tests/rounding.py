@@ -86,8 +86,13 @@ def sampled_logprob_error(config, z_max: float, vocab: int, temperature: float =
     return 2 * logits / T + 2 * log_softmax_error(torch.full((vocab,), float(z_max)), T)
 
 
+def as_float64(x):
+    """x as a float64 tensor; a Python float kept whole (torch.as_tensor would make it float32)."""
+    return x.double() if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch.float64)
+
+
 def max_diff(a, b) -> float:
-    return float((torch.as_tensor(a).double() - torch.as_tensor(b).double()).abs().max())
+    return float((as_float64(a) - as_float64(b)).abs().max())
 
 
 def within(a, b, tol: float, what: str = "") -> float:
