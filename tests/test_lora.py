@@ -53,7 +53,8 @@ def assert_merged_is_base_plus_adapter(base_dir, adapter_dir, merged_dir):
     """The merged checkpoint's weights are W + (alpha / r) B A, computed and stored in float32 (lora.merge):
     within one rounding of the sum (U32 of |W| + s |B| |A|) and the rank-r product's (sum_orders(r) of
     s |B| |A|) of it in float64; every other weight is the base's, bit for bit."""
-    base, merged = load_file(base_dir / "model.safetensors"), load_file(merged_dir / "model.safetensors")
+    base, merged = ({k: v for f in sorted(Path(d).glob("model*.safetensors")) for k, v in
+                     load_file(f).items()} for d in (base_dir, merged_dir))  # a sharded checkpoint's files too
     adapter = load_file(adapter_dir / "adapter_model.safetensors")
     config = json.loads((adapter_dir / "adapter_config.json").read_text())
     r, s = config["r"], config["lora_alpha"] / config["r"]
