@@ -71,7 +71,7 @@ def variants(scale: float):
             "compiled": torch.compile(elementwise, dynamic=True), "flex_attention": torch.compile(flex)}
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--presets", default="tiny,100m", help="comma-separated: " + ", ".join(PRESETS))
     ap.add_argument("--batch", type=int, default=64)
@@ -79,7 +79,7 @@ def main():
     ap.add_argument("--max-len", type=int, default=160, help="cache slots per row (prompt + new tokens)")
     ap.add_argument("--repeats", type=int, default=30, help="timed passes over the layers")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     stream = memory_bytes_per_s()

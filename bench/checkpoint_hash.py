@@ -31,13 +31,16 @@ from nanoatr.model import Qwen3, Qwen3Config  # noqa: E402
 SHAPE = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
              num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
              max_position_embeddings=40960)
+# --tiny: the same steps on a few-MB checkpoint, and the hashes on 8 MB (tests/test_bench.py runs it)
+TINY = dict(SHAPE, vocab_size=4096, hidden_size=128, intermediate_size=256, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=32)
 
 
-def model(layers: int) -> Qwen3:
+def model(layers: int, shape: dict = SHAPE) -> Qwen3:
     """The shape's Qwen3, bf16, every tensor filled (the hash's speed does not depend on the values)."""
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("meta"):
-        m = Qwen3(Qwen3Config(**{**SHAPE, "num_hidden_layers": layers}))
+        m = Qwen3(Qwen3Config(**{**shape, "num_hidden_layers": layers}))
     torch.set_default_dtype(torch.float32)
     m = m.to_empty(device="cpu")
     m.lm_head.weight = m.model.embed_tokens.weight  # to_empty gave each its own tensor
@@ -76,8 +79,10 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=28, help="decoder layers (28 = Qwen3-1.7B)")
     ap.add_argument("--dir", default=None, help="where to write the run folder (default: a temporary one)")
+    ap.add_argument("--tiny", action="store_true", help="a tiny model of the shape (vocabulary 4096, hidden "
+                    "128) and 8 MB of hashing: the same steps in seconds, to check the script runs")
     args = ap.parse_args(argv)
-    m = model(args.layers)
+    m = model(args.layers, TINY if args.tiny else SHAPE)
     params = sum(p.numel() for p in m.parameters())
     tok = checkpoint.read_tokenizer_files(ROOT / "data/tiny-qwen3")
     hashing = []
@@ -106,7 +111,7 @@ def main(argv=None):
         line("check without hashes, cold", timed(lambda: checkpoint.check(path, hashes=False)), nbytes)
         cold(path)
         line("check with hashes, cold (resume after a reboot)", timed(lambda: checkpoint.check(path)), nbytes)
-    hash_speeds()
+    hash_speeds(8 if args.tiny else 256)
 
 
 if __name__ == "__main__":

@@ -25,13 +25,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def step_seconds(threads: int, steps: int, out: Path) -> tuple[float, list[int]]:
-    """Median seconds per step of the default run, and the thread counts it chose."""
+# --tiny: a run of a few tokens, eager, for a check that the script runs (tests/test_bench.py)
+TINY_RUN = ["--no-compile", "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8",
+            "--eval-limit", "2", "--eval-k", "1"]
+
+
+def step_seconds(threads: int, steps: int, out: Path, tiny: bool = False) -> tuple[float, list[int]]:
+    """Median seconds per step of the default run (tiny: TINY_RUN's), and the thread counts it chose."""
     name = f"t{threads}-{time.monotonic_ns()}"
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     subprocess.run([sys.executable, "train.py", "--steps", str(steps), "--eval-limit", "8", "--threads",
-                    str(threads), "--out-dir", str(out), "--name", name, "--save-every", str(steps)],
-                   cwd=ROOT, env=env, check=True, capture_output=True)
+                    str(threads), "--out-dir", str(out), "--name", name, "--save-every", str(steps),
+                    *(TINY_RUN if tiny else [])], cwd=ROOT, env=env, check=True, capture_output=True)
     rows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "time_rollout" in r][2:]
     return statistics.median(r["time_rollout"] + r["time_train"] for r in rows), [r["threads"] for r in rows]
@@ -41,6 +46,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=12, help="steps per cell (the first two are not timed)")
     ap.add_argument("--loads", type=int, nargs="+", default=[0, 1, 3], help="numbers of busy processes")
+    ap.add_argument("--tiny", action="store_true", help="each cell a run of a few tokens, eager (TINY_RUN): "
+                    "seconds, to check the script runs; its figures are not the default run's")
     args = ap.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
     policies = {"default (--threads 0)": 0, f"{cores} threads forced": cores}
@@ -53,7 +60,7 @@ def main(argv=None):
             try:
                 time.sleep(1.0)
                 for label, threads in policies.items():
-                    secs, chosen = step_seconds(threads, args.steps, Path(tmp))
+                    secs, chosen = step_seconds(threads, args.steps, Path(tmp), args.tiny)
                     table[label, load] = secs
                     print(f"  {load} busy  {label:24s} {secs:6.2f} s/step  threads {sorted(set(chosen))}",
                           flush=True)

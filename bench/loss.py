@@ -85,7 +85,7 @@ def measure_memory(variant: str, tokens: int, V: int, D: int, chunk_size: int) -
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--methods", default="kl3,clip", help="comma-separated --clip methods to time")
     ap.add_argument("--batch", type=int, default=64, help="B of the timed loss")
@@ -100,7 +100,7 @@ def main():
                     "machine use 1: OpenMP waiting for busy cores makes each eager op ~10 ms")
     ap.add_argument("--skip-memory", action="store_true", help="only time the loss")
     ap.add_argument("--child", choices=["chunked", "naive"], help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -39,6 +39,10 @@ def packed(examples, pad_id: int, length: int):
     for prompt, completion in examples:
         seq = [(t, i, False) for i, t in enumerate(prompt)] + \
               [(t, len(prompt) + i, True) for i, t in enumerate(completion)]
+        if len(seq) > length:  # it would not fit a row of its own (a RuntimeError deep in the copy)
+            print(f"error: --pack-len {length} is shorter than an example ({len(seq)} tokens)",
+                  file=sys.stderr)
+            raise SystemExit(2)
         if len(row) + len(seq) > length:
             rows.append(row)
             row = []
@@ -87,14 +91,14 @@ def compare(name: str, model_dir: Path, stream, batch: int, pack_len: int, repea
           f"= {b / a:.2f}x, masked {c:.0f} ms/step = {c / a:.2f}x")
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=64, help="examples per step (the warm-starts' batch)")
     ap.add_argument("--pack-len", type=int, default=256,
                     help="length of a packed row (the models' positions)")
     ap.add_argument("--repeats", type=int, default=20, help="timed steps")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.manual_seed(0)
     compare("arithmetic", ROOT / "data/tiny-qwen3", make_default.sft_stream(1, set()), args.batch,
             args.pack_len, args.repeats)

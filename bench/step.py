@@ -182,7 +182,7 @@ def report(name, times, n_tokens, rollout_tokens):
     return med, total
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="data/tiny-qwen3")
     ap.add_argument("--data", default="data/arith/train.jsonl")
@@ -198,7 +198,7 @@ def main():
     ap.add_argument("--no-reference", dest="reference", action="store_false",
                     help="skip the transformers step")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     logging.getLogger("transformers").setLevel(logging.ERROR)

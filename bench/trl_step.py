@@ -2,6 +2,7 @@
 
     /work/venv-trl/bin/python bench/trl_step.py                   # both models, median of 5 steps each
     /work/venv-trl/bin/python bench/trl_step.py --models embedded --steps 2 --warmup 1      # a short run
+    python bench/trl_step.py --ours-only --models embedded     # our side alone, timed as in the comparison
 
 TRL is not a requirement of nanoatr: it is installed for this benchmark only, in its own virtualenv
 that sees the system's packages (so the same torch, transformers and nanoatr dependencies), with
@@ -11,7 +12,8 @@ torch held at its pinned version:
     /work/venv-trl/bin/pip install trl==1.16.0 torch==2.13.0    # torch already there: it stays as it is
 
 Written against trl 1.16.0 (with transformers 5.23.0, accelerate 1.15.0, datasets 5.2.0, torch
-2.13.0); the versions found are printed. Without trl this prints how to install it and exits 0.
+2.13.0); the versions found are printed. Without trl this prints how to install it and exits 0
+(--ours-only runs our side alone, TRL's column '-').
 
 One step is, on both sides, the same work (each side's default way of doing it):
   generate    8 prompts x 8 completions = 64, sampled at temperature 1 (no top-k / top-p), up to
@@ -218,7 +220,7 @@ def ours_setup(model_dir: Path, args, phases: Phases):
                          enable_thinking=cfg.thinking))
     phases.wrap(train, "generate", "generate")
     phases.wrap(train, "grade", "reward")
-    phases.wrap(run.score, "forward", "forward")
+    phases.wrap(run.scorer, "forward", "forward")
     phases.wrap(train, "policy_loss", "forward")
     phases.wrap(run.opt, "step", "optimizer")
     return run
@@ -324,41 +326,49 @@ def time_trl_phases(trainer, phases: Phases):
 
 
 def print_setting(name: str, run, trainer, args):
-    """Print the model's size and the step both sides take: prompts, completions, micro-batches, methods."""
+    """Print the model's size and the step both sides take: prompts, completions, micro-batches, methods
+    (trainer None: our side alone, --ours-only)."""
+    trl = "TRL not run (--ours-only)" if trainer is None else \
+        f"TRL optim {getattr(trainer.args.optim, 'value', trainer.args.optim)}"
     print(f"\n{name}: {run.model.num_parameters() / 1e6:.2f}M parameters, "
           f"vocabulary {run.model.config.vocab_size}; "
           f"{P} prompts x {G} = {P * G} completions of <= {args.max_new_tokens} tokens, "
           f"{(P * G) // MICRO} micro-batches of {MICRO}, one AdamW step; "
-          f"ours --clip {args.clip}, sampler {run.cfg.sampler}, compile {run.cfg.compile}; "
-          f"TRL optim {getattr(trainer.args.optim, 'value', trainer.args.optim)}; "
+          f"ours --clip {args.clip}, sampler {run.cfg.sampler}, compile {run.cfg.compile}; {trl}; "
           f"{args.steps} timed steps after {args.warmup} warm-up, {torch.get_num_threads()} threads",
           flush=True)
 
 
-def print_phases(results: dict, tokens: dict, forwards: dict, args, n_steps: int) -> float:
-    """Print each side's median phases, tokens and forward passes per step; returns TRL's step over ours."""
-    if len(results["ours"]) != n_steps or len(results["TRL"]) != n_steps:
+def print_phases(results: dict, tokens: dict, forwards: dict, args, n_steps: int) -> str:
+    """Print each side's median phases, tokens and forward passes per step; returns TRL's step over ours
+    ("2.05x"), or when TRL did not run (--ours-only, its column then '-') our median step ("412.3ms")."""
+    sides = [s for s in ("ours", "TRL") if results[s] or s == "ours"]
+    if any(len(results[s]) != n_steps for s in sides):
         raise SystemExit(f"error: expected {n_steps} steps of each side, "
                          f"got {len(results['ours'])} / {len(results['TRL'])}")
     med = {s: {k: statistics.median(r[k] for r in results[s][args.warmup:]) for k in (*PHASES, "step")}
-           for s in results}
-    ntok = {s: statistics.median(tokens[s][args.warmup:]) for s in tokens}
+           for s in sides}
+    ntok = {s: f"{statistics.median(tokens[s][args.warmup:]):.0f}" if s in sides else "-" for s in tokens}
+    fwd = {s: f"{statistics.median(forwards[s][args.warmup:]):.0f}" if s in sides else "-" for s in forwards}
     print(f"  {'phase':10s} {'ours':>10s} {'TRL':>10s}   TRL/ours")
     for k in (*PHASES, "step"):
-        o, t = med["ours"][k], med["TRL"][k]
-        ratio = f"{t / o:6.2f}x" if o > 1e-4 else "     -"
-        print(f"  {k:10s} {o * 1e3:8.1f}ms {t * 1e3:8.1f}ms   {ratio}")
-    print(f"  completion tokens per step (median): ours {ntok['ours']:.0f}, TRL {ntok['TRL']:.0f}; "
-          "forward passes with gradients per step: "
-          f"ours {statistics.median(forwards['ours'][args.warmup:]):.0f}, "
-          f"TRL {statistics.median(forwards['TRL'][args.warmup:]):.0f}")
+        o, t = med["ours"][k], med["TRL"][k] if "TRL" in med else None
+        ratio = f"{t / o:6.2f}x" if t is not None and o > 1e-4 else "     -"
+        trl = f"{t * 1e3:8.1f}ms" if t is not None else f"{'-':>10s}"
+        print(f"  {k:10s} {o * 1e3:8.1f}ms {trl}   {ratio}")
+    print(f"  completion tokens per step (median): ours {ntok['ours']}, TRL {ntok['TRL']}; "
+          f"forward passes with gradients per step: ours {fwd['ours']}, TRL {fwd['TRL']}")
     print(f"  steps (s): ours " + " ".join(f"{r['step']:.2f}" for r in results["ours"]) +
-          " | TRL " + " ".join(f"{r['step']:.2f}" for r in results["TRL"]) + "  (first: warm-up)", flush=True)
-    return med["TRL"]["step"] / med["ours"]["step"]
+          " | TRL " + (" ".join(f"{r['step']:.2f}" for r in results["TRL"]) or "-") + "  (first: warm-up)",
+          flush=True)
+    if "TRL" not in med:
+        return f"{med['ours']['step'] * 1e3:.1f}ms"
+    return f"{med['TRL']['step'] / med['ours']['step']:.2f}x"
 
 
-def bench_model(name: str, model_dir: Path, args, phases: Phases) -> float:
-    """One model, our step and TRL's in lockstep, compared phase by phase: TRL's step time over ours."""
+def bench_model(name: str, model_dir: Path, args, phases: Phases) -> str:
+    """One model, our step and TRL's in lockstep, compared phase by phase: TRL's step time over ours (with
+    --ours-only our steps alone, and our step's time)."""
     import train
     from nanoatr import distributed
     from nanoatr.data import load_problems
@@ -388,6 +398,15 @@ def bench_model(name: str, model_dir: Path, args, phases: Phases) -> float:
         results[side].append(t)
         tokens[side].append(n_tokens)
 
+    if args.ours_only:  # our side alone, step after step, timed as in lockstep
+        print_setting(name, run, None, args)
+        phases.now.clear()
+        phases.calls.clear()
+        for step in range(n_steps):
+            t0 = time.perf_counter()
+            n_tokens = ours_step(step)
+            record("ours", phases.take(time.perf_counter() - t0), n_tokens)
+        return print_phases(results, tokens, forwards, args, n_steps)
     with tempfile.TemporaryDirectory() as out_dir:
         trainer = trl_setup(model_dir, rows, args, out_dir, make_callback(phases, ours_step, record))
         check_same_prompts(trainer, run, rows)
@@ -401,7 +420,7 @@ def trl_installed() -> bool:
     return importlib.util.find_spec("trl") is not None
 
 
-def main(argv=None):
+def parse(argv):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
     ap.add_argument("--steps", type=int, default=5, help="timed steps of each side; medians are reported")
@@ -418,21 +437,26 @@ def main(argv=None):
                     "compiled, as train.py)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads for both sides (0 = torch's default)")
+    ap.add_argument("--ours-only", action="store_true",
+                    help="time our side alone, as it runs in the comparison (TRL need not be installed): "
+                         "the TRL column is '-'")
     args = ap.parse_args(argv)
-    models = args.models.split(",")
-    if unknown := [m for m in models if m not in MODELS]:
+    args.models = args.models.split(",")
+    if unknown := [m for m in args.models if m not in MODELS]:
         ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(MODELS)})")
-    if not trl_installed():
-        print(f"trl is not installed (it is only for this benchmark, in its own virtualenv): {INSTALL}")
-        return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    sys.path.insert(0, str(ROOT))
-    warnings.filterwarnings("ignore")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
+    return args
+
+
+def print_versions(args):
+    """The versions of what runs (TRL's side's packages unless --ours-only) and the thread count."""
+    import transformers
+    threads = f"{torch.get_num_threads()} threads ({'--threads' if args.threads else 'torch default'})"
+    if args.ours_only:
+        print(f"TRL not run (--ours-only); transformers {transformers.__version__}, "
+              f"torch {torch.__version__}; {threads}", flush=True)
+        return
     import accelerate
     import datasets
-    import transformers
     import trl
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -440,23 +464,38 @@ def main(argv=None):
     print(f"trl {trl.__version__}"
           + ("" if trl.__version__ == TRL_VERSION else f" (written against {TRL_VERSION})")
           + f", transformers {transformers.__version__}, accelerate {accelerate.__version__}, datasets "
-          f"{datasets.__version__}, torch {torch.__version__}; {torch.get_num_threads()} threads "
-          f"({'--threads' if args.threads else 'torch default'})", flush=True)
+          f"{datasets.__version__}, torch {torch.__version__}; {threads}", flush=True)
+
+
+def main(argv=None):
+    args = parse(argv)
+    if not args.ours_only and not trl_installed():
+        print(f"trl is not installed (it is only for this benchmark, in its own virtualenv): {INSTALL}")
+        return 0
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sys.path.insert(0, str(ROOT))
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    print_versions(args)
     phases = Phases()
     phases.wrap(torch.Tensor, "backward", "backward")
     phases.wrap(torch.nn.utils, "clip_grad_norm_", "optimizer")
     ratios = []
     try:
-        for name in models:
+        for name in args.models:
             if name == "embedded":
                 ratio = bench_model(name, ROOT / "data/tiny-qwen3", args, phases)
             else:
                 with tempfile.TemporaryDirectory() as tmp:
                     ratio = bench_model(name, build_58m(Path(tmp)), args, phases)
-            ratios.append(f"{name} {ratio:.2f}x")
+            ratios.append(f"{name} {ratio}")
     finally:
         phases.restore()  # torch.Tensor.backward, clip_grad_norm_ and train's functions as they were
-    print("GRPO step ours/TRL: " + ", ".join(ratios))  # the last line: TRL's step time over ours
+    if args.ours_only:
+        print("GRPO step ours alone (--ours-only): " + ", ".join(ratios))  # our median step time
+    else:
+        print("GRPO step ours/TRL: " + ", ".join(ratios))  # the last line: TRL's step time over ours
     return 0
 
 

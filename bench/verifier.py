@@ -82,12 +82,12 @@ def make_structured_case(rng: random.Random, correct: bool):
     return f"{body}Therefore, the final answer is $\\boxed{{{ans}}}$.", gold, correct
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     try:  # one core, as the trainer's reward workers would each get
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     except (AttributeError, OSError):

@@ -74,13 +74,13 @@ def print_table(title, t, have_mv):
     print(f"{'all':<26} {n:>4} {a / n:7.1%} {mv} {fa:>8} {fb if have_mv else '-':>6}")
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default=os.path.join(ROOT, "tests", "data", "verifier_cases.jsonl"))
     ap.add_argument("--show", choices=["all", "wrong", "none"], default="wrong",
                     help="list disagreements: cases either verifier gets wrong (default), every case, none")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with open(args.cases) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     if mv_verify is None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from nanoatr.loss import group_advantages
+from rounding import U64, sum_orders, within
 
 
 def short(t: torch.Tensor) -> str:
@@ -82,10 +83,18 @@ def test_bool_and_int_rewards_become_float32():
 
 
 def test_advantages_sum_to_zero_per_group():
-    rewards = torch.rand(6 * 8, generator=torch.Generator().manual_seed(0))
+    """In float64 (the advantages keep the rewards' dtype). The group's mean errs by at most half of
+    sum_orders(8) of sum|r| / 8, an error all 8 advantages repeat (divided by the std when normalised: the
+    scale s = sum|a| / sum|r - mean|); each subtraction and division rounds once more (2 U64 of |a|), and
+    the final 8-term sum by half of sum_orders(8) of sum|a|: within sum_orders(8) (s sum|r| + sum|a|)."""
+    rewards = torch.rand(6 * 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    r = rewards.view(6, 8)
     for normalize_std in (False, True):
         out = group_advantages(rewards, 8, normalize_std).view(6, 8)
-        torch.testing.assert_close(out.sum(-1), torch.zeros(6), atol=1e-5, rtol=0)
+        size = out.abs().sum(-1)
+        scale = size / (r - r.mean(-1, keepdim=True)).abs().sum(-1)
+        tol = sum_orders(8, U64) * float((scale * r.abs().sum(-1) + size).max())
+        within(out.sum(-1), torch.zeros(6), tol, f"sum, normalize_std={normalize_std}")
 
 
 def test_bad_layout_raises():

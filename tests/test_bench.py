@@ -1,6 +1,11 @@
-"""bench/rollout.py and bench/trl_step.py: they start, a tiny rollout comparison ends with its ratio line,
-the TRL benchmark says how to install TRL when it is missing, and its 32,000-token tokenizer decodes."""
+"""Every benchmark in bench/ (and the measuring scripts of scripts/) runs here on a tiny shape, in seconds: a
+tool nothing runs breaks unseen (bench/trl_step.py ended in an AttributeError for a renamed attribute). The
+GPU benchmarks' CPU paths are in tests/test_gpu_smoke.py, bench/step_memory.py's in tests/test_memory.py.
+Here: a tiny rollout comparison ends with its ratio line, the TRL benchmark says how to install TRL when it
+is missing (and times our side alone), its 32,000-token tokenizer decodes; attention, checkpoint hashing,
+contention, the loss, SFT packing, the GRPO step and the verifier's speed and agreement each run."""
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -12,9 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 HAS_TRL = importlib.util.find_spec("trl") is not None
 
 
-def load(name: str):
-    """bench/<name>.py as a module (under another name: bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+def load(name: str, folder: str = "bench"):
+    """<folder>/<name>.py as a module (under another name: bench/ and scripts/ are not packages)."""
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", ROOT / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -65,8 +70,27 @@ def test_the_58m_models_tokenizer_has_32000_tokens_that_all_decode():
     assert tok.decode(ids) == "12*34=\\boxed{408}" and len(ids) == 11  # a token per character; \boxed{ is one
 
 
-@pytest.mark.skipif(not HAS_TRL, reason="needs trl (bench/trl_step.py says how to install it)")
+def test_trl_step_times_our_side_alone_without_trl(capsys):
+    """--ours-only: our step as the comparison runs it (train.Run built as train.setup builds it, its phases
+    timed by wrapping train's functions and the scorer), without TRL; the TRL column is '-'. It ended in an
+    AttributeError (run.score, renamed run.scorer) that no test saw, TRL not being installed here."""
+    import torch
+    import train
+    trl_step, before = load("trl_step"), (torch.Tensor.backward, train.generate, train.policy_loss)
+    assert trl_step.main(["--ours-only", "--models", "embedded", "--steps", "1", "--warmup", "0",
+                          "--max-new-tokens", "4", "--no-compile"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("TRL not run (--ours-only)"), lines[0]
+    assert re.fullmatch(r"GRPO step ours alone \(--ours-only\): embedded \d+\.\dms", lines[-1]), lines[-1]
+    table = {line.split()[0]: line.split()[1:] for line in lines if line.startswith("  ")}
+    for phase in (*trl_step.PHASES, "step"):
+        assert re.fullmatch(r"\d+\.\dms", table[phase][0]) and table[phase][1:] == ["-", "-"], table[phase]
+    assert "forward passes with gradients per step: ours 4, TRL -" in "\n".join(lines)  # 64 / 16 a forward
+    assert (torch.Tensor.backward, train.generate, train.policy_loss) == before  # its timers are removed
+
+
 def test_trl_step_runs_one_short_step_of_each_side(capsys):
+    pytest.importorskip("trl", reason="needs trl (bench/trl_step.py says how to install it)")
     import torch
     import train
     trl_step, before = load("trl_step"), (torch.Tensor.backward, train.generate, train.policy_loss)
@@ -75,3 +99,135 @@ def test_trl_step_runs_one_short_step_of_each_side(capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert re.fullmatch(r"GRPO step ours/TRL: embedded \d+\.\d\dx", last), last
     assert (torch.Tensor.backward, train.generate, train.policy_loss) == before  # its timers are removed
+
+
+# ----------------------------------------------------------------------------
+# The other benchmarks: a tiny run each, its output's shape checked
+
+def test_attention_runs_every_variant_on_a_tiny_cache(monkeypatch, capsys):
+    """torch.compile is made the identity: the two compiled variants run their formula eagerly (compiling
+    takes minutes; each variant's agreement with SDPA is printed either way)."""
+    import torch
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    load("attention").main(["--presets", "tiny", "--batch", "4", "--context", "16", "--max-len", "24",
+                            "--repeats", "1", "--threads", "0"])
+    out = capsys.readouterr().out
+    variants = ["sdpa, enable_gqa", "sdpa, heads packed", "sdpa, copy first", "bmm", "compiled",
+                "flex_attention"]
+    diffs = [float(line.rsplit(" ", 1)[1]) for line in out.splitlines() if "max |diff|" in line]
+    assert len(diffs) == len(variants) and max(diffs) < 1e-4, out  # float32 SDPA over 16 keys: ~1e-7
+    summary = out.strip().splitlines()[-1]
+    assert summary.startswith("summary: time over the memory floor: tiny/T16/enable_gqa "), summary
+
+
+def test_checkpoint_hash_times_a_tiny_checkpoint(tmp_path, capsys):
+    load("checkpoint_hash").main(["--tiny", "--layers", "1", "--dir", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("0.00B parameters, 1 layers: checkpoint of "), lines[0]
+    for what in ("save, all of it", "check with hashes, page cache warm", "check without hashes, cold",
+                 "check with hashes, cold", "sha256 of 8 MB in memory", "md5 of 8 MB in memory"):
+        assert any(line.startswith(what) or line.startswith("  " + what) for line in lines), (what, lines)
+    assert not any(tmp_path.iterdir()), "its run folder is removed"
+
+
+@pytest.mark.slow
+def test_contention_runs_a_tiny_cell_of_each_policy(capsys):
+    """--loads 0 starts no busy process; --tiny makes each cell a run of a few tokens. Slow: each cell is a
+    train.py process (two, ~10 s on a quiet core, a minute on a loaded one)."""
+    assert load("contention").main(["--tiny", "--steps", "3", "--loads", "0"]) is None
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "| policy | 0 busy |" in lines and sum(line.endswith("(1.0x) |") for line in lines) == 2, lines
+    assert re.fullmatch(r"default policy: worst slowdown 1\.00x the quiet machine's \d+\.\d\d s/step",
+                        lines[-1]), lines[-1]
+
+
+def test_loss_benchmark_times_the_loss_and_measures_both_scorings(monkeypatch, capsys):
+    """The compiled loss made the eager one (compiling is a minute, not what is checked); the memory part's
+    children (a subprocess each, ~10 s of imports) run in this process: first as the child itself, through
+    --child, then as what measure_memory would start."""
+    from nanoatr import loss
+    bench = load("loss")
+    small = ["--mem-tokens", "32", "--vocab", "512", "--dim", "16", "--chunk-size", "8"]
+    bench.main(["--child", "naive", *small])
+    child = json.loads(capsys.readouterr().out)
+    assert child["variant"] == "naive" and child["tokens"] == 32 and child["peak_mb"] >= 0, child
+    monkeypatch.setattr(loss, "_compiled_loss", lambda: loss._fused_loss)
+    monkeypatch.setattr(bench, "measure_memory", bench.memory_child)
+    bench.main(["--methods", "kl3", "--batch", "2", "--length", "16", "--warmup", "1", "--repeats", "1",
+                *small])
+    out = capsys.readouterr().out
+    assert re.search(r"kl3 +eager +\d+\.\d\d ms +compiled +\d+\.\d\d ms +speed-up", out), out
+    assert re.search(r"chunked +peak \+ *\d+ MB", out) and re.search(r"naive +peak \+ *\d+ MB", out), out
+    assert "chunked / naive peak = " in out
+
+
+def test_sft_packing_compares_the_three_layouts(capsys):
+    load("sft_packing").main(["--batch", "4", "--repeats", "1"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["arithmetic", "countdown"], lines
+    assert all(re.search(r"padding \d+ ms/step .* packed into 256 .* masked \d+ ms/step = ", line)
+               for line in lines), lines
+
+
+def test_sft_packing_refuses_a_row_shorter_than_an_example(capsys):
+    """A countdown example of 67 tokens does not fit rows of 64: one error line (was a RuntimeError)."""
+    with pytest.raises(SystemExit) as e:
+        load("sft_packing").main(["--batch", "4", "--pack-len", "64", "--repeats", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == ["error: --pack-len 64 is shorter than an example (67 tokens)"], err
+
+
+def test_step_benchmark_times_ours_and_transformers(capsys):
+    load("step").main(["--prompts", "2", "--group", "2", "--max-new-tokens", "4", "--steps", "1",
+                       "--warmup", "0", "--no-compile-loss", "--threads", "0"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert re.fullmatch(r"summary: ours \d+\.\d{3} s/step = rollout \d+% \+ update \d+%; largest other phase "
+                        r"\d+\.\d%; transformers \d+\.\d{3} s/step \(\d+\.\d\dx ours\)", last), last
+
+
+def test_verifier_benchmark_verifies_its_cases():
+    """A subprocess: it pins itself to one core, which would pin the test process too."""
+    out = subprocess.run([sys.executable, "bench/verifier.py", "--n", "40"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("cases=40 verified="), lines
+    assert "disagreements with intended labels=0" in lines[0], lines
+    assert re.fullmatch(r"verify: [\d,]+ verifications/s on one core \(\d+ us each; [\d,]+ per CPU-second\)",
+                        lines[-1]), lines[-1]
+
+
+def test_verifier_compare_prints_our_accuracy_without_math_verify(tmp_path, capsys):
+    cases = (ROOT / "tests/data/verifier_cases.jsonl").read_text().splitlines()[:6]
+    (tmp_path / "cases.jsonl").write_text("\n".join(cases) + "\n")
+    compare = load("verifier_compare")
+    compare.main(["--cases", str(tmp_path / "cases.jsonl"), "--show", "all"])
+    out = capsys.readouterr().out
+    assert ("math-verify is not installed" in out) == (compare.mv_verify is None)
+    assert "slowest case (ours): " in out and out.count("label=") == 6, out
+
+
+# ----------------------------------------------------------------------------
+# The measuring scripts of scripts/ (their main reads sys.argv)
+
+def test_measure_task_prints_the_tasks_starting_figures(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["measure_task.py", "--limit", "2", "--k", "2", "--max-new-tokens", "8",
+                                      "--show", "1"])
+    load("measure_task", "scripts").main()
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and lines[0][0] in "+-", lines  # --show 1: one sampled completion
+    assert re.fullmatch(r".*tiny-qwen3 on .*heldout\.jsonl \(2 problems x 2 samples, T=1\.0\): "
+                        r"entropy \d\.\d{3} nats/token  Mean@2 \d+\.\d%  Pass@2 \d+\.\d%  length \d+\.\d  "
+                        r"truncated \d+\.\d%", lines[1]), lines[1]
+
+
+def test_countdown_breakdown_prints_a_line_per_file(monkeypatch, capsys):
+    """The warm start on the first 3 problems of each evaluated file (the script reads them all)."""
+    script = load("countdown_breakdown", "scripts")
+    real = script.load_problems
+    monkeypatch.setattr(script, "load_problems", lambda path, **kw: real(path, **kw)[:3])
+    monkeypatch.setattr(sys, "argv", ["countdown_breakdown.py", "--k", "1"])
+    script.main()
+    rows = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert [r["file"] for r in rows] == [Path(p).name for p in script.TASKS["countdown"].eval_data], rows
+    assert all({"policy", "Mean@1", "Pass@1", "length"} <= r.keys() for r in rows), rows

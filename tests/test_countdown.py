@@ -2,13 +2,14 @@ r"""The Countdown task: its reward (nanoatr/verifier/countdown.py; hand-checked 
 generator (data/make_countdown.py), the shipped files, and --task countdown end to end."""
 import json
 import random
+import sys
 import time
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
-from nanoatr.data import TASKS, Problem, countdown_key, load_problems, save_problems
+from nanoatr.data import TASKS, Problem, countdown_key, load_problems
 from nanoatr.rewards import countdown_reward
 from nanoatr.verifier.countdown import evaluate_expression, parse_answer, reward
 from tiny import make_default  # noqa: F401  (puts data/ on the path)
@@ -251,14 +252,15 @@ def test_shipped_splits_are_disjoint_and_well_formed():
             assert countdown.solutions(numbers, target, 10 ** 6), p  # solvable
 
 
-def test_shipped_splits_are_rebuilt_byte_for_byte(tmp_path):
-    """make_countdown.py's task files: held-out and validation drawn first (a sample of the task's law, no key
-    twice; issue 38), the transfer split by its own law clear of them, then the pool (train.jsonl) clear of
-    all three up to the key (tests/test_splits.py)."""
-    splits = countdown.task_splits(0, countdown.Spec())  # make_countdown.py's defaults
-    assert list(splits) == ["heldout", "val", "transfer", "train"]
-    for name, problems in splits.items():
-        save_problems(tmp_path / f"{name}.jsonl", problems)
+def test_shipped_splits_are_rebuilt_byte_for_byte(tmp_path, monkeypatch):
+    """`python data/make_countdown.py --only-splits --data-dir DIR`: the task files, held-out and validation
+    drawn first (a sample of the task's law, no key twice; issue 38), the transfer split by its own law clear
+    of them, then the pool (train.jsonl) clear of all three up to the key (tests/test_splits.py)."""
+    monkeypatch.setattr(sys, "argv", ["make_countdown.py", "--only-splits", "--data-dir", str(tmp_path)])
+    countdown.main()
+    names = ["heldout", "val", "transfer", "train"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.jsonl" for name in names)
+    for name in names:
         assert (tmp_path / f"{name}.jsonl").read_bytes() == (DATA / "countdown" / f"{name}.jsonl").read_bytes(), name
 
 

@@ -2,24 +2,32 @@
 import json
 import random
 import re
+import sys
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
-from nanoatr.data import Problem, arith_key, save_problems
+from nanoatr.data import Problem, arith_key, load_problems
 from tiny import make_default as synthetic  # data/make_default.py
 from nanoatr.verifier import verify
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
-def test_task_files_are_rebuilt_byte_for_byte(tmp_path):
-    """make_default.py's task files: held-out and validation drawn first (a sample of the task's law, no key
-    twice; issue 38), then train.jsonl clear of their keys (tests/test_splits.py)."""
-    splits = synthetic.task_splits(0)
-    for name, problems in splits.items():
-        save_problems(tmp_path / f"{name}.jsonl", problems)
-        assert (tmp_path / f"{name}.jsonl").read_bytes() == (DATA / f"arith/{name}.jsonl").read_bytes(), name
+def test_task_files_are_rebuilt_byte_for_byte(tmp_path, monkeypatch):
+    """`python data/make_default.py --only-splits` (its data/ made tmp_path): the task files, held-out and
+    validation drawn first (a sample of the task's law, no key twice; issue 38), then train.jsonl clear of
+    their keys (tests/test_splits.py)."""
+    monkeypatch.setattr(synthetic, "HERE", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["make_default.py", "--only-splits"])
+    synthetic.main()
+    written = sorted(p.name for p in tmp_path.rglob("*"))
+    assert written == ["arith", "heldout.jsonl", "train.jsonl", "val.jsonl"], written
+    splits = {}
+    for name in ("heldout", "val", "train"):
+        path = tmp_path / f"arith/{name}.jsonl"
+        assert path.read_bytes() == (DATA / f"arith/{name}.jsonl").read_bytes(), name
+        splits[name] = load_problems(path, dedupe=False)
     assert len(splits["heldout"]) >= 200, "Mean@8 on >= 200 problems keeps the noise near +-3 points"
     for problems in splits.values():
         assert 0.44 < sum("*" in p.question for p in problems) / len(problems) < 0.56  # half multiplications

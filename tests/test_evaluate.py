@@ -9,6 +9,7 @@ from nanoatr.evaluate import completion_entropies, during_training, entropy_key,
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
 from nanoatr.tokenizer import encode_prompts, load_tokenizer
+from rounding import U64, entropy_error, qwen3_float64, within
 from tiny import make_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,9 +41,10 @@ def test_evaluate_summary_matches_rows():
 # the evaluation policy's entropy
 
 def random_policy(tmp_path):
-    """A random tiny Qwen3 (std 0.3: spread next-token distributions) and its character tokenizer."""
+    """A random tiny Qwen3 (std 0.3: spread next-token distributions) and its character tokenizer; in float64,
+    so that two ways of computing an entropy differ only by rounding.qwen3_float64 (scoring keeps float64)."""
     path = make_model_dir(tmp_path / "m")
-    return Qwen3.from_pretrained(path).eval(), load_tokenizer(path)
+    return Qwen3.from_pretrained(path, dtype=torch.float64).eval(), load_tokenizer(path)
 
 
 PROBLEMS = [Problem("12+3", "15"), Problem("7*8", "56"), Problem("1", "1")]
@@ -60,11 +62,17 @@ def test_completion_entropies_are_the_entropy_at_each_sampled_token(tmp_path):
     ids = torch.cat([out.prompt_ids, out.tokens], 1)
     mask = torch.cat([out.prompt_mask, torch.ones_like(out.mask)], 1)
     with torch.no_grad():
-        p = (model(ids, attention_mask=mask)[:, P - 1:-1] / 0.7).softmax(-1)
+        z = model(ids, attention_mask=mask)
+    p = (z[:, P - 1:-1] / 0.7).softmax(-1)
     per_token = -(p * p.log()).sum(-1)
     want = (per_token * out.mask).sum(-1) / out.mask.sum(-1)
-    assert torch.allclose(torch.tensor(got), want, atol=1e-5), (got, want)
-    assert torch.allclose(torch.tensor(completion_entropies(model, out, 0.7)), want, atol=1e-5)  # one forward
+    # d H / d z_v = -p_v (log p_v + H): logits dz apart move H by at most 2 H max|dz| <= 2 log V max|dz|, the
+    # logits being rounding.qwen3_float64 x their largest apart (over T); then each side's own float64
+    # rounding (rounding.entropy_error)
+    V, z_max = z.shape[-1], float(z.abs().max())
+    tol = 2 * math.log(V) * qwen3_float64(model.config) * z_max / 0.7 + 2 * entropy_error(V, z_max, 0.7, U64)
+    within(torch.tensor(got, dtype=torch.float64), want, tol, "20 positions a forward")
+    within(torch.tensor(completion_entropies(model, out, 0.7), dtype=torch.float64), want, tol, "one forward")
 
 
 def test_a_uniform_policy_has_entropy_log_v_at_any_temperature(tmp_path):
@@ -77,7 +85,8 @@ def test_a_uniform_policy_has_entropy_log_v_at_any_temperature(tmp_path):
     for temperature, key in ((1.0, "eval/x/entropy"), (0.5, "eval/x/entropy@T0.5")):
         results, _ = during_training(model, tok, {"x": PROBLEMS}, 2, 4, Dist(0, 1, torch.device("cpu")),
                                      max_new_tokens=6, temperature=temperature, seed=1)
-        assert abs(results[key] - math.log(V)) < 1e-5, (temperature, results)
+        tol = entropy_error(V, 0.0, 1.0, U64)  # logits all exactly 0: only the entropy's own float64 rounding
+        within(results[key], math.log(V), tol, f"uniform at T = {temperature}")
         assert not any("entropy" in k for k in results if k != key)
 
 

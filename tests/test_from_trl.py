@@ -23,6 +23,7 @@ import pytest
 import train
 from nanoatr.config import parse
 from nanoatr.session import TrainConfig, apply_preset, hparam_flags, resolve
+from rounding import U32, within
 from test_knobs import transformers_rates
 from test_report import assert_same, events, metrics, scalars
 
@@ -109,9 +110,15 @@ def test_the_page_run_logs_each_reward_by_name(runs):
     w_accuracy, w_no_box = config["reward_weights"]
     rows = [r for r in metrics(runs / "arith") if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    # reward_mean is the float32 mean of the N float32 totals w_a a + w_b b (a in {0, 1}, b in {0, -1}, so
+    # |total| <= 2 max|w|): the weights rounded to float32 (U32), each total (2 U32), their N-term sum
+    # ((N - 1) U32 of the totals' mean size), the division (U32); the per-function means are sums of 0 / 1
+    # and 0 / -1, exact, then divided (U32). Within 2 (N + 4) U32 max|w|.
+    n = config["prompts_per_step"] * config["group_size"]
+    tol = 2 * (n + 4) * U32 * max(abs(w) for w in config["reward_weights"])
     for r in rows:
         total = w_accuracy * r["reward/accuracy"] + w_no_box * r["reward/no_box"]
-        assert r["reward_mean"] == pytest.approx(total, abs=1e-6)
+        within(r["reward_mean"], total, tol, "reward_mean")
     assert sum(r["reward/accuracy"] for r in rows) > 0  # some completions were right
     assert "eval/arith-test/mean@2" in metrics(runs / "arith")[0]  # the evaluation before training
     assert (config["answer_field"], config["lr_scheduler"], config["warmup_ratio"]) == \

@@ -15,6 +15,7 @@ from nanoatr import lora
 from nanoatr.model import Qwen3
 from nanoatr.loss import kl_to_reference
 from nanoatr.scoring import Reference, score
+from rounding import U32, U64, qwen3_float64, sum_orders, within
 from tiny import make_model_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
@@ -25,14 +26,51 @@ TINY_QWEN3 = ROOT / "data/tiny-qwen3"
 
 
 def hf_logits(base_dir, adapter_dir, ids):
-    """Logits of transformers' Qwen3ForCausalLM with the adapter applied by peft."""
+    """Logits of transformers' Qwen3ForCausalLM with the adapter applied by peft, in float64: the weights as
+    stored, so that against ours in float64 only rounding.qwen3_float64's rounding is left."""
     from peft import PeftModel
     from transformers import Qwen3ForCausalLM
-    model = Qwen3ForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    model = Qwen3ForCausalLM.from_pretrained(base_dir, dtype=torch.float64)
     if adapter_dir is not None:
         model = PeftModel.from_pretrained(model, str(adapter_dir))
     with torch.no_grad():
         return model.eval()(input_ids=ids).logits
+
+
+def ours64(model, ids):
+    """Our logits in float64, of a copy of `model` (adapters and all)."""
+    import copy
+    with torch.no_grad():
+        return copy.deepcopy(model).double().eval()(ids)
+
+
+def vs_hf(ours_logits, config):
+    """The bound between our float64 logits and transformers' (its RMSNorm is other float32 code)."""
+    return qwen3_float64(config, same_code=False) * float(ours_logits.abs().max())
+
+
+def assert_merged_is_base_plus_adapter(base_dir, adapter_dir, merged_dir):
+    """The merged checkpoint's weights are W + (alpha / r) B A, computed and stored in float32 (lora.merge):
+    within one rounding of the sum (U32 of |W| + s |B| |A|) and the rank-r product's (sum_orders(r) of
+    s |B| |A|) of it in float64; every other weight is the base's, bit for bit."""
+    base, merged = ({k: v for f in sorted(Path(d).glob("model*.safetensors")) for k, v in
+                     load_file(f).items()} for d in (base_dir, merged_dir))  # a sharded checkpoint's files too
+    adapter = load_file(adapter_dir / "adapter_model.safetensors")
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    r, s = config["r"], config["lora_alpha"] / config["r"]
+    changed = 0
+    for key in base.keys() & merged.keys():
+        name = "base_model.model." + key.removesuffix(".weight")
+        if name + ".lora_A.weight" not in adapter:
+            assert torch.equal(merged[key], base[key]), key
+            continue
+        w, a, b = (t.double() for t in (base[key], adapter[name + ".lora_A.weight"],
+                                        adapter[name + ".lora_B.weight"]))
+        bound = (U32 + sum_orders(r, U32)) * (w.abs() + s * b.abs() @ a.abs())
+        assert ((merged[key].double() - (w + s * b @ a)).abs() <= bound).all(), key
+        changed += 1
+    layers = json.loads((base_dir / "config.json").read_text())["num_hidden_layers"]
+    assert changed == layers * len(config["target_modules"]), changed  # every adapted projection
 
 
 def randomize_lora_b(peft_model, seed=0):
@@ -58,17 +96,18 @@ def test_adapter_and_merge_load_in_transformers_with_the_same_logits(hf_dir, tmp
     assert "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight" in keys  # transformers' key names
 
     ids = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        expected = ours.eval()(ids)
+    expected = ours64(ours, ids)  # compared in float64, the weights as stored
     assert (hf_logits(base, None, ids) - expected).abs().max() > 1e-2  # the adapter matters
-    assert (hf_logits(base, tmp_path / "adapter", ids) - expected).abs().max() <= 1e-4
+    within(hf_logits(base, tmp_path / "adapter", ids), expected, vs_hf(expected, ours.config), "peft adapter")
 
     reloaded, tok_dir = lora.load_model(tmp_path / "adapter")  # the base comes from adapter_config.json
-    with torch.no_grad():
-        assert (reloaded(ids) - expected).abs().max() <= 1e-5
+    within(ours64(reloaded, ids), expected, qwen3_float64(ours.config) * expected.abs().max(), "reloaded")
 
+    # merged in float32 (lora.merge): its weights, then transformers' logits of them against ours
     lora.merge(base, tmp_path / "adapter", tmp_path / "merged")
-    assert (hf_logits(tmp_path / "merged", None, ids) - expected).abs().max() <= 1e-4
+    assert_merged_is_base_plus_adapter(base, tmp_path / "adapter", tmp_path / "merged")
+    merged = ours64(Qwen3.from_pretrained(tmp_path / "merged"), ids)
+    within(hf_logits(tmp_path / "merged", None, ids), merged, vs_hf(merged, ours.config), "merged")
 
 
 LORA_RUN = ["--model", str(TINY_QWEN3), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -125,11 +164,13 @@ def test_trained_adapter_and_merged_run_load_in_transformers(lora_runs):
                if "lora_B" in k) > 0  # training moved B off zero
     ours, _ = lora.load_model(ckpt)
     ids = torch.randint(0, 31, (2, 10), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        expected = ours(ids)
-    assert (hf_logits(TINY_QWEN3, ckpt, ids) - expected).abs().max() <= 1e-4
-    assert (hf_logits(lora_runs / "whole/merged", None, ids) - expected).abs().max() <= 1e-4
-    assert (hf_logits(TINY_QWEN3, None, ids) - expected).abs().max() > 1e-4
+    expected = ours64(ours, ids)  # in float64, the weights as stored
+    within(hf_logits(TINY_QWEN3, ckpt, ids), expected, vs_hf(expected, ours.config), "trained adapter")
+    assert_merged_is_base_plus_adapter(TINY_QWEN3, ckpt, lora_runs / "whole/merged")
+    merged = ours64(Qwen3.from_pretrained(lora_runs / "whole/merged"), ids)
+    within(hf_logits(lora_runs / "whole/merged", None, ids), merged, vs_hf(merged, ours.config), "merged run")
+    # the adapter matters, far beyond what rounding can explain
+    assert (hf_logits(TINY_QWEN3, None, ids) - expected).abs().max() > 100 * vs_hf(expected, ours.config)
 
 
 def test_merge_command_writes_the_merged_run(lora_runs, tmp_path, capsys):
@@ -190,18 +231,24 @@ def test_reference_is_the_base_with_adapters_off(tiny_model):
 def test_kl_estimator_is_unbiased_for_kl_to_reference_with_its_gradient():
     """Exactly, over every action of one categorical state: E_old[w k3(rho)] = KL(pi || ref), and so are
     the gradients; plain k3(rho) on pi_old's samples is neither."""
-    g = torch.Generator().manual_seed(0)
-    old, ref = torch.randn(6, generator=g).log_softmax(-1), torch.randn(6, generator=g).log_softmax(-1)
-    theta = (old + 0.3 * torch.randn(6, generator=g)).requires_grad_()
+    g, f64 = torch.Generator().manual_seed(0), torch.float64
+    old = torch.randn(6, generator=g, dtype=f64).log_softmax(-1)
+    ref = torch.randn(6, generator=g, dtype=f64).log_softmax(-1)
+    theta = (old + 0.3 * torch.randn(6, generator=g, dtype=f64)).requires_grad_()
     logp = theta.log_softmax(-1)
     p_old = old.exp()
     per_action = kl_to_reference(logp[None], old[None], ref[None], torch.ones(1, 6))[0]
     estimate = (p_old * per_action).sum()
     exact = (logp.exp() * (logp - ref)).sum()
-    assert torch.allclose(estimate, exact, atol=1e-6)
+    # In float64. Each side, and each gradient, is a few elementwise operations (within 2 U64 apiece; a
+    # dozen at most) and sums of 6 terms of size <= 10 (|log p| < 5, checked): within 6 x 10 x
+    # (sum_orders(6) + 24 U64) of the exact value, and of each other within twice that, ~4e-13
+    assert max(old.abs().max(), ref.abs().max(), logp.abs().max()) < 5
+    tol = 2 * 6 * 10 * (sum_orders(6, U64) + 24 * U64)
+    within(estimate, exact, tol, "KL estimate")
     grad_estimate, = torch.autograd.grad(estimate, theta, retain_graph=True)
     grad_exact, = torch.autograd.grad(exact, theta)
-    assert torch.allclose(grad_estimate, grad_exact, atol=1e-6)
+    within(grad_estimate, grad_exact, tol, "KL gradient")
     log_rho = ref - logp.detach()
     plain = (p_old * (log_rho.exp() - 1 - log_rho)).sum()
     assert abs(plain - exact.detach()) > 1e-3

@@ -144,6 +144,45 @@ def test_train_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, 
     assert files(run) == before  # config.json, logs and checkpoints byte for byte
 
 
+# What a run is, pinned by name. The test above takes its list from RESUME_RULES itself, so a flag moved out of
+# the refused ones there (seed made RECORDED, say) leaves it untested instead of failing it. These flags are
+# named here, each with a value other than the tiny run's, and must stay refused whatever the table says:
+# a resume that took one would continue the run as something it was not started as, under its name.
+WHAT_A_RUN_IS = [
+    # which run: its seed (eval.py --runs pools one run per seed), task, weights and training file (prompt order)
+    ["--seed", "1"], ["--task", "countdown"], ["--model", str(ROOT / "data/tiny-qwen3-countdown")],
+    ["--revision", "main"], ["--data", str(ROOT / "data/arith/val.jsonl")],
+    # the method compared: the clipping rule and its hyper-parameter, the loss, the updates per rollout
+    ["--clip", "clip"], ["--delta", "0.1"], ["--aggregation", "seq-mean-token-mean"], ["--std-normalize"],
+    ["--beta", "0.01"], ["--minibatches", "4"], ["--epochs", "2"], ["--mask-truncated"],
+    # the rollouts it trains on
+    ["--group-size", "2"], ["--prompts-per-step", "2"], ["--max-new-tokens", "30"], ["--temperature", "0.7"],
+    ["--top-p", "0.9"], ["--top-k", "5"], ["--sampler", "multinomial"], ["--stop", "="],
+    ["--dynamic-sampling", "1"],
+    # the rewards, and the prompts they are earned on
+    ["--reward", "mine.py:f"], ["--reward-weights", "2.0"], ["--answer-field", "solution"],
+    ["--overlong-buffer", "4"], ["--overlong-penalty", "0.5"], ["--system-prompt", "Be brief."],
+    ["--prompt-template", "Q: {question}"], ["--no-thinking"],
+    # how it is measured: its evaluations are compared across its steps and with other runs
+    ["--eval-data", str(ROOT / "data/arith/val.jsonl")], ["--eval-k", "3"], ["--eval-temperature", "0.5"],
+    ["--eval-top-p", "0.9"], ["--eval-max-new-tokens", "20"], ["--eval-limit", "3"],
+    # the size and schedule of its updates, and the precision it trained in
+    ["--lr", "0.5"], ["--weight-decay", "0.1"], ["--grad-clip", "0.5"], ["--lr-scheduler", "cosine"],
+    ["--warmup-steps", "1"], ["--warmup-ratio", "0.5"], ["--dtype", "bfloat16"], ["--preset", "paper"],
+]
+
+
+@pytest.mark.parametrize("argv", WHAT_A_RUN_IS, ids=lambda argv: argv[0])
+def test_a_resume_refuses_to_change_what_the_run_is(argv, train_runs, tmp_path, capsys):
+    """One `error:` line naming the flag as given (exit 2), and the run folder byte for byte as it was; its
+    wording beyond that is RESUME_RULES' own (checked above)."""
+    run = copy_of(train_runs["full"], tmp_path)
+    before = files(run)
+    line = one_error(capsys, train.main, ["--resume", str(run), "--steps", "2", *argv])
+    assert line.startswith(f"error: {' '.join(argv)} cannot change on --resume ({run / 'config.json'} has "), line
+    assert files(run) == before
+
+
 def test_a_flag_at_the_runs_own_value_is_no_error_and_no_change(train_runs, tmp_path):
     run = copy_of(train_runs["full"], tmp_path)
     train.main(["--resume", str(run), "--steps", "2", "--name", "full", "--lr", "1e-4", "--clip", "kl3",

@@ -1,18 +1,30 @@
+import copy
+
 import pytest
 import torch
 
 from nanoatr.config import SAMPLERS
 from nanoatr.rollout import STOP_EVERY, draw, filter_logits, generate, sampling_logprobs
+from rounding import sampled_logprob_error, within
 
 PROMPTS = [[5, 17, 3, 9, 22, 41, 8], [11, 2], [30, 31, 32, 33]]
 
 
+@pytest.fixture(scope="module")
+def tiny64(tiny_model):
+    """The tiny model in float64: the KV-cache rollout and the full forward it is compared with then differ
+    only in float64 rounding and float32 islands (rounding.qwen3_float64), so a near-tie between two tokens
+    cannot make a greedy step or a draw go another way."""
+    return copy.deepcopy(tiny_model).double()
+
+
 def greedy_without_cache(model, prompt, n):
-    """Reference: re-run the whole sequence every step, no cache, no padding."""
+    """Reference: re-run the whole sequence every step, no cache, no padding; the argmax of the sampler's
+    own float32 scores (a float64 tie broken in float32 goes the sampler's way)."""
     seq = list(prompt)
     for _ in range(n):
         with torch.no_grad():
-            seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
+            seq.append(int(sampling_logprobs(model(torch.tensor([seq]))[0, -1], 0).argmax()))
     return seq[len(prompt):]
 
 
@@ -23,28 +35,31 @@ def full_forward_logprobs(model, prompt, completion, temperature):
     return sampling_logprobs(logits, temperature).gather(-1, torch.tensor(completion)[:, None]).squeeze(1)
 
 
-def test_greedy_with_cache_equals_without(tiny_model):
-    out = generate(tiny_model, PROMPTS, max_new_tokens=12, temperature=0)
+def test_greedy_with_cache_equals_without(tiny64):
+    out = generate(tiny64, PROMPTS, max_new_tokens=12, temperature=0)
     for i, p in enumerate(PROMPTS):
-        assert out.tokens[i].tolist() == greedy_without_cache(tiny_model, p, 12)
+        assert out.tokens[i].tolist() == greedy_without_cache(tiny64, p, 12)
 
 
-def test_each_row_equals_generating_it_alone(tiny_model):
-    batch = generate(tiny_model, PROMPTS, max_new_tokens=10, temperature=0)
+def test_each_row_equals_generating_it_alone(tiny64):
+    batch = generate(tiny64, PROMPTS, max_new_tokens=10, temperature=0)
     for i, p in enumerate(PROMPTS):
-        alone = generate(tiny_model, [p], max_new_tokens=10, temperature=0)
+        alone = generate(tiny64, [p], max_new_tokens=10, temperature=0)
         assert batch.tokens[i].tolist() == alone.tokens[0].tolist()
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_logprobs_equal_one_full_forward(tiny_model, temperature, sampler):
+def test_logprobs_equal_one_full_forward(tiny64, temperature, sampler):
     g = torch.Generator().manual_seed(0)
-    out = generate(tiny_model, PROMPTS, max_new_tokens=9, temperature=temperature, top_k=20, top_p=0.9, generator=g,
-                   sampler=sampler)
+    out = generate(tiny64, PROMPTS, max_new_tokens=9, temperature=temperature, top_k=20, top_p=0.9,
+                   generator=g, sampler=sampler)
     for i, p in enumerate(PROMPTS):
-        ref = full_forward_logprobs(tiny_model, p, out.tokens[i].tolist(), temperature)
-        assert (out.sampler_logp[i] - ref).abs().max() <= 1e-4
+        ref = full_forward_logprobs(tiny64, p, out.tokens[i].tolist(), temperature)
+        with torch.no_grad():
+            z = tiny64(torch.tensor([p + out.tokens[i].tolist()]))
+        tol = sampled_logprob_error(tiny64.config, float(z.abs().max()), z.shape[-1], temperature)
+        within(out.sampler_logp[i], ref, tol, "sampler vs full forward")
 
 
 def test_rows_that_stop_are_masked(tiny_model):

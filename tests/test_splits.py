@@ -82,9 +82,11 @@ def test_the_warm_start_never_saw_an_evaluation_problem(task):
     assert len(seen) > 1000 and not seen & evaluation, f"{task}: {len(seen & evaluation)} evaluation keys in the stream"
 
 
-def test_split_overlap_prints_the_documented_figures():
-    """scripts/split_overlap.py, the figures data/make_default.py quotes: nothing shared, nothing repeated."""
+def test_split_overlap_prints_the_documented_figures(capsys):
+    """`python scripts/split_overlap.py --task arith`, the figures data/make_default.py quotes: nothing
+    shared, nothing repeated."""
     steps = STREAM_STEPS["arith"]
-    lines = split_overlap.report("arith", DATA, steps)
+    split_overlap.main(["--task", "arith", "--sft-steps", str(steps)])
+    lines = capsys.readouterr().out.splitlines()
     assert lines == [f"arith {split}: {n} problems; sharing a key with train 0; repeats 0; sharing a key with "
                      f"the warm-start's stream ({steps} x 64) 0" for split, n in (("heldout", 256), ("val", 128))]

@@ -10,6 +10,7 @@ themselves are counted against it.
 The Rollout is read through `tokens` and `mask` (and its second field, the sampler's log-probs, by
 position): the field names may change, not what the rollout returns.
 """
+import copy
 import math
 
 import pytest
@@ -19,6 +20,7 @@ from nanoatr.model import Qwen3, Qwen3Config, init_weights
 from nanoatr.config import SAMPLERS
 from nanoatr.rollout import generate
 from nanoatr.scoring import score, token_logprobs
+from rounding import U64, log_softmax_error, qwen3_float64, sampled_logprob_error, sum_orders, within
 
 TEMPERATURES = [0.5, 2.0]  # T * T^-1 = 1 apart from T = 1 in either direction; a planted `* T` swaps them
 PROMPTS = [[5, 17, 3, 9, 22, 41, 8], [11, 2], [30, 31, 32, 33]]
@@ -52,16 +54,20 @@ def raw_logits(model, seq):
 def test_sampler_logprobs_are_the_tempered_softmax_by_hand(tiny_model, temperature, top_k, top_p, sampler):
     """Each sampled token's recorded log-prob is log softmax(z / T)[token] of the raw logits of one plain
     forward: the temperature divides (a `* T` gives other numbers at T = 0.5 and 2), and top-k / top-p
-    only restrict the draw, never the score (the untruncated tempered distribution)."""
-    out = generate(tiny_model, PROMPTS, max_new_tokens=9, temperature=temperature, top_k=top_k, top_p=top_p,
+    only restrict the draw, never the score (the untruncated tempered distribution). The model in float64:
+    the sampler's log-probs are float32 whatever it is, the rest differs only by
+    rounding.sampled_logprob_error."""
+    model = copy.deepcopy(tiny_model).double()
+    out = generate(model, PROMPTS, max_new_tokens=9, temperature=temperature, top_k=top_k, top_p=top_p,
                    generator=torch.Generator().manual_seed(0), sampler=sampler)
     sampler_logp = out.sampler_logp  # the log-prob each token was drawn with
     for i, p in enumerate(PROMPTS):
         n = int(out.mask[i].sum())
         completion = out.tokens[i, :n].tolist()
-        z = raw_logits(tiny_model, p + completion)[len(p) - 1:-1]  # position j scores token j + 1
+        z = raw_logits(model, p + completion)[len(p) - 1:-1]  # position j scores token j + 1
         ref = logprob_by_hand(z, temperature).gather(-1, torch.tensor(completion)[:, None])[:, 0]
-        assert (sampler_logp[i, :n].double() - ref).abs().max() <= 1e-4
+        tol = sampled_logprob_error(model.config, float(z.abs().max()), z.shape[-1], temperature)
+        within(sampler_logp[i, :n], ref, tol, "sampler vs by hand")
 
 
 # ----------------------------------------------------------------------------
@@ -140,28 +146,41 @@ def test_token_logprobs_and_entropy_are_the_tempered_softmax_by_hand(temperature
     """scoring.token_logprobs (chunked, the trainer's) at T: log softmax(h W^T / T)[y] and the entropy of
     softmax(h W^T / T), against the formulas written out, over several chunks."""
     g = torch.Generator().manual_seed(0)
-    hidden, weight = torch.randn(3, 5, 8, generator=g), torch.randn(11, 8, generator=g)
+    f64 = torch.float64  # float64 stays float64 in scoring: both sides round at 2^-53
+    hidden, weight = torch.randn(3, 5, 8, generator=g, dtype=f64), torch.randn(11, 8, generator=g, dtype=f64)
     targets = torch.randint(0, 11, (3, 5), generator=g)
     logp, entropy = token_logprobs(hidden, weight, targets, temperature=temperature, chunk_size=4, with_entropy=True)
-    z = hidden.double() @ weight.double().T  # (3, 5, 11)
+    z = hidden @ weight.T  # (3, 5, 11)
     ref = logprob_by_hand(z, temperature)
-    torch.testing.assert_close(logp.double(), ref.gather(-1, targets[..., None])[..., 0], atol=1e-5, rtol=0)
-    torch.testing.assert_close(entropy.double(), -(ref.exp() * ref).sum(-1), atol=1e-5, rtol=0)
+    # each side: the logits' 8-term sums (two orders: sum_orders, of sum |h w|, / T; log-softmax moves by up
+    # to twice that) and its log-softmax's rounding; the entropy -sum p log p at most (log V + 1) times that
+    # error, plus the rounding of its own sum of V terms
+    logits = sum_orders(8, U64) * float((hidden.abs() @ weight.abs().T).max()) / temperature
+    tol = 2 * logits + 2 * log_softmax_error(z, temperature, U64)
+    within(logp, ref.gather(-1, targets[..., None])[..., 0], tol, "log-probs")
+    within(entropy, -(ref.exp() * ref).sum(-1), tol * (math.log(11) + 1) + sum_orders(11, U64) * math.log(11),
+           "entropy")
 
 
 @pytest.mark.parametrize("temperature", TEMPERATURES)
 def test_score_is_the_tempered_softmax_by_hand(tiny_model, temperature):
     """scoring.score over left-padded prompts and given completions: each token's log-prob is
-    log softmax(z / T)[token] of the raw logits of its own unpadded sequence."""
+    log softmax(z / T)[token] of the raw logits of its own unpadded sequence. In float64 (scoring keeps it):
+    the padded forward and the plain one differ by rounding.qwen3_float64, which log-softmax at most doubles
+    and divides by T, besides each side's own log-softmax rounding."""
+    model = copy.deepcopy(tiny_model).double()
     g = torch.Generator().manual_seed(1)
-    completions = torch.randint(0, tiny_model.config.vocab_size, (len(PROMPTS), 6), generator=g)
+    completions = torch.randint(0, model.config.vocab_size, (len(PROMPTS), 6), generator=g)
     P = max(len(p) for p in PROMPTS)
     ids = torch.tensor([[0] * (P - len(p)) + p for p in PROMPTS])
     mask = torch.tensor([[False] * (P - len(p)) + [True] * len(p) for p in PROMPTS])
     with torch.no_grad():
-        logp = score(tiny_model, ids, mask, completions, temperature).logp
+        logp = score(model, ids, mask, completions, temperature).logp
     for i, p in enumerate(PROMPTS):
         c = completions[i].tolist()
-        z = raw_logits(tiny_model, p + c)[len(p) - 1:-1]
+        z = raw_logits(model, p + c)[len(p) - 1:-1]
         ref = logprob_by_hand(z, temperature).gather(-1, completions[i][:, None])[:, 0]
-        assert (logp[i].double() - ref).abs().max() <= 1e-4
+        z_max = float(z.abs().max())
+        tol = 2 * qwen3_float64(model.config) * z_max / temperature + \
+            2 * log_softmax_error(z, temperature, U64)
+        within(logp[i], ref, tol, "score vs by hand")
