@@ -98,7 +98,7 @@ def optimize(run: Run, batch: Rollout, step: int) -> list[dict]:
         lr = learning_rate(cfg, step * len(minibatches) + i)  # the run's optimizer step k
         for group in run.opt.param_groups:
             group["lr"] = lr
-        updates.append({"lr": lr} | update(run, batch, old, ref_logp, rows, noise, on_policy=i == 0, step=step))
+        updates.append({"lr": lr} | update(run, batch, old, ref_logp, rows, noise, i == 0, step))
     return updates
 
 
@@ -136,8 +136,8 @@ def rollout(run: Run, problems, step: int) -> tuple[Rollout, dict]:
     shaped = batch.rewards + overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer,
                                               cfg.overlong_penalty)
     advantages = group_advantages(shaped, G, normalize_std=cfg.std_normalize).to(run.d.device)  # 3.
-    logp = {} if batch.sampler_logp is None else {"a log-prob of the policy's tokens": batch.sampler_logp.where(
-        batch.mask, 0.0)}  # NaN: the policy's forward overflows (a finite weight too large)
+    logp = {} if batch.sampler_logp is None else {  # NaN: the policy's forward overflows (weights too large)
+        "a log-prob of the policy's tokens": batch.sampler_logp.where(batch.mask, 0.0)}
     check_finite(run, f"step {step + 1}", **{"a reward": shaped, "an advantage": advantages}, **logp)
     draws = {"rounds": len(rounds), "first_rewards": rounds[0].rewards,
              "tokens": sum(int(r.mask.sum()) for r in rounds)} if cfg.dynamic_sampling else {}
@@ -301,11 +301,11 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
 
 
 def check_finite(run: Run, where: str, **values):
-    """Stop the run (session.Diverged, one line) when a value is not finite: a reward, an advantage, a log-prob,
-    the loss, the gradient norm, a weight. Checked before the optimizer moves on it, on every rank alike (one
-    rank's stops all). Stopped, not skipped: a skipped step would hide the divergence, and the steps after it
-    would train on what caused it (a reward weight or a learning rate too large). values: tensors, numbers,
-    or lists of either."""
+    """Stop the run (session.Diverged, one line) when a value is not finite: a reward, an advantage, a
+    log-prob, the loss, the gradient norm, a weight. Checked before the optimizer moves on it, on every rank
+    alike (one rank's stops all). Stopped, not skipped: a skipped step would hide the divergence, and the
+    steps after it would train on what caused it (a reward weight or a learning rate too large). values:
+    tensors, numbers, or lists of either."""
     for what, value in values.items():
         parts = [torch.as_tensor(v).detach() for v in (value if isinstance(value, list) else [value])]
         finite = not parts or bool(torch.stack([t.isfinite().all() for t in parts]).all())  # one sync
