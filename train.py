@@ -37,7 +37,7 @@ from nanoatr.model import Qwen3
 from nanoatr.rewards import Rewards, from_flags
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
-from nanoatr.session import Session, TrainConfig
+from nanoatr.session import Diverged, Session, TrainConfig
 from nanoatr.tokenizer import (completion_ids, completion_texts, encode_prompts, eos_token_ids,
                                load_tokenizer, make_stopper)
 
@@ -98,7 +98,7 @@ def optimize(run: Run, batch: Rollout, step: int) -> list[dict]:
         lr = learning_rate(cfg, step * len(minibatches) + i)  # the run's optimizer step k
         for group in run.opt.param_groups:
             group["lr"] = lr
-        updates.append({"lr": lr} | update(run, batch, old, ref_logp, rows, noise, on_policy=i == 0))
+        updates.append({"lr": lr} | update(run, batch, old, ref_logp, rows, noise, i == 0, step))
     return updates
 
 
@@ -136,6 +136,9 @@ def rollout(run: Run, problems, step: int) -> tuple[Rollout, dict]:
     shaped = batch.rewards + overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer,
                                               cfg.overlong_penalty)
     advantages = group_advantages(shaped, G, normalize_std=cfg.std_normalize).to(run.d.device)  # 3.
+    logp = {} if batch.sampler_logp is None else {  # NaN: the policy's forward overflows (weights too large)
+        "a log-prob of the policy's tokens": batch.sampler_logp.where(batch.mask, 0.0)}
+    check_finite(run, f"step {step + 1}", **{"a reward": shaped, "an advantage": advantages}, **logp)
     draws = {"rounds": len(rounds), "first_rewards": rounds[0].rewards,
              "tokens": sum(int(r.mask.sum()) for r in rounds)} if cfg.dynamic_sampling else {}
     return batch._replace(advantages=advantages), draws
@@ -250,9 +253,11 @@ def old_logprobs(run: Run, batch: Rollout, minibatches: list[torch.Tensor]) -> O
 
 # 5. Updates
 
-def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on_policy: bool) -> dict:
-    """One optimizer step on a minibatch (`rows`): the clipped surrogate of --clip, gradients accumulated
-    over micro-batches and normalised over the whole minibatch on all ranks, then AdamW. on_policy: the
+def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on_policy: bool,
+           step: int = 0) -> dict:
+    """One optimizer step on a minibatch (`rows`) of step `step`: the clipped surrogate of --clip, gradients
+    accumulated over micro-batches and normalised over the whole minibatch on all ranks, then AdamW (not on a
+    loss or gradient that is not finite, nor leaving a weight that is not: check_finite). on_policy: the
     step's first update, before any optimizer step, so its forward is pi_old's: checked against the
     sampler's log-probs, and kept as pi_old of `rows` under run.reuse_first_forward."""
     cfg, d = run.cfg, run.d
@@ -289,8 +294,25 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
                       "entropy": float((new.entropy.detach() * mask).sum() / mask.sum().clamp(min=1)),
                       "sampler_logp_gap_max": gap})
     grad_norm = float(torch.nn.utils.clip_grad_norm_(run.trained, cfg.grad_clip or math.inf))
+    check_finite(run, f"step {step + 1}", **{"the loss": losses, "the gradient norm": grad_norm})
     run.opt.step()
+    check_finite(run, f"step {step + 1}", **{"a weight after the optimizer step": run.trained})
     return {"stats": stats, "losses": losses, "grad_norm": grad_norm}
+
+
+def check_finite(run: Run, where: str, **values):
+    """Stop the run (session.Diverged, one line) when a value is not finite: a reward, an advantage, a
+    log-prob, the loss, the gradient norm, a weight. Checked before the optimizer moves on it, on every rank
+    alike (one rank's stops all). Stopped, not skipped: a skipped step would hide the divergence, and the
+    steps after it would train on what caused it (a reward weight or a learning rate too large). values:
+    tensors, numbers, or lists of either."""
+    for what, value in values.items():
+        parts = [torch.as_tensor(v).detach() for v in (value if isinstance(value, list) else [value])]
+        finite = not parts or bool(torch.stack([t.isfinite().all() for t in parts]).all())  # one sync
+        bad = [] if finite else [t for t in parts if not bool(t.isfinite().all())]
+        if distributed.all_sum(float(not finite), run.d):
+            shown = bad[0][~bad[0].isfinite()].flatten()[0].item() if bad else "on another rank"
+            raise Diverged(f"{where}: {what} is not finite ({shown})")
 
 
 def loss_mask(cfg: TrainConfig, batch: Rollout, rows) -> torch.Tensor:
@@ -415,6 +437,8 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
             max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens, temperature=cfg.eval_temperature,
             top_p=cfg.eval_top_p, sampler=cfg.sampler, eos_ids=run.eos_ids, prompt_kw=run.prompt_kw,
             stop=cfg.stop, rewards=rewards_at(run, step))
+    check_finite(run, f"the evaluation of step {step}",  # a policy whose forward overflows: NaN entropy
+                 **{"a number": [v for v in results.values() if isinstance(v, float)]})
     session.log_eval(step, results, samples)
     return results
 

@@ -26,6 +26,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -119,6 +120,9 @@ def save(run_dir, model, tokenizer_files: dict[str, bytes], state: dict, keep: i
         raise CheckpointError(f"keep must be >= 1, not {keep}")
     run_dir, step = Path(run_dir), int(state["step"])
     new, cur = run_dir / NEW, run_dir / LATEST
+    if bad := nonfinite({"weights": model.state_dict(), **state}):  # a diverged run's: never a checkpoint
+        raise CheckpointError(f"step {step} was not saved: {bad} holds a NaN or an inf (the run diverged); "
+                              f"{run_dir} keeps its earlier checkpoints as they were")
     recover(run_dir)  # finishes a swap cut short, removes leftovers
     try:
         new.mkdir(parents=True)
@@ -320,4 +324,19 @@ def _safetensors_problem(f: Path) -> str | None:
 
 def load_state(path) -> dict:
     # weights_only=False: the state holds RNG states and plain Python values written by us.
-    return torch.load(Path(path) / STATE, map_location="cpu", weights_only=False)
+    state = torch.load(Path(path) / STATE, map_location="cpu", weights_only=False)
+    if bad := nonfinite(state):
+        raise CheckpointError(f"{Path(path) / STATE}: {bad} holds a NaN or an inf (a run that diverged): "
+                              "it cannot be resumed from")
+    return state
+
+
+def nonfinite(tree, name: str = "") -> str | None:
+    """The first place in nested dicts and lists ('optimizer.state.0.exp_avg') holding a float tensor or a
+    float with a NaN or an inf; None when every one is finite."""
+    if torch.is_tensor(tree):
+        return name if tree.is_floating_point() and not bool(tree.isfinite().all()) else None
+    if isinstance(tree, float):
+        return None if math.isfinite(tree) else name
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
+    return next((found for k, v in items if (found := nonfinite(v, f"{name}.{k}" if name else str(k)))), None)

@@ -126,6 +126,8 @@ def check_adapter(model, path, model_dir=None):
                 raise AdapterError(f"adapter {path} was made for {base}: it has weights for {name}, "
                                    f"which the model {model_dir or ''} lacks")
             shape = tuple(f.get_slice(key).get_shape())
+            if not bool(f.get_tensor(key).isfinite().all()):
+                raise AdapterError(f"adapter {path}: {key} holds a NaN or an inf (a run that diverged?)")
             fits = (shape[1] == linear.in_features) if ".lora_A." in key else \
                 (shape[0] == linear.out_features)
             if not fits:

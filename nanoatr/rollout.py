@@ -149,7 +149,7 @@ def locate(cdf, u):
     the index always carries probability."""
     total = cdf[:, -1:]
     x = torch.minimum(u * total, total * (1 - 2 ** -40))
-    i = torch.searchsorted(cdf, x, right=True)
+    i = torch.searchsorted(cdf, x, right=True).clamp(max=cdf.shape[1] - 1)  # NaN (overflow): no crash
     lo = torch.where(i > 0, cdf.gather(1, (i - 1).clamp(min=0)), 0.0)
     return i, (x - lo) / (cdf.gather(1, i) - lo)
 

@@ -270,6 +270,11 @@ class NothingToDo(Exception):
     """The run has nothing left to do (a finished run resumed): not an error."""
 
 
+class Diverged(Exception):
+    """A reward, advantage, log-prob, loss, gradient norm or weight is not finite (train.check_finite): the
+    run stops before the optimizer moves on it, and nothing of the step is logged or saved."""
+
+
 class Session:
     """A run folder opened for training (a context manager); see the module's docstring."""
 
@@ -420,6 +425,10 @@ class Session:
                 step, signum = self.interrupted_at
                 die(f"stopped by {signal.Signals(signum).name} after step {step}; checkpoint saved "
                     f"(continue with --resume {self.dir})", 128 + signum)
+            if kind is Diverged:  # "step 2: the loss is not finite (nan)"
+                self.fail(f"{error}: the run diverged and stops; nothing of {str(error).partition(':')[0]} is "
+                          "logged or saved, and " + (f"the last checkpoint holds step {self.saved}" if self.saved
+                                                     else "no checkpoint was written"), 1, advice=False)
             if kind is not None and issubclass(kind, START_ERRORS) and not self.training:
                 self.fail(error)
             if kind is RewardError:  # while training: the steps done are kept
@@ -432,12 +441,12 @@ class Session:
             self.close()
         return False
 
-    def fail(self, error, code: int = 2):
-        """One line for an error before training. A new run folder that holds nothing of value is removed;
-        one that does is kept, and the line says how to continue it (runs.RunFolder.discard)."""
+    def fail(self, error, code: int = 2, advice: bool = True):
+        """One line for an error. A new run folder that holds nothing of value is removed; one that does is
+        kept, and the line says how to continue it (under `advice`; runs.RunFolder.discard)."""
         kept = self.folder.discard() if self.folder is not None else ""
         self.close()
-        die(f"{error}{kept}", code)
+        die(f"{error}{kept if advice else ''}", code)
 
     def keep_done(self, error: RewardError):
         """A reward function failed mid-run: the steps done are checkpointed, unless the last checkpoint

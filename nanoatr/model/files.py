@@ -175,6 +175,8 @@ def load(model_cls, config_cls, path, dtype=torch.float32, device="cpu"):
                              f"{list(shape)}: the config's sizes do not match the weights")
         if not state[k].is_floating_point():
             raise ModelError(f"{where[k]}: {k} holds {state[k].dtype}, not floating-point weights")
+        if not bool(state[k].isfinite().all()):
+            raise ModelError(f"{where[k]}: {k} holds a NaN or an inf (the weights of a run that diverged?)")
     model.load_state_dict(state, strict=False, assign=True)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight

@@ -42,11 +42,6 @@ class Qwen3Config:
     eos_token_id: int | list[int] | None = None
     pad_token_id: int | None = None
 
-    @classmethod
-    def from_hf(cls, d) -> "Qwen3Config":
-        """From a transformers config.json dict, every field checked (files.config_fields)."""
-        return cls(**files.config_fields(d))
-
     def to_hf(self) -> dict:
         """The config.json that transformers' Qwen3ForCausalLM loads."""
         return files.config_json(asdict(self))
