@@ -189,7 +189,7 @@ def read_done(path: Path) -> tuple[dict | None, list[dict]]:
     for lineno, line in enumerate(lines, 1):
         try:
             row = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # not JSON or UTF-8, too many digits, too deep
             row = None
         if lineno == 1 and isinstance(row, dict) and isinstance(row.get("settings"), dict):
             saved = row["settings"]
