@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import importlib.util
 import math
+import re
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -430,6 +431,11 @@ def parse(cls, argv=None, description: str = "", extra=None, epilog: str = "",
     if extra:
         extra(parser)
     ns = vars(parser.parse_args(argv))
+    for action in parser._actions:  # Python keeps bytes that are no UTF-8 as surrogates, which no file takes
+        values = ns.get(action.dest) if isinstance(ns.get(action.dest), list) else [ns.get(action.dest)]
+        if any(isinstance(v, str) and re.search("[\ud800-\udfff]", v) for v in values):
+            die(f"{(action.option_strings or [action.metavar])[0]}: not UTF-8 text (bytes that decode to no "
+                "character on the command line)")
     names = {f.name for f in dataclasses.fields(cls)}
     cfg = cls(**{k: v for k, v in ns.items() if k in names})
     return cfg, {k: v for k, v in ns.items() if k not in names}, set(ns) & names
