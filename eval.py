@@ -108,9 +108,6 @@ def check(cfg: EvalConfig) -> str | None:
     n = cfg.n or cfg.k
     if n < cfg.k:
         return f"--n {n} is smaller than --k {cfg.k}: Pass@k needs at least k samples per problem"
-    stems = [Path(f).stem for f in cfg.data]
-    if len(set(stems)) < len(stems):
-        return f"two --data files share a name ({stems}): rows are keyed by file stem"
     if cfg.resume and not cfg.out:
         return "--resume needs --out FILE (the evaluation to continue)"
     if cfg.out and Path(cfg.out).exists() and not cfg.resume:

@@ -18,6 +18,7 @@ import re
 import sys
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from nanoatr.lora import TARGETS, check_targets
 from nanoatr.tokenizer import SAMPLING_DEFAULTS, check_template
@@ -272,6 +273,12 @@ def check_flags(cfg, given=frozenset()) -> None:
         raise ConfigError("--stop: empty stop string")
     if isinstance(cfg, DataFlags) and cfg.answer_field is not None and not cfg.answer_field.strip():
         raise ConfigError("--answer-field: empty column name")
+    for name in ("data", "eval_data"):  # lists of files, whose results are named by the file's name
+        files = getattr(cfg, name, None)
+        stems = [Path(f).stem for f in files] if isinstance(files, list) else []
+        if len(set(stems)) < len(stems):
+            raise ConfigError(f"{flag(name)}: two files named {next(s for s in stems if stems.count(s) > 1)} "
+                              f"({' '.join(files)}): each file's results go by its name; rename one")
 
 
 def check_report_to(cfg: RunFlags, given=frozenset()) -> None:

@@ -165,3 +165,23 @@ def test_a_sample_py_prompt_of_bytes_that_are_no_utf8_is_one_line(capsys, monkey
         sample.main(["--max-new-tokens", "2"])
     assert capsys.readouterr().err.splitlines()[-1] == "error: stdin, line 2: not UTF-8 text (bytes that decode " \
         "to no character)"
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "eval"])
+def test_two_files_of_one_name_are_one_line_naming_them(command, tmp_path, capsys):
+    """Results (metrics eval/<name>/..., samples.jsonl, eval.py's rows and table) go by a file's name: two
+    files named alike in different folders would be one column, only one of them evaluated."""
+    import train
+    for folder in "ab":
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "test.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    files = [str(tmp_path / "a/test.jsonl"), str(tmp_path / "b/test.jsonl")]
+    main, flag = {"train": (train.main, "--eval-data"), "sft": (sft.main, "--eval-data"),
+                  "eval": (eval_cli.main, "--data")}[command]
+    extra = ["--model", "data/tiny-qwen3", "--data", files[0]] if command == "sft" else []
+    with pytest.raises(SystemExit) as e:
+        main([*extra, flag, *files, "--out-dir" if command != "eval" else "--out", str(tmp_path / "out")])
+    assert e.value.code == 2 and capsys.readouterr().err == (
+        f"error: {flag}: two files named test ({' '.join(files)}): each file's results go by its name; "
+        "rename one\n")
+    assert not (tmp_path / "out").exists()
