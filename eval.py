@@ -108,9 +108,6 @@ def check(cfg: EvalConfig) -> str | None:
     n = cfg.n or cfg.k
     if n < cfg.k:
         return f"--n {n} is smaller than --k {cfg.k}: Pass@k needs at least k samples per problem"
-    stems = [Path(f).stem for f in cfg.data]
-    if len(set(stems)) < len(stems):
-        return f"two --data files share a name ({stems}): rows are keyed by file stem"
     if cfg.resume and not cfg.out:
         return "--resume needs --out FILE (the evaluation to continue)"
     if cfg.out and Path(cfg.out).exists() and not cfg.resume:
@@ -189,7 +186,7 @@ def read_done(path: Path) -> tuple[dict | None, list[dict]]:
     for lineno, line in enumerate(lines, 1):
         try:
             row = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # not JSON or UTF-8, too many digits, too deep
             row = None
         if lineno == 1 and isinstance(row, dict) and isinstance(row.get("settings"), dict):
             saved = row["settings"]

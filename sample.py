@@ -18,6 +18,7 @@ import nanoatr
 
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
 
+import re
 import sys
 from dataclasses import dataclass
 
@@ -96,7 +97,11 @@ def read_prompts(positional: list[str]):
         return
     if sys.stdin.isatty():
         print("reading prompts from stdin, one per line (Ctrl-D to end)", file=sys.stderr)
-    for line in sys.stdin:
+    if hasattr(sys.stdin, "reconfigure"):  # bytes that are no UTF-8 kept as surrogates, to be named below
+        sys.stdin.reconfigure(errors="surrogateescape")
+    for n, line in enumerate(sys.stdin, 1):
+        if re.search("[\ud800-\udfff]", line):
+            die(f"stdin, line {n}: not UTF-8 text (bytes that decode to no character)")
         if line.strip():
             yield line.rstrip("\n")
 

@@ -14,9 +14,11 @@ import dataclasses
 import difflib
 import importlib.util
 import math
+import re
 import sys
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from nanoatr.lora import TARGETS, check_targets
 from nanoatr.tokenizer import SAMPLING_DEFAULTS, check_template
@@ -271,6 +273,12 @@ def check_flags(cfg, given=frozenset()) -> None:
         raise ConfigError("--stop: empty stop string")
     if isinstance(cfg, DataFlags) and cfg.answer_field is not None and not cfg.answer_field.strip():
         raise ConfigError("--answer-field: empty column name")
+    for name in ("data", "eval_data"):  # lists of files, whose results are named by the file's name
+        files = getattr(cfg, name, None)
+        stems = [Path(f).stem for f in files] if isinstance(files, list) else []
+        if len(set(stems)) < len(stems):
+            raise ConfigError(f"{flag(name)}: two files named {next(s for s in stems if stems.count(s) > 1)} "
+                              f"({' '.join(files)}): each file's results go by its name; rename one")
 
 
 def check_report_to(cfg: RunFlags, given=frozenset()) -> None:
@@ -430,6 +438,11 @@ def parse(cls, argv=None, description: str = "", extra=None, epilog: str = "",
     if extra:
         extra(parser)
     ns = vars(parser.parse_args(argv))
+    for action in parser._actions:  # Python keeps bytes that are no UTF-8 as surrogates, which no file takes
+        values = ns.get(action.dest) if isinstance(ns.get(action.dest), list) else [ns.get(action.dest)]
+        if any(isinstance(v, str) and re.search("[\ud800-\udfff]", v) for v in values):
+            die(f"{(action.option_strings or [action.metavar])[0]}: not UTF-8 text (bytes that decode to no "
+                "character on the command line)")
     names = {f.name for f in dataclasses.fields(cls)}
     cfg = cls(**{k: v for k, v in ns.items() if k in names})
     return cfg, {k: v for k, v in ns.items() if k not in names}, set(ns) & names

@@ -242,10 +242,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, object]]:
                 raise DataError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
-            try:
-                yield where, json.loads(line.rstrip())  # rstrip: an error at the end points into the line
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: invalid JSON: {e.msg} (column {e.colno})") from None
+            yield where, _loads(line.rstrip(), where)  # rstrip: an error at the end points into the line
 
 
 def _holds_a_list(path: Path) -> bool:
@@ -257,12 +254,41 @@ def _holds_a_list(path: Path) -> bool:
 def _json_list_rows(path: Path) -> Iterator[tuple[str, object]]:
     """(``file[i]``, row) of a file holding one JSON list; read whole: cheap enough for benchmark files."""
     try:
-        rows = json.loads(path.read_text(encoding="utf-8-sig"))
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}:{e.lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
+        rows = _loads(path.read_text(encoding="utf-8-sig"), path, lines=True)
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     yield from ((f"{path}[{i}]", row) for i, row in enumerate(rows))
+
+
+MAX_DEPTH = 64  # lists and dicts in a row nest at most this deep (each reward function copies the row)
+
+
+def _loads(text: str, where, lines: bool = False):
+    """The JSON value of `text` (a row; with `lines`, a file's list of rows). What Python cannot take as text
+    and numbers (invalid JSON, an integer past its digit limit, a lone UTF-16 surrogate, lists or dicts
+    nested past MAX_DEPTH) is a DataError naming `where` (with `lines`, the line of invalid JSON too)."""
+    depth = 0
+    try:
+        value = json.loads(text)
+        if re.search(r"\\u[dD][89a-fA-F]", text):  # a surrogate's escape: half of a pair, or alone
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except json.JSONDecodeError as e:
+        line = f":{e.lineno}" if lines else ""
+        raise DataError(f"{where}{line}: invalid JSON: {e.msg} (column {e.colno})") from None
+    except UnicodeEncodeError as e:
+        raise DataError(f"{where}: a lone surrogate \\u{ord(e.object[e.start]):x} is no character") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise DataError(f"{where}: a number Python cannot read ({str(e).split(';')[0]})") from None
+    except RecursionError:  # nested past json's own limit
+        value, depth = [], MAX_DEPTH + 1
+    level = value if lines else [value]
+    while level and depth <= MAX_DEPTH:  # level by level (no recursion): depth counts the lists and dicts
+        level = [v for x in level if isinstance(x, (dict, list))
+                 for v in (x.values() if isinstance(x, dict) else x)]
+        depth += bool(level)
+    if depth > MAX_DEPTH:
+        raise DataError(f"{where}: lists and dicts nested more than {MAX_DEPTH} deep")
+    return value
 
 
 def _open_parquet(path: Path):

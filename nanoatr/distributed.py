@@ -15,6 +15,7 @@ import functools
 import math
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -43,19 +44,23 @@ class Dist:
 
 
 def pick_device(flag: str, local_rank: int = 0) -> torch.device:
-    """--device auto: CUDA when there is one (each rank on its own GPU), else the CPU."""
+    """--device auto: CUDA when there is one (each rank on its own GPU), else the CPU. A device that is
+    not cpu, cuda or cuda:N, or that this machine does not have, is a DeviceError."""
     if flag == "auto":
         flag = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(flag)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    cuda = re.fullmatch(r"cuda(?::(0|[1-9][0-9]*))?", flag)
+    if flag == "cpu":
+        return torch.device("cpu")
+    if not cuda:
+        raise DeviceError(f"--device {flag!r}: expected cpu, cuda, cuda:N (a GPU's number) or auto")
+    if not torch.cuda.is_available():
         raise DeviceError(f"--device {flag}: no CUDA device is available (use --device cpu)")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", local_rank)
-    if device.type == "cuda" and device.index >= torch.cuda.device_count():
-        raise DeviceError(f"--device {flag}: rank {local_rank} needs GPU {device.index}, but there are "
+    index = int(cuda[1]) if cuda[1] else local_rank
+    if index >= torch.cuda.device_count():
+        raise DeviceError(f"--device {flag}: rank {local_rank} needs GPU {index}, but there are "
                          f"{torch.cuda.device_count()} (torchrun --nproc_per_node must not exceed the GPUs, "
                          "or use --device cpu)")
-    return device
+    return torch.device("cuda", index)
 
 
 def setup(device_flag: str = "auto") -> Dist:

@@ -96,7 +96,7 @@ def read_config(path) -> dict:
         config = json.loads((path / CONFIG).read_text())
     except FileNotFoundError:
         raise AdapterError(f"{path} is not a LoRA adapter directory ({CONFIG} is missing)") from None
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, too many digits, too deep
         raise AdapterError(f"{path}/{CONFIG} is not valid JSON: {e}") from None
     if config.get("peft_type") != "LORA":
         raise AdapterError(f"{path}: peft_type {config.get('peft_type')!r} is not supported (only LoRA "

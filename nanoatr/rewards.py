@@ -123,8 +123,8 @@ OWN_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state")
 
 
 def arguments(problems: list, completions: list[str], completion_ids: list[list[int]]) -> dict[str, list]:
-    """The keyword arguments of a batch (see the module's docstring), one entry per completion. Prompts and
-    columns are copies: a function that changes them changes no problem of the run."""
+    """The keyword arguments of a batch (see the module's docstring), one entry per completion (each call
+    of a function gets its own copy: run)."""
     chat = [p.messages is not None for p in problems]
     columns = list(dict.fromkeys(k for p in problems for k in p.fields))  # every column, in the order met
     clash = [k for k in columns if k in OWN_ARGUMENTS]
@@ -133,9 +133,8 @@ def arguments(problems: list, completions: list[str], completion_ids: list[list[
                           "argument: rename that column")
     prompts = [p.messages if c else p.question for p, c in zip(problems, chat)]
     completions = [[{"role": "assistant", "content": t}] if c else t for t, c in zip(completions, chat)]
-    return {"prompts": copy.deepcopy(prompts), "completions": completions,
-            "completion_ids": completion_ids,
-            **copy.deepcopy({k: [p.fields.get(k) for p in problems] for k in columns}),
+    return {"prompts": prompts, "completions": completions, "completion_ids": completion_ids,
+            **{k: [p.fields.get(k) for p in problems] for k in columns},
             "answer": [p.answer for p in problems]}
 
 
@@ -146,7 +145,7 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
     check_signature(fn, name, kwargs)
     try:
         values = run(fn, kwargs)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         i = failing_row(fn, kwargs)
         raise RewardError(f"reward function {name} raised {one_line(e)}"
                           + (f" on {row(i, kwargs, problems)}" if i is not None else
@@ -170,8 +169,10 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
 def run(fn: Callable, kwargs: dict):
     """What `fn` returns on a batch, as a list when it is a sequence or an iterator (a generator runs here,
     its errors raised like the function's own); an async function's result awaited, as TRL awaits it.
-    Anything else (a number, a str, a 0-d array) is returned as is, for call() to refuse."""
-    values = fn(**kwargs)
+    Anything else (a number, a str, a 0-d array) is returned as is, for call() to refuse. The function gets
+    its own copy of every list: what it changes in one, no other function (nor the run) sees."""
+    values = fn(**{k: v if k == "trainer_state" else [list(ids) for ids in v] if k == "completion_ids"
+                   else copy.deepcopy(v) for k, v in kwargs.items()})
     if inspect.iscoroutine(values):
         values = asyncio.run(values)
     one = isinstance(values, (str, bytes, dict)) or getattr(values, "shape", None) == ()
@@ -220,7 +221,7 @@ def failing_row(fn: Callable, kwargs: dict) -> int | None:
     for i in range(len(kwargs["completions"])):
         try:
             run(fn, {k: v if k == "trainer_state" else v[i:i + 1] for k, v in kwargs.items()})
-        except Exception:
+        except (Exception, SystemExit):
             return i
     return None
 
@@ -292,7 +293,7 @@ def import_file(source: str, spec: str):
     sys.modules[path.stem] = module  # before running it, as `import` does (dataclasses look it up)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit() in the file too
         del sys.modules[path.stem]
         raise ConfigError(f"--reward {spec}: importing {source} raised {one_line(e)}") from None
     return module
@@ -307,5 +308,5 @@ def import_module(source: str, spec: str):
             raise ConfigError(f"--reward {spec}: no module named {source} (a file is given by its path: "
                               f"FILE.py:{spec.rpartition(':')[2]})") from None
         raise ConfigError(f"--reward {spec}: importing {source} raised {one_line(e)}") from None
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise ConfigError(f"--reward {spec}: importing {source} raised {one_line(e)}") from None

@@ -67,7 +67,7 @@ def read_json(path: Path) -> dict:
         return {}
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # not JSON or UTF-8, too many digits, too deep
         raise TokenizerError(f"cannot read {path}: {e}") from None
     if not isinstance(d, dict):
         raise TokenizerError(f"{path} is not a JSON object")

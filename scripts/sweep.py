@@ -53,7 +53,8 @@ from nanoatr.session import PRESETS, TrainConfig, apply_preset, hparam_flags, re
 from nanoatr.methods import METHODS, check_hparams, defaults  # noqa: E402
 # the report: scripts/sweep_report.py
 from sweep_report import (Claim, Contrast, Hypothesis, Questions, Run, SCORE, WARM_START,  # noqa: E402
-                          difference_of, finished, parse_effect, result, score_key, scores, write_report)
+                          difference_of, finished, parse_effect, result, run_config, score_key, scores,
+                          write_report)
 
 # Where clipping acts and the policy still learns: 32 AdamW steps per rollout batch (8 minibatches x 4
 # epochs) at a small lr, so later minibatches meet ratios well away from 1.  Measured on the embedded
@@ -479,6 +480,9 @@ def main(argv=None):
     saved = out / "sweep.json"
     if saved.is_file() and json.loads(saved.read_text()) != settings:
         raise SystemExit(f"error: {out} holds a sweep with other settings ({saved}); choose another --out")
+    for run in runs:  # a finished run that cannot be reported: said now, not after the others have trained
+        if finished(run, args.steps):
+            run_config(run)
     t0 = time.perf_counter()
     failed = [] if args.report else train_all(runs, args.steps, train_args, devices, threads, out, saved,
                                               settings)

@@ -57,6 +57,22 @@ def finished(run: Run, steps: int) -> bool:
                                   for r in read_metrics(path))
 
 
+def run_config(run: Run) -> dict:
+    """A finished run's config.json; one missing, unreadable or without eval_k is one error line naming it."""
+    path = run.dir / "config.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        why = None if isinstance(saved, dict) and isinstance(saved.get("eval_k"), int) else "no eval_k"
+    except OSError as e:
+        why = (e.strerror or str(e)).lower()
+    except (ValueError, RecursionError):
+        why = "not JSON"
+    if why:
+        config.die(f"{path}: {why}: {run.dir.name} logged its last evaluation, but without the settings it "
+                   f"ran with it cannot be reported; remove {run.dir} to run it again")
+    return saved
+
+
 ENTROPY_WINDOW = 20  # the table's entropy: the mean over a run's last 20 steps (all of them in a shorter run)
 
 
@@ -68,7 +84,7 @@ def result(run: Run, steps: int) -> dict | None:
     fractions (%) and the entropy (nats per completion token) over the last min(20, steps) steps."""
     if not finished(run, steps):
         return None
-    saved = json.loads((run.dir / "config.json").read_text())  # the run's config.json
+    saved = run_config(run)
     k, rows = saved["eval_k"], read_metrics(run.dir / "metrics.jsonl")
     evals = {r["step"]: r for r in rows if f"eval/mean@{k}" in r}  # a resumed step keeps its last row
     train = list({r["step"]: r for r in rows if "clip_frac_low" in r}.values())  # resumed steps: last row
@@ -396,7 +412,7 @@ def plot_methods(runs: list[Run], out: Path, steps: int, window: int = 4) -> Pat
     every evaluated file's Mean@k."""
     methods = list(dict.fromkeys(r.method for r in runs))
     done = [r for r in runs if finished(r, steps)]  # a run in progress would cut every band short
-    k = next((json.loads((r.dir / "config.json").read_text())["eval_k"] for r in done), 8)
+    k = next((run_config(r)["eval_k"] for r in done), 8)
     logs = {r.dir: read_metrics(r.dir / "metrics.jsonl") for r in done}
     files = list(dict.fromkeys(m.group(1) for rows in logs.values() for row in rows for key in row
                                if (m := re.fullmatch(rf"eval/(.+)/mean@{k}", key))))

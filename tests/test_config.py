@@ -136,3 +136,52 @@ def test_check_numbers_checks_each_given_attribute_and_skips_an_unset_one():
         check_numbers(ns, {"lr": ">0", "steps": ">=1"})
     with pytest.raises(ConfigError, match=r"^--lr must be a finite number \(got nan\)$"):
         check_numbers(argparse.Namespace(lr=float("nan")), {"lr": ">0"})
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--system-prompt", "be \udcff brief"], "--system-prompt"), (["--stop", "a", "--stop", "\udcc3"], "--stop"),
+    (["--prompt-template", "Q: {question}\udcff"], "--prompt-template"),
+])
+@pytest.mark.parametrize("cls", COMMANDS)
+def test_command_line_bytes_that_are_no_utf8_are_one_line_naming_the_flag(cls, argv, named, capsys):
+    """A byte that is no UTF-8 in argv reaches Python as a lone surrogate, which no file, tokenizer or
+    config.json takes: one line naming the flag, before anything is made."""
+    if named not in {config.flag(f.name) for f in dataclasses.fields(cls)}:
+        pytest.skip(f"{cls.__name__} has no {named}")
+    with pytest.raises(SystemExit) as e:
+        parse(cls, argv)
+    assert e.value.code == 2 and capsys.readouterr().err == \
+        f"error: {named}: not UTF-8 text (bytes that decode to no character on the command line)\n"
+
+
+def test_a_sample_py_prompt_of_bytes_that_are_no_utf8_is_one_line(capsys, monkeypatch):
+    with pytest.raises(SystemExit):
+        sample.main(["1+\udcff"])
+    assert capsys.readouterr().err == "error: PROMPT: not UTF-8 text (bytes that decode to no character on " \
+        "the command line)\n"
+    stdin = type("In", (), {"isatty": lambda self: False, "__iter__": lambda self: iter(["1+1\n", "2\udcff\n"])})
+    monkeypatch.setattr("sys.stdin", stdin())
+    with pytest.raises(SystemExit):
+        sample.main(["--max-new-tokens", "2"])
+    assert capsys.readouterr().err.splitlines()[-1] == "error: stdin, line 2: not UTF-8 text (bytes that decode " \
+        "to no character)"
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "eval"])
+def test_two_files_of_one_name_are_one_line_naming_them(command, tmp_path, capsys):
+    """Results (metrics eval/<name>/..., samples.jsonl, eval.py's rows and table) go by a file's name: two
+    files named alike in different folders would be one column, only one of them evaluated."""
+    import train
+    for folder in "ab":
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "test.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    files = [str(tmp_path / "a/test.jsonl"), str(tmp_path / "b/test.jsonl")]
+    main, flag = {"train": (train.main, "--eval-data"), "sft": (sft.main, "--eval-data"),
+                  "eval": (eval_cli.main, "--data")}[command]
+    extra = ["--model", "data/tiny-qwen3", "--data", files[0]] if command == "sft" else []
+    with pytest.raises(SystemExit) as e:
+        main([*extra, flag, *files, "--out-dir" if command != "eval" else "--out", str(tmp_path / "out")])
+    assert e.value.code == 2 and capsys.readouterr().err == (
+        f"error: {flag}: two files named test ({' '.join(files)}): each file's results go by its name; "
+        "rename one\n")
+    assert not (tmp_path / "out").exists()

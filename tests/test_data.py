@@ -83,6 +83,33 @@ def test_blank_lines_skipped_and_line_numbers_stay_true(tmp_path):
     assert error(path) == f"{path}:4: invalid JSON: Expecting value (column 27)"
 
 
+GOOD = '{"problem": "A", "answer": "1"}'
+HOSTILE = [  # what json reads but Python cannot take as text and numbers, and its error line
+    ('{"problem": "\\ud800 B", "answer": "2"}', "a lone surrogate \\ud800 is no character"),
+    ('{"problem": "B", "answer": "2", "\\uDC00": 1}', "a lone surrogate \\udc00 is no character"),
+    ('{"problem": "B", "answer": ' + "9" * 5000 + "}", "a number Python cannot read (Exceeds the limit (4300 "
+     "digits) for integer string conversion: value has 5000 digits)"),
+    ('{"problem": "B", "answer": "2", "x": ' + "[" * 5000 + "]" * 5000 + "}",
+     "lists and dicts nested more than 64 deep"),  # past json's own recursion limit
+    ('{"problem": "B", "answer": "2", "x": ' + '{"a": ' * 64 + "1" + "}" * 64 + "}",
+     "lists and dicts nested more than 64 deep"),  # json reads it; copying it would recurse past the limit
+]
+
+
+@pytest.mark.parametrize("text, expected", HOSTILE)
+def test_what_python_cannot_take_from_json_is_one_line_naming_the_file_and_line(tmp_path, text, expected):
+    assert error(write(tmp_path, [GOOD, text])) == f"{tmp_path / 'data.jsonl'}:2: {expected}"
+    listed = tmp_path / "list.json"
+    listed.write_text(f"[{GOOD}, {text}]")
+    assert error(listed) == f"{listed}: {expected}"
+
+
+def test_a_surrogate_pair_and_a_row_nested_64_deep_are_read(tmp_path):
+    deep = '{"problem": "B", "answer": "2", "x": ' + '{"a": ' * 63 + "1" + "}" * 63 + "}"  # the row is one
+    rows = load_problems(write(tmp_path, ['{"problem": "\\ud83d\\ude00 A", "answer": "1"}', deep]))
+    assert rows[0].question == "\U0001f600 A" and rows[1].fields["x"]["a"]["a"]["a"] is not None
+
+
 def test_json_list_file(tmp_path):
     path = tmp_path / "d.json"
     path.write_text(json.dumps([{"problem": "A", "answer": 1}, dapo_row("B", "2")]))

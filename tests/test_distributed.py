@@ -123,3 +123,38 @@ def test_cpu_threads_see_a_busy_process_on_our_cores(monkeypatch):
         busy.kill()
         busy.wait()
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("device", ["gpu", "tpu", "cuda:x", "", "mps", "cuda:-1", "cuda:01", "CPU", "cuda:1.5"])
+@pytest.mark.parametrize("command", ["train", "eval", "sample"])
+def test_a_device_that_is_not_cpu_or_cuda_is_one_line_in_every_command(tmp_path, capsys, command, device):
+    import eval as eval_cli
+    import sample
+    argv = {"train": lambda: train.main([*ARGS, "--out-dir", str(tmp_path), "--name", "r", "--device", device]),
+            "eval": lambda: eval_cli.main(["--k", "1", "--out", str(tmp_path / "e.jsonl"), "--device", device]),
+            "sample": lambda: sample.main(["--device", device, "1+1"])}
+    with pytest.raises(SystemExit) as e:
+        argv[command]()
+    assert e.value.code == 2 and capsys.readouterr().err.splitlines() == [
+        f"error: --device {device!r}: expected cpu, cuda, cuda:N (a GPU's number) or auto"]
+    assert list(tmp_path.iterdir()) == []  # no run folder, no --out file
+
+
+@pytest.mark.parametrize("device, gpus, rank, expected", [
+    ("cuda", 0, 0, "--device cuda: no CUDA device is available (use --device cpu)"),
+    ("cuda:0", 0, 0, "--device cuda:0: no CUDA device is available"),
+    ("auto", 0, 0, "cpu"), ("cpu", 2, 0, "cpu"), ("auto", 2, 1, "cuda:1"), ("cuda", 2, 1, "cuda:1"),
+    ("cuda:1", 2, 0, "cuda:1"),
+    ("cuda:2", 2, 0, "--device cuda:2: rank 0 needs GPU 2, but there are 2"),
+    ("cuda:9999", 16, 0, "--device cuda:9999: rank 0 needs GPU 9999, but there are 16"),  # torch: cuda:15
+    ("cuda", 2, 2, "--device cuda: rank 2 needs GPU 2, but there are 2"),
+])
+def test_a_device_this_machine_lacks_is_one_line(monkeypatch, device, gpus, rank, expected):
+    from nanoatr.distributed import DeviceError, pick_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    try:
+        got = str(pick_device(device, rank))
+    except DeviceError as e:
+        got = str(e)
+    assert got.startswith(expected), got

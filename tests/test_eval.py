@@ -478,3 +478,14 @@ def test_runs_naming_one_file_two_ways_are_one_method_in_one_table(tmp_path, cap
     out = capsys.readouterr().out
     assert "Table 1 of" not in out
     assert table_rows(out)["kl3 (delta=0.07) final"][0] == "3"
+
+
+@pytest.mark.parametrize("line", ['{"benchmark": "b", "problem_id": ' + "9" * 5000 + "}", "[" * 5000 + "]" * 5000])
+def test_an_out_file_row_json_cannot_read_into_python_is_one_line(tmp_path, capsys, line):
+    """--resume of an --out file with a row of too many digits or nested past json's limit: one line naming
+    the file and line, as any row that is not eval.py's."""
+    out = tmp_path / "e.jsonl"
+    out.write_text('{"settings": {}}\n' + line + "\n" + '{"settings": {}}\n')
+    with pytest.raises(SystemExit) as e:
+        eval_cli.read_done(out)
+    assert e.value.code == 2 and capsys.readouterr().err.startswith(f"error: {out}:2: not an eval.py row")

@@ -96,6 +96,47 @@ def test_a_function_that_changes_its_arguments_changes_no_problem():
     assert CHAT.fields["reward_model"]["ground_truth"] == "5"
 
 
+def test_each_function_gets_its_own_copy_of_every_argument():
+    """A function that edits its lists in place (TRL users write such code) changes nothing the next function
+    grades: answer, completions, completion ids, prompts and every column are each function's own."""
+    def grade_then_blank(completions, answer, completion_ids, prompts, level, **kwargs):
+        answer[:] = ["wrong"] * len(answer)
+        completions[0], completion_ids[0][0], prompts[0], level[0] = "x", -1, "p", 99
+        return [0.0] * len(completions)
+    seen = []
+
+    def spy(completions, answer, completion_ids, prompts, level, **kwargs):
+        seen.append((completions, answer, completion_ids, prompts, level))
+        return [float(a in c) for c, a in zip(completions, answer)]
+    scores = Rewards((grade_then_blank, spy), ("a", "b"), (1.0, 1.0)).score(
+        [STANDARD, STANDARD], ["so 5", "6"], [[11, 12], [13]])
+    assert seen == [(["so 5", "6"], ["5", "5"], [[11, 12], [13]], ["What is 2+3?"] * 2, [1, 1])]
+    assert scores[:, 1].tolist() == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("empty", [lambda xs: xs.clear(), lambda xs: xs.__setitem__(slice(None), [None] * len(xs))])
+def test_a_function_that_empties_its_lists_then_raises_is_one_line_naming_the_row(empty):
+    """The error line describes the row from the batch as given, not from what the function left of it."""
+    def vandal(completions, answer, **kwargs):
+        wrong = [c for c in completions if c != "a"]
+        empty(completions), empty(answer)
+        if wrong:
+            raise ValueError("bad")
+        return [0.0] * len(answer)
+    with pytest.raises(RewardError, match=r"vandal raised ValueError: bad on row 1 of 2 \(problem 'What is "
+                                          r"2\+3\?', completion 'b'\)$"):
+        score(vandal, [STANDARD, STANDARD], ["a", "b"])
+
+
+def test_sys_exit_in_a_function_is_a_reward_error_naming_the_row():
+    def quits(completions, **kwargs):
+        if "b" in completions:
+            sys.exit(0)
+        return [0.0] * len(completions)
+    with pytest.raises(RewardError, match=r"quits raised SystemExit: 0 on row 1 of 2 "):
+        score(quits, [STANDARD, STANDARD], ["a", "b"])
+
+
 def test_a_conversational_file_gives_completions_as_assistant_messages(tmp_path):
     """A DAPO / TRL conversational file, through the loader: the prompt is the chat, each completion one
     assistant message; the built-in reward reads either shape."""
@@ -284,17 +325,22 @@ def test_a_column_named_like_an_argument_is_refused():
     ("{dir}/user_reward_broken.py:f", [], "--reward {dir}/user_reward_broken.py:f: importing "
      "{dir}/user_reward_broken.py raised ModuleNotFoundError: No module named 'not_installed_xyz'"),
     ("{dir}/user_reward_syntax.py:f", [], "importing {dir}/user_reward_syntax.py raised SyntaxError"),
+    ("{dir}/user_reward_exits.py:f", [], "importing {dir}/user_reward_exits.py raised SystemExit: 0"),
+    ("user_reward_exits:f", [], "--reward user_reward_exits:f: importing user_reward_exits raised SystemExit: 0"),
     ("good", [], "--reward good: expected FILE.py:FUNCTION or MODULE:FUNCTION"),
     ("{dir}/user_reward_ok.py:", [], "expected FILE.py:FUNCTION or MODULE:FUNCTION"),
     ("{dir}/user_reward_ok.py:good", [1.0, 2.0], "--reward-weights: 2 weight(s) for 1 reward function(s); give "
      "one each, in the order of --reward"),
     ("{dir}/user_reward_ok.py:good", [math.nan], "--reward-weights must be a finite number (got nan)"),
 ])
-def test_a_bad_reward_flag_is_one_line_before_any_step(write, tmp_path, spec, weights, message):
+def test_a_bad_reward_flag_is_one_line_before_any_step(write, tmp_path, monkeypatch, spec, weights,
+                                                        message):
     write("user_reward_ok.py", "LIMIT = 3\n\n"
           "def good(completions, **kwargs):\n    return [1.0] * len(completions)\n")
     write("user_reward_broken.py", "import not_installed_xyz\n")
     write("user_reward_syntax.py", "def f(:\n")
+    write("user_reward_exits.py", "import sys\nsys.exit(0)\n")
+    monkeypatch.syspath_prepend(tmp_path)  # user_reward_exits as a module too
     with pytest.raises(ConfigError) as e:
         from_flags([spec.format(dir=tmp_path)], weights, math_reward)
     assert message.format(dir=tmp_path) in str(e.value) and "\n" not in str(e.value), str(e.value)
@@ -394,6 +440,20 @@ def test_a_bad_reward_flag_is_one_line_and_leaves_no_run_folder(tmp_path, capsys
         train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--reward", f"{tmp_path}/none.py:f"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and err == [f"error: --reward {tmp_path}/none.py:f: no file {tmp_path}/none.py"]
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_a_reward_file_that_calls_sys_exit_is_one_line_exit_2(write, tmp_path, capsys, command):
+    """sys.exit(0) in a --reward file is no success: one line naming the file, exit 2, no run folder."""
+    path = write("user_reward_quits.py", "import sys\nsys.exit(0)\n")
+    with pytest.raises(SystemExit) as e:
+        if command == "train":
+            train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--reward", f"{path}:f"])
+        else:
+            eval_cli.main(["--k", "1", "--out", str(tmp_path / "e.jsonl"), "--reward", f"{path}:f"])
+    assert e.value.code == 2 and capsys.readouterr().err.splitlines() == [
+        f"error: --reward {path}:f: importing {path} raised SystemExit: 0"]
     assert not (tmp_path / "r").exists()
 
 

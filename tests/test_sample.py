@@ -89,6 +89,23 @@ def test_not_an_adapter_is_one_line(capsys, model_dir, tmp_path):
     assert capsys.readouterr().err == f"error: {tmp_path} is not a LoRA adapter directory (adapter_config.json is missing)\n"
 
 
+@pytest.mark.parametrize("text, why", [("9" * 5000, "Exceeds the limit (4300 digits)"),
+                                       ("[" * 5000 + "]" * 5000, "maximum recursion depth exceeded")])
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json", "adapter_config.json"])
+def test_a_model_file_json_cannot_read_into_python_is_one_line_naming_it(capsys, model_dir, tmp_path, name,
+                                                                         text, why):
+    """An integer past Python's digit limit, nesting past json's recursion limit: one line naming the file."""
+    import shutil
+    folder = tmp_path / "m"
+    shutil.copytree(model_dir, folder)
+    (folder / name).write_text(text)
+    adapter = ["--adapter", str(folder)] if name == "adapter_config.json" else []
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--model", str(model_dir if adapter else folder), *adapter, PROMPT])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and f"{folder / name}" in err and why in err, err
+
+
 def test_stream_ends_after_a_stop_string(loaded):
     _, tok, _ = loaded
     writes = []

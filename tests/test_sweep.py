@@ -559,3 +559,23 @@ def test_first_seed_gives_tuning_seeds_apart_from_the_confirmatory_ones(tmp_path
     dry = subprocess.run([sys.executable, str(Path(sweep.__file__)), "--clip", "kl3", "--seeds", "1", "--first-seed",
                           "7", "--out", str(tmp_path), "--dry-run"], capture_output=True, text=True, check=True).stdout
     assert "--seed 7" in dry and "kl3-s7" in dry and "--seed 0" not in dry
+
+
+@pytest.mark.parametrize("content", [None, "{", "[]", '{"clip": "kl3"}'])
+@pytest.mark.parametrize("report", [[], ["--report"]])
+def test_a_finished_run_without_a_readable_config_is_one_line_before_any_training(tmp_path, capsys, content,
+                                                                                    report):
+    """A sweep run again (or --report) where a finished run's config.json is missing or broken: one line naming
+    it, exit 2, and nothing trained."""
+    runs = sweep.plan(["kl3"], 2, tmp_path.resolve())
+    fake_run(runs[0], 3, mean=31.0)
+    config_file = runs[0].dir / "config.json"
+    config_file.unlink() if content is None else config_file.write_text(content)
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["--clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), *report])
+    err = capsys.readouterr().err.splitlines()
+    why = {None: "no such file or directory", "{": "not JSON"}.get(content, "no eval_k")
+    assert e.value.code == 2 and err == [f"error: {config_file}: {why}: kl3-s0 logged its last evaluation, but "
+                                         "without the settings it ran with it cannot be reported; remove "
+                                         f"{runs[0].dir} to run it again"]
+    assert not runs[1].dir.exists()

@@ -152,12 +152,12 @@ def load(model_cls, config_cls, path, dtype=torch.float32, device="cpu"):
         raise ModelError(f"{config_file} is missing: not a Hugging Face model directory")
     try:
         cfg = config_cls(**config_fields(json.loads(config_file.read_text(encoding="utf-8"))))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except ModelError as e:
+        raise ModelError(f"{config_file}: {e}") from None
+    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, too many digits, too deep
         raise ModelError(f"{config_file} is not valid JSON: {e}") from None
     except OSError as e:
         raise ModelError(f"cannot read {config_file}: {e.strerror or e}") from None
-    except ModelError as e:
-        raise ModelError(f"{config_file}: {e}") from None
     state, where = load_state_dict(path)
     with torch.device("meta"):
         model = model_cls(cfg)
@@ -206,7 +206,7 @@ def load_state_dict(path: Path) -> tuple[dict, dict]:
             if not isinstance(weight_map, dict) or \
                     not all(isinstance(v, str) and v for v in weight_map.values()):
                 raise TypeError("weight_map must map tensor names to shard file names")
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        except (ValueError, RecursionError, KeyError, TypeError) as e:
             what = "no weight_map" if isinstance(e, KeyError) else str(e).splitlines()[0]
             raise ModelError(f"{index} is not a shard index ({what})") from None
         except OSError as e:
