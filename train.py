@@ -28,7 +28,7 @@ from torch import nn
 
 from nanoatr import distributed, lora
 from nanoatr.checkpoint import read_tokenizer_files
-from nanoatr.data import TASKS, load_problems
+from nanoatr.data import TASKS, load_problems, not_held_out
 from nanoatr.evaluate import check_budgets, during_training, scores_line
 from nanoatr.loss import (aggregate, group_advantages, kl_to_reference, merge_stats, overlong_penalty,
                           policy_loss, progress, uniform_groups)
@@ -457,6 +457,8 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     problems = load_problems(cfg.data, **columns)
     eval_sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None, **columns)
                  for f in cfg.eval_data}
+    for f in cfg.eval_data:  # a file that shares problems with --data is no held-out one: said so
+        session.say(not_held_out(f, problems, eval_sets[Path(f).stem], cfg.task))
     check_budgets(tok, [(cfg.data, problems, cfg.max_new_tokens, "--max-new-tokens")] + [
         (f, eval_sets[Path(f).stem], cfg.eval_max_new_tokens or cfg.max_new_tokens, "--eval-max-new-tokens")
         for f in cfg.eval_data], model.config.max_position_embeddings, prompt_kw)

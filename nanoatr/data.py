@@ -24,9 +24,9 @@ Every other column (``solution``, ``id``, a TRL row's ``completion``, the answer
 kept as read in ``Problem.fields``: a reward function's keyword arguments, as TRL passes them.
 
 DAPO files repeat every prompt (x100 in the training set, x32 in its AIME validation set), so rows with
-the same prompt and answer are dropped by default; call ``dedupe`` yourself (with ``dedupe=False`` here)
-when you want to log how many. Every error is a ``DataError``: one line naming the file and the row
-(``file:line`` of a jsonl file, ``file:N`` the N-th row of a parquet file, ``file[i]`` of a .json list).
+the same prompt and answer (the chat's, else the question's) are dropped by default (``dedupe=False``
+keeps them). Every error is a ``DataError``: one line naming the file and the row (``file:line`` of a
+jsonl file, ``file:N`` the N-th row of a parquet file, ``file[i]`` of a .json list).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from nanoatr.rewards import countdown_reward, math_reward
+from nanoatr.rewards import countdown_reward, math_reward, one_line
 from nanoatr.verifier.countdown import parse_answer
 
 
@@ -174,23 +174,30 @@ def load_solutions(path: str | Path) -> list[Solved]:
     return out
 
 
-def dedupe(problems: list[Problem]) -> tuple[list[Problem], int]:
-    """Drop repeated (prompt, answer) pairs, keeping the first of each in order. The prompt is the chat
-    when there is one, else the question; problems without an answer are told apart by the prompt alone.
-
-    Returns the unique problems and how many rows were dropped (for the caller to log).
-    """
-    unique = list(_unique(problems))
-    return unique, len(problems) - len(unique)
-
-
 def _unique(problems: Iterable[Problem]) -> Iterator[Problem]:
     seen: set[tuple[str, str | None]] = set()
     for p in problems:
-        key = (json.dumps(p.messages, sort_keys=True) if p.messages else p.question, p.answer)
-        if key not in seen:
+        if (key := _key(p)) not in seen:
             seen.add(key)
             yield p
+
+
+def _key(p: Problem) -> tuple[str, str | None]:
+    return json.dumps(p.messages, sort_keys=True) if p.messages else p.question, p.answer
+
+
+def not_held_out(file: str, problems: list[Problem], evaluated: list[Problem], task: str) -> str | None:
+    """A line saying how many of `file`'s problems `evaluated` are training `problems` (the same prompt and
+    answer, or where the task's key reads them the same key: arith_key, countdown_key), or None for none."""
+    def keys(p: Problem) -> set:
+        try:
+            return {_key(p), {"math": arith_key, "countdown": countdown_key}[task](p)}
+        except (ValueError, TypeError):  # not the task's kind of problem, or no answer
+            return {_key(p)}
+    trained = set().union(*map(keys, problems))
+    shared = sum(bool(keys(p) & trained) for p in evaluated)
+    return f"--eval-data {file}: {shared} of its {len(evaluated)} problems evaluated are training problems " \
+        "(--data's, up to the order of their numbers): its scores are not held out" if shared else None
 
 
 def save_problems(path: str | Path, problems: list[Problem]) -> None:
@@ -264,16 +271,15 @@ MAX_DEPTH = 64  # lists and dicts in a row nest at most this deep (each reward f
 
 
 def _loads(text: str, where, lines: bool = False):
-    """The JSON value of `text` (a row; with `lines`, a file's list of rows). What Python cannot take as text
-    and numbers (invalid JSON, an integer past its digit limit, a lone UTF-16 surrogate, lists or dicts
-    nested past MAX_DEPTH) is a DataError naming `where` (with `lines`, the line of invalid JSON too)."""
+    """The JSON value of `text` (a row; with `lines`, a list of rows, and bad JSON's line named). What Python
+    cannot take (a number of too many digits, a lone surrogate, nesting past MAX_DEPTH): a DataError too."""
     depth = 0
     try:
         value = json.loads(text)
         if re.search(r"\\u[dD][89a-fA-F]", text):  # a surrogate's escape: half of a pair, or alone
             json.dumps(value, ensure_ascii=False).encode("utf-8")
     except json.JSONDecodeError as e:
-        line = f":{e.lineno}" if lines else ""
+        line = f":{e.lineno}" * lines
         raise DataError(f"{where}{line}: invalid JSON: {e.msg} (column {e.colno})") from None
     except UnicodeEncodeError as e:
         raise DataError(f"{where}: a lone surrogate \\u{ord(e.object[e.start]):x} is no character") from None
@@ -300,7 +306,7 @@ def _open_parquet(path: Path):
     try:
         return pq.ParquetFile(path)
     except Exception as e:  # not parquet, truncated: pyarrow's own exception types
-        raise DataError(f"{path}: not a readable parquet file ({_one_line(e)})") from None
+        raise DataError(f"{path}: not a readable parquet file ({one_line(e)})") from None
 
 
 PARQUET_BATCH = 1024  # rows decoded at a time: a `limit` of a few rows reads one batch of a row group
@@ -324,11 +330,7 @@ def _batches(path: Path, parquet):
     try:
         yield from parquet.iter_batches(batch_size=PARQUET_BATCH)
     except Exception as e:  # a corrupt page, an unsupported type
-        raise DataError(f"{path}: not a readable parquet file ({_one_line(e)})") from None
-
-
-def _one_line(e: Exception) -> str:
-    return f"{type(e).__name__}: " + " ".join(str(e).split())
+        raise DataError(f"{path}: not a readable parquet file ({one_line(e)})") from None
 
 
 def _plain(value: object, where: str, column: str) -> object:

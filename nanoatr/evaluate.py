@@ -173,14 +173,10 @@ def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, 
 
 
 def scores_line(results: dict, k: int, before: dict | None = None) -> str:
-    """'held-out Mean@8 53.7%  Pass@8 77.7%  (from 28.0%)' for one evaluated file; with several, one such
-    part per file, named ('heldout Mean@8 ...; transfer Mean@8 ...'). `before` (step 0's results) gives
-    the 'from'."""
+    """'heldout Mean@8 53.7% (from 28.0%)  Pass@8 77.7%' per evaluated file, named by its file ('heldout
+    ...; transfer ...'), which may or may not be held out (train.py says when it shares training problems).
+    `before` (step 0's results) gives the 'from'."""
     names = [m.group(1) for key in results if (m := re.fullmatch(rf"eval/(.+)/mean@{k}", key))]
-    if len(names) < 2:
-        return (f"held-out Mean@{k} {results[f'eval/mean@{k}']:.1f}%  "
-                f"Pass@{k} {results[f'eval/pass@{k}']:.1f}%" +
-                (f"  (from {before[f'eval/mean@{k}']:.1f}%)" if before else ""))
     return "; ".join(f"{n} Mean@{k} {results[f'eval/{n}/mean@{k}']:.1f}%" +
                      (f" (from {before[f'eval/{n}/mean@{k}']:.1f}%)" if before else "") +
                      f"  Pass@{k} {results[f'eval/{n}/pass@{k}']:.1f}%" for n in names)

@@ -303,10 +303,8 @@ def import_module(source: str, spec: str):
     """An importable module (installed, or on PYTHONPATH), by name."""
     try:
         return importlib.import_module(source)
-    except ModuleNotFoundError as e:
-        if e.name and (source == e.name or source.startswith(e.name + ".")):
+    except (Exception, SystemExit) as e:  # sys.exit() in the module too
+        if isinstance(e, ModuleNotFoundError) and e.name and f"{source}.".startswith(f"{e.name}."):
             raise ConfigError(f"--reward {spec}: no module named {source} (a file is given by its path: "
                               f"FILE.py:{spec.rpartition(':')[2]})") from None
-        raise ConfigError(f"--reward {spec}: importing {source} raised {one_line(e)}") from None
-    except (Exception, SystemExit) as e:
         raise ConfigError(f"--reward {spec}: importing {source} raised {one_line(e)}") from None

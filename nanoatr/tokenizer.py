@@ -154,7 +154,6 @@ def ignored_prompt_flags(tokenizer, template: str | None, system_prompt: str | N
     return None
 
 
-
 def encode_prompts(tokenizer, problems, **kw) -> list[list[int]]:
     # The template already holds any special tokens, so none are added here.
     return [tokenizer.encode(format_prompt(tokenizer, p, **kw), add_special_tokens=False) for p in problems]

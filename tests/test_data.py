@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nanoatr.data import DataError, Problem, dedupe, load_problems, repair_latex_escapes, save_problems
+from nanoatr.data import DataError, Problem, load_problems, repair_latex_escapes, save_problems
 
 TEMPLATE = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
@@ -66,8 +66,7 @@ def test_dapo_format_keeps_messages_and_dedupes(tmp_path):
     assert problems[0].question == TEMPLATE.format("P1")
     assert problems[0].messages == [{"content": TEMPLATE.format("P1"), "role": "user"}]
     everything = load_problems(path, dedupe=False)
-    assert len(everything) == 65
-    assert dedupe(everything) == (problems, 63)
+    assert len(everything) == 65 and [everything[0], everything[32]] == problems
 
 
 def test_limit_counts_unique_problems_and_stops_reading(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nanoatr.data import Problem, arith_key, countdown_key, load_problems
+from nanoatr.data import Problem, arith_key, countdown_key, load_problems, not_held_out
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
@@ -90,3 +90,34 @@ def test_split_overlap_prints_the_documented_figures(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines == [f"arith {split}: {n} problems; sharing a key with train 0; repeats 0; sharing a key with "
                      f"the warm-start's stream ({steps} x 64) 0" for split, n in (("heldout", 256), ("val", 128))]
+
+
+@pytest.mark.parametrize("task, trained, evaluated, shared", [
+    ("math", ["63*15", "75-72-61"], ["15*63", "75-61-72", "63*16"], 2),  # the same problem up to its key
+    ("countdown", ["3,8,5,2:19"], ["2,3,5,8:19", "3,8,5,2:20"], 1),
+    ("math", ["What is two plus two?"], ["What is two plus two?", "What is 2+2?"], 1),  # no numbers: as written
+    ("math", ["63*15"], ["64*15"], 0),
+])
+def test_an_evaluation_file_sharing_training_problems_is_said_not_held_out(task, trained, evaluated, shared):
+    def problems(texts):
+        if task == "countdown":
+            return [Problem(f"reach {t}", t) for t in texts]
+        answers = {"63*15": "945", "15*63": "945", "75-72-61": "-58", "75-61-72": "-58", "63*16": "1008",
+                   "64*15": "960"}
+        return [Problem(t, answers.get(t, "4")) for t in texts]
+    line = not_held_out("e.jsonl", problems(trained), problems(evaluated), task)
+    assert line == (f"--eval-data e.jsonl: {shared} of its {len(evaluated)} problems evaluated are training problems "
+                    "(--data's, up to the order of their numbers): its scores are not held out" if shared else None)
+
+
+def test_train_py_with_its_training_file_as_eval_data_says_it_is_not_held_out(tmp_path, capsys):
+    """--eval-data equal to --data: said at the start, and each evaluation named by its file, never held-out."""
+    import train
+    data = str(DATA / "arith/train.jsonl")
+    train.main(["--model", str(DATA / "tiny-qwen3"), "--data", data, "--eval-data", data, "--eval-limit", "4",
+                "--eval-k", "1", "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8",
+                "--no-compile", "--steps", "1", "--out-dir", str(tmp_path), "--name", "r"])
+    out = capsys.readouterr().out
+    assert f"--eval-data {data}: 4 of its 4 problems evaluated are training problems (--data's, up to the order " \
+        "of their numbers): its scores are not held out\n" in out
+    assert "held-out" not in out and "step 0: train Mean@1 " in out
