@@ -29,7 +29,8 @@ and prints one table per evaluation setting (temperature, top-p, budget, k, file
 evaluated otherwise get their own table, headed by what differs), with the base model's row (step 0) once,
 then per method (clip, its hyper-parameters, any other training flag that differs between the runs) its
 final and best evaluation over seeds: n, and the mean ± the half-width of its 95% t-interval
-(nanoatr/stats.py).
+(nanoatr/stats.py). A line under a table says when its runs did not all run one git commit without
+changes (config.json's "provenance"), and which ran which.
 """
 import nanoatr
 
@@ -259,6 +260,7 @@ class RunLog(NamedTuple):
     config: dict             # its settings as it last ran: config.json's, each recorded change applied
     evals: dict[int, dict]   # step -> the evaluation logged at that step
     changes: list[str]       # config.json's "changes" (on resumes): 'at step S: --flag a -> b'
+    provenance: list[dict]   # config.json's "provenance": what each start ran (distributed.provenance)
 
 
 def evaluation(config: dict) -> dict:
@@ -294,7 +296,7 @@ def read_run(run_dir: str) -> RunLog:
                 die(f"{run_dir}/metrics.jsonl: the evaluation of step {step} has no number {key}")
     changes = [f"at step {c['step']}: {change_text(c)}" for c in recorded_changes(config, config_file)]
     settings = {**defaults(config), **settings_now(config, config_file)}
-    return RunLog(model_name(run_dir), same_spelling(settings), evals, changes)
+    return RunLog(model_name(run_dir), same_spelling(settings), evals, changes, config.get("provenance", []))
 
 
 def same_spelling(settings: dict) -> dict:
@@ -396,6 +398,7 @@ def seed_table(runs: list[RunLog]) -> str:
         if isinstance(steps, int) and last < steps:
             notes.append(f"{run.name}: last evaluation at step {last} of {steps} (not finished)")
         notes += [f"{run.name}: changed on resume {change}" for change in run.changes]
+    notes += filter(None, [distributed.code_note({run.name: run.provenance for run in runs})])
     return grid("Method", names, k, rows, before=("n",)) + "\n" + "\n".join(notes)
 
 

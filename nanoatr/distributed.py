@@ -1,5 +1,5 @@
 """Several processes, one device each: torchrun, each rank's share of a step, the precision the model
-runs in, CPU threads, signals.
+runs in, CPU threads, signals, and what a run ran on (provenance).
 
     torchrun --nproc_per_node 4 train.py --model ... --preset paper
 
@@ -12,14 +12,18 @@ environment) nothing here starts a process group and every helper is the identit
 import contextlib
 import datetime
 import functools
+import importlib.metadata
 import math
 import os
+import platform
 import random
 import re
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -300,3 +304,42 @@ class Interrupts:
     def requested(self, d: Dist) -> bool:
         """On every rank alike: any rank's signal stops all of them after the same step."""
         return all_sum(float(self.signal is not None), d) > 0
+
+
+def provenance(step: int) -> dict:
+    """A run's sitting from `step` (config.json's "provenance": one per start and resume): this code's commit
+    and whether tracked files differ from it ("unknown": not its own git checkout, e.g. a pip install, or
+    git missing or slow, which never fails a run), the start (UTC), the host and the versions."""
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    git = ["git", "-C", here, "describe", "--always", "--dirty", "--abbrev=40", "--exclude=*"]  # sha[-dirty]
+    try:  # a .git beside the package: an installed copy may lie inside some other repository
+        out = subprocess.run(git, capture_output=True, text=True, timeout=5).stdout.strip() \
+            if os.path.exists(os.path.join(here, ".git")) else ""
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    info = Path("/proc/cpuinfo").read_text() if os.path.exists("/proc/cpuinfo") else ""  # not on macOS
+    cpu = re.search(r"^model name\s*:\s*(.+)$", info, re.M)  # none on some ARM machines
+    gpus = range(torch.cuda.device_count()) if torch.cuda.is_available() else []
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return {"step": step, "started": started, "commit": out.removesuffix("-dirty") or "unknown",
+            "dirty": out.endswith("-dirty") if out else "unknown",
+            "host": {"cpu": cpu[1] if cpu else platform.processor() or platform.machine(),
+                     "gpus": [torch.cuda.get_device_name(i) for i in gpus], "cores": os.cpu_count()},
+            "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": importlib.metadata.version("transformers")}
+
+
+def code_note(runs: dict[str, list]) -> str | None:
+    """A line when runs (name: config.json's "provenance") did not all run one commit without changes, saying
+    which ran which (a run whose first sitting is not recorded, from before provenance, ran unknown code)."""
+    def code(sitting: dict) -> str:
+        return f"{str(sitting.get('commit', 'unknown'))[:12]}{'+dirty' * (sitting.get('dirty') is True)}"
+    runs = {name: [s for s in p if isinstance(s, dict)] if isinstance(p, list) else [] 
+            for name, p in runs.items()}  # a config.json as found
+    codes = {name: sorted({*map(code, p), *(["unknown"] if not p or p[0].get("step") != 0 else [])})
+             for name, p in runs.items()}
+    every = {c for cs in codes.values() for c in cs}
+    if len(every) > 1 or any(c == "unknown" or c.endswith("+dirty") for c in every):
+        listed = "; ".join(f"{name} {' '.join(c)}" for name, c in codes.items())
+        return f"code: not one commit without changes: {listed} (+dirty: with changes not committed; " \
+            "unknown: not recorded, or not a git checkout)"

@@ -36,7 +36,7 @@ import shutil
 import time
 from pathlib import Path
 
-from nanoatr import checkpoint
+from nanoatr import checkpoint, distributed
 from nanoatr.checkpoint import CheckpointError, reason, replace_bytes, warn, write_bytes
 from nanoatr.config import ConfigError, flag
 from nanoatr.data import located
@@ -73,18 +73,18 @@ class RunFolder:
         """config.json: a new run's settings (the config dataclass, resolved). A resumed run's stay what it
         started with; this resume's change (resumed_config), if any, is added to its "changes" at the
         checkpoint's step. A change recorded past that step (a damaged newer checkpoint was skipped) took
-        effect at it in the steps redone, and says so."""
+        effect at it in the steps redone, and says so. Every start adds its "provenance" (distributed's)."""
         path = self.path / "config.json"
         if not self.resuming:
-            write_json_atomic(path, dataclasses.asdict(cfg))
+            write_json_atomic(path, {**dataclasses.asdict(cfg), "provenance": [distributed.provenance(0)]})
             return
         saved, step = json.loads(path.read_text()), self.state["step"]
         earlier = recorded_changes(saved, path)
         changes = [{**c, "step": min(c["step"], step)} for c in earlier]
         if change:
             changes.append({"step": step, **change})
-        if changes != earlier:
-            write_json_atomic(path, {**saved, "changes": changes})
+        sitting = {"provenance": [*saved.get("provenance", []), distributed.provenance(step)]}
+        write_json_atomic(path, {**saved, **({"changes": changes} if changes != earlier else {}), **sitting})
 
     def open_reporters(self, cfg):
         """cfg.report_to's destinations, started with the run's settings (before write_config, so that one
@@ -666,7 +666,7 @@ def recorded_changes(saved: dict, where) -> list[dict]:
 
 def settings_now(saved: dict, where) -> dict:
     """A run's settings as it last ran: those config.json says it started with, each change applied."""
-    settings = {k: v for k, v in saved.items() if k != "changes"}
+    settings = {k: v for k, v in saved.items() if k not in ("changes", "provenance")}
     for change in recorded_changes(saved, where):
         settings.update({k: v["to"] for k, v in change.items() if k != "step"})
     return settings

@@ -5,7 +5,7 @@
   the training tokens' entropy and the evaluation policy's on each file; then the --effect definitions, the
   pre-registered family of --hypothesis and --reject (each with its 95% paired t-interval, its p and Holm's
   decision over the family) and the seed-paired comparisons (--compare, by default every arm against the
-  first, then the effects);
+  first, then the effects); a line says when the runs did not all run one git commit without changes;
 - OUT/results.json: each finished run's numbers (result);
 - OUT/curves.svg: Figure 2, each arm's mean over seeds with its 95% t-interval band, step by step, of the
   return, the entropy, the completion length and each evaluated file's Mean@k;
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
-from nanoatr import config, stats  # noqa: E402
+from nanoatr import config, distributed, stats  # noqa: E402
 from nanoatr.methods import defaults  # noqa: E402
 from nanoatr.runs import change_text, read_metrics, recorded_changes  # noqa: E402
 from nanoatr.session import TrainConfig  # noqa: E402
@@ -100,7 +100,8 @@ def result(run: Run, steps: int) -> dict | None:
            "splits": splits, "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high"),
            "entropy_end": statistics.fmean(entropy) if entropy else math.nan,
            "changes": [f"at step {c['step']}: {change_text(c)}"
-                       for c in recorded_changes(saved, run.dir / "config.json")]}
+                       for c in recorded_changes(saved, run.dir / "config.json")],
+           "provenance": saved.get("provenance") or []}
     for prefix in ["", *(f"{split}/" for split in splits)]:
         for metric in ("mean", "pass"):
             key = f"eval/{prefix}{metric}@{k}"
@@ -207,7 +208,8 @@ def table(results: list[dict], arms: dict[str, Run], seeds: int, steps: int) -> 
                      " | ".join(pm([r[key] for r in rs]) for key, _ in cols) +
                      f" | {low + high:.2f} ({low:.2f} + {high:.2f}) | {entropy} |" +
                      "".join(f" {pm([r.get(key, math.nan) for r in rs], 3)} |" for key, _ in evaluated))
-    return "\n".join(lines) + "\n" + changed_on_resume(done)
+    code = distributed.code_note({r["dir"]: r.get("provenance", []) for r in done})
+    return "\n".join(lines) + "\n" + changed_on_resume(done) + (f"\n{code}\n" if code else "")
 
 
 def changed_on_resume(done: list[dict]) -> str:

@@ -38,7 +38,7 @@ def test_two_ranks_give_the_parameters_of_one_process(tmp_path, mode):
         os.killpg(two.pid, signal.SIGKILL)  # torchrun and both ranks, not torchrun alone
         raise
     assert two.returncode == 0, err[-3000:]
-    assert out.count("held-out Mean@2") == 2  # only rank 0 prints
+    assert out.count("heldout Mean@2") == 2  # only rank 0 prints
     train.main([*ARGS, *mode, "--out-dir", str(tmp_path), "--name", "one"])
 
     weights = "adapter_model.safetensors" if mode else "model.safetensors"
@@ -158,3 +158,53 @@ def test_a_device_this_machine_lacks_is_one_line(monkeypatch, device, gpus, rank
     except DeviceError as e:
         got = str(e)
     assert got.startswith(expected), got
+
+
+def test_every_sitting_of_a_run_records_the_code_host_and_versions_it_ran(tmp_path):
+    """config.json's "provenance": the start's sitting (commit, tree state, UTC time, host, versions), and a
+    resume's appended to it, the original kept."""
+    import datetime
+    import importlib.metadata
+    import platform
+    fast = [*ARGS[:ARGS.index("--steps")], "--eval-data", "--save-every", "1", "--device", "cpu"]
+    train.main([*fast, "--steps", "1", "--out-dir", str(tmp_path), "--name", "r"])
+    first = json.loads((tmp_path / "r/config.json").read_text())["provenance"]
+    train.main(["--resume", str(tmp_path / "r"), "--steps", "2"])
+    sittings = json.loads((tmp_path / "r/config.json").read_text())["provenance"]
+    assert len(first) == 1 and sittings[0] == first[0] and [s["step"] for s in sittings] == [0, 1]
+    git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    for s in sittings:
+        assert s["commit"] == (git.stdout.strip() if (ROOT / ".git").exists() and git.returncode == 0 else "unknown")
+        assert s["dirty"] in (True, False) if s["commit"] != "unknown" else s["dirty"] == "unknown"
+        assert datetime.datetime.fromisoformat(s["started"]).utcoffset() == datetime.timedelta(0)
+        assert s["host"]["cores"] == os.cpu_count() and s["host"]["cpu"] and isinstance(s["host"]["gpus"], list)
+        assert (s["python"], s["torch"], s["transformers"]) == (
+            platform.python_version(), torch.__version__, importlib.metadata.version("transformers"))
+
+
+def test_provenance_is_unknown_without_git_or_outside_its_own_checkout(tmp_path, monkeypatch):
+    """git missing or past its timeout, or the package installed inside some other repository (a virtual
+    environment in a project): the commit is unknown, and the run goes on."""
+    from nanoatr import distributed
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    def slow_git(*args, **kwargs):
+        raise subprocess.TimeoutExpired("git", 5)
+    for fake in (no_git, slow_git):
+        monkeypatch.setattr(subprocess, "run", fake)
+        assert (distributed.provenance(3)["commit"], distributed.provenance(3)["dirty"]) == ("unknown", "unknown")
+    monkeypatch.undo()
+    if subprocess.run(["git", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("no git")
+    outer = tmp_path / "project"
+    (outer / "venv/site-packages/nanoatr").mkdir(parents=True)
+    for command in (["init", "-q"], ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty",
+                                     "-m", "x"]):
+        subprocess.run(["git", "-C", str(outer), *command], check=True)
+    monkeypatch.setattr(distributed, "__file__", str(outer / "venv/site-packages/nanoatr/distributed.py"))
+    assert distributed.provenance(0)["commit"] == "unknown"  # the project's commit is not ours
+    monkeypatch.setattr(distributed, "__file__", str(outer / "nanoatr/distributed.py"))
+    assert distributed.provenance(0)["commit"] == subprocess.run(
+        ["git", "-C", str(outer), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()

@@ -489,3 +489,31 @@ def test_an_out_file_row_json_cannot_read_into_python_is_one_line(tmp_path, caps
     with pytest.raises(SystemExit) as e:
         eval_cli.read_done(out)
     assert e.value.code == 2 and capsys.readouterr().err.startswith(f"error: {out}:2: not an eval.py row")
+
+
+A, B = "a" * 40, "b" * 40
+
+
+@pytest.mark.parametrize("second, note", [
+    ([{"step": 0, "commit": A, "dirty": False}], None),
+    ([{"step": 0, "commit": B, "dirty": False}], "s0 aaaaaaaaaaaa; s1 bbbbbbbbbbbb"),
+    ([{"step": 0, "commit": A, "dirty": True}], "s0 aaaaaaaaaaaa; s1 aaaaaaaaaaaa+dirty"),
+    ([{"step": 0, "commit": "unknown", "dirty": "unknown"}], "s0 aaaaaaaaaaaa; s1 unknown"),
+    (None, "s0 aaaaaaaaaaaa; s1 unknown"),  # a run from before provenance was recorded
+    ([{"step": 0, "commit": A, "dirty": False}, {"step": 50, "commit": B, "dirty": False}],
+     "s0 aaaaaaaaaaaa; s1 aaaaaaaaaaaa bbbbbbbbbbbb"),  # resumed on other code
+    ([{"step": 50, "commit": A, "dirty": False}], "s0 aaaaaaaaaaaa; s1 aaaaaaaaaaaa unknown"),  # its start unknown
+    ("garbage", "s0 aaaaaaaaaaaa; s1 unknown"),
+])
+def test_runs_table_notes_runs_that_ran_other_code(tmp_path, capsys, second, note):
+    """Table 2 over seeds says when its runs did not all run one commit without changes (config.json's
+    "provenance", every start's and resume's), naming what each ran."""
+    runs = [fake_run(tmp_path, f"s{seed}", {0: [(30.0, 50.0)], 100: [(40.0, 60.0)]}, names=("amc23",), seed=seed)
+            for seed in (0, 1)]
+    for run, sittings in zip(runs, ([{"step": 0, "commit": A, "dirty": False}], second)):
+        config = json.loads(Path(run, "config.json").read_text())
+        Path(run, "config.json").write_text(json.dumps({**config, **({"provenance": sittings} if sittings else {})}))
+    eval_cli.main(["--runs", *runs])
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("code:")]
+    assert notes == ([] if note is None else [f"code: not one commit without changes: {note} (+dirty: with changes "
+                                              "not committed; unknown: not recorded, or not a git checkout)"])

@@ -225,12 +225,18 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
     assert all(r["reward/digits"] is not None for r in rows if "loss" in r)
     after = json.loads((run / "config.json").read_text())
-    assert {k: v for k, v in after.items() if k != "changes"} == config
+    assert {k: v for k, v in after.items() if k != "changes"} == {**config, "provenance": after["provenance"]}
+    assert after["provenance"][:1] == config["provenance"] and [s["step"] for s in after["provenance"]] == [0, 1, 2, 3]
     assert [list(c) for c in after["changes"]] == [["step", "steps"]] * 3
     capsys.readouterr()
     assert one_error(capsys, train.main, ["--resume", str(run), "--steps", "5", "--data",
                                           f"{start}/data/other.jsonl"]).startswith(
         f"error: --data {start}/data/other.jsonl cannot change on --resume")
+
+
+def settings(config: dict) -> dict:
+    """config.json's settings: without the record of changes and of each start's provenance."""
+    return {k: v for k, v in config.items() if k not in ("changes", "provenance")}
 
 
 def given_value(field: str, argv: list[str]):
@@ -244,7 +250,7 @@ def test_train_records_the_change_and_config_json_keeps_the_start(field, train_r
     more = [] if field == "steps" else ["--steps", "2"]
     train.main(["--resume", str(run), *more, *TRAIN_VALUES[field]])
     config = json.loads((run / "config.json").read_text())
-    assert {k: v for k, v in config.items() if k != "changes"} == start
+    assert settings(config) == settings(start) and config["provenance"][:-1] == start["provenance"]
     change = {"steps": {"from": 1, "to": 2},
               field: {"from": start[field], "to": given_value(field, TRAIN_VALUES[field])}}
     assert config["changes"] == [{"step": 1, **change}]
@@ -261,7 +267,8 @@ def test_train_takes_a_free_flag_without_a_record(field, train_runs, tmp_path, m
     start = json.loads((run / "config.json").read_text())
     train.main(["--resume", str(run), "--steps", "2", *TRAIN_VALUES[field]])
     config = json.loads((run / "config.json").read_text())
-    assert config == {**start, "changes": [{"step": 1, "steps": {"from": 1, "to": 2}}]}
+    assert config == {**start, "changes": [{"step": 1, "steps": {"from": 1, "to": 2}}],
+                      "provenance": [*start["provenance"], config["provenance"][-1]]}
     if field == "merge":
         assert (run / "merged/model.safetensors").is_file()
 
@@ -281,7 +288,9 @@ def test_resumes_add_up_and_one_that_changes_nothing_adds_nothing(train_runs, tm
     assert e.value.code == 0 and (run / "config.json").read_bytes() == config
     shutil.rmtree(run / "checkpoint")  # step 4's: the run goes on from step 2's, as it last ran
     train.main(["--resume", str(run)])
-    assert (run / "config.json").read_bytes() == config
+    after = json.loads((run / "config.json").read_text())  # only this sitting added (provenance)
+    assert settings(after) == settings(json.loads(config)) and after["changes"] == json.loads(config)["changes"]
+    assert [s["step"] for s in after["provenance"]] == [0, 1, 2, 2]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
     assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
     assert [r["step"] for r in rows if "eval/mean@2" in r] == [0, 1, 2, 3, 4]  # 3: --eval-every 1 from 2 on
@@ -367,7 +376,7 @@ def test_sft_records_a_change_and_takes_a_free_flag_without_one(field, sft_runs,
     argv = sft_argv(field, sft_runs)
     sft_cli.main(["--resume", str(run), *([] if field == "steps" else ["--steps", "2"]), *argv])
     config = json.loads((run / "config.json").read_text())
-    assert {k: v for k, v in config.items() if k != "changes"} == start
+    assert settings(config) == settings(start) and config["provenance"][:-1] == start["provenance"]
     change = {"steps": {"from": 1, "to": 2}}
     if SFT_RESUME_RULES[field] == RECORDED:
         change[field] = {"from": start[field], "to": getattr(parse(sft_cli.SFTConfig, argv)[0], field)}

@@ -204,7 +204,7 @@ def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
 def test_train_prints_each_evaluated_file():
     from nanoatr.evaluate import scores_line
     one = {"eval/a/mean@8": 10.0, "eval/a/pass@8": 20.0, "eval/mean@8": 10.0, "eval/pass@8": 20.0}
-    assert scores_line(one, 8, before=one) == "held-out Mean@8 10.0%  Pass@8 20.0%  (from 10.0%)"
+    assert scores_line(one, 8, before=one) == "a Mean@8 10.0% (from 10.0%)  Pass@8 20.0%"  # the file, named
     two = {**one, "eval/b/mean@8": 30.0, "eval/b/pass@8": 40.0, "eval/mean@8": 20.0, "eval/pass@8": 30.0}
     assert scores_line(two, 8) == "a Mean@8 10.0%  Pass@8 20.0%; b Mean@8 30.0%  Pass@8 40.0%"
     assert scores_line(two, 8, before=two) == \
@@ -579,3 +579,21 @@ def test_a_finished_run_without_a_readable_config_is_one_line_before_any_trainin
                                          "without the settings it ran with it cannot be reported; remove "
                                          f"{runs[0].dir} to run it again"]
     assert not runs[1].dir.exists()
+
+
+@pytest.mark.parametrize("commits, note", [
+    (["a" * 40, "a" * 40], None),
+    (["a" * 40, "b" * 40], "kl3-s0 aaaaaaaaaaaa; kl3-s1 bbbbbbbbbbbb"),
+    (["a" * 40, None], "kl3-s0 aaaaaaaaaaaa; kl3-s1 unknown"),  # a run from before provenance was recorded
+])
+def test_the_report_notes_runs_that_ran_other_code(tmp_path, commits, note):
+    runs = sweep.plan(["kl3"], 2, tmp_path.resolve())
+    for run, commit in zip(runs, commits):
+        fake_run(run, 3, mean=31.0)
+        config = json.loads((run.dir / "config.json").read_text())
+        sittings = {"provenance": [{"step": 0, "commit": commit, "dirty": False}]} if commit else {}
+        (run.dir / "config.json").write_text(json.dumps({**config, **sittings}))
+    sweep.main(["--clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--report"])
+    notes = [line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("code:")]
+    assert notes == ([] if note is None else [f"code: not one commit without changes: {note} (+dirty: with changes "
+                                              "not committed; unknown: not recorded, or not a git checkout)"])
