@@ -116,10 +116,9 @@ class RunFolder:
         self.log.send_to(opened)
 
     def discard(self) -> str:
-        """After a start (or run) that failed, the folder closed. Unless this process logged a row: a resumed
-        folder is left as it was (the files it made removed, a --report-to's; the lock file's bytes back); a
-        new one with no checkpoint is removed whole. One kept that is new: the returned words say how to
-        continue it ("" otherwise)."""
+        """After a start (or run) that failed, the folder closed. Unless this process logged a row, a resumed
+        one is left as it was (the files it made removed, the lock file's bytes put back), a new one with no
+        checkpoint removed whole; for a new one kept, the words that say how to continue it ("" else)."""
         logged = self.log is not None and self.log.logged > 0
         if self.lock is None:  # not this process's to change
             return ""
@@ -454,8 +453,7 @@ def check_writable(run_dir):
 
 
 def _used(run_dir: Path) -> bool:
-    """Anything but a lock and empty files (what a start killed before its config.json leaves: a new start
-    takes such a folder)."""
+    """Anything but a lock and empty files (a start killed before its config.json: a new start takes it)."""
     return any(p.name != LOCK and not p.name.startswith(".write-test-") and not (p.is_file() and not
                p.stat().st_size) for p in run_dir.iterdir())
 
@@ -629,9 +627,8 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
     return dataclasses.replace(found, **{k: getattr(cfg, k) for k in kept}), change
 
 
-# What a resumed run's config.json may lack: flags added since runs that still resume (results/) were
-# started, which ran with the default. Any other missing field is refused: on a default it never ran with,
-# the run would be another. A new flag goes here (tests/test_start.py checks the runs in results/).
+# What a resumed run's config.json may lack: flags added since the runs in results/, which ran with the
+# default; any other missing field is refused. A new flag goes here (tests/test_start.py checks results/).
 ADDED_LATER = {"task", "revision", "sampler", "dynamic_sampling", "base_name", "threads", "reward",
                "reward_weights", "answer_field", "mask_truncated", "overlong_buffer", "overlong_penalty",
                "lr_scheduler", "warmup_steps", "warmup_ratio", "keep_checkpoints", "report_to",
@@ -641,14 +638,13 @@ ADDED_LATER = {"task", "revision", "sampler", "dynamic_sampling", "base_name", "
 def checked_settings(cls, settings: dict, where) -> dict:
     """config.json's settings, none missing (but those ADDED_LATER), each of its field's type; else a
     ConfigError naming the file and the key."""
-    hints = typing.get_type_hints(cls)
     if missing := sorted({f.name for f in dataclasses.fields(cls)} - settings.keys() - ADDED_LATER):
         raise ConfigError(f"{where} lacks {', '.join(map(json.dumps, missing))}: a resumed run goes on with "
                           "the settings it ran with, not defaults; put them back, or start a new run")
-    for k, v in settings.items():
-        if k in hints and not of_type(v, hints[k]):
-            raise ConfigError(f'{where} has "{k}": {json.dumps(v)}, not of its type '
-                              f"({getattr(hints[k], '__name__', hints[k])}): put the run's value back")
+    for k, tp in typing.get_type_hints(cls).items():
+        if k in settings and not of_type(settings[k], tp):
+            raise ConfigError(f'{where} has "{k}": {json.dumps(settings[k])}, not of its type '
+                              f"({getattr(tp, '__name__', tp)}): put the run's value back")
     return settings
 
 
@@ -658,8 +654,7 @@ def of_type(value, tp) -> bool:
         return any(of_type(value, t) for t in typing.get_args(tp))
     if typing.get_origin(tp) is list:
         return isinstance(value, list) and all(of_type(v, typing.get_args(tp)[0]) for v in value)
-    number = (int, float) if tp is float else tp
-    return isinstance(value, number) and (tp is bool or not isinstance(value, bool))
+    return isinstance(value, (int, float) if tp is float else tp) and (tp is bool or type(value) is not bool)
 
 
 def check_files(run, recorded: dict | None, where):
