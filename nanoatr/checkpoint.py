@@ -26,7 +26,6 @@ import contextlib
 import errno
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
@@ -248,6 +247,9 @@ def latest(run_dir) -> Path | None:
         bad.append((path, problem))
     if bad:
         raise CheckpointError(f"{run_dir} has no usable checkpoint: {bad[0][0]}: {bad[0][1]}")
+    if (run_dir / "checkpoint.old").is_dir():  # nanoatr before 27 Nov 2026, killed between its two renames
+        raise CheckpointError(f"{run_dir} keeps its checkpoint in an older layout (checkpoint.old/, no "
+                              f"checkpoint/): rename it to {run_dir / LATEST} to resume from it")
     return None
 
 
@@ -332,11 +334,9 @@ def load_state(path) -> dict:
 
 
 def nonfinite(tree, name: str = "") -> str | None:
-    """The first place in nested dicts and lists ('optimizer.state.0.exp_avg') holding a float tensor or a
-    float with a NaN or an inf; None when every one is finite."""
+    """The first tensor in nested dicts and lists ('optimizer.state.0.exp_avg') holding a NaN or an inf; None
+    when there is none."""
     if torch.is_tensor(tree):
         return name if tree.is_floating_point() and not bool(tree.isfinite().all()) else None
-    if isinstance(tree, float):
-        return None if math.isfinite(tree) else name
     items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
     return next((found for k, v in items if (found := nonfinite(v, f"{name}.{k}" if name else str(k)))), None)

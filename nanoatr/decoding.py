@@ -15,7 +15,6 @@ from typing import NamedTuple
 
 import torch
 
-DECODINGS = ("eager", "compiled")  # how decode steps run (DecodePlan.decoding)
 WINDOW = 256  # GPU: attention reads the cache in windows of this many slots (one CUDA graph per window)
 CHECK_EVERY = 16  # GPU: decode steps between two looks at which rows have finished (a look waits for the GPU)
 

@@ -33,7 +33,6 @@ from nanoatr.methods import METHODS, Tokens, defaults, needs
 
 AGGREGATIONS = ("dr-grpo", "token-mean", "seq-mean-token-mean")
 MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: far outside every clip region, still finite in float32
-BASE_METRICS = ("clip_frac_low", "clip_frac_high", "kl3", "ratio_min", "ratio_max")  # every method's
 
 
 # ----------------------------------------------------------------------------

@@ -12,15 +12,16 @@ checkpoints inside are nanoatr/checkpoint.py's.
 
 Guarantees:
 - create_run() refuses a used folder; RunLock keeps a second process out of a run folder; resume_run()
-  repairs a folder a crash left (checkpoint.recover). A failed start (RunFolder.discard) leaves nothing.
+  repairs a folder a crash left (checkpoint.recover). A failed start (RunFolder.discard) leaves nothing
+  new, and a resumed folder byte for byte; a resume never drops logged steps for want of a checkpoint.
 - RunLog writes each row with one os.write and an fsync; a failed write is cut back off.
-  Opened on resume from step s, it cuts a torn last line and drops rows past s (they are redone),
-  so every step appears once. read_metrics() skips unreadable lines with one warning per file.
+  Opened on resume from step s, it cuts a torn last line and drops rows past s (they are redone) at its
+  first write, so every step appears once. read_metrics() skips unreadable lines with one warning per file.
 - A resume never rewrites what a run was: every flag is in RESUME_RULES (train.py) or SFT_RESUME_RULES
   (sft.py), refused (one line naming it, the saved value and why), recorded, or free. resumed_config()
   gives the settings as the run last ran; config.json keeps those it started with and, under "changes",
   each recorded change {"step": S, "<field>": {"from": a, "to": b}} at the checkpoint's step S it took
-  effect at (RunFolder.write_config).
+  effect at (RunFolder.write_config), and the SHA-256 of its problem files, which a resume checks.
 - --report-to (TensorBoard, Wandb) sends every number of each metrics row on, after the row is in
   metrics.jsonl, which stays the record: a destination that raises is warned about once and turned off.
 Every error a user can meet is one line: a CheckpointError naming the path, or a ConfigError naming the flag.
@@ -34,10 +35,12 @@ import os
 import secrets
 import shutil
 import time
+import types
+import typing
 from pathlib import Path
 
 from nanoatr import checkpoint, distributed
-from nanoatr.checkpoint import CheckpointError, reason, replace_bytes, warn, write_bytes
+from nanoatr.checkpoint import CheckpointError, _sha256, reason, replace_bytes, warn, write_bytes
 from nanoatr.config import ConfigError, flag
 from nanoatr.data import located
 
@@ -52,10 +55,12 @@ class RunFolder:
     def __init__(self, path, resuming: bool):
         self.path, self.resuming = Path(path), resuming
         self.lock = self.log = self.checkpoint = None
-        self.state = {"step": 0}
+        self.state, self.before = {"step": 0}, set()
 
     def claim(self):
         """A new folder (a used one is refused) or the resumed one, repaired; locked either way."""
+        if self.resuming:  # its files now: a start that fails removes those it made (discard)
+            self.before = set(self.path.rglob("*")) if self.path.is_dir() else set()
         self.lock = resume_run(self.path) if self.resuming else create_run(self.path.parent, self.path.name)
 
     def load_checkpoint(self) -> int:
@@ -66,8 +71,14 @@ class RunFolder:
         return self.state["step"]
 
     def open_log(self):
-        """metrics.jsonl and samples.jsonl; resumed, without the rows past the checkpoint's step."""
+        """metrics.jsonl and samples.jsonl; resumed, without the rows past the checkpoint's step. A resume
+        with no checkpoint left would drop every step the log holds: refused (CheckpointError)."""
         self.log = RunLog.open(self.path, resume_step=self.state["step"] if self.resuming else None)
+        if self.resuming and self.checkpoint is None and self.log.past:
+            raise CheckpointError(f"{self.path} has no checkpoint, but its metrics.jsonl logs steps up to "
+                                  f"{max(self.log.past)}: a resume would start again at step 0 and drop "
+                                  f"them. Start a new run (--name), or remove {self.path / 'metrics.jsonl'} "
+                                  "and samples.jsonl to redo this one from step 0")
 
     def write_config(self, cfg, change: dict | None = None):
         """config.json: a new run's settings (the config dataclass, resolved). A resumed run's stay what it
@@ -76,21 +87,22 @@ class RunFolder:
         effect at it in the steps redone, and says so. Every start adds its "provenance" (distributed's)."""
         path = self.path / "config.json"
         if not self.resuming:
-            write_json_atomic(path, {**dataclasses.asdict(cfg), "provenance": [distributed.provenance(0)]})
+            write_json_atomic(path, {**record(cfg), "provenance": [distributed.provenance(0)]})
             return
         saved, step = json.loads(path.read_text()), self.state["step"]
         earlier = recorded_changes(saved, path)
         changes = [{**c, "step": min(c["step"], step)} for c in earlier]
         if change:
             changes.append({"step": step, **change})
-        sitting = {"provenance": [*saved.get("provenance", []), distributed.provenance(step)]}
+        before = saved.get("provenance") if isinstance(saved.get("provenance"), list) else []  # as found
+        sitting = {"provenance": [*before, distributed.provenance(step)]}
         write_json_atomic(path, {**saved, **({"changes": changes} if changes != earlier else {}), **sitting})
 
     def open_reporters(self, cfg):
         """cfg.report_to's destinations, started with the run's settings (before write_config, so that one
         that cannot start records no change): every later metrics row goes to them too. One that cannot start
         is a ConfigError naming it (none is left open)."""
-        config = dataclasses.asdict(cfg)
+        config = record(cfg)
         opened = []
         for name in cfg.report_to:
             try:
@@ -105,24 +117,23 @@ class RunFolder:
         self.log.send_to(opened)
 
     def discard(self) -> str:
-        """After a start that failed, the folder closed: a new one that holds nothing of value (no checkpoint,
-        no logged row; its config.json is written again by the next start) is removed, lock and all; one that
-        does is kept, and the returned words say how to continue it ("" otherwise)."""
-        logged = self.log is not None and bool(self.log.rows)
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-        if self.lock is None or self.resuming:
-            self.close()
+        """After a start (or run) that failed, the folder closed. Unless this process logged a row, a resumed
+        one is left as it was (the files it made removed, the lock file's bytes put back), a new one with no
+        checkpoint removed whole; for a new one kept, the words that say how to continue it ("" else)."""
+        logged = self.log is not None and self.log.logged > 0
+        if self.lock is None:  # not this process's to change
             return ""
-        if not logged and not any(self.path.glob("checkpoint*")):
-            (self.path / "config.json").unlink(missing_ok=True)
-            (self.path / Wandb.ID_FILE).unlink(missing_ok=True)  # --report-to's, of a run that never ran
-            shutil.rmtree(self.path / TensorBoard.FOLDER, ignore_errors=True)
-        discard_run(self.lock)  # only the lock and empty logs left: the folder goes
-        self.lock = None
+        kept = logged or (not self.resuming and any(self.path.glob("checkpoint*")))
+        if self.resuming and not kept:
+            self.lock.restore()
+            with contextlib.suppress(OSError):
+                for path in sorted(set(self.path.rglob("*")) - self.before, reverse=True):  # inside first
+                    path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+        elif not kept:
+            shutil.rmtree(self.path, ignore_errors=True)
+        self.close()
         return f"; the run folder {self.path} holds what was logged (continue with --resume {self.path})" \
-            if self.path.is_dir() else ""
+            if kept and not self.resuming else ""
 
     def close(self):
         if self.log is not None:
@@ -133,6 +144,12 @@ class RunFolder:
             self.lock = None
 
 
+def record(cfg) -> dict:
+    """What config.json records of a new run (and --report-to shows): its settings, and the SHA-256 of its
+    problem files, which a resume checks (check_files)."""
+    return dataclasses.asdict(cfg) | {"sha256": {f: _sha256(f) for f in [cfg.data, *cfg.eval_data]}}
+
+
 def write_json_atomic(path, obj):
     """config.json and the like: the old file or the new one, never half of one."""
     replace_bytes(Path(path), (json.dumps(obj, indent=2) + "\n").encode())
@@ -140,29 +157,37 @@ def write_json_atomic(path, obj):
 
 class RunLog:
     """metrics.jsonl and samples.jsonl of a run. `rows`: the metrics rows in the file (kept and written);
+    `past`: the steps of those past a resume's checkpoint (dropped); `logged`: the rows this process wrote;
     `reporters`: the --report-to destinations each row also goes to (send_to)."""
 
-    def __init__(self, run_dir: Path, rows: list[dict], fsync: bool):
-        self.run_dir, self.rows, self.fsync = run_dir, rows, fsync
+    def __init__(self, run_dir: Path, rows: list[dict], fsync: bool, cut: int | None = None):
+        self.run_dir, self.fsync, self.cut, self.logged = run_dir, fsync, cut, 0
+        self.rows = [r for r in rows if not past(r, cut)]
+        self.past = [r["step"] for r in rows if past(r, cut)]
         self.files, self.reporters = {}, []
-        for name in ("metrics.jsonl", "samples.jsonl"):
-            try:
-                self.files[name] = os.open(run_dir / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            except OSError as e:
-                self.close()
-                raise CheckpointError(f"cannot open {run_dir / name} ({reason(e)})") from None
 
     @classmethod
     def open(cls, run_dir, resume_step: int | None = None, fsync: bool = True) -> "RunLog":
-        """Resuming from a checkpoint of step s (resume_step=s): rows past s are dropped first."""
-        run_dir = Path(run_dir)
-        rows = repair_jsonl(run_dir / "metrics.jsonl", resume_step)
-        repair_jsonl(run_dir / "samples.jsonl", resume_step)
-        return cls(run_dir, rows, fsync)
+        """Resuming from a checkpoint of step s (resume_step=s): rows past s are dropped and a torn line cut
+        at the first write (_open_files), not now: a start that fails before it leaves the files as they
+        were."""
+        path = Path(run_dir) / "metrics.jsonl"
+        rows = [row for _, row in jsonl_rows(path)[0]] if path.is_file() else []
+        return cls(Path(run_dir), rows, fsync, resume_step)
+
+    def _open_files(self):
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            repair_jsonl(self.run_dir / name, self.cut)
+            try:
+                self.files[name] = os.open(self.run_dir / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError as e:
+                self.close()
+                raise CheckpointError(f"cannot open {self.run_dir / name} ({reason(e)})") from None
 
     def write(self, row: dict):
         self._append("metrics.jsonl", [row])
         self.rows.append(row)
+        self.logged += 1
         for reporter in list(self.reporters):
             self._report(reporter, [row])
 
@@ -196,6 +221,8 @@ class RunLog:
 
     def _append(self, name: str, rows: list[dict]):
         """All rows in one os.write; a failed or partial write is cut back off the file."""
+        if not self.files:
+            self._open_files()
         fd, data = self.files[name], "".join(json.dumps(r) + "\n" for r in rows).encode()
         start = os.lseek(fd, 0, os.SEEK_END)  # the lock makes us the only writer
         try:
@@ -313,38 +340,47 @@ class Wandb:
         self.run.finish()
 
 
-def repair_jsonl(path: Path, max_step: int | None = None) -> list[dict]:
-    """The rows of a JSONL log, after cutting a torn last line, unreadable lines and rows whose
-    "step" is past max_step; the file is rewritten (atomically) when anything was cut."""
-    if not path.is_file():
-        return []
+def past(row: dict, max_step: int | None) -> bool:
+    """A row whose "step" is past max_step (None: none is)."""
+    return max_step is not None and isinstance(row.get("step"), (int, float)) and row["step"] > max_step
+
+
+def jsonl_rows(path: Path) -> tuple[list[tuple[bytes, dict]], list[int], bool]:
+    """(line, row) of each whole JSON object of a JSONL file, the numbers of its unreadable lines, and whether
+    its last line is torn (no newline)."""
     try:
         lines = path.read_bytes().split(b"\n")
     except OSError as e:
         raise CheckpointError(f"cannot read {path} ({reason(e)})") from None
     last = lines.pop()  # b"" unless the last line is torn
-    kept, rows, bad, later = [], [], 0, 0
-    for line in lines + [last] * bool(last):
+    rows, bad = [], []
+    for number, line in enumerate(lines + [last] * bool(last), 1):
         try:
             row = json.loads(line)
         except ValueError:
             row = None
-        if not isinstance(row, dict):  # a dict is whole: a cut one lacks its closing brace
-            bad += bool(line.strip())
-            continue
-        if max_step is not None and isinstance(row.get("step"), (int, float)) and row["step"] > max_step:
-            later += 1
-            continue
-        kept.append(line)
-        rows.append(row)
-    if bad or later or last:
-        replace_bytes(path, b"".join(line + b"\n" for line in kept))
-    if bad or later:
-        done = ([f"cut {bad} unreadable line(s) (a torn write)"] if bad else []) + \
-               ([f"dropped {later} row(s) past step {max_step}, the checkpoint's (they are redone)"]
-                if later else [])
+        if isinstance(row, dict):  # a dict is whole: a cut one lacks its closing brace
+            rows.append((line, row))
+        elif line.strip():
+            bad.append(number)
+    return rows, bad, bool(last)
+
+
+def repair_jsonl(path: Path, max_step: int | None = None) -> list[dict]:
+    """The rows of a JSONL log, after cutting a torn last line, unreadable lines and rows whose
+    "step" is past max_step; the file is rewritten (atomically) when anything was cut."""
+    if not path.is_file():
+        return []
+    rows, bad, torn = jsonl_rows(path)
+    kept = [(line, row) for line, row in rows if not past(row, max_step)]
+    if bad or torn or len(kept) < len(rows):
+        replace_bytes(path, b"".join(line + b"\n" for line, _ in kept))
+    if bad or len(kept) < len(rows):
+        done = ([f"cut {len(bad)} unreadable line(s) (a torn write)"] if bad else []) + \
+               ([f"dropped {len(rows) - len(kept)} row(s) past step {max_step}, the checkpoint's (they are "
+                 "redone)"] if len(kept) < len(rows) else [])
         warn(f"{'warning' if bad else 'note'}: {path}: " + "; ".join(done))
-    return rows
+    return [row for _, row in kept]
 
 
 def read_metrics(path) -> list[dict]:
@@ -352,24 +388,11 @@ def read_metrics(path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path.parent}: no {path.name} (is it a run directory?)")
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError as e:
-        raise CheckpointError(f"cannot read {path} ({reason(e)})") from None
-    rows, bad = [], []
-    for lineno, line in enumerate(lines, 1):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if isinstance(row, dict):
-            rows.append(row)
-        elif line.strip():
-            bad.append(lineno)
+    rows, bad, _ = jsonl_rows(path)
     if bad:
         warn(f"warning: {path}: skipped {len(bad)} unreadable line(s) (line {', '.join(map(str, bad[:3]))}"
              f"{', ...' if len(bad) > 3 else ''})")
-    return rows
+    return [row for _, row in rows]
 
 
 def unique_name(prefix: str) -> str:
@@ -396,11 +419,16 @@ class RunLock:
             os.close(fd)
             raise CheckpointError(f"run folder {self.run_dir} is in use by another process (pid {pid})") \
                 from None
-        with contextlib.suppress(OSError):  # the pid is only for a second process's message (disk full: see
-            os.ftruncate(fd, 0)             # check_writable)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.fd = fd
+        self.fd, self.previous = fd, os.pread(fd, 64, 0)
+        self.restore(f"{os.getpid()}\n".encode())
         return self
+
+    def restore(self, data: bytes | None = None):
+        """The file holds `data` (None: what it held before acquire). The pid is only for a second process's
+        message (disk full: see check_writable)."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, self.previous if data is None else data, 0)
 
     def release(self):
         if self.fd is not None:
@@ -426,7 +454,9 @@ def check_writable(run_dir):
 
 
 def _used(run_dir: Path) -> bool:
-    return any(p.name != LOCK and not p.name.startswith(".write-test-") for p in run_dir.iterdir())
+    """Anything but a lock and empty files (a start killed before its config.json: a new start takes it)."""
+    return any(p.name != LOCK and not p.name.startswith(".write-test-") and not (p.is_file() and not
+               p.stat().st_size) for p in run_dir.iterdir())
 
 
 def create_run(out_dir, name) -> RunLock:
@@ -447,20 +477,11 @@ def create_run(out_dir, name) -> RunLock:
             raise refuse
         check_writable(run_dir)
     except BaseException:
-        discard_run(lock)  # and the folder if empty: a start that fails here (disk full) leaves nothing
+        lock.release()
+        if not _used(run_dir):  # a start that fails here (disk full) leaves nothing
+            shutil.rmtree(run_dir, ignore_errors=True)
         raise
     return lock
-
-
-def discard_run(lock: RunLock):
-    """A new run that stopped before writing anything (a bad flag found after the folder was made): its
-    lock released and its folder removed, so that a failed start leaves nothing behind."""
-    run_dir = lock.run_dir
-    lock.release()
-    empty = run_dir.is_dir() and all(p.name == LOCK or (p.is_file() and p.stat().st_size == 0)
-                                     for p in run_dir.iterdir())
-    if empty:  # only the lock and empty logs
-        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def resume_run(run_dir) -> RunLock:
@@ -582,13 +603,16 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
     from anywhere. A field missing from `rules` is a KeyError: every field must be classified."""
     saved_file = Path(cfg.resume) / "config.json"
     if not saved_file.is_file():
-        raise ConfigError(f"--resume {cfg.resume}: no config.json there, not a run directory")
+        raise ConfigError(f"--resume {cfg.resume}: no config.json there: not a run folder, or one whose "
+                          "start never finished (start it again, without --resume)")
     try:
-        run = type(cfg)(**settings_now(json.loads(saved_file.read_text()), saved_file))
+        saved = json.loads(saved_file.read_text())
+        run = type(cfg)(**checked_settings(type(cfg), settings_now(saved, saved_file), saved_file))
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as e:
         raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
     found = dataclasses.replace(run, **{k: paths(k, getattr(run, k), lambda p: from_start(p, run.workdir))
                                         for k in PATH_FIELDS if hasattr(run, k)})
+    check_files(found, saved.get("sha256"), saved_file)
     names = [f.name for f in dataclasses.fields(cfg) if f.name in given]
     differ = [k for k in names if getattr(cfg, k) != getattr(run, k) and
               not (k in PATH_FIELDS and same_files(k, getattr(cfg, k), getattr(found, k)))]
@@ -602,6 +626,49 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
     change = {k: {"from": getattr(run, k), "to": getattr(cfg, k)} for k in differ if rules[k] == RECORDED}
     kept = [k for k in names if k in differ or k not in PATH_FIELDS]  # the run's own files: as it names them
     return dataclasses.replace(found, **{k: getattr(cfg, k) for k in kept}), change
+
+
+# What a resumed run's config.json may lack: flags added since the runs in results/, which ran with the
+# default; any other missing field is refused. A new flag goes here (tests/test_start.py checks results/).
+ADDED_LATER = {"task", "revision", "sampler", "dynamic_sampling", "base_name", "threads", "reward",
+               "reward_weights", "answer_field", "mask_truncated", "overlong_buffer", "overlong_penalty",
+               "lr_scheduler", "warmup_steps", "warmup_ratio", "keep_checkpoints", "report_to",
+               "wandb_project", "workdir"}
+
+
+def checked_settings(cls, settings: dict, where) -> dict:
+    """config.json's settings, none missing (but those ADDED_LATER), each of its field's type; else a
+    ConfigError naming the file and the key."""
+    if missing := sorted({f.name for f in dataclasses.fields(cls)} - settings.keys() - ADDED_LATER):
+        raise ConfigError(f"{where} lacks {', '.join(map(json.dumps, missing))}: a resumed run goes on with "
+                          "the settings it ran with, not defaults; put them back, or start a new run")
+    for k, tp in typing.get_type_hints(cls).items():
+        if k in settings and not of_type(settings[k], tp):
+            raise ConfigError(f'{where} has "{k}": {json.dumps(settings[k])}, not of its type '
+                              f"({getattr(tp, '__name__', tp)}): put the run's value back")
+    return settings
+
+
+def of_type(value, tp) -> bool:
+    """A JSON value is of a field's type (int, float (an int too), str, bool, dict, list[...], X | None)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return any(of_type(value, t) for t in typing.get_args(tp))
+    if typing.get_origin(tp) is list:
+        return isinstance(value, list) and all(of_type(v, typing.get_args(tp)[0]) for v in value)
+    return isinstance(value, (int, float) if tp is float else tp) and (tp is bool or type(value) is not bool)
+
+
+def check_files(run, recorded: dict | None, where):
+    """The run's problem files are those it started with (`recorded`: config.json's "sha256", written at its
+    start), or a ConfigError names the one changed; a run from before they were recorded gets a note."""
+    if recorded is None:
+        warn(f"note: {where} records no SHA-256 of the run's problem files (a run from before they were): "
+             "that they are unchanged could not be checked")
+    for file, digest in (recorded or {}).items():
+        if _sha256(found := from_start(file, run.workdir)) not in (digest, None):  # None: loading names it
+            raise ConfigError(f"{found} has changed since the run started (its SHA-256 is not the one "
+                              f"{where} records): the run goes on with the problem files it started with; "
+                              "put it back, or start a new run")
 
 
 # The settings that are paths (--reward's FILE.py), a relative one relative to the directory the run was
@@ -666,7 +733,7 @@ def recorded_changes(saved: dict, where) -> list[dict]:
 
 def settings_now(saved: dict, where) -> dict:
     """A run's settings as it last ran: those config.json says it started with, each change applied."""
-    settings = {k: v for k, v in saved.items() if k not in ("changes", "provenance")}
+    settings = {k: v for k, v in saved.items() if k not in ("changes", "sha256", "provenance")}
     for change in recorded_changes(saved, where):
         settings.update({k: v["to"] for k, v in change.items() if k != "step"})
     return settings

@@ -7,11 +7,13 @@ schedule, Ctrl-C / SIGTERM, the CPU thread count, and one-line errors. train.py 
         for step in session.steps(...):             # from the checkpoint's step; checkpoints every
             session.log_step(grpo_step(run, step))  # --save-every and at the end; Ctrl-C / SIGTERM: saved
 
-Whatever goes wrong is one `error:` line and an exit code: a bad flag or file before training (the
-new run folder is then removed: nothing is left behind), a full or read-only disk while saving or
-logging (earlier checkpoints are intact), a reward function that fails mid-run (the steps done are
-checkpointed first), a second Ctrl-C (the last checkpoint is named). The folder
-itself (lock, logs, what a resume may change) is nanoatr/runs.py's, the checkpoints nanoatr/checkpoint.py's.
+Whatever goes wrong is one `error:` line and a non-zero exit: a bad flag or file, Ctrl-C or SIGTERM
+before training (a new run folder holding nothing is removed, after a bug's traceback too; a resumed one
+is left as it was), a full or read-only disk while saving or logging (earlier checkpoints are intact), a
+reward function that fails or calls sys.exit() mid-run (the steps done are checkpointed first), a value
+that is not finite (the run diverged: it stops before the optimizer takes it), a second Ctrl-C (the last
+checkpoint is named). The folder itself (lock, logs, what a resume may change) is nanoatr/runs.py's, the
+checkpoints nanoatr/checkpoint.py's.
 """
 import dataclasses
 import math
@@ -111,8 +113,8 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
                              "the end of --help)", RUN, choices=["paper"])
     device: str = override(RunFlags, "device", help="cpu, cuda, cuda:N, or auto (CUDA if available; under "
                            "torchrun each rank its own GPU)")
-    hparams: dict = arg(None, "clip method hyper-parameters after defaults (written to config.json)",
-                        cli=False)
+    hparams: dict | None = arg(None, "clip method hyper-parameters after defaults (written to config.json)",
+                               cli=False)
 
     @property
     def optimizer_steps(self) -> int:
@@ -275,6 +277,14 @@ class Diverged(Exception):
     run stops before the optimizer moves on it, and nothing of the step is logged or saved."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside the loop (start-up, the step-0 evaluation, the last one): it stops as a Ctrl-C does."""
+
+
+def terminated(signum, frame):
+    raise Terminated
+
+
 class Session:
     """A run folder opened for training (a context manager); see the module's docstring."""
 
@@ -285,25 +295,26 @@ class Session:
         self.interrupted_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
         cfg, extra, given = parse(TrainConfig, argv, doc, hparam_flags, epilog=preset_help())
         self.cfg, self.extra, self.given = cfg, extra, given
+        self.sigterm = signal.signal(signal.SIGTERM, terminated)  # the loop has its own; close() puts it back
 
     def __enter__(self) -> "Session":
         try:
             self.open()
         except NothingToDo as done:
+            self.folder.discard()  # the folder as it was, its lock file too
             self.close()
             print(done)
             raise SystemExit(0)
-        except START_ERRORS as e:
-            self.fail(e)
-        except KeyboardInterrupt:
-            self.fail("interrupted during start-up", 130)
-        except BaseException:
-            self.close()
+        except BaseException as e:
+            self.__exit__(type(e), e, None)  # one line and an exit, or (a bug) the traceback
             raise
         return self
 
     def open(self):
         """Flags resolved, the run folder made or resumed and locked, the checkpoint to start from read."""
+        if "resume" in self.given and not self.cfg.resume.strip():  # --resume "$UNSET": not a new run
+            raise ConfigError("--resume was given an empty path (an unset shell variable?): name the run "
+                              "folder")
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
             cfg, self.change = resumed_config(self.cfg, self.given, RESUME_RULES, hparams=self.extra)
             check_schedule_kept(cfg, self.change)
@@ -425,25 +436,34 @@ class Session:
                 step, signum = self.interrupted_at
                 die(f"stopped by {signal.Signals(signum).name} after step {step}; checkpoint saved "
                     f"(continue with --resume {self.dir})", 128 + signum)
+            if kind is None:
+                return False
+            if issubclass(kind, SystemExit):  # user code's sys.exit() (a reward function's): no success
+                kind, error = RewardError, RewardError(f"sys.exit({error.code!r}) was called during the run "
+                                                       "(by a reward function?)")
+            if issubclass(kind, KeyboardInterrupt):
+                self.abort(143 if kind is Terminated else 130)
             if kind is Diverged:  # "step 2: the loss is not finite (nan)"
-                self.fail(f"{error}: the run diverged and stops; nothing of {str(error).partition(':')[0]} is "
-                          "logged or saved, and " + (f"the last checkpoint holds step {self.saved}" if self.saved
-                                                     else "no checkpoint was written"), 1, advice=False)
-            if kind is not None and issubclass(kind, START_ERRORS) and not self.training:
+                last = f"the last checkpoint holds step {self.saved}" if self.saved else \
+                    "no checkpoint was written"
+                self.fail(f"{error}: the run diverged and stops; nothing of {str(error).partition(':')[0]} "
+                          f"is logged or saved, and {last}", 1, advice=False)
+            if issubclass(kind, START_ERRORS) and not self.training:
                 self.fail(error)
             if kind is RewardError:  # while training: the steps done are kept
                 self.keep_done(error)
             if kind is CheckpointError or (kind is lora.AdapterError and self.training):
                 die(str(error), 1)  # a full or read-only disk while saving or logging: what was saved is kept
-            if kind is KeyboardInterrupt:
-                self.abort()
+            if self.folder is not None:  # anything else (a bug: its traceback follows)
+                self.folder.discard()
         finally:
             self.close()
         return False
 
     def fail(self, error, code: int = 2, advice: bool = True):
-        """One line for an error. A new run folder that holds nothing of value is removed; one that does is
-        kept, and the line says how to continue it (under `advice`; runs.RunFolder.discard)."""
+        """One line for an error. A new run folder that holds nothing of value (no logged row, no checkpoint)
+        is removed; one that does is kept, and the line says how to continue it (under `advice`); a resumed
+        one is left as it was (runs.RunFolder.discard)."""
         kept = self.folder.discard() if self.folder is not None else ""
         self.close()
         die(f"{error}{kept if advice else ''}", code)
@@ -459,20 +479,23 @@ class Session:
         kept = f"the checkpoint holds step {self.saved}" if self.saved else "no step was done: no checkpoint"
         die(f"{error}; {kept} (continue with --resume {self.dir} once the reward is fixed)", 1)
 
-    def abort(self):
-        """Ctrl-C during start-up, or a second one while training: stop at once, say where things stand."""
+    def abort(self, code: int):
+        """Ctrl-C or SIGTERM (code 130, 143) during start-up or an evaluation outside the loop, or a second
+        Ctrl-C while training: stop at once, say where things stand."""
+        what = "stopped by SIGTERM" if code == 143 else "interrupted"
         if not self.training:
-            self.fail("interrupted during start-up", 130)
+            self.fail(f"{what} during start-up", code)
         try:
             last = checkpoint.latest(self.dir)
         except CheckpointError:
             last = None
-        die(f"interrupted; the last checkpoint is {last or 'not written yet'}"
-            + (f" (continue with --resume {self.dir})" if last else ""), 130)
+        die(f"{what}; the last checkpoint is {last or 'not written yet'}"
+            + (f" (continue with --resume {self.dir})" if last else ""), code)
 
     def close(self):
         if self.folder is not None:
             self.folder.close()
+        signal.signal(signal.SIGTERM, self.sigterm)
         distributed.shutdown()
 
 

@@ -55,9 +55,9 @@ def qwen3_float64(config, same_code: bool = True) -> float:
     (x.float()), and RoPE's cos and sin are taken of float32 angles (nanoatr/model/qwen3.py).
 
     same_code (both forwards ours): an island then computes the same float32 numbers from inputs that agree
-    to ~1e-15, except where a kernel takes another path for another length (a vector loop or its scalar
-    tail: cos and sin one ulp apart) or an input lies within ~1e-15 of a float32 rounding boundary (a
-    chance of ~2^-29 an entry): at most one ulp, 2 U32, an entry.
+    to ~1e-15, except where a kernel may take another path for another length (a vector loop or a scalar
+    tail: cos and sin one ulp apart; not so in torch 2.13 on AVX2, measured) or an input lies within ~1e-15
+    of a float32 rounding boundary (a chance of ~2^-29 an entry): at most one ulp, 2 U32, an entry.
     Otherwise (ours against transformers'): the norms are other code, in float32: the mean of d squares
     errs by (d - 1) U32 relative, its rsqrt by half that and U32, the product by U32: (d/2 + 2) U32 an entry
     (d = hidden_size; head_dim for the q and k norms), and the rotations as above.

@@ -195,13 +195,14 @@ def test_resume_cuts_a_torn_line_and_drops_rows_past_the_checkpoint(tmp_path, ca
     rows = [{"step": 0, "eval/mean@2": 1.0}] + [{"step": s, "loss": s} for s in range(1, 6)]
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 6, "lo')
     (tmp_path / "samples.jsonl").write_text('{"step": 0, "eval": "a"}\n{"step": 4, "eval": "a"}\n')
+    before = metrics.read_bytes()
     with RunLog.open(tmp_path, resume_step=3) as log:
-        assert log.rows == rows[:4]
-        err = capsys.readouterr().err
-        assert "cut 1 unreadable line(s) (a torn write); dropped 2 row(s) past step 3" in err
+        assert log.rows == rows[:4] and log.past == [4, 5]
+        assert metrics.read_bytes() == before and capsys.readouterr().err == ""  # until the first write
         for s in (4, 5):
             log.write({"step": s, "loss": -s})
         log.samples(5, "a", [{"completion": "x"}])
+    assert "cut 1 unreadable line(s) (a torn write); dropped 2 row(s) past step 3" in capsys.readouterr().err
     assert [json.loads(line)["step"] for line in lines(metrics)] == [0, 1, 2, 3, 4, 5]
     assert all(line.endswith("\n") for line in lines(metrics))
     assert [json.loads(line)["step"] for line in lines(tmp_path / "samples.jsonl")] == [0, 5]
@@ -212,8 +213,9 @@ def test_resume_cuts_a_torn_line_and_drops_rows_past_the_checkpoint(tmp_path, ca
 def test_repair_keeps_a_whole_row_missing_only_its_newline(tmp_path, capsys):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text('{"step": 1}\n{"step": 2}')
-    RunLog.open(tmp_path, resume_step=2).close()
-    assert metrics.read_text() == '{"step": 1}\n{"step": 2}\n'
+    with RunLog.open(tmp_path, resume_step=2) as log:
+        log.write({"step": 3})
+    assert metrics.read_text() == '{"step": 1}\n{"step": 2}\n{"step": 3}\n'
     assert capsys.readouterr().err == ""  # nothing was lost
 
 
@@ -258,9 +260,13 @@ def test_unique_names_differ_within_one_second():
 
 
 def test_a_new_run_refuses_a_used_folder(tmp_path):
+    """A folder holding a file with something in it is refused; one that holds only a lock and empty files
+    (a start killed before its config.json: nothing to --resume) is taken."""
     lock = runs.create_run(tmp_path, "a")
     (tmp_path / "a/metrics.jsonl").write_text("")
     lock.release()
+    runs.create_run(tmp_path, "a").release()
+    (tmp_path / "a/config.json").write_text("{}")
     with pytest.raises(CheckpointError) as e:
         runs.create_run(tmp_path, "a")
     assert str(e.value) == (f"run folder {tmp_path / 'a'} already exists: continue it with --resume "
@@ -301,7 +307,8 @@ def test_a_resume_takes_the_saved_config_with_the_flags_given_on_top(tmp_path):
     with pytest.raises(ConfigError, match=r'^--lr 0.001 cannot change on --resume \(.*config.json has "lr": '
                                           r'0.0003\): the checkpoint\'s optimizer state has its own$'):
         runs.resumed_config(other_lr, {"resume", "lr"}, runs.RESUME_RULES)
-    with pytest.raises(ConfigError, match=rf"^--resume {tmp_path}: no config.json there, not a run directory$"):
+    with pytest.raises(ConfigError, match=rf"^--resume {tmp_path}: no config.json there: not a run folder, or one "
+                                          r"whose start never finished \(start it again, without --resume\)$"):
         runs.resumed_config(TrainConfig(resume=str(tmp_path)), {"resume"}, runs.RESUME_RULES)
     (run / "config.json").write_text('["not", "a", "dict"]')
     with pytest.raises(ConfigError, match=r"config.json is not a run's config.json \(AttributeError: "):
