@@ -56,4 +56,6 @@ def test_ci_runs_the_readmes_test_command_in_a_fresh_environment():
     commands = re.findall(r"^(make \w+)", "\n".join(re.findall(r"```bash\n(.*?)```", two, re.S)), re.M)
     assert commands == ["make train", "make test"], commands
     ci = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line and not line.startswith("#")]
-    assert ci[-2:] == ["rm -rf .venv", "make test"]
+    recipe = re.search(r"^test: (\S+)\n\t(.+)$", (ROOT / "Makefile").read_text(), re.M)
+    setup, command = (part.replace("$(VENV)", ".venv") for part in recipe.groups())
+    assert ci[-3:] == ["rm -rf .venv", f"make {setup}", command]
