@@ -23,10 +23,15 @@ from nanoatr.tokenizer import load_tokenizer, eos_token_ids
 
 
 # Both sides compute the same step in float64, where the order of a sum cannot decide the test. A reduction of
-# n terms in unit roundoff u = 2^-53 errs by at most n*u*sum|x| (Higham, Accuracy and Stability of Numerical Algorithms, ch. 4); the
-# longest reductions here are under 2^14 terms (rows x positions x width), about ten follow one another from
-# the weights to a gradient, and, taking cancellation (sum|x| / |sum x|) under 2^10,: two orderings
-# agree within 10 * 2^14 * 2^-53 * 2^10 ~ 2e-11 of the largest entry. RTOL = 1e-9 leaves a factor 50 above
+# n terms in unit roundoff u = 2^-53 errs by at most n*u*sum|x| (Higham, Accuracy and Stability of Numerical
+# Algorithms, ch. 4); the longest reductions here are under 2^14 terms (rows x positions x width), about ten
+# follow one another from the weights to a gradient, and taking cancellation (sum|x| / |sum x|) under 2^10,
+# two orderings agree within 10 * 2^14 * 2^-53 * 2^10 ~ 2e-11 of the largest entry. RTOL = 1e-9 leaves a
+# factor 50 above that, and sits far below float32's own rounding (6e-8), let alone a wrong formula (one
+# token clipped differently moves a gradient by ~1e-3). Qwen3's RMSNorm and RoPE angles stay float32 even in
+# a float64 model, but both sides run them on the same rows with the same code, so they round alike.
+# Measured on AMD EPYC: 1.2e-14 (gradients), 3e-16 (weights).
+RTOL = 1e-9 leaves a factor 50 above
 # that, and sits far below float32's own rounding (6e-8), let alone a wrong formula (one token clipped
 # differently moves a gradient by ~1e-3). Measured on AMD EPYC: 1.2e-14 (gradients), 3e-16 (weights).
 RTOL = 1e-9
