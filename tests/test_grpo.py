@@ -31,9 +31,6 @@ from nanoatr.tokenizer import load_tokenizer, eos_token_ids
 # token clipped differently moves a gradient by ~1e-3). Qwen3's RMSNorm and RoPE angles stay float32 even in
 # a float64 model, but both sides run them on the same rows with the same code, so they round alike.
 # Measured on AMD EPYC: 1.2e-14 (gradients), 3e-16 (weights).
-RTOL = 1e-9 leaves a factor 50 above
-# that, and sits far below float32's own rounding (6e-8), let alone a wrong formula (one token clipped
-# differently moves a gradient by ~1e-3). Measured on AMD EPYC: 1.2e-14 (gradients), 3e-16 (weights).
 RTOL = 1e-9
 
 
