@@ -29,7 +29,7 @@ and prints one table per evaluation setting (temperature, top-p, budget, k, file
 evaluated otherwise get their own table, headed by what differs), with the base model's row (step 0) once,
 then per method (clip, its hyper-parameters, any other training flag that differs between the runs) its
 final and best evaluation over seeds: n, and the mean ± the half-width of its 95% t-interval
-(nanoatr/stats.py). A line under a table says when its runs did not all run one git commit without
+(nanoatr/machinery/stats.py). A line under a table says when its runs did not all run one git commit without
 changes (config.json's "provenance"), and which ran which.
 """
 import nanoatr
@@ -49,24 +49,29 @@ from typing import NamedTuple
 
 import torch
 
-from nanoatr import distributed, lora, stats
-from nanoatr.checkpoint import CheckpointError
-from nanoatr.config import (DATA, OUTPUT, SAMPLING, ConfigError, DataFlags, DeviceFlags, ModelFlags,
-                            PromptFlags, RewardFlags, SamplingFlags, arg, check_flags, die, flag, override,
-                            parse, resolve_sampling)
+from nanoatr import lora
+from nanoatr.machinery import distributed, stats
+from nanoatr.machinery.decoding import decode_plan
+from nanoatr.machinery.checkpoint import CheckpointError
+from nanoatr.machinery.cli import (DATA, OUTPUT, SAMPLING, ConfigError, DataFlags, DeviceFlags, ModelFlags,
+                                   PromptFlags, RewardFlags, SamplingFlags, arg, check_flags, die, flag,
+                                   override, resolve_sampling)
+from nanoatr.machinery.parser import parse
 from nanoatr.data import TASKS, DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
-from nanoatr.rewards import RewardError, from_flags
-from nanoatr.runs import (PATH_FIELDS, change_text, from_start, paths, read_metrics, real_path,
-                          recorded_changes, settings_now)
+from nanoatr.rewards import RewardError
+from nanoatr.machinery.reward_flags import from_flags
+from nanoatr.machinery.resume import (PATH_FIELDS, change_text, from_start, paths, real_path,
+                                      recorded_changes, settings_now)
+from nanoatr.machinery.metrics_log import read_metrics
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
                                load_tokenizer, read_json)
 
 
 @dataclass
 class EvalConfig(ModelFlags, DataFlags, PromptFlags, RewardFlags, SamplingFlags, DeviceFlags):
-    """eval.py's flags: its own below, the shared groups' in nanoatr/config.py."""
+    """eval.py's flags: its own below, the shared groups' in nanoatr/machinery/cli.py."""
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
                     "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
     data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (.jsonl, .json or .parquet; rows as "
@@ -131,7 +136,7 @@ def check_writable(out: Path) -> str | None:
     return None
 
 
-CHECKPOINT_NAMES = ("checkpoint",)  # and checkpoint-stepNNNNNN (nanoatr.checkpoint.KEPT)
+CHECKPOINT_NAMES = ("checkpoint",)  # and checkpoint-stepNNNNNN (nanoatr.machinery.checkpoint.KEPT)
 
 
 def model_name(model_dir: str) -> str:
@@ -316,7 +321,7 @@ def defaults(config: dict) -> dict:
     sft.py's do not): a run from before a flag existed ran with its default, and is one method with the runs
     that give it."""
     import sft  # the commands' flags, imported for --runs only
-    from nanoatr.session import TrainConfig
+    from nanoatr.machinery.train_config import TrainConfig
     fields = dataclasses.fields(TrainConfig if "clip" in config else sft.SFTConfig)
     return {f.name: f.default_factory() if callable(f.default_factory) else f.default for f in fields}
 
@@ -534,7 +539,7 @@ def main(argv=None):
                                temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                                sampler=cfg.sampler, eos_ids=eos_ids, batch_size=cfg.batch_size,
                                seed=cfg.seed, prompt_kw=prompt_kw, stop=cfg.stop,
-                               rewards=rewards)
+                               rewards=rewards, plan=decode_plan(device, cfg.sampler, cfg.temperature))
     new = append_samples(out, now, benchmarks, results, n, sample, distributed.precision(cfg.dtype, device))
     return print_summary(cfg, out, results, new)
 

@@ -12,10 +12,12 @@ its loss and gradients are train.py's on the same batch.
 """
 import torch
 
-from nanoatr.config import ConfigError, Parser, check_numbers, die
+from nanoatr.machinery.cli import ConfigError, check_numbers, die
+from nanoatr.machinery.parser import Parser
 from nanoatr.data import TASKS, load_problems, located
 from nanoatr.loss import group_advantages, policy_loss
-from nanoatr.methods import METHODS, check_hparams
+from nanoatr.methods import METHODS
+from nanoatr.machinery.cli import check_hparams
 from nanoatr.model import Qwen3
 from nanoatr.rewards import Rewards
 from nanoatr.rollout import Rollout, generate

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
-from nanoatr import distributed, lora
-from nanoatr.config import (DATA, OUTPUT, SAMPLERS, SAMPLING, ConfigError, DeviceFlags, ModelFlags,
-                            PromptFlags, SamplingFlags, arg, check_flags, die, override, parse,
-                            resolve_sampling)
+from nanoatr import lora
+from nanoatr.machinery import distributed
+from nanoatr.machinery.cli import (DATA, OUTPUT, SAMPLING, ConfigError, DeviceFlags, ModelFlags, PromptFlags,
+                                   SamplingFlags, arg, check_flags, die, override, resolve_sampling)
+from nanoatr.rollout import SAMPLERS
+from nanoatr.machinery.parser import parse
 from nanoatr.data import Problem
 from nanoatr.model import ModelError
 from nanoatr.rollout import draw, filter_logits, sampling_logprobs
@@ -108,7 +110,7 @@ def read_prompts(positional: list[str]):
 
 @dataclass
 class SampleConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
-    """sample.py's flags: its own below, the shared groups' in nanoatr/config.py."""
+    """sample.py's flags: its own below, the shared groups' in nanoatr/machinery/cli.py."""
     raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template", DATA)
     max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came (not given: 256, "
                               "or fewer where the model's positions leave less after the prompt)", SAMPLING,

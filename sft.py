@@ -64,15 +64,19 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from nanoatr import checkpoint, distributed, lora
-from nanoatr.checkpoint import CheckpointError
-from nanoatr.config import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags, TrainingFlags, arg,
-                            check_flags, die, override, parse)
+from nanoatr import lora
+from nanoatr.machinery import checkpoint, distributed
+from nanoatr.machinery.decoding import decode_plan
+from nanoatr.machinery.checkpoint import CheckpointError
+from nanoatr.machinery.cli import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags, TrainingFlags,
+                                   arg, check_flags, die, override)
+from nanoatr.machinery.parser import parse
 from nanoatr.data import DataError, Problem, load_problems, load_solutions
 from nanoatr.evaluate import evaluate, fits
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.model.files import local_dir
-from nanoatr.runs import SFT_RESUME_RULES, RunFolder, resumed_config, unique_name
+from nanoatr.machinery.resume import SFT_RESUME_RULES, resumed_config
+from nanoatr.machinery.folder import RunFolder, unique_name
 from nanoatr.scoring import token_logprobs
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags,
                                load_tokenizer)
@@ -150,7 +154,8 @@ def held_out(cfg, model, tok, sets: dict, eos_ids, prompt_kw, precision, step: i
                                         max_new_tokens=cfg.eval_max_new_tokens or cfg.max_len,
                                         temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
                                         eos_ids=eos_ids, batch_size=cfg.eval_batch_size, seed=cfg.seed,
-                                        prompt_kw=prompt_kw, progress=False)
+                                        prompt_kw=prompt_kw, progress=False,
+                                        plan=decode_plan(model.lm_head.weight.device))
         row.update({f"eval/{name}/{key}": v for key, v in summary.items()})
         log.samples(step, name, samples[:: max(1, len(samples) // 4)][:4])
     for key in (f"mean@{k}", f"pass@{k}"):
@@ -442,8 +447,9 @@ def warm_start(model, tok, stream, val, recipe: Recipe, *, batch_size: int, max_
     for step in range(1, max_steps + 1):
         loss = trainer.step(step, encode(tok, [next(stream) for _ in range(batch_size)]))
         if step % check_every == 0:
+            plan = decode_plan(model.lm_head.weight.device)
             acc = evaluate(model, tok, val, k=4, max_new_tokens=max_new_tokens, temperature=1.0,
-                           progress=False, seed=step, rewards=rewards)[0]["mean@4"]
+                           progress=False, seed=step, rewards=rewards, plan=plan)[0]["mean@4"]
             print(f"step {step:5d}  loss {loss:.3f}  val mean@4 {acc:5.1f}%  "
                   f"{time.perf_counter() - t0:5.0f}s", flush=True)
             if done(step, acc):

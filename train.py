@@ -17,6 +17,7 @@ The run folder, checkpoints, resuming and signals are nanoatr/session.py's, and 
 """
 import nanoatr
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -26,18 +27,22 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from nanoatr import distributed, lora
-from nanoatr.checkpoint import read_tokenizer_files
+from nanoatr import lora
+from nanoatr.machinery import distributed
+from nanoatr.machinery.decoding import decode_plan
+from nanoatr.machinery.checkpoint import read_tokenizer_files
 from nanoatr.data import TASKS, load_problems, not_held_out
 from nanoatr.evaluate import check_budgets, during_training, scores_line
 from nanoatr.loss import (aggregate, group_advantages, kl_to_reference, merge_stats, overlong_penalty,
                           policy_loss, progress, uniform_groups)
 from nanoatr.methods import needs
 from nanoatr.model import Qwen3
-from nanoatr.rewards import Rewards, from_flags
+from nanoatr.rewards import Rewards
+from nanoatr.machinery.reward_flags import from_flags
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
-from nanoatr.session import Diverged, Session, TrainConfig
+from nanoatr.machinery.session import Diverged, Session
+from nanoatr.machinery.train_config import TrainConfig
 from nanoatr.tokenizer import (completion_ids, completion_texts, encode_prompts, eos_token_ids,
                                load_tokenizer, make_stopper)
 
@@ -182,7 +187,8 @@ def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
             parts.append(generate(run.model, prompts[span.start * G:span.stop * G], cfg.max_new_tokens,
                                   generator=generator, temperature=cfg.temperature, top_p=cfg.top_p,
                                   top_k=cfg.top_k, sampler=cfg.sampler, eos_token_id=run.eos_ids,
-                                  pad_id=pad_id, stopper=run.stopper))
+                                  pad_id=pad_id, stopper=run.stopper,
+                                  plan=decode_plan(run.d.device, cfg.sampler, cfg.temperature)))
     return grade(run, Rollout.cat(parts, pad_id), [p for p in picked for _ in range(G)], step)  # 2.
 
 
@@ -433,10 +439,12 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
         return None
     with run.precision():
         results, samples = during_training(
-            run.model, run.tok, eval_sets, cfg.eval_k, cfg.eval_batch_size, run.d, seed=cfg.seed,
+            run.model, run.tok, eval_sets, cfg.eval_k, cfg.eval_batch_size, run.d.rank, run.d.world,
+            functools.partial(distributed.all_gather, d=run.d), seed=cfg.seed,
             max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens, temperature=cfg.eval_temperature,
             top_p=cfg.eval_top_p, sampler=cfg.sampler, eos_ids=run.eos_ids, prompt_kw=run.prompt_kw,
-            stop=cfg.stop, rewards=rewards_at(run, step))
+            stop=cfg.stop, rewards=rewards_at(run, step),
+            plan=decode_plan(run.d.device, cfg.sampler, cfg.eval_temperature))
     check_finite(run, f"the evaluation of step {step}",  # a policy whose forward overflows: NaN entropy
                  **{"a number": [v for v in results.values() if isinstance(v, float)]})
     session.log_eval(step, results, samples)

@@ -25,7 +25,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from nanoatr import checkpoint  # noqa: E402
+from nanoatr.machinery import checkpoint  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config  # noqa: E402
 
 SHAPE = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,

@@ -47,16 +47,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 import gpu_rollout  # noqa: E402  (random_model, ragged_prompts, timed, to_hf, time_ours, time_hf)
 import gpu_smoke  # noqa: E402  (parse_args and train_steps: the --preset paper step)
-from nanoatr import decoding, lora, rollout  # noqa: E402
-from nanoatr.session import PRESETS  # noqa: E402
-from nanoatr.decoding import CHECK_EVERY, DecodePlan, decode_plan  # noqa: E402
+from nanoatr import lora
+from nanoatr.machinery import decoding  # noqa: E402
+from nanoatr.machinery.train_config import PRESETS  # noqa: E402
+from nanoatr.machinery.decoding import CHECK_EVERY, decode_plan
+from nanoatr.rollout import EAGER, DecodePlan  # noqa: E402
 from nanoatr.rollout import generate  # noqa: E402
 
 # Each part's share of --budget: its seconds out of the default 480, guessed for an H100 from the H200's
 # figures of issue 35, compiles included (a part over its share: a larger --budget, or --parts for it alone).
 PARTS = {"a": 35, "b-0.6b": 80, "b-1.7b": 80, "c": 125, "c-eval": 75, "d": 50, "e": 35}
 FIGURES = "FIGURES "  # a part's line that carries figures (JSON) to the SUMMARY, not printed
-EAGER = DecodePlan("eager", 1, 1, False, False)
 # --preset paper's run: 1,000 steps; evaluations before, every 50 steps and after (train.py: 21), each of
 # 100 problems (AIME 2024, AIME 2025, AMC 2023) x 8 samples in batches of 8 rows, up to 32,768 tokens.
 PAPER_RUN = dict(steps=1000, evaluations=21, batches=100, rows=8, tokens=32_768, a100_hours=7.0)
@@ -234,7 +235,8 @@ def compiles() -> int:
 def fast_plan(device) -> DecodePlan:
     """The device's plan; on the CPU the GPU's habits (windows, looks, compaction) without compiling it,
     which takes minutes there."""
-    return decode_plan(device) if device.type == "cuda" else DecodePlan("eager", 8, CHECK_EVERY, True, False)
+    return decode_plan(device) if device.type == "cuda" else \
+        DecodePlan("eager", 8, CHECK_EVERY, True, False, decoding.run_steps)
 
 
 def check_against_eager(device, sizes: Sizes):
@@ -251,7 +253,7 @@ def check_against_eager(device, sizes: Sizes):
             return super().__call__(s, window)
 
     def sample(plan, runner=decoding.StepRunner):
-        rollout.StepRunner = runner
+        decoding.StepRunner = runner
         g = torch.Generator(device=device).manual_seed(0)
         return generate(model, prompts, sizes.check_new, generator=g, eos_token_id=eos, plan=plan)
 
@@ -326,7 +328,7 @@ def evaluation_batch(device, sizes: Sizes):
         g = torch.Generator(device=device).manual_seed(0)
         with amp:
             generate(model, prompts, n, temperature=preset["eval_temperature"], top_p=preset["eval_top_p"],
-                     generator=g)
+                     generator=g, plan=decode_plan(device, temperature=preset["eval_temperature"]))
 
     sample(sizes.eval_prompt, 2)  # compiles the step for the evaluation's sampling
     per_step = {}
@@ -353,7 +355,7 @@ def teacher_forced_gap(device, sizes: Sizes):
     hf = gpu_rollout.to_hf(model)
     prompts = gpu_rollout.ragged_prompts(8, (64, 256), model.config.vocab_size, seed=2)
     g = torch.Generator(device=device).manual_seed(0)
-    out = generate(model, prompts, sizes.e_new, temperature=1.0, generator=g)
+    out = generate(model, prompts, sizes.e_new, temperature=1.0, generator=g, plan=decode_plan(device))
     ids, mask = torch.cat([out.prompt_ids, out.tokens], 1), torch.cat([out.prompt_mask, out.mask], 1).long()
     positions = (mask.cumsum(1) - 1).clamp(min=0)  # left padding: each row's positions count its own tokens
     P = out.prompt_ids.shape[1]

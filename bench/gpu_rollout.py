@@ -34,13 +34,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nanoatr import lora  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config  # noqa: E402
-from nanoatr.decoding import DecodePlan, decode_plan  # noqa: E402
+from nanoatr.machinery.decoding import decode_plan
+from nanoatr.rollout import EAGER  # noqa: E402 (the CPU's plan: every step launched op by op)
 from nanoatr.rollout import generate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_smoke import SHAPES  # noqa: E402  (Qwen3-0.6B's and 1.7B's config.json sizes, and a tiny one)
 
-EAGER = DecodePlan("eager", 1, 1, False, False)  # the CPU's plan: every step launched op by op
 
 
 def sync(device):
@@ -73,8 +73,9 @@ def timed(fn, device) -> float:
 
 
 def ours(model, prompts, n, device, plan=None):
+    """Our rollout under `plan` (None: decode_plan's for the device, as train.py runs it)."""
     g = torch.Generator(device=device).manual_seed(0)
-    return generate(model, prompts, n, temperature=1.0, generator=g, plan=plan)
+    return generate(model, prompts, n, temperature=1.0, generator=g, plan=plan or decode_plan(device))
 
 
 def hf_generate(hf, prompts, n, device, **kw):

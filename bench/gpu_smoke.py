@@ -35,12 +35,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # noqa: E402
-from nanoatr.session import PRESETS, TrainConfig, resolve  # noqa: E402
-from nanoatr import distributed, lora  # noqa: E402
+from nanoatr.machinery.train_config import PRESETS, TrainConfig, resolve  # noqa: E402
+from nanoatr import lora
+from nanoatr.machinery import distributed  # noqa: E402
 from nanoatr.loss import group_advantages  # noqa: E402
 from nanoatr.scoring import Scorer  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
 from nanoatr.rollout import generate  # noqa: E402
+from nanoatr.machinery.decoding import decode_plan  # noqa: E402
 
 # Qwen3-0.6B's config.json (hidden 1024, 28 layers, 16 query / 8 key-value heads of 128, tied embeddings).
 QWEN3_0_6B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
@@ -133,7 +135,8 @@ def timed_rollout(args, run: train.Run, shape: dict, share: int, g: torch.Genera
     prompts = [p for p in prompts for _ in range(G)]
     run.model.eval()
     with run.precision():
-        out = generate(run.model, prompts, args.max_new_tokens, temperature=1.0, generator=g)
+        out = generate(run.model, prompts, args.max_new_tokens, temperature=1.0, generator=g,
+                       plan=decode_plan(d.device))
     if d.device.type == "cuda":
         torch.cuda.synchronize(d.device)
     return out, prompts, time.perf_counter() - t0

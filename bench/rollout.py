@@ -58,7 +58,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nanoatr.config import SAMPLERS  # noqa: E402
+from nanoatr.rollout import SAMPLERS  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
 from nanoatr.rollout import generate  # noqa: E402
 

@@ -195,9 +195,10 @@ def build_58m(out: Path, seed: int = 0):
 
 def ours_setup(model_dir: Path, args, phases: Phases):
     import train
-    from nanoatr import distributed, lora
-    from nanoatr.session import TrainConfig, resolve
-    from nanoatr.distributed import Dist
+    from nanoatr import lora
+    from nanoatr.machinery import distributed
+    from nanoatr.machinery.train_config import TrainConfig, resolve
+    from nanoatr.machinery.distributed import Dist
     from nanoatr.scoring import Scorer
     from nanoatr.tokenizer import load_tokenizer, make_stopper, eos_token_ids
     from nanoatr.rewards import Rewards, math_reward
@@ -370,7 +371,7 @@ def bench_model(name: str, model_dir: Path, args, phases: Phases) -> str:
     """One model, our step and TRL's in lockstep, compared phase by phase: TRL's step time over ours (with
     --ours-only our steps alone, and our step's time)."""
     import train
-    from nanoatr import distributed
+    from nanoatr.machinery import distributed
     from nanoatr.data import load_problems
     problems = load_problems(ROOT / args.data)
     run = ours_setup(model_dir, args, phases)

@@ -30,9 +30,7 @@ from typing import Iterable, Sequence
 import torch
 from tqdm import tqdm
 
-from nanoatr import distributed
-from nanoatr.config import SAMPLERS
-from nanoatr.rollout import generate
+from nanoatr.rollout import EAGER, SAMPLERS, DecodePlan, generate
 from nanoatr.scoring import score
 from nanoatr.rewards import Rewards, math_reward
 from nanoatr.tokenizer import completion_ids, completion_texts, encode_prompts, make_stopper
@@ -42,7 +40,7 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
                      top_p: float = 1.0, top_k: int = 0, eos_ids=None, batch_size: int = 256, seed: int = 0,
                      prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(),
                      desc: str = "sampling", stop=(), sampler: str = SAMPLERS[0],
-                     rewards: Rewards | None = None, with_entropy: bool = False):
+                     rewards: Rewards | None = None, with_entropy: bool = False, plan: DecodePlan = EAGER):
     """Yield one dict per completion: problem_id, sample, completion, gold, reward, correct, length,
     truncated, and with_entropy its entropy (completion_entropies: the mean over its tokens, nats).
 
@@ -71,7 +69,7 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
             g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed * 1_000_003 + start)
             out = generate(model, [prompts[i] for i, _ in batch], max_new_tokens, temperature=temperature,
                            top_p=top_p, top_k=top_k, eos_token_id=eos_ids, generator=g, sampler=sampler,
-                           pad_id=tokenizer.pad_token_id or 0, stopper=stopper)
+                           pad_id=tokenizer.pad_token_id or 0, stopper=stopper, plan=plan)
             texts = completion_texts(tokenizer, out.tokens, out.mask)
             totals = rewards.total(rewards.score([problems[i] for i, _ in batch], texts,
                                                  completion_ids(out.tokens, out.mask))).tolist()
@@ -140,24 +138,25 @@ def evaluate(model, tokenizer, problems, k: int = 8, n: int | None = None, **kw)
     return summary, rows
 
 
-def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, d,
-                    **sampling) -> tuple[dict, dict]:
+def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, rank: int = 0, world: int = 1,
+                    gather=list, **sampling) -> tuple[dict, dict]:
     """Mean@k / Pass@k and the evaluation policy's entropy (entropy_key) on every held-out file of a training
     run: (results under eval/<file>/... and eval/mean@k, eval/pass@k (the files' average), a few sample rows
     per file, each with its entropy, for samples.jsonl).
 
     The ranks share the work: each samples every world-th of sample_and_grade's fixed batches (each
-    seeded by its position), so the samples are those one process would draw.
+    seeded by its position), so the samples are those one process would draw; gather(rows) gives every
+    rank's rows (machinery/distributed.py's all_gather; one process: its own).
     """
     results, samples = {}, {}
     for name, problems in eval_sets.items():
         t0 = time.perf_counter()
         pairs = [(i, j) for i in range(len(problems)) for j in range(k)]
-        others = {p for b, start in enumerate(range(0, len(pairs), batch_size)) if b % d.world != d.rank
+        others = {p for b, start in enumerate(range(0, len(pairs), batch_size)) if b % world != rank
                   for p in pairs[start:start + batch_size]}
         rows = list(sample_and_grade(model, tokenizer, problems, k, skip=others, batch_size=batch_size,
                                      progress=False, with_entropy=True, **sampling))
-        rows = sorted(distributed.all_gather(rows, d), key=lambda r: (r["problem_id"], r["sample"]))
+        rows = sorted(gather(rows), key=lambda r: (r["problem_id"], r["sample"]))
         summary = summarize(verdicts_by_problem(rows), [k])
         tokens = sum(r["length"] for r in rows)
         summary.update(completion_len=tokens / len(rows),

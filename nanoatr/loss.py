@@ -16,7 +16,7 @@ Deliberate choices, in one place:
     `kl_to_reference`, aggregated like the policy loss and added to it by the trainer
   - aggregation is a separate step; `dr-grpo` (token sum / (sequences * max_new_tokens)) is the
     default; every normaliser counts the whole optimizer step, so micro-batches just add up
-  - hyper-parameters are checked once, when a run is configured (methods.check_hparams); policy_loss,
+  - hyper-parameters are checked once, when a run is configured (cli.check_hparams); policy_loss,
     called every micro-batch, takes them as given
 The log-probs themselves come from nanoatr/scoring.py.
 """
@@ -244,7 +244,7 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
     KL(pi_old || pi_theta) over the vocabulary, needed by kl-full (value only) and truly-ppo (with
     gradient); build it with nanoatr.scoring.full_kl. generator: the RNG of clip-cov's random token
     choice (default: torch's global RNG).
-    hparams: the method's, already checked (methods.check_hparams, at configuration); missing ones
+    hparams: the method's, already checked (cli.check_hparams, at configuration); missing ones
     take the method's defaults. num_sequences / num_tokens: sequences and valid tokens of the whole
     optimizer step; max_new_tokens: the completion budget (Dr. GRPO's constant). Methods that use
     "sequences" (gspo, gspo-token) always aggregate with seq-mean-token-mean (their per-token copies

@@ -35,7 +35,6 @@ import torch
 from torch import Tensor
 
 from nanoatr import divergence
-from nanoatr.config import ConfigError, check_number, flag
 
 
 class Tokens(NamedTuple):
@@ -419,27 +418,3 @@ def defaults(method: str) -> dict:
 def needs(method: str, what: str) -> bool:
     """Whether `method` reads `what` ("full_kl", "noise", "sequences"): see @uses."""
     return what in getattr(METHODS[method], "uses", ())
-
-
-def check_hparams(method: str, **hparams) -> dict:
-    """Validate a method's hyper-parameters and return them merged over its defaults.
-
-    Called once, when a run is configured: policy_loss, every micro-batch, takes them as given.
-    Raises ConfigError (a ValueError) naming the flag, e.g. "--delta must be > 0 (got -1.0)".
-    """
-    if method not in METHODS:
-        raise ConfigError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
-    allowed = defaults(method)
-    for name in hparams:
-        if name not in allowed:
-            names = ", ".join(flag(k) for k in allowed) or "none"
-            raise ConfigError(f"{flag(name)} does not apply to --clip {method} (its flags: {names})")
-    hp = {**allowed, **hparams}
-    for name, value in hp.items():
-        check_number(name, value, RULES.get(name))
-    if "clip_cov_lb" in hp and not hp["clip_cov_lb"] < hp["clip_cov_ub"]:
-        raise ConfigError(f"--clip-cov-lb must be < --clip-cov-ub (got {hp['clip_cov_lb']} and "
-                          f"{hp['clip_cov_ub']})")
-    if "delta_max" in hp and not hp["delta_max"] >= hp["delta"]:
-        raise ConfigError(f"--delta-max must be >= --delta (got {hp['delta_max']} and {hp['delta']})")
-    return hp

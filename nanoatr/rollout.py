@@ -5,22 +5,22 @@ per step for every row, writing keys and values in place into a preallocated cac
 its first EOS (which is kept and trained on) or after its first stop string; later slots are padding
 with mask 0. Completions come back finished: the caller only decodes and grades them.
 
-One decode step (`decode_step`: the model's step, then the draw) is the same code everywhere. How the
-steps run (eagerly on the CPU; compiled and replayed from CUDA graphs on a GPU, looking at the rows only
-every few steps and letting finished rows leave the batch) is nanoatr/decoding.py's job: `decode_plan`.
+One decode step (`decode_step`: the model's step, then the draw) is the same code everywhere. A DecodePlan
+says how the steps run: EAGER, the plan read here, runs each as written and looks at every row after every
+step. The fast plans (compiled, replayed from CUDA graphs, finished rows leaving the batch) come from
+nanoatr/machinery/decoding.py's `decode_plan`, which the commands pass in; every plan gives the same tokens.
 """
 import contextlib
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from nanoatr import lora
-from nanoatr.decoding import DecodePlan, StepRunner, bucket, cache_slots, decode_plan, window_for
-from nanoatr.config import SAMPLERS
 from nanoatr.model import DecodeSlot, KVCache
 
+SAMPLERS = ("inverse-cdf", "multinomial")  # the ways `draw` draws a token; the first is the default
 BLOCK = 128  # tokens per block of the inverse-CDF sampler's first level
 STOP_EVERY = 16  # decode steps between two checks of the `stopper` (it decodes text: not every step)
 
@@ -154,9 +154,66 @@ def locate(cdf, u):
     return i, (x - lo) / (cdf.gather(1, i) - lo)
 
 
+# ----------------------------------------------------------------------------
+# How the decode steps run
+
+class DecodePlan(NamedTuple):
+    """How the decode steps of a rollout run (EAGER here; the fast ones: machinery/decoding.py)."""
+    decoding: str         # "eager" or "compiled" (torch.compile; on CUDA also replayed as CUDA graphs)
+    window: int           # attention reads the cache in windows of this many slots (1: exactly the filled
+                          # ones)
+    check_every: int      # decode steps between two looks at which rows have finished (a look waits for the
+                          # device)
+    compact: bool         # finished rows leave the batch when the live ones fit a batch half the size
+    merge_adapters: bool  # LoRA adapters folded into the weights for the rollout (one product per projection)
+    runner: Callable | None = None  # runner(step, model, sampling, generator, plan) runs the steps (None:
+                                    # Eager)
+
+
+class Eager:
+    """Runs each decode step as written."""
+
+    def __init__(self, step, model, sampling, generator, plan: DecodePlan):
+        if plan.decoding != "eager":
+            raise ValueError(f"a {plan.decoding} plan needs its runner (machinery/decoding.py's decode_plan)")
+        self.step, self.args = step, (model, sampling, generator)
+
+    def __call__(self, s, window: int):
+        model, sampling, generator = self.args
+        self.step(model, s, window, sampling, generator)
+
+    def forget(self):
+        pass
+
+
+EAGER = DecodePlan("eager", 1, 1, False, False)
+
+
+def bucket(n: int) -> int:
+    """The batch size that n live rows decode in once finished rows leave: the power of two >= n, and at
+    least 2 (torch.compile treats a size of 1 as a constant: a batch of one would be compiled again)."""
+    return max(2, 1 << (n - 1).bit_length())
+
+
+def cache_slots(needed: int, plan: DecodePlan) -> int:
+    """The KV cache's length for `needed` slots (prompt + new tokens). With windows (plan.window > 1): a
+    whole number of windows and one slot more, so that no window is the whole cache (a slice of a whole
+    dimension is contiguous, of part of it not: torch.compile would compile the step again for it)."""
+    return needed if plan.window == 1 else -(-needed // plan.window) * plan.window + 1
+
+
+def window_for(slots: int, plan: DecodePlan) -> int:
+    """The slots a decode step's attention reads when `slots` of them are filled: the next multiple of
+    plan.window (the filled ones exactly when it is 1)."""
+    return -(-slots // plan.window) * plan.window
+
+
+# ----------------------------------------------------------------------------
+# A batch of completions
+
 def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0,
-             sampler: str = SAMPLERS[0], stopper=None, plan: DecodePlan | None = None) -> Rollout:
+             sampler: str = SAMPLERS[0], stopper=None, plan: DecodePlan = EAGER) -> Rollout:
     """Sample a completion for every prompt: a Rollout (its prompts, tokens, sampler_logp, mask, finished).
 
     T is at most max_new_tokens; decoding stops early once every row has ended.
@@ -167,13 +224,12 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
     every STOP_EVERY steps while decoding, so that the batch can end sooner, and applied at the end: a
     row's mask ends with the token that completes its first stop string. The tokens kept are a prefix
     of those drawn without `stopper`, with the same log-probs.
-    plan: how the decode steps run; None = `decode_plan` for the model's device. Every plan gives the
-    same tokens for a seed (up to float rounding of the probabilities).
+    plan: how the decode steps run (EAGER; a GPU's: machinery/decoding.py's `decode_plan`). Every plan
+    gives the same tokens for a seed (up to float rounding of the probabilities).
     """
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
     device = model.lm_head.weight.device
-    plan = plan or decode_plan(device, sampler, temperature)
     eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []),
                        device=device)
     sampling = Sampling(float(temperature), int(top_k), float(top_p), sampler, eos)
@@ -284,7 +340,7 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
     B, P = ids.shape
     uniforms = sampling.sampler == "inverse-cdf" and sampling.temperature > 0
     s = prefill(model, ids, prompt_mask, max_new_tokens, sampling, generator, plan, uniforms)
-    steps = StepRunner(decode_step, model, sampling, generator, plan)
+    steps = (plan.runner or Eager)(decode_step, model, sampling, generator, plan)
 
     # step-major: a row per step
     tokens = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, device=device)

@@ -20,7 +20,7 @@ Each run has --threads torch threads (default: the cores shared out, e.g. 2 jobs
 Writes OUT/table.md (final held-out Mean@k / Pass@k, mean +- std over seeds, the fraction of tokens
 whose gradient was cut, the training tokens' entropy and the evaluation policy's on each file; then the
 pre-registered family of --hypothesis and --reject, each with its interval, its p and Holm's decision over
-the family, and the seed-paired comparisons: nanoatr/stats.py), OUT/curves.svg (Figure 2, one colour per
+the family, and the seed-paired comparisons: machinery/stats.py), OUT/curves.svg (Figure 2, one colour per
 method), OUT/results.json, and with --ablate-delta OUT/ablation.svg (Figure 3: Mean@k and Pass@k against
 delta), by scripts/sweep_report.py.  A comparison is A/B, or an --effect of more than two arms, e.g. the
 main effects of a 2 x 2 (edges of a trust band: clip, two hybrids, kl3):
@@ -48,9 +48,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
 import torch  # noqa: E402
-from nanoatr import config  # noqa: E402
-from nanoatr.session import PRESETS, TrainConfig, apply_preset, hparam_flags, resolve  # noqa: E402
-from nanoatr.methods import METHODS, check_hparams, defaults  # noqa: E402
+from nanoatr.machinery import cli  # noqa: E402
+from nanoatr.machinery.parser import Parser, names_meant, parse  # noqa: E402
+from nanoatr.machinery.train_config import (PRESETS, TrainConfig, apply_preset, hparam_flags,  # noqa: E402
+                                            resolve)
+from nanoatr.methods import METHODS, defaults
+from nanoatr.machinery.cli import check_hparams  # noqa: E402
 # the report: scripts/sweep_report.py
 from sweep_report import (Claim, Contrast, Hypothesis, Questions, Run, SCORE, WARM_START,  # noqa: E402
                           difference_of, finished, parse_effect, result, run_config, score_key, scores,
@@ -120,27 +123,27 @@ def is_switch(name: str) -> bool:
 def flag_argv(name: str, value: str) -> list[str]:
     """The train.py argv of one arm flag: --name value, or for a switch --name (true) / --no-name (false)."""
     if is_switch(name):
-        return [config.flag(name) if value == "true" else "--no-" + config.flag(name)[2:]]
-    return [config.flag(name), value]
+        return [cli.flag(name) if value == "true" else "--no-" + cli.flag(name)[2:]]
+    return [cli.flag(name), value]
 
 
 def train_flag(spec: str, key: str, value: str) -> tuple[str, str]:
     """An arm's train.py flag: (field, value), the field named in full, as train.py takes it, and the value
     as train.py parses it (a bad one: train.py's one error line)."""
     if key in ARM_EXCLUDED or typing.get_origin(typing.get_type_hints(TrainConfig).get(key)) is list:
-        raise ValueError(f"method {spec!r}: {config.flag(key)} is one for the whole sweep (the sweep's own, "
+        raise ValueError(f"method {spec!r}: {cli.flag(key)} is one for the whole sweep (the sweep's own, "
                          "or a train.py flag after --)")
     if key not in train_fields():
-        meant = config.names_meant(key, list(train_fields()))
+        meant = names_meant(key, list(train_fields()))
         hint = f"; did you mean {' or '.join(meant)}?" if meant else ""
-        raise ValueError(f"method {spec!r}: {config.flag(key)} is neither a hyper-parameter of its method "
+        raise ValueError(f"method {spec!r}: {cli.flag(key)} is neither a hyper-parameter of its method "
                          f"nor a train.py flag{hint}")
     if is_switch(key):
         if value.lower() not in ("true", "false"):
-            raise ValueError(f"method {spec!r}: {config.flag(key)} is a switch: {key}=true or {key}=false")
+            raise ValueError(f"method {spec!r}: {cli.flag(key)} is a switch: {key}=true or {key}=false")
         value = value.lower()
-    cfg = config.parse(TrainConfig, flag_argv(key, value), extra=hparam_flags)[0]
-    config.check_ranges(cfg)  # ConfigError (a ValueError) naming the flag
+    cfg = parse(TrainConfig, flag_argv(key, value), extra=hparam_flags)[0]
+    cli.check_ranges(cfg)  # ConfigError (a ValueError) naming the flag
     parsed = getattr(cfg, key)
     return key, value if isinstance(parsed, bool) else f"{parsed:g}" if isinstance(parsed, float) else \
         str(parsed)
@@ -198,7 +201,7 @@ def command(run: Run, steps: int, train_args: list[str]) -> list[str]:
     from step 0 when it was stopped before the first one)."""
     if (run.dir / "config.json").is_file():
         return [sys.executable, "train.py", "--resume", str(run.dir), "--steps", str(steps)]
-    hp = [x for k, v in run.hparams.items() for x in (config.flag(k), f"{v:g}")]
+    hp = [x for k, v in run.hparams.items() for x in (cli.flag(k), f"{v:g}")]
     own = [x for k, v in run.flags for x in flag_argv(k, v)]
     return [sys.executable, "train.py", "--clip", run.clip, *hp, "--seed", str(run.seed),
             "--steps", str(steps), "--out-dir", str(run.dir.parent), "--name", run.dir.name,
@@ -274,7 +277,7 @@ def make_parser() -> argparse.ArgumentParser:
     """The sweep's own flags (train.py's come after --)."""
     settings_help = "".join(f"\nSETTINGS of --task {t} (none under --preset): {' '.join(f)} --steps {n}"
                             for t, (f, n) in SETTINGS.items())
-    parser = config.Parser(prog="python scripts/sweep.py", description=__doc__ + settings_help,
+    parser = Parser(prog="python scripts/sweep.py", description=__doc__ + settings_help,
                            formatter_class=argparse.RawDescriptionHelpFormatter)  # a bad flag: one line
     parser.add_argument("--clip", nargs="+", metavar="ARM", help="arms: methods, each with its "
                         "hyper-parameters and train.py flags if any, as above (default: clip clip-higher "
@@ -331,9 +334,9 @@ def make_parser() -> argparse.ArgumentParser:
 def check_counts(args, parser: argparse.ArgumentParser):
     """The sweep's counts in their ranges: one error line naming the flag."""
     try:
-        config.check_numbers(args, {"seeds": ">=1", "steps": ">=1", "first_seed": ">=0", "jobs": ">=0",
+        cli.check_numbers(args, {"seeds": ">=1", "steps": ">=1", "first_seed": ">=0", "jobs": ">=0",
                                     "threads": ">=0"})
-    except config.ConfigError as e:
+    except cli.ConfigError as e:
         parser.error(str(e))
 
 
@@ -406,10 +409,10 @@ def check_runs(runs: list[Run], steps: int, train_args: list[str], parser: argpa
         argv = command(run, steps, train_args)[2:]
         if "--resume" in argv:
             continue
-        cfg, hparams, given = config.parse(TrainConfig, argv, extra=hparam_flags)
+        cfg, hparams, given = parse(TrainConfig, argv, extra=hparam_flags)
         try:
             resolve(apply_preset(cfg, given), hparams, 1, given)
-        except config.ConfigError as e:
+        except cli.ConfigError as e:
             parser.error(f"{e} (train.py, run {run.dir.name})")
 
 
@@ -440,8 +443,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.clip and args.ablate_delta:
         parser.error("--clip and --ablate-delta exclude each other (the ablation runs kl3)")
-    given = config.parse(TrainConfig, train_args, extra=hparam_flags)  # a bad flag: train.py's error line
-    own = sorted(config.flag(name) for name in given[2] if config.flag(name) in OWN_FLAGS)
+    given = parse(TrainConfig, train_args, extra=hparam_flags)  # a bad flag: train.py's error line
+    own = sorted(cli.flag(name) for name in given[2] if cli.flag(name) in OWN_FLAGS)
     if own:
         parser.error(f"{', '.join(own)} after -- is set by the sweep itself")
     preset = given[0].preset

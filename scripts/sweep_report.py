@@ -12,7 +12,7 @@
 - OUT/ablation.svg, when kl3 ran at two or more deltas (--ablate-delta): Figure 3, Mean@k and Pass@k
   against delta.
 
-Every interval, test and power figure comes from nanoatr/stats.py: the Student t-interval of a mean and of
+Every interval, test and power figure comes from machinery/stats.py: the Student t-interval of a mean and of
 a seed-paired difference or contrast, the paired t-test, the exact sign test, Holm's procedure, the effect
 the seeds could detect and the seeds a decision would need. The figures are drawn by scripts/plot.py
 (matplotlib, optional: without it the table and results.json are still written).
@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
-from nanoatr import config, distributed, stats  # noqa: E402
+from nanoatr.machinery import cli, distributed, stats  # noqa: E402
 from nanoatr.methods import defaults  # noqa: E402
-from nanoatr.runs import change_text, read_metrics, recorded_changes  # noqa: E402
-from nanoatr.session import TrainConfig  # noqa: E402
+from nanoatr.machinery.resume import change_text, recorded_changes
+from nanoatr.machinery.metrics_log import read_metrics  # noqa: E402
+from nanoatr.machinery.train_config import TrainConfig  # noqa: E402
 # scripts/plot.py
 from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402
 
@@ -68,7 +69,7 @@ def run_config(run: Run) -> dict:
     except (ValueError, RecursionError):
         why = "not JSON"
     if why:
-        config.die(f"{path}: {why}: {run.dir.name} logged its last evaluation, but without the settings it "
+        cli.die(f"{path}: {why}: {run.dir.name} logged its last evaluation, but without the settings it "
                    f"ran with it cannot be reported; remove {run.dir} to run it again")
     return saved
 
@@ -145,7 +146,7 @@ def settings_text(train_args: list[str]) -> str:
         elif groups:
             groups[-1][1].append(word)
     hints = typing.get_type_hints(TrainConfig)
-    lists = {config.flag(name) for name, tp in hints.items() if typing.get_origin(tp) is list}
+    lists = {cli.flag(name) for name, tp in hints.items() if typing.get_origin(tp) is list}
     key = lambda name: "--" + name[len("--no-"):] if name.startswith("--no-") else name  # noqa: E731
     last = {key(name): i for i, (name, _) in enumerate(groups) if name not in lists}
     kept = [words for i, (name, words) in enumerate(groups) if name in lists or last[key(name)] == i]
@@ -299,7 +300,7 @@ def score_key(name: str) -> str:
 
 def measured(done: list[dict], c: Contrast, key: str) -> stats.Paired:
     """The contrast in `key`, seed by seed over the seeds where every one of its arms finished
-    (nanoatr/stats.py)."""
+    (machinery/stats.py)."""
     def by_seed(method: str, key: str) -> dict:
         return {r["seed"]: r[key] for r in done
                 if r["method"] == method and key in r and not math.isnan(r[key])}
@@ -329,7 +330,7 @@ def p_text(p: float) -> str:
 
 
 def comparisons(results: list[dict], contrasts: list[Contrast], steps: int) -> str:
-    """The seed-paired differences A - B and effects (nanoatr/stats.py) of every score and of the end
+    """The seed-paired differences A - B and effects (machinery/stats.py) of every score and of the end
     entropy, in markdown: the mean with its 95% paired t-interval, seeds above : below 0, the sign test, the
     minimal detectable effect (80% power, t-based) and the seeds a decision would need at the observed effect
     and spread."""
@@ -355,7 +356,7 @@ def comparisons(results: list[dict], contrasts: list[Contrast], steps: int) -> s
 def verdicts(results: list[dict], hypotheses: list[Hypothesis], claims: list[Claim], steps: int) -> str:
     """The pre-registered family in markdown. A row per hypothesis: its verdict by its own 95% paired
     t-interval, its paired t-test's p on the predicted side (two-sided for 'differs') and the family's
-    decision by Holm's procedure over every hypothesis and --reject claim (nanoatr/stats.py), and, when its
+    decision by Holm's procedure over every hypothesis and --reject claim (machinery/stats.py), and, when its
     interval leaves it undecided, the effect the seeds could have detected and the seeds a decision would
     need. Then a line per --reject claim: its one-sided paired t-test against the stated effect and the
     family's decision on it."""
@@ -492,7 +493,7 @@ def write_report(runs: list[Run], out: Path, steps: int, seeds: int, train_args:
     report = head + table(results, arms, seeds, steps) + (
         "\nEffects: each seed's weighted sum of its arms' scores, over the seeds where every arm finished; "
         f"compared as a difference A − B is:\n{defined}\n" if effects else "") + (
-        "\nPre-registered hypotheses (nanoatr/stats.py): each one's 95% paired t-interval of the mean "
+        "\nPre-registered hypotheses (machinery/stats.py): each one's 95% paired t-interval of the mean "
         "difference (df = seeds - 1) says confirmed when it lies wholly on the predicted side of 0, refuted "
         "when wholly on the other, undecided otherwise; the paired t-test's p is one-sided on the predicted "
         "side (two-sided for ≠ 0); the family, every hypothesis and --reject claim, is decided by Holm's "
@@ -505,7 +506,7 @@ def write_report(runs: list[Run], out: Path, steps: int, seeds: int, train_args:
         f"\n\n{decided}" if decided else "") + (
         "\nSeed-paired differences"
         f"{', exploratory: no correction for multiple comparisons' if decided else ''} "
-        "(nanoatr/stats.py: 95% paired t-interval of the mean difference, exact sign test, the difference "
+        "(machinery/stats.py: 95% paired t-interval of the mean difference, exact sign test, the difference "
         "detectable with 80% power at this spread and the seeds needed for the observed one, both "
         f"t-based):\n\n{compared}" if compared else "")
     (out / "table.md").write_text(report)

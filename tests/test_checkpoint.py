@@ -1,6 +1,6 @@
 """The run directory: checkpoints kept and validated with fallback, the tokenizer written from memory
-(nanoatr.checkpoint); logs repaired on resume and read past bad lines, run names, the lock, atomic JSON,
-the settings a resume starts from (nanoatr.runs)."""
+(nanoatr.machinery.checkpoint); logs repaired on resume and read past bad lines, run names, the lock, atomic JSON,
+the settings a resume starts from (nanoatr/machinery/resume.py)."""
 import dataclasses
 import errno
 import hashlib
@@ -11,10 +11,10 @@ import shutil
 import pytest
 import torch
 
-from nanoatr import checkpoint, runs
-from nanoatr.checkpoint import CheckpointError
-from nanoatr.config import ConfigError
-from nanoatr.runs import RunLog
+from nanoatr.machinery import checkpoint, folder, metrics_log, resume
+from nanoatr.machinery.checkpoint import CheckpointError
+from nanoatr.machinery.cli import ConfigError
+from nanoatr.machinery.metrics_log import RunLog
 
 
 @pytest.fixture(scope="session")
@@ -231,23 +231,23 @@ def test_a_fresh_log_and_an_untouched_log(tmp_path):
 def test_read_metrics_skips_bad_lines_with_one_warning(tmp_path, capsys):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1}\n{"step": 2, "lo{"step": 3}\n\n[1]\n\xff\xfe\n{"step": 4}\n{"st')
-    assert runs.read_metrics(path) == [{"step": 1}, {"step": 4}]
+    assert metrics_log.read_metrics(path) == [{"step": 1}, {"step": 4}]
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"warning: {path}: skipped 4 unreadable line(s) (line 2, 4, 5, ...)"]
     with pytest.raises(CheckpointError, match="no metrics.jsonl"):
-        runs.read_metrics(tmp_path / "nope" / "metrics.jsonl")
+        metrics_log.read_metrics(tmp_path / "nope" / "metrics.jsonl")
 
 
 def test_write_json_atomic(tmp_path, monkeypatch):
     path = tmp_path / "config.json"
-    runs.write_json_atomic(path, {"a": 1})
+    folder.write_json_atomic(path, {"a": 1})
     assert json.loads(path.read_text()) == {"a": 1}
 
     def full(*a):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(os, "replace", full)
     with pytest.raises(CheckpointError, match=rf"cannot write {path} \(disk full\)"):
-        runs.write_json_atomic(path, {"a": 2})
+        folder.write_json_atomic(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 1} and names(tmp_path) == ["config.json"]
 
 
@@ -255,61 +255,61 @@ def test_write_json_atomic(tmp_path, monkeypatch):
 # Runs
 
 def test_unique_names_differ_within_one_second():
-    many = {runs.unique_name("kl3") for _ in range(50)}  # 2^24 suffixes: a clash has p ~ 1e-4
+    many = {folder.unique_name("kl3") for _ in range(50)}  # 2^24 suffixes: a clash has p ~ 1e-4
     assert len(many) == 50 and all(n.startswith("kl3-") for n in many)
 
 
 def test_a_new_run_refuses_a_used_folder(tmp_path):
     """A folder holding a file with something in it is refused; one that holds only a lock and empty files
     (a start killed before its config.json: nothing to --resume) is taken."""
-    lock = runs.create_run(tmp_path, "a")
+    lock = folder.create_run(tmp_path, "a")
     (tmp_path / "a/metrics.jsonl").write_text("")
     lock.release()
-    runs.create_run(tmp_path, "a").release()
+    folder.create_run(tmp_path, "a").release()
     (tmp_path / "a/config.json").write_text("{}")
     with pytest.raises(CheckpointError) as e:
-        runs.create_run(tmp_path, "a")
+        folder.create_run(tmp_path, "a")
     assert str(e.value) == (f"run folder {tmp_path / 'a'} already exists: continue it with --resume "
                             f"{tmp_path / 'a'}, or choose another --name")
     (tmp_path / "empty").mkdir()
-    runs.create_run(tmp_path, "empty").release()  # an empty folder is fine
+    folder.create_run(tmp_path, "empty").release()  # an empty folder is fine
     with pytest.raises(CheckpointError, match="no such run folder"):
-        runs.resume_run(tmp_path / "b")
+        folder.resume_run(tmp_path / "b")
 
 
 def test_the_lock_keeps_out_a_second_writer(tmp_path):
-    with runs.create_run(tmp_path, "a"):
+    with folder.create_run(tmp_path, "a"):
         with pytest.raises(CheckpointError, match=rf"run folder {tmp_path / 'a'} is in use by another "
                                                   rf"process \(pid {os.getpid()}\)"):
-            runs.resume_run(tmp_path / "a")
-    runs.resume_run(tmp_path / "a").release()  # released on exit
+            folder.resume_run(tmp_path / "a")
+    folder.resume_run(tmp_path / "a").release()  # released on exit
 
 
 def test_a_read_only_run_folder_is_one_line(tmp_path, monkeypatch):
     def read_only(*a, **k):
         raise OSError(errno.EROFS, "Read-only file system")
-    monkeypatch.setattr(runs, "write_bytes", read_only)
+    monkeypatch.setattr(folder, "write_bytes", read_only)
     message = rf"run folder {tmp_path / 'a'} is not writable \(read-only file system\)"
     with pytest.raises(CheckpointError, match=message):
-        runs.create_run(tmp_path, "a")
+        folder.create_run(tmp_path, "a")
 
 
 def test_a_resume_takes_the_saved_config_with_the_flags_given_on_top(tmp_path):
-    from nanoatr.session import TrainConfig
+    from nanoatr.machinery.train_config import TrainConfig
     run = tmp_path / "r"
     run.mkdir()
-    runs.write_json_atomic(run / "config.json", dataclasses.asdict(TrainConfig(steps=4, lr=3e-4, group_size=4)))
+    folder.write_json_atomic(run / "config.json", dataclasses.asdict(TrainConfig(steps=4, lr=3e-4, group_size=4)))
     now = TrainConfig(resume=str(run), steps=8, lr=3e-4)  # group_size not given: the run's 4, not the default 8
-    cfg, change = runs.resumed_config(now, {"resume", "steps", "lr"}, runs.RESUME_RULES)
+    cfg, change = resume.resumed_config(now, {"resume", "steps", "lr"}, resume.RESUME_RULES)
     assert (cfg.steps, cfg.lr, cfg.group_size, cfg.resume) == (8, 3e-4, 4, str(run))
     assert change == {"steps": {"from": 4, "to": 8}}  # lr at the run's own value: no change, no error
     other_lr = TrainConfig(resume=str(run), lr=1e-3)
     with pytest.raises(ConfigError, match=r'^--lr 0.001 cannot change on --resume \(.*config.json has "lr": '
                                           r'0.0003\): the checkpoint\'s optimizer state has its own$'):
-        runs.resumed_config(other_lr, {"resume", "lr"}, runs.RESUME_RULES)
+        resume.resumed_config(other_lr, {"resume", "lr"}, resume.RESUME_RULES)
     with pytest.raises(ConfigError, match=rf"^--resume {tmp_path}: no config.json there: not a run folder, or one "
                                           r"whose start never finished \(start it again, without --resume\)$"):
-        runs.resumed_config(TrainConfig(resume=str(tmp_path)), {"resume"}, runs.RESUME_RULES)
+        resume.resumed_config(TrainConfig(resume=str(tmp_path)), {"resume"}, resume.RESUME_RULES)
     (run / "config.json").write_text('["not", "a", "dict"]')
     with pytest.raises(ConfigError, match=r"config.json is not a run's config.json \(AttributeError: "):
-        runs.resumed_config(now, {"resume"}, runs.RESUME_RULES)
+        resume.resumed_config(now, {"resume"}, resume.RESUME_RULES)

@@ -1,4 +1,4 @@
-"""How decode steps run (nanoatr/decoding.py): every plan gives the rollout of the plain eager loop.
+"""How decode steps run (nanoatr/machinery/decoding.py): every plan gives the rollout of the plain eager loop.
 
 On a GPU the step is compiled and replayed from CUDA graphs, attends over windows of the cache wider
 than its filled part, looks at the rows only every CHECK_EVERY steps and lets finished rows leave the
@@ -11,14 +11,23 @@ import warnings
 import pytest
 import torch
 
-from nanoatr import decoding, lora, rollout
-from nanoatr.decoding import CHECK_EVERY, WINDOW, DecodePlan, bucket, cache_slots, decode_plan
+from nanoatr import lora, rollout
+from nanoatr.machinery import decoding
+from nanoatr.machinery.decoding import CHECK_EVERY, WINDOW, decode_plan
+from nanoatr.rollout import DecodePlan, bucket, cache_slots
 from nanoatr.model import DecodeSlot, Qwen3, Qwen3Config, init_weights
 from nanoatr.rollout import generate
 from rounding import qwen3_float64, sampled_logprob_error, within
 
-EAGER = DecodePlan("eager", 1, 1, False, False)  # the CPU's plan: exact windows, a look at every step
-GPU_LIKE = DecodePlan("eager", 8, 4, True, False)  # the GPU's habits, without the graphs
+EAGER = rollout.EAGER  # the CPU's plan, the one rollout.py reads: exact windows, a look at every step
+
+
+def fast(*fields) -> DecodePlan:
+    """A plan whose steps machinery/decoding.py runs (a StepRunner), as decode_plan's are on a GPU."""
+    return DecodePlan(*fields, decoding.run_steps)
+
+
+GPU_LIKE = fast("eager", 8, 4, True, False)  # the GPU's habits, without the graphs
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +64,14 @@ def assert_same(a, b, model):
 
 def test_the_device_chooses_the_plan_in_one_place():
     assert decode_plan("cpu") == EAGER
-    assert decode_plan("cuda") == DecodePlan("compiled", WINDOW, CHECK_EVERY, True, True)
+    assert decode_plan("cuda") == fast("compiled", WINDOW, CHECK_EVERY, True, True)
     # torch.multinomial draws from the generator inside the step, which a replayed graph would not advance
     assert decode_plan("cuda", "multinomial").decoding == "eager"
     assert decode_plan("cuda", "multinomial", temperature=0).decoding == "compiled"  # greedy draws nothing
 
 
-@pytest.mark.parametrize("plan", [GPU_LIKE, DecodePlan("eager", 1, 3, True, False), DecodePlan("eager", 16, 1, False, False),
-                                  DecodePlan("eager", 5, CHECK_EVERY, True, False)],
+@pytest.mark.parametrize("plan", [GPU_LIKE, fast("eager", 1, 3, True, False), fast("eager", 16, 1, False, False),
+                                  fast("eager", 5, CHECK_EVERY, True, False)],
                          ids=["windows-looks-compaction", "compaction", "windows", "gpu-look-interval"])
 def test_every_plan_gives_the_eager_rollout(small_vocab_model, plan):
     prompts = ragged(24)
@@ -76,7 +85,7 @@ def test_the_width_is_the_longest_row_whatever_the_look_interval(small_vocab_mod
     prompts = ragged(6, seed=3)
     ref = rollout_with(small_vocab_model, EAGER, prompts, n=200)
     assert ref.tokens.shape[1] < 200 and ref.tokens.shape[1] == ref.mask.sum(1).max()
-    assert_same(ref, rollout_with(small_vocab_model, DecodePlan("eager", 8, 16, True, False), prompts, n=200),
+    assert_same(ref, rollout_with(small_vocab_model, fast("eager", 8, 16, True, False), prompts, n=200),
                 small_vocab_model)
 
 
@@ -157,9 +166,9 @@ def test_no_host_sync_inside_the_per_token_loop(small_vocab_model, monkeypatch):
             return _original(self, *a, **k)
         monkeypatch.setattr(torch.Tensor, name, counted)
     n = 96
-    plan = DecodePlan("eager", 8, CHECK_EVERY, True, False)
+    plan = fast("eager", 8, CHECK_EVERY, True, False)
     steps = []
-    monkeypatch.setattr(rollout, "StepRunner", counting_runner(decoding.StepRunner, steps))
+    monkeypatch.setattr(decoding, "StepRunner", counting_runner(decoding.StepRunner, steps))
     with torch.no_grad():
         out = rollout_with(small_vocab_model, plan, prompts, n=n, eos=(7,))
     monkeypatch.undo()
@@ -185,7 +194,7 @@ def test_the_compiled_step_gives_the_eager_tokens_and_logprobs(small_vocab_model
     the same seed, log-probs to float rounding (fused kernels round differently)."""
     prompts = ragged(12, seed=2)
     ref = rollout_with(small_vocab_model, EAGER, prompts, n=40)
-    compiled = rollout_with(small_vocab_model, DecodePlan("compiled", 8, 4, compaction, False), prompts, n=40)
+    compiled = rollout_with(small_vocab_model, fast("compiled", 8, 4, compaction, False), prompts, n=40)
     assert_same(ref, compiled, small_vocab_model)
 
 
@@ -263,7 +272,10 @@ class StandInGraphs:
 def with_graphs(monkeypatch, graphs, compiled=None):
     """Rollouts from here on record and replay through `graphs`; the compiled plan's step is `compiled`
     (a stand-in for torch.compile's: compiling on the CPU takes minutes), and graph failures start afresh."""
-    monkeypatch.setattr(rollout, "StepRunner", lambda *a: decoding.StepRunner(*a, graphs=graphs))
+    class WithGraphs(decoding.StepRunner):
+        def __init__(self, *args):
+            super().__init__(*args, graphs=graphs)
+    monkeypatch.setattr(decoding, "StepRunner", WithGraphs)
     monkeypatch.setattr(decoding.StepRunner, "use_graphs", True)
     monkeypatch.setattr(decoding, "COMPILED", {})
     if compiled is not None:
@@ -289,14 +301,14 @@ class CountedStep:
         rollout.decode_step(*args)
 
 
-GPU_COMPILED = DecodePlan("compiled", 8, 4, True, False)
+GPU_COMPILED = fast("compiled", 8, 4, True, False)
 
 
 def steps_of(model, plan, prompts, monkeypatch) -> int:
     """How many decode steps the loop makes under this plan (the same for every way of running them)."""
     steps = []
     with monkeypatch.context() as m:
-        m.setattr(rollout, "StepRunner", counting_runner(decoding.StepRunner, steps))
+        m.setattr(decoding, "StepRunner", counting_runner(decoding.StepRunner, steps))
         rollout_with(model, plan, prompts)
     return len(steps)
 
@@ -385,8 +397,8 @@ def test_one_compile_per_run(small_vocab_model, monkeypatch, lora_bf16):
     torch._dynamo.reset()
     counters.clear()
     shapes = []
-    monkeypatch.setattr(rollout, "StepRunner", counting_runner(decoding.StepRunner, shapes, rows=True))
-    plan = DecodePlan("compiled", 8, 4, True, lora_bf16)
+    monkeypatch.setattr(decoding, "StepRunner", counting_runner(decoding.StepRunner, shapes, rows=True))
+    plan = fast("compiled", 8, 4, True, lora_bf16)
     amp = torch.autocast("cpu", torch.bfloat16) if lora_bf16 else contextlib.nullcontext()
     with amp:
         rollout_with(model, plan, ragged(24))

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 import train
-from nanoatr.distributed import Shard
+from nanoatr.machinery.distributed import Shard
 
 ROOT = Path(__file__).resolve().parent.parent
 # --rollout-batch 2: both runs sample the same two chunks of 2 prompts with the same seeds (one chunk
@@ -82,7 +82,7 @@ def test_sampling_does_not_depend_on_the_number_of_ranks():
 
 
 def test_cpu_threads_take_the_cores_others_leave_idle(monkeypatch):
-    from nanoatr.distributed import CpuThreads
+    from nanoatr.machinery.distributed import CpuThreads
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
@@ -108,7 +108,7 @@ def test_cpu_threads_see_a_busy_process_on_our_cores(monkeypatch):
     import subprocess
     import sys
     import time
-    from nanoatr.distributed import CpuThreads
+    from nanoatr.machinery.distributed import CpuThreads
     if not os.path.exists("/proc/stat"):
         pytest.skip("no /proc/stat")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -150,7 +150,7 @@ def test_a_device_that_is_not_cpu_or_cuda_is_one_line_in_every_command(tmp_path,
     ("cuda", 2, 2, "--device cuda: rank 2 needs GPU 2, but there are 2"),
 ])
 def test_a_device_this_machine_lacks_is_one_line(monkeypatch, device, gpus, rank, expected):
-    from nanoatr.distributed import DeviceError, pick_device
+    from nanoatr.machinery.distributed import DeviceError, pick_device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     try:
@@ -185,7 +185,7 @@ def test_every_sitting_of_a_run_records_the_code_host_and_versions_it_ran(tmp_pa
 def test_provenance_is_unknown_without_git_or_outside_its_own_checkout(tmp_path, monkeypatch):
     """git missing or past its timeout, or the package installed inside some other repository (a virtual
     environment in a project): the commit is unknown, and the run goes on."""
-    from nanoatr import distributed
+    from nanoatr.machinery import distributed
 
     def no_git(*args, **kwargs):
         raise FileNotFoundError("git")
@@ -203,8 +203,8 @@ def test_provenance_is_unknown_without_git_or_outside_its_own_checkout(tmp_path,
     for command in (["init", "-q"], ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty",
                                      "-m", "x"]):
         subprocess.run(["git", "-C", str(outer), *command], check=True)
-    monkeypatch.setattr(distributed, "__file__", str(outer / "venv/site-packages/nanoatr/distributed.py"))
+    monkeypatch.setattr(distributed, "__file__", str(outer / "venv/site-packages/nanoatr/machinery/distributed.py"))
     assert distributed.provenance(0)["commit"] == "unknown"  # the project's commit is not ours
-    monkeypatch.setattr(distributed, "__file__", str(outer / "nanoatr/distributed.py"))
+    monkeypatch.setattr(distributed, "__file__", str(outer / "nanoatr/machinery/distributed.py"))
     assert distributed.provenance(0)["commit"] == subprocess.run(
         ["git", "-C", str(outer), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()

@@ -14,10 +14,10 @@ from safetensors.torch import load_file, save_file
 
 import eval as eval_cli
 import train
-from nanoatr import checkpoint, session
-from nanoatr.checkpoint import CheckpointError
+from nanoatr.machinery import checkpoint, session
+from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.data import TASKS, load_problems
-from nanoatr.session import Diverged
+from nanoatr.machinery.session import Diverged
 from test_checkpoint import names, save, state, tiny  # noqa: F401 (tiny: the fixture)
 from test_train import step_run
 

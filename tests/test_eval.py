@@ -10,7 +10,7 @@ import pytest
 
 import eval as eval_cli
 import train as train_cli
-from nanoatr.session import TrainConfig
+from nanoatr.machinery.train_config import TrainConfig
 from nanoatr.data import TASKS
 from nanoatr.evaluate import summarize, verdicts_by_problem
 from tiny import make_model_dir

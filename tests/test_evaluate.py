@@ -4,7 +4,6 @@ from pathlib import Path
 import torch
 
 from nanoatr.data import Problem, load_problems
-from nanoatr.distributed import Dist
 from nanoatr.evaluate import completion_entropies, during_training, entropy_key, evaluate, sample_and_grade
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
@@ -83,7 +82,7 @@ def test_a_uniform_policy_has_entropy_log_v_at_any_temperature(tmp_path):
         model.lm_head.weight.zero_()
     V = model.lm_head.weight.shape[0]
     for temperature, key in ((1.0, "eval/x/entropy"), (0.5, "eval/x/entropy@T0.5")):
-        results, _ = during_training(model, tok, {"x": PROBLEMS}, 2, 4, Dist(0, 1, torch.device("cpu")),
+        results, _ = during_training(model, tok, {"x": PROBLEMS}, 2, 4,
                                      max_new_tokens=6, temperature=temperature, seed=1)
         tol = entropy_error(V, 0.0, 1.0, U64)  # logits all exactly 0: only the entropy's own float64 rounding
         within(results[key], math.log(V), tol, f"uniform at T = {temperature}")
@@ -99,7 +98,7 @@ def test_evaluation_entropy_is_token_weighted_and_leaves_the_samples_alone(tmp_p
     rows = list(sample_and_grade(model, tok, PROBLEMS, 3, with_entropy=True, **kw))
     assert [{k: v for k, v in r.items() if k != "entropy"} for r in rows] == plain
     assert len({r["length"] for r in rows}) > 1 and all(r["entropy"] > 0 for r in rows)
-    results, _ = during_training(model, tok, {"x": PROBLEMS}, 3, 4, Dist(0, 1, torch.device("cpu")),
+    results, _ = during_training(model, tok, {"x": PROBLEMS}, 3, 4,
                                  max_new_tokens=10, temperature=1.0, seed=2)
     want = sum(r["entropy"] * r["length"] for r in rows) / sum(r["length"] for r in rows)
     assert abs(results["eval/x/entropy"] - want) < 1e-9

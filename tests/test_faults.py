@@ -20,9 +20,9 @@ import torch
 from safetensors import SafetensorError
 
 import nanoatr.model.files
-from nanoatr import checkpoint, runs
-from nanoatr.checkpoint import CheckpointError
-from nanoatr.runs import RunLog
+from nanoatr.machinery import checkpoint, folder
+from nanoatr.machinery.checkpoint import CheckpointError
+from nanoatr.machinery.metrics_log import RunLog
 from test_checkpoint import assert_loads, names, save, state, tiny  # noqa: F401 (tiny: the fixture)
 
 
@@ -359,12 +359,12 @@ def test_a_start_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeyp
     where ext4 or NFS report it; rlimit: every write refused by the kernel."""
     run = tmp_path / "r"
     if start == "resume":
-        runs.create_run(tmp_path, "r").release()
+        folder.create_run(tmp_path, "r").release()
         save(run, tiny, 1)
         before = names(run)
 
     def begin():
-        (runs.resume_run(run) if start == "resume" else runs.create_run(tmp_path, "r")).release()
+        (folder.resume_run(run) if start == "resume" else folder.create_run(tmp_path, "r")).release()
     if how == "rlimit":
         got = in_child(0, begin)
     else:
@@ -389,7 +389,7 @@ def test_a_start_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeyp
 def _train_forever(run, tiny, out_dir, steps, save_every):
     """The child: resume the run (or start it), log a row per step and save every save_every steps."""
     model, tok = tiny
-    lock = runs.resume_run(run) if run.exists() else runs.create_run(out_dir, run.name)
+    lock = folder.resume_run(run) if run.exists() else folder.create_run(out_dir, run.name)
     found = checkpoint.latest(run)
     start = checkpoint.load_state(found)["step"] if found else 0
     log = RunLog.open(run, resume_step=start if found else None)
@@ -483,14 +483,14 @@ def test_disk_full_while_logging_leaves_whole_lines(tmp_path, monkeypatch, parti
 
 LOCKER = """
 import sys, time
-from nanoatr import checkpoint, runs
+from nanoatr.machinery import checkpoint, folder
 try:
-    lock = runs.create_run(sys.argv[1], "same")
+    lock = folder.create_run(sys.argv[1], "same")
 except checkpoint.CheckpointError as e:
     print("error:", e, flush=True)
     sys.exit(2)
 print("ok", flush=True)
-runs.write_json_atomic(lock.run_dir / "config.json", {"pid": __import__("os").getpid()})
+folder.write_json_atomic(lock.run_dir / "config.json", {"pid": __import__("os").getpid()})
 sys.stdin.read()  # holds the run until the test closes stdin
 """
 
@@ -509,12 +509,12 @@ def test_two_processes_on_one_run_folder(tmp_path):
     assert refused.startswith(f"error: run folder {tmp_path / 'same'} ")
     assert "is in use by another process" in refused or "already exists" in refused
     with pytest.raises(CheckpointError, match=rf"is in use by another process \(pid {winner.pid}\)"):
-        runs.resume_run(tmp_path / "same")
+        folder.resume_run(tmp_path / "same")
     with pytest.raises(CheckpointError, match="already exists: continue it with --resume"):
-        runs.create_run(tmp_path, "same")
+        folder.create_run(tmp_path, "same")
     winner.kill()
     winner.wait(timeout=30)
-    runs.resume_run(tmp_path / "same").release()  # the kernel dropped the dead process's lock
+    folder.resume_run(tmp_path / "same").release()  # the kernel dropped the dead process's lock
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import train
-from nanoatr.config import parse
-from nanoatr.session import TrainConfig, apply_preset, hparam_flags, resolve
+from nanoatr.machinery.parser import parse
+from nanoatr.machinery.train_config import TrainConfig, apply_preset, hparam_flags, resolve
 from rounding import U32, within
 from test_knobs import transformers_rates
 from test_report import assert_same, events, metrics, scalars

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import train
-from nanoatr.config import ConfigError
+from nanoatr.machinery.cli import ConfigError
 from nanoatr.loss import overlong_penalty
 from nanoatr.rollout import Rollout
-from nanoatr.session import TrainConfig, check_schedule_kept
+from nanoatr.machinery.train_config import TrainConfig, check_schedule_kept
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data",
@@ -282,7 +282,7 @@ def test_the_overlong_penalty_is_verls_up_to_the_budget():
 
 
 def fake_run(**flags):
-    from nanoatr.distributed import Dist, Shard
+    from nanoatr.machinery.distributed import Dist, Shard
     cfg = TrainConfig(prompts_per_step=2, group_size=2, **flags)
     tok = type("Tok", (), {"pad_token_id": 0})()
     return train.Run(cfg, model=None, scorer=None, opt=None, trained=[], tok=tok, eos_ids=[], stopper=None,

@@ -14,8 +14,8 @@ from tensorboard.util import tensor_util
 
 import sft
 import train
-from nanoatr import runs
-from nanoatr.runs import RunLog
+from nanoatr.machinery import metrics_log
+from nanoatr.machinery.metrics_log import RunLog
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -280,7 +280,7 @@ def test_wandb_step_is_written_as_each_step_is_sent_and_a_new_wandb_run_starts_f
     start sends nothing up to it. Without wandb-id the wandb run is new: a stale wandb-step is dropped."""
     run, step_file = tmp_path / "run", tmp_path / "run/wandb-step"
     run.mkdir()
-    reporter = runs.Wandb(run, {}, "p")
+    reporter = metrics_log.Wandb(run, {}, "p")
     assert reporter.resend_after == -1 and not step_file.exists()
     reporter.log(0, {"a": 1.0})
     assert step_file.read_text() == "0"
@@ -289,7 +289,7 @@ def test_wandb_step_is_written_as_each_step_is_sent_and_a_new_wandb_run_starts_f
     assert step_file.read_text() == "1"
     reporter.close()
     processes.next()
-    again = runs.Wandb(run, {}, "p")
+    again = metrics_log.Wandb(run, {}, "p")
     assert again.resend_after == 1
     again.log(1, {"b": 4.0})  # a redone step: the wandb run has it
     again.log(2, {"a": 5.0})
@@ -298,7 +298,7 @@ def test_wandb_step_is_written_as_each_step_is_sent_and_a_new_wandb_run_starts_f
     assert processes.histories(run) == [{0: {"a": 1.0}, 1: {"a": 2.0, "b": 3.0}}, {2: {"a": 5.0}}]
     assert step_file.read_text() == "2"
     (run / "wandb-id").unlink()
-    fresh = runs.Wandb(run, {}, "p")
+    fresh = metrics_log.Wandb(run, {}, "p")
     assert fresh.resend_after == -1 and not step_file.exists()
     fresh.close()
 
@@ -345,7 +345,7 @@ def test_bad_report_flags_are_one_line(tmp_path, capsys, args, message):
 def test_a_destination_that_cannot_start_is_one_line_and_leaves_no_folder(tmp_path, capsys, monkeypatch):
     def offline(*args):
         raise RuntimeError("network unreachable")
-    monkeypatch.setattr(runs.Wandb, "__init__", offline)
+    monkeypatch.setattr(metrics_log.Wandb, "__init__", offline)
     with pytest.raises(SystemExit) as e:
         train.main([*FAST, "--out-dir", str(tmp_path), "--name", "n", "--steps", "1",
                     "--report-to", "tensorboard", "wandb"])
@@ -379,13 +379,13 @@ def test_a_destination_that_cannot_start_on_resume_leaves_the_run_as_it_was(tmp_
 
 
 def test_a_destination_failing_mid_run_is_warned_once_and_the_run_completes(tmp_path, capsys, monkeypatch):
-    log = runs.TensorBoard.log
+    log = metrics_log.TensorBoard.log
 
     def full_disk(self, step, values):
         if step >= 2:
             raise OSError(28, "No space left on device")
         log(self, step, values)
-    monkeypatch.setattr(runs.TensorBoard, "log", full_disk)
+    monkeypatch.setattr(metrics_log.TensorBoard, "log", full_disk)
     rows = train_run(tmp_path, "f", "--steps", "3", "--report-to", "tensorboard")
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 3]  # metrics.jsonl has every row
     warnings = [line for line in capsys.readouterr().err.splitlines() if "--report-to" in line]
@@ -427,8 +427,8 @@ def test_a_folder_named_like_the_package_is_not_the_package(monkeypatch):
     """wandb writes its runs to ./wandb: with the package uninstalled, that folder is found as a namespace
     package, which is not wandb; the install line says so, not a failure to start."""
     import importlib.machinery
-    from nanoatr.config import ConfigError, check_report_to
-    from nanoatr.session import TrainConfig
+    from nanoatr.machinery.cli import ConfigError, check_report_to
+    from nanoatr.machinery.train_config import TrainConfig
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: importlib.machinery.ModuleSpec(name, None))
     with pytest.raises(ConfigError, match=r"--report-to wandb needs the wandb package: pip install wandb"):
         check_report_to(TrainConfig(report_to=["wandb"]))

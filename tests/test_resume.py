@@ -1,4 +1,4 @@
-"""A resume never rewrites what a run was (nanoatr/runs.py RESUME_RULES, SFT_RESUME_RULES): every flag of
+"""A resume never rewrites what a run was (nanoatr/machinery/resume.py RESUME_RULES, SFT_RESUME_RULES): every flag of
 train.py and sft.py is classified, and each is run through the command's own argument path with --resume on
 a tiny finished run: a refused flag is one `error:` line naming it, the saved value and why, and leaves the
 folder byte for byte; a recorded one takes effect and config.json keeps the start, the change under
@@ -16,10 +16,11 @@ import pytest
 import eval as eval_cli
 import sft as sft_cli
 import train
-from nanoatr import loss, runs
-from nanoatr.config import parse
-from nanoatr.runs import FREE, RECORDED, RESUME_RULES, SFT_RESUME_RULES, Refused
-from nanoatr.session import TrainConfig, hparam_flags
+from nanoatr import loss
+from nanoatr.machinery import folder
+from nanoatr.machinery.parser import parse
+from nanoatr.machinery.resume import FREE, RECORDED, RESUME_RULES, SFT_RESUME_RULES, Refused
+from nanoatr.machinery.train_config import TrainConfig, hparam_flags
 from test_train import FAST
 from tiny import make_default, make_model_dir
 
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from plot import run_legend  # noqa: E402
 
-HOW = ("classify it in nanoatr/runs.py {table}: Refused(\"why\") when continuing with another value would "
+HOW = ("classify it in nanoatr/machinery/resume.py {table}: Refused(\"why\") when continuing with another value would "
        "make the run something it was not started as, RECORDED when that is a legitimate experiment (the "
        "record says from which step), FREE when it does not change what is trained; then give it a value "
        "in tests/test_resume.py {values}")
@@ -309,7 +310,7 @@ def test_a_change_recorded_past_the_checkpoint_is_restamped_at_it(tmp_path):
     change, so the record says it took effect there."""
     (tmp_path / "config.json").write_text(json.dumps({"steps": 4, "changes": [
         {"step": 1, "steps": {"from": 2, "to": 3}}, {"step": 3, "steps": {"from": 3, "to": 4}}]}))
-    folder = runs.RunFolder(tmp_path, resuming=True)
+    folder = folder.RunFolder(tmp_path, resuming=True)
     folder.state = {"step": 3}
     folder.write_config(None, {})
     unchanged = (tmp_path / "config.json").read_bytes()

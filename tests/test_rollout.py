@@ -3,7 +3,7 @@ import copy
 import pytest
 import torch
 
-from nanoatr.config import SAMPLERS
+from nanoatr.rollout import SAMPLERS
 from nanoatr.rollout import STOP_EVERY, draw, filter_logits, generate, sampling_logprobs
 from rounding import sampled_logprob_error, within
 

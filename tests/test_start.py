@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import train
-from nanoatr.runs import checked_settings, settings_now
-from nanoatr.session import TrainConfig
+from nanoatr.machinery.resume import checked_settings, settings_now
+from nanoatr.machinery.train_config import TrainConfig
 from test_diverge import tiny_args
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,7 +249,7 @@ def test_a_run_from_before_the_hashes_resumes_with_a_note(finished, tmp_path, ca
 
 
 def test_the_runs_in_results_resume_on_their_own_settings():
-    """Every train.py config.json in results/ (runs from before later flags: runs.ADDED_LATER) passes the
+    """Every train.py config.json in results/ (runs from before later flags: resume.ADDED_LATER) passes the
     resume's check of its settings: a new flag missing from ADDED_LATER would make old runs unresumable."""
     configs = [p for p in sorted((ROOT / "results").rglob("config.json")) if "clip" in json.loads(p.read_text())]
     assert len(configs) > 100

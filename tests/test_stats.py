@@ -1,10 +1,10 @@
-"""nanoatr/stats.py: the t distribution, the t-interval of a mean, seed-paired contrasts, p-values, the
+"""nanoatr/machinery/stats.py: the t distribution, the t-interval of a mean, seed-paired contrasts, p-values, the
 verdict rule, Holm's procedure over a family, power and rejection."""
 import math
 
 import pytest
 
-from nanoatr import stats
+from nanoatr.machinery import stats
 
 
 @pytest.mark.parametrize("p, df, published", [

@@ -13,8 +13,8 @@ import pytest
 
 import train
 from nanoatr import loss, methods
-from nanoatr.config import parse
-from nanoatr.session import TrainConfig, hparam_flags, resolve
+from nanoatr.machinery.parser import parse
+from nanoatr.machinery.train_config import TrainConfig, hparam_flags, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 # The library's units: its modules, and its packages (the verifier, the model), each package one job

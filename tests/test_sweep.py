@@ -13,8 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import sweep  # noqa: E402  (scripts/sweep.py)
 import sweep_report  # noqa: E402  (scripts/sweep_report.py)
-from nanoatr import config, stats  # noqa: E402
-from nanoatr.session import PRESETS, TrainConfig, apply_preset, hparam_flags  # noqa: E402
+from nanoatr.machinery import stats  # noqa: E402
+from nanoatr.machinery.parser import parse  # noqa: E402
+from nanoatr.machinery.train_config import PRESETS, TrainConfig, apply_preset, hparam_flags  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
 TINY = ["--eval-limit", "4", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40"]
 
@@ -298,7 +299,7 @@ def test_without_matplotlib_the_last_line_names_the_table_alone(tmp_path, capsys
 
 def train_config(cmd: list[str]):
     """(TrainConfig, method hyper-parameters) as train.py reads a command line."""
-    cfg, hparams, _ = config.parse(TrainConfig, cmd[cmd.index("train.py") + 1:], extra=hparam_flags)
+    cfg, hparams, _ = parse(TrainConfig, cmd[cmd.index("train.py") + 1:], extra=hparam_flags)
     return cfg, hparams
 
 

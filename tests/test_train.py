@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 import train
-from nanoatr.distributed import prompt_order
+from nanoatr.machinery.distributed import prompt_order
 from nanoatr.methods import needs
 from nanoatr.rollout import Rollout
 from nanoatr.methods import METHODS
@@ -116,9 +116,9 @@ def step_run(clip: str, reuse_first_forward: bool):
     minibatches x 2 epochs, micro-batches of 3 (so they do not divide a minibatch's 8 rows)."""
     import contextlib
     import grpo
-    from nanoatr.session import TrainConfig, resolve
+    from nanoatr.machinery.train_config import TrainConfig, resolve
     from nanoatr.data import TASKS, load_problems
-    from nanoatr.distributed import Dist, Shard
+    from nanoatr.machinery.distributed import Dist, Shard
     from nanoatr.model import Qwen3
     from nanoatr.scoring import Scorer
     from nanoatr.tokenizer import load_tokenizer
@@ -379,8 +379,8 @@ def fake_rounds(monkeypatch, rewards_by_round):
 
 
 def fake_run(k):
-    from nanoatr.session import TrainConfig
-    from nanoatr.distributed import Dist, Shard
+    from nanoatr.machinery.train_config import TrainConfig
+    from nanoatr.machinery.distributed import Dist, Shard
     cfg = TrainConfig(prompts_per_step=3, group_size=2, dynamic_sampling=k)
     tok = type("Tok", (), {"pad_token_id": 0})()
     return train.Run(cfg, model=None, scorer=None, opt=None, trained=[], tok=tok, eos_ids=[], stopper=None,

@@ -268,7 +268,7 @@ class KVCache:
     """
 
     def __init__(self, cfg: Qwen3Config, batch: int, max_len: int, dtype, device, windows: bool = True):
-        """windows: decode steps may attend over windows wider than the filled slots (decoding.DecodePlan):
+        """windows: decode steps may attend over windows wider than the filled slots (rollout.DecodePlan):
         then each layer gets its own zeroed tensors (a compiled step writes each in place, and the weight 0
         that the mask gives an unfilled slot times a NaN left in uninitialised memory would still be NaN).
         Otherwise (the CPU's exact windows, no slot is read before it is written) one uninitialised block,

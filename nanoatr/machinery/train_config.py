@@ -1,49 +1,24 @@
-"""train.py's flags and its run around the loop: TrainConfig (with the paper's preset and the checks across
-flags), then the Session: the run folder made (or resumed) and locked, the metrics log, checkpoints on
-schedule, Ctrl-C / SIGTERM, the CPU thread count, and one-line errors. train.py reads:
-
-    with Session(argv, ...) as session:             # flags, the run folder made (or resumed) and locked
-        run = setup(session)                        # what a step needs; a bad file is one `error:` line
-        for step in session.steps(...):             # from the checkpoint's step; checkpoints every
-            session.log_step(grpo_step(run, step))  # --save-every and at the end; Ctrl-C / SIGTERM: saved
-
-Whatever goes wrong is one `error:` line and a non-zero exit: a bad flag or file, Ctrl-C or SIGTERM
-before training (a new run folder holding nothing is removed, after a bug's traceback too; a resumed one
-is left as it was), a full or read-only disk while saving or logging (earlier checkpoints are intact), a
-reward function that fails or calls sys.exit() mid-run (the steps done are checkpointed first), a value
-that is not finite (the run diverged: it stops before the optimizer takes it), a second Ctrl-C (the last
-checkpoint is named). The folder itself (lock, logs, what a resume may change) is nanoatr/runs.py's, the
-checkpoints nanoatr/checkpoint.py's.
-"""
+"""train.py's flags: TrainConfig, the paper's preset, and the checks across flags."""
 import dataclasses
 import math
-import os
-import signal
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
 
-import nanoatr
-from nanoatr import checkpoint, distributed, divergence, lora, methods
-from nanoatr.checkpoint import CheckpointError
-from nanoatr.config import (DATA, METHOD, OPTIM, ROLLOUT, RUN, ConfigError, DataFlags, EvalFlags,
-                            PromptFlags, RewardFlags, RunFlags, TrainingFlags, arg, check_flags, die, flag,
-                            override, parse, sampler_field)
-from nanoatr.data import TASKS, DataError, task_defaults
-from nanoatr.evaluate import BudgetError
+from nanoatr import divergence, methods
+from nanoatr.machinery import cli
+from nanoatr.machinery.cli import (DATA, METHOD, OPTIM, ROLLOUT, RUN, ConfigError, DataFlags, EvalFlags,
+                                   PromptFlags, RewardFlags, RunFlags, TrainingFlags, arg, check_flags, flag,
+                                   override, sampler_field)
+from nanoatr.machinery.parser import parse
+from nanoatr.data import TASKS, task_defaults
 from nanoatr.loss import AGGREGATIONS, effective_band
-from nanoatr.model import ModelError
-from nanoatr.model.files import local_dir
-from nanoatr.rewards import RewardError
-from nanoatr.runs import RESUME_RULES, RunFolder, resumed_config, unique_name
-from nanoatr.tokenizer import TokenizerError
+
 
 
 @dataclass
 class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags, RunFlags):
-    """train.py's flags: its own below, the shared groups' in nanoatr/config.py."""
+    """train.py's flags: its own below, the shared groups' in nanoatr/machinery/cli.py."""
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data, --eval-data and "
                     "--max-new-tokens (nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
     model: str = arg(TASKS["math"].model, "model directory (HF format: config.json, safetensors, tokenizer), "
@@ -158,6 +133,11 @@ PRESETS = {"paper": {
 }}
 
 
+def parse_flags(argv, doc: str):
+    """train.py's command line: (TrainConfig, the method's knobs given, the flags given)."""
+    return parse(TrainConfig, argv, doc, hparam_flags, epilog=preset_help())
+
+
 def preset_help() -> str:
     lines = [f"  {k.replace('_', '-'):<22} {v}" for k, v in PRESETS["paper"].items()]
     return "--preset paper (Appendix B, Table 4; every flag given explicitly overrides it):\n" + \
@@ -198,7 +178,7 @@ def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1, given=frozens
     given: the flags set on the command line; one that would be ignored (LoRA flags without LoRA, evaluation
     flags without evaluation files) is an error rather than silence."""
     check_flags(cfg, given)
-    cfg.hparams = methods.check_hparams(cfg.clip, **{k: v for k, v in given_hparams.items() if v is not None})
+    cfg.hparams = cli.check_hparams(cfg.clip, **{k: v for k, v in given_hparams.items() if v is not None})
     if methods.needs(cfg.clip, "sequences"):  # one loss per sequence on its tokens: averaged per sequence
         cfg.aggregation = "seq-mean-token-mean"
     if cfg.prompts_per_step % world:
@@ -263,240 +243,6 @@ def check_schedule_kept(cfg: TrainConfig, change: dict) -> None:
                 f'{Path(cfg.resume) / "config.json"} has "{name}": {getattr(saved, name)}): a resumed run '
                 "keeps its schedule; start a new run to train under another")
 
-
-START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
-                distributed.DeviceError, BudgetError, RewardError)
-
-
-class NothingToDo(Exception):
-    """The run has nothing left to do (a finished run resumed): not an error."""
-
-
-class Diverged(Exception):
-    """A reward, advantage, log-prob, loss, gradient norm or weight is not finite (train.check_finite): the
-    run stops before the optimizer moves on it, and nothing of the step is logged or saved."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM outside the loop (start-up, the step-0 evaluation, the last one): it stops as a Ctrl-C does."""
-
-
-def terminated(signum, frame):
-    raise Terminated
-
-
-class Session:
-    """A run folder opened for training (a context manager); see the module's docstring."""
-
-    def __init__(self, argv=None, doc: str = ""):
-        nanoatr.ctrl_c_raises()  # from here on, a Ctrl-C is the session's (a new run folder is removed first)
-        self.folder = self.bar = None  # the runs.RunFolder, once the flags are resolved
-        self.training = False
-        self.interrupted_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
-        cfg, extra, given = parse(TrainConfig, argv, doc, hparam_flags, epilog=preset_help())
-        self.cfg, self.extra, self.given = cfg, extra, given
-        self.sigterm = signal.signal(signal.SIGTERM, terminated)  # the loop has its own; close() puts it back
-
-    def __enter__(self) -> "Session":
-        try:
-            self.open()
-        except NothingToDo as done:
-            self.folder.discard()  # the folder as it was, its lock file too
-            self.close()
-            print(done)
-            raise SystemExit(0)
-        except BaseException as e:
-            self.__exit__(type(e), e, None)  # one line and an exit, or (a bug) the traceback
-            raise
-        return self
-
-    def open(self):
-        """Flags resolved, the run folder made or resumed and locked, the checkpoint to start from read."""
-        if "resume" in self.given and not self.cfg.resume.strip():  # --resume "$UNSET": not a new run
-            raise ConfigError("--resume was given an empty path (an unset shell variable?): name the run "
-                              "folder")
-        if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
-            cfg, self.change = resumed_config(self.cfg, self.given, RESUME_RULES, hparams=self.extra)
-            check_schedule_kept(cfg, self.change)
-            extra = cfg.hparams or {}
-        else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
-            cfg = dataclasses.replace(apply_preset(self.cfg, self.given), workdir=os.getcwd())
-            extra, self.change = self.extra, {}
-        self.d = d = distributed.setup(cfg.device)
-        self.cfg = cfg = resolve(cfg, extra, d.world, self.given)
-        # The run folder first, before minutes of loading: a used name, a second process on the same
-        # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
-        self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
-            cfg.name or unique_name(cfg.clip), d)
-        self.folder = RunFolder(self.dir, resuming=bool(cfg.resume))
-        if d.main:
-            self.folder.claim()
-        distributed.barrier(d)  # rank 0 has repaired the folder before anyone reads it
-        self.start = self.folder.load_checkpoint()
-        self.done = self.saved = self.start  # the steps whose metrics line is logged; those checkpointed
-        self.checkpoint, self.state = self.folder.checkpoint, self.folder.state
-        if self.start > cfg.steps:
-            raise ConfigError(f"--steps {cfg.steps} is before the checkpoint's step {self.start} in "
-                              f"{self.dir}: give --steps {self.start} or more")
-        if d.main:
-            self.folder.open_log()
-        if self.start == cfg.steps and d.main and (not cfg.eval_data or self.folder.log.has(cfg.steps)):
-            raise NothingToDo(f"run {self.dir} is finished (step {self.start} of {cfg.steps}, evaluated): "
-                              f"nothing to do; --resume {self.dir} --steps N with N > {self.start} trains "
-                              "further")
-        self.threads = distributed.CpuThreads(cfg.threads, d.device)
-        self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
-
-    def started(self, model, optimizer, tokenizer_files: dict):
-        """Setup is done: what the checkpoints save; the run's --report-to started, then its config.json
-        written (resumed: this resume's change added to its record; a destination that cannot start leaves
-        it as it was). model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is
-        written)."""
-        self.model, self.optimizer, self.tokenizer_files = model, optimizer, tokenizer_files
-        if self.d.main:
-            self.folder.open_reporters(self.cfg)
-            self.folder.write_config(self.cfg, self.change)
-
-    def steps(self, progress=None):
-        """The steps from the checkpoint's to --steps, under a progress bar (`progress(row)`: its fields).
-        After each: a checkpoint every --save-every steps and at the last; on Ctrl-C / SIGTERM a
-        checkpoint, and the loop ends (the exit then names the signal)."""
-        cfg, d = self.cfg, self.d
-        self.training, self.progress = True, progress
-        bar = tqdm(range(self.start, cfg.steps), initial=self.start, total=cfg.steps, desc="train",
-                   unit="step", disable=not d.main)
-        with distributed.Interrupts() as interrupts, bar as self.bar:
-            try:
-                for step in self.bar:
-                    self.thread_count = self.threads.adjust()
-                    yield step
-                    if interrupts.requested(d):
-                        self.save(step + 1)
-                        distributed.barrier(d)
-                        self.interrupted_at = (step + 1, interrupts.signal)
-                        return
-                    if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-                        self.save(step + 1)
-            finally:
-                self.bar = None
-
-    @property
-    def ended_by_signal(self) -> bool:
-        return self.interrupted_at is not None
-
-    def save(self, step: int):
-        if self.d.main:
-            state = {"step": step, "optimizer": self.optimizer.state_dict()}
-            checkpoint.save(self.dir, self.model, self.tokenizer_files, state,
-                            keep=self.cfg.keep_checkpoints)
-        self.saved = step
-
-    def log_step(self, row: dict):
-        """A step's metrics line, and the progress bar's fields: the step is done."""
-        self.done = row["step"]
-        if self.d.main:
-            self.folder.log.write(row | {"threads": self.thread_count})
-            if self.progress:
-                self.bar.set_postfix(self.progress(row))
-
-    def say(self, line: str | None):
-        """Print a line (None: nothing), on rank 0 only; above the progress bar while it runs."""
-        if line is not None and self.d.main:
-            tqdm.write(line) if self.bar is not None else print(line, flush=True)
-
-    def describe(self, model, trained: list, n_problems: int, beta: bool):
-        """The run's first lines: what trains, on what, with which clipping rule (warned if it is inert)."""
-        cfg = self.cfg
-        if cfg.minibatches * cfg.epochs == 1 and self.d.main:
-            print("warning: each rollout batch feeds one optimizer step, so the ratio is exactly 1 and "
-                  f"--clip {cfg.clip} has no effect; use --minibatches or --epochs > 1", file=sys.stderr)
-        if (warning := delta_warning(cfg)) and self.d.main:
-            print(warning, file=sys.stderr)
-        n = sum(p.numel() for p in trained)
-        self.say(f"run {self.dir}: {model.num_parameters() / 1e6:.2f}M parameters ({n / 1e6:.2f}M trained"
-                 f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {n_problems} training problems, "
-                 f"{self.d.world} x {self.d.device.type}, --clip {cfg.clip} {cfg.hparams}{band(cfg)}"
-                 + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
-                    if beta else "") + (f", from step {self.start}" if self.start else ""))
-
-    def evaluated(self, step: int) -> bool:
-        """This step's evaluation is already in the log (a resumed run)."""
-        return self.d.main and self.folder.log.has(step)
-
-    def log_eval(self, step: int, results: dict, samples: dict):
-        """An evaluation's line of metrics.jsonl, and a few of its completions per file in samples.jsonl."""
-        if self.d.main:
-            for name, rows in samples.items():
-                self.folder.log.samples(step, name, rows)
-            self.folder.log.write({"step": step, **results})
-
-    def __exit__(self, kind, error, tb):
-        try:
-            if kind is None and self.ended_by_signal:
-                step, signum = self.interrupted_at
-                die(f"stopped by {signal.Signals(signum).name} after step {step}; checkpoint saved "
-                    f"(continue with --resume {self.dir})", 128 + signum)
-            if kind is None:
-                return False
-            if issubclass(kind, SystemExit):  # user code's sys.exit() (a reward function's): no success
-                kind, error = RewardError, RewardError(f"sys.exit({error.code!r}) was called during the run "
-                                                       "(by a reward function?)")
-            if issubclass(kind, KeyboardInterrupt):
-                self.abort(143 if kind is Terminated else 130)
-            if kind is Diverged:  # "step 2: the loss is not finite (nan)"
-                last = f"the last checkpoint holds step {self.saved}" if self.saved else \
-                    "no checkpoint was written"
-                self.fail(f"{error}: the run diverged and stops; nothing of {str(error).partition(':')[0]} "
-                          f"is logged or saved, and {last}", 1, advice=False)
-            if issubclass(kind, START_ERRORS) and not self.training:
-                self.fail(error)
-            if kind is RewardError:  # while training: the steps done are kept
-                self.keep_done(error)
-            if kind is CheckpointError or (kind is lora.AdapterError and self.training):
-                die(str(error), 1)  # a full or read-only disk while saving or logging: what was saved is kept
-            if self.folder is not None:  # anything else (a bug: its traceback follows)
-                self.folder.discard()
-        finally:
-            self.close()
-        return False
-
-    def fail(self, error, code: int = 2, advice: bool = True):
-        """One line for an error. A new run folder that holds nothing of value (no logged row, no checkpoint)
-        is removed; one that does is kept, and the line says how to continue it (under `advice`); a resumed
-        one is left as it was (runs.RunFolder.discard)."""
-        kept = self.folder.discard() if self.folder is not None else ""
-        self.close()
-        die(f"{error}{kept if advice else ''}", code)
-
-    def keep_done(self, error: RewardError):
-        """A reward function failed mid-run: the steps done are checkpointed, unless the last checkpoint
-        holds them already, and one line says which step the checkpoint holds."""
-        try:
-            if self.done > self.saved:
-                self.save(self.done)
-        except CheckpointError as e:
-            die(f"{error}; saving step {self.done} failed too: {e}", 1)
-        kept = f"the checkpoint holds step {self.saved}" if self.saved else "no step was done: no checkpoint"
-        die(f"{error}; {kept} (continue with --resume {self.dir} once the reward is fixed)", 1)
-
-    def abort(self, code: int):
-        """Ctrl-C or SIGTERM (code 130, 143) during start-up or an evaluation outside the loop, or a second
-        Ctrl-C while training: stop at once, say where things stand."""
-        what = "stopped by SIGTERM" if code == 143 else "interrupted"
-        if not self.training:
-            self.fail(f"{what} during start-up", code)
-        try:
-            last = checkpoint.latest(self.dir)
-        except CheckpointError:
-            last = None
-        die(f"{what}; the last checkpoint is {last or 'not written yet'}"
-            + (f" (continue with --resume {self.dir})" if last else ""), code)
-
-    def close(self):
-        if self.folder is not None:
-            self.folder.close()
-        signal.signal(signal.SIGTERM, self.sigterm)
-        distributed.shutdown()
 
 
 PLAUSIBLE_DELTA = 1.0  # above it KL3's band is already [0.159, 3.146]: no trust region anyone sets on purpose

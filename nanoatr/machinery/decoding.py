@@ -11,25 +11,13 @@ import contextlib
 import ctypes
 import functools
 import warnings
-from typing import NamedTuple
 
 import torch
 
+from nanoatr.rollout import EAGER, DecodePlan
+
 WINDOW = 256  # GPU: attention reads the cache in windows of this many slots (one CUDA graph per window)
 CHECK_EVERY = 16  # GPU: decode steps between two looks at which rows have finished (a look waits for the GPU)
-
-
-class DecodePlan(NamedTuple):
-    """How the decode steps of a rollout run (see `decode_plan`)."""
-    decoding: str         # "eager" or "compiled" (torch.compile; on CUDA also recorded and replayed as
-                          # CUDA graphs)
-    window: int           # attention reads the cache in windows of this many slots (1: exactly the filled
-                          # ones)
-    check_every: int      # decode steps between two looks at which rows have finished (a look waits for the
-                          # device)
-    compact: bool         # finished rows leave the batch when the live ones fit a batch half the size
-    merge_adapters: bool  # LoRA adapters folded into the weights for the rollout (one product per
-                          # projection)
 
 
 def decode_plan(device, sampler: str = "inverse-cdf", temperature: float = 1.0) -> DecodePlan:
@@ -43,9 +31,14 @@ def decode_plan(device, sampler: str = "inverse-cdf", temperature: float = 1.0) 
     """
     if torch.device(device).type != "cuda":
         steady_cpu_allocator()
-        return DecodePlan("eager", 1, 1, False, False)
+        return EAGER
     replayable = sampler == "inverse-cdf" or temperature <= 0
-    return DecodePlan("compiled" if replayable else "eager", WINDOW, CHECK_EVERY, replayable, True)
+    return DecodePlan("compiled" if replayable else "eager", WINDOW, CHECK_EVERY, replayable, True, run_steps)
+
+
+def run_steps(step, model, sampling, generator, plan: DecodePlan):
+    """A fast plan's runner (DecodePlan.runner): a StepRunner."""
+    return StepRunner(step, model, sampling, generator, plan)
 
 
 @functools.cache
@@ -63,25 +56,6 @@ def steady_cpu_allocator() -> bool:
         return bool(libc.mallopt(-3, 32 << 20)) and bool(libc.mallopt(-1, 128 << 20))
     except (OSError, AttributeError):
         return False
-
-
-def bucket(n: int) -> int:
-    """The batch size that n live rows decode in once finished rows leave: the power of two >= n, and at
-    least 2 (torch.compile treats a size of 1 as a constant: a batch of one would be compiled again)."""
-    return max(2, 1 << (n - 1).bit_length())
-
-
-def cache_slots(needed: int, plan: DecodePlan) -> int:
-    """The KV cache's length for `needed` slots (prompt + new tokens). With windows (plan.window > 1): a
-    whole number of windows and one slot more, so that no window is the whole cache (a slice of a whole
-    dimension is contiguous, of part of it not: torch.compile would compile the step again for it)."""
-    return needed if plan.window == 1 else -(-needed // plan.window) * plan.window + 1
-
-
-def window_for(slots: int, plan: DecodePlan) -> int:
-    """The slots a decode step's attention reads when `slots` of them are filled: the next multiple of
-    plan.window (the filled ones exactly when it is 1)."""
-    return -(-slots // plan.window) * plan.window
 
 
 class StepRunner:

@@ -9,18 +9,16 @@ command its own default or help for one of them. The commands' configs live besi
 configure: TrainConfig in nanoatr/session.py (with the paper's preset), SFTConfig in sft.py,
 EvalConfig in eval.py, SampleConfig in sample.py.
 """
-import argparse
 import dataclasses
-import difflib
 import importlib.util
 import math
-import re
 import sys
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanoatr.lora import TARGETS, check_targets
+from nanoatr.methods import METHODS, RULES, defaults
+from nanoatr.rollout import SAMPLERS
 from nanoatr.tokenizer import SAMPLING_DEFAULTS, check_template
 
 
@@ -114,7 +112,6 @@ def in_reading_order(cls) -> list:
 # ----------------------------------------------------------------------------
 # Groups of fields that several commands share
 
-SAMPLERS = ("inverse-cdf", "multinomial")  # rollout.draw's ways; the first is the default
 DTYPES = ["float32", "bfloat16"]
 
 
@@ -331,118 +328,25 @@ def resolve_sampling(cfg: SamplingFlags, defaults: dict, source) -> str:
         (f"; generation_config.json: {source}" if source else "")
 
 
-# ----------------------------------------------------------------------------
-# Parsing
+def check_hparams(method: str, **hparams) -> dict:
+    """Validate a method's hyper-parameters and return them merged over its defaults.
 
-# TRL's names (GRPOConfig, SFTConfig, the `trl` scripts' flags) for what our flags set: an unknown flag that
-# is one of them is told ours. Where the meaning differs, docs/real-scale.md's table says how (with verl's
-# keys and the paper's).
-TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
-             "steps_per_generation": "--minibatches", "per_device_train_batch_size": "--micro-batch",
-             "max_completion_length": "--max-new-tokens", "learning_rate": "--lr",
-             "max_grad_norm": "--grad-clip", "max_steps": "--steps", "eval_steps": "--eval-every",
-             "save_steps": "--save-every", "gradient_checkpointing": "--grad-checkpoint", "epsilon": "--eps",
-             "epsilon_high": "--eps-high", "scale_rewards": "--std-normalize", "loss_type": "--aggregation",
-             "model_name_or_path": "--model", "output_dir": "--out-dir",
-             "sapo_temperature_pos": "--tau-pos", "sapo_temperature_neg": "--tau-neg",
-             "lr_scheduler_type": "--lr-scheduler", "mask_truncated_completions": "--mask-truncated",
-             "warmup_steps": "--warmup-steps", "warmup_ratio": "--warmup-ratio",
-             "weight_decay": "--weight-decay", "top_p": "--top-p", "top_k": "--top-k",
-             "reward_funcs": "--reward", "reward_weights": "--reward-weights", "report_to": "--report-to"}
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line, not after a usage block of every flag, and takes every
-    flag only in full: a typo or a shortened flag (--delt, --prompt for --prompt-template) is an error that
-    names the flag meant, never silently another flag."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, allow_abbrev=False, **kwargs)
-
-    def error(self, message):
-        unknown = message.split()[2:] if message.startswith("unrecognized arguments:") else []
-        trl = list(self.trl_flags(unknown))
-        trl_text = f"; TRL's {', '.join(f'{a} is {b}' for a, b in trl)} here " \
-                   f"(docs/real-scale.md maps TRL's and verl's names)" if trl else ""
-        hints = "".join(f"; {word}: did you mean {meant}?" for word, meant in self.meant_flags(unknown)
-                        if word not in dict(trl))
-        die(f"{message} (see --help){trl_text}{hints}")
-
-    def meant_flags(self, words):
-        """(word, 'flag or flag') for each unknown --word of `words` that names_meant() finds a flag for."""
-        flags = [f for f in self._option_string_actions if f.startswith("--")]
-        for word in words:
-            name = word.split("=")[0]
-            if name.startswith("--") and name not in flags and (meant := names_meant(name, flags)):
-                yield name, " or ".join(meant)
-
-    def trl_flags(self, words):
-        """(flag, ours) for each of `words` that is a TRL name of one of this command's flags."""
-        for word in words:
-            name = word.split("=")[0]
-            ours = TRL_NAMES.get(name.lstrip("-").replace("-", "_")) if name.startswith("--") else None
-            if ours in self._option_string_actions:
-                yield name, ours
-
-
-def names_meant(word: str, names: list[str]) -> list[str]:
-    """The names a mistyped `word` may have meant: those it begins, when there are 1 to 3 of them, or else the
-    one nearest spelling (difflib's ratio >= 0.75); [] when nothing is close."""
-    longer = [n for n in names if n.startswith(word)]
-    return longer if 0 < len(longer) <= 3 else difflib.get_close_matches(word, names, n=1, cutoff=0.75)
-
-
-def add_fields(parser: argparse.ArgumentParser, cls):
-    """One flag per field, in --help sections (SECTIONS' order, then any other in the order met)."""
-    fields = [f for f in in_reading_order(cls) if f.metadata.get("cli") is not False]
-    named = [f.metadata.get("section") or "options" for f in fields]
-    order = sorted(dict.fromkeys(named), key=lambda s: SECTIONS.index(s) if s in SECTIONS else len(SECTIONS))
-    sections = {name: parser.add_argument_group(name) for name in order}
-    hints = typing.get_type_hints(cls)
-    for f, section in sorted(zip(fields, named), key=lambda pair: order.index(pair[1])):
-        add_flag(sections[section], f, hints[f.name])
-
-
-def add_flag(group, f: dataclasses.Field, tp):
-    """The argparse flag of one field: its type, default shown in the help, choices and list behaviour."""
-    default = f.default_factory() if callable(f.default_factory) else f.default
-    kw = dict(help=f.metadata.get("help", "") + (f" (default: {default})" if default is not None else ""),
-              dest=f.name, default=argparse.SUPPRESS)
-    if "choices" in f.metadata:  # a function is called now: --clip's choices include methods registered later
-        choices = f.metadata["choices"]
-        kw["choices"] = choices() if callable(choices) else choices
-    args = typing.get_args(tp)
-    base = next((a for a in args if a is not type(None)), tp) if args and type(None) in args else tp
-    if base is bool:
-        group.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, **kw)
-    elif typing.get_origin(base) is list and f.metadata.get("repeat"):  # one value a flag: --stop A --stop B
-        group.add_argument(flag(f.name), action="append", type=typing.get_args(base)[0], metavar="X", **kw)
-    elif typing.get_origin(base) is list:  # --eval-data a b, or --eval-data a --eval-data b: both kept
-        group.add_argument(flag(f.name), action="extend", nargs=f.metadata.get("nargs", "+"),
-                           type=typing.get_args(base)[0], metavar="X", **kw)
-    else:
-        metavar = f.name.upper() if "choices" not in kw else None
-        group.add_argument(flag(f.name), type=base, metavar=metavar, **kw)
-
-
-def parse(cls, argv=None, description: str = "", extra=None, epilog: str = "",
-          usage: str = "%(prog)s [flags]"):
-    """Parse argv into cls; `extra(parser)` may add flags that are not fields (returned separately).
-
-    Flags not given keep the dataclass default; `given` lists the fields the user set explicitly
-    (presets fill in only the others).
+    Called once, when a run is configured: policy_loss, every micro-batch, takes them as given.
+    Raises ConfigError (a ValueError) naming the flag, e.g. "--delta must be > 0 (got -1.0)".
     """
-    parser = Parser(description=description, epilog=epilog, usage=usage,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_fields(parser, cls)
-    if extra:
-        extra(parser)
-    ns = vars(parser.parse_args(argv))
-    for action in parser._actions:  # Python keeps bytes that are no UTF-8 as surrogates, which no file takes
-        values = ns.get(action.dest) if isinstance(ns.get(action.dest), list) else [ns.get(action.dest)]
-        if any(isinstance(v, str) and re.search("[\ud800-\udfff]", v) for v in values):
-            die(f"{(action.option_strings or [action.metavar])[0]}: not UTF-8 text (bytes that decode to no "
-                "character on the command line)")
-    names = {f.name for f in dataclasses.fields(cls)}
-    cfg = cls(**{k: v for k, v in ns.items() if k in names})
-    return cfg, {k: v for k, v in ns.items() if k not in names}, set(ns) & names
+    if method not in METHODS:
+        raise ConfigError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
+    allowed = defaults(method)
+    for name in hparams:
+        if name not in allowed:
+            names = ", ".join(flag(k) for k in allowed) or "none"
+            raise ConfigError(f"{flag(name)} does not apply to --clip {method} (its flags: {names})")
+    hp = {**allowed, **hparams}
+    for name, value in hp.items():
+        check_number(name, value, RULES.get(name))
+    if "clip_cov_lb" in hp and not hp["clip_cov_lb"] < hp["clip_cov_ub"]:
+        raise ConfigError(f"--clip-cov-lb must be < --clip-cov-ub (got {hp['clip_cov_lb']} and "
+                          f"{hp['clip_cov_ub']})")
+    if "delta_max" in hp and not hp["delta_max"] >= hp["delta"]:
+        raise ConfigError(f"--delta-max must be >= --delta (got {hp['delta_max']} and {hp['delta']})")
+    return hp

@@ -1,0 +1,259 @@
+"""A run folder: made or resumed under its lock, its JSONL logs and config.json, and what a resume may
+change. train.py's Session (nanoatr/session.py) and sft.py both open theirs as a RunFolder; the
+checkpoints inside are nanoatr/machinery/checkpoint.py's.
+
+    runs/<name>/
+        .lock          flock'ed by the one process writing the run (its pid inside)
+        config.json    the run's settings, written atomically (write_json_atomic)
+        metrics.jsonl  one JSON object per line, each with its "step"; samples.jsonl likewise
+        checkpoint/    and older checkpoint-stepN/: nanoatr/machinery/checkpoint.py
+        tensorboard/   --report-to tensorboard's event files
+        wandb-id       --report-to wandb's run id; wandb-step: the last step sent to it
+
+Guarantees:
+- create_run() refuses a used folder; RunLock keeps a second process out of a run folder; resume_run()
+  repairs a folder a crash left (checkpoint.recover). A failed start (RunFolder.discard) leaves nothing
+  new, and a resumed folder byte for byte; a resume never drops logged steps for want of a checkpoint.
+- RunLog writes each row with one os.write and an fsync; a failed write is cut back off.
+  Opened on resume from step s, it cuts a torn last line and drops rows past s (they are redone) at its
+  first write, so every step appears once. read_metrics() skips unreadable lines with one warning per file.
+- A resume never rewrites what a run was: every flag is in RESUME_RULES (train.py) or SFT_RESUME_RULES
+  (sft.py), refused (one line naming it, the saved value and why), recorded, or free. resumed_config()
+  gives the settings as the run last ran; config.json keeps those it started with and, under "changes",
+  each recorded change {"step": S, "<field>": {"from": a, "to": b}} at the checkpoint's step S it took
+  effect at (RunFolder.write_config), and the SHA-256 of its problem files, which a resume checks.
+- --report-to (TensorBoard, Wandb) sends every number of each metrics row on, after the row is in
+  metrics.jsonl, which stays the record: a destination that raises is warned about once and turned off.
+Every error a user can meet is one line: a CheckpointError naming the path, or a ConfigError naming the flag.
+"""
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+from nanoatr.machinery import checkpoint, distributed
+from nanoatr.machinery.checkpoint import CheckpointError, _sha256, reason, replace_bytes, write_bytes
+from nanoatr.machinery.cli import ConfigError
+from nanoatr.machinery.metrics_log import RunLog, TensorBoard, Wandb
+from nanoatr.machinery.resume import recorded_changes
+
+
+LOCK = ".lock"
+
+
+class RunFolder:
+    """A run's folder as a command opens it: made, or resumed and repaired, under its lock (claim: only the
+    process that writes), the checkpoint to start from (load_checkpoint: every process), the logs
+    (open_log)."""
+
+    def __init__(self, path, resuming: bool):
+        self.path, self.resuming = Path(path), resuming
+        self.lock = self.log = self.checkpoint = None
+        self.state, self.before = {"step": 0}, set()
+
+    def claim(self):
+        """A new folder (a used one is refused) or the resumed one, repaired; locked either way."""
+        if self.resuming:  # its files now: a start that fails removes those it made (discard)
+            self.before = set(self.path.rglob("*")) if self.path.is_dir() else set()
+        self.lock = resume_run(self.path) if self.resuming else create_run(self.path.parent, self.path.name)
+
+    def load_checkpoint(self) -> int:
+        """The newest usable checkpoint of a resumed run and its trainer state (read once: it is big);
+        returns its step."""
+        self.checkpoint = checkpoint.latest(self.path) if self.resuming else None
+        self.state = checkpoint.load_state(self.checkpoint) if self.checkpoint else {"step": 0}
+        return self.state["step"]
+
+    def open_log(self):
+        """metrics.jsonl and samples.jsonl; resumed, without the rows past the checkpoint's step. A resume
+        with no checkpoint left would drop every step the log holds: refused (CheckpointError)."""
+        self.log = RunLog.open(self.path, resume_step=self.state["step"] if self.resuming else None)
+        if self.resuming and self.checkpoint is None and self.log.past:
+            raise CheckpointError(f"{self.path} has no checkpoint, but its metrics.jsonl logs steps up to "
+                                  f"{max(self.log.past)}: a resume would start again at step 0 and drop "
+                                  f"them. Start a new run (--name), or remove {self.path / 'metrics.jsonl'} "
+                                  "and samples.jsonl to redo this one from step 0")
+
+    def write_config(self, cfg, change: dict | None = None):
+        """config.json: a new run's settings (the config dataclass, resolved). A resumed run's stay what it
+        started with; this resume's change (resumed_config), if any, is added to its "changes" at the
+        checkpoint's step. A change recorded past that step (a damaged newer checkpoint was skipped) took
+        effect at it in the steps redone, and says so. Every start adds its "provenance" (distributed's)."""
+        path = self.path / "config.json"
+        if not self.resuming:
+            write_json_atomic(path, {**record(cfg), "provenance": [distributed.provenance(0)]})
+            return
+        saved, step = json.loads(path.read_text()), self.state["step"]
+        earlier = recorded_changes(saved, path)
+        changes = [{**c, "step": min(c["step"], step)} for c in earlier]
+        if change:
+            changes.append({"step": step, **change})
+        before = saved.get("provenance") if isinstance(saved.get("provenance"), list) else []  # as found
+        sitting = {"provenance": [*before, distributed.provenance(step)]}
+        write_json_atomic(path, {**saved, **({"changes": changes} if changes != earlier else {}), **sitting})
+
+    def open_reporters(self, cfg):
+        """cfg.report_to's destinations, started with the run's settings (before write_config, so that one
+        that cannot start records no change): every later metrics row goes to them too. One that cannot start
+        is a ConfigError naming it (none is left open)."""
+        config = record(cfg)
+        opened = []
+        for name in cfg.report_to:
+            try:
+                if name == "tensorboard":
+                    opened.append(TensorBoard(self.path, config))
+                elif name == "wandb":
+                    opened.append(Wandb(self.path, config, cfg.wandb_project))
+            except Exception as e:  # an optional package: whatever it raises is its own
+                for reporter in opened:
+                    reporter.close()
+                raise ConfigError(f"--report-to {name} could not start ({type(e).__name__}: {e})") from None
+        self.log.send_to(opened)
+
+    def discard(self) -> str:
+        """After a start (or run) that failed, the folder closed. Unless this process logged a row, a resumed
+        one is left as it was (the files it made removed, the lock file's bytes put back), a new one with no
+        checkpoint removed whole; for a new one kept, the words that say how to continue it ("" else)."""
+        logged = self.log is not None and self.log.logged > 0
+        if self.lock is None:  # not this process's to change
+            return ""
+        kept = logged or (not self.resuming and any(self.path.glob("checkpoint*")))
+        if self.resuming and not kept:
+            self.lock.restore()
+            with contextlib.suppress(OSError):
+                for path in sorted(set(self.path.rglob("*")) - self.before, reverse=True):  # inside first
+                    path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+        elif not kept:
+            shutil.rmtree(self.path, ignore_errors=True)
+        self.close()
+        return f"; the run folder {self.path} holds what was logged (continue with --resume {self.path})" \
+            if kept and not self.resuming else ""
+
+    def close(self):
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def record(cfg) -> dict:
+    """What config.json records of a new run (and --report-to shows): its settings, and the SHA-256 of its
+    problem files, which a resume checks (check_files)."""
+    return dataclasses.asdict(cfg) | {"sha256": {f: _sha256(f) for f in [cfg.data, *cfg.eval_data]}}
+
+
+def write_json_atomic(path, obj):
+    """config.json and the like: the old file or the new one, never half of one."""
+    replace_bytes(Path(path), (json.dumps(obj, indent=2) + "\n").encode())
+
+
+
+def unique_name(prefix: str) -> str:
+    """A default run name: the start time and 6 random hex digits (two starts in one second differ)."""
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+class RunLock:
+    """An exclusive flock on run_dir/.lock, taken without waiting; the kernel drops it when the process
+    dies."""
+
+    def __init__(self, run_dir):
+        self.run_dir, self.fd = Path(run_dir), None
+
+    def acquire(self) -> "RunLock":
+        try:
+            fd = os.open(self.run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise CheckpointError(f"run folder {self.run_dir} is not writable ({reason(e)})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise CheckpointError(f"run folder {self.run_dir} is in use by another process (pid {pid})") \
+                from None
+        self.fd, self.previous = fd, os.pread(fd, 64, 0)
+        self.restore(f"{os.getpid()}\n".encode())
+        return self
+
+    def restore(self, data: bytes | None = None):
+        """The file holds `data` (None: what it held before acquire). The pid is only for a second process's
+        message (disk full: see check_writable)."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, self.previous if data is None else data, 0)
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+    def __enter__(self):
+        return self if self.fd is not None else self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def check_writable(run_dir):
+    """One line now, before any model is loaded, rather than a failed save hours later."""
+    probe = Path(run_dir) / f".write-test-{os.getpid()}"
+    try:
+        write_bytes(probe, b"ok")
+    except OSError as e:
+        raise CheckpointError(f"run folder {run_dir} is not writable ({reason(e)})") from None
+    finally:  # also after a failed write: on a full disk the file is made, then its write fails
+        probe.unlink(missing_ok=True)
+
+
+def _used(run_dir: Path) -> bool:
+    """Anything but a lock and empty files (a start killed before its config.json: a new start takes it)."""
+    return any(p.name != LOCK and not p.name.startswith(".write-test-") and not (p.is_file() and not
+               p.stat().st_size) for p in run_dir.iterdir())
+
+
+def create_run(out_dir, name) -> RunLock:
+    """A new run folder out_dir/name, locked and checked writable; refuses one that holds anything."""
+    run_dir = Path(out_dir) / name
+    refuse = CheckpointError(f"run folder {run_dir} already exists: continue it with --resume {run_dir}, "
+                             "or choose another --name")
+    try:
+        run_dir.mkdir(parents=True)
+    except FileExistsError:
+        if not run_dir.is_dir() or _used(run_dir):
+            raise refuse from None
+    except OSError as e:
+        raise CheckpointError(f"cannot create run folder {run_dir} ({reason(e)})") from None
+    lock = RunLock(run_dir).acquire()
+    try:
+        if _used(run_dir):  # another process made it between our mkdir and our lock
+            raise refuse
+        check_writable(run_dir)
+    except BaseException:
+        lock.release()
+        if not _used(run_dir):  # a start that fails here (disk full) leaves nothing
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return lock
+
+
+def resume_run(run_dir) -> RunLock:
+    """An existing run folder, locked, checked writable and repaired (recover); then call latest()."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CheckpointError(f"--resume {run_dir}: no such run folder")
+    lock = RunLock(run_dir).acquire()
+    try:
+        check_writable(run_dir)
+        checkpoint.recover(run_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return lock

@@ -1,0 +1,259 @@
+"""What a resume may change: every flag refused, recorded or free, and config.json's record of changes."""
+import dataclasses
+import json
+import types
+import typing
+from pathlib import Path
+
+from nanoatr.machinery.checkpoint import _sha256, warn
+from nanoatr.machinery.cli import ConfigError, flag
+from nanoatr.data import located
+
+
+
+# ----------------------------------------------------------------------------
+# Resuming: what each flag given on --resume does, and the record of what changed
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """A flag a resume may not change (given with the run's own value it is no error), and why."""
+    why: str
+
+
+RECORDED = "recorded"  # takes effect from the resumed step on; config.json's "changes" says so
+FREE = "free"          # where or how the run computes, not what it trains: taken, not recorded
+
+WEIGHTS = Refused("the checkpoint holds the run's weights (full fine-tuning) or its adapter for that base "
+                  "model (LoRA); start a new run from another model")
+PROMPTS = Refused("it changes the prompts the policy is trained and evaluated on")
+EVALUATION = Refused("the run's evaluations are compared across its steps and with other runs (eval.py "
+                     "--runs) under one setting")
+METHOD = Refused("the run is one method of a comparison; start a new run for another")
+ROLLOUTS = Refused("it changes the rollouts the run trains on, part of its setting; start a new run")
+FOLDER = Refused("a resumed run stays in its folder")
+OPTIMIZER = Refused("the checkpoint's optimizer state has its own")
+ADAPTER = Refused("the checkpoint holds full weights or an adapter of the run's shape")
+REWARDS = Refused("a run keeps the rewards it trains on; start a new run for another")
+SCHEDULE = Refused("the learning rates so far followed the run's schedule; the resumed steps go on with it")
+
+# The fields of config.py's shared groups (PromptFlags, TrainingFlags, EvalFlags, RunFlags): train.py's and
+# sft.py's.
+SHARED_RESUME_RULES = {
+    "system_prompt": PROMPTS, "prompt_template": PROMPTS, "thinking": PROMPTS,
+    "micro_batch": RECORDED,  # the same gradient summed in other pieces (rounding): what fits a smaller GPU
+    "lr": OPTIMIZER, "weight_decay": OPTIMIZER,
+    "grad_clip": Refused("it changes the size of the run's updates, part of its setting"),
+    "lora_rank": ADAPTER, "lora_alpha": ADAPTER, "lora_targets": ADAPTER,
+    "dtype": Refused("the precision of the frozen weights and of the matmuls is part of what trained"),
+    "grad_checkpoint": FREE,  # the same activations, recomputed in backward
+    "eval_every": RECORDED,   # which steps are evaluated
+    "eval_k": EVALUATION, "eval_temperature": EVALUATION, "eval_top_p": EVALUATION,
+    "eval_max_new_tokens": EVALUATION, "eval_limit": EVALUATION,
+    "eval_batch_size": RECORDED,  # each batch has its own seed: other draws of the same distribution
+    "out_dir": FOLDER, "name": FOLDER,
+    "resume": FREE,  # the folder itself
+    "save_every": RECORDED,  # which checkpoints the folder holds
+    "seed": Refused("a seed names one run of its method (eval.py --runs pools one run per seed) and draws "
+                    "its prompt order"),
+    "device": FREE,  # where it computes; "auto" already differs from machine to machine
+    "report_to": FREE, "wandb_project": FREE,  # where the metrics are also sent; metrics.jsonl is the record
+    "workdir": FREE,  # not a flag: the directory the run started in, kept (from_start)
+}
+
+# train.py's TrainConfig: every field (tests/test_resume.py checks it). A new flag goes here: Refused("why")
+# when continuing with another value would make the run something it was not started as, RECORDED when that
+# is a legitimate experiment (the record says from which step), FREE when it does not change what is trained.
+RESUME_RULES = {
+    **SHARED_RESUME_RULES,
+    "preset": Refused("a resumed run keeps the settings it was started with"),
+    "task": Refused("a run keeps its task's model, data and reward; start a new run for another task"),
+    "model": WEIGHTS, "revision": WEIGHTS,
+    "data": Refused("the run's prompt order is drawn from its own training file"),
+    "eval_data": EVALUATION,
+    "clip": METHOD, "hparams": METHOD, "aggregation": METHOD, "std_normalize": METHOD, "beta": METHOD,
+    "minibatches": METHOD, "epochs": METHOD,  # optimizer steps per rollout batch: what makes clipping act
+    "prompts_per_step": ROLLOUTS, "group_size": ROLLOUTS, "max_new_tokens": ROLLOUTS, "temperature": ROLLOUTS,
+    "top_p": ROLLOUTS, "top_k": ROLLOUTS, "sampler": ROLLOUTS, "stop": ROLLOUTS, "dynamic_sampling": ROLLOUTS,
+    "rollout_batch": RECORDED,  # prompts sampled together: other draws of the same distribution, less memory
+    "steps": RECORDED,          # train further (or stop sooner)
+    "base_name": RECORDED,      # what the adapters saved from then on name as their base
+    "merge": FREE,              # one more output at the end
+    "compile": FREE,            # the same loss, compiled or eager
+    "keep_checkpoints": RECORDED,  # which checkpoints the folder holds
+    "threads": FREE,            # every metrics row logs its own
+    "reward": REWARDS, "reward_weights": REWARDS, "answer_field": REWARDS,
+    "overlong_buffer": REWARDS, "overlong_penalty": REWARDS,
+    "mask_truncated": METHOD,   # which completions give a gradient
+    # Each optimizer step's rate is a function of its index in the run (train.learning_rate): a resume follows
+    # the schedule exactly. A linear or cosine one (or a --warmup-ratio) also keeps --steps, and any schedule
+    # --minibatches and --epochs: the numbering of the optimizer steps (session.check_schedule_kept).
+    "lr_scheduler": SCHEDULE, "warmup_steps": SCHEDULE, "warmup_ratio": SCHEDULE,
+}
+
+# sft.py's SFTConfig: every field, as above.
+SFT_RESUME_RULES = {
+    **SHARED_RESUME_RULES,
+    "model": WEIGHTS,
+    "data": Refused("the run's batches are drawn from its own file"),
+    "eval_data": EVALUATION,
+    "max_len": Refused("it changes which examples are trained (and the evaluation's budget)"),
+    "skip_long": Refused("it changes which examples are trained"),
+    "batch_size": Refused("the run's data order is drawn per batch size"),
+    "warmup": Refused("it changes the run's learning-rate schedule"),
+    "epochs": RECORDED, "steps": RECORDED,  # train further (or stop sooner): each epoch has its own shuffle
+}
+
+
+def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
+    """(config, change): the run's settings as it last ran (cfg.resume/config.json with its recorded changes),
+    with the flags given now on top, and this resume's change, {field: {"from": a, "to": b}} for each RECORDED
+    flag given with a value other than the run's ({} when none). A Refused flag given with another value is a
+    ConfigError naming it, the saved value and why, so that config.json never records a setting that did not
+    run; so is a method hyper-parameter in `hparams` (train.py's --eps, --delta, ...; None: not given) other
+    than the run's. A path flag (PATH_FIELDS) naming the run's own files is the run's value, however spelled;
+    the run's relative paths are found from the directory it started in (from_start), so a resume may run
+    from anywhere. A field missing from `rules` is a KeyError: every field must be classified."""
+    saved_file = Path(cfg.resume) / "config.json"
+    if not saved_file.is_file():
+        raise ConfigError(f"--resume {cfg.resume}: no config.json there: not a run folder, or one whose "
+                          "start never finished (start it again, without --resume)")
+    try:
+        saved = json.loads(saved_file.read_text())
+        run = type(cfg)(**checked_settings(type(cfg), settings_now(saved, saved_file), saved_file))
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as e:
+        raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
+    found = dataclasses.replace(run, **{k: paths(k, getattr(run, k), lambda p: from_start(p, run.workdir))
+                                        for k in PATH_FIELDS if hasattr(run, k)})
+    check_files(found, saved.get("sha256"), saved_file)
+    names = [f.name for f in dataclasses.fields(cfg) if f.name in given]
+    differ = [k for k in names if getattr(cfg, k) != getattr(run, k) and
+              not (k in PATH_FIELDS and same_files(k, getattr(cfg, k), getattr(found, k)))]
+    refused = [(as_given(k, getattr(cfg, k)), k) for k in differ if isinstance(rules[k], Refused)]
+    refused += [(as_given(k, v), "hparams") for k, v in sorted((hparams or {}).items())
+                if v is not None and (run.hparams or {}).get(k) != v]
+    if refused:
+        given_flag, k = refused[0]
+        raise ConfigError(f"{given_flag} cannot change on --resume ({saved_file} has \"{k}\": "
+                          f"{json.dumps(getattr(run, k))}): {rules[k].why}")
+    change = {k: {"from": getattr(run, k), "to": getattr(cfg, k)} for k in differ if rules[k] == RECORDED}
+    kept = [k for k in names if k in differ or k not in PATH_FIELDS]  # the run's own files: as it names them
+    return dataclasses.replace(found, **{k: getattr(cfg, k) for k in kept}), change
+
+
+# What a resumed run's config.json may lack: flags added since the runs in results/, which ran with the
+# default; any other missing field is refused. A new flag goes here (tests/test_start.py checks results/).
+ADDED_LATER = {"task", "revision", "sampler", "dynamic_sampling", "base_name", "threads", "reward",
+               "reward_weights", "answer_field", "mask_truncated", "overlong_buffer", "overlong_penalty",
+               "lr_scheduler", "warmup_steps", "warmup_ratio", "keep_checkpoints", "report_to",
+               "wandb_project", "workdir"}
+
+
+def checked_settings(cls, settings: dict, where) -> dict:
+    """config.json's settings, none missing (but those ADDED_LATER), each of its field's type; else a
+    ConfigError naming the file and the key."""
+    if missing := sorted({f.name for f in dataclasses.fields(cls)} - settings.keys() - ADDED_LATER):
+        raise ConfigError(f"{where} lacks {', '.join(map(json.dumps, missing))}: a resumed run goes on with "
+                          "the settings it ran with, not defaults; put them back, or start a new run")
+    for k, tp in typing.get_type_hints(cls).items():
+        if k in settings and not of_type(settings[k], tp):
+            raise ConfigError(f'{where} has "{k}": {json.dumps(settings[k])}, not of its type '
+                              f"({getattr(tp, '__name__', tp)}): put the run's value back")
+    return settings
+
+
+def of_type(value, tp) -> bool:
+    """A JSON value is of a field's type (int, float (an int too), str, bool, dict, list[...], X | None)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return any(of_type(value, t) for t in typing.get_args(tp))
+    if typing.get_origin(tp) is list:
+        return isinstance(value, list) and all(of_type(v, typing.get_args(tp)[0]) for v in value)
+    return isinstance(value, (int, float) if tp is float else tp) and (tp is bool or type(value) is not bool)
+
+
+def check_files(run, recorded: dict | None, where):
+    """The run's problem files are those it started with (`recorded`: config.json's "sha256", written at its
+    start), or a ConfigError names the one changed; a run from before they were recorded gets a note."""
+    if recorded is None:
+        warn(f"note: {where} records no SHA-256 of the run's problem files (a run from before they were): "
+             "that they are unchanged could not be checked")
+    for file, digest in (recorded or {}).items():
+        if _sha256(found := from_start(file, run.workdir)) not in (digest, None):  # None: loading names it
+            raise ConfigError(f"{found} has changed since the run started (its SHA-256 is not the one "
+                              f"{where} records): the run goes on with the problem files it started with; "
+                              "put it back, or start a new run")
+
+
+# The settings that are paths (--reward's FILE.py), a relative one relative to the directory the run was
+# started in (workdir). A resume finds them from there, and takes a path given again as the run's own when
+# it names the same file (./data/x.jsonl and data/x.jsonl; an absolute path).
+PATH_FIELDS = ("model", "data", "eval_data", "reward")
+
+
+def paths(name: str, value, fn):
+    """`value` of field `name` with fn applied to each path it holds: each of a list; of a --reward
+    FILE.py:FUNCTION, its FILE.py (a MODULE:FUNCTION holds none)."""
+    if isinstance(value, list):
+        return [paths(name, v, fn) for v in value]
+    if not isinstance(value, str) or not value:
+        return value
+    if name == "reward":
+        source, _, function = value.rpartition(":")
+        return f"{fn(source)}:{function}" if source.endswith(".py") else value
+    return fn(value)
+
+
+def from_start(path: str, workdir: str) -> str:
+    """A relative path of a resumed run's settings as this process finds it: from the directory the run was
+    started in (`workdir`; a run from before it was recorded: as written, else the repository's own, as the
+    embedded tasks' files: data.located). As written when that is the same file, or none is there."""
+    if Path(path).is_absolute():
+        return path
+    there = Path(workdir, path) if workdir else Path(located(path))
+    return str(there) if there.exists() and there.resolve() != Path(path).resolve() else path
+
+
+def same_files(name: str, given, found) -> bool:
+    """A path flag given on --resume names the files the run's own value names (`found`: from_start's)."""
+    return paths(name, given, real_path) == paths(name, found, real_path)
+
+
+def real_path(path: str) -> str:
+    """An existing file's or folder's absolute path, symbolic links resolved; anything else as it is."""
+    return str(Path(path).resolve()) if Path(path).exists() else path
+
+
+def as_given(name: str, value) -> str:
+    """A flag as it is typed: --clip clip, --eval-data a.jsonl b.jsonl, --no-thinking, --eval-data (none)."""
+    if isinstance(value, bool):
+        return flag(name) if value else "--no-" + flag(name)[2:]
+    words = value if isinstance(value, list) else [value]
+    return " ".join([flag(name), *map(str, words)])
+
+
+def recorded_changes(saved: dict, where) -> list[dict]:
+    """config.json's "changes" ([] if none), checked: a list of {"step": S, field: {"from": a, "to": b}, ...};
+    anything else is a ConfigError naming the file `where`."""
+    changes = saved.get("changes", [])
+    if not isinstance(changes, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("step"), int) and
+            all(isinstance(v, dict) and v.keys() == {"from", "to"} for k, v in c.items() if k != "step")
+            for c in changes):
+        raise ConfigError(f'{where}: "changes" is not a list of '
+                          '{"step": S, "<flag>": {"from": A, "to": B}}')
+    return changes
+
+
+def settings_now(saved: dict, where) -> dict:
+    """A run's settings as it last ran: those config.json says it started with, each change applied."""
+    settings = {k: v for k, v in saved.items() if k not in ("changes", "sha256", "provenance")}
+    for change in recorded_changes(saved, where):
+        settings.update({k: v["to"] for k, v in change.items() if k != "step"})
+    return settings
+
+
+def change_text(change: dict, arrow: str = " -> ") -> str:
+    """'--steps 32 -> 64, --eval-every 0 -> 8': one recorded change's flags (without its step)."""
+    def shown(v):
+        return v if isinstance(v, str) else json.dumps(v)
+    return ", ".join(f"{flag(k)} {shown(v['from'])}{arrow}{shown(v['to'])}" for k, v in change.items()
+                     if k != "step")
