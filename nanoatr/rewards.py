@@ -114,8 +114,11 @@ class Rewards:
 
     def total(self, scores: torch.Tensor) -> torch.Tensor:
         """(N,) TRL's total of each completion: the sum of weight x reward over the functions that scored
-        it (a NaN, a None, is left out; no function scored it: 0)."""
-        return (scores * torch.tensor(self.weights, dtype=scores.dtype)).nansum(dim=1)
+        it (a NaN, a None, is left out; no function scored it: 0). Only an unscored entry is left out: a
+        product that is not finite (a weight or a reward that overflows float32: inf x 0 is NaN) stays in
+        its total, which train.check_finite then stops on, rather than counting as unscored."""
+        products = scores * torch.tensor(self.weights, dtype=scores.dtype)
+        return products.where(~scores.isnan(), 0.0).sum(dim=1)
 
 
 # a column of one of these names would clash with the argument
@@ -252,6 +255,9 @@ def from_flags(specs: list[str], weights: list[float], builtin: Callable) -> Rew
                           "function(s); give one each, in the order of --reward")
     for w in weights:
         check_number("reward_weights", w)
+        if not math.isfinite(torch.tensor(float(w), dtype=torch.float32).item()):  # rewards are float32
+            raise ConfigError(f"--reward-weights: {w} is too large for float32, the rewards' precision "
+                              f"(at most {torch.finfo(torch.float32).max:.3g})")
     twice = [n for n in names if names.count(n) > 1]
     if twice:
         raise ConfigError(f"--reward: two functions named {twice[0]}; metrics.jsonl logs each by its name "
