@@ -343,8 +343,9 @@ def completion_loss(model, ids, mask, total):
     hidden = model.hidden(ids[:, :-1])
     targets, m = ids[:, 1:], mask[:, 1:]
     if hidden.shape[0] * hidden.shape[1] * model.config.vocab_size <= DIRECT_LOGITS:
-        nll = F.cross_entropy(model.lm_head(hidden).flatten(0, 1).float(), targets.flatten(),
-                              reduction="none")
+        logits = model.lm_head(hidden)  # bf16 -> float32 for the log-softmax; float64 stays float64
+        nll = F.cross_entropy(logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32)),
+                              targets.flatten(), reduction="none")
         return (nll * m.flatten()).sum() / total
     logp, _ = token_logprobs(hidden, model.lm_head.weight, targets)
     return -(logp * m).sum() / total

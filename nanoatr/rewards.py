@@ -108,8 +108,11 @@ class Rewards:
 
     def total(self, scores: torch.Tensor) -> torch.Tensor:
         """(N,) TRL's total of each completion: the sum of weight x reward over the functions that scored
-        it (a NaN, a None, is left out; no function scored it: 0)."""
-        return (scores * torch.tensor(self.weights, dtype=scores.dtype)).nansum(dim=1)
+        it (a NaN, a None, is left out; no function scored it: 0). Only an unscored entry is left out: a
+        product that is not finite (a weight or a reward that overflows float32: inf x 0 is NaN) stays in
+        its total, which train.check_finite then stops on, rather than counting as unscored."""
+        products = scores * torch.tensor(self.weights, dtype=scores.dtype)
+        return products.where(~scores.isnan(), 0.0).sum(dim=1)
 
 
 # a column of one of these names would clash with the argument

@@ -121,8 +121,15 @@ def draw(probs, generator=None, sampler: str = SAMPLERS[0]):
     "multinomial" is torch.multinomial, which draws an exponential for every vocabulary entry.
     "inverse-cdf" draws one uniform per row and finds it in the cumulative sums (`inverse_cdf`), much
     cheaper on the CPU at large vocabularies. Both are exact for the float32 probabilities; they use
-    the generator differently, so one seed gives different tokens under each.
+    the generator differently, so one seed gives different tokens under each. Probabilities that are not
+    finite (NaN or inf: a forward that overflowed) are a ValueError under either, not torch's
+    multinomial error nor a token that inverse-CDF would draw silently.
     """
+    bad = ~probs.isfinite()
+    if bool(bad.any()):
+        row = int(bad.any(-1).nonzero()[0])
+        raise ValueError(f"the sampling probabilities are not finite (row {row} holds "
+                         f"{probs[row][bad[row]][0].item()}): the model's logits overflowed or are NaN")
     if sampler == "multinomial":
         return torch.multinomial(probs, 1, generator=generator)
     if sampler != "inverse-cdf":

@@ -165,15 +165,22 @@ def plot_runs(run_dirs, out, window: int = 10, eval_key: str | None = None) -> P
 
 def run_legend(run_dir: Path) -> tuple[str, tuple[int, ...]]:
     """(legend text, steps of its changes): the directory name, plus from config.json the clip method and
-    each change a resume recorded, "R (kl3; --steps 32->64 at 32)". An unreadable config.json: the name
-    alone; a malformed record of changes is an error (ValueError) rather than a legend that hides them."""
-    name = run_dir.resolve().name
+    each change a resume recorded, "R (kl3; --steps 32->64 at 32)". A config.json that is missing,
+    unreadable or not a JSON object, or a malformed record of changes, is an error (ValueError naming the
+    file) rather than a legend that hides the run's method and changes."""
+    name, path = run_dir.resolve().name, run_dir / "config.json"
     try:
-        config = json.loads((run_dir / "config.json").read_text())
-        clip = config.get("clip")
-    except (OSError, ValueError, AttributeError):
-        return name, ()
-    changes = recorded_changes(config, run_dir / "config.json")
+        config = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path} is missing: not a run directory of train.py") from None
+    except OSError as e:
+        raise ValueError(f"{path} cannot be read ({e.strerror or e})") from None
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise ValueError(f"{path} is not JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    clip = config.get("clip")
+    changes = recorded_changes(config, path)
     words = ([clip] if clip and clip != name else []) + \
         [f"{change_text(c, '->')} at {c['step']}" for c in changes]
     label = f"{name} ({'; '.join(words)})" if words else name

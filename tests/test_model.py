@@ -195,6 +195,9 @@ def broken_dir(src, dst, case):
             "layers a float": lambda: cfg.write_text(json.dumps({**config, "num_hidden_layers": 2.5})),
             "tie a string": lambda: cfg.write_text(json.dumps({**config, "tie_word_embeddings": "yes"})),
             "eps negative": lambda: cfg.write_text(json.dumps({**config, "rms_norm_eps": -1})),
+            "rope_theta too large for a float": lambda: cfg.write_text(
+                json.dumps({**config, "rope_theta": 10 ** 400, "rope_parameters": {"rope_type": "default",
+                                                                                    "rope_theta": 10 ** 400}})),
             "eos a string": lambda: cfg.write_text(json.dumps({**config, "eos_token_id": "</s>"})),
             "rope a list": lambda: cfg.write_text(json.dumps({**config, "rope_parameters": [1]})),
             "heads not a multiple": lambda: cfg.write_text(json.dumps({**config, "num_key_value_heads": 3})),
@@ -221,7 +224,7 @@ def broken_dir(src, dst, case):
 
 
 BROKEN = ["config list", "config string", "config not utf-8", "hidden_size a string", "layers a float",
-          "tie a string", "eps negative", "eos a string", "rope a list", "heads not a multiple", "no vocab_size",
+          "tie a string", "eps negative", "rope_theta too large for a float", "eos a string", "rope a list", "heads not a multiple", "no vocab_size",
           "hidden size not the weights'", "vocab not the weights'", "mlp not the weights'", "truncated", "header only",
           "empty weights", "garbage weights", "integer weights", "index not json", "index without weight_map",
           "index weight_map a list", "index names a missing shard"]

@@ -113,6 +113,21 @@ def test_the_legend_shows_a_runs_changes_on_resume_and_each_panel_marks_their_st
     assert str(e.value.code).startswith(f'error: {run / "config.json"}: "changes" is not a list')
 
 
+@pytest.mark.parametrize("broken", ["missing", "not json", "not utf-8", "a list", "unreadable"])
+def test_a_run_whose_config_json_cannot_be_read_is_one_error_line(tmp_path, broken, capsys):
+    """Not a legend without the run's method and changes: `error: <the file> ...`, exit status 1."""
+    run = make_run(tmp_path, "R", "kl3")
+    cfg = run / "config.json"
+    cfg.unlink()
+    {"missing": lambda: None, "not json": lambda: cfg.write_text("{"), "not utf-8": lambda: cfg.write_bytes(b"\xff"),
+     "a list": lambda: cfg.write_text("[]"), "unreadable": lambda: cfg.mkdir()}[broken]()  # a folder: EISDIR
+    with pytest.raises(SystemExit) as e:
+        main([str(run), "--out", str(tmp_path / "c.svg")])
+    message = str(e.value.code)
+    assert message.startswith(f"error: {cfg} ") and "\n" not in message, message
+    assert not (tmp_path / "c.svg").exists()
+
+
 def test_series_sorts_steps_and_keeps_the_last_value_of_a_repeated_step():
     rows = [{"step": 2, "x": 1.0}, {"step": 1, "x": 5}, {"step": 2, "x": 3.0}, {"step": 3, "x": True}, {"step": 4}]
     assert series(rows, "x") == ([1.0, 2.0], [5.0, 3.0])

@@ -188,6 +188,20 @@ def test_the_total_is_the_weighted_sum_with_none_left_out_as_trl_does():
     assert rewards.total(scores).tolist() == [1.25, 1.0, 0.0, -0.5]
 
 
+def test_a_total_that_overflows_is_not_finite_rather_than_unscored():
+    """A reward finite as a Python float can overflow float32 (1e300: inf); weight 0 times it is NaN, which
+    a nansum would drop as if unscored, a silent 0. The total keeps it (train.check_finite stops the run on
+    it); a None, unscored, is still left out."""
+    def f(completions, **kwargs):
+        return [1e300, None, 1.0]
+
+    def g(completions, **kwargs):
+        return [1.0, 2.0, 1e300]
+    rewards = Rewards((f, g), ("f", "g"), (0.0, 1.0))
+    total = rewards.total(rewards.score([STANDARD] * 3, ["a", "b", "c"], [[1]] * 3))
+    assert math.isnan(total[0]) and total[1] == 2.0 and total[2] == math.inf
+
+
 def test_weights_and_names_come_from_the_flags(write):
     path = write("user_reward_two.py", """
         def short(completions, **kwargs):
@@ -333,6 +347,7 @@ def test_a_column_named_like_an_argument_is_refused():
     ("{dir}/user_reward_ok.py:good", [1.0, 2.0], "--reward-weights: 2 weight(s) for 1 reward function(s); give "
      "one each, in the order of --reward"),
     ("{dir}/user_reward_ok.py:good", [math.nan], "--reward-weights must be a finite number (got nan)"),
+    ("{dir}/user_reward_ok.py:good", [1e300], "--reward-weights: 1e+300 is too large for float32"),
 ])
 def test_a_bad_reward_flag_is_one_line_before_any_step(write, tmp_path, monkeypatch, spec, weights,
                                                         message):

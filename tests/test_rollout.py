@@ -213,3 +213,13 @@ def test_draw_handles_one_sure_token():
         assert out[:, 0].tolist() == [0, 299, 130]
     with pytest.raises(ValueError, match="sampler"):
         draw(probs, None, "gumbel")
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_draw_refuses_probabilities_that_are_not_finite(sampler):
+    """NaN (a forward that overflowed) is one ValueError naming it under either sampler: not torch's
+    multinomial error, nor a token that inverse-CDF would draw from it silently."""
+    probs = torch.ones(2, 300)
+    probs[1, 7] = float("nan")
+    with pytest.raises(ValueError, match=r"^the sampling probabilities are not finite \(row 1 holds nan\)"):
+        draw(probs, torch.Generator().manual_seed(0), sampler)

@@ -5,6 +5,7 @@ thinking switch.
 
 Run: python -m pytest tests/test_sft.py -q
 """
+import copy
 import json
 import random
 from pathlib import Path
@@ -22,7 +23,7 @@ from nanoatr.data import Problem, load_solutions
 from nanoatr.model import Qwen3, init_weights
 from nanoatr.tokenizer import encode_prompts, format_prompt, load_tokenizer
 from qwen3_dirs import hf_model, write_dir
-from rounding import U32, log_softmax_error, qwen3_float64, sum_orders, within
+from rounding import U32, U64, log_softmax_error, qwen3_float64, sum_orders, within
 from tiny import make_default, make_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,6 +102,7 @@ def batch(seed=0, vocab=37):
 
 def test_loss_is_the_mean_nll_of_completion_tokens_on_both_paths(monkeypatch):
     model, examples = tiny_model(), batch()
+    budgets = (sft.DIRECT_LOGITS, 0)  # one (B, S, V) tensor, then scoring.token_logprobs chunk by chunk
     ids, mask = sft.pad_batch(examples, pad_id=0)
     z = model(ids[:, :-1]).double()  # the one-tensor path's float32 logits, bit for bit
     logp = torch.log_softmax(z, -1).gather(-1, ids[:, 1:, None])[..., 0]
@@ -112,16 +114,44 @@ def test_loss_is_the_mean_nll_of_completion_tokens_on_both_paths(monkeypatch):
         h, w = model.hidden(ids[:, :-1]).double(), model.lm_head.weight.double()
     n, nll_max = int(mask[:, 1:].sum()), float(-logp[mask[:, 1:].bool()].min())
     own = log_softmax_error(z) + sum_orders(n, U32) / 2 * nll_max
-    tol = {sft.DIRECT_LOGITS: own, 0: own + 2 * sum_orders(64, U32) * float((h.abs() @ w.abs().T).max())}
-    grads = []
-    for budget in (sft.DIRECT_LOGITS, 0):  # one (B, S, V) tensor, then scoring.token_logprobs chunk by chunk
+    tol = {budgets[0]: own, 0: own + 2 * sum_orders(64, U32) * float((h.abs() @ w.abs().T).max())}
+    for budget in budgets:
         monkeypatch.setattr(sft, "DIRECT_LOGITS", budget)
         model.zero_grad()
         loss = sft.completion_loss(model, ids, mask, mask[:, 1:].sum())
         loss.backward()
         within(loss.item(), expected.item(), tol[budget], f"loss, DIRECT_LOGITS={budget}")
-        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+    # The gradients, in float64: the two paths share the model's forward and backward below the final
+    # hidden states h, so they differ only in what they pass down to h and to lm_head's weight W (a leaf h
+    # here). There each is (p - onehot(y)) m / n times W (for h) or times h (for W), p = exp(log p): with e the
+    # float64 log-softmax's error (log_softmax_error, plus 2 U64 for exp and U64 for the subtraction), an entry
+    # of (p - onehot) m / n is at most e (p + onehot) m / n off, and the V-term (h) or N-term (W) sum adds
+    # sum_orders of its terms' magnitudes: |dh - dh'| <= (e + sum_orders(V, U64)) |G| |W| and
+    # |dW - dW'| <= (e + sum_orders(N, U64)) |G|^T |h|, G = (p + onehot) m / n.
+    m64 = copy.deepcopy(model).double()
+    with torch.no_grad():
+        h64 = m64.hidden(ids[:, :-1])
+        z64, w64 = m64.lm_head(h64), m64.lm_head.weight
+    n_tok, V = float(mask[:, 1:].sum()), z64.shape[-1]
+    G = (torch.softmax(z64, -1) + F.one_hot(ids[:, 1:], V)) * mask[:, 1:, None] / n_tok
+    e = log_softmax_error(z64, u=U64) + 3 * U64
+    bound_h = (e + sum_orders(V, U64)) * (G @ w64.abs())
+    bound_w = (e + sum_orders(G.shape[0] * G.shape[1], U64)) * (G.flatten(0, 1).T @ h64.abs().flatten(0, 1))
+    got = []
+    for budget in budgets:
+        monkeypatch.setattr(sft, "DIRECT_LOGITS", budget)
+        h = h64.clone().requires_grad_(True)
+        monkeypatch.setattr(m64, "hidden", lambda x, h=h: h)
+        m64.zero_grad()
+        loss = sft.completion_loss(m64, ids, mask, mask[:, 1:].sum())
+        assert loss.dtype == torch.float64  # the direct path no longer rounds a float64 model to float32
+        loss.backward()
+        got.append((h.grad, m64.lm_head.weight.grad.clone()))
+    (h0, w0), (h1, w1) = got
+    within(h0, h1, float(bound_h.max()), "d loss / d h, one tensor vs chunked, float64")
+    within(w0, w1, float(bound_w.max()), "d loss / d W, one tensor vs chunked, float64")
+    assert torch.all((h0 - h1).abs() <= bound_h) and torch.all((w0 - w1).abs() <= bound_w)
 
 
 def test_whatever_the_padding_holds_the_loss_is_the_same():

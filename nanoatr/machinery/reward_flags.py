@@ -5,9 +5,12 @@ one ConfigError naming the flag, before any step.
 """
 import importlib
 import importlib.util
+import math
 import sys
 from pathlib import Path
 from typing import Callable
+
+import torch
 
 from nanoatr.machinery.cli import ConfigError, check_number
 from nanoatr.rewards import Rewards, one_line
@@ -24,6 +27,9 @@ def from_flags(specs: list[str], weights: list[float], builtin: Callable) -> Rew
                           "function(s); give one each, in the order of --reward")
     for w in weights:
         check_number("reward_weights", w)
+        if not math.isfinite(torch.tensor(float(w), dtype=torch.float32).item()):  # rewards are float32
+            raise ConfigError(f"--reward-weights: {w} is too large for float32, the rewards' precision "
+                              f"(at most {torch.finfo(torch.float32).max:.3g})")
     twice = [n for n in names if names.count(n) > 1]
     if twice:
         raise ConfigError(f"--reward: two functions named {twice[0]}; metrics.jsonl logs each by its name "

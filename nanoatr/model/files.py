@@ -127,12 +127,20 @@ def is_count(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
+def finite(v) -> bool:
+    """A finite number, also as a float: an int too large for one (10**400) is not."""
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
 def field_problem(name: str, v) -> str | None:
     """What is wrong with one config.json value, or None."""
     if name in ("tie_word_embeddings", "attention_bias"):
         return None if isinstance(v, bool) else "must be true or false"
     if name in ("rms_norm_eps", "rope_theta"):
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and finite(v) and v > 0
         return None if ok else "must be a positive number"
     if name in TOKEN_IDS:
         ids = v if isinstance(v, list) and name == "eos_token_id" else [v]
