@@ -11,9 +11,9 @@ This file is one GRPO step, then the loop around it. The step, in order:
   4. pi_old       the log-probs every ratio of the step is taken against: a no-grad forward
   5. updates      for each epoch x minibatch: new log-probs, the clipped surrogate of --clip, backward, AdamW
                   at the --lr-scheduler's rate
-  6. metrics      one line of metrics.jsonl
-The run folder, checkpoints, resuming and signals are nanoatr/session.py's, and so are the flags
-(TrainConfig). A first reading without DDP, chunks, dynamic sampling or checkpoints: grpo.py (~100 lines).
+  6. metrics      one line of metrics.jsonl (nanoatr/machinery/step_metrics.py)
+The flags (TrainConfig), the run folder, checkpoints, resuming and signals are nanoatr/machinery/'s.
+A first reading without DDP, chunks, dynamic sampling or checkpoints: grpo.py (~100 lines).
 """
 import nanoatr
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
@@ -28,23 +28,25 @@ import torch
 from torch import nn
 
 from nanoatr import lora
-from nanoatr.machinery import distributed
-from nanoatr.machinery.decoding import decode_plan
-from nanoatr.machinery.checkpoint import read_tokenizer_files
 from nanoatr.data import TASKS, load_problems, not_held_out
 from nanoatr.evaluate import check_budgets, during_training, scores_line
-from nanoatr.loss import (aggregate, group_advantages, kl_to_reference, merge_stats, overlong_penalty,
-                          policy_loss, progress, uniform_groups)
+from nanoatr.loss import (aggregate, dynamic_sampling, group_advantages, kl_to_reference, loss_mask,
+                          overlong_penalty, policy_loss, progress)
 from nanoatr.methods import needs
 from nanoatr.model import Qwen3
 from nanoatr.rewards import Rewards
-from nanoatr.machinery.reward_flags import from_flags
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
-from nanoatr.machinery.session import Diverged, Session
-from nanoatr.machinery.train_config import TrainConfig
 from nanoatr.tokenizer import (completion_ids, completion_texts, encode_prompts, eos_token_ids,
                                load_tokenizer, make_stopper)
+# the run machinery (nanoatr/machinery/): flags, the run folder, checkpoints, DDP, the fast decode plan
+from nanoatr.machinery import distributed
+from nanoatr.machinery.checkpoint import read_tokenizer_files
+from nanoatr.machinery.decoding import decode_plan
+from nanoatr.machinery.reward_flags import from_flags
+from nanoatr.machinery.session import Session, check_finite
+from nanoatr.machinery.step_metrics import metrics_line
+from nanoatr.machinery.train_config import TrainConfig
 
 
 @dataclass
@@ -68,10 +70,7 @@ class Run:
     peft_model: Any = None    # None without LoRA
     ref: Reference | None = None  # pi_ref, for the --beta penalty
     prompt_kw: dict | None = None
-    # The step's first update runs before any optimizer step, on pi_old's own weights, so its forward gives
-    # pi_old of its rows bit for bit: True takes them from there (one forward fewer a step), False scores
-    # every row in old_logprobs. The same numbers either way (tests/test_train.py).
-    reuse_first_forward: bool = True
+    reuse_first_forward: bool = True  # pi_old of the first minibatch from its update's forward (optimize)
 
 
 # ----------------------------------------------------------------------------
@@ -88,14 +87,18 @@ def grpo_step(run: Run, problems, step: int) -> dict:
 
 
 def optimize(run: Run, batch: Rollout, step: int) -> list[dict]:
-    """4.-5. pi_old's log-probs of every row (under run.reuse_first_forward, the first minibatch's from its
-    own update), then one optimizer step per minibatch (--minibatches x --epochs of them), each at its
-    learning rate."""
+    """4.-5. pi_old's log-probs of every row, then one optimizer step per minibatch (--minibatches x --epochs
+    of them), each at its learning rate.
+
+    The step's first update runs before any optimizer step, on pi_old's own weights, so its forward gives
+    pi_old of its rows bit for bit: under run.reuse_first_forward they are kept from there (one forward
+    fewer a step), else scored with the others. The same numbers either way (tests/test_train.py)."""
     cfg = run.cfg
     minibatches = run.shard.minibatches(step, cfg.epochs, cfg.minibatches)  # row indices, in order
     first_epoch = minibatches[:cfg.minibatches]  # every row once
+    reuse = run.reuse_first_forward
     run.model.train()
-    old = old_logprobs(run, batch, first_epoch[1:] if run.reuse_first_forward else first_epoch)  # 4. pi_old
+    old = old_logprobs(run, batch, first_epoch[1:] if reuse else first_epoch)  # 4. pi_old
     ref_logp = reference_logprobs(run, batch)  # pi_ref, for --beta only
     noise = run.shard.noise(step)              # clip-cov's random picks
     updates = []
@@ -103,26 +106,9 @@ def optimize(run: Run, batch: Rollout, step: int) -> list[dict]:
         lr = learning_rate(cfg, step * len(minibatches) + i)  # the run's optimizer step k
         for group in run.opt.param_groups:
             group["lr"] = lr
-        updates.append({"lr": lr} | update(run, batch, old, ref_logp, rows, noise, i == 0, step))
+        updates.append({"lr": lr} | update(run, batch, old, ref_logp, rows, noise, on_policy=i == 0,
+                                           keep_old=reuse and i == 0, step=step))
     return updates
-
-
-def learning_rate(cfg: TrainConfig, k: int) -> float:
-    """The learning rate of the run's optimizer step k (0, 1, ...; step s's i-th update is k = s x minibatches
-    x epochs + i): --lr times the factor of transformers' get_{constant,linear,cosine}_schedule_with_warmup
-    at k, a function of k alone, so a resumed run goes on with the very same rates. As there, the warmup
-    rises linearly from 0 (step 0 trains at lr 0), then linear and cosine decay to 0 at the run's end."""
-    warmup, total = cfg.warmup, cfg.optimizer_steps
-    if k < warmup:
-        factor = k / warmup
-    elif cfg.lr_scheduler == "constant":
-        factor = 1.0
-    elif cfg.lr_scheduler == "linear":
-        factor = max(0.0, (total - k) / max(1, total - warmup))
-    else:  # cosine: half a period, from 1 to 0
-        progress = (k - warmup) / max(1, total - warmup)
-        factor = max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
-    return cfg.lr * factor
 
 
 # 1.-3. Rollout, rewards, advantages
@@ -143,34 +129,10 @@ def rollout(run: Run, problems, step: int) -> tuple[Rollout, dict]:
     advantages = group_advantages(shaped, G, normalize_std=cfg.std_normalize).to(run.d.device)  # 3.
     logp = {} if batch.sampler_logp is None else {  # NaN: the policy's forward overflows (weights too large)
         "a log-prob of the policy's tokens": batch.sampler_logp.where(batch.mask, 0.0)}
-    check_finite(run, f"step {step + 1}", **{"a reward": shaped, "an advantage": advantages}, **logp)
+    check_finite(run.d, f"step {step + 1}", **{"a reward": shaped, "an advantage": advantages}, **logp)
     draws = {"rounds": len(rounds), "first_rewards": rounds[0].rewards,
              "tokens": sum(int(r.mask.sum()) for r in rounds)} if cfg.dynamic_sampling else {}
     return batch._replace(advantages=advantages), draws
-
-
-def dynamic_sampling(draw: Callable, share: int, G: int, max_rounds: int) -> tuple[list, list[tuple]]:
-    """DAPO's dynamic sampling (--dynamic-sampling K = max_rounds): the rounds drawn, and the (round, group)
-    that fills each of the batch's `share` slots.
-
-    draw(r, n) is sampling round r: n prompts, G completions each (anything with .rewards, (n G,)).
-    Round 0 fills every slot. A group whose G rewards are all equal has no advantage and gives no
-    gradient, so its slot is refilled, in slot order, by the mixed groups of up to K further rounds, in
-    their order; each round draws twice as many prompts as slots are still uniform (at most `share`: DAPO
-    draws whole batches, which costs a GPU little and a CPU a lot). Slots still uniform after K rounds
-    keep their group; K = 0 is one round, as drawn.
-    """
-    rounds = [draw(0, share)]
-    picks = [(0, g) for g in range(share)]
-    todo = uniform_groups(rounds[0].rewards, G)  # slots to refill, in order
-    while todo and len(rounds) <= max_rounds:
-        r = len(rounds)
-        rounds.append(draw(r, min(share, 2 * len(todo))))
-        uniform = uniform_groups(rounds[r].rewards, G)
-        mixed = [g for g in range(len(rounds[r].rewards) // G) if g not in uniform]
-        for g in mixed[:len(todo)]:
-            picks[todo.pop(0)] = (r, g)
-    return rounds, picks
 
 
 def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
@@ -203,8 +165,7 @@ def grade(run: Run, out: Rollout, problems: list, step: int) -> Rollout:
 def rewards_at(run: Run, step: int) -> Rewards:
     """The run's reward functions, told its progress after `step` GRPO steps: the optimizer steps done of
     the run's (their trainer_state, as TRL counts them)."""
-    cfg = run.cfg
-    return run.rewards.at(step * cfg.minibatches * cfg.epochs, cfg.optimizer_steps)
+    return run.rewards.at(step * run.cfg.minibatches * run.cfg.epochs, run.cfg.optimizer_steps)
 
 
 # 4. pi_old: what every ratio of the step is taken against
@@ -260,26 +221,26 @@ def old_logprobs(run: Run, batch: Rollout, minibatches: list[torch.Tensor]) -> O
 # 5. Updates
 
 def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on_policy: bool,
-           step: int = 0) -> dict:
+           keep_old: bool = False, step: int = 0) -> dict:
     """One optimizer step on a minibatch (`rows`) of step `step`: the clipped surrogate of --clip, gradients
     accumulated over micro-batches and normalised over the whole minibatch on all ranks, then AdamW (not on a
     loss or gradient that is not finite, nor leaving a weight that is not: check_finite). on_policy: the
     step's first update, before any optimizer step, so its forward is pi_old's: checked against the
-    sampler's log-probs, and kept as pi_old of `rows` under run.reuse_first_forward."""
+    sampler's log-probs (and, keep_old, kept as pi_old of `rows`)."""
     cfg, d = run.cfg, run.d
     run.opt.zero_grad(set_to_none=True)
-    trained = distributed.all_sum(float(loss_mask(cfg, batch, rows).sum()), d)  # --mask-truncated: maybe 0
+    masks = loss_mask(batch.mask, batch.finished, cfg.mask_truncated)  # the tokens trained on
+    trained = distributed.all_sum(float(masks[rows].sum()), d)  # under --mask-truncated maybe 0
     counts = dict(num_sequences=len(rows) * d.world, max_new_tokens=cfg.max_new_tokens,
                   num_tokens=max(1.0, trained))  # a token-mean over no token is 0
     parts, stats, losses = micro_batches(rows, cfg.micro_batch), [], []
     for j, sel in enumerate(parts):
         prompt_ids, prompt_mask, tokens, sampled = batch.unpadded(sel)  # (b, P'), (b, T'): no shared padding
-        T = tokens.shape[1]
-        mask = loss_mask(cfg, batch, sel)[:, :T]  # the tokens trained on
+        mask, T = masks[sel, :tokens.shape[1]], tokens.shape[1]
         with distributed.accumulating(run.scorer, sync=j == len(parts) - 1):
             new = run.scorer(prompt_ids, prompt_mask, tokens, cfg.temperature, with_entropy=True,
                              return_hidden=old.keeps_hidden)
-            if on_policy and run.reuse_first_forward:
+            if keep_old:
                 old.keep(sel, new)
             extra = {"full_kl": old.full_kl(sel, new.hidden, run.model.lm_head.weight, cfg.temperature)} \
                 if old.keeps_hidden else {}
@@ -300,34 +261,10 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
                       "entropy": float((new.entropy.detach() * mask).sum() / mask.sum().clamp(min=1)),
                       "sampler_logp_gap_max": gap})
     grad_norm = float(torch.nn.utils.clip_grad_norm_(run.trained, cfg.grad_clip or math.inf))
-    check_finite(run, f"step {step + 1}", **{"the loss": losses, "the gradient norm": grad_norm})
+    check_finite(run.d, f"step {step + 1}", **{"the loss": losses, "the gradient norm": grad_norm})
     run.opt.step()
-    check_finite(run, f"step {step + 1}", **{"a weight after the optimizer step": run.trained})
+    check_finite(run.d, f"step {step + 1}", **{"a weight after the optimizer step": run.trained})
     return {"stats": stats, "losses": losses, "grad_norm": grad_norm}
-
-
-def check_finite(run: Run, where: str, **values):
-    """Stop the run (session.Diverged, one line) when a value is not finite: a reward, an advantage, a
-    log-prob, the loss, the gradient norm, a weight. Checked before the optimizer moves on it, on every rank
-    alike (one rank's stops all). Stopped, not skipped: a skipped step would hide the divergence, and the
-    steps after it would train on what caused it (a reward weight or a learning rate too large). values:
-    tensors, numbers, or lists of either."""
-    for what, value in values.items():
-        parts = [torch.as_tensor(v).detach() for v in (value if isinstance(value, list) else [value])]
-        finite = not parts or bool(torch.stack([t.isfinite().all() for t in parts]).all())  # one sync
-        bad = [] if finite else [t for t in parts if not bool(t.isfinite().all())]
-        if distributed.all_sum(float(not finite), run.d):
-            shown = bad[0][~bad[0].isfinite()].flatten()[0].item() if bad else "on another rank"
-            raise Diverged(f"{where}: {what} is not finite ({shown})")
-
-
-def loss_mask(cfg: TrainConfig, batch: Rollout, rows) -> torch.Tensor:
-    """(b, T) the tokens of `rows` the loss is taken over: every completion token, or under --mask-truncated
-    none of a completion that ran out of --max-new-tokens (no EOS, no stop string), as TRL's
-    mask_truncated_completions. As there, such a row keeps its part in its group's advantage and in the
-    normalisers that count sequences (dr-grpo, seq-mean-token-mean); token-mean's count leaves it out."""
-    mask = batch.mask[rows]
-    return mask & batch.finished[rows, None] if cfg.mask_truncated else mask
 
 
 @torch.no_grad()
@@ -339,68 +276,6 @@ def reference_logprobs(run: Run, batch: Rollout):
     return torch.cat([run.ref.logprobs(batch.prompt_ids[i:i + micro], batch.prompt_mask[i:i + micro],
                                        batch.tokens[i:i + micro], run.cfg.temperature)
                       for i in range(0, len(batch.tokens), micro)])
-
-
-# 6. Metrics
-
-def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict, times: dict) -> dict:
-    """The metrics line of a step, over every rank's rows (gathered in prompt order); `draws`: rollout's;
-    `times`: the seconds of rollout (1.-3.) and training (4.-5.). `lr` is the rate of the step's first
-    optimizer step (its others follow learning_rate); reward_mean and accuracy are the task's reward,
-    reward/overlong the mean penalty added to it under --overlong-buffer."""
-    cfg, d = run.cfg, run.d
-    rewards, lengths, finished = (torch.tensor(distributed.all_gather(x.tolist(), d))
-                                  for x in (batch.rewards, batch.mask.sum(-1), batch.finished))
-    losses = [loss for u in updates for loss in u["losses"]]
-    row = {"reward_mean": rewards.mean().item(), **reward_means(run, batch),
-           "accuracy": (rewards > 0).float().mean().item(),
-           "completion_len": lengths.float().mean().item(), "truncated": (~finished).float().mean().item(),
-           **group_shares(rewards, cfg.group_size),
-           "grad_norm": sum(u["grad_norm"] for u in updates) / len(updates),
-           # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
-           "loss": sum(distributed.all_gather(losses, d)) / len(updates), "lr": updates[0]["lr"]}
-    if cfg.overlong_buffer:
-        row["reward/overlong"] = overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer,
-                                                  cfg.overlong_penalty).mean().item()
-    if draws:  # the kept groups are chosen for mixed rewards: the first round's are the policy's
-        first = torch.tensor(distributed.all_gather(draws["first_rewards"].tolist(), d))
-        row |= {"reward_mean_first_round": first.mean().item(),
-                "accuracy_first_round": (first > 0).float().mean().item(),
-                "sampling_rounds": sum(distributed.all_gather([draws["rounds"]], d)) / d.world}
-    sampled = sum(distributed.all_gather([draws["tokens"]], d)) if draws else lengths.sum().item()
-    trained = cfg.epochs * lengths.sum().item()  # each epoch's minibatches cover every row once
-    return row | merge_stats(distributed.all_gather([s for u in updates for s in u["stats"]], d)) | times | \
-        throughput(sampled, trained, times)
-
-
-def group_shares(rewards: torch.Tensor, G: int) -> dict:
-    """The shares of the groups (G rewards each) that are all correct (every reward > 0, the rule of
-    `accuracy`), all wrong (none > 0) and of zero std (all G rewards equal: no advantage at any scale)."""
-    correct = (rewards > 0).view(-1, G)
-    return {"groups_all_correct": correct.all(1).float().mean().item(),
-            "groups_all_wrong": (~correct.any(1)).float().mean().item(),
-            "groups_zero_std": len(uniform_groups(rewards, G)) / correct.shape[0]}
-
-
-def throughput(sampled: float, trained: float, times: dict) -> dict:
-    """Completion tokens per second over every rank (prompt tokens are not counted):
-      tokens_per_s_rollout  tokens sampled (with --dynamic-sampling, of every round) / time_rollout
-      tokens_per_s_update   tokens trained, each once per epoch (epochs x the batch's) / time_train
-    time_rollout covers sampling and grading; time_train pi_old's pass, pi_ref's (--beta) and the updates.
-    A token is one of a completion (up to and with its EOS or stop string); one that --mask-truncated
-    leaves out of the loss counts too: the forward and backward passes still run over it."""
-    return {"tokens_per_s_rollout": sampled / times["time_rollout"],
-            "tokens_per_s_update": trained / times["time_train"]}
-
-
-def reward_means(run: Run, batch: Rollout) -> dict:
-    """reward/<name>: each reward function's mean over the step's completions it scored (None: none); {}
-    for a batch graded elsewhere (bench/gpu_smoke.py's random rewards)."""
-    if batch.rewards_per_function is None:
-        return {}
-    scores = torch.tensor(distributed.all_gather(batch.rewards_per_function.tolist(), run.d))
-    return {f"reward/{name}": None if math.isnan(mean) else mean
-            for name, mean in zip(run.rewards.names, scores.nanmean(0).tolist())}
 
 
 # ----------------------------------------------------------------------------
@@ -445,7 +320,7 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
             top_p=cfg.eval_top_p, sampler=cfg.sampler, eos_ids=run.eos_ids, prompt_kw=run.prompt_kw,
             stop=cfg.stop, rewards=rewards_at(run, step),
             plan=decode_plan(run.d.device, cfg.sampler, cfg.eval_temperature))
-    check_finite(run, f"the evaluation of step {step}",  # a policy whose forward overflows: NaN entropy
+    check_finite(run.d, f"the evaluation of step {step}",  # a policy whose forward overflows: NaN entropy
                  **{"a number": [v for v in results.values() if isinstance(v, float)]})
     session.log_eval(step, results, samples)
     return results
@@ -488,6 +363,26 @@ def setup(session: Session) -> tuple[Run, list, dict]:
               rewards, shard, d, precision, peft_model, ref, prompt_kw)
     session.describe(model, trained, len(problems), beta=bool(ref))
     return run, problems, eval_sets
+
+
+# The optimizer and its schedule
+
+def learning_rate(cfg: TrainConfig, k: int) -> float:
+    """The learning rate of the run's optimizer step k (0, 1, ...; step s's i-th update is k = s x minibatches
+    x epochs + i): --lr times the factor of transformers' get_{constant,linear,cosine}_schedule_with_warmup
+    at k, a function of k alone, so a resumed run goes on with the very same rates. As there, the warmup
+    rises linearly from 0 (step 0 trains at lr 0), then linear and cosine decay to 0 at the run's end."""
+    warmup, total = cfg.warmup, cfg.optimizer_steps
+    if k < warmup:
+        factor = k / warmup
+    elif cfg.lr_scheduler == "constant":
+        factor = 1.0
+    elif cfg.lr_scheduler == "linear":
+        factor = max(0.0, (total - k) / max(1, total - warmup))
+    else:  # cosine: half a period, from 1 to 0
+        progress = (k - warmup) / max(1, total - warmup)
+        factor = max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+    return cfg.lr * factor
 
 
 def make_optimizer(cfg: TrainConfig, trained: list):

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # noqa: E402
 from nanoatr.machinery.train_config import PRESETS, TrainConfig, resolve  # noqa: E402
 from nanoatr import lora
-from nanoatr.machinery import distributed  # noqa: E402
+from nanoatr.machinery import distributed, step_metrics  # noqa: E402
 from nanoatr.loss import group_advantages  # noqa: E402
 from nanoatr.scoring import Scorer  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
@@ -193,7 +193,7 @@ def train_steps(args):
         out, prompts, t_rollout = timed_rollout(args, run, shape, share, g)
         phases.clear()
         batch, updates, t_train = timed_update(run, out, prompts, G, step)
-        row = train.metrics_line(run, batch, updates, {}, {"time_rollout": t_rollout, "time_train": t_train})
+        row = step_metrics.metrics_line(run, batch, updates, {}, {"time_rollout": t_rollout, "time_train": t_train})
         if not all(math.isfinite(row[k]) for k in ("loss", "grad_norm", "kl3", "entropy")):
             raise SystemExit(f"error: non-finite metrics at step {step + 1}: {row}")
         tokens = int(out.mask.sum()) * d.world

@@ -23,7 +23,7 @@ The log-probs themselves come from nanoatr/scoring.py.
 import functools
 import math
 import warnings
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -96,6 +96,38 @@ def uniform_groups(rewards: torch.Tensor, G: int) -> list[int]:
     """Indices of the groups whose G rewards are all equal (zero advantage: no gradient)."""
     groups = rewards.view(-1, G)
     return (groups == groups[:, :1]).all(1).nonzero()[:, 0].tolist()
+
+
+def dynamic_sampling(draw: Callable, share: int, G: int, max_rounds: int) -> tuple[list, list[tuple]]:
+    """DAPO's dynamic sampling (--dynamic-sampling K = max_rounds): the rounds drawn, and the (round, group)
+    that fills each of the batch's `share` slots.
+
+    draw(r, n) is sampling round r: n prompts, G completions each (anything with .rewards, (n G,)).
+    Round 0 fills every slot. A group whose G rewards are all equal has no advantage and gives no
+    gradient, so its slot is refilled, in slot order, by the mixed groups of up to K further rounds, in
+    their order; each round draws twice as many prompts as slots are still uniform (at most `share`: DAPO
+    draws whole batches, which costs a GPU little and a CPU a lot). Slots still uniform after K rounds
+    keep their group; K = 0 is one round, as drawn.
+    """
+    rounds = [draw(0, share)]
+    picks = [(0, g) for g in range(share)]
+    todo = uniform_groups(rounds[0].rewards, G)  # slots to refill, in order
+    while todo and len(rounds) <= max_rounds:
+        r = len(rounds)
+        rounds.append(draw(r, min(share, 2 * len(todo))))
+        uniform = uniform_groups(rounds[r].rewards, G)
+        mixed = [g for g in range(len(rounds[r].rewards) // G) if g not in uniform]
+        for g in mixed[:len(todo)]:
+            picks[todo.pop(0)] = (r, g)
+    return rounds, picks
+
+
+def loss_mask(mask: Tensor, finished: Tensor, mask_truncated: bool) -> Tensor:
+    """(b, T) the completion tokens (mask) the loss is taken over: every one, or under --mask-truncated none
+    of a completion that did not finish (no EOS, no stop string: it ran out of --max-new-tokens), as TRL's
+    mask_truncated_completions. As there, such a row keeps its part in its group's advantage and in the
+    normalisers that count sequences (dr-grpo, seq-mean-token-mean); token-mean's count leaves it out."""
+    return mask & finished[:, None] if mask_truncated else mask
 
 
 def _inputs(method, logp, old_logp, advantages, mask, full_kl, generator):

@@ -60,7 +60,7 @@ def test_grpo_py_computes_train_py_step(clip):
     hparams = check_hparams(clip)
     ratios_moved = False
     for i, rows in enumerate(minibatches):
-        theirs = train.update(run, batch, old, None, rows, run.shard.noise(0), on_policy=i == 0)
+        theirs = train.update(run, batch, old, None, rows, run.shard.noise(0), on_policy=i == 0, keep_old=i == 0)
         loss, metrics = grpo.update(model, opt, batch, old_logp, rows, clip, hparams, cfg.max_new_tokens)
         assert loss == pytest.approx(theirs["losses"][0], rel=RTOL, abs=RTOL), (clip, i)
         for (name, p), q in zip(model.named_parameters(), twin.parameters()):

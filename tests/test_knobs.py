@@ -16,6 +16,7 @@ import train
 from nanoatr.machinery.cli import ConfigError
 from nanoatr.loss import overlong_penalty
 from nanoatr.rollout import Rollout
+from nanoatr.machinery import step_metrics
 from nanoatr.machinery.train_config import TrainConfig, check_schedule_kept
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,7 +185,7 @@ def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
 # Tokens per second
 
 def test_throughput_is_tokens_over_seconds():
-    assert train.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
+    assert step_metrics.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
         {"tokens_per_s_rollout": 60.0, "tokens_per_s_update": 80.0}
 
 

@@ -17,9 +17,14 @@ from nanoatr.machinery.parser import parse
 from nanoatr.machinery.train_config import TrainConfig, hparam_flags, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-# The library's units: its modules, and its packages (the verifier, the model), each package one job
-LIBRARY = {p.stem: p for p in (ROOT / "nanoatr").glob("*.py") if p.stem != "__init__"}
-LIBRARY |= {p.name: p / "__init__.py" for p in (ROOT / "nanoatr").iterdir() if (p / "__init__.py").is_file()}
+# The core a student reads: nanoatr's modules and its packages (the verifier, the model), each package one
+# unit; and the run machinery behind it (nanoatr/machinery/), each of its modules a unit of its own.
+CORE = {p.stem: p for p in (ROOT / "nanoatr").glob("*.py") if p.stem != "__init__"}
+CORE |= {p.name: p / "__init__.py" for p in (ROOT / "nanoatr").iterdir()
+         if (p / "__init__.py").is_file() and p.name != "machinery"}
+MACHINERY = {f"machinery.{p.stem}": p for p in (ROOT / "nanoatr/machinery").glob("*.py") if p.stem != "__init__"}
+LIBRARY = CORE | MACHINERY
+CORE_FILES = sorted(f for f in (ROOT / "nanoatr").rglob("*.py") if "machinery" not in f.parts)
 FILES = sorted((ROOT / "nanoatr").rglob("*.py"))
 COMMANDS = [ROOT / name for name in ("train.py", "grpo.py", "eval.py", "sample.py", "sft.py")]
 # The tools around them: scripts (sweep and its report, figures, the classroom kit), benchmarks, data builders
@@ -29,11 +34,17 @@ TOOLS = sorted(path for folder in ("scripts", "bench", "data") for path in (ROOT
 # tensorboard package: --report-to).
 OPTIONAL = {"peft", "pyarrow", "wandb", "torch.utils.tensorboard"}
 
-# About a dozen units, as the card promises: 17 when this cap was set (issue 39: runs.py and decoding.py
-# split off). A split that gives a job its own room may add one; past that, two rooms share a job: merge.
-# 19: stats.py moved in from scripts/ when eval.py --runs came to use its t-interval (one Student t for
-# Table 2 and the sweep; a command reaching into scripts/ would put tool modules on its import path).
-MAX_UNITS = 19
+# The core is the card's "about a dozen readable modules", the twelve it names: the model (model/, Qwen3),
+# LoRA, the tokenizer, data, the rollout with its KV cache, scoring, the loss with its group advantages, the
+# methods, the divergences, the rewards, the verifier and the evaluation. A thirteenth job belongs in the
+# machinery or in one of these (issue 45).
+MAX_CORE_UNITS = 12
+# The core's lines: 5,479 when the machinery moved out (issue 45), of which ~3k are the reading path the
+# README lists in order and the rest (data formats, tokenizer, LoRA, the verifier) read when needed. The cap
+# leaves ~4% for what the next issues add; past it, the addition belongs in the machinery or replaces lines.
+MAX_CORE_LINES = 5_700
+# The whole library, core and machinery: 8.2k lines when issue 45 asked for no growth (8.3k at most).
+MAX_LIBRARY_LINES = 8_300
 # A function is read at once when it fits an editor window without scrolling: about 60 lines on a laptop.
 # Counted from `def` to its last line, docstring and comments included. When the cap was set (issue 39) the
 # 509 functions had a median of 8 lines and a 99th percentile of 52; the two over 60 (eval.py's main at 85,
@@ -55,23 +66,35 @@ MAX_JOB_WORDS = 8
 
 
 def imports(path: Path) -> tuple[set[str], list[str]]:
-    """(library modules imported at module level, anything imported inside a function or class)."""
+    """(library units imported at module level, anything imported inside a function or class)."""
     tree = ast.parse(path.read_text())
     top, nested = set(), []
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
         names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-        if isinstance(node, ast.ImportFrom) and node.level:  # from .x import y: relative to the package
-            names = [".".join(filter(None, ["nanoatr", node.module]))]
+        if isinstance(node, ast.ImportFrom) and node.level:  # from .x import y: relative to the file's package
+            package = path.parent.relative_to(ROOT).parts
+            names = [".".join(filter(None, [*package[:len(package) - node.level + 1], node.module]))]
         if node.col_offset > 0:
             nested += names
         for name in names:
             parts = name.split(".")
-            if parts[0] == "nanoatr":
+            if parts[0] != "nanoatr":
+                continue
+            if parts[1:2] == ["machinery"]:
+                mods = [f"machinery.{parts[2]}"] if len(parts) > 2 else [f"machinery.{a.name}" for a in node.names]
+            else:
                 mods = [parts[1]] if len(parts) > 1 else [a.name for a in node.names]
-                top |= {m for m in mods if m in LIBRARY}
+            top |= {m for m in mods if m in LIBRARY}
     return top, nested
+
+
+def unit_of(path: Path) -> str:
+    """The library unit a file belongs to: its module, its package (model, verifier), or machinery.<module>."""
+    if path.parent.name == "machinery":
+        return f"machinery.{path.stem}"
+    return path.stem if path.parent.name == "nanoatr" else path.parent.name
 
 
 def test_importing_the_package_loads_no_module():
@@ -81,13 +104,38 @@ def test_importing_the_package_loads_no_module():
     assert out.stdout.strip() == "['nanoatr']"
 
 
-def test_about_a_dozen_units_and_no_tool_code_or_main_in_the_library():
-    assert len(LIBRARY) <= MAX_UNITS, sorted(LIBRARY)
+def lines(files) -> int:
+    return sum(len(f.read_text().splitlines()) for f in files)
+
+
+def test_about_a_dozen_units_in_front_and_no_tool_code_or_main_in_the_library():
+    assert len(CORE) <= MAX_CORE_UNITS, sorted(CORE)
+    assert lines(CORE_FILES) <= MAX_CORE_LINES, f"the core has {lines(CORE_FILES)} lines"
+    assert lines(FILES) <= MAX_LIBRARY_LINES, f"the library has {lines(FILES)} lines"
     assert not {"sweep", "theory", "plot", "metrics"} & set(LIBRARY), "tools live in scripts/"
     for path in FILES:
         tree = ast.parse(path.read_text())
         assert not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), \
             f"{path.relative_to(ROOT)} has a main(): a command belongs at the top level"
+
+
+def test_the_core_imports_nothing_from_the_machinery():
+    """The core reads on its own: what it needs of a run (a device plan, how ranks gather rows) is passed in
+    by the commands, which import both."""
+    reach = {f"{f.relative_to(ROOT)}": sorted(imports(f)[0] & set(MACHINERY)) for f in CORE_FILES}
+    assert not {f: m for f, m in reach.items() if m}, "the core imports the machinery"
+
+
+def test_the_import_check_sees_every_way_of_importing():
+    source = ("from nanoatr.machinery import cli, session\nfrom nanoatr.machinery.folder import RunFolder\n"
+              "import nanoatr.machinery.checkpoint\nfrom nanoatr import loss\n")
+    path = ROOT / "nanoatr" / "_probe_for_test.py"
+    path.write_text(source)
+    try:
+        assert imports(path)[0] == {"machinery.cli", "machinery.session", "machinery.folder",
+                                    "machinery.checkpoint", "loss"}
+    finally:
+        path.unlink()
 
 
 def functions(path: Path):
@@ -166,7 +214,7 @@ def test_no_import_cycles_and_function_local_imports_only_for_optional_packages(
             f"{path.relative_to(ROOT)} imports inside a function: {nested}"
     graph = {name: set() for name in LIBRARY}
     for path in FILES:  # a package's files count as the package
-        unit = path.stem if path.parent.name == "nanoatr" else path.parent.name
+        unit = unit_of(path)
         if unit in graph:
             graph[unit] |= imports(path)[0] - {unit}
 

@@ -10,6 +10,8 @@ import train
 from nanoatr.machinery.distributed import prompt_order
 from nanoatr.methods import needs
 from nanoatr.rollout import Rollout
+from nanoatr import loss
+from nanoatr.machinery import step_metrics
 from nanoatr.methods import METHODS
 from nanoatr.rewards import Rewards
 from rounding import sampled_logprob_error, within
@@ -213,7 +215,7 @@ def test_pi_old_is_a_constant_of_the_step(reuse):
     log = watch_scorer(run)
     old = train.old_logprobs(run, batch, minibatches[1:2] if reuse else minibatches[:2])
     assert log and not any(grad for grad, _ in log), "old_logprobs ran a forward that records a graph"
-    train.update(run, batch, old, None, minibatches[0], run.shard.noise(0), on_policy=True)
+    train.update(run, batch, old, None, minibatches[0], run.shard.noise(0), on_policy=True, keep_old=reuse)
     assert (old.logp[minibatches[0]] != 0).any()  # the first minibatch's rows are filled either way
     for name, table in (("log-probs", old.logp), ("hidden states", old.hidden)):
         assert not table.requires_grad and table.grad_fn is None, f"pi_old's {name} carry a gradient"
@@ -356,7 +358,7 @@ def test_a_budget_past_the_model_positions_is_one_line_and_leaves_no_run_folder(
 # --dynamic-sampling
 
 def draws_of(rewards_by_round):
-    """draw(r, n) for train.dynamic_sampling: round r's first n groups (G = 2) of hand-built rewards; and
+    """draw(r, n) for loss.dynamic_sampling: round r's first n groups (G = 2) of hand-built rewards; and
     the calls it got."""
     from types import SimpleNamespace
     calls = []
@@ -372,7 +374,7 @@ def test_dynamic_sampling_refills_the_uniform_slots_in_order():
     # round 1: 3 prompts (2 x 2 slots, at most the share of 3); only its group 1 is mixed -> slot 0.
     # round 2: 2 prompts (2 x 1 slot); both mixed, the first -> slot 2; no round 3: every slot is mixed.
     draw, calls = draws_of([[1, 1, 0, 1, 0, 0], [0, 0, 1, 0, 1, 1], [1, 0, 0, 1], [0, 1] * 3])
-    rounds, picks = train.dynamic_sampling(draw, share=3, G=2, max_rounds=5)
+    rounds, picks = loss.dynamic_sampling(draw, share=3, G=2, max_rounds=5)
     assert calls == [(0, 3), (1, 3), (2, 2)] and len(rounds) == 3
     assert picks == [(1, 1), (0, 1), (2, 0)]
 
@@ -380,13 +382,13 @@ def test_dynamic_sampling_refills_the_uniform_slots_in_order():
 def test_dynamic_sampling_draws_again_only_while_a_slot_is_uniform_and_rounds_are_left():
     as_drawn = [(0, 0), (0, 1), (0, 2)]
     draw, calls = draws_of([[1, 0, 0, 1, 1, 0]])  # every group mixed: nothing to refill
-    assert train.dynamic_sampling(draw, 3, 2, max_rounds=5)[1] == as_drawn and calls == [(0, 3)]
+    assert loss.dynamic_sampling(draw, 3, 2, max_rounds=5)[1] == as_drawn and calls == [(0, 3)]
     uniform = [[1, 1, 0, 1, 0, 0], [1, 1, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0], [0, 1] * 3]
     draw, calls = draws_of(uniform)  # rounds 1 and 2 hold no mixed group: after K = 2 the slots keep theirs
-    assert train.dynamic_sampling(draw, 3, 2, max_rounds=2)[1] == as_drawn
+    assert loss.dynamic_sampling(draw, 3, 2, max_rounds=2)[1] == as_drawn
     assert calls == [(0, 3), (1, 3), (2, 3)]
     draw, calls = draws_of(uniform)  # K = 0 (no --dynamic-sampling): one round, as drawn
-    assert train.dynamic_sampling(draw, 3, 2, max_rounds=0)[1] == as_drawn and calls == [(0, 3)]
+    assert loss.dynamic_sampling(draw, 3, 2, max_rounds=0)[1] == as_drawn and calls == [(0, 3)]
 
 
 def test_uniform_groups_are_those_with_one_reward():
@@ -470,7 +472,7 @@ def test_group_metrics_follow_the_accuracy_rule_under_any_reward():
                     torch.zeros(n, 1, dtype=torch.long), torch.zeros(n, 1), torch.ones(n, 1, dtype=torch.bool),
                     torch.ones(n, dtype=torch.bool), rewards, torch.zeros(n))
     update = {"losses": [0.0], "grad_norm": 0.0, "lr": 1e-6, "stats": [{"_tokens": 1.0, "kl3": 0.0}]}
-    row = train.metrics_line(fake_run(0), batch, [update], {}, {"time_rollout": 1.0, "time_train": 1.0})
+    row = step_metrics.metrics_line(fake_run(0), batch, [update], {}, {"time_rollout": 1.0, "time_train": 1.0})
     assert row["accuracy"] == pytest.approx(5 / 12)  # .5 .5 2 1 2
     assert row["groups_all_correct"] == pytest.approx(2 / 6)  # [.5 .5], [1 2]
     assert row["groups_all_wrong"] == pytest.approx(3 / 6)  # [-1 -1], [0 0], [-1 0]

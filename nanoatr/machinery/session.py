@@ -21,6 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 import nanoatr
@@ -52,6 +53,21 @@ class NothingToDo(Exception):
 class Diverged(Exception):
     """A reward, advantage, log-prob, loss, gradient norm or weight is not finite (train.check_finite): the
     run stops before the optimizer moves on it, and nothing of the step is logged or saved."""
+
+
+def check_finite(d: distributed.Dist, where: str, **values):
+    """Stop the run (Diverged, one line) when a value is not finite: a reward, an advantage, a
+    log-prob, the loss, the gradient norm, a weight. Checked before the optimizer moves on it, on every rank
+    alike (one rank's stops all). Stopped, not skipped: a skipped step would hide the divergence, and the
+    steps after it would train on what caused it (a reward weight or a learning rate too large). values:
+    tensors, numbers, or lists of either."""
+    for what, value in values.items():
+        parts = [torch.as_tensor(v).detach() for v in (value if isinstance(value, list) else [value])]
+        finite = not parts or bool(torch.stack([t.isfinite().all() for t in parts]).all())  # one sync
+        bad = [] if finite else [t for t in parts if not bool(t.isfinite().all())]
+        if distributed.all_sum(float(not finite), d):
+            shown = bad[0][~bad[0].isfinite()].flatten()[0].item() if bad else "on another rank"
+            raise Diverged(f"{where}: {what} is not finite ({shown})")
 
 
 class Terminated(KeyboardInterrupt):

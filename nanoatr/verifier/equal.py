@@ -50,7 +50,7 @@ _COLLECTIONS = ("list", "set", "union", "tuple")
 
 
 def equivalent(a: Canon, b: Canon) -> bool:
-    """Are two canonical answers the same answer? (the EQUIVALENCE POLICY; symmetric)"""
+    """Are two canonical answers the same answer? (docs/verifier.md's EQUIVALENCE POLICY; symmetric)"""
     if a.text == b.text:
         return True
     ivs = _intervals_equal(a, b)
