@@ -12,13 +12,26 @@ def pytest_addoption(parser):
                      help="also run the tests marked slow (about 45 s more on 2 cores; see README)")
 
 
+# The core's tests, split off the way nanoatr/ is: the files that test what a student reads (the rules, the
+# loss, the model, the rollout, the rewards and the verifier, grpo.py), run alone by `make test-core`
+# (python -m pytest -q -m core) in the edit-run loop; every other file tests the machinery, the commands and
+# the tools. CI runs them all. tests/test_structure.py checks that each name here is a file.
+CORE_TESTS = {"test_advantages.py", "test_divergence.py", "test_loss.py", "test_model.py", "test_rollout.py",
+              "test_temperature.py", "test_evaluate.py", "test_rewards.py", "test_verifier.py",
+              "test_tokenizer.py", "test_grpo.py"}
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long end-to-end check, run with --slow (README: Test)")
+    config.addinivalue_line("markers", "core: a test of the core (CORE_TESTS): make test-core runs these")
 
 
 def pytest_collection_modifyitems(config, items):
     """The default run skips the few tests marked slow, so the suite stays a few minutes on 2 loaded
-    cores; `python -m pytest -q --slow` runs them too."""
+    cores; `python -m pytest -q --slow` runs them too. The core's files are marked core."""
+    for item in items:
+        if item.path.name in CORE_TESTS:
+            item.add_marker(pytest.mark.core)
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --slow")

@@ -39,6 +39,10 @@ def test_make_test_sets_up_then_runs_the_suite(tmp_path):
     assert test == ".venv/bin/python -m pytest -q"
 
 
+def test_make_test_core_runs_the_cores_tests_alone(tmp_path):
+    assert planned("test-core", tmp_path)[-1] == ".venv/bin/python -m pytest -q -m core"
+
+
 def test_an_environment_is_made_once_and_installed_again_when_its_requirements_change(tmp_path):
     planned("test", tmp_path)
     (tmp_path / ".venv/bin").mkdir(parents=True)

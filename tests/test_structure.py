@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import train
+from conftest import CORE_TESTS
 from nanoatr import loss, methods
 from nanoatr.machinery.parser import parse
 from nanoatr.machinery.train_config import TrainConfig, hparam_flags, resolve
@@ -117,6 +118,14 @@ def test_about_a_dozen_units_in_front_and_no_tool_code_or_main_in_the_library():
         tree = ast.parse(path.read_text())
         assert not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), \
             f"{path.relative_to(ROOT)} has a main(): a command belongs at the top level"
+
+
+def test_the_core_tests_are_files_and_test_the_core():
+    """conftest.CORE_TESTS, what `make test-core` runs: each a file of tests/ that imports the core."""
+    for name in CORE_TESTS:
+        path = ROOT / "tests" / name
+        assert path.is_file(), f"CORE_TESTS names {name}: no such file"
+        assert imports(path)[0] & set(CORE), f"{name} imports nothing of the core: not a core test"
 
 
 def test_the_core_imports_nothing_from_the_machinery():
