@@ -410,3 +410,25 @@ def test_help_is_grouped_and_the_preset_comes_last(capsys):
     assert where == sorted(where), "groups out of order"
     assert out.index("--lr LR") > out.index("optimisation:")
     assert out.index("--delta X") > out.index("method hyper")
+
+
+# ----------------------------------------------------------------------------
+# The README's map: what to read first, in order, with line counts that are true
+
+READING_ORDER = re.compile(r"^(\S+\.py)\s+(\d+)  ", re.M)
+
+
+def test_the_readme_reading_order_counts_each_file_as_it_is():
+    """The map's first block lists the files a student reads first with their lengths: each count is the
+    file's (a change that grows one updates the map), every file there is the core's or grpo/train.py, and
+    together they are the ~3k lines the map promises."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("**Read first, in order"):readme.index("**The rest of the core")]
+    listed = READING_ORDER.findall(block)
+    assert len(listed) >= 8, "the reading order lists the algorithm's files"
+    wrong = {f: (int(n), len((ROOT / f).read_text().splitlines())) for f, n in listed
+             if int(n) != len((ROOT / f).read_text().splitlines())}
+    assert not wrong, f"README map: (listed, actual) lines: {wrong}"
+    outside = [f for f, _ in listed if f not in ("grpo.py", "train.py") and "machinery" in f]
+    assert not outside, f"the machinery is not on the reading path: {outside}"
+    assert sum(int(n) for _, n in listed) <= 3_300, "the reading path is ~3k lines"
