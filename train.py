@@ -155,8 +155,7 @@ def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
 
 
 def grade(run: Run, out: Rollout, problems: list, step: int) -> Rollout:
-    """The rollout with its rewards: each reward function's of each completion (problems[i] is row i's
-    problem) and their weighted total (nanoatr/rewards.py)."""
+    """The rollout with its rewards: each function's of each row (problems[i] is row i's), and their total."""
     scores = rewards_at(run, step).score(problems, completion_texts(run.tok, out.tokens, out.mask),
                                          completion_ids(out.tokens, out.mask))
     return out._replace(rewards=run.rewards.total(scores), rewards_per_function=scores)
@@ -236,7 +235,8 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
     parts, stats, losses = micro_batches(rows, cfg.micro_batch), [], []
     for j, sel in enumerate(parts):
         prompt_ids, prompt_mask, tokens, sampled = batch.unpadded(sel)  # (b, P'), (b, T'): no shared padding
-        mask, T = masks[sel, :tokens.shape[1]], tokens.shape[1]
+        T = tokens.shape[1]
+        mask = masks[sel][:, :T]  # (a view: the compiled loss rounds by the layout it is given)
         with distributed.accumulating(run.scorer, sync=j == len(parts) - 1):
             new = run.scorer(prompt_ids, prompt_mask, tokens, cfg.temperature, with_entropy=True,
                              return_hidden=old.keeps_hidden)
