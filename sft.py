@@ -84,7 +84,7 @@ from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ign
 
 @dataclass
 class SFTConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
-    """sft.py's flags: its own, then where it differs from train.py in the shared groups (config.py)."""
+    """sft.py's flags: its own, then where it differs from train.py in the shared groups (cli.py)."""
     model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, "
                             "safetensors, tokenizer), or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched "
                             "into or read from its cache", DATA)

@@ -1,4 +1,4 @@
-"""Starts that fail and resumes that are refused (nanoatr/session.py, nanoatr/runs.py): one `error:` line and
+"""Starts that fail and resumes that are refused (nanoatr/machinery/session.py, folder.py): one `error:` line and
 a non-zero exit; a new run folder that holds nothing (no logged row, no checkpoint) is removed, whatever
 failed after it was made (an error, a bug, sys.exit() in a reward function, Ctrl-C, SIGTERM); a refused
 resume leaves its folder byte for byte, lock file included; a resume never drops logged rows on its own,

@@ -170,7 +170,7 @@ def test_every_line_reads_without_scrolling():
 def test_no_command_takes_a_shortened_flag():
     """argparse takes a unique prefix of a flag by default (--delt for --delta): a typo then runs as
     another flag, and a script written with a prefix breaks once a new flag begins the same way. Every
-    parser is config.Parser (prefixes off, a typo named in its error line: test_config.py) or says
+    parser is machinery/parser.py's Parser (prefixes off, a typo named in its error line: test_config.py) or says
     allow_abbrev=False."""
     loose = []
     for path in FILES + COMMANDS + TOOLS:
