@@ -393,8 +393,8 @@ def test_dynamic_sampling_draws_again_only_while_a_slot_is_uniform_and_rounds_ar
 
 def test_uniform_groups_are_those_with_one_reward():
     rewards = torch.tensor([1., 1., 1., 0., 0., 0., 1., 0., 0.5, 0.5, 0.5])[:9]  # groups of 3
-    assert train.uniform_groups(rewards, 3) == [0, 1]
-    assert train.uniform_groups(torch.tensor([0., 1., 1., 1.]), 2) == [1]
+    assert loss.uniform_groups(rewards, 3) == [0, 1]
+    assert loss.uniform_groups(torch.tensor([0., 1., 1., 1.]), 2) == [1]
 
 
 def fake_rounds(monkeypatch, rewards_by_round):
