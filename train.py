@@ -242,11 +242,11 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
                              return_hidden=old.keeps_hidden)
             if keep_old:
                 old.keep(sel, new)
-            extra = {"full_kl": old.full_kl(sel, new.hidden, run.model.lm_head.weight, cfg.temperature)} \
+            full = {"full_kl": old.full_kl(sel, new.hidden, run.model.lm_head.weight, cfg.temperature)} \
                 if old.keeps_hidden else {}
             loss, metrics = policy_loss(cfg.clip, new.logp, old.logp[sel, :T], batch.advantages[sel], mask,
                                         agg=cfg.aggregation, compile=cfg.compile, generator=noise, **counts,
-                                        **extra, **cfg.hparams)
+                                        **full, **cfg.hparams)
             if ref_logp is not None:  # --beta: the KL penalty to the reference, aggregated like the loss
                 kl = kl_to_reference(new.logp, old.logp[sel, :T], ref_logp[sel, :T], mask)
                 loss = loss + cfg.beta * aggregate(kl, mask, cfg.aggregation, **counts)

@@ -142,7 +142,7 @@ def train_flag(spec: str, key: str, value: str) -> tuple[str, str]:
         if value.lower() not in ("true", "false"):
             raise ValueError(f"method {spec!r}: {cli.flag(key)} is a switch: {key}=true or {key}=false")
         value = value.lower()
-    cfg = parse(TrainConfig, flag_argv(key, value), extra=hparam_flags)[0]
+    cfg = parse(TrainConfig, flag_argv(key, value), add_flags=hparam_flags)[0]
     cli.check_ranges(cfg)  # ConfigError (a ValueError) naming the flag
     parsed = getattr(cfg, key)
     return key, value if isinstance(parsed, bool) else f"{parsed:g}" if isinstance(parsed, float) else \
@@ -409,7 +409,7 @@ def check_runs(runs: list[Run], steps: int, train_args: list[str], parser: argpa
         argv = command(run, steps, train_args)[2:]
         if "--resume" in argv:
             continue
-        cfg, hparams, given = parse(TrainConfig, argv, extra=hparam_flags)
+        cfg, hparams, given = parse(TrainConfig, argv, add_flags=hparam_flags)
         try:
             resolve(apply_preset(cfg, given), hparams, 1, given)
         except cli.ConfigError as e:
@@ -443,7 +443,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.clip and args.ablate_delta:
         parser.error("--clip and --ablate-delta exclude each other (the ablation runs kl3)")
-    given = parse(TrainConfig, train_args, extra=hparam_flags)  # a bad flag: train.py's error line
+    given = parse(TrainConfig, train_args, add_flags=hparam_flags)  # a bad flag: train.py's error line
     own = sorted(cli.flag(name) for name in given[2] if cli.flag(name) in OWN_FLAGS)
     if own:
         parser.error(f"{', '.join(own)} after -- is set by the sweep itself")

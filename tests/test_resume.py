@@ -241,7 +241,7 @@ def settings(config: dict) -> dict:
 
 
 def given_value(field: str, argv: list[str]):
-    return getattr(parse(TrainConfig, argv, extra=hparam_flags)[0], field)
+    return getattr(parse(TrainConfig, argv, add_flags=hparam_flags)[0], field)
 
 
 @pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if r == RECORDED))

@@ -299,7 +299,7 @@ def test_without_matplotlib_the_last_line_names_the_table_alone(tmp_path, capsys
 
 def train_config(cmd: list[str]):
     """(TrainConfig, method hyper-parameters) as train.py reads a command line."""
-    cfg, hparams, _ = parse(TrainConfig, cmd[cmd.index("train.py") + 1:], extra=hparam_flags)
+    cfg, hparams, _ = parse(TrainConfig, cmd[cmd.index("train.py") + 1:], add_flags=hparam_flags)
     return cfg, hparams
 
 

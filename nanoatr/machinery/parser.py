@@ -103,9 +103,9 @@ def add_flag(group, f: dataclasses.Field, tp):
         group.add_argument(flag(f.name), type=base, metavar=metavar, **kw)
 
 
-def parse(cls, argv=None, description: str = "", extra=None, epilog: str = "",
+def parse(cls, argv=None, description: str = "", add_flags=None, epilog: str = "",
           usage: str = "%(prog)s [flags]"):
-    """Parse argv into cls; `extra(parser)` may add flags that are not fields (returned separately).
+    """Parse argv into cls; `add_flags(parser)` may add flags that are not fields (returned separately).
 
     Flags not given keep the dataclass default; `given` lists the fields the user set explicitly
     (presets fill in only the others).
@@ -113,8 +113,8 @@ def parse(cls, argv=None, description: str = "", extra=None, epilog: str = "",
     parser = Parser(description=description, epilog=epilog, usage=usage,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fields(parser, cls)
-    if extra:
-        extra(parser)
+    if add_flags:
+        add_flags(parser)
     ns = vars(parser.parse_args(argv))
     for action in parser._actions:  # Python keeps bytes that are no UTF-8 as surrogates, which no file takes
         values = ns.get(action.dest) if isinstance(ns.get(action.dest), list) else [ns.get(action.dest)]

@@ -86,8 +86,8 @@ class Session:
         self.folder = self.bar = None  # the runs.RunFolder, once the flags are resolved
         self.training = False
         self.interrupted_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
-        cfg, extra, given = parse_flags(argv, doc)
-        self.cfg, self.extra, self.given = cfg, extra, given
+        cfg, hparams, given = parse_flags(argv, doc)
+        self.cfg, self.hparams, self.given = cfg, hparams, given
         self.sigterm = signal.signal(signal.SIGTERM, terminated)  # the loop has its own; close() puts it back
 
     def __enter__(self) -> "Session":
@@ -109,14 +109,14 @@ class Session:
             raise ConfigError("--resume was given an empty path (an unset shell variable?): name the run "
                               "folder")
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
-            cfg, self.change = resumed_config(self.cfg, self.given, RESUME_RULES, hparams=self.extra)
+            cfg, self.change = resumed_config(self.cfg, self.given, RESUME_RULES, hparams=self.hparams)
             check_schedule_kept(cfg, self.change)
-            extra = cfg.hparams or {}
+            hparams = cfg.hparams or {}
         else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
             cfg = dataclasses.replace(apply_preset(self.cfg, self.given), workdir=os.getcwd())
-            extra, self.change = self.extra, {}
+            hparams, self.change = self.hparams, {}
         self.d = d = distributed.setup(cfg.device)
-        self.cfg = cfg = resolve(cfg, extra, d.world, self.given)
+        self.cfg = cfg = resolve(cfg, hparams, d.world, self.given)
         # The run folder first, before minutes of loading: a used name, a second process on the same
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
         self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
