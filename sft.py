@@ -14,38 +14,26 @@ generation_config.json) that train.py --model, eval.py --model and transformers 
 --adapter: it starts its own LoRA on --model, so the SFT's adapter is merged; the adapter alone stays in
 checkpoint/ for peft (eval.py --model runs/<name>/checkpoint takes it too).
 
-Examples are [prompt | solution + EOS] with the prompt built as train.py builds it (the chat template,
---system-prompt, --thinking / --no-thinking) and the loss on the solution's tokens only
-(the SFT step, below). The held-out accuracy is eval.py's: nanoatr.evaluate's sampling, verifier and Mean@k /
-Pass@k. An example longer than --max-len is an error naming its file and line, unless --skip-long drops
-(and counts) those; nothing is cut silently. LoRA or full fine-tuning (--lora-rank 0); --dtype bfloat16
-on a GPU (the frozen base in bf16, bf16 autocast), float32 on the CPU. One process, one device.
+Examples are [prompt | solution + EOS]: the prompt built exactly as train.py builds it (the chat template,
+--system-prompt, --thinking / --no-thinking), so the model learns the very sequence it continues in RL; the
+solution tokenized on its own, as the sampler produces it; the loss the mean -log p over the step's
+solution tokens only, each weighing the same. The held-out accuracy is eval.py's (nanoatr/evaluate.py). An
+example longer than --max-len is an error naming its file and line, unless --skip-long drops (and counts)
+those; nothing is cut silently. LoRA or full fine-tuning (--lora-rank 0); --dtype bfloat16 on a GPU (the
+frozen base in bf16, bf16 autocast), float32 on the CPU. One process, one device.
 
 The SFT step (the second half of this file; data/make_default.py and data/make_countdown.py make the
 embedded warm-starts with it too):
 
-examples = encode(tok, [(question, solution), ...], enable_thinking=False)   # (prompt ids, completion ids)
+    examples = encode(tok, [(question, solution), ...], enable_thinking=False)  # (prompt ids, completion ids)
     trainer = Trainer(model, tok.pad_token_id, Recipe(lr=1e-3))
-    loss = trainer.step(step, examples)                                           # one AdamW step
+    loss = trainer.step(step, examples)                                          # one AdamW step
 
-An example is [prompt | completion]. The prompt is built exactly as train.py and eval.py build it
-(tokenizer.format_prompt: the chat template, --system-prompt, Qwen3's thinking switch), so the model
-is trained on the very token sequence it will continue in RL; the completion is the solution's tokens
-and EOS, tokenized on its own, as the sampler produces it after the prompt. Only completion tokens are
-trained: the loss is the mean -log p over the step's completion tokens, every token weighing the same.
-
-Layout: padding, one example per right-padded row (--micro-batch rows are cut to their own longest).
-Measured on one CPU core (bench/sft_packing.py, batches of 64 worked solutions, the tiny models): on
-arithmetic (16% of padded tokens are pads) packing into 256-token rows is 1.13x slower even without the
-mask that keeps packed examples apart (1.19x with it); on Countdown (34% pads) a correctly masked
-packing would be 0.90x of padding. Padding it is: the saving is small where there is one, a correct
-packing needs a block-diagonal attention mask that model.hidden does not take, and padding keeps the
-embedded warm-starts bit for bit.
-
-Right padding needs no attention mask (a real token never attends to a later pad). The logits are one
-(B, S, V) tensor when it is small (the tiny models: fast on the CPU, and what the embedded warm-starts
-were built with, bit for bit), else scoring.token_logprobs chunk by chunk: at Qwen3's vocabulary one
-(8, 2048, V) float32 tensor would be 10 GB.
+One example per right-padded row (--micro-batch rows cut to their own longest; why not packing:
+docs/speed.md#sft-padding-not-packing), which needs no attention mask (a real token never attends to a
+later pad). The logits are one (B, S, V) tensor when it is small (the tiny models: fast on the CPU, and
+what the embedded warm-starts were built with, bit for bit), else scoring.token_logprobs chunk by chunk:
+at Qwen3's vocabulary one (8, 2048, V) float32 tensor would be 10 GB.
 """
 
 import contextlib
