@@ -31,8 +31,8 @@ OPTIONAL = {"peft", "pyarrow", "wandb", "torch.utils.tensorboard"}
 
 # About a dozen units, as the card promises: 17 when this cap was set (issue 39: runs.py and decoding.py
 # split off). A split that gives a job its own room may add one; past that, two rooms share a job: merge.
-# 19: stats.py moved in from scripts/ when eval.py --runs came to use its t-interval (one Student t for
-# Table 2 and the sweep; a command reaching into scripts/ would put tool modules on its import path).
+# 19: stats.py moved in from scripts/ when eval.py --runs came to use its t-interval; issue 45 moved both
+# back out (scripts/runs_table.py, scripts/stats.py).
 MAX_UNITS = 19
 # A function is read at once when it fits an editor window without scrolling: about 60 lines on a laptop.
 # Counted from `def` to its last line, docstring and comments included. When the cap was set (issue 39) the
