@@ -311,13 +311,13 @@ def test_a_change_recorded_past_the_checkpoint_is_restamped_at_it(tmp_path):
     change, so the record says it took effect there."""
     (tmp_path / "config.json").write_text(json.dumps({"steps": 4, "changes": [
         {"step": 1, "steps": {"from": 2, "to": 3}}, {"step": 3, "steps": {"from": 3, "to": 4}}]}))
-    folder = folder.RunFolder(tmp_path, resuming=True)
-    folder.state = {"step": 3}
-    folder.write_config(None, {})
+    run = folder.RunFolder(tmp_path, resuming=True)
+    run.state = {"step": 3}
+    run.write_config(None, {})
     unchanged = (tmp_path / "config.json").read_bytes()
     assert json.loads(unchanged)["changes"][1]["step"] == 3
-    folder.state = {"step": 2}
-    folder.write_config(None, {"eval_every": {"from": 0, "to": 1}})
+    run.state = {"step": 2}
+    run.write_config(None, {"eval_every": {"from": 0, "to": 1}})
     assert json.loads((tmp_path / "config.json").read_text())["changes"] == [
         {"step": 1, "steps": {"from": 2, "to": 3}}, {"step": 2, "steps": {"from": 3, "to": 4}},
         {"step": 2, "eval_every": {"from": 0, "to": 1}}]
