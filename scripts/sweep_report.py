@@ -12,7 +12,7 @@
 - OUT/ablation.svg, when kl3 ran at two or more deltas (--ablate-delta): Figure 3, Mean@k and Pass@k
   against delta.
 
-Every interval, test and power figure comes from machinery/stats.py: the Student t-interval of a mean and of
+Every interval, test and power figure comes from scripts/stats.py: the Student t-interval of a mean and of
 a seed-paired difference or contrast, the paired t-test, the exact sign test, Holm's procedure, the effect
 the seeds could detect and the seeds a decision would need. The figures are drawn by scripts/plot.py
 (matplotlib, optional: without it the table and results.json are still written).
@@ -31,13 +31,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
-from nanoatr.machinery import cli, distributed, stats  # noqa: E402
+from nanoatr.machinery import cli, distributed  # noqa: E402
 from nanoatr.methods import defaults  # noqa: E402
-from nanoatr.machinery.resume import change_text, recorded_changes
+from nanoatr.machinery.resume import change_lines  # noqa: E402
 from nanoatr.machinery.metrics_log import read_metrics  # noqa: E402
 from nanoatr.machinery.train_config import TrainConfig  # noqa: E402
 # scripts/plot.py
 from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402
+import stats  # noqa: E402  (scripts/stats.py)
 
 
 # One run of the sweep: sweep.py's plan makes it, the report reads its folder (defined here, so that the
@@ -100,8 +101,7 @@ def result(run: Run, steps: int) -> dict | None:
     res = {"method": run.method, "seed": run.seed, "k": k, "dir": run.dir.name, "end_steps": end,
            "splits": splits, "cut_low": mean("clip_frac_low"), "cut_high": mean("clip_frac_high"),
            "entropy_end": statistics.fmean(entropy) if entropy else math.nan,
-           "changes": [f"at step {c['step']}: {change_text(c)}"
-                       for c in recorded_changes(saved, run.dir / "config.json")],
+           "changes": change_lines(saved, run.dir / "config.json"),
            "provenance": saved.get("provenance") or []}
     for prefix in ["", *(f"{split}/" for split in splits)]:
         for metric in ("mean", "pass"):
@@ -300,7 +300,7 @@ def score_key(name: str) -> str:
 
 def measured(done: list[dict], c: Contrast, key: str) -> stats.Paired:
     """The contrast in `key`, seed by seed over the seeds where every one of its arms finished
-    (machinery/stats.py)."""
+    (scripts/stats.py)."""
     def by_seed(method: str, key: str) -> dict:
         return {r["seed"]: r[key] for r in done
                 if r["method"] == method and key in r and not math.isnan(r[key])}
@@ -330,7 +330,7 @@ def p_text(p: float) -> str:
 
 
 def comparisons(results: list[dict], contrasts: list[Contrast], steps: int) -> str:
-    """The seed-paired differences A - B and effects (machinery/stats.py) of every score and of the end
+    """The seed-paired differences A - B and effects (scripts/stats.py) of every score and of the end
     entropy, in markdown: the mean with its 95% paired t-interval, seeds above : below 0, the sign test, the
     minimal detectable effect (80% power, t-based) and the seeds a decision would need at the observed effect
     and spread."""
@@ -356,7 +356,7 @@ def comparisons(results: list[dict], contrasts: list[Contrast], steps: int) -> s
 def verdicts(results: list[dict], hypotheses: list[Hypothesis], claims: list[Claim], steps: int) -> str:
     """The pre-registered family in markdown. A row per hypothesis: its verdict by its own 95% paired
     t-interval, its paired t-test's p on the predicted side (two-sided for 'differs') and the family's
-    decision by Holm's procedure over every hypothesis and --reject claim (machinery/stats.py), and, when its
+    decision by Holm's procedure over every hypothesis and --reject claim (scripts/stats.py), and, when its
     interval leaves it undecided, the effect the seeds could have detected and the seeds a decision would
     need. Then a line per --reject claim: its one-sided paired t-test against the stated effect and the
     family's decision on it."""
@@ -493,7 +493,7 @@ def write_report(runs: list[Run], out: Path, steps: int, seeds: int, train_args:
     report = head + table(results, arms, seeds, steps) + (
         "\nEffects: each seed's weighted sum of its arms' scores, over the seeds where every arm finished; "
         f"compared as a difference A − B is:\n{defined}\n" if effects else "") + (
-        "\nPre-registered hypotheses (machinery/stats.py): each one's 95% paired t-interval of the mean "
+        "\nPre-registered hypotheses (scripts/stats.py): each one's 95% paired t-interval of the mean "
         "difference (df = seeds - 1) says confirmed when it lies wholly on the predicted side of 0, refuted "
         "when wholly on the other, undecided otherwise; the paired t-test's p is one-sided on the predicted "
         "side (two-sided for ≠ 0); the family, every hypothesis and --reject claim, is decided by Holm's "
@@ -506,7 +506,7 @@ def write_report(runs: list[Run], out: Path, steps: int, seeds: int, train_args:
         f"\n\n{decided}" if decided else "") + (
         "\nSeed-paired differences"
         f"{', exploratory: no correction for multiple comparisons' if decided else ''} "
-        "(machinery/stats.py: 95% paired t-interval of the mean difference, exact sign test, the difference "
+        "(scripts/stats.py: 95% paired t-interval of the mean difference, exact sign test, the difference "
         "detectable with 80% power at this spread and the seeds needed for the observed one, both "
         f"t-based):\n\n{compared}" if compared else "")
     (out / "table.md").write_text(report)

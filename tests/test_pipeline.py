@@ -1,10 +1,12 @@
 """The paper's chain end to end, a few steps of each stage on the CPU (docs/real-scale.md, "The chain on a
 CPU"): the hub's files (tests/hub_fixtures.py, offline) -> data/get_paper_data.py -> sft.py on the
-embedded tiny model -> train.py from the SFT's model -> eval.py's Table 2, from the run and afresh.
+embedded tiny model -> train.py from the SFT's model -> Table 2, from the run (scripts/runs_table.py) and
+afresh (eval.py).
 
 Run: python -m pytest tests/test_pipeline.py -q
 """
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,8 @@ from hub_fixtures import write_hub  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 get_paper_data = pytest.importorskip("get_paper_data")  # data/ is on the path through hub_fixtures
+sys.path.insert(0, str(ROOT / "scripts"))
+import runs_table  # noqa: E402
 
 
 def test_data_sft_rl_table(tmp_path, capsys):
@@ -32,7 +36,7 @@ def test_data_sft_rl_table(tmp_path, capsys):
                 "--prompts-per-step", "2", "--group-size", "4", "--lora-rank", "4", "--no-compile",
                 "--out-dir", str(runs), "--name", "rl"])
     capsys.readouterr()
-    eval_cmd.main(["--runs", str(runs / "rl")])
+    runs_table.main([str(runs / "rl")])
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["Method", "amc23", "aime24", "aime25", "Average"]
     assert [line.split("  ")[0] for line in table[2:5]] == ["Base model (step 0)", "kl3 (delta=0.07) final",

@@ -2,8 +2,8 @@
 train.py and sft.py is classified, and each is run through the command's own argument path with --resume on
 a tiny finished run: a refused flag is one `error:` line naming it, the saved value and why, and leaves the
 folder byte for byte; a recorded one takes effect and config.json keeps the start, the change under
-"changes" at its step; a free one is taken and not recorded. Then what reads the record: eval.py --runs,
-scripts/plot.py's legend."""
+"changes" at its step; a free one is taken and not recorded. Then what reads the record:
+scripts/runs_table.py, scripts/plot.py's legend."""
 import dataclasses
 import json
 import random
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import eval as eval_cli
 import sft as sft_cli
 import train
 from nanoatr import loss
@@ -27,6 +26,7 @@ from tiny import make_default, make_model_dir
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from plot import run_legend  # noqa: E402
+import runs_table  # noqa: E402
 
 HOW = ("classify it in nanoatr/machinery/resume.py {table}: Refused(\"why\") when continuing with another value would "
        "make the run something it was not started as, RECORDED when that is a legitimate experiment (the "
@@ -150,7 +150,8 @@ def test_train_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, 
 # named here, each with a value other than the tiny run's, and must stay refused whatever the table says:
 # a resume that took one would continue the run as something it was not started as, under its name.
 WHAT_A_RUN_IS = [
-    # which run: its seed (eval.py --runs pools one run per seed), task, weights and training file (prompt order)
+    # which run: its seed (scripts/runs_table.py pools one run per seed), task, weights and training file
+    # (prompt order)
     ["--seed", "1"], ["--task", "countdown"], ["--model", str(ROOT / "data/tiny-qwen3-countdown")],
     ["--revision", "main"], ["--data", str(ROOT / "data/arith/val.jsonl")],
     # the method compared: the clipping rule and its hyper-parameter, the loss, the updates per rollout
@@ -297,7 +298,7 @@ def test_resumes_add_up_and_one_that_changes_nothing_adds_nothing(train_runs, tm
     assert [r["step"] for r in rows if "eval/mean@2" in r] == [0, 1, 2, 3, 4]  # 3: --eval-every 1 from 2 on
     capsys.readouterr()
 
-    eval_cli.main(["--runs", str(run)])
+    runs_table.main([str(run)])
     notes = capsys.readouterr().out.splitlines()
     assert "full: changed on resume at step 1: --steps 1 -> 2" in notes
     assert "full: changed on resume at step 2: --eval-every 0 -> 1, --steps 2 -> 4" in notes
@@ -310,13 +311,13 @@ def test_a_change_recorded_past_the_checkpoint_is_restamped_at_it(tmp_path):
     change, so the record says it took effect there."""
     (tmp_path / "config.json").write_text(json.dumps({"steps": 4, "changes": [
         {"step": 1, "steps": {"from": 2, "to": 3}}, {"step": 3, "steps": {"from": 3, "to": 4}}]}))
-    folder = folder.RunFolder(tmp_path, resuming=True)
-    folder.state = {"step": 3}
-    folder.write_config(None, {})
+    run = folder.RunFolder(tmp_path, resuming=True)
+    run.state = {"step": 3}
+    run.write_config(None, {})
     unchanged = (tmp_path / "config.json").read_bytes()
     assert json.loads(unchanged)["changes"][1]["step"] == 3
-    folder.state = {"step": 2}
-    folder.write_config(None, {"eval_every": {"from": 0, "to": 1}})
+    run.state = {"step": 2}
+    run.write_config(None, {"eval_every": {"from": 0, "to": 1}})
     assert json.loads((tmp_path / "config.json").read_text())["changes"] == [
         {"step": 1, "steps": {"from": 2, "to": 3}}, {"step": 2, "steps": {"from": 3, "to": 4}},
         {"step": 2, "eval_every": {"from": 0, "to": 1}}]
@@ -328,8 +329,8 @@ def test_a_malformed_record_is_one_line(changes, train_runs, tmp_path, capsys):
     run = copy_of(train_runs["full"], tmp_path)
     config = json.loads((run / "config.json").read_text())
     (run / "config.json").write_text(json.dumps({**config, "changes": changes}))
-    for main in (train.main, eval_cli.main):
-        argv = ["--resume", str(run), "--steps", "2"] if main is train.main else ["--runs", str(run)]
+    for main in (train.main, runs_table.main):
+        argv = ["--resume", str(run), "--steps", "2"] if main is train.main else [str(run)]
         assert one_error(capsys, main, argv) == f'error: {run / "config.json"}: "changes" is not a list of ' \
             '{"step": S, "<flag>": {"from": A, "to": B}}'
 

@@ -1,10 +1,13 @@
-"""nanoatr/machinery/stats.py: the t distribution, the t-interval of a mean, seed-paired contrasts, p-values, the
-verdict rule, Holm's procedure over a family, power and rejection."""
+"""scripts/stats.py: the t distribution, the t-interval of a mean, seed-paired contrasts, p-values, the verdict
+rule, Holm's procedure over a family, power and rejection."""
 import math
+import sys
+from pathlib import Path
 
 import pytest
 
-from nanoatr.machinery import stats
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import stats  # noqa: E402  (scripts/stats.py)
 
 
 @pytest.mark.parametrize("p, df, published", [
@@ -59,7 +62,7 @@ def test_paired_t_interval_against_a_hand_computation():
 
 
 def test_half_width_by_hand():
-    """eval.py --runs prints mean ± half_width: sd 2 over three seeds, t(0.975, 2) = 4.303; sd sqrt(8) over
+    """scripts/runs_table.py prints mean ± half_width: sd 2 over three seeds, t(0.975, 2) = 4.303; sd sqrt(8) over
     two, t(0.975, 1) = 12.706; one seed has no spread."""
     assert stats.half_width([40.0, 42.0, 44.0]) == pytest.approx(4.303 * 2 / math.sqrt(3), abs=1e-3)
     assert stats.half_width((10.0, 14.0)) == pytest.approx(12.706 * math.sqrt(8) / math.sqrt(2), abs=1e-3)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import stats  # noqa: E402  (scripts/stats.py)
 import sweep  # noqa: E402  (scripts/sweep.py)
 import sweep_report  # noqa: E402  (scripts/sweep_report.py)
-from nanoatr.machinery import stats  # noqa: E402
 from nanoatr.machinery.parser import parse  # noqa: E402
 from nanoatr.machinery.train_config import PRESETS, TrainConfig, apply_preset, hparam_flags  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402

@@ -28,6 +28,9 @@ TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
              "weight_decay": "--weight-decay", "top_p": "--top-p", "top_k": "--top-k",
              "reward_funcs": "--reward", "reward_weights": "--reward-weights", "report_to": "--report-to"}
 
+# Flags that moved out of a command: an unknown flag that is one of them is told where it went.
+MOVED = {"--runs": "eval.py --runs (Table 2 over seeds) is now python scripts/runs_table.py RUN_DIR..."}
+
 
 class Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line, not after a usage block of every flag, and takes every
@@ -42,9 +45,10 @@ class Parser(argparse.ArgumentParser):
         trl = list(self.trl_flags(unknown))
         trl_text = f"; TRL's {', '.join(f'{a} is {b}' for a, b in trl)} here " \
                    f"(docs/real-scale.md maps TRL's and verl's names)" if trl else ""
+        moved = [MOVED[word.split("=")[0]] for word in unknown if word.split("=")[0] in MOVED]
         hints = "".join(f"; {word}: did you mean {meant}?" for word, meant in self.meant_flags(unknown)
-                        if word not in dict(trl))
-        die(f"{message} (see --help){trl_text}{hints}")
+                        if word not in dict(trl) and word not in MOVED)
+        die(f"{message} (see --help){trl_text}{''.join(f'; {m}' for m in moved)}{hints}")
 
     def meant_flags(self, words):
         """(word, 'flag or flag') for each unknown --word of `words` that names_meant() finds a flag for."""

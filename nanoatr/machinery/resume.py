@@ -26,8 +26,8 @@ FREE = "free"          # where or how the run computes, not what it trains: take
 WEIGHTS = Refused("the checkpoint holds the run's weights (full fine-tuning) or its adapter for that base "
                   "model (LoRA); start a new run from another model")
 PROMPTS = Refused("it changes the prompts the policy is trained and evaluated on")
-EVALUATION = Refused("the run's evaluations are compared across its steps and with other runs (eval.py "
-                     "--runs) under one setting")
+EVALUATION = Refused("the run's evaluations are compared across its steps and with other runs "
+                     "(scripts/runs_table.py) under one setting")
 METHOD = Refused("the run is one method of a comparison; start a new run for another")
 ROLLOUTS = Refused("it changes the rollouts the run trains on, part of its setting; start a new run")
 FOLDER = Refused("a resumed run stays in its folder")
@@ -53,8 +53,8 @@ SHARED_RESUME_RULES = {
     "out_dir": FOLDER, "name": FOLDER,
     "resume": FREE,  # the folder itself
     "save_every": RECORDED,  # which checkpoints the folder holds
-    "seed": Refused("a seed names one run of its method (eval.py --runs pools one run per seed) and draws "
-                    "its prompt order"),
+    "seed": Refused("a seed names one run of its method (scripts/runs_table.py pools one run per seed) "
+                    "and draws its prompt order"),
     "device": FREE,  # where it computes; "auto" already differs from machine to machine
     "report_to": FREE, "wandb_project": FREE,  # where the metrics are also sent; metrics.jsonl is the record
     "workdir": FREE,  # not a flag: the directory the run started in, kept (from_start)
@@ -249,6 +249,12 @@ def settings_now(saved: dict, where) -> dict:
     for change in recorded_changes(saved, where):
         settings.update({k: v["to"] for k, v in change.items() if k != "step"})
     return settings
+
+
+def change_lines(saved: dict, where) -> list[str]:
+    """'at step 32: --steps 32 -> 64, --eval-every 0 -> 8': each recorded change with its step (the notes
+    under scripts/runs_table.py's and scripts/sweep_report.py's tables)."""
+    return [f"at step {c['step']}: {change_text(c)}" for c in recorded_changes(saved, where)]
 
 
 def change_text(change: dict, arrow: str = " -> ") -> str:

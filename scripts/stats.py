@@ -1,9 +1,9 @@
 """Statistics over seeds: the 95% t-interval of a mean, and seed-paired comparisons of methods.
 
-eval.py --runs (Table 2 over seeds) prints each method's mean with the half-width of its t-interval
-(`half_width`: t(0.975, n-1) sd / sqrt(n)); scripts/sweep.py's report (scripts/sweep_report.py) draws the
-same intervals as the bands of its figures (`mean_interval`) and prints, under its table, the comparisons
-below.
+scripts/runs_table.py (Table 2 over seeds) prints each method's mean with the half-width of its
+t-interval (`half_width`: t(0.975, n-1) sd / sqrt(n)); scripts/sweep.py's report (scripts/sweep_report.py)
+draws the same intervals as the bands of its figures (`mean_interval`) and prints, under its table, the
+comparisons below.
 
 Runs of one seed share their prompts, their first completions and their evaluation draws, so methods are
 compared seed by seed. A comparison is a contrast: on each seed s its value is d_s = sum_i w_i X_i(s) over
