@@ -1,27 +1,15 @@
 """Evaluation: sample n completions per problem, grade them, summarise as Mean@k / Pass@k.
 
 Shared by eval.py, the periodic evaluation in train.py and the warm-start scripts, so that every
-number in the logs and the README comes from the same code path.
+number in the logs and the README comes from the same code path. ``verdicts`` is one list of booleans
+per problem (did sample j solve problem i), each sampled n >= k times.
 
-``verdicts`` is one list of booleans per problem: did sample j solve problem i.
-Every problem is sampled n >= k times (n may differ between problems).
+- Mean@k: the expected accuracy of one sample: c/n per problem (all n samples), averaged over problems.
+- Pass@k: the chance that at least one of k samples is correct, by the unbiased estimator
+  1 - C(n-c, k) / C(n, k) (Chen et al. 2021), not "any of the first k", which is noisier.
 
-- Mean@k: the expected accuracy of one sample. Its expectation does not depend on k,
-  so we use all n samples (c/n per problem, then averaged over problems): same value
-  as the paper's "average over the k samples" when n == k, and lower variance when n > k.
-- Pass@k: the chance that at least one of k samples is correct, with the unbiased
-  estimator 1 - C(n-c, k) / C(n, k) over all k-subsets of the n samples
-  (Chen et al. 2021), not "any of the first k", which is noisier.
-
-``summarize`` reports percent by default, as the paper's tables do (Mean@8 (%)).
-
-The evaluation during training also logs the entropy of the evaluation policy (``eval/<file>/entropy``):
-the entropy of softmax(logits / T) over the whole vocabulary at every token of every evaluation
-completion (the EOS included), T the evaluation's own temperature, averaged over all those tokens
-(token-weighted, as train.py's ``entropy`` of the training tokens, which is at the training temperature).
-At T != 1 the key names it (``entropy@T0.6``); greedy decoding (T = 0) is scored at T = 1. top-p and top-k
-are not applied: it is the entropy before truncation.
-"""
+``summarize`` reports percent, as the paper's tables do. Why so, and the evaluation's entropy:
+docs/machinery.md#evaluate"""
 import math
 import re
 import time

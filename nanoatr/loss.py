@@ -5,21 +5,9 @@
     per-token loss --aggregate--> the micro-batch's scalar (normalised over the whole optimizer step)
     policy_loss = _token_loss + aggregate, compiled once with torch.compile: what the trainer calls
 
-Deliberate choices, in one place:
-  - advantages are Dr. GRPO's (reward - group mean) by default, GRPO's /std on request
-  - the loss is token-level; the per-token surrogates live in nanoatr/methods.py (one function each)
-  - the log-ratio log w = logp - old_logp is clamped to [-20, 20] (as verl does) so a diverged
-    token gives a finite loss; beyond that its gradient is zero
-  - padding (mask 0) gets exactly zero loss and zero gradient, whatever its logp holds (torch.where,
-    never a multiplication by the mask, so inf / nan there cannot leak)
-  - the KL penalty to a reference policy (--beta, off by default as in the paper and Dr. GRPO) is
-    `kl_to_reference`, aggregated like the policy loss and added to it by the trainer
-  - aggregation is a separate step; `dr-grpo` (token sum / (sequences * max_new_tokens)) is the
-    default; every normaliser counts the whole optimizer step, so micro-batches just add up
-  - hyper-parameters are checked once, when a run is configured (cli.check_hparams); policy_loss,
-    called every micro-batch, takes them as given
-The log-probs themselves come from nanoatr/scoring.py.
-"""
+The per-token surrogates live in nanoatr/methods.py (one function each), the log-probs come from
+nanoatr/scoring.py. The deliberate choices (advantages, the log-ratio clamp, padding, the KL penalty,
+aggregation, when hyper-parameters are checked), in one place: docs/machinery.md#loss"""
 import functools
 import math
 import warnings
