@@ -2,14 +2,9 @@
 
 Prompts of different lengths are left-padded into one batch, prefilled once, then decoded one token
 per step for every row, writing keys and values in place into a preallocated cache. A row stops at
-its first EOS (which is kept and trained on) or after its first stop string; later slots are padding
-with mask 0. Completions come back finished: the caller only decodes and grades them.
-
-One decode step (`decode_step`: the model's step, then the draw) is the same code everywhere. A DecodePlan
-says how the steps run: EAGER, the plan read here, runs each as written and looks at every row after every
-step. The fast plans (compiled, replayed from CUDA graphs, finished rows leaving the batch) come from
-nanoatr/machinery/decoding.py's `decode_plan`, which the commands pass in; every plan gives the same tokens.
-"""
+its first EOS (kept and trained on) or after its first stop string. A DecodePlan says how the steps
+run: EAGER here, the fast plans machinery/decoding.py's; every plan gives the same tokens
+(docs/machinery.md#rollout)."""
 import contextlib
 from dataclasses import dataclass
 from typing import Callable, NamedTuple

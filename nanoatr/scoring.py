@@ -1,18 +1,10 @@
 """Scoring a completion: its tokens' log-probs, entropies and full-vocabulary KL under a policy.
 
-    score(model, prompt_ids, prompt_mask, tokens, T)   one forward over [prompt | completion] -> (B, T)
-                                                       log-probs
-    Scorer(model, precision)                           the same as a module's forward (DDP, autocast)
-    Reference(model, adapters_off)                     log-probs under pi_ref, for the --beta penalty
-    token_logprobs / token_logprobs_naive              log pi(y_t) and entropy from hidden states
-    full_kl / full_kl_naive                            KL(pi_old(.|s_t) || pi_theta(.|s_t)) per position
-
 A (B, T, V) tensor is never built on the fast paths: log-softmax runs chunk by chunk in forward, and
 backward recomputes each chunk and applies the gradient by hand. Each fast function has an
 obviously-correct `_naive` twin that the tests compare it with. Everything is float32 (float64 stays
-float64), whatever the model's dtype: the sampler scores tokens with the same float32 log-softmax
-(rollout.sampling_logprobs), so the trainer's and the sampler's numbers agree.
-"""
+float64), as the sampler's rollout.sampling_logprobs is, so the trainer's and the sampler's numbers
+agree. Its functions at a glance: docs/machinery.md#scoring"""
 import contextlib
 from typing import NamedTuple, Optional
 

@@ -1,13 +1,8 @@
 """Prompts: the tokenizer of a model directory, its chat template, and what stops a sample.
 
-A model directory carries its own prompt format, as Qwen3 checkpoints do: when the tokenizer has a
-chat template the problem becomes a user message; otherwise (base models) `--prompt-template` is
-filled in. The embedded default's template is simply "question=".
-
-A sample stops at an EOS token (the tokenizer's, generation_config.json's, config.json's) or, for base models
-that never emit one, after the first of the `--stop` strings (StopStrings, which rollout.generate
-applies: its completions come back finished).
-"""
+With a chat template the problem becomes a user message; otherwise (base models) `--prompt-template` is
+filled in. A sample stops at an EOS token or after the first `--stop` string (StopStrings, which
+rollout.generate applies). Where each comes from: docs/machinery.md#tokenizer"""
 import json
 import shutil
 from pathlib import Path

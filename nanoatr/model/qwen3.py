@@ -2,12 +2,9 @@
 with per-head q/k RMSNorm and RoPE, grouped-query -> residual -> RMSNorm -> SwiGLU MLP -> residual) ->
 RMSNorm -> lm_head; and the KV cache the rollout decodes with.
 
-Parameter names mirror transformers' Qwen3ForCausalLM (`model.layers.0.self_attn.q_proj.weight`, ...)
-so that a Hugging Face checkpoint loads with a plain `load_state_dict`, and LoRA adapters made by peft
-on our modules carry the same keys as adapters made on transformers' model. Reading and writing
-checkpoint directories is model/files.py's. Three CPU speed variants are named functions below, each
-with its reason (the measurements: docs/speed.md): real_tokens, decode_attention, blocked_lm_head.
-"""
+Parameter names mirror transformers' Qwen3ForCausalLM, so a Hugging Face checkpoint loads with a plain
+`load_state_dict` (docs/machinery.md#qwen3). Three CPU speed variants are named functions below:
+real_tokens, decode_attention, blocked_lm_head (docs/speed.md)."""
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
