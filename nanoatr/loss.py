@@ -39,10 +39,8 @@ EQUAL_RTOL = 1e-5    # rewards within this (relative) spread count as equal
 
 
 def group_advantages(rewards: Tensor, group_size: int, normalize_std: bool = False) -> Tensor:
-    """Advantages (N,) for rewards (N,) laid out as consecutive groups [p0 x G, p1 x G, ...].
-
-    Computed in float64 and returned as float32 (or the rewards' own floating dtype).
-    """
+    """Advantages (N,) for rewards (N,) laid out as consecutive groups [p0 x G, p1 x G, ...]; computed in
+    float64, returned as float32 (or the rewards' own floating dtype)."""
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
     if group_size < 2:
@@ -68,9 +66,7 @@ def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int, factor: 
         ((L_max - L_cache) - |y|) / L_cache * F   L_max - L_cache < |y| <= L_max    (0 down to -F)
         -F                                       |y| > L_max
     with |y| = lengths (N,) (completion tokens, the EOS counted), L_max = max_new_tokens, L_cache = buffer
-    (0: off, every penalty 0), F = factor (Eq. 13 has 1). verl's DAPORewardManager (overlong_buffer.len,
-    penalty_factor) adds min(((L_max - L_cache) - |y|) / L_cache * F, 0), the same for every |y| <= L_max; a
-    completion here never exceeds --max-new-tokens, so the last case is only the formula's. float32."""
+    (0: off, every penalty 0), F = factor (Eq. 13 has 1), as verl's DAPORewardManager. float32."""
     if buffer == 0:
         return torch.zeros(lengths.shape, device=lengths.device)
     expected = max_new_tokens - buffer
@@ -243,10 +239,8 @@ def _fused_loss(method, agg, logp, old_logp, advantages, mask, full_kl, noise, c
 
 @functools.cache
 def _compiled_loss():
-    """torch.compile(_fused_loss), built on first use. dynamic=True: one graph for every B and T (the
-    per-step counts arrive as tensors, not constants). Each method is its own graph of this one
-    function; Dynamo keeps up to torch._dynamo.config.recompile_limit (8) of them, plenty for a run,
-    which uses one method (the tests, which loop over all of them, raise the limit)."""
+    """torch.compile(_fused_loss), built on first use. dynamic=True: one graph for every B and T; one
+    per method, up to torch._dynamo.config.recompile_limit (8) of them (docs/machinery.md#loss)."""
     return torch.compile(_fused_loss, dynamic=True)
 
 

@@ -322,11 +322,8 @@ def resolve_sampling(cfg: SamplingFlags, defaults: dict, source) -> str:
 
 
 def check_hparams(method: str, **hparams) -> dict:
-    """Validate a method's hyper-parameters and return them merged over its defaults.
-
-    Called once, when a run is configured: policy_loss, every micro-batch, takes them as given.
-    Raises ConfigError (a ValueError) naming the flag, e.g. "--delta must be > 0 (got -1.0)".
-    """
+    """Validate a method's hyper-parameters and return them merged over its defaults: once, when a run is
+    configured (policy_loss takes them as given). ConfigError names the flag ("--delta must be > 0")."""
     if method not in METHODS:
         raise ConfigError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
     allowed = defaults(method)

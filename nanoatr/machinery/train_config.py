@@ -225,11 +225,9 @@ def check_overlong(cfg: TrainConfig, given) -> None:
 
 
 def check_schedule_kept(cfg: TrainConfig, change: dict) -> None:
-    """A resumed run keeps the learning rates it has followed: under a schedule, the numbering of its
-    optimizer steps (--minibatches, --epochs) and, when the schedule spans the run, its length (--steps) stay
-    as they were. cfg: the resumed config; change: this resume's, {field: {"from": the run's, "to": cfg's}}
-    (runs.resumed_config; a field it does not name is the run's own). (The schedule's own flags:
-    runs.RESUME_RULES.)"""
+    """A resumed run keeps the learning rates it has followed: under a schedule, --minibatches and --epochs
+    and (when the schedule spans the run) --steps stay as they were. cfg: the resumed config; change: this
+    resume's, {field: {"from": the run's, "to": cfg's}} (resume.resumed_config)."""
     saved = dataclasses.replace(cfg, **{name: c["from"] for name, c in change.items()})
     if saved.lr_scheduler == "constant" and not saved.warmup:
         return
