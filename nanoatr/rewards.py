@@ -95,7 +95,7 @@ OWN_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state")
 
 
 def arguments(problems: list, completions: list[str], completion_ids: list[list[int]]) -> dict[str, list]:
-    """The keyword arguments of a batch (see the module's docstring), one entry per completion (each call
+    """The keyword arguments of a batch (docs/machinery.md#rewards), one entry per completion (each call
     of a function gets its own copy: run)."""
     chat = [p.messages is not None for p in problems]
     columns = list(dict.fromkeys(k for p in problems for k in p.fields))  # every column, in the order met

@@ -77,14 +77,9 @@ def eos_ids(value, where: Path) -> list[int]:
 
 
 def eos_token_ids(tokenizer, *model_dirs) -> list[int]:
-    """EOS ids: the tokenizer's, and those of every model directory given (a base and its adapter, say).
-
-    transformers' generate stops at generation_config.json's eos_token_id when the directory has that
-    file, else at config.json's (GenerationConfig.from_model_config), an int or a list; the tokenizer's
-    eos_token is not consulted. Qwen3's instruct checkpoints name <|im_end|> and <|endoftext|> in
-    generation_config.json, their tokenizer only <|im_end|>. A sample here stops at the union of all
-    three places, so it never runs past a token that any of them calls an end.
-    """
+    """EOS ids: the tokenizer's, and those of every model directory given (a base and its adapter, say):
+    the union of the tokenizer's, generation_config.json's and config.json's, so that a sample never runs
+    past a token that any of them calls an end (docs/machinery.md#tokenizer)."""
     ids = {tokenizer.eos_token_id}
     for d in filter(None, model_dirs):
         for name in ("generation_config.json", "config.json"):

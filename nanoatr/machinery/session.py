@@ -63,7 +63,7 @@ def terminated(signum, frame):
 
 
 class Session:
-    """A run folder opened for training (a context manager); see the module's docstring."""
+    """A run folder opened for training (a context manager): docs/machinery.md#session."""
 
     def __init__(self, argv=None, doc: str = ""):
         nanoatr.ctrl_c_raises()  # from here on, a Ctrl-C is the session's (a new run folder is removed first)

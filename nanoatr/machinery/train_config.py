@@ -109,13 +109,9 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
         return self.lr_scheduler != "constant" or self.warmup_ratio > 0
 
 
-# The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags.
-# TRL counts its batch in completions: batch 8 = one group of G = 8, and 4 accumulated micro-batches make
-# 4 prompts x 8 completions, sampled together. Under TRL's defaults (num_iterations = 1, steps_per_generation
-# = gradient_accumulation_steps) that is one optimizer step per rollout batch: the ratio is exactly 1 and
-# clipping is inert. The paper does not say what moved its ratio; we fill the gap with --minibatches 4: each
-# group of 8 its own optimizer step, so the ratio moves and clipping acts (--minibatches 1: the table as
-# written, with train.py's warning).
+# The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags,
+# with --minibatches 4 (each group of 8 its own optimizer step) so that the ratio moves and clipping acts:
+# why, docs/machinery.md#train-config.
 PRESETS = {"paper": {
     "lora_rank": 32, "lora_alpha": 64.0,
     "lr": 5e-6, "weight_decay": 1e-3,                   # AdamW

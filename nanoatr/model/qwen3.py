@@ -266,12 +266,8 @@ class KVCache:
 
     def __init__(self, cfg: Qwen3Config, batch: int, max_len: int, dtype, device, windows: bool = True):
         """windows: decode steps may attend over windows wider than the filled slots (rollout.DecodePlan):
-        then each layer gets its own zeroed tensors (a compiled step writes each in place, and the weight 0
-        that the mask gives an unfilled slot times a NaN left in uninitialised memory would still be NaN).
-        Otherwise (the CPU's exact windows, no slot is read before it is written) one uninitialised block,
-        viewed per layer: per-layer blocks of a few MB, freed after each rollout, lower glibc's adaptive
-        mmap threshold, and every later step's logits were then page-faulted afresh (10x the page faults,
-        7% slower at 58M parameters: docs/speed.md)."""
+        then each layer gets its own zeroed tensors (an unfilled slot's weight 0 times a NaN is still NaN).
+        Otherwise one uninitialised block, viewed per layer (why one block: docs/machinery.md#qwen3)."""
         shape = (batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
         L = cfg.num_hidden_layers
         if windows:
