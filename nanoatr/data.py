@@ -184,12 +184,9 @@ def save_problems(path: str | Path, problems: list[Problem]) -> None:
             f.write(json.dumps({"problem": p.question, "answer": p.answer}, ensure_ascii=False) + "\n")
 
 
-# Some AIME 2025 copies were written with single backslashes, so a JSON decoder read
-# "\frac" as form feed + "rac" and "\triangle" as tab + "riangle". We undo the escapes
-# whose result never occurs in real problem text: \f and \b always; \t and \r only
-# before a lowercase letter, as in \triangle, \times, \theta, \right, \rho (a genuine tab
-# or CR is followed by space, a digit, a capital or a newline). "\n" + letter (\neq, \nu)
-# cannot be told from a real line break, so it is left alone.
+# Some AIME 2025 copies were written with single backslashes: a JSON decoder read "\frac" as form feed +
+# "rac". Undone where the result never occurs in real text: \f and \b always; \t and \r before a lowercase
+# letter (\triangle, \times, \right); "\n" + letter (\neq) cannot be told from a line break: left alone.
 _BROKEN_ESCAPES = re.compile(r"[\f\b]|[\t\r](?=[a-z])")
 _UNESCAPE = {"\f": "\\f", "\b": "\\b", "\t": "\\t", "\r": "\\r"}
 

@@ -32,13 +32,10 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
     """Yield one dict per completion: problem_id, sample, completion, gold, reward, correct, length,
     truncated, and with_entropy its entropy (completion_entropies: the mean over its tokens, nats).
 
-    Work is flattened to (problem, sample) pairs and cut into fixed batches, each sampled with its
-    own seed; pairs in `skip` (eval.py --resume) are not yielded again. Because the batches do not
-    depend on what was skipped, a resumed evaluation draws exactly the samples of an uninterrupted one.
+    Work is flattened to (problem, sample) pairs and cut into fixed batches, each with its own seed, so
+    a resumed evaluation (pairs in `skip` are not yielded again) draws the samples of an uninterrupted one.
     Completions end at an EOS in `eos_ids` or after a stop string in `stop`. `rewards` grade them (default:
-    the math task's, the verifier): `reward` is the weighted total of the reward functions, and a
-    completion is correct when it is > 0.
-    """
+    the verifier): `reward` is their weighted total, and a completion is correct when it is > 0."""
     rewards = rewards or Rewards.of(math_reward)
     eos_ids = eos_ids if eos_ids is not None else [tokenizer.eos_token_id]
     prompts = encode_prompts(tokenizer, problems, **(prompt_kw or {}))
@@ -132,10 +129,8 @@ def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, 
     run: (results under eval/<file>/... and eval/mean@k, eval/pass@k (the files' average), a few sample rows
     per file, each with its entropy, for samples.jsonl).
 
-    The ranks share the work: each samples every world-th of sample_and_grade's fixed batches (each
-    seeded by its position), so the samples are those one process would draw; gather(rows) gives every
-    rank's rows (machinery/distributed.py's all_gather; one process: its own).
-    """
+    The ranks share the work: each samples every world-th of sample_and_grade's fixed batches, so the
+    samples are those one process would draw; gather(rows) gives every rank's rows (all_gather)."""
     results, samples = {}, {}
     for name, problems in eval_sets.items():
         t0 = time.perf_counter()

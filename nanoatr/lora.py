@@ -194,9 +194,8 @@ def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu",
 
 
 def load_policy(cfg, model_dir: Path, ckpt: Path | None, device):
-    """train.py's policy from its flags (cfg: session.TrainConfig), --model as a local directory (model_dir)
-    and the checkpoint it resumes from, if any:
-    (our Qwen3, the PeftModel around it under LoRA or None), full weights or the base with adapters.
+    """train.py's policy from its flags (cfg: TrainConfig), --model as a local directory (model_dir) and the
+    checkpoint it resumes from, if any: (our Qwen3, the PeftModel around it under LoRA or None).
 
     Trained weights are float32 whatever --dtype (AdamW on bf16 weights loses small updates); under
     LoRA the frozen base is stored in --dtype and peft keeps the adapters in float32.

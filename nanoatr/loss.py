@@ -87,12 +87,10 @@ def dynamic_sampling(draw: Callable, share: int, G: int, max_rounds: int) -> tup
     that fills each of the batch's `share` slots.
 
     draw(r, n) is sampling round r: n prompts, G completions each (anything with .rewards, (n G,)).
-    Round 0 fills every slot. A group whose G rewards are all equal has no advantage and gives no
-    gradient, so its slot is refilled, in slot order, by the mixed groups of up to K further rounds, in
-    their order; each round draws twice as many prompts as slots are still uniform (at most `share`: DAPO
-    draws whole batches, which costs a GPU little and a CPU a lot). Slots still uniform after K rounds
-    keep their group; K = 0 is one round, as drawn.
-    """
+    Round 0 fills every slot. A group whose G rewards are all equal gives no gradient, so its slot is
+    refilled, in slot order, by the mixed groups of up to K further rounds, each drawing twice as many
+    prompts as slots are still uniform (at most `share`; DAPO draws whole batches, cheap on a GPU only).
+    Slots still uniform after K rounds keep their group; K = 0 is one round, as drawn."""
     rounds = [draw(0, share)]
     picks = [(0, g) for g in range(share)]
     todo = uniform_groups(rounds[0].rewards, G)  # slots to refill, in order
@@ -258,14 +256,11 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
     KL(pi_old || pi_theta) over the vocabulary, needed by kl-full (value only) and truly-ppo (with
     gradient); build it with nanoatr.scoring.full_kl. generator: the RNG of clip-cov's random token
     choice (default: torch's global RNG).
-    hparams: the method's, already checked (cli.check_hparams, at configuration); missing ones
-    take the method's defaults. num_sequences / num_tokens: sequences and valid tokens of the whole
-    optimizer step; max_new_tokens: the completion budget (Dr. GRPO's constant). Methods that use
-    "sequences" (gspo, gspo-token) always aggregate with seq-mean-token-mean (their per-token copies
-    of a sequence loss must be averaged per sequence). compile=True runs the torch.compile'd fusion;
-    if compiling fails it warns once and stays eager for that method. clip-cov's random keys are
-    drawn here, eagerly, from `generator`, so the compiled function is pure.
-    """
+    hparams: the method's, already checked (cli.check_hparams); missing ones take the method's defaults.
+    num_sequences / num_tokens: sequences and valid tokens of the whole optimizer step; max_new_tokens:
+    the completion budget (Dr. GRPO's constant). Methods that use "sequences" (gspo, gspo-token) always
+    aggregate with seq-mean-token-mean. compile=True runs the torch.compile'd fusion (a failed compile:
+    one warning, then eager for that method); clip-cov's random keys are drawn here, eagerly."""
     full_kl, noise = _inputs(method, logp, old_logp, advantages, mask, full_kl, generator)
     hp = {**defaults(method), **hparams}
     agg = "seq-mean-token-mean" if needs(method, "sequences") else agg

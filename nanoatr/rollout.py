@@ -81,12 +81,9 @@ def left_pad(prompts: list[list[int]], pad_id: int = 0, device="cpu"):
 
 
 def sampling_logprobs(logits, temperature: float):
-    """Log-probs of the distribution tokens are scored under: softmax(logits / T) in float32.
-
-    The trainer scores completions with this same function, so rollout and training agree. Top-k and
-    top-p only restrict which tokens may be drawn; the score is the untruncated tempered distribution
-    (temperature 0 means greedy drawing, scored at T = 1).
-    """
+    """Log-probs of the distribution tokens are scored under: softmax(logits / T) in float32, the same
+    for rollout and training. Top-k and top-p only restrict which tokens may be drawn; the score is the
+    untruncated tempered distribution (temperature 0 means greedy drawing, scored at T = 1)."""
     logits = logits.float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
@@ -324,8 +321,7 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
 
     A finished row keeps decoding its own (discarded) tokens until it leaves the batch (plan.compact),
     which cannot affect the other rows; the uniforms are drawn for every row at every step, so the
-    draws of each row are what they would be without the early stop or the compaction.
-    """
+    draws of each row are what they would be without the early stop or the compaction."""
     device = model.lm_head.weight.device
     B, P = ids.shape
     uniforms = sampling.sampler == "inverse-cdf" and sampling.temperature > 0

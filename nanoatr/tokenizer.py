@@ -172,12 +172,10 @@ class StopStrings:
 
     Text is decoded WITH special tokens, as transformers' stop strings see it, so a special token
     works as a stop string: `--stop "<|im_end|>"` ends a base model's invented chat turn.
-      holds(rows)       rows of token ids -> whether each row's text holds a stop string (lets
-                        decoding end early; checked every rollout.STOP_EVERY tokens)
-      cut(tokens, mask) mask out every token after the one that completes a row's first stop string;
-                        returns (mask, stopped). The kept tokens are exactly the sampled ones, so
-                        their log-probs stay exact.
-    """
+      holds(rows)       rows of token ids -> whether each row's text holds a stop string (checked
+                        every rollout.STOP_EVERY tokens, so that decoding ends early)
+      cut(tokens, mask) (mask, stopped): every token after the one completing a row's first stop
+                        string masked out; the kept tokens and their log-probs are the sampled ones."""
 
     def __init__(self, tokenizer, stop):
         self.tokenizer, self.stop = tokenizer, [s for s in stop if s]

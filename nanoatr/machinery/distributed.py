@@ -67,8 +67,7 @@ def setup(device_flag: str = "auto") -> Dist:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
-        # Generous timeout: ranks wait at collectives while rank 0 writes a checkpoint or a slow rank
-        # finishes its share of an evaluation.
+        # Generous timeout: ranks wait while rank 0 writes a checkpoint or a slow rank evaluates.
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 timeout=datetime.timedelta(hours=2))
     return Dist(dist.get_rank() if world > 1 else 0, world, device)

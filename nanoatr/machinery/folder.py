@@ -129,7 +129,6 @@ def write_json_atomic(path, obj):
     replace_bytes(Path(path), (json.dumps(obj, indent=2) + "\n").encode())
 
 
-
 def unique_name(prefix: str) -> str:
     """A default run name: the start time and 6 random hex digits (two starts in one second differ)."""
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
