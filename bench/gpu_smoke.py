@@ -193,7 +193,8 @@ def train_steps(args):
         out, prompts, t_rollout = timed_rollout(args, run, shape, share, g)
         phases.clear()
         batch, updates, t_train = timed_update(run, out, prompts, G, step)
-        row = step_metrics.metrics_line(run, batch, updates, {}, {"time_rollout": t_rollout, "time_train": t_train})
+        seconds = {"time_rollout": t_rollout, "time_train": t_train}
+        row = step_metrics.metrics_line(run, batch, updates, {}, seconds)
         if not all(math.isfinite(row[k]) for k in ("loss", "grad_norm", "kl3", "entropy")):
             raise SystemExit(f"error: non-finite metrics at step {step + 1}: {row}")
         tokens = int(out.mask.sum()) * d.world
