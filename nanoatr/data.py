@@ -2,32 +2,9 @@
 the tasks, which problems, which warm-start policy and which reward go together (TASKS, train.py's
 --task); and the embedded tasks' keys (arith_key, countdown_key: a problem up to the order of its numbers).
 
-Files: ``.jsonl``; ``.json`` (one list of rows, or JSON lines as ``datasets``' ``to_json`` writes them);
-``.parquet`` (read batch by batch with pyarrow, an optional package imported only for such a file; lists
-and structs become lists and dicts, dates and times ISO 8601 text, so a row is what its jsonl line would be).
-
-The prompt is told from each row's columns:
-
-- ``prompt`` (TRL's formats, DAPO-Math-17k, verl): text (TRL's "standard" format) or a list of chat
-  messages {role, content} (TRL's "conversational" format, DAPO). A chat is kept whole in
-  ``Problem.messages`` (the chat template renders it) and ``Problem.question`` is its last user message.
-  A content given as a list of text parts ([{"type": "text", "text": ...}]) becomes their texts joined.
-- else ``problem`` (or ``question``; AIME / AMC style): the text.
-
-The gold answer is the column ``answer_field`` names (train.py's and eval.py's --answer-field), a dotted
-name reaching into a struct; by default ``answer``, or ``reward_model.ground_truth`` in a row with a
-``reward_model`` (DAPO, verl). Golds stay as written: AIME's zero-padded ``"025"`` stays ``"025"`` and
-AMC's JSON float ``27.0`` becomes ``"27.0"``; equivalence is the verifier's job, not ours. A caller whose
-reward needs no gold (``need_answer=False``) gets ``answer=None`` where the default column is absent.
-
-Every other column (``solution``, ``id``, a TRL row's ``completion``, the answer's own column, ...) is
-kept as read in ``Problem.fields``: a reward function's keyword arguments, as TRL passes them.
-
-DAPO files repeat every prompt (x100 in the training set, x32 in its AIME validation set), so rows with
-the same prompt and answer (the chat's, else the question's) are dropped by default (``dedupe=False``
-keeps them). Every error is a ``DataError``: one line naming the file and the row (``file:line`` of a
-jsonl file, ``file:N`` the N-th row of a parquet file, ``file[i]`` of a .json list).
-"""
+A row's prompt is ``prompt`` (text or chat messages: TRL, DAPO, verl), else ``problem`` / ``question``;
+its gold is the ``answer`` column (``reward_model.ground_truth`` in a row with a ``reward_model``), kept
+as written; its other columns are ``Problem.fields``. Formats, columns, errors: docs/machinery.md#data"""
 from __future__ import annotations
 
 import codecs
@@ -126,12 +103,10 @@ def load_problems(path: str | Path, limit: int | None = None, dedupe: bool = Tru
                   answer_field: str | None = None, need_answer: bool = True) -> list[Problem]:
     """Read problems from a ``.jsonl``, ``.json`` or ``.parquet`` file, in file order.
 
-    ``limit`` caps the number of problems returned (counted after deduplication), and
-    reading stops as soon as it is reached, so a prefix of a huge file is cheap.
-    ``answer_field`` names the gold answer's column (None: the module docstring's default). A row
-    without it is an error, unless the caller needs no gold (``need_answer=False``) and named no
-    column: its answer is then None.
-    """
+    ``limit`` caps the number of problems returned (counted after deduplication); reading stops as soon
+    as it is reached. ``answer_field`` names the gold answer's column (None: the default, ``answer`` or
+    ``reward_model.ground_truth``). A row without it is an error, unless the caller needs no gold
+    (``need_answer=False``) and named no column: its answer is then None."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     path = Path(path)
@@ -209,12 +184,9 @@ def save_problems(path: str | Path, problems: list[Problem]) -> None:
             f.write(json.dumps({"problem": p.question, "answer": p.answer}, ensure_ascii=False) + "\n")
 
 
-# Some AIME 2025 copies were written with single backslashes, so a JSON decoder read
-# "\frac" as form feed + "rac" and "\triangle" as tab + "riangle". We undo the escapes
-# whose result never occurs in real problem text: \f and \b always; \t and \r only
-# before a lowercase letter, as in \triangle, \times, \theta, \right, \rho (a genuine tab
-# or CR is followed by space, a digit, a capital or a newline). "\n" + letter (\neq, \nu)
-# cannot be told from a real line break, so it is left alone.
+# Some AIME 2025 copies were written with single backslashes: a JSON decoder read "\frac" as form feed +
+# "rac". Undone where the result never occurs in real text: \f and \b always; \t and \r before a lowercase
+# letter (\triangle, \times, \right); "\n" + letter (\neq) cannot be told from a line break: left alone.
 _BROKEN_ESCAPES = re.compile(r"[\f\b]|[\t\r](?=[a-z])")
 _UNESCAPE = {"\f": "\\f", "\b": "\\b", "\t": "\\t", "\r": "\\r"}
 

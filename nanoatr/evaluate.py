@@ -1,27 +1,15 @@
 """Evaluation: sample n completions per problem, grade them, summarise as Mean@k / Pass@k.
 
 Shared by eval.py, the periodic evaluation in train.py and the warm-start scripts, so that every
-number in the logs and the README comes from the same code path.
+number in the logs and the README comes from the same code path. ``verdicts`` is one list of booleans
+per problem (did sample j solve problem i), each sampled n >= k times.
 
-``verdicts`` is one list of booleans per problem: did sample j solve problem i.
-Every problem is sampled n >= k times (n may differ between problems).
+- Mean@k: the expected accuracy of one sample: c/n per problem (all n samples), averaged over problems.
+- Pass@k: the chance that at least one of k samples is correct, by the unbiased estimator
+  1 - C(n-c, k) / C(n, k) (Chen et al. 2021), not "any of the first k", which is noisier.
 
-- Mean@k: the expected accuracy of one sample. Its expectation does not depend on k,
-  so we use all n samples (c/n per problem, then averaged over problems): same value
-  as the paper's "average over the k samples" when n == k, and lower variance when n > k.
-- Pass@k: the chance that at least one of k samples is correct, with the unbiased
-  estimator 1 - C(n-c, k) / C(n, k) over all k-subsets of the n samples
-  (Chen et al. 2021), not "any of the first k", which is noisier.
-
-``summarize`` reports percent by default, as the paper's tables do (Mean@8 (%)).
-
-The evaluation during training also logs the entropy of the evaluation policy (``eval/<file>/entropy``):
-the entropy of softmax(logits / T) over the whole vocabulary at every token of every evaluation
-completion (the EOS included), T the evaluation's own temperature, averaged over all those tokens
-(token-weighted, as train.py's ``entropy`` of the training tokens, which is at the training temperature).
-At T != 1 the key names it (``entropy@T0.6``); greedy decoding (T = 0) is scored at T = 1. top-p and top-k
-are not applied: it is the entropy before truncation.
-"""
+``summarize`` reports percent, as the paper's tables do. Why so, and the evaluation's entropy:
+docs/machinery.md#evaluate"""
 import math
 import re
 import time
@@ -44,13 +32,10 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
     """Yield one dict per completion: problem_id, sample, completion, gold, reward, correct, length,
     truncated, and with_entropy its entropy (completion_entropies: the mean over its tokens, nats).
 
-    Work is flattened to (problem, sample) pairs and cut into fixed batches, each sampled with its
-    own seed; pairs in `skip` (eval.py --resume) are not yielded again. Because the batches do not
-    depend on what was skipped, a resumed evaluation draws exactly the samples of an uninterrupted one.
+    Work is flattened to (problem, sample) pairs and cut into fixed batches, each with its own seed, so
+    a resumed evaluation (pairs in `skip` are not yielded again) draws the samples of an uninterrupted one.
     Completions end at an EOS in `eos_ids` or after a stop string in `stop`. `rewards` grade them (default:
-    the math task's, the verifier): `reward` is the weighted total of the reward functions, and a
-    completion is correct when it is > 0.
-    """
+    the verifier): `reward` is their weighted total, and a completion is correct when it is > 0."""
     rewards = rewards or Rewards.of(math_reward)
     eos_ids = eos_ids if eos_ids is not None else [tokenizer.eos_token_id]
     prompts = encode_prompts(tokenizer, problems, **(prompt_kw or {}))
@@ -144,10 +129,8 @@ def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, 
     run: (results under eval/<file>/... and eval/mean@k, eval/pass@k (the files' average), a few sample rows
     per file, each with its entropy, for samples.jsonl).
 
-    The ranks share the work: each samples every world-th of sample_and_grade's fixed batches (each
-    seeded by its position), so the samples are those one process would draw; gather(rows) gives every
-    rank's rows (machinery/distributed.py's all_gather; one process: its own).
-    """
+    The ranks share the work: each samples every world-th of sample_and_grade's fixed batches, so the
+    samples are those one process would draw; gather(rows) gives every rank's rows (all_gather)."""
     results, samples = {}, {}
     for name, problems in eval_sets.items():
         t0 = time.perf_counter()

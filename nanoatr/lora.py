@@ -1,19 +1,9 @@
 """LoRA through peft: adapters on our Qwen3, saved in peft's own format, loaded back, merged.
-(scripts/merge_adapter.py merges an adapter into its base from the command line.)
 
-Our Qwen3 names its modules as transformers' Qwen3ForCausalLM does, so peft's LoRA layers on it carry
-the same keys (`base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`): an adapter saved
-here loads with `PeftModel.from_pretrained(Qwen3ForCausalLM.from_pretrained(BASE), DIR)`, and one made
-with transformers loads here.
-
-peft replaces the targeted nn.Linear modules in place, inside our model. The Qwen3 object therefore
-keeps working as before, adapters included: rollout.generate and scoring.score call its hidden(),
-lm_head and new_cache directly. The PeftModel around it is needed only to save, to switch the
-adapters off (the reference policy of the KL penalty) and to merge.
-
-peft is imported inside the functions that use it: with the transformers models it pulls in, it takes
-~5 s to import, which only LoRA runs should pay.
-"""
+Our Qwen3 names its modules as transformers' Qwen3ForCausalLM does, so an adapter saved here loads
+there and one made there loads here. peft replaces the targeted nn.Linear modules in place, inside our
+model, which therefore works as before; the PeftModel around it saves, switches the adapters off and
+merges. peft (~5 s to import) is imported inside the functions that use it: docs/machinery.md#lora"""
 import contextlib
 import json
 import sys
@@ -204,9 +194,8 @@ def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu",
 
 
 def load_policy(cfg, model_dir: Path, ckpt: Path | None, device):
-    """train.py's policy from its flags (cfg: session.TrainConfig), --model as a local directory (model_dir)
-    and the checkpoint it resumes from, if any:
-    (our Qwen3, the PeftModel around it under LoRA or None), full weights or the base with adapters.
+    """train.py's policy from its flags (cfg: TrainConfig), --model as a local directory (model_dir) and the
+    checkpoint it resumes from, if any: (our Qwen3, the PeftModel around it under LoRA or None).
 
     Trained weights are float32 whatever --dtype (AdamW on bf16 weights loses small updates); under
     LoRA the frozen base is stored in --dtype and peft keeps the adapters in float32.

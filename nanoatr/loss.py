@@ -5,21 +5,9 @@
     per-token loss --aggregate--> the micro-batch's scalar (normalised over the whole optimizer step)
     policy_loss = _token_loss + aggregate, compiled once with torch.compile: what the trainer calls
 
-Deliberate choices, in one place:
-  - advantages are Dr. GRPO's (reward - group mean) by default, GRPO's /std on request
-  - the loss is token-level; the per-token surrogates live in nanoatr/methods.py (one function each)
-  - the log-ratio log w = logp - old_logp is clamped to [-20, 20] (as verl does) so a diverged
-    token gives a finite loss; beyond that its gradient is zero
-  - padding (mask 0) gets exactly zero loss and zero gradient, whatever its logp holds (torch.where,
-    never a multiplication by the mask, so inf / nan there cannot leak)
-  - the KL penalty to a reference policy (--beta, off by default as in the paper and Dr. GRPO) is
-    `kl_to_reference`, aggregated like the policy loss and added to it by the trainer
-  - aggregation is a separate step; `dr-grpo` (token sum / (sequences * max_new_tokens)) is the
-    default; every normaliser counts the whole optimizer step, so micro-batches just add up
-  - hyper-parameters are checked once, when a run is configured (cli.check_hparams); policy_loss,
-    called every micro-batch, takes them as given
-The log-probs themselves come from nanoatr/scoring.py.
-"""
+The per-token surrogates live in nanoatr/methods.py (one function each), the log-probs come from
+nanoatr/scoring.py. The deliberate choices (advantages, the log-ratio clamp, padding, the KL penalty,
+aggregation, when hyper-parameters are checked), in one place: docs/machinery.md#loss"""
 import functools
 import math
 import warnings
@@ -51,10 +39,8 @@ EQUAL_RTOL = 1e-5    # rewards within this (relative) spread count as equal
 
 
 def group_advantages(rewards: Tensor, group_size: int, normalize_std: bool = False) -> Tensor:
-    """Advantages (N,) for rewards (N,) laid out as consecutive groups [p0 x G, p1 x G, ...].
-
-    Computed in float64 and returned as float32 (or the rewards' own floating dtype).
-    """
+    """Advantages (N,) for rewards (N,) laid out as consecutive groups [p0 x G, p1 x G, ...]; computed in
+    float64, returned as float32 (or the rewards' own floating dtype)."""
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
     if group_size < 2:
@@ -80,9 +66,7 @@ def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int, factor: 
         ((L_max - L_cache) - |y|) / L_cache * F   L_max - L_cache < |y| <= L_max    (0 down to -F)
         -F                                       |y| > L_max
     with |y| = lengths (N,) (completion tokens, the EOS counted), L_max = max_new_tokens, L_cache = buffer
-    (0: off, every penalty 0), F = factor (Eq. 13 has 1). verl's DAPORewardManager (overlong_buffer.len,
-    penalty_factor) adds min(((L_max - L_cache) - |y|) / L_cache * F, 0), the same for every |y| <= L_max; a
-    completion here never exceeds --max-new-tokens, so the last case is only the formula's. float32."""
+    (0: off, every penalty 0), F = factor (Eq. 13 has 1), as verl's DAPORewardManager. float32."""
     if buffer == 0:
         return torch.zeros(lengths.shape, device=lengths.device)
     expected = max_new_tokens - buffer
@@ -103,12 +87,10 @@ def dynamic_sampling(draw: Callable, share: int, G: int, max_rounds: int) -> tup
     that fills each of the batch's `share` slots.
 
     draw(r, n) is sampling round r: n prompts, G completions each (anything with .rewards, (n G,)).
-    Round 0 fills every slot. A group whose G rewards are all equal has no advantage and gives no
-    gradient, so its slot is refilled, in slot order, by the mixed groups of up to K further rounds, in
-    their order; each round draws twice as many prompts as slots are still uniform (at most `share`: DAPO
-    draws whole batches, which costs a GPU little and a CPU a lot). Slots still uniform after K rounds
-    keep their group; K = 0 is one round, as drawn.
-    """
+    Round 0 fills every slot. A group whose G rewards are all equal gives no gradient, so its slot is
+    refilled, in slot order, by the mixed groups of up to K further rounds, each drawing twice as many
+    prompts as slots are still uniform (at most `share`; DAPO draws whole batches, cheap on a GPU only).
+    Slots still uniform after K rounds keep their group; K = 0 is one round, as drawn."""
     rounds = [draw(0, share)]
     picks = [(0, g) for g in range(share)]
     todo = uniform_groups(rounds[0].rewards, G)  # slots to refill, in order
@@ -255,10 +237,8 @@ def _fused_loss(method, agg, logp, old_logp, advantages, mask, full_kl, noise, c
 
 @functools.cache
 def _compiled_loss():
-    """torch.compile(_fused_loss), built on first use. dynamic=True: one graph for every B and T (the
-    per-step counts arrive as tensors, not constants). Each method is its own graph of this one
-    function; Dynamo keeps up to torch._dynamo.config.recompile_limit (8) of them, plenty for a run,
-    which uses one method (the tests, which loop over all of them, raise the limit)."""
+    """torch.compile(_fused_loss), built on first use. dynamic=True: one graph for every B and T; one
+    per method, up to torch._dynamo.config.recompile_limit (8) of them (docs/machinery.md#loss)."""
     return torch.compile(_fused_loss, dynamic=True)
 
 
@@ -276,14 +256,11 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
     KL(pi_old || pi_theta) over the vocabulary, needed by kl-full (value only) and truly-ppo (with
     gradient); build it with nanoatr.scoring.full_kl. generator: the RNG of clip-cov's random token
     choice (default: torch's global RNG).
-    hparams: the method's, already checked (cli.check_hparams, at configuration); missing ones
-    take the method's defaults. num_sequences / num_tokens: sequences and valid tokens of the whole
-    optimizer step; max_new_tokens: the completion budget (Dr. GRPO's constant). Methods that use
-    "sequences" (gspo, gspo-token) always aggregate with seq-mean-token-mean (their per-token copies
-    of a sequence loss must be averaged per sequence). compile=True runs the torch.compile'd fusion;
-    if compiling fails it warns once and stays eager for that method. clip-cov's random keys are
-    drawn here, eagerly, from `generator`, so the compiled function is pure.
-    """
+    hparams: the method's, already checked (cli.check_hparams); missing ones take the method's defaults.
+    num_sequences / num_tokens: sequences and valid tokens of the whole optimizer step; max_new_tokens:
+    the completion budget (Dr. GRPO's constant). Methods that use "sequences" (gspo, gspo-token) always
+    aggregate with seq-mean-token-mean. compile=True runs the torch.compile'd fusion (a failed compile:
+    one warning, then eager for that method); clip-cov's random keys are drawn here, eagerly."""
     full_kl, noise = _inputs(method, logp, old_logp, advantages, mask, full_kl, generator)
     hp = {**defaults(method), **hparams}
     agg = "seq-mean-token-mean" if needs(method, "sequences") else agg

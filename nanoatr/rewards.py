@@ -4,35 +4,10 @@ reward_funcs), so one written for TRL runs here unchanged:
     def reward(completions, answer, **kwargs) -> list[float | None]:   # train.py --reward file.py:reward
         return [1.0 if answer_i in text else 0.0 for text, answer_i in zip(completions, answer)]
 
-It is called once per batch, with keyword arguments that are lists of one entry per completion:
-  prompts         the problem's prompt as its file gives it: the text, or (a conversational row, whose prompt
-                  is a list of chat messages) that list of messages (a content of text parts as its text)
-  completions     the completion's text; for a conversational row [{"role": "assistant", "content": text}]
-  completion_ids  its token ids (the EOS included, when it ended on one)
-  trainer_state   not a list: the run's progress, as TRL passes transformers' TrainerState (a curriculum
-                  reads it): .global_step, the optimizer steps done (in an evaluation, those before it), and
-                  .max_steps, the run's (--steps x --minibatches x --epochs); None outside a run (eval.py)
-  answer          the problem's gold answer as the loader read it, a string (an `answer` column, DAPO's
-                  reward_model.ground_truth): this one name is nanoatr's, not a column as read
-  every other column of the row, as read (None in a row that lacks it)
-and returns one reward per completion (a list, tuple, generator, numpy array or tensor of them): a number
-(a bool counts 1 or 0, numpy's scalars and 0-d tensors their value, as TRL's tensor conversion makes them),
-or None for a completion it does not score. An `async def` function is awaited, as TRL does. The built-in
-tasks' rewards are such functions (math_reward, countdown_reward; nanoatr/data.py TASKS).
-
-Several functions combine by TRL's rule (Rewards.total): the sum over the functions of weight x reward, a
-None left out, so a completion that no function scores gets 0. metrics.jsonl logs each function's mean
-over the step's completions it scored as reward/<name> (null when it scored none), reward_mean the total's.
-
---reward FILE.py:FUNCTION or MODULE:FUNCTION names yours (loaded by machinery/reward_flags.py). Your function
-runs in the trainer's own process, unsandboxed, on untrusted model output: what it does with a completion
-(eval, exec, a shell, a path to open) the model can make it do. The built-in rewards never execute the
-output and finish in bounded time (nanoatr/verifier).
-
-Every error is one line naming the function: at start-up a ConfigError naming --reward (reward_flags.py),
-while grading a RewardError naming the row too (it raised, or returned the wrong number of rewards, a
-non-number, NaN or inf), or saying which keyword arguments its signature cannot take (no **kwargs, say).
-"""
+It is called once per batch with lists of one entry per completion (prompts, completions, completion_ids,
+answer, the row's other columns; trainer_state is the run's progress) and returns one number per
+completion, or None for one it does not score. Several combine by TRL's rule (Rewards.total). Yours runs
+unsandboxed, on untrusted model output. Its arguments and errors: docs/machinery.md#rewards"""
 import asyncio
 import copy
 import dataclasses
@@ -120,7 +95,7 @@ OWN_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state")
 
 
 def arguments(problems: list, completions: list[str], completion_ids: list[list[int]]) -> dict[str, list]:
-    """The keyword arguments of a batch (see the module's docstring), one entry per completion (each call
+    """The keyword arguments of a batch (docs/machinery.md#rewards), one entry per completion (each call
     of a function gets its own copy: run)."""
     chat = [p.messages is not None for p in problems]
     columns = list(dict.fromkeys(k for p in problems for k in p.fields))  # every column, in the order met

@@ -2,14 +2,9 @@
 
 Prompts of different lengths are left-padded into one batch, prefilled once, then decoded one token
 per step for every row, writing keys and values in place into a preallocated cache. A row stops at
-its first EOS (which is kept and trained on) or after its first stop string; later slots are padding
-with mask 0. Completions come back finished: the caller only decodes and grades them.
-
-One decode step (`decode_step`: the model's step, then the draw) is the same code everywhere. A DecodePlan
-says how the steps run: EAGER, the plan read here, runs each as written and looks at every row after every
-step. The fast plans (compiled, replayed from CUDA graphs, finished rows leaving the batch) come from
-nanoatr/machinery/decoding.py's `decode_plan`, which the commands pass in; every plan gives the same tokens.
-"""
+its first EOS (kept and trained on) or after its first stop string. A DecodePlan says how the steps
+run: EAGER here, the fast plans machinery/decoding.py's; every plan gives the same tokens
+(docs/machinery.md#rollout)."""
 import contextlib
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -31,12 +26,9 @@ class Rollout(NamedTuple):
     prompt_ids: torch.Tensor    # (N, P) the prompts, left-padded
     prompt_mask: torch.Tensor   # (N, P) bool, True for real prompt tokens
     tokens: torch.Tensor        # (N, T) sampled completion tokens, pad_id after a row has finished
-    sampler_logp: torch.Tensor  # (N, T) log-prob each token was drawn with (the sampling distribution),
-                                # 0 after
-    mask: torch.Tensor          # (N, T) bool, True for real completion tokens (the EOS included; none
-                                # after a stop string)
-    finished: torch.Tensor      # (N,) bool, ended by an EOS or a stop string (False: ran out of
-                                # max_new_tokens)
+    sampler_logp: torch.Tensor  # (N, T) log-prob each token was drawn with (sampling distribution), 0 after
+    mask: torch.Tensor          # (N, T) bool: real completion tokens (EOS included; none after a stop string)
+    finished: torch.Tensor      # (N,) bool, ended by an EOS or a stop string, not by max_new_tokens
     rewards: torch.Tensor | None = None     # (N,) the reward of each completion (the weighted total)
     advantages: torch.Tensor | None = None  # (N,) its advantage within its group
     rewards_per_function: torch.Tensor | None = None  # (N, F) each reward function's, NaN if unscored
@@ -89,12 +81,9 @@ def left_pad(prompts: list[list[int]], pad_id: int = 0, device="cpu"):
 
 
 def sampling_logprobs(logits, temperature: float):
-    """Log-probs of the distribution tokens are scored under: softmax(logits / T) in float32.
-
-    The trainer scores completions with this same function, so rollout and training agree. Top-k and
-    top-p only restrict which tokens may be drawn; the score is the untruncated tempered distribution
-    (temperature 0 means greedy drawing, scored at T = 1).
-    """
+    """Log-probs of the distribution tokens are scored under: softmax(logits / T) in float32, the same
+    for rollout and training. Top-k and top-p only restrict which tokens may be drawn; the score is the
+    untruncated tempered distribution (temperature 0 means greedy drawing, scored at T = 1)."""
     logits = logits.float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
@@ -118,13 +107,9 @@ def filter_logits(logp, top_k: int, top_p: float):
 def draw(probs, generator=None, sampler: str = SAMPLERS[0]):
     """One token id per row of probs (B, V) (unnormalised, >= 0): (B, 1). Probability 0 is never drawn.
 
-    "multinomial" is torch.multinomial, which draws an exponential for every vocabulary entry.
-    "inverse-cdf" draws one uniform per row and finds it in the cumulative sums (`inverse_cdf`), much
-    cheaper on the CPU at large vocabularies. Both are exact for the float32 probabilities; they use
-    the generator differently, so one seed gives different tokens under each. Probabilities that are not
-    finite (NaN or inf: a forward that overflowed) are a ValueError under either, not torch's
-    multinomial error nor a token that inverse-CDF would draw silently.
-    """
+    "multinomial" is torch.multinomial (an exponential per vocabulary entry); "inverse-cdf" finds one
+    uniform per row in the cumulative sums (`inverse_cdf`), much cheaper on the CPU. Both are exact; one
+    seed gives different tokens under each. Probabilities that are not finite are a ValueError."""
     bad = ~probs.isfinite()
     if bool(bad.any()):
         row = int(bad.any(-1).nonzero()[0])
@@ -167,14 +152,11 @@ def locate(cdf, u):
 class DecodePlan(NamedTuple):
     """How the decode steps of a rollout run (EAGER here; the fast ones: machinery/decoding.py)."""
     decoding: str         # "eager" or "compiled" (torch.compile; on CUDA also replayed as CUDA graphs)
-    window: int           # attention reads the cache in windows of this many slots (1: exactly the filled
-                          # ones)
-    check_every: int      # decode steps between two looks at which rows have finished (a look waits for the
-                          # device)
+    window: int           # attention reads the cache in windows of this many slots (1: the filled ones)
+    check_every: int      # decode steps between two looks at which rows have finished (each waits)
     compact: bool         # finished rows leave the batch when the live ones fit a batch half the size
     merge_adapters: bool  # LoRA adapters folded into the weights for the rollout (one product per projection)
-    runner: Callable | None = None  # runner(step, model, sampling, generator, plan) runs the steps (None:
-                                    # Eager)
+    runner: Callable | None = None  # runner(step, model, sampling, generator, plan); None: Eager
 
 
 class Eager:
@@ -225,12 +207,10 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: 
 
     T is at most max_new_tokens; decoding stops early once every row has ended.
     eos_token_id is an int, a list of ints, or None (never stop before the budget).
-    sampler: how tokens are drawn (see `draw`): "inverse-cdf" (the default; one uniform per row) or
-    "multinomial" (torch.multinomial, as transformers draws: the same distribution, other draws).
-    stopper: optional stop strings (a tokenizer.StopStrings: `holds(rows)` and `cut(tokens, mask)`). Checked
-    every STOP_EVERY steps while decoding, so that the batch can end sooner, and applied at the end: a
-    row's mask ends with the token that completes its first stop string. The tokens kept are a prefix
-    of those drawn without `stopper`, with the same log-probs.
+    sampler: how tokens are drawn (see `draw`): "inverse-cdf" (the default) or "multinomial".
+    stopper: optional stop strings (a tokenizer.StopStrings), checked every STOP_EVERY steps so that the
+    batch can end sooner, and applied at the end: a row's mask ends with the token that completes its
+    first stop string; the tokens kept are those drawn without it, with the same log-probs.
     plan: how the decode steps run (EAGER; a GPU's: machinery/decoding.py's `decode_plan`). Every plan
     gives the same tokens for a seed (up to float rounding of the probabilities).
     """
@@ -341,8 +321,7 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
 
     A finished row keeps decoding its own (discarded) tokens until it leaves the batch (plan.compact),
     which cannot affect the other rows; the uniforms are drawn for every row at every step, so the
-    draws of each row are what they would be without the early stop or the compaction.
-    """
+    draws of each row are what they would be without the early stop or the compaction."""
     device = model.lm_head.weight.device
     B, P = ids.shape
     uniforms = sampling.sampler == "inverse-cdf" and sampling.temperature > 0

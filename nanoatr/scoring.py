@@ -1,18 +1,10 @@
 """Scoring a completion: its tokens' log-probs, entropies and full-vocabulary KL under a policy.
 
-    score(model, prompt_ids, prompt_mask, tokens, T)   one forward over [prompt | completion] -> (B, T)
-                                                       log-probs
-    Scorer(model, precision)                           the same as a module's forward (DDP, autocast)
-    Reference(model, adapters_off)                     log-probs under pi_ref, for the --beta penalty
-    token_logprobs / token_logprobs_naive              log pi(y_t) and entropy from hidden states
-    full_kl / full_kl_naive                            KL(pi_old(.|s_t) || pi_theta(.|s_t)) per position
-
 A (B, T, V) tensor is never built on the fast paths: log-softmax runs chunk by chunk in forward, and
 backward recomputes each chunk and applies the gradient by hand. Each fast function has an
 obviously-correct `_naive` twin that the tests compare it with. Everything is float32 (float64 stays
-float64), whatever the model's dtype: the sampler scores tokens with the same float32 log-softmax
-(rollout.sampling_logprobs), so the trainer's and the sampler's numbers agree.
-"""
+float64), as the sampler's rollout.sampling_logprobs is, so the trainer's and the sampler's numbers
+agree. Its functions at a glance: docs/machinery.md#scoring"""
 import contextlib
 from typing import NamedTuple, Optional
 
@@ -150,12 +142,10 @@ def full_kl(hidden: Tensor, old_hidden: Tensor, weight: Tensor, *, old_weight: O
             temperature: float = 1.0, chunk_size: int = 512) -> Tensor:
     """KL(pi_old(.|s_t) || pi_theta(.|s_t)) over the whole vocabulary at each position, (B, T) float32.
 
-    The input of --clip kl-full and truly-ppo.  Storing pi_old's (B, T, V) log-probs is out of the
-    question at V = 151,936, so the caller keeps pi_old's final hidden states instead (B, T, D; what the
-    no-grad old-logp forward computes anyway, ~V/D = 37x smaller for Qwen3-8B) and the old logits are
-    recomputed here chunk by chunk with the lm_head weight (old_weight if the lm_head itself is
-    trained, else the same frozen weight).  The gradient flows to hidden and weight, never to the old side.
-    """
+    The input of --clip kl-full and truly-ppo. pi_old's (B, T, V) log-probs are never stored: the caller
+    keeps pi_old's final hidden states (B, T, D) and the old logits are recomputed here chunk by chunk with
+    old_weight (the lm_head's, if it is trained; docs/machinery.md#scoring). The gradient flows to hidden
+    and weight, never to the old side."""
     B, T, D = hidden.shape
     old_weight = weight.detach() if old_weight is None else old_weight.detach()
     kl = _ChunkedFullKL.apply(hidden.reshape(B * T, D), old_hidden.detach().reshape(B * T, D), weight,
@@ -242,12 +232,9 @@ class Reference:
 def check_sampler_agrees(logp, sampler_logp, mask, dtype: str) -> float:
     """Max |log-prob the trainer scores - log-prob the sampler drew with| over real tokens.
 
-    Both are pi_old's log-probs of the same tokens, computed by different code (a full forward vs the
-    KV-cache decode), so in float32 they agree up to rounding (~1e-5 on the embedded default). A gap
-    over 1e-2 is a bug -- a temperature applied on one side only, dropout, completions shifted by a
-    token -- and fails loudly rather than training on wrong ratios. In bfloat16 the rounding alone can
-    reach that on rare tokens, so the gap is only logged there.
-    """
+    Both are pi_old's log-probs of the same tokens by different code (a full forward vs the KV-cache
+    decode): in float32 they agree up to rounding, and a gap over 1e-2 is a bug that fails loudly rather
+    than training on wrong ratios; in bfloat16 it is only logged (docs/machinery.md#scoring)."""
     gap = float(((logp.detach() - sampler_logp).abs() * mask).max()) if mask.any() else 0.0
     if dtype == "float32" and gap > 1e-2:
         raise RuntimeError(f"the trainer's log-probs differ from the sampler's by up to {gap:.2e}: they "

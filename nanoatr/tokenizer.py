@@ -1,13 +1,8 @@
 """Prompts: the tokenizer of a model directory, its chat template, and what stops a sample.
 
-A model directory carries its own prompt format, as Qwen3 checkpoints do: when the tokenizer has a
-chat template the problem becomes a user message; otherwise (base models) `--prompt-template` is
-filled in. The embedded default's template is simply "question=".
-
-A sample stops at an EOS token (the tokenizer's, generation_config.json's, config.json's) or, for base models
-that never emit one, after the first of the `--stop` strings (StopStrings, which rollout.generate
-applies: its completions come back finished).
-"""
+With a chat template the problem becomes a user message; otherwise (base models) `--prompt-template` is
+filled in. A sample stops at an EOS token or after the first `--stop` string (StopStrings, which
+rollout.generate applies). Where each comes from: docs/machinery.md#tokenizer"""
 import json
 import shutil
 from pathlib import Path
@@ -82,14 +77,9 @@ def eos_ids(value, where: Path) -> list[int]:
 
 
 def eos_token_ids(tokenizer, *model_dirs) -> list[int]:
-    """EOS ids: the tokenizer's, and those of every model directory given (a base and its adapter, say).
-
-    transformers' generate stops at generation_config.json's eos_token_id when the directory has that
-    file, else at config.json's (GenerationConfig.from_model_config), an int or a list; the tokenizer's
-    eos_token is not consulted. Qwen3's instruct checkpoints name <|im_end|> and <|endoftext|> in
-    generation_config.json, their tokenizer only <|im_end|>. A sample here stops at the union of all
-    three places, so it never runs past a token that any of them calls an end.
-    """
+    """EOS ids: the tokenizer's, and those of every model directory given (a base and its adapter, say):
+    the union of the tokenizer's, generation_config.json's and config.json's, so that a sample never runs
+    past a token that any of them calls an end (docs/machinery.md#tokenizer)."""
     ids = {tokenizer.eos_token_id}
     for d in filter(None, model_dirs):
         for name in ("generation_config.json", "config.json"):
@@ -182,12 +172,10 @@ class StopStrings:
 
     Text is decoded WITH special tokens, as transformers' stop strings see it, so a special token
     works as a stop string: `--stop "<|im_end|>"` ends a base model's invented chat turn.
-      holds(rows)       rows of token ids -> whether each row's text holds a stop string (lets
-                        decoding end early; checked every rollout.STOP_EVERY tokens)
-      cut(tokens, mask) mask out every token after the one that completes a row's first stop string;
-                        returns (mask, stopped). The kept tokens are exactly the sampled ones, so
-                        their log-probs stay exact.
-    """
+      holds(rows)       rows of token ids -> whether each row's text holds a stop string (checked
+                        every rollout.STOP_EVERY tokens, so that decoding ends early)
+      cut(tokens, mask) (mask, stopped): every token after the one completing a row's first stop
+                        string masked out; the kept tokens and their log-probs are the sampled ones."""
 
     def __init__(self, tokenizer, stop):
         self.tokenizer, self.stop = tokenizer, [s for s in stop if s]

@@ -1,27 +1,6 @@
 """Crash-safe checkpoints of a run: written (save), validated (check, latest), repaired after a crash
-(recover) and loaded (load_state). The run folder around them (lock, logs, config.json) is nanoatr/runs.py's.
-
-    runs/<name>/
-        checkpoint/            the latest complete checkpoint: eval.py / sample.py take it as --model
-        checkpoint-step000040/ older checkpoints, the newest keep - 1 of them
-        .checkpoint-new/       a save in progress (or cut short: recover() finishes or removes it)
-
-A checkpoint is the weights (a full model directory, config.json + model.safetensors; or a LoRA
-adapter in peft's format, adapter_config.json + adapter_model.safetensors), the tokenizer files,
-trainer_state.pt (optimizer, step, ...) and manifest.json ({"step", "files": {name: size}, "sha256":
-{name: digest}}), written last. Guarantees:
-- save() writes and fsyncs everything in .checkpoint-new/, checks it, then renames checkpoint/ to
-  checkpoint-stepN/ and .checkpoint-new/ to checkpoint/, fsyncing the run directory after each
-  rename. A crash at any instant leaves a complete checkpoint of the previous or the new step that
-  latest() finds; recover() (start-up, under the run's lock) swaps in a new checkpoint that was complete
-  when the save died and removes leftovers. A failed save (disk full, read-only; in any writer) removes
-  its partial directory and raises CheckpointError; the previous checkpoint is untouched. The tokenizer files
-  are written from memory (read_tokenizer_files once at start), never copied from a checkpoint.
-- latest() checks candidates newest first (sizes, safetensors headers, JSON, tokenizer, SHA-256s, state)
-  and falls back to an older one with a one-line warning naming what was wrong (a changed byte too).
-Every error a user can meet is a CheckpointError whose message is one line naming the path. The
-durable writes (write_bytes, replace_bytes) and reason() serve nanoatr/runs.py's files too.
-"""
+(recover) and loaded (load_state); the durable writes (write_bytes, replace_bytes) serve folder.py too.
+Their layout and what they guarantee: docs/machinery.md#checkpoints"""
 import contextlib
 import errno
 import hashlib
@@ -256,11 +235,8 @@ def latest(run_dir) -> Path | None:
 def check(path, load: bool = True, hashes: bool | None = None) -> tuple[int | None, str | None]:
     """(step, None) for a complete checkpoint directory, else (None, what is wrong in one phrase).
 
-    Checks the manifest's file sizes, each safetensors header against its file size, the JSON config, the
-    tokenizer, (load, or no manifest: a save killed before writing it) that trainer_state.pt unpickles
-    (memory-mapped), and (hashes, by default load) each file's SHA-256 (every byte read, docs/speed.md says
-    what it costs). A manifest of sizes only (nanoatr of 23-25 Nov 2026 wrote them: runs of then still
-    resume) has no SHA-256s to check."""
+    Checks sizes, safetensors headers, the JSON config, the tokenizer, (load, or no manifest) that
+    trainer_state.pt unpickles, and (hashes, by default load) each file's SHA-256 (docs/machinery.md)."""
     path = Path(path)
     manifest, digests = None, {}
     if (path / MANIFEST).is_file():

@@ -1,14 +1,7 @@
 """Flags from dataclasses: a command declares its flags as a dataclass, this module turns it into argparse,
 checks every value against its range and reports a bad one as one `error:` line naming the flag.
-
-A field is `arg(default, help, section, range)`: its --help text, the --help section it is listed in
-(SECTIONS, in that order), and the values it accepts (RANGES; every float must also be finite).
-`--some-field` maps to `some_field`. Fields that several commands share are defined once, in the groups
-below, and a command's config inherits them (`cfg.x` as for its own fields); `override` gives a
-command its own default or help for one of them. The commands' configs live beside what they
-configure: TrainConfig in nanoatr/session.py (with the paper's preset), SFTConfig in sft.py,
-EvalConfig in eval.py, SampleConfig in sample.py.
-"""
+A field is `arg(default, help, section, range)`; the groups below are shared by the commands' configs
+(docs/machinery.md#cli)."""
 import dataclasses
 import importlib.util
 import math
@@ -329,11 +322,8 @@ def resolve_sampling(cfg: SamplingFlags, defaults: dict, source) -> str:
 
 
 def check_hparams(method: str, **hparams) -> dict:
-    """Validate a method's hyper-parameters and return them merged over its defaults.
-
-    Called once, when a run is configured: policy_loss, every micro-batch, takes them as given.
-    Raises ConfigError (a ValueError) naming the flag, e.g. "--delta must be > 0 (got -1.0)".
-    """
+    """Validate a method's hyper-parameters and return them merged over its defaults: once, when a run is
+    configured (policy_loss takes them as given). ConfigError names the flag ("--delta must be > 0")."""
     if method not in METHODS:
         raise ConfigError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
     allowed = defaults(method)

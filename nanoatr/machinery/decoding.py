@@ -1,12 +1,6 @@
 """How decode steps run fast: the plan each device gets, and the runner that compiles and replays a step.
-
-rollout.decode is the decode loop and rollout.decode_step one step of it; this module decides how those
-steps run, and changes no token (tests/test_decode.py compares every plan with the eager loop). On the
-CPU the step runs eagerly and the loop looks at every step. On a GPU it is compiled once per run
-(torch.compile, every batch and window size dynamic from the first call), recorded as a CUDA graph per
-(rows, window) shape and replayed; the loop looks at the rows every CHECK_EVERY steps, finished rows
-leave the batch, and LoRA adapters are merged into the weights for the rollout (lora.merged).
-"""
+It changes no token (tests/test_decode.py compares every plan with the eager loop). How and why:
+docs/machinery.md#decoding"""
 import contextlib
 import ctypes
 import functools
@@ -21,14 +15,9 @@ CHECK_EVERY = 16  # GPU: decode steps between two looks at which rows have finis
 
 
 def decode_plan(device, sampler: str = "inverse-cdf", temperature: float = 1.0) -> DecodePlan:
-    """The one place where the device chooses how decoding runs.
-
-    CUDA: compiled and replayed from CUDA graphs, so the host launches a whole step at once; it looks
-    at the rows every CHECK_EVERY steps. torch.multinomial draws inside the step from a generator,
-    which a replayed graph would not advance: that sampler runs eagerly.
-    CPU: eagerly, every step looked at, as the launches cost little there (compiling the step saved
-    ~10% at 0.8M parameters and nothing at 100M, after 18-62 s of compiling: docs/speed.md).
-    """
+    """The one place where the device chooses how decoding runs: on CUDA compiled and replayed from CUDA
+    graphs, looking at the rows every CHECK_EVERY steps (torch.multinomial, whose generator a replay would
+    not advance, runs eagerly); on the CPU eagerly, every step looked at."""
     if torch.device(device).type != "cuda":
         steady_cpu_allocator()
         return EAGER
@@ -44,12 +33,7 @@ def run_steps(step, model, sampling, generator, plan: DecodePlan):
 @functools.cache
 def steady_cpu_allocator() -> bool:
     """Fix glibc malloc's mmap threshold at 32 MB (its largest), once per process; False without glibc.
-
-    Why: glibc moves the threshold as large blocks are freed, and in a decode loop it can settle at or
-    below the size of the step's largest temporaries (the (B, V) logits and probabilities), which are
-    then mmapped and page-faulted afresh at every step: at 58M parameters, 8x the page faults and a 7-14%
-    slower rollout depending on what was freed before (docs/speed.md). Fixed, they stay on the heap.
-    """
+    Why: docs/machinery.md#decoding."""
     try:
         libc = ctypes.CDLL("libc.so.6")
         # M_MMAP_THRESHOLD (-3) and M_TRIM_THRESHOLD (-1)
@@ -60,13 +44,8 @@ def steady_cpu_allocator() -> bool:
 
 class StepRunner:
     """Runs one decode step as the plan says: eagerly, compiled, or compiled and replayed from CUDA graphs.
-
-    With graphs (CudaGraphs on CUDA under the compiled plan), the first time a (rows, window) shape comes
-    the step runs for real (graphs.warm_up), then is recorded (graphs.record, which runs nothing): every
-    step runs exactly once. Later steps of that shape are replays. A failed recording or replay gives one
-    warning and the compiled step without graphs from then on (in this process); a failed compile, one
-    warning and the eager step: the same tokens either way.
-    """
+    A failed recording or replay falls back to the compiled step, a failed compile to the eager step, each
+    with one warning: the same tokens either way."""
     use_graphs = True  # False once a recording or a replay has failed in this process
 
     def __init__(self, step, model, sampling, generator, plan: DecodePlan, graphs=None):
@@ -162,16 +141,8 @@ class CudaGraphs:
         self.graphs[shape].replay()
 
     def drop(self):
-        """Forget every graph, and take a fresh pool for the next ones.
-
-        Why a fresh pool: a private pool counts the graphs recorded into it; once the last is gone the
-        allocator retires it, but keeps it while blocks of it are still alive, and a capture that names a
-        retired pool fails the allocator's internal assert `use_count > 0` (issue 35: the crash as soon as
-        rows finished and the batch shrank). PyTorch shares a pool between graphs captured one after the
-        other and replayed in that order (torch.cuda.graph's `pool`: a graph_pool_handle() or a live
-        graph's pool(), see "Graph memory management" in its CUDA notes); a new handle is a new pool.
-        Keeping every graph of the rollout alive instead would also avoid the assert, but would hold each
-        earlier batch size's memory until the rollout ends."""
+        """Forget every graph, and take a fresh pool for the next ones (a capture into a retired pool fails
+        an allocator assert, issue 35: docs/machinery.md#decoding)."""
         self.graphs.clear()
         self.pool = torch.cuda.graph_pool_handle()
 
@@ -180,12 +151,9 @@ COMPILED = {}  # a decode step -> its torch.compile, or the step itself once com
 
 
 def compiled_step(step):
-    """torch.compile(step) as one graph (fullgraph: no break, so nothing runs on the host in it), built on
-    first use and kept: one compile per process. dynamic=True makes every size symbolic from the first
-    call, the batch (rows leave it), the cache's length (the prompts' set it) and the window (a Python
-    int: torch._dynamo.mark_dynamic marks only a tensor's dimensions) alike; otherwise Dynamo compiles
-    again at the first change of each (4 compiles in one rollout, each minutes at 28 layers: issue 35).
-    Weights keep static shapes (Dynamo's default for parameters), so the products are specialised."""
+    """torch.compile(step) as one graph (fullgraph), built on first use and kept: one compile per process.
+    dynamic=True makes the batch, the cache's length and the window symbolic from the first call, so no
+    size change compiles it again (docs/machinery.md#decoding)."""
     if step not in COMPILED:
         COMPILED[step] = torch.compile(step, fullgraph=True, dynamic=True)
     return COMPILED[step]

@@ -1,14 +1,6 @@
 """Several processes, one device each: torchrun, each rank's share of a step, the precision the model
-runs in, CPU threads, signals, and what a run ran on (provenance).
-
-    torchrun --nproc_per_node 4 train.py --model ... --preset paper
-
-Data parallelism with PyTorch's own DistributedDataParallel: every rank holds the whole model,
-samples and trains on its share of each step's prompts, and DDP all-reduces the gradients during
-backward (`no_sync` skips that on all but the last micro-batch of an optimizer step). The backend is
-NCCL on CUDA and gloo on CPU (tests run two CPU processes). Without torchrun (no WORLD_SIZE in the
-environment) nothing here starts a process group and every helper is the identity.
-"""
+runs in, CPU threads, signals, and what a run ran on (provenance). Without torchrun (no WORLD_SIZE)
+every helper is the identity. How and why: docs/machinery.md#distributed"""
 import contextlib
 import datetime
 import functools
@@ -75,8 +67,7 @@ def setup(device_flag: str = "auto") -> Dist:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
-        # Generous timeout: ranks wait at collectives while rank 0 writes a checkpoint or a slow rank
-        # finishes its share of an evaluation.
+        # Generous timeout: ranks wait while rank 0 writes a checkpoint or a slow rank evaluates.
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 timeout=datetime.timedelta(hours=2))
     return Dist(dist.get_rank() if world > 1 else 0, world, device)
@@ -141,13 +132,8 @@ def broadcast(obj, d: Dist):
 @dataclass(frozen=True)
 class Shard:
     """One rank's share of a training step: which prompts it samples, in which chunks and with which
-    seeds, and its rows of each minibatch.
-
-    Why it exists: every seed is a function of the run's seed, the step and a chunk's place in the
-    whole step, never of the rank that holds the chunk. N ranks therefore sample the same completions
-    and shuffle the same minibatches as one process does (tests/test_distributed.py), given the same
-    --rollout-batch: a result does not depend on the number of GPUs it ran on.
-    """
+    seeds, and its rows of each minibatch. Every seed is independent of the rank, so N ranks train as one
+    process does (docs/machinery.md#distributed)."""
     seed: int
     prompts_per_step: int
     chunk: int        # prompts sampled together (--rollout-batch, or the rank's whole share)
@@ -211,12 +197,8 @@ def barrier(d: Dist):
 
 
 def precision(dtype: str, device: torch.device):
-    """A factory of the autocast context for forward passes: bf16 matmuls when --dtype bfloat16.
-
-    Weights that are trained stay float32 (AdamW on bf16 weights loses small updates); autocast
-    runs the matmuls in bf16 whatever the weights' dtype. Log-softmax runs in float32 regardless
-    (rollout.sampling_logprobs, scoring.token_logprobs).
-    """
+    """A factory of the autocast context for forward passes: bf16 matmuls when --dtype bfloat16 (trained
+    weights stay float32, log-softmax runs in float32)."""
     if dtype == "float32":
         return contextlib.nullcontext
     return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
@@ -224,18 +206,8 @@ def precision(dtype: str, device: torch.device):
 
 class CpuThreads:
     """How many torch threads to run on the CPU: `threads` if given (--threads N), else as many as the
-    cores this process may use that other processes leave idle (--threads 0, the default).
-
-    Why: torch runs one thread per core, and its parallel regions wait at a barrier for every thread.
-    On a machine where other processes are busy, one thread per core is much slower than one thread per
-    idle core (a descheduled thread stalls each barrier; docs/speed.md, "A busy machine"). So before each step
-    `adjust()` reads how much CPU other processes took on our cores since the last call (/proc/stat
-    minus this process's own CPU time) and runs `cores - that, rounded`, at least 1. An explicit
-    OMP_NUM_THREADS / MKL_NUM_THREADS, or a machine without /proc/stat, keeps torch's own choice.
-
-    torch.set_num_threads is called only when the count changes: any call, even to the count torch
-    already runs, slows the rollout after it (it also fixes MKL's thread count; docs/speed.md).
-    """
+    cores this process may use that other processes leave idle (--threads 0, the default), measured by
+    `adjust()` before each step. Why: docs/machinery.md#distributed."""
 
     def __init__(self, threads: int = 0, device: torch.device = torch.device("cpu")):
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []

@@ -1,31 +1,6 @@
 """A run folder: made or resumed under its lock, its JSONL logs and config.json, and what a resume may
-change. train.py's Session (nanoatr/session.py) and sft.py both open theirs as a RunFolder; the
-checkpoints inside are nanoatr/machinery/checkpoint.py's.
-
-    runs/<name>/
-        .lock          flock'ed by the one process writing the run (its pid inside)
-        config.json    the run's settings, written atomically (write_json_atomic)
-        metrics.jsonl  one JSON object per line, each with its "step"; samples.jsonl likewise
-        checkpoint/    and older checkpoint-stepN/: nanoatr/machinery/checkpoint.py
-        tensorboard/   --report-to tensorboard's event files
-        wandb-id       --report-to wandb's run id; wandb-step: the last step sent to it
-
-Guarantees:
-- create_run() refuses a used folder; RunLock keeps a second process out of a run folder; resume_run()
-  repairs a folder a crash left (checkpoint.recover). A failed start (RunFolder.discard) leaves nothing
-  new, and a resumed folder byte for byte; a resume never drops logged steps for want of a checkpoint.
-- RunLog writes each row with one os.write and an fsync; a failed write is cut back off.
-  Opened on resume from step s, it cuts a torn last line and drops rows past s (they are redone) at its
-  first write, so every step appears once. read_metrics() skips unreadable lines with one warning per file.
-- A resume never rewrites what a run was: every flag is in RESUME_RULES (train.py) or SFT_RESUME_RULES
-  (sft.py), refused (one line naming it, the saved value and why), recorded, or free. resumed_config()
-  gives the settings as the run last ran; config.json keeps those it started with and, under "changes",
-  each recorded change {"step": S, "<field>": {"from": a, "to": b}} at the checkpoint's step S it took
-  effect at (RunFolder.write_config), and the SHA-256 of its problem files, which a resume checks.
-- --report-to (TensorBoard, Wandb) sends every number of each metrics row on, after the row is in
-  metrics.jsonl, which stays the record: a destination that raises is warned about once and turned off.
-Every error a user can meet is one line: a CheckpointError naming the path, or a ConfigError naming the flag.
-"""
+change (train.py's Session and sft.py open theirs as a RunFolder; checkpoints are checkpoint.py's).
+Its layout and what it guarantees: docs/machinery.md#folder"""
 import contextlib
 import dataclasses
 import fcntl
@@ -152,7 +127,6 @@ def record(cfg) -> dict:
 def write_json_atomic(path, obj):
     """config.json and the like: the old file or the new one, never half of one."""
     replace_bytes(Path(path), (json.dumps(obj, indent=2) + "\n").encode())
-
 
 
 def unique_name(prefix: str) -> str:

@@ -123,12 +123,7 @@ class RunLog:
 class TensorBoard:
     """--report-to tensorboard: event files in <run>/tensorboard/ (`tensorboard --logdir runs` shows every
     run), each number of a row a scalar under its metrics.jsonl name, the settings a text entry "config".
-
-    Every start sends metrics.jsonl whole (`resend_after` -1), its writer marking step 0 as a (re)start
-    (purge_step): TensorBoard drops every event of the earlier processes (it takes the first start mark of a
-    folder as its beginning, each later one as a restart) and shows the run as metrics.jsonl has it: each
-    step once (the rows redone past the checkpoint too), and none missing (the steps of a resume under
-    --report-to none too). Every row is flushed at once, so a crash loses none that metrics.jsonl holds."""
+    Every start resends metrics.jsonl whole, marking step 0 a restart (docs/machinery.md#metrics-log)."""
     FOLDER = "tensorboard"
     name = "tensorboard"
     resend_after = -1
@@ -152,14 +147,7 @@ class TensorBoard:
 class Wandb:
     """--report-to wandb: a Weights & Biases run in --wandb-project named after the run folder, the settings
     as its config, each number of a row logged at its step. WANDB_MODE, WANDB_DIR and the rest of wandb's
-    own settings apply.
-
-    The wandb run's id is kept in <run>/wandb-id: a resumed run goes on in the same wandb run. Each start
-    first sends the rows of metrics.jsonl after the last step sent to it, kept in <run>/wandb-step (written
-    atomically once a step's first row is sent; none: a new wandb run, or one from before the file, gets every
-    row): so the steps of a resume under --report-to none reach it too. wandb keeps a run's steps increasing,
-    so the rows a resume redoes at steps it already has are not sent: they keep their first values. A kill
-    between a row sent and its step written sends that step again (online, wandb keeps its first values)."""
+    own settings apply. How a resume goes on in the same wandb run: docs/machinery.md#metrics-log"""
     ID_FILE = "wandb-id"
     STEP_FILE = "wandb-step"
     name = "wandb"

@@ -1,8 +1,5 @@
 """Flags from dataclasses into argparse: one `error:` line for a bad flag, TRL's names told ours.
-
-A command declares its flags as a dataclass (machinery/cli.py's groups and `arg`); `parse` turns it into
-argparse, checks every value against its range and gives (config, the method's knobs, the flags given).
-"""
+A command declares its flags as a dataclass (machinery/cli.py's groups and `arg`)."""
 import argparse
 import dataclasses
 import difflib
@@ -109,11 +106,8 @@ def add_flag(group, f: dataclasses.Field, tp):
 
 def parse(cls, argv=None, description: str = "", add_flags=None, epilog: str = "",
           usage: str = "%(prog)s [flags]"):
-    """Parse argv into cls; `add_flags(parser)` may add flags that are not fields (returned separately).
-
-    Flags not given keep the dataclass default; `given` lists the fields the user set explicitly
-    (presets fill in only the others).
-    """
+    """Parse argv into cls; `add_flags(parser)` may add flags that are not fields (returned separately). Flags
+    not given keep the dataclass default; `given`: the fields the user set (presets fill in the others)."""
     parser = Parser(description=description, epilog=epilog, usage=usage,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fields(parser, cls)

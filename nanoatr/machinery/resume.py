@@ -107,12 +107,9 @@ SFT_RESUME_RULES = {
 def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
     """(config, change): the run's settings as it last ran (cfg.resume/config.json with its recorded changes),
     with the flags given now on top, and this resume's change, {field: {"from": a, "to": b}} for each RECORDED
-    flag given with a value other than the run's ({} when none). A Refused flag given with another value is a
-    ConfigError naming it, the saved value and why, so that config.json never records a setting that did not
-    run; so is a method hyper-parameter in `hparams` (train.py's --eps, --delta, ...; None: not given) other
-    than the run's. A path flag (PATH_FIELDS) naming the run's own files is the run's value, however spelled;
-    the run's relative paths are found from the directory it started in (from_start), so a resume may run
-    from anywhere. A field missing from `rules` is a KeyError: every field must be classified."""
+    flag given with a value other than the run's ({} when none). A Refused flag (or a method hyper-parameter
+    in `hparams`) given with another value is a ConfigError naming it, the saved value and why; a path
+    naming the run's own files is the run's value, however spelled (docs/machinery.md#resume)."""
     saved_file = Path(cfg.resume) / "config.json"
     if not saved_file.is_file():
         raise ConfigError(f"--resume {cfg.resume}: no config.json there: not a run folder, or one whose "

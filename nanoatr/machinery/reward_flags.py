@@ -1,8 +1,5 @@
-"""--reward and --reward-weights: the reward functions a run uses, loaded by name.
-
-FILE.py:FUNCTION imports the file by its path (once); MODULE:FUNCTION an installed module. Every problem is
-one ConfigError naming the flag, before any step.
-"""
+"""--reward and --reward-weights: the reward functions a run uses, loaded by name (FILE.py:FUNCTION by
+its path, MODULE:FUNCTION an installed module); every problem is one ConfigError naming the flag."""
 import importlib
 import importlib.util
 import math

@@ -1,20 +1,6 @@
-"""train.py's flags and its run around the loop: TrainConfig (with the paper's preset and the checks across
-flags), then the Session: the run folder made (or resumed) and locked, the metrics log, checkpoints on
-schedule, Ctrl-C / SIGTERM, the CPU thread count, and one-line errors. train.py reads:
-
-    with Session(argv, ...) as session:             # flags, the run folder made (or resumed) and locked
-        run = setup(session)                        # what a step needs; a bad file is one `error:` line
-        for step in session.steps(...):             # from the checkpoint's step; checkpoints every
-            session.log_step(grpo_step(run, step))  # --save-every and at the end; Ctrl-C / SIGTERM: saved
-
-Whatever goes wrong is one `error:` line and a non-zero exit: a bad flag or file, Ctrl-C or SIGTERM
-before training (a new run folder holding nothing is removed, after a bug's traceback too; a resumed one
-is left as it was), a full or read-only disk while saving or logging (earlier checkpoints are intact), a
-reward function that fails or calls sys.exit() mid-run (the steps done are checkpointed first), a value
-that is not finite (the run diverged: it stops before the optimizer takes it), a second Ctrl-C (the last
-checkpoint is named). The folder itself (lock, logs, what a resume may change) is nanoatr/runs.py's, the
-checkpoints nanoatr/machinery/checkpoint.py's.
-"""
+"""train.py's flags and its run around the loop: TrainConfig, then the Session (the run folder made or
+resumed and locked, the metrics log, checkpoints on schedule, Ctrl-C / SIGTERM, the CPU thread count,
+one-line errors). How train.py uses it and what goes wrong how: docs/machinery.md#session"""
 import dataclasses
 import os
 import signal
@@ -56,11 +42,9 @@ class Diverged(Exception):
 
 
 def check_finite(d: distributed.Dist, where: str, **values):
-    """Stop the run (Diverged, one line) when a value is not finite: a reward, an advantage, a
-    log-prob, the loss, the gradient norm, a weight. Checked before the optimizer moves on it, on every rank
-    alike (one rank's stops all). Stopped, not skipped: a skipped step would hide the divergence, and the
-    steps after it would train on what caused it (a reward weight or a learning rate too large). values:
-    tensors, numbers, or lists of either."""
+    """Stop the run (Diverged, one line) when a value is not finite, before the optimizer moves on it, on
+    every rank alike (docs/machinery.md#session says why stopped, not skipped). values: tensors, numbers,
+    or lists of either."""
     for what, value in values.items():
         parts = [torch.as_tensor(v).detach() for v in (value if isinstance(value, list) else [value])]
         finite = not parts or bool(torch.stack([t.isfinite().all() for t in parts]).all())  # one sync
@@ -79,7 +63,7 @@ def terminated(signum, frame):
 
 
 class Session:
-    """A run folder opened for training (a context manager); see the module's docstring."""
+    """A run folder opened for training (a context manager): docs/machinery.md#session."""
 
     def __init__(self, argv=None, doc: str = ""):
         nanoatr.ctrl_c_raises()  # from here on, a Ctrl-C is the session's (a new run folder is removed first)

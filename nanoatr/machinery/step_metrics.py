@@ -1,8 +1,5 @@
-"""A GRPO step's metrics line, over every rank: what metrics.jsonl logs of it.
-
-train.py's grpo_step ends with metrics_line: rewards and accuracy, lengths, group shares, the loss and its
-clipping statistics (loss.merge_stats), the learning rate, timings and throughput.
-"""
+"""A GRPO step's metrics line, over every rank: what metrics.jsonl logs of it (rewards and accuracy,
+lengths, group shares, the loss and its clipping statistics, the learning rate, timings, throughput)."""
 import math
 
 import torch

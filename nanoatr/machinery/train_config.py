@@ -109,13 +109,9 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
         return self.lr_scheduler != "constant" or self.warmup_ratio > 0
 
 
-# The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags.
-# TRL counts its batch in completions: batch 8 = one group of G = 8, and 4 accumulated micro-batches make
-# 4 prompts x 8 completions, sampled together. Under TRL's defaults (num_iterations = 1, steps_per_generation
-# = gradient_accumulation_steps) that is one optimizer step per rollout batch: the ratio is exactly 1 and
-# clipping is inert. The paper does not say what moved its ratio; we fill the gap with --minibatches 4: each
-# group of 8 its own optimizer step, so the ratio moves and clipping acts (--minibatches 1: the table as
-# written, with train.py's warning).
+# The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags,
+# with --minibatches 4 (each group of 8 its own optimizer step) so that the ratio moves and clipping acts:
+# why, docs/machinery.md#train-config.
 PRESETS = {"paper": {
     "lora_rank": 32, "lora_alpha": 64.0,
     "lr": 5e-6, "weight_decay": 1e-3,                   # AdamW
@@ -225,11 +221,9 @@ def check_overlong(cfg: TrainConfig, given) -> None:
 
 
 def check_schedule_kept(cfg: TrainConfig, change: dict) -> None:
-    """A resumed run keeps the learning rates it has followed: under a schedule, the numbering of its
-    optimizer steps (--minibatches, --epochs) and, when the schedule spans the run, its length (--steps) stay
-    as they were. cfg: the resumed config; change: this resume's, {field: {"from": the run's, "to": cfg's}}
-    (runs.resumed_config; a field it does not name is the run's own). (The schedule's own flags:
-    runs.RESUME_RULES.)"""
+    """A resumed run keeps the learning rates it has followed: under a schedule, --minibatches and --epochs
+    and (when the schedule spans the run) --steps stay as they were. cfg: the resumed config; change: this
+    resume's, {field: {"from": the run's, "to": cfg's}} (resume.resumed_config)."""
     saved = dataclasses.replace(cfg, **{name: c["from"] for name, c in change.items()})
     if saved.lr_scheduler == "constant" and not saved.warmup:
         return

@@ -1,12 +1,7 @@
 """A Qwen3 checkpoint directory in and out: a local directory or a Hugging Face hub id (local_dir),
 config.json checked into Qwen3Config's fields, the safetensors weights (one file or shards) checked
-against the config, and both written atomically.
-
-Every way a directory can be unusable (no config, a config that is not Qwen3's or has wrong types,
-truncated or foreign weights, a broken shard index, weights whose shapes do not fit the config) is a
-ModelError whose one line names the file. The model classes are passed in (model/qwen3.py's
-Qwen3.from_pretrained and save_pretrained call these), so this file depends on nothing of the model.
-"""
+against the config, and both written atomically. An unusable directory is a ModelError whose one line
+names the file (docs/machinery.md#model-files)."""
 import dataclasses
 import json
 import math

@@ -2,12 +2,9 @@
 with per-head q/k RMSNorm and RoPE, grouped-query -> residual -> RMSNorm -> SwiGLU MLP -> residual) ->
 RMSNorm -> lm_head; and the KV cache the rollout decodes with.
 
-Parameter names mirror transformers' Qwen3ForCausalLM (`model.layers.0.self_attn.q_proj.weight`, ...)
-so that a Hugging Face checkpoint loads with a plain `load_state_dict`, and LoRA adapters made by peft
-on our modules carry the same keys as adapters made on transformers' model. Reading and writing
-checkpoint directories is model/files.py's. Three CPU speed variants are named functions below, each
-with its reason (the measurements: docs/speed.md): real_tokens, decode_attention, blocked_lm_head.
-"""
+Parameter names mirror transformers' Qwen3ForCausalLM, so a Hugging Face checkpoint loads with a plain
+`load_state_dict` (docs/machinery.md#qwen3). Three CPU speed variants are named functions below:
+real_tokens, decode_attention, blocked_lm_head (docs/speed.md)."""
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
@@ -269,12 +266,8 @@ class KVCache:
 
     def __init__(self, cfg: Qwen3Config, batch: int, max_len: int, dtype, device, windows: bool = True):
         """windows: decode steps may attend over windows wider than the filled slots (rollout.DecodePlan):
-        then each layer gets its own zeroed tensors (a compiled step writes each in place, and the weight 0
-        that the mask gives an unfilled slot times a NaN left in uninitialised memory would still be NaN).
-        Otherwise (the CPU's exact windows, no slot is read before it is written) one uninitialised block,
-        viewed per layer: per-layer blocks of a few MB, freed after each rollout, lower glibc's adaptive
-        mmap threshold, and every later step's logits were then page-faulted afresh (10x the page faults,
-        7% slower at 58M parameters: docs/speed.md)."""
+        then each layer gets its own zeroed tensors (an unfilled slot's weight 0 times a NaN is still NaN).
+        Otherwise one uninitialised block, viewed per layer (why one block: docs/machinery.md#qwen3)."""
         shape = (batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
         L = cfg.num_hidden_layers
         if windows:

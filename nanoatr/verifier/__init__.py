@@ -1,8 +1,7 @@
 r"""Answer verifier: ``verify(completion, gold) -> bool`` is the reward for RL with verifiable rewards.
 
-Completions are untrusted model output. Nothing from them is ever executed: no eval/exec, no
-sympify/parse_expr/parse_latex; math is read by our own parser. The package, in the order an answer goes
-through it:
+Completions are untrusted model output: nothing from them is ever executed (no eval/exec/sympify; math
+is read by our own parser). The package, in the order an answer goes through it:
     extract.py   the final answer(s) of a completion: boxes, answer statements
     shapes.py    normalisation, then the answer's shape: number, list, interval, relation, matrix, ...
     parse.py     the recursive-descent parser of one math expression ...

@@ -1,23 +1,9 @@
 r"""The Countdown reward: reach a target from given numbers with + - * /, each number used exactly once.
 
-The reward of ``--task countdown`` (nanoatr/data.py TASKS), the second embedded task; the problems and
-the warm-start policy are made by data/make_countdown.py, which says why the task is built as it is.
-
-    answer field   "3,8,5,2:19"  (the numbers, ':', the target); the prompt is "3,8,5,2:19="
-    final answer   the LAST \boxed{...} of the completion holds an expression over the numbers:
-                   \boxed{(8*3)-5}; text before it is a scratchpad and is not graded
-
-``reward(completion, answer)`` is 1.0 when that expression uses each given number exactly once (as a
-multiset: "2,2,5" needs two 2s), only + - * / and parentheses (no unary minus, no other numbers), and
-its exact value (fractions.Fraction) equals the target; else 0.0. Intermediate fractions are allowed
-(the value is what counts, as in the Countdown rewards of RL papers: 8/(3-8/3) = 24).
-
-Model text is untrusted: it is never evaluated with eval/exec/sympy. A small recursive-descent
-parser over integers reads it, with bounds that fix the time and the size of every Fraction:
-MAX_COMPLETION_TAIL characters searched for the box, MAX_EXPR_CHARS per expression, MAX_DEPTH
-parentheses, MAX_LITERAL_DIGITS per integer, at most as many literals as the problem has numbers.
-It never raises.
-"""
+``reward(completion, answer)``, answer "3,8,5,2:19" (the numbers, ':', the target): 1.0 when the LAST
+\boxed{...} holds an expression that uses each number exactly once, only + - * / and parentheses, and
+whose exact value equals the target (8/(3-8/3) = 24 counts); else 0.0. Model text is never evaluated
+(eval/exec/sympy); the MAX_* bounds fix the time; it never raises. In full: docs/machinery.md#countdown"""
 from __future__ import annotations
 
 from fractions import Fraction

@@ -1,5 +1,5 @@
 r"""When two answers are equal: exact values, collections, intervals, relations (the EQUIVALENCE
-POLICY of the package docstring), within SYMPY_BUDGET bounded sympy evaluations per verify call.
+POLICY of docs/verifier.md), within SYMPY_BUDGET bounded sympy evaluations per verify call.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 r"""Finding the final answer in a completion: boxes, answer statements, and when several count.
 
-See the package docstring (EXTRACTION) for the rules; MAX_* below bound the work on any input.
+See docs/verifier.md (EXTRACTION) for the rules; MAX_* below bound the work on any input.
 """
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 r"""Parsing one math expression: a recursive-descent parser of LaTeX or ASCII into a bounded value.
 
-Integers, decimals (exact; "0.1\overline{6}" = 1/6), "1.5e3" and "1.5\times10^{3}", \frac / a/b /
-\frac12, mixed numbers (1\frac14, "1 1/4"), \sqrt and \sqrt[n], powers, n!, \binom{n}{k} /
-{n \choose k}, \sin \cos \tan \cot \sec \csc \arcsin \arccos \arctan \ln \exp, \log (base 10) and
-\log_b, \pi, e (Euler's number), i (the imaginary unit), implicit products (2\sqrt3, "3xy",
-"3!4!"), variables (letters, a few Greek ones, subscripts: a_1). Nothing is ever eval'd or handed
-to sympify / parse_expr / parse_latex: every value is built by values.py, within its bounds.
-"""
+Nothing is ever eval'd or handed to sympify / parse_expr / parse_latex: every value is built by
+values.py, within its bounds. What it reads: docs/machinery.md#parse"""
 from __future__ import annotations
 
 import re

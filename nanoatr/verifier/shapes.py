@@ -1,20 +1,7 @@
 r"""The shape of an answer: normalisation, then number, list, interval, relation, set, tuple, matrix, ...
 
-NORMALISATION (`normalize`, both sides): dropped are \left / \right, spacing, \displaystyle,
-degree marks (\sin 30^\circ is first turned into radians), \$ and $, thousands separators
-(1,000 / 1 000 as a whole answer; 1{,}000, 1\,000), a trailing \text{unit} or plain unit word(s)
-after a number ("5\text{ cm}", "12 square units", "7 apples"; not "or"/"and"/"not"/...).
-\text{} / \mbox{} / \mathrm{} / \textbf{} keep their content; \dfrac / \tfrac are \frac; \ge / \geq /
->= / \geqslant are one symbol (also for <=, !=); \in is "="; "x \approx 3.14" is x = 3.14 but
-"\sqrt2 \approx 1.414" is the exact \sqrt2; \mathbb{R} / "all real numbers" are one symbol,
-\emptyset / \varnothing / \{\} another; \langle \rangle are parentheses.
-
-SHAPES (`canonical` -> Canon.kind): "list" (top-level ",", ";", " or ", " and "), "rel" (=, <, >,
-<=, >=, != at top level, chains allowed), "interval" (one variable against constants, set-builder
-\{x \mid ...\}, x \in an interval, |x| < c, \mathbb{R}), "union" (\cup), "set" (\{...\}),
-"tuple" ((...) or [...] with commas), "matrix" (\begin{pmatrix} and kin), "choice" ((B), B,
-"(B) 27"), "num" (what parse reads; "%" noted), "text" (the rest).
-"""
+`normalize` (both sides) drops layout, units and separators and makes one symbol of each spelling;
+`canonical` gives the shape (Canon.kind). What each keeps and drops: docs/machinery.md#shapes"""
 from __future__ import annotations
 
 import math
@@ -119,7 +106,7 @@ def _unwrap_text(s: str) -> str:
 
 
 def normalize(s: str) -> str:
-    """Presentation-only differences removed (see the module docstring's list)."""
+    """Presentation-only differences removed (docs/machinery.md#shapes lists them)."""
     s = s.translate(_UNICODE)
     if _NEEDS_REPLACEMENTS.search(s):  # most answers ("42", "3/4") need none of the substitutions
         for pattern, repl in _REPLACEMENTS:

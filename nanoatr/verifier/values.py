@@ -1,14 +1,8 @@
 r"""Exact values with bounds: the numbers and expressions the parser builds, and their arithmetic.
 
-A value is a Num: exact (a fractions.Fraction while rational; a sympy object once radicals, pi, e,
-i, functions, infinity or variables appear) plus `approx`, its complex value at N_POINTS fixed
-pseudo-random points (every variable gets its own values there), which rejects unequal answers
-without sympy and is the identity test for expressions in variables. Every operation that could
-blow up in time or memory refuses with ParseError BEFORE building anything (the MAX_* bounds
-below): that, not a timer, is what bounds the verifier's time. Expressions in variables are built
-unevaluated, as the input wrote them: sympy's evaluation of them asks its assumption system
-questions with no time bound.
-"""
+A value is a Num: exact (a Fraction while rational, else a sympy object) plus `approx`, its complex
+value at N_POINTS fixed pseudo-random points. Every operation that could blow up refuses with
+ParseError BEFORE building anything (the MAX_* bounds below): docs/machinery.md#values"""
 from __future__ import annotations
 
 import cmath
