@@ -31,14 +31,13 @@ from nanoatr import lora
 from nanoatr.machinery import distributed
 from nanoatr.machinery.decoding import decode_plan
 from nanoatr.machinery.checkpoint import read_tokenizer_files
-from nanoatr.data import TASKS, load_problems, not_held_out
+from nanoatr.data import load_problems, not_held_out
 from nanoatr.evaluate import check_budgets, during_training, scores_line
 from nanoatr.loss import (aggregate, group_advantages, kl_to_reference, merge_stats, overlong_penalty,
                           policy_loss, progress, uniform_groups)
 from nanoatr.methods import needs
 from nanoatr.model import Qwen3
 from nanoatr.rewards import Rewards
-from nanoatr.machinery.reward_flags import from_flags
 from nanoatr.rollout import Rollout, generate
 from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
 from nanoatr.machinery.session import Diverged, Session
@@ -145,6 +144,7 @@ def rollout(run: Run, problems, step: int) -> tuple[Rollout, dict]:
         "a log-prob of the policy's tokens": batch.sampler_logp.where(batch.mask, 0.0)}
     check_finite(run, f"step {step + 1}", **{"a reward": shaped, "an advantage": advantages}, **logp)
     draws = {"rounds": len(rounds), "first_rewards": rounds[0].rewards,
+             "first_correct": correct(run, rounds[0]),
              "tokens": sum(int(r.mask.sum()) for r in rounds)} if cfg.dynamic_sampling else {}
     return batch._replace(advantages=advantages), draws
 
@@ -198,6 +198,13 @@ def grade(run: Run, out: Rollout, problems: list, step: int) -> Rollout:
     scores = rewards_at(run, step).score(problems, completion_texts(run.tok, out.tokens, out.mask),
                                          completion_ids(out.tokens, out.mask))
     return out._replace(rewards=run.rewards.total(scores), rewards_per_function=scores)
+
+
+def correct(run: Run, batch: Rollout) -> torch.Tensor:
+    """(N,) bool: which completions are correct (--correct-reward: Rewards.correct_of); of a batch graded
+    elsewhere (bench/gpu_smoke.py's random rewards), those of reward > 0."""
+    scores = batch.rewards_per_function
+    return batch.rewards > 0 if scores is None else run.rewards.correct_of(scores)
 
 
 def rewards_at(run: Run, step: int) -> Rewards:
@@ -352,10 +359,11 @@ def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict, tim
     rewards, lengths, finished = (torch.tensor(distributed.all_gather(x.tolist(), d))
                                   for x in (batch.rewards, batch.mask.sum(-1), batch.finished))
     losses = [loss for u in updates for loss in u["losses"]]
+    right = torch.tensor(distributed.all_gather(correct(run, batch).tolist(), d))
     row = {"reward_mean": rewards.mean().item(), **reward_means(run, batch),
-           "accuracy": (rewards > 0).float().mean().item(),
+           "accuracy": right.float().mean().item(),
            "completion_len": lengths.float().mean().item(), "truncated": (~finished).float().mean().item(),
-           **group_shares(rewards, cfg.group_size),
+           **group_shares(rewards, cfg.group_size, right),
            "grad_norm": sum(u["grad_norm"] for u in updates) / len(updates),
            # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
            "loss": sum(distributed.all_gather(losses, d)) / len(updates), "lr": updates[0]["lr"]}
@@ -364,8 +372,9 @@ def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict, tim
                                                   cfg.overlong_penalty).mean().item()
     if draws:  # the kept groups are chosen for mixed rewards: the first round's are the policy's
         first = torch.tensor(distributed.all_gather(draws["first_rewards"].tolist(), d))
+        first_right = torch.tensor(distributed.all_gather(draws["first_correct"].tolist(), d))
         row |= {"reward_mean_first_round": first.mean().item(),
-                "accuracy_first_round": (first > 0).float().mean().item(),
+                "accuracy_first_round": first_right.float().mean().item(),
                 "sampling_rounds": sum(distributed.all_gather([draws["rounds"]], d)) / d.world}
     sampled = sum(distributed.all_gather([draws["tokens"]], d)) if draws else lengths.sum().item()
     trained = cfg.epochs * lengths.sum().item()  # each epoch's minibatches cover every row once
@@ -373,10 +382,11 @@ def metrics_line(run: Run, batch: Rollout, updates: list[dict], draws: dict, tim
         throughput(sampled, trained, times)
 
 
-def group_shares(rewards: torch.Tensor, G: int) -> dict:
-    """The shares of the groups (G rewards each) that are all correct (every reward > 0, the rule of
-    `accuracy`), all wrong (none > 0) and of zero std (all G rewards equal: no advantage at any scale)."""
-    correct = (rewards > 0).view(-1, G)
+def group_shares(rewards: torch.Tensor, G: int, right: torch.Tensor | None = None) -> dict:
+    """The shares of the groups (G rewards each) that are all correct (`right`, the rule of `accuracy`:
+    --correct-reward; None: every reward > 0), all wrong (none correct) and of zero std (all G rewards equal:
+    no advantage at any scale)."""
+    correct = (rewards > 0 if right is None else right).view(-1, G)
     return {"groups_all_correct": correct.all(1).float().mean().item(),
             "groups_all_wrong": (~correct.any(1)).float().mean().item(),
             "groups_zero_std": len(uniform_groups(rewards, G)) / correct.shape[0]}
@@ -454,7 +464,7 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
 def setup(session: Session) -> tuple[Run, list, dict]:
     """The policy, its optimizer, tokenizer, problems and reward: (Run, training problems, held-out sets)."""
     cfg, d = session.cfg, session.d
-    rewards = from_flags(cfg.reward, cfg.reward_weights, TASKS[cfg.task].reward)  # before minutes of loading
+    rewards = session.rewards  # loaded and checked against the files' columns before the run folder
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
     model, peft_model = lora.load_policy(cfg, session.model_dir, session.checkpoint, d.device)  # base + LoRA?
     tok_dir = session.checkpoint or session.model_dir
@@ -492,7 +502,8 @@ def setup(session: Session) -> tuple[Run, list, dict]:
 
 def make_optimizer(cfg: TrainConfig, trained: list):
     """AdamW over the trained parameters, fused: one kernel for all of them (docs/speed.md)."""
-    return torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99), fused=True)
+    return torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                             betas=(cfg.adam_beta1, cfg.adam_beta2), fused=True)
 
 
 def main(argv=None):

@@ -12,9 +12,10 @@ It is called once per batch, with keyword arguments that are lists of one entry 
   trainer_state   not a list: the run's progress, as TRL passes transformers' TrainerState (a curriculum
                   reads it): .global_step, the optimizer steps done (in an evaluation, those before it), and
                   .max_steps, the run's (--steps x --minibatches x --epochs); None outside a run (eval.py)
-  answer          the problem's gold answer as the loader read it, a string (an `answer` column, DAPO's
-                  reward_model.ground_truth): this one name is nanoatr's, not a column as read
-  every other column of the row, as read (None in a row that lacks it)
+  every column of the row, as read (None in a row that lacks it), `answer` too: TRL passes them so
+  answer          in a row without an `answer` column: the problem's gold as the loader read it, a string
+                  (the --answer-field column, DAPO's reward_model.ground_truth). The built-in rewards
+                  (BUILT_IN) always get the gold as `answer`: --answer-field feeds them, never your columns
 and returns one reward per completion (a list, tuple, generator, numpy array or tensor of them): a number
 (a bool counts 1 or 0, numpy's scalars and 0-d tensors their value, as TRL's tensor conversion makes them),
 or None for a completion it does not score. An `async def` function is awaited, as TRL does. The built-in
@@ -71,6 +72,10 @@ def countdown_reward(completions, answer, **kwargs) -> list[float]:
     return [countdown.reward(completion_text(c), gold) for c, gold in zip(completions, answer)]
 
 
+# The built-in rewards: their `answer` is always the gold (the --answer-field column), never a column as read
+BUILT_IN = (math_reward, countdown_reward)
+
+
 # ----------------------------------------------------------------------------
 # Several functions, weighted: what grades a batch
 
@@ -84,11 +89,14 @@ class TrainerState:
 @dataclass(frozen=True)
 class Rewards:
     """The reward functions of a run, each with its name (metrics.jsonl's reward/<name>) and weight, and
-    the run's progress they are told (their trainer_state; None outside a run)."""
+    the run's progress they are told (their trainer_state; None outside a run), and which one says a
+    completion is correct (`correct`: the index of the function whose reward > 0 makes it so; None: the
+    weighted total > 0). A function that only judges has weight 0: it is logged but adds nothing."""
     functions: tuple[Callable, ...]
     names: tuple[str, ...]
     weights: tuple[float, ...]
     state: TrainerState | None = None
+    correct: int | None = None
 
     @staticmethod
     def of(*functions: Callable) -> "Rewards":
@@ -103,8 +111,20 @@ class Rewards:
         """(N, F) float32: function f's reward of completion i (NaN where it returned None), problems[i]
         being completion i's problem (a data.Problem). A RewardError names the function and the row."""
         kwargs = arguments(problems, completions, completion_ids) | {"trainer_state": self.state}
-        columns = [call(fn, name, kwargs, problems) for fn, name in zip(self.functions, self.names)]
+        golds = kwargs | {"answer": [p.answer for p in problems]}  # what a built-in reward grades against
+        columns = [call(fn, name, golds if fn in BUILT_IN else kwargs, problems)
+                   for fn, name in zip(self.functions, self.names)]
         return torch.tensor(columns, dtype=torch.float32).reshape(len(columns), len(problems)).T
+
+    def correct_of(self, scores: torch.Tensor) -> torch.Tensor:
+        """(N,) bool: which completions are correct: function `correct`'s reward > 0 (unscored: not), or
+        the total > 0. accuracy, Mean@k and Pass@k count these."""
+        return (self.total(scores) if self.correct is None else scores[:, self.correct]) > 0
+
+    @property
+    def judge(self) -> str:
+        """What correct_of counts, in words: 'math_reward > 0', or 'the weighted total reward > 0'."""
+        return "the weighted total reward > 0" if self.correct is None else f"{self.names[self.correct]} > 0"
 
     def total(self, scores: torch.Tensor) -> torch.Tensor:
         """(N,) TRL's total of each completion: the sum of weight x reward over the functions that scored
@@ -132,7 +152,7 @@ def arguments(problems: list, completions: list[str], completion_ids: list[list[
     completions = [[{"role": "assistant", "content": t}] if c else t for t, c in zip(completions, chat)]
     return {"prompts": prompts, "completions": completions, "completion_ids": completion_ids,
             **{k: [p.fields.get(k) for p in problems] for k in columns},
-            "answer": [p.answer for p in problems]}
+            "answer": [p.fields["answer"] if "answer" in p.fields else p.answer for p in problems]}
 
 
 def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
@@ -197,6 +217,33 @@ def check_signature(fn: Callable, name: str, kwargs: dict):
         raise RewardError(f"reward function {name} cannot be called with the batch's keyword arguments "
                           f"({names}): {e}; a reward function takes them by name, the ones it does not use "
                           "as **kwargs (TRL calls it so too)") from None
+
+
+def signature_problem(fn: Callable, name: str, arguments: list[str], file: str) -> str | None:
+    """What makes `fn` unable to take the keyword `arguments` of `file`'s batches (no `completions`: a
+    factory of reward functions; a required one missing; others it has no parameter and no **kwargs for),
+    as an error line's words; None when it can (or Python cannot read its signature: it is just called)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
+    kinds = {p.kind for p in params.values()}
+    if positional := [k for k, p in params.items() if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]:
+        return f"reward function {name} takes {positional[0]!r} by position only; it is passed by name"
+    if "completions" not in params and inspect.Parameter.VAR_KEYWORD not in kinds:
+        return (f"reward function {name} takes no `completions` argument: is it a factory that makes the "
+                f"reward function? Name the function it returns (my_reward = {name}(...) in a file, then "
+                "--reward FILE.py:my_reward)")
+    needed = [k for k, p in params.items() if p.default is p.empty and
+              p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and k not in arguments]
+    if needed:
+        return (f"reward function {name} needs a column {needed[0]!r}, which {file} lacks (its batches pass "
+                f"{', '.join(arguments)})")
+    extra = [k for k in arguments if k not in params]
+    if extra and inspect.Parameter.VAR_KEYWORD not in kinds:
+        return (f"reward function {name} has no **kwargs, but {file} would pass it {', '.join(extra)} (TRL "
+                "passes every column): add **kwargs to its parameters")
+    return None
 
 
 def not_a_reward(value) -> tuple[str, str] | None:

@@ -204,6 +204,15 @@ def test_each_bad_input_is_the_one_line_the_page_shows(tmp_path, capsys, monkeyp
                        folder / "arith.parquet")
     elif "misspelt" in case:
         argv += ["--max-new-token", "256"]
+    elif "`def " in case:  # the page's reward file, one function's signature as the comment shows it
+        source = (folder / "my_rewards.py").read_text()
+        old = {"no_box": "def no_box(completions, **kwargs):",
+               "accuracy": "def accuracy(completions, solution, **kwargs):"}[case.split()[0]]
+        (folder / "my_rewards.py").write_text(source.replace(old, re.search(r"`(def .*?)`", case)[1]))
+    elif "factory" in case:
+        with open(folder / "my_rewards.py", "a") as f:
+            f.write("\n\ndef get_accuracy():\n    return accuracy\n")
+        argv[argv.index("my_rewards.py:accuracy")] = "my_rewards.py:get_accuracy"
     else:
         assert case.startswith("--warmup-steps 20")
         argv += ["--warmup-steps", "20"]
