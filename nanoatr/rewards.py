@@ -40,6 +40,7 @@ import dataclasses
 import inspect
 import math
 import numbers
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -174,6 +175,7 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
         raise RewardError(f"reward function {name} returned {len(values)} rewards for {len(problems)} "
                           "completions (one per completion, None for one it does not score)")
     values = [scalar(v) for v in values]
+    warn_if_unscored(name, values)
     for i, v in enumerate(values):
         wrong = not_a_reward(v)
         if wrong:
@@ -181,6 +183,18 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
             raise RewardError(f"reward function {name} returned {shown} for {row(i, kwargs, problems)}: "
                               f"{why}")
     return [math.nan if v is None else float(v) for v in values]
+
+
+UNSCORED: set[str] = set()  # the functions warned about for scoring none of a batch (once each a process)
+
+
+def warn_if_unscored(name: str, values: list):
+    """One warning line, the first time function `name` scores none of a batch (None for every completion,
+    as TRL warns): it then adds nothing to their rewards; a misspelt column read with .get, say."""
+    if values and all(v is None for v in values) and name not in UNSCORED:
+        UNSCORED.add(name)
+        print(f"warning: reward function {name} scored none of a batch's {len(values)} completions (it "
+              "returned None for each: it adds nothing to their rewards); said once", file=sys.stderr)
 
 
 def run(fn: Callable, kwargs: dict):

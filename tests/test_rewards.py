@@ -15,6 +15,7 @@ import train
 from nanoatr.machinery import checkpoint
 from nanoatr.machinery.cli import ConfigError
 from nanoatr.data import TASKS, Problem, load_problems
+from nanoatr import rewards as rewards_module
 from nanoatr.rewards import RewardError, Rewards, countdown_reward, math_reward
 from nanoatr.machinery.reward_flags import from_flags
 from nanoatr.verifier import countdown, verify
@@ -589,3 +590,16 @@ def test_a_file_without_gold_answers_trains_on_a_reward_that_reads_its_own_colum
     with pytest.raises(SystemExit):
         train.main([*flags, "--name", "no-reward"])
     assert not (tmp_path / "no-reward").exists()
+
+
+def test_a_function_that_scores_none_of_a_batch_is_warned_about_once(capsys, monkeypatch):
+    """TRL warns when rewards come back None for every row; here one line names the function, once."""
+    monkeypatch.setattr(rewards_module, "UNSCORED", set())
+
+    def nothing(completions, **kwargs):
+        return [None] * len(completions)
+    for _ in range(2):
+        score(nothing, PROBLEMS, ["a", "b", "c"])
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: reward function nothing scored none of a batch's 3 completions (it returned None for each: it "
+        "adds nothing to their rewards); said once"]

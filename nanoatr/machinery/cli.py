@@ -243,8 +243,9 @@ class RunFlags:
                                "(Weights & Biases), or both; each is an optional package (pip install "
                                "tensorboard / wandb). metrics.jsonl stays the record", RUN,
                                choices=["none", *REPORTERS])
-    wandb_project: str = arg("nanoatr", "the wandb project of --report-to wandb (the wandb run is named "
-                             "after the run folder)", RUN)
+    wandb_project: str | None = arg(None, "the wandb project of --report-to wandb (default: WANDB_PROJECT, "
+                                    "else nanoatr; the wandb run is named after the run folder unless "
+                                    "WANDB_NAME is set; wandb's other WANDB_* settings apply)", RUN)
     workdir: str = arg("", "the directory the run was started in, which the relative paths of its "
                        "settings are relative to (runs.from_start); empty in a run from before it was "
                        "recorded", cli=False)

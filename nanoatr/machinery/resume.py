@@ -117,6 +117,11 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
     the run's relative paths are found from the directory it started in (from_start), so a resume may run
     from anywhere. A field missing from `rules` is a KeyError: every field must be classified."""
     saved_file = Path(cfg.resume) / "config.json"
+    named = Path(cfg.resume) if Path(cfg.resume).name else Path(cfg.resume).resolve()  # ".": its name
+    if named.name.startswith("checkpoint") and (named.parent / "config.json").is_file():
+        raise ConfigError(f"--resume {cfg.resume} is a checkpoint of the run folder {named.parent}: --resume "
+                          f"takes the run folder (--resume {named.parent}), and goes on from its newest "
+                          "usable checkpoint")
     if not saved_file.is_file():
         raise ConfigError(f"--resume {cfg.resume}: no config.json there: not a run folder, or one whose "
                           "start never finished (start it again, without --resume)")
