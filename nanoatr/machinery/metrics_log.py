@@ -172,8 +172,8 @@ class Wandb:
             replace_bytes(id_file, secrets.token_hex(4).encode())
         self.resend_after = self.sent = self.last_step_sent(self.step_file)
         self.run = wandb.init(project=project or os.environ.get("WANDB_PROJECT") or "nanoatr",
-                              name=os.environ.get("WANDB_NAME") or run_dir.name, id=id_file.read_text().strip(),
-                              resume="allow", config=config)
+                              name=os.environ.get("WANDB_NAME") or run_dir.name,
+                              id=id_file.read_text().strip(), resume="allow", config=config)
 
     @staticmethod
     def last_step_sent(step_file: Path) -> int:
