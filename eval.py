@@ -12,8 +12,9 @@ Temperature, top-k and top-p default to the model's generation_config.json (the 
 instruct checkpoints: 0.6 / 20 / 0.95), else 1.0 / 0 / 1.0; a line on stderr says which were used.
 For the paper's numbers give them explicitly, as above.
 
-A completion is correct when the weighted total of its rewards is > 0 (--reward, --reward-weights; default:
-the --task's built-in, the verifier for math): a reward function of yours evaluates as it trains.
+A completion is correct when the reward --correct-reward names is > 0 (default: the --task's built-in, the
+verifier for math, graded on --answer-field's gold beside any --reward of yours; total: the weighted total of
+the --reward functions): a reward function of yours evaluates as it trains.
 
 Every problem gets n >= k samples. Mean@k is the mean accuracy over all n samples; Pass@k is the
 unbiased estimate from n samples of the chance that one of k is correct (nanoatr/evaluate.py). --out
@@ -50,7 +51,7 @@ from nanoatr.data import TASKS, DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
 from nanoatr.rewards import RewardError
-from nanoatr.machinery.reward_flags import from_flags
+from nanoatr.machinery.reward_flags import for_run
 from nanoatr.machinery.resume import paths, real_path
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
                                load_tokenizer, read_json)
@@ -83,7 +84,7 @@ class EvalConfig(ModelFlags, DataFlags, PromptFlags, RewardFlags, SamplingFlags,
                                    "0.95. Default: the model's generation_config.json, else 1.0")
     reward: list[str] = override(RewardFlags, "reward", help="reward functions, FILE.py:FUNCTION or "
                                  "MODULE:FUNCTION, of TRL's shape (nanoatr/rewards.py); a completion is "
-                                 "correct when their weighted total is > 0. They run in this process, "
+                                 "correct as --correct-reward says. They run in this process, "
                                  "unsandboxed, on untrusted model output. Default: the --task's built-in "
                                  "(the verifier, for math)")
 
@@ -141,7 +142,7 @@ ROW_FIELDS = {"benchmark", "problem_id", "sample", "correct", "gold", "length", 
 # gold answers are checked per row.)
 SETTINGS = ("model", "adapter", "checkpoint_step", "temperature", "top_p", "top_k", "max_new_tokens", "seed",
             "sampler", "prompt_template", "system_prompt", "thinking", "stop", "dtype", "task", "reward",
-            "reward_weights")
+            "reward_weights", "correct_reward")
 
 
 def settings(cfg: EvalConfig, dirs) -> dict:
@@ -158,7 +159,7 @@ def differences(saved: dict, now: dict) -> list[str]:
     """The flags whose values differ between a file's settings and this run's, as 'FLAG A (now B)'; a
     --reward FILE.py naming the same file is no difference (./r.py:f, r.py:f, /abs/r.py:f)."""
     names = {"checkpoint_step": "--model (its checkpoint's step)"}
-    saved = {"task": "math", "reward": [], "reward_weights": [], **saved}  # files from before those flags
+    saved = {"task": "math", "reward": [], "reward_weights": [], "correct_reward": "", **saved}  # older files
     saved["reward"] = paths("reward", saved["reward"], real_path)  # a file's from before it was absolute
     return [f"{names.get(k, flag(k))} {saved.get(k)!r} (now {now[k]!r})"
             for k in SETTINGS if saved.get(k) != now[k]]
@@ -291,7 +292,7 @@ def main(argv=None):
         problem = check_writable(out)
         if problem:
             die(problem)
-        rewards = from_flags(cfg.reward, cfg.reward_weights, TASKS[cfg.task].reward)
+        rewards = for_run(cfg, cfg.data)  # checked against each file's columns
         now = settings(cfg, dirs)
         saved, done = read_done(out) if cfg.resume else (None, [])
         if saved is not None and differences(saved, now):

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from nanoatr import lora
-from nanoatr.data import TASKS, load_problems, not_held_out
+from nanoatr.data import load_problems, not_held_out
 from nanoatr.evaluate import check_budgets, during_training, scores_line
 from nanoatr.loss import (aggregate, dynamic_sampling, group_advantages, kl_to_reference, loss_mask,
                           overlong_penalty, policy_loss, progress)
@@ -43,7 +43,6 @@ from nanoatr.tokenizer import (completion_ids, completion_texts, encode_prompts,
 from nanoatr.machinery import distributed
 from nanoatr.machinery.checkpoint import read_tokenizer_files
 from nanoatr.machinery.decoding import decode_plan
-from nanoatr.machinery.reward_flags import from_flags
 from nanoatr.machinery.session import Session, check_finite
 from nanoatr.machinery.step_metrics import metrics_line
 from nanoatr.machinery.train_config import TrainConfig
@@ -130,7 +129,7 @@ def rollout(run: Run, problems, step: int) -> tuple[Rollout, dict]:
     logp = {} if batch.sampler_logp is None else {  # NaN: the policy's forward overflows (weights too large)
         "a log-prob of the policy's tokens": batch.sampler_logp.where(batch.mask, 0.0)}
     check_finite(run.d, f"step {step + 1}", **{"a reward": shaped, "an advantage": advantages}, **logp)
-    draws = {"rounds": len(rounds), "first_rewards": rounds[0].rewards,
+    draws = {"rounds": len(rounds), "first": rounds[0],
              "tokens": sum(int(r.mask.sum()) for r in rounds)} if cfg.dynamic_sampling else {}
     return batch._replace(advantages=advantages), draws
 
@@ -329,7 +328,7 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
 def setup(session: Session) -> tuple[Run, list, dict]:
     """The policy, its optimizer, tokenizer, problems and reward: (Run, training problems, held-out sets)."""
     cfg, d = session.cfg, session.d
-    rewards = from_flags(cfg.reward, cfg.reward_weights, TASKS[cfg.task].reward)  # before minutes of loading
+    rewards = session.rewards  # loaded and checked against the files' columns before the run folder
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
     model, peft_model = lora.load_policy(cfg, session.model_dir, session.checkpoint, d.device)  # base + LoRA?
     tok_dir = session.checkpoint or session.model_dir
@@ -387,7 +386,8 @@ def learning_rate(cfg: TrainConfig, k: int) -> float:
 
 def make_optimizer(cfg: TrainConfig, trained: list):
     """AdamW over the trained parameters, fused: one kernel for all of them (docs/speed.md)."""
-    return torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99), fused=True)
+    return torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                             betas=(cfg.adam_beta1, cfg.adam_beta2), fused=True)
 
 
 def main(argv=None):

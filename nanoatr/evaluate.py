@@ -35,7 +35,8 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
     Work is flattened to (problem, sample) pairs and cut into fixed batches, each with its own seed, so
     a resumed evaluation (pairs in `skip` are not yielded again) draws the samples of an uninterrupted one.
     Completions end at an EOS in `eos_ids` or after a stop string in `stop`. `rewards` grade them (default:
-    the verifier): `reward` is their weighted total, and a completion is correct when it is > 0."""
+    the verifier): `reward` is their weighted total, and `correct` Rewards.correct_of's verdict (the
+    judging function's reward > 0, or the total's: --correct-reward)."""
     rewards = rewards or Rewards.of(math_reward)
     eos_ids = eos_ids if eos_ids is not None else [tokenizer.eos_token_id]
     prompts = encode_prompts(tokenizer, problems, **(prompt_kw or {}))
@@ -56,15 +57,16 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
                            top_p=top_p, top_k=top_k, eos_token_id=eos_ids, generator=g, sampler=sampler,
                            pad_id=tokenizer.pad_token_id or 0, stopper=stopper, plan=plan)
             texts = completion_texts(tokenizer, out.tokens, out.mask)
-            totals = rewards.total(rewards.score([problems[i] for i, _ in batch], texts,
-                                                 completion_ids(out.tokens, out.mask))).tolist()
+            scores = rewards.score([problems[i] for i, _ in batch], texts,
+                                   completion_ids(out.tokens, out.mask))
+            totals, right = rewards.total(scores).tolist(), rewards.correct_of(scores).tolist()
             entropies = completion_entropies(model, out, temperature) if with_entropy else [None] * len(batch)
-            for (i, j), text, total, length, finished, entropy in zip(
-                    batch, texts, totals, out.mask.sum(-1).tolist(), out.finished.tolist(), entropies):
+            for (i, j), text, total, correct, length, finished, entropy in zip(
+                    batch, texts, totals, right, out.mask.sum(-1).tolist(), out.finished.tolist(), entropies):
                 if (i, j) in skip:
                     continue
                 row = {"problem_id": i, "sample": j, "completion": text, "gold": problems[i].answer,
-                       "reward": total, "correct": total > 0, "length": length, "truncated": not finished}
+                       "reward": total, "correct": correct, "length": length, "truncated": not finished}
                 yield row if entropy is None else row | {"entropy": entropy}
                 bar.update(1)
     finally:

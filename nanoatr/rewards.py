@@ -6,14 +6,17 @@ reward_funcs), so one written for TRL runs here unchanged:
 
 It is called once per batch with lists of one entry per completion (prompts, completions, completion_ids,
 answer, the row's other columns; trainer_state is the run's progress) and returns one number per
-completion, or None for one it does not score. Several combine by TRL's rule (Rewards.total). Yours runs
-unsandboxed, on untrusted model output. Its arguments and errors: docs/machinery.md#rewards"""
+completion, or None for one it does not score. Columns arrive as read, `answer` too; a row without one gets
+the gold there (the --answer-field column), and the built-in rewards (BUILT_IN) always do. Several combine
+by TRL's rule (Rewards.total). Yours runs unsandboxed, on untrusted model output. Its arguments and errors:
+docs/machinery.md#rewards"""
 import asyncio
 import copy
 import dataclasses
 import inspect
 import math
 import numbers
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -46,6 +49,10 @@ def countdown_reward(completions, answer, **kwargs) -> list[float]:
     return [countdown.reward(completion_text(c), gold) for c, gold in zip(completions, answer)]
 
 
+# The built-in rewards: their `answer` is always the gold (the --answer-field column), never a column as read
+BUILT_IN = (math_reward, countdown_reward)
+
+
 # ----------------------------------------------------------------------------
 # Several functions, weighted: what grades a batch
 
@@ -59,11 +66,14 @@ class TrainerState:
 @dataclass(frozen=True)
 class Rewards:
     """The reward functions of a run, each with its name (metrics.jsonl's reward/<name>) and weight, and
-    the run's progress they are told (their trainer_state; None outside a run)."""
+    the run's progress they are told (their trainer_state; None outside a run), and which one says a
+    completion is correct (`correct`: the index of the function whose reward > 0 makes it so; None: the
+    weighted total > 0). A function that only judges has weight 0: it is logged but adds nothing."""
     functions: tuple[Callable, ...]
     names: tuple[str, ...]
     weights: tuple[float, ...]
     state: TrainerState | None = None
+    correct: int | None = None
 
     @staticmethod
     def of(*functions: Callable) -> "Rewards":
@@ -78,8 +88,20 @@ class Rewards:
         """(N, F) float32: function f's reward of completion i (NaN where it returned None), problems[i]
         being completion i's problem (a data.Problem). A RewardError names the function and the row."""
         kwargs = arguments(problems, completions, completion_ids) | {"trainer_state": self.state}
-        columns = [call(fn, name, kwargs, problems) for fn, name in zip(self.functions, self.names)]
+        golds = kwargs | {"answer": [p.answer for p in problems]}  # what a built-in reward grades against
+        columns = [call(fn, name, golds if fn in BUILT_IN else kwargs, problems)
+                   for fn, name in zip(self.functions, self.names)]
         return torch.tensor(columns, dtype=torch.float32).reshape(len(columns), len(problems)).T
+
+    def correct_of(self, scores: torch.Tensor) -> torch.Tensor:
+        """(N,) bool: which completions are correct: function `correct`'s reward > 0 (unscored: not), or
+        the total > 0. accuracy, Mean@k and Pass@k count these."""
+        return (self.total(scores) if self.correct is None else scores[:, self.correct]) > 0
+
+    @property
+    def judge(self) -> str:
+        """What correct_of counts, in words: 'math_reward > 0', or 'the weighted total reward > 0'."""
+        return "the weighted total reward > 0" if self.correct is None else f"{self.names[self.correct]} > 0"
 
     def total(self, scores: torch.Tensor) -> torch.Tensor:
         """(N,) TRL's total of each completion: the sum of weight x reward over the functions that scored
@@ -107,7 +129,7 @@ def arguments(problems: list, completions: list[str], completion_ids: list[list[
     completions = [[{"role": "assistant", "content": t}] if c else t for t, c in zip(completions, chat)]
     return {"prompts": prompts, "completions": completions, "completion_ids": completion_ids,
             **{k: [p.fields.get(k) for p in problems] for k in columns},
-            "answer": [p.answer for p in problems]}
+            "answer": [p.fields["answer"] if "answer" in p.fields else p.answer for p in problems]}
 
 
 def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
@@ -129,6 +151,7 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
         raise RewardError(f"reward function {name} returned {len(values)} rewards for {len(problems)} "
                           "completions (one per completion, None for one it does not score)")
     values = [scalar(v) for v in values]
+    warn_if_unscored(name, values)
     for i, v in enumerate(values):
         wrong = not_a_reward(v)
         if wrong:
@@ -136,6 +159,18 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
             raise RewardError(f"reward function {name} returned {shown} for {row(i, kwargs, problems)}: "
                               f"{why}")
     return [math.nan if v is None else float(v) for v in values]
+
+
+UNSCORED: set[str] = set()  # the functions warned about for scoring none of a batch (once each a process)
+
+
+def warn_if_unscored(name: str, values: list):
+    """One warning line, the first time function `name` scores none of a batch (None for every completion,
+    as TRL warns): it then adds nothing to their rewards; a misspelt column read with .get, say."""
+    if values and all(v is None for v in values) and name not in UNSCORED:
+        UNSCORED.add(name)
+        print(f"warning: reward function {name} scored none of a batch's {len(values)} completions (it "
+              "returned None for each: it adds nothing to their rewards); said once", file=sys.stderr)
 
 
 def run(fn: Callable, kwargs: dict):
@@ -172,6 +207,33 @@ def check_signature(fn: Callable, name: str, kwargs: dict):
         raise RewardError(f"reward function {name} cannot be called with the batch's keyword arguments "
                           f"({names}): {e}; a reward function takes them by name, the ones it does not use "
                           "as **kwargs (TRL calls it so too)") from None
+
+
+def signature_problem(fn: Callable, name: str, arguments: list[str], file: str) -> str | None:
+    """What makes `fn` unable to take the keyword `arguments` of `file`'s batches (no `completions`: a
+    factory of reward functions; a required one missing; others it has no parameter and no **kwargs for),
+    as an error line's words; None when it can (or Python cannot read its signature: it is just called)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
+    kinds = {p.kind for p in params.values()}
+    if positional := [k for k, p in params.items() if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]:
+        return f"reward function {name} takes {positional[0]!r} by position only; it is passed by name"
+    if "completions" not in params and inspect.Parameter.VAR_KEYWORD not in kinds:
+        return (f"reward function {name} takes no `completions` argument: is it a factory that makes the "
+                f"reward function? Name the function it returns (my_reward = {name}(...) in a file, then "
+                "--reward FILE.py:my_reward)")
+    needed = [k for k, p in params.items() if p.default is p.empty and
+              p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and k not in arguments]
+    if needed:
+        return (f"reward function {name} needs a column {needed[0]!r}, which {file} lacks (its batches pass "
+                f"{', '.join(arguments)})")
+    extra = [k for k in arguments if k not in params]
+    if extra and inspect.Parameter.VAR_KEYWORD not in kinds:
+        return (f"reward function {name} has no **kwargs, but {file} would pass it {', '.join(extra)} (TRL "
+                "passes every column): add **kwargs to its parameters")
+    return None
 
 
 def not_a_reward(value) -> tuple[str, str] | None:

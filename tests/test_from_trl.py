@@ -120,6 +120,8 @@ def test_the_page_run_logs_each_reward_by_name(runs):
         total = w_accuracy * r["reward/accuracy"] + w_no_box * r["reward/no_box"]
         within(r["reward_mean"], total, tol, "reward_mean")
     assert sum(r["reward/accuracy"] for r in rows) > 0  # some completions were right
+    for r in rows:  # correct: the task's verifier (--correct-reward's default), graded beside at weight 0
+        assert r["accuracy"] == pytest.approx(r["reward/math_reward"], abs=1e-6)
     assert "eval/arith-test/mean@2" in metrics(runs / "arith")[0]  # the evaluation before training
     assert (config["answer_field"], config["lr_scheduler"], config["warmup_ratio"]) == \
         ("solution", "cosine", 0.1)
@@ -177,6 +179,7 @@ def test_the_trl_script_is_the_same_run_by_the_pages_arithmetic():
     assert cfg.reward_weights == trl["reward_weights"] and cfg.report_to == [trl["report_to"]]
     assert (cfg.dtype, cfg.grad_checkpoint, trl["bf16"], trl["gradient_checkpointing"]) == \
         ("float32", False, False, False)
+    assert (cfg.adam_beta1, cfg.adam_beta2) == (0.9, 0.999)  # TRL's (transformers') defaults: not in its script
     imported = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "my_rewards")
     (funcs,) = [k.value.elts for k in call_of(tree, "GRPOTrainer").keywords if k.arg == "reward_funcs"]
     funcs = [f.id for f in funcs]
@@ -204,6 +207,15 @@ def test_each_bad_input_is_the_one_line_the_page_shows(tmp_path, capsys, monkeyp
                        folder / "arith.parquet")
     elif "misspelt" in case:
         argv += ["--max-new-token", "256"]
+    elif "`def " in case:  # the page's reward file, one function's signature as the comment shows it
+        source = (folder / "my_rewards.py").read_text()
+        old = {"no_box": "def no_box(completions, **kwargs):",
+               "accuracy": "def accuracy(completions, solution, **kwargs):"}[case.split()[0]]
+        (folder / "my_rewards.py").write_text(source.replace(old, re.search(r"`(def .*?)`", case)[1]))
+    elif "factory" in case:
+        with open(folder / "my_rewards.py", "a") as f:
+            f.write("\n\ndef get_accuracy():\n    return accuracy\n")
+        argv[argv.index("my_rewards.py:accuracy")] = "my_rewards.py:get_accuracy"
     else:
         assert case.startswith("--warmup-steps 20")
         argv += ["--warmup-steps", "20"]
@@ -213,3 +225,69 @@ def test_each_bad_input_is_the_one_line_the_page_shows(tmp_path, capsys, monkeyp
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [error_lines()[case]]
     assert not (folder / "runs/arith").exists()
+
+
+# What the page's GRPOConfig settings are told, typed as flags beside the page's command (--minibatches 2):
+# each converted to our units where they differ.
+TOLD = {"max_steps": "TRL's --max_steps 200 is --steps 100 here at --minibatches 2 (--steps counts rollout "
+                     "steps; one is --minibatches x --epochs optimizer steps)",
+        "eval_steps": "TRL's --eval_steps 50 is --eval-every 25 here at --minibatches 2",
+        "steps_per_generation": "TRL's --steps_per_generation 4 is --minibatches 2 here with "
+                                "--gradient_accumulation_steps 2",
+        "gradient_accumulation_steps": "with --steps_per_generation 4, --minibatches 2",
+        "warmup_steps": "TRL's --warmup_steps 0.1 is --warmup-ratio 0.1 here",
+        "bf16": "TRL's --bf16 is --dtype float32 (our default) here",
+        "logging_steps": "metrics.jsonl logs every rollout step, 2 optimizer steps at --minibatches 2",
+        "loss_type": "TRL's --loss_type dr_grpo is --aggregation dr-grpo here",
+        "scale_rewards": "TRL's --scale_rewards none is --no-std-normalize here",
+        "output_dir": "TRL's --output_dir runs/arith is --out-dir runs --name arith here",
+        "learning_rate": "TRL's --learning_rate is --lr here"}
+
+
+def test_each_trl_setting_of_the_page_typed_as_a_flag_is_told_ours_in_our_units(capsys):
+    """Every GRPOConfig keyword of the page's script (but beta, which is our flag too), typed as a flag with
+    its value, is one error line (exit 2) naming our flag; where the unit differs, with the value converted
+    for the command line it is on. --steps_per_generation is converted with --gradient_accumulation_steps."""
+    trl, _ = trl_config()
+    argv = page_command()
+    for key, value in trl.items():
+        if key == "beta":
+            continue
+        words = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        typed = [f"--{key}", *words] + ["--steps_per_generation", "4", "--gradient_accumulation_steps", "2"] * \
+            (key in ("steps_per_generation", "gradient_accumulation_steps"))
+        with pytest.raises(SystemExit) as e:
+            parse(TrainConfig, [*argv, *typed], "", hparam_flags)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and f"TRL's --{key}" in err, err
+        assert TOLD.get(key, "") in err, err
+    assert "--num_train_epochs 3 has no flag here" in told(["--num_train_epochs", "3"], capsys)
+
+
+def told(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit):
+        parse(TrainConfig, argv, "", hparam_flags)
+    return capsys.readouterr().err
+
+
+def test_a_resume_names_what_it_changed_and_a_checkpoint_given_for_the_run_folder_is_one_line(runs, capsys,
+                                                                                              monkeypatch):
+    """--resume runs/arith/checkpoint (or checkpoint-step2) is one error line pointing at the run folder,
+    which is left as it was; a resume that changes a recorded flag says which, from what to what."""
+    monkeypatch.chdir(runs.parent)
+    before = {p: p.read_bytes() for p in Path("runs/arith").rglob("*") if p.is_file()}
+    for checkpoint in ("checkpoint", "checkpoint-step000002"):
+        with pytest.raises(SystemExit) as e:
+            train.main(["--resume", f"runs/arith/{checkpoint}"])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"error: --resume runs/arith/{checkpoint} is a checkpoint of the run folder runs/arith: --resume "
+            "takes the run folder (--resume runs/arith), and goes on from its newest usable checkpoint"]
+    assert {p: p.read_bytes() for p in Path("runs/arith").rglob("*") if p.is_file()} == before
+    assert "error: --resume runs/arith/checkpoint is a checkpoint of the run folder runs/arith" in \
+        " ".join(PAGE.split())
+    shutil.copytree("runs/arith", "runs/more")
+    shutil.rmtree("runs/more/checkpoint")  # step 2's is the newest left
+    sys.modules.pop("my_rewards", None)
+    train.main(["--resume", "runs/more", "--save-every", "3"])
+    assert ", from step 2 (--save-every 2 -> 3)" in capsys.readouterr().out

@@ -5,6 +5,7 @@ import math
 import shutil
 import struct
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -432,3 +433,21 @@ def test_a_folder_named_like_the_package_is_not_the_package(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: importlib.machinery.ModuleSpec(name, None))
     with pytest.raises(ConfigError, match=r"--report-to wandb needs the wandb package: pip install wandb"):
         check_report_to(TrainConfig(report_to=["wandb"]))
+
+
+def test_wandb_honours_wandb_project_and_wandb_name_unless_the_flag_names_a_project(tmp_path, monkeypatch):
+    """TRL users set WANDB_PROJECT: it is the project when --wandb-project is not given (then nanoatr);
+    WANDB_NAME names the wandb run (else the run folder). A stand-in wandb records what init was given."""
+    from nanoatr.machinery.metrics_log import Wandb
+    given = []
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kw: given.append(kw),
+                                                                      teardown=lambda: None))
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    monkeypatch.delenv("WANDB_NAME", raising=False)
+    Wandb(tmp_path, {}, None)
+    monkeypatch.setenv("WANDB_PROJECT", "from-env")
+    Wandb(tmp_path, {}, None)
+    monkeypatch.setenv("WANDB_NAME", "my-run")
+    Wandb(tmp_path, {}, "flag")
+    assert [(kw["project"], kw["name"]) for kw in given] == [("nanoatr", tmp_path.name),
+                                                             ("from-env", tmp_path.name), ("flag", "my-run")]

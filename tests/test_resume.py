@@ -68,6 +68,8 @@ TRAIN_VALUES = {
     "warmup_ratio": ["--warmup-ratio", "0.5"], "report_to": ["--report-to", "tensorboard"],
     "wandb_project": ["--report-to", "wandb", "--wandb-project", "p"],  # offline (the test sets WANDB_MODE)
     "workdir": [],  # not a flag: where the run started (test_a_run_resumes_from_anywhere_and_...)
+    "correct_reward": ["--correct-reward", "total"], "adam_beta1": ["--adam-beta1", "0.8"],
+    "adam_beta2": ["--adam-beta2", "0.999"],
 }
 LORA_ONLY = {"base_name", "merge"}  # train.py refuses them on a full fine-tuning run (no adapter)
 

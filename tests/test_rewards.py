@@ -15,6 +15,7 @@ import train
 from nanoatr.machinery import checkpoint
 from nanoatr.machinery.cli import ConfigError
 from nanoatr.data import TASKS, Problem, load_problems
+from nanoatr import rewards as rewards_module
 from nanoatr.rewards import RewardError, Rewards, countdown_reward, math_reward
 from nanoatr.machinery.reward_flags import from_flags
 from nanoatr.verifier import countdown, verify
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
         "--eval-data", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24", "--no-compile",
         "--threads", "1"]
-STANDARD = Problem("What is 2+3?", "5", fields={"answer": 5, "level": 1})  # a problem/answer row
+STANDARD = Problem("What is 2+3?", "5", fields={"answer": "5", "level": 1})  # a problem/answer row
 CHAT = Problem("What is 2+3?", "5", [{"role": "user", "content": "What is 2+3?"}],
                {"reward_model": {"ground_truth": "5"}, "id": 7})  # a DAPO row: its prompt a chat
 
@@ -62,12 +63,31 @@ def test_a_function_gets_trls_keyword_arguments_one_entry_per_completion():
     assert seen["prompts"] == ["What is 2+3?", [{"role": "user", "content": "What is 2+3?"}]]
     assert seen["completions"] == ["so \\boxed{5}", [{"role": "assistant", "content": "it is \\boxed{6}"}]]
     assert seen["completion_ids"] == [[11, 12], [13]]
-    assert seen["answer"] == ["5", "5"]  # the gold as loaded, a string, whatever the row's column held
+    assert seen["answer"] == ["5", "5"]  # the row's answer column as read; a row without one (DAPO's): the gold
     assert seen["level"] == [1, None] and seen["id"] == [None, 7]  # every column; None where a row has none
     assert seen["reward_model"] == [None, {"ground_truth": "5"}]
     assert seen["trainer_state"] is None  # outside a run (eval.py); a run's: the next test
     assert set(seen) == {"prompts", "completions", "completion_ids", "answer", "level", "id", "reward_model",
                          "trainer_state"}
+
+
+def test_columns_reach_a_reward_as_in_the_data_and_the_answer_field_feeds_only_the_built_in(tmp_path):
+    """Rows with `answer` "ANS:450" and `solution` "$450$", read with --answer-field solution: your reward
+    gets both columns as written (TRL passes every column as it is); the built-in verifier grades against
+    the gold, solution's 450, not against the answer column."""
+    data = tmp_path / "both.jsonl"
+    data.write_text(json.dumps({"prompt": [{"role": "user", "content": "15*30"}], "answer": "ANS:450",
+                                "solution": "$450$"}) + "\n")
+    seen = {}
+
+    def yours(completions, answer, solution, **kwargs):
+        seen.update(answer=answer, solution=solution)
+        return [0.0] * len(completions)
+    problems = load_problems(data, answer_field="solution")
+    scores = Rewards((yours, math_reward), ("yours", "math_reward"), (1.0, 1.0)).score(
+        problems, ["so \\boxed{450}"], [[1]])
+    assert seen == {"answer": ["ANS:450"], "solution": ["$450$"]}
+    assert scores[0].tolist() == [0.0, 1.0]  # math_reward graded 450 against the gold $450$
 
 
 def test_a_function_is_told_the_runs_progress_as_trls_trainer_state():
@@ -382,7 +402,7 @@ def metrics(run_dir: Path) -> list[dict]:
 
 def test_train_py_runs_on_rewards_from_a_file_each_logged_by_name(write, tmp_path):
     """Two functions, weights 2 and 1: reward/<name> is each one's mean over what it scored (null: nothing),
-    reward_mean the weighted total's, accuracy the share of totals > 0."""
+    reward_mean the weighted total's, accuracy (--correct-reward total) the share of totals > 0."""
     path = write("user_reward_train.py", """
         def odd_ids(completion_ids, **kwargs):
             return [len(ids) % 2 for ids in completion_ids]
@@ -394,7 +414,7 @@ def test_train_py_runs_on_rewards_from_a_file_each_logged_by_name(write, tmp_pat
         """)
     train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--steps", "2",
                 "--reward", f"{path}:odd_ids", f"{path}:unscored", "--reward-weights", "2", "1",
-                "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "1", "--eval-every", "1"])
+                "--correct-reward", "total", "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "1", "--eval-every", "1"])
     rows = [r for r in metrics(tmp_path / "r") if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
@@ -473,14 +493,15 @@ def test_a_reward_file_that_calls_sys_exit_is_one_line_exit_2(write, tmp_path, c
     assert not (tmp_path / "r").exists()
 
 
-def test_eval_py_counts_a_completion_correct_when_the_weighted_total_is_positive(write, tmp_path, capsys):
+def test_eval_py_counts_a_completion_correct_when_the_weighted_total_is_positive_under_correct_reward_total(
+        write, tmp_path, capsys):
     path = write("user_reward_eval.py", """
         def even(completions, **kwargs):
             return [float(len(c) % 2 == 0) for c in completions]
         """)
     out = tmp_path / "eval.jsonl"
     common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "4", "--k", "2", "--out", str(out)]
-    eval_cli.main([*common, "--reward", f"{path}:even", "--reward-weights", "0.5"])
+    eval_cli.main([*common, "--reward", f"{path}:even", "--reward-weights", "0.5", "--correct-reward", "total"])
     settings, *rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert (settings["settings"]["reward"], settings["settings"]["reward_weights"]) == ([f"{path}:even"], [0.5])
     assert len(rows) == 8 and {r["reward"] for r in rows} == {0.0, 0.5}  # both kinds met
@@ -489,6 +510,31 @@ def test_eval_py_counts_a_completion_correct_when_the_weighted_total_is_positive
     with pytest.raises(SystemExit) as e:  # another grading is refused on --resume: one table, one grading
         eval_cli.main([*common, "--resume"])
     assert e.value.code == 2 and f"--reward ['{path}:even'] (now [])" in capsys.readouterr().err
+
+
+def test_what_is_correct_is_the_built_in_verifier_beside_your_rewards_unless_correct_reward_names_one(
+        write, tmp_path):
+    """A shaping reward that is always 1 (open-r1's cosine_scaled_reward on a gold it cannot parse) makes
+    every total > 0. By default the task's verifier (math_reward, graded beside it with weight 0) says what is
+    correct: accuracy and eval.py's `correct` are its verdicts; --correct-reward always counts the shaping
+    reward instead."""
+    path = write("user_reward_shaping.py", """
+        def always(completions, **kwargs):
+            return [1.0] * len(completions)
+        """)
+    flags = [*TINY, "--out-dir", str(tmp_path), "--steps", "1", "--reward", f"{path}:always"]
+    train.main([*flags, "--name", "default"])
+    train.main([*flags, "--name", "named", "--correct-reward", "always"])
+    (row,) = [r for r in metrics(tmp_path / "default") if "loss" in r]
+    assert row["reward_mean"] == 1.0 and row["accuracy"] == row["reward/math_reward"] < 1.0
+    (row,) = [r for r in metrics(tmp_path / "named") if "loss" in r]
+    assert row["accuracy"] == 1.0 and "reward/math_reward" not in row
+    out = tmp_path / "eval.jsonl"
+    eval_cli.main(["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "4", "--k", "2", "--out", str(out),
+                   "--reward", f"{path}:always"])
+    rows = [json.loads(line) for line in out.read_text().splitlines()[1:]]
+    assert all(r["reward"] == 1.0 and r["correct"] == verify(r["completion"], r["gold"]) for r in rows)
+    assert not all(r["correct"] for r in rows)
 
 
 def test_eval_py_resumes_with_its_reward_file_however_spelled_and_from_anywhere(write, tmp_path, monkeypatch):
@@ -544,3 +590,16 @@ def test_a_file_without_gold_answers_trains_on_a_reward_that_reads_its_own_colum
     with pytest.raises(SystemExit):
         train.main([*flags, "--name", "no-reward"])
     assert not (tmp_path / "no-reward").exists()
+
+
+def test_a_function_that_scores_none_of_a_batch_is_warned_about_once(capsys, monkeypatch):
+    """TRL warns when rewards come back None for every row; here one line names the function, once."""
+    monkeypatch.setattr(rewards_module, "UNSCORED", set())
+
+    def nothing(completions, **kwargs):
+        return [None] * len(completions)
+    for _ in range(2):
+        score(nothing, PROBLEMS, ["a", "b", "c"])
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: reward function nothing scored none of a batch's 3 completions (it returned None for each: it "
+        "adds nothing to their rewards); said once"]

@@ -37,6 +37,7 @@ RANGES = {
     ">=2": (lambda v: v >= 2, ">= 2"), ">1": (lambda v: v > 1, "> 1"),
     "(0,1)": (lambda v: 0 < v < 1, "in (0, 1)"),
     "(0,1]": (lambda v: 0 < v <= 1, "in (0, 1]"), "[0,1]": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "[0,1)": (lambda v: 0 <= v < 1, "in [0, 1)"),
 }
 
 
@@ -144,6 +145,12 @@ class RewardFlags:
                             "output. Default: the --task's built-in (the verifier, for math)", DATA)
     reward_weights: list[float] = arg([], "the weight of each --reward function, in its order (default: 1 "
                                       "each); a completion's reward is the weighted sum, None left out", DATA)
+    correct_reward: str = arg("", "the reward function whose reward > 0 makes a completion correct, by "
+                              "its function name: what accuracy (and groups_all_correct/_wrong), Mean@k and "
+                              "Pass@k count. One of --reward's, the task's built-in (math_reward, "
+                              "countdown_reward: graded beside yours, weight 0, on --answer-field's gold), "
+                              "or total (the weighted total > 0). Default: the built-in, or total where a "
+                              "row has no gold", DATA)
 
 
 @dataclass
@@ -229,8 +236,9 @@ class RunFlags:
                                "(Weights & Biases), or both; each is an optional package (pip install "
                                "tensorboard / wandb). metrics.jsonl stays the record", RUN,
                                choices=["none", *REPORTERS])
-    wandb_project: str = arg("nanoatr", "the wandb project of --report-to wandb (the wandb run is named "
-                             "after the run folder)", RUN)
+    wandb_project: str | None = arg(None, "the wandb project of --report-to wandb (default: WANDB_PROJECT, "
+                                    "else nanoatr; the wandb run is named after the run folder unless "
+                                    "WANDB_NAME is set; wandb's other WANDB_* settings apply)", RUN)
     workdir: str = arg("", "the directory the run was started in, which the relative paths of its "
                        "settings are relative to (runs.from_start); empty in a run from before it was "
                        "recorded", cli=False)

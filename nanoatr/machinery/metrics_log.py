@@ -145,22 +145,24 @@ class TensorBoard:
 
 
 class Wandb:
-    """--report-to wandb: a Weights & Biases run in --wandb-project named after the run folder, the settings
-    as its config, each number of a row logged at its step. WANDB_MODE, WANDB_DIR and the rest of wandb's
-    own settings apply. How a resume goes on in the same wandb run: docs/machinery.md#metrics-log"""
+    """--report-to wandb: a Weights & Biases run in --wandb-project (else WANDB_PROJECT, else nanoatr) named
+    after the run folder (else WANDB_NAME), the settings as its config, each number of a row logged at its
+    step. WANDB_ENTITY, WANDB_MODE, WANDB_DIR and the rest of wandb's own settings apply. How a resume goes
+    on in the same wandb run: docs/machinery.md#metrics-log"""
     ID_FILE = "wandb-id"
     STEP_FILE = "wandb-step"
     name = "wandb"
 
-    def __init__(self, run_dir: Path, config: dict, project: str):
+    def __init__(self, run_dir: Path, config: dict, project: str | None):
         import wandb
         id_file, self.step_file = run_dir / self.ID_FILE, run_dir / self.STEP_FILE
         if not id_file.is_file():  # a new wandb run: no step sent to it yet
             self.step_file.unlink(missing_ok=True)
             replace_bytes(id_file, secrets.token_hex(4).encode())
         self.resend_after = self.sent = self.last_step_sent(self.step_file)
-        self.run = wandb.init(project=project, name=run_dir.name, id=id_file.read_text().strip(),
-                              resume="allow", config=config)
+        self.run = wandb.init(project=project or os.environ.get("WANDB_PROJECT") or "nanoatr",
+                              name=os.environ.get("WANDB_NAME") or run_dir.name,
+                              id=id_file.read_text().strip(), resume="allow", config=config)
 
     @staticmethod
     def last_step_sent(step_file: Path) -> int:

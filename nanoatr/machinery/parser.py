@@ -4,26 +4,11 @@ import argparse
 import dataclasses
 import difflib
 import re
+import sys
 import typing
 
 from nanoatr.machinery.cli import SECTIONS, die, flag, in_reading_order
-
-
-# TRL's names (GRPOConfig, SFTConfig, the `trl` scripts' flags) for what our flags set: an unknown flag that
-# is one of them is told ours. Where the meaning differs, docs/real-scale.md's table says how (with verl's
-# keys and the paper's).
-TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
-             "steps_per_generation": "--minibatches", "per_device_train_batch_size": "--micro-batch",
-             "max_completion_length": "--max-new-tokens", "learning_rate": "--lr",
-             "max_grad_norm": "--grad-clip", "max_steps": "--steps", "eval_steps": "--eval-every",
-             "save_steps": "--save-every", "gradient_checkpointing": "--grad-checkpoint", "epsilon": "--eps",
-             "epsilon_high": "--eps-high", "scale_rewards": "--std-normalize", "loss_type": "--aggregation",
-             "model_name_or_path": "--model", "output_dir": "--out-dir",
-             "sapo_temperature_pos": "--tau-pos", "sapo_temperature_neg": "--tau-neg",
-             "lr_scheduler_type": "--lr-scheduler", "mask_truncated_completions": "--mask-truncated",
-             "warmup_steps": "--warmup-steps", "warmup_ratio": "--warmup-ratio",
-             "weight_decay": "--weight-decay", "top_p": "--top-p", "top_k": "--top-k",
-             "reward_funcs": "--reward", "reward_weights": "--reward-weights", "report_to": "--report-to"}
+from nanoatr.machinery.trl_names import TRL_NAMES, CommandLine, hint  # noqa: F401 (TRL_NAMES: re-exported)
 
 # Flags that moved out of a command: an unknown flag that is one of them is told where it went.
 MOVED = {"--runs": "eval.py --runs (Table 2 over seeds) is now python scripts/runs_table.py RUN_DIR..."}
@@ -36,15 +21,20 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, allow_abbrev=False, **kwargs)
+        self.argv, self.field_defaults = [], {}  # for TRL hints: the words parsed, the fields' defaults
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):
         unknown = message.split()[2:] if message.startswith("unrecognized arguments:") else []
-        trl = list(self.trl_flags(unknown))
-        trl_text = f"; TRL's {', '.join(f'{a} is {b}' for a, b in trl)} here " \
-                   f"(docs/real-scale.md maps TRL's and verl's names)" if trl else ""
+        trl = dict(self.trl_flags(unknown))
+        trl_text = f"; {'; '.join(trl.values())} (docs/real-scale.md maps TRL's and verl's names)" \
+            if trl else ""
         moved = [MOVED[word.split("=")[0]] for word in unknown if word.split("=")[0] in MOVED]
         hints = "".join(f"; {word}: did you mean {meant}?" for word, meant in self.meant_flags(unknown)
-                        if word not in dict(trl) and word not in MOVED)
+                        if word not in trl and word not in MOVED)
         die(f"{message} (see --help){trl_text}{''.join(f'; {m}' for m in moved)}{hints}")
 
     def meant_flags(self, words):
@@ -56,12 +46,11 @@ class Parser(argparse.ArgumentParser):
                 yield name, " or ".join(meant)
 
     def trl_flags(self, words):
-        """(flag, ours) for each of `words` that is a TRL name of one of this command's flags."""
+        """(flag, hint) for each of `words` that is a TRL name of one of this command's flags (trl_names)."""
+        line = CommandLine(self.argv, self.field_defaults)
         for word in words:
-            name = word.split("=")[0]
-            ours = TRL_NAMES.get(name.lstrip("-").replace("-", "_")) if name.startswith("--") else None
-            if ours in self._option_string_actions:
-                yield name, ours
+            if (told := hint(word, line, self._option_string_actions)) is not None:
+                yield word.split("=")[0], told
 
 
 def names_meant(word: str, names: list[str]) -> list[str]:
@@ -111,6 +100,8 @@ def parse(cls, argv=None, description: str = "", add_flags=None, epilog: str = "
     parser = Parser(description=description, epilog=epilog, usage=usage,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fields(parser, cls)
+    parser.field_defaults = {f.name: f.default_factory() if callable(f.default_factory) else f.default
+                             for f in dataclasses.fields(cls)}
     if add_flags:
         add_flags(parser)
     ns = vars(parser.parse_args(argv))

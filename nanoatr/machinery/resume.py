@@ -82,12 +82,15 @@ RESUME_RULES = {
     "keep_checkpoints": RECORDED,  # which checkpoints the folder holds
     "threads": FREE,            # every metrics row logs its own
     "reward": REWARDS, "reward_weights": REWARDS, "answer_field": REWARDS,
+    "correct_reward": Refused("it changes what accuracy, Mean@k and Pass@k count, which are compared across "
+                              "the run's steps"),
     "overlong_buffer": REWARDS, "overlong_penalty": REWARDS,
     "mask_truncated": METHOD,   # which completions give a gradient
     # Each optimizer step's rate is a function of its index in the run (train.learning_rate): a resume follows
     # the schedule exactly. A linear or cosine one (or a --warmup-ratio) also keeps --steps, and any schedule
     # --minibatches and --epochs: the numbering of the optimizer steps (session.check_schedule_kept).
     "lr_scheduler": SCHEDULE, "warmup_steps": SCHEDULE, "warmup_ratio": SCHEDULE,
+    "adam_beta1": OPTIMIZER, "adam_beta2": OPTIMIZER,  # the checkpoint's optimizer state holds its betas
 }
 
 # sft.py's SFTConfig: every field, as above.
@@ -111,6 +114,11 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
     in `hparams`) given with another value is a ConfigError naming it, the saved value and why; a path
     naming the run's own files is the run's value, however spelled (docs/machinery.md#resume)."""
     saved_file = Path(cfg.resume) / "config.json"
+    named = Path(cfg.resume) if Path(cfg.resume).name else Path(cfg.resume).resolve()  # ".": its name
+    if named.name.startswith("checkpoint") and (named.parent / "config.json").is_file():
+        raise ConfigError(f"--resume {cfg.resume} is a checkpoint of the run folder {named.parent}: --resume "
+                          f"takes the run folder (--resume {named.parent}), and goes on from its newest "
+                          "usable checkpoint")
     if not saved_file.is_file():
         raise ConfigError(f"--resume {cfg.resume}: no config.json there: not a run folder, or one whose "
                           "start never finished (start it again, without --resume)")
@@ -142,7 +150,8 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
 ADDED_LATER = {"task", "revision", "sampler", "dynamic_sampling", "base_name", "threads", "reward",
                "reward_weights", "answer_field", "mask_truncated", "overlong_buffer", "overlong_penalty",
                "lr_scheduler", "warmup_steps", "warmup_ratio", "keep_checkpoints", "report_to",
-               "wandb_project", "workdir"}
+               "wandb_project", "workdir", "correct_reward",
+               "adam_beta1", "adam_beta2"}
 
 
 def checked_settings(cls, settings: dict, where) -> dict:

@@ -1,5 +1,6 @@
 """--reward and --reward-weights: the reward functions a run uses, loaded by name (FILE.py:FUNCTION by
 its path, MODULE:FUNCTION an installed module); every problem is one ConfigError naming the flag."""
+import dataclasses
 import importlib
 import importlib.util
 import math
@@ -9,8 +10,59 @@ from typing import Callable
 
 import torch
 
+from nanoatr.data import TASKS, Problem, load_problems
 from nanoatr.machinery.cli import ConfigError, check_number
-from nanoatr.rewards import Rewards, one_line
+from nanoatr.rewards import Rewards, RewardError, arguments, one_line, signature_problem
+
+FIRST_ROWS = 16  # the rows of each file whose columns a reward function's signature is checked against
+
+
+def for_run(cfg, files: list[str]) -> Rewards:
+    """The reward functions of a command (--reward, --reward-weights; none: the --task's built-in), the one
+    that says what is correct chosen (--correct-reward: judged), each checked against the columns of the
+    first rows of every file (check_signatures). Every problem is one ConfigError, before any model loads."""
+    builtin = TASKS[cfg.task].reward
+    rewards = from_flags(cfg.reward, cfg.reward_weights, builtin)
+    firsts = {f: load_problems(f, limit=FIRST_ROWS, answer_field=cfg.answer_field, need_answer=not cfg.reward)
+              for f in files}
+    rewards = judged(rewards, cfg.correct_reward, builtin, [p for ps in firsts.values() for p in ps])
+    for file, problems in firsts.items():
+        check_signatures(rewards, problems, file)
+    return rewards
+
+
+def judged(rewards: Rewards, name: str, builtin: Callable, problems: list[Problem]) -> Rewards:
+    """`rewards` with the function named `name` (--correct-reward; "": the task's `builtin`) as the judge of
+    correctness: one of them, or the built-in added with weight 0 (graded beside them, adding nothing), or
+    (total) none: the weighted total. The built-in by default needs a gold in every row of `problems`, else
+    the total judges."""
+    chosen = name or builtin.__name__
+    if chosen in rewards.names:
+        return dataclasses.replace(rewards, correct=rewards.names.index(chosen))
+    golds = all(p.answer is not None for p in problems)
+    if chosen == "total" or (not name and not golds):
+        return dataclasses.replace(rewards, correct=None)
+    if chosen != builtin.__name__:
+        raise ConfigError(f"--correct-reward {chosen}: not one of the reward functions "
+                          f"({', '.join(rewards.names)}), the task's {builtin.__name__}, or total")
+    if not golds:
+        raise ConfigError(f"--correct-reward {chosen} grades against the gold answer, and a row has none "
+                          "(--answer-field names its column)")
+    return Rewards((*rewards.functions, builtin), (*rewards.names, chosen), (*rewards.weights, 0.0),
+                   rewards.state, correct=len(rewards.names))
+
+
+def check_signatures(rewards: Rewards, problems: list[Problem], file: str) -> None:
+    """A ConfigError naming the first function whose signature cannot take the keyword arguments of
+    `file`'s batches (rewards.signature_problem), as its first rows give them."""
+    try:
+        names = [*arguments(problems, [""] * len(problems), [[]] * len(problems)), "trainer_state"]
+    except RewardError as e:  # a column named like a reward function's own argument
+        raise ConfigError(f"{file}: {e}") from None
+    for fn, name in zip(rewards.functions, rewards.names):
+        if problem := signature_problem(fn, name, names, file):
+            raise ConfigError(problem)
+
 
 def from_flags(specs: list[str], weights: list[float], builtin: Callable) -> Rewards:
     """The functions of --reward (none: the task's `builtin`), each named by its FUNCTION, with the weights

@@ -20,7 +20,8 @@ from nanoatr.evaluate import BudgetError
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
 from nanoatr.rewards import RewardError
-from nanoatr.machinery.resume import RESUME_RULES, resumed_config
+from nanoatr.machinery.resume import RESUME_RULES, change_text, resumed_config
+from nanoatr.machinery.reward_flags import for_run
 from nanoatr.machinery.train_config import (apply_preset, band, check_schedule_kept,
                                             delta_warning, parse_flags, resolve)
 from nanoatr.machinery.folder import RunFolder, unique_name
@@ -101,6 +102,7 @@ class Session:
             hparams, self.change = self.hparams, {}
         self.d = d = distributed.setup(cfg.device)
         self.cfg = cfg = resolve(cfg, hparams, d.world, self.given)
+        self.rewards = for_run(cfg, [cfg.data, *cfg.eval_data])  # each checked against the files' columns
         # The run folder first, before minutes of loading: a used name, a second process on the same
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
         self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
@@ -194,7 +196,11 @@ class Session:
                  f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {n_problems} training problems, "
                  f"{self.d.world} x {self.d.device.type}, --clip {cfg.clip} {cfg.hparams}{band(cfg)}"
                  + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
-                    if beta else "") + (f", from step {self.start}" if self.start else ""))
+                    if beta else "") + (f", from step {self.start}" if self.start else "")
+                 + (f" ({change_text(self.change)})" if self.change else ""))
+        if cfg.reward or cfg.correct_reward:
+            self.say(f"accuracy, Mean@k and Pass@k count a completion correct when {self.rewards.judge} "
+                     "(--correct-reward)")
 
     def evaluated(self, step: int) -> bool:
         """This step's evaluation is already in the log (a resumed run)."""

@@ -18,10 +18,11 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
     rewards, lengths, finished = (torch.tensor(distributed.all_gather(x.tolist(), d))
                                   for x in (batch.rewards, batch.mask.sum(-1), batch.finished))
     losses = [loss for u in updates for loss in u["losses"]]
+    right = torch.tensor(distributed.all_gather(correct(run, batch).tolist(), d))
     row = {"reward_mean": rewards.mean().item(), **reward_means(run, batch),
-           "accuracy": (rewards > 0).float().mean().item(),
+           "accuracy": right.float().mean().item(),
            "completion_len": lengths.float().mean().item(), "truncated": (~finished).float().mean().item(),
-           **group_shares(rewards, cfg.group_size),
+           **group_shares(rewards, cfg.group_size, right),
            "grad_norm": sum(u["grad_norm"] for u in updates) / len(updates),
            # a minibatch's loss is the sum of its micro-batches' on every rank; mean over optimizer steps
            "loss": sum(distributed.all_gather(losses, d)) / len(updates), "lr": updates[0]["lr"]}
@@ -29,9 +30,10 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
         row["reward/overlong"] = overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer,
                                                   cfg.overlong_penalty).mean().item()
     if draws:  # the kept groups are chosen for mixed rewards: the first round's are the policy's
-        first = torch.tensor(distributed.all_gather(draws["first_rewards"].tolist(), d))
+        first = torch.tensor(distributed.all_gather(draws["first"].rewards.tolist(), d))
+        first_right = torch.tensor(distributed.all_gather(correct(run, draws["first"]).tolist(), d))
         row |= {"reward_mean_first_round": first.mean().item(),
-                "accuracy_first_round": (first > 0).float().mean().item(),
+                "accuracy_first_round": first_right.float().mean().item(),
                 "sampling_rounds": sum(distributed.all_gather([draws["rounds"]], d)) / d.world}
     sampled = sum(distributed.all_gather([draws["tokens"]], d)) if draws else lengths.sum().item()
     trained = cfg.epochs * lengths.sum().item()  # each epoch's minibatches cover every row once
@@ -39,13 +41,21 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
         throughput(sampled, trained, times)
 
 
-def group_shares(rewards: torch.Tensor, G: int) -> dict:
-    """The shares of the groups (G rewards each) that are all correct (every reward > 0, the rule of
-    `accuracy`), all wrong (none > 0) and of zero std (all G rewards equal: no advantage at any scale)."""
-    correct = (rewards > 0).view(-1, G)
-    return {"groups_all_correct": correct.all(1).float().mean().item(),
-            "groups_all_wrong": (~correct.any(1)).float().mean().item(),
-            "groups_zero_std": len(uniform_groups(rewards, G)) / correct.shape[0]}
+def correct(run, batch: Rollout) -> torch.Tensor:
+    """(N,) bool: which completions are correct (--correct-reward: Rewards.correct_of); of a batch graded
+    elsewhere (bench/gpu_smoke.py's random rewards), those of reward > 0."""
+    scores = batch.rewards_per_function
+    return batch.rewards > 0 if scores is None else run.rewards.correct_of(scores)
+
+
+def group_shares(rewards: torch.Tensor, G: int, right: torch.Tensor | None = None) -> dict:
+    """The shares of the groups (G rewards each) that are all correct (`right`, the rule of `accuracy`:
+    --correct-reward; None: every reward > 0), all wrong (none correct) and of zero std (all G rewards equal:
+    no advantage at any scale)."""
+    groups = (rewards > 0 if right is None else right).view(-1, G)
+    return {"groups_all_correct": groups.all(1).float().mean().item(),
+            "groups_all_wrong": (~groups.any(1)).float().mean().item(),
+            "groups_zero_std": len(uniform_groups(rewards, G)) / groups.shape[0]}
 
 
 def throughput(sampled: float, trained: float, times: dict) -> dict:

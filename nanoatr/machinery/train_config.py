@@ -74,6 +74,9 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
                             "any --lr-scheduler (TRL's default: 0)", OPTIM, ">=0")
     warmup_ratio: float = arg(0.0, "warmup as a fraction of the run's optimizer steps, rounded up; instead "
                               "of --warmup-steps", OPTIM, "[0,1]")
+    adam_beta1: float = arg(0.9, "AdamW's beta1 (TRL's and transformers' default: 0.9)", OPTIM, "[0,1)")
+    adam_beta2: float = arg(0.99, "AdamW's beta2 (TRL's and transformers' default: 0.999; set it to match a "
+                            "TRL run)", OPTIM, "[0,1)")
     base_name: str = arg("", "LoRA runs: the base model the adapter records (adapter_config.json's "
                          "base_model_name_or_path), e.g. Qwen/Qwen3-1.7B for peft and vLLM users (default: "
                          "--model as given, a relative path staying relative)", OPTIM)

@@ -1,0 +1,161 @@
+"""TRL's flag names told ours: an unknown flag that is a TRL name gets our flag, its value converted.
+
+TRL (GRPOConfig, transformers' TrainingArguments) counts optimizer steps; nanoatr counts rollout steps, each
+--minibatches x --epochs optimizer steps (docs/from-trl.md, "Counting batches"). A hint converts a TRL
+value with the command line's own --minibatches and --epochs (else their defaults): `--max_steps 200` is
+"TRL's --max_steps 200 is --steps 100 here at --minibatches 2 (...)".
+"""
+import math
+
+# TRL's names (GRPOConfig, SFTConfig, the `trl` scripts' flags) for what our flags set. Where the meaning
+# differs, docs/real-scale.md's table says how (with verl's keys and the paper's); CONVERTED below converts
+# the value where the unit differs.
+TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
+             "steps_per_generation": "--minibatches", "per_device_train_batch_size": "--micro-batch",
+             "max_completion_length": "--max-new-tokens", "learning_rate": "--lr",
+             "max_grad_norm": "--grad-clip", "max_steps": "--steps", "eval_steps": "--eval-every",
+             "save_steps": "--save-every", "gradient_checkpointing": "--grad-checkpoint", "epsilon": "--eps",
+             "epsilon_high": "--eps-high", "scale_rewards": "--std-normalize", "loss_type": "--aggregation",
+             "model_name_or_path": "--model", "output_dir": "--out-dir",
+             "sapo_temperature_pos": "--tau-pos", "sapo_temperature_neg": "--tau-neg",
+             "lr_scheduler_type": "--lr-scheduler", "mask_truncated_completions": "--mask-truncated",
+             "warmup_steps": "--warmup-steps", "warmup_ratio": "--warmup-ratio",
+             "weight_decay": "--weight-decay", "top_p": "--top-p", "top_k": "--top-k",
+             "reward_funcs": "--reward", "reward_weights": "--reward-weights", "report_to": "--report-to",
+             "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2"}
+
+PER_ROLLOUT_STEP = "--steps counts rollout steps; one is --minibatches x --epochs optimizer steps"
+
+
+class CommandLine:
+    """The words of a command line, and the values of our flags on it (else `defaults`, by field name)."""
+
+    def __init__(self, argv: list[str], defaults: dict):
+        self.argv, self.defaults = argv, defaults
+
+    def value(self, name: str) -> str | None:
+        """The word given to flag `name` (--x V or --x=V); None when it is not given, or given no value."""
+        for i, word in enumerate(self.argv):
+            if word.startswith(name + "="):
+                return word.partition("=")[2]
+            if word == name and i + 1 < len(self.argv) and not self.argv[i + 1].startswith("--"):
+                return self.argv[i + 1]
+        return None
+
+    def number(self, name: str, default=None):
+        """Flag `name`'s value as a number (ours: its default when not given); None when it is no number."""
+        given = self.value(name)
+        if given is None:
+            return self.defaults.get(name.lstrip("-").replace("-", "_"), default)
+        try:
+            return int(given) if given.lstrip("-").isdigit() else float(given)
+        except ValueError:
+            return None
+
+    def per_rollout_step(self) -> tuple[int, str]:
+        """(k, 'at --minibatches 2'): the optimizer steps of one rollout step here, and what sets them."""
+        minibatches, epochs = self.number("--minibatches", 2), self.number("--epochs", 1)
+        at = f"at --minibatches {minibatches}" + (f" --epochs {epochs}" if epochs != 1 else "")
+        return minibatches * epochs, at
+
+
+def in_rollout_steps(ours: str):
+    """The hint of a TRL count of optimizer steps (max_steps, eval_steps, save_steps), in rollout steps."""
+    def hint(name: str, value: float, line: CommandLine) -> str:
+        k, at = line.per_rollout_step()
+        steps = math.ceil(value / k)
+        rounded = f" ({value:g} / {k} rounded up)" if steps * k != value else ""
+        return f"TRL's {name} {value:g} is {ours} {steps} here{rounded} {at} ({PER_ROLLOUT_STEP})"
+    return hint
+
+
+def minibatches(name: str, value: float, line: CommandLine) -> str:
+    accumulation = line.number("--gradient_accumulation_steps", 1)
+    shown = f"{value / accumulation:g}"
+    return (f"TRL's {name} {value:g} is --minibatches {shown} here with --gradient_accumulation_steps "
+            f"{accumulation:g} (steps_per_generation / gradient_accumulation_steps: the optimizer steps one "
+            "generation feeds)")
+
+
+def warmup(name: str, value: float, line: CommandLine) -> str:
+    if value < 1:
+        return f"TRL's {name} {value:g} is --warmup-ratio {value:g} here (below 1, TRL reads it as a ratio)"
+    return f"TRL's {name} {value:g} is --warmup-steps {value:g} here (optimizer steps in both)"
+
+
+def accumulation(name: str, value: float, line: CommandLine) -> str:
+    per_generation = line.number("--steps_per_generation")
+    then = f": with --steps_per_generation {per_generation:g}, --minibatches {per_generation / value:g}" \
+        if per_generation else ""
+    return (f"TRL's {name} {value:g} has no flag here: a minibatch's --micro-batch pieces are always summed "
+            "into one optimizer step; --minibatches is steps_per_generation / gradient_accumulation_steps"
+            f"{then}")
+
+
+def logging(name: str, value: float, line: CommandLine) -> str:
+    k, at = line.per_rollout_step()
+    return (f"TRL's {name} {value:g} has no flag here: metrics.jsonl logs every rollout step, {k} optimizer "
+            f"steps {at} (TensorBoard's and wandb's step is the rollout step)")
+
+
+def epochs(name: str, value: float, line: CommandLine) -> str:
+    prompts = line.number("--prompts-per-step", 16)
+    return (f"TRL's {name} {value:g} has no flag here: --steps counts rollout steps of --prompts-per-step "
+            f"{prompts} prompts; {value:g} passes over a file of n prompts is --steps {value:g} x n / "
+            f"{prompts}")
+
+
+def bf16(name: str, value, line: CommandLine) -> str:
+    off = str(line.value(name)).lower() in ("false", "0", "no")
+    return f"TRL's {name} is --dtype {'float32 (our default)' if off else 'bfloat16'} here"
+
+
+def named(ours: str, values: dict):
+    """The hint of a TRL setting whose words are ours spelled otherwise: values[TRL's word] is our flag(s)."""
+    def hint(name: str, value, line: CommandLine) -> str:
+        given = str(line.value(name))
+        told = values.get(given.lower(), f"{ours} ({given}: see --help)")
+        return f"TRL's {name} {given} is {told} here"
+    return hint
+
+
+def output_dir(name: str, value, line: CommandLine) -> str:
+    folder = str(line.value(name)).rstrip("/")
+    parent, _, run = folder.rpartition("/")
+    return (f"TRL's {name} {folder} is --out-dir {parent or '.'} --name {run} here (the run folder is "
+            "--out-dir/--name)")
+
+
+def evaluation(name: str, value, line: CommandLine) -> str:
+    return (f"TRL's {name} {line.value(name)} has no flag here: --eval-every N evaluates --eval-data every N "
+            "rollout steps (0: only before and after training)")
+
+
+LOSS_TYPES = {"dr_grpo": "--aggregation dr-grpo", "dapo": "--aggregation token-mean",
+              "bnpo": "--aggregation token-mean", "grpo": "--aggregation seq-mean-token-mean"}
+SCALES = {"none": "--no-std-normalize", "false": "--no-std-normalize", "group": "--std-normalize",
+          "true": "--std-normalize", "batch": "none of ours (batch std: --std-normalize is the group's)"}
+
+# TRL name: (the flag of ours the hint needs in the command, the hint of its value: f(name, value, line))
+CONVERTED = {"max_steps": ("--steps", in_rollout_steps("--steps")),
+             "eval_steps": ("--eval-every", in_rollout_steps("--eval-every")),
+             "save_steps": ("--save-every", in_rollout_steps("--save-every")),
+             "steps_per_generation": ("--minibatches", minibatches),
+             "warmup_steps": ("--warmup-ratio", warmup),
+             "gradient_accumulation_steps": ("--minibatches", accumulation),
+             "logging_steps": ("--minibatches", logging), "num_train_epochs": ("--steps", epochs),
+             "bf16": ("--dtype", bf16), "loss_type": ("--aggregation", named("--aggregation", LOSS_TYPES)),
+             "scale_rewards": ("--std-normalize", named("--std-normalize", SCALES)),
+             "output_dir": ("--out-dir", output_dir), "eval_strategy": ("--eval-every", evaluation)}
+WORDS = ("bf16", "loss_type", "scale_rewards", "output_dir", "eval_strategy")  # values that are no numbers
+
+
+def hint(word: str, line: CommandLine, flags) -> str | None:
+    """The hint for an unknown `word` that is a TRL name of one of `flags` (the command's), or None."""
+    name = word.split("=")[0]
+    key = name.lstrip("-").replace("-", "_") if name.startswith("--") else None
+    if key in CONVERTED and CONVERTED[key][0] in flags:
+        value = line.number(name) if key not in WORDS else line.value(name)
+        if value is not None or key == "bf16":
+            return CONVERTED[key][1](name, value, line)
+    return f"TRL's {name} is {TRL_NAMES[key]} here" if TRL_NAMES.get(key) in flags else None
