@@ -33,7 +33,8 @@ def rollout(model, tok, problems, G: int, max_new_tokens: int, rewards: Rewards,
                      pad_id=tok.pad_token_id or 0)  # 1. sample, with the KV cache
     texts = completion_texts(tok, batch.tokens, batch.mask)
     graded = [p for p in problems for _ in range(G)]  # each completion's problem, in the order of the prompts
-    total = rewards.total(rewards.score(graded, texts, completion_ids(batch.tokens, batch.mask)))  # 2. grade
+    each = rewards.per_function(graded, texts, completion_ids(batch.tokens, batch.mask))  # 2. grade: (N, F)
+    total = rewards.total(each)  # the weighted sum over the reward functions
     return batch._replace(rewards=total, advantages=group_advantages(total, G))  # 3. reward - group mean
 
 

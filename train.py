@@ -155,9 +155,9 @@ def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
 
 def grade(run: Run, out: Rollout, problems: list, step: int) -> Rollout:
     """The rollout with its rewards: each function's of each row (problems[i] is row i's), and their total."""
-    scores = rewards_at(run, step).score(problems, completion_texts(run.tok, out.tokens, out.mask),
-                                         completion_ids(out.tokens, out.mask))
-    return out._replace(rewards=run.rewards.total(scores), rewards_per_function=scores)
+    each = rewards_at(run, step).per_function(problems, completion_texts(run.tok, out.tokens, out.mask),
+                                              completion_ids(out.tokens, out.mask))
+    return out._replace(rewards=run.rewards.total(each), rewards_per_function=each)
 
 
 def rewards_at(run: Run, step: int) -> Rewards:

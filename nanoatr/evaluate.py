@@ -57,9 +57,9 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
                            top_p=top_p, top_k=top_k, eos_token_id=eos_ids, generator=g, sampler=sampler,
                            pad_id=tokenizer.pad_token_id or 0, stopper=stopper, plan=plan)
             texts = completion_texts(tokenizer, out.tokens, out.mask)
-            scores = rewards.score([problems[i] for i, _ in batch], texts,
-                                   completion_ids(out.tokens, out.mask))
-            totals, right = rewards.total(scores).tolist(), rewards.correct_of(scores).tolist()
+            graded = [problems[i] for i, _ in batch]
+            each = rewards.per_function(graded, texts, completion_ids(out.tokens, out.mask))
+            totals, right = rewards.total(each).tolist(), rewards.correct_of(each).tolist()
             entropies = completion_entropies(model, out, temperature) if with_entropy else [None] * len(batch)
             for (i, j), text, total, correct, length, finished, entropy in zip(
                     batch, texts, totals, right, out.mask.sum(-1).tolist(), out.finished.tolist(), entropies):

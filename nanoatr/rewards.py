@@ -84,7 +84,8 @@ class Rewards:
         """The same functions, told that `global_step` of the run's `max_steps` optimizer steps are done."""
         return dataclasses.replace(self, state=TrainerState(global_step, max_steps))
 
-    def score(self, problems: list, completions: list[str], completion_ids: list[list[int]]) -> torch.Tensor:
+    def per_function(self, problems: list, completions: list[str], completion_ids: list[list[int]]
+                     ) -> torch.Tensor:
         """(N, F) float32: function f's reward of completion i (NaN where it returned None), problems[i]
         being completion i's problem (a data.Problem). A RewardError names the function and the row."""
         kwargs = arguments(problems, completions, completion_ids) | {"trainer_state": self.state}
@@ -93,23 +94,23 @@ class Rewards:
                    for fn, name in zip(self.functions, self.names)]
         return torch.tensor(columns, dtype=torch.float32).reshape(len(columns), len(problems)).T
 
-    def correct_of(self, scores: torch.Tensor) -> torch.Tensor:
+    def correct_of(self, each: torch.Tensor) -> torch.Tensor:
         """(N,) bool: which completions are correct: function `correct`'s reward > 0 (unscored: not), or
         the total > 0. accuracy, Mean@k and Pass@k count these."""
-        return (self.total(scores) if self.correct is None else scores[:, self.correct]) > 0
+        return (self.total(each) if self.correct is None else each[:, self.correct]) > 0
 
     @property
     def judge(self) -> str:
         """What correct_of counts, in words: 'math_reward > 0', or 'the weighted total reward > 0'."""
         return "the weighted total reward > 0" if self.correct is None else f"{self.names[self.correct]} > 0"
 
-    def total(self, scores: torch.Tensor) -> torch.Tensor:
+    def total(self, each: torch.Tensor) -> torch.Tensor:
         """(N,) TRL's total of each completion: the sum of weight x reward over the functions that scored
         it (a NaN, a None, is left out; no function scored it: 0). Only an unscored entry is left out: a
         product that is not finite (a weight or a reward that overflows float32: inf x 0 is NaN) stays in
         its total, which train.check_finite then stops on, rather than counting as unscored."""
-        products = scores * torch.tensor(self.weights, dtype=scores.dtype)
-        return products.where(~scores.isnan(), 0.0).sum(dim=1)
+        products = each * torch.tensor(self.weights, dtype=each.dtype)
+        return products.where(~each.isnan(), 0.0).sum(dim=1)
 
 
 # a column of one of these names would clash with the argument

@@ -47,7 +47,7 @@ def write(tmp_path):
 
 
 def score(fn, problems, texts):
-    return Rewards.of(fn).score(problems, texts, [[1, 2]] * len(texts))
+    return Rewards.of(fn).per_function(problems, texts, [[1, 2]] * len(texts))
 
 
 # ----------------------------------------------------------------------------
@@ -59,7 +59,7 @@ def test_a_function_gets_trls_keyword_arguments_one_entry_per_completion():
     def spy(**kwargs):
         seen.update(kwargs)
         return [0.0] * len(kwargs["completions"])
-    Rewards.of(spy).score([STANDARD, CHAT], ["so \\boxed{5}", "it is \\boxed{6}"], [[11, 12], [13]])
+    Rewards.of(spy).per_function([STANDARD, CHAT], ["so \\boxed{5}", "it is \\boxed{6}"], [[11, 12], [13]])
     assert seen["prompts"] == ["What is 2+3?", [{"role": "user", "content": "What is 2+3?"}]]
     assert seen["completions"] == ["so \\boxed{5}", [{"role": "assistant", "content": "it is \\boxed{6}"}]]
     assert seen["completion_ids"] == [[11, 12], [13]]
@@ -84,7 +84,7 @@ def test_columns_reach_a_reward_as_in_the_data_and_the_answer_field_feeds_only_t
         seen.update(answer=answer, solution=solution)
         return [0.0] * len(completions)
     problems = load_problems(data, answer_field="solution")
-    scores = Rewards((yours, math_reward), ("yours", "math_reward"), (1.0, 1.0)).score(
+    scores = Rewards((yours, math_reward), ("yours", "math_reward"), (1.0, 1.0)).per_function(
         problems, ["so \\boxed{450}"], [[1]])
     assert seen == {"answer": ["ANS:450"], "solution": ["$450$"]}
     assert scores[0].tolist() == [0.0, 1.0]  # math_reward graded 450 against the gold $450$
@@ -101,10 +101,10 @@ def test_a_function_is_told_the_runs_progress_as_trls_trainer_state():
             raise ValueError("too hard")
         return [1.0] * len(completions)
     rewards = Rewards.of(curriculum)
-    assert rewards.at(4, 32).score([STANDARD], ["5"], [[1]]).tolist() == [[1.0]] and seen == [(4, 32)]
+    assert rewards.at(4, 32).per_function([STANDARD], ["5"], [[1]]).tolist() == [[1.0]] and seen == [(4, 32)]
     assert rewards.state is None  # .at is a copy
     with pytest.raises(RewardError, match=r"curriculum raised ValueError: too hard on row 1 of 2"):
-        rewards.at(8, 32).score([STANDARD] * 2, ["5", "6"], [[1]] * 2)
+        rewards.at(8, 32).per_function([STANDARD] * 2, ["5", "6"], [[1]] * 2)
 
 
 def test_a_function_that_changes_its_arguments_changes_no_problem():
@@ -129,7 +129,7 @@ def test_each_function_gets_its_own_copy_of_every_argument():
     def spy(completions, answer, completion_ids, prompts, level, **kwargs):
         seen.append((completions, answer, completion_ids, prompts, level))
         return [float(a in c) for c, a in zip(completions, answer)]
-    scores = Rewards((grade_then_blank, spy), ("a", "b"), (1.0, 1.0)).score(
+    scores = Rewards((grade_then_blank, spy), ("a", "b"), (1.0, 1.0)).per_function(
         [STANDARD, STANDARD], ["so 5", "6"], [[11, 12], [13]])
     assert seen == [(["so 5", "6"], ["5", "5"], [[11, 12], [13]], ["What is 2+3?"] * 2, [1, 1])]
     assert scores[:, 1].tolist() == [1.0, 0.0]
@@ -201,7 +201,7 @@ def test_the_total_is_the_weighted_sum_with_none_left_out_as_trl_does():
     def g(completions, **kwargs):
         return (0.5, 2, None, True)  # any sequence; a bool is 1 or 0, as TRL's tensor makes it
     rewards = Rewards((f, g), ("f", "g"), (1.0, 0.5))
-    scores = rewards.score([STANDARD] * 4, ["a", "b", "c", "d"], [[1]] * 4)
+    scores = rewards.per_function([STANDARD] * 4, ["a", "b", "c", "d"], [[1]] * 4)
     assert scores.shape == (4, 2) and scores.dtype == torch.float32
     assert [[None if math.isnan(x) else x for x in r] for r in scores.tolist()] == \
         [[1.0, 0.5], [None, 2.0], [None, None], [-1.0, 1.0]]
@@ -218,7 +218,7 @@ def test_a_total_that_overflows_is_not_finite_rather_than_unscored():
     def g(completions, **kwargs):
         return [1.0, 2.0, 1e300]
     rewards = Rewards((f, g), ("f", "g"), (0.0, 1.0))
-    total = rewards.total(rewards.score([STANDARD] * 3, ["a", "b", "c"], [[1]] * 3))
+    total = rewards.total(rewards.per_function([STANDARD] * 3, ["a", "b", "c"], [[1]] * 3))
     assert math.isnan(total[0]) and total[1] == 2.0 and total[2] == math.inf
 
 
@@ -233,7 +233,7 @@ def test_weights_and_names_come_from_the_flags(write):
     rewards = from_flags([f"{path}:short", f"{path}:has_five"], [2.0, -0.5], math_reward)
     assert rewards.names == ("short", "has_five") and rewards.weights == (2.0, -0.5)
     assert rewards.functions[0].__module__ == rewards.functions[1].__module__  # the file imported once
-    totals = rewards.total(rewards.score([STANDARD] * 4, ["5", "15 is it", "x", "five"], [[1]] * 4))
+    totals = rewards.total(rewards.per_function([STANDARD] * 4, ["5", "15 is it", "x", "five"], [[1]] * 4))
     assert totals.tolist() == [2 - 0.5, -0.5, 2.0, 0.0]  # 2 x short - 0.5 x has_five, its None left out
     default = from_flags([], [], math_reward)
     assert (default.functions, default.names, default.weights) == ((math_reward,), ("math_reward",), (1.0,))
@@ -248,7 +248,7 @@ def test_a_reward_from_a_module(write, monkeypatch):
     monkeypatch.syspath_prepend(str(path.parent))
     rewards = from_flags(["user_reward_module:exact"], [], math_reward)
     assert rewards.names == ("exact",)
-    assert rewards.score([STANDARD] * 2, [" 5", "6"], [[1]] * 2).tolist() == [[1.0], [0.0]]
+    assert rewards.per_function([STANDARD] * 2, [" 5", "6"], [[1]] * 2).tolist() == [[1.0], [0.0]]
 
 
 # ----------------------------------------------------------------------------
@@ -284,7 +284,7 @@ PROBLEMS = [Problem(f"q{i}", str(i)) for i in range(3)]
 def test_a_bad_return_is_one_line_naming_the_function_and_the_row(write, body, message):
     path = write("user_reward_bad.py", f"def bad(completions, **kwargs):\n    {body}\n")
     with pytest.raises(RewardError) as e:
-        from_flags([f"{path}:bad"], [], math_reward).score(PROBLEMS, ["a", "boom", "c"], [[1]] * 3)
+        from_flags([f"{path}:bad"], [], math_reward).per_function(PROBLEMS, ["a", "boom", "c"], [[1]] * 3)
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
@@ -312,7 +312,7 @@ def test_what_trl_takes_is_taken_numpy_and_torch_values_and_async_functions():
     assert score(later, PROBLEMS, ["a", "b", "c"])[:, 0].tolist()[::2] == [1.0, 0.5]
     assert math.isnan(score(later, PROBLEMS, ["a", "b", "c"])[1, 0])  # None: unscored
     graded = Rewards((Graded(),), ("graded",), (1.0,))
-    assert graded.score(PROBLEMS, ["a", "b", "c"], [[1]] * 3)[:, 0].tolist() == [0.0, 1.0, 2.0]
+    assert graded.per_function(PROBLEMS, ["a", "b", "c"], [[1]] * 3)[:, 0].tolist() == [0.0, 1.0, 2.0]
 
 
 @pytest.mark.parametrize("source, message", [
@@ -330,7 +330,7 @@ def test_what_trl_takes_is_taken_numpy_and_torch_values_and_async_functions():
 def test_a_signature_that_cannot_take_the_batch_is_one_line_naming_no_row(write, source, message):
     path = write("user_reward_signature.py", source + "\n")
     with pytest.raises(RewardError) as e:
-        from_flags([f"{path}:f"], [], math_reward).score(PROBLEMS, ["a", "b", "c"], [[1]] * 3)
+        from_flags([f"{path}:f"], [], math_reward).per_function(PROBLEMS, ["a", "b", "c"], [[1]] * 3)
     assert str(e.value).startswith(message) and "row" not in str(e.value), str(e.value)
 
 
