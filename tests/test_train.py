@@ -432,7 +432,7 @@ def test_dynamic_sampling_replaces_uniform_groups_in_order(monkeypatch):
     assert b.tokens[:, :2].tolist() == [[1, 1], [1, 1], [0, 1], [0, 1], [2, 0], [2, 0]]  # (round, group) of each row
     assert b.rewards.tolist() == [1, 0, 0, 1, 1, 0]
     assert b.advantages.tolist() == [0.5, -0.5, -0.5, 0.5, 0.5, -0.5]
-    assert draws["first_rewards"].tolist() == [1, 1, 0, 1, 0, 0]
+    assert draws["first"].rewards.tolist() == [1, 1, 0, 1, 0, 0]
     assert b.tokens.shape[1] == 3  # padded to the longest round (round 1's) with masked tokens
     assert b.mask[:, 2].tolist() == [True, True, False, False, False, False] and b.mask[:, :2].all()
     assert b.prompt_ids[:, -2].tolist() == [101, 101, 100, 100, 102, 102]
