@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nanoatr.rollout import SAMPLERS  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
 from nanoatr.rollout import generate  # noqa: E402
+from nanoatr.machinery.decoding import decode_plan  # noqa: E402
 
 PRESETS = {
     "nano": dict(vocab_size=512, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
@@ -152,9 +153,12 @@ def memory_bytes_per_s(n: int = 1 << 27, repeats: int = 5) -> float:
 
 
 def ours_generate(ours, prompts, new_tokens, sampler, generator=None):
-    """Our rollout at temperature 1 with EOS suppressed; sampler "default" passes no `sampler=` at all."""
+    """Our rollout at temperature 1 with EOS suppressed, under the device's plan as train.py runs it
+    (decode_plan: on the CPU, the steady allocator); sampler "default" passes no `sampler=` at all."""
     kw = {} if sampler == "default" else {"sampler": sampler}
-    return generate(ours, prompts, new_tokens, temperature=1.0, eos_token_id=None, generator=generator, **kw)
+    plan = decode_plan(ours.lm_head.weight.device, kw.get("sampler", SAMPLERS[0]))
+    return generate(ours, prompts, new_tokens, temperature=1.0, eos_token_id=None, generator=generator,
+                    plan=plan, **kw)
 
 
 def sampler_name(sampler: str) -> str:

@@ -41,6 +41,7 @@ from nanoatr.data import load_problems  # noqa: E402
 from nanoatr.loss import policy_loss  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
 from nanoatr.rollout import Rollout, generate, left_pad, sampling_logprobs  # noqa: E402
+from nanoatr.machinery.decoding import decode_plan  # noqa: E402
 from nanoatr.scoring import Scores, score  # noqa: E402
 from nanoatr.tokenizer import encode_prompts, load_tokenizer, eos_token_ids  # noqa: E402
 from nanoatr.verifier import verify  # noqa: E402
@@ -56,7 +57,8 @@ class Ours:
 
     def generate(self, prompts, args, eos_ids, pad, gen):
         return generate(self.model, prompts, args.max_new_tokens, temperature=args.temperature,
-                        eos_token_id=eos_ids, generator=gen, pad_id=pad)
+                        eos_token_id=eos_ids, generator=gen, pad_id=pad,
+                        plan=decode_plan(self.model.lm_head.weight.device, temperature=args.temperature))
 
     def score(self, prompt_ids, prompt_mask, tokens, temperature, with_entropy=False):
         return score(self.model, prompt_ids, prompt_mask, tokens, temperature, with_entropy=with_entropy)
