@@ -70,6 +70,7 @@ TRAIN_VALUES = {
     "workdir": [],  # not a flag: where the run started (test_a_run_resumes_from_anywhere_and_...)
     "correct_reward": ["--correct-reward", "total"], "adam_beta1": ["--adam-beta1", "0.8"],
     "adam_beta2": ["--adam-beta2", "0.999"],
+    "log_completions": ["--log-completions", "2"],
 }
 LORA_ONLY = {"base_name", "merge"}  # train.py refuses them on a full fine-tuning run (no adapter)
 

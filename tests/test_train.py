@@ -27,6 +27,23 @@ def run(tmp_path, *args):
     return [json.loads(line) for line in (tmp_path / args[args.index("--name") + 1] / "metrics.jsonl").open()]
 
 
+def test_log_completions_writes_each_steps_completions_to_samples_jsonl(tmp_path):
+    """--log-completions N (TRL's log_completions): N of each step's completions in samples.jsonl, beside the
+    evaluation's samples, with the prompt, each function's reward, the total and the verdict; the metrics
+    line stays numbers."""
+    rows = run(tmp_path, "--name", "c", "--steps", "2", "--log-completions", "3")
+    samples = [json.loads(line) for line in (tmp_path / "c/samples.jsonl").open()]
+    rollout = [s for s in samples if s.get("rollout")]
+    assert [s["step"] for s in rollout] == [1, 1, 1, 2, 2, 2]
+    assert all("eval" in s for s in samples if not s.get("rollout")), "the evaluation's samples as before"
+    for s in rollout:
+        assert isinstance(s["prompt"], str) and s["prompt"] and isinstance(s["completion"], str)
+        assert s["reward/math_reward"] == s["reward"] and s["correct"] == (s["reward"] > 0)
+    assert not any("completions" in r for r in rows)
+    run(tmp_path, "--name", "none", "--steps", "1")
+    assert not any(json.loads(line).get("rollout") for line in (tmp_path / "none/samples.jsonl").open())
+
+
 def test_run_writes_config_metrics_checkpoint(tmp_path):
     rows = run(tmp_path, "--name", "a", "--steps", "2", "--lr", "1e-3")
     run_dir = tmp_path / "a"

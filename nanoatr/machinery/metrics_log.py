@@ -73,7 +73,9 @@ class RunLog:
         return any(r.get("step") == step and any(k.startswith(prefix) for k in r) for r in self.rows)
 
     def samples(self, step, name, rows):
-        self._append("samples.jsonl", [{"step": step, "eval": name, **r} for r in rows])
+        """Rows of samples.jsonl: an evaluation's on file `name`, or (None) the step's own rollout's."""
+        tag = {"eval": name} if name is not None else {"rollout": True}
+        self._append("samples.jsonl", [{"step": step, **tag, **r} for r in rows])
 
     def _append(self, name: str, rows: list[dict]):
         """All rows in one os.write; a failed or partial write is cut back off the file."""

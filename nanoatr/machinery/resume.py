@@ -57,6 +57,7 @@ SHARED_RESUME_RULES = {
                     "and draws its prompt order"),
     "device": FREE,  # where it computes; "auto" already differs from machine to machine
     "report_to": FREE, "wandb_project": FREE,  # where the metrics are also sent; metrics.jsonl is the record
+    "log_completions": FREE,  # what samples.jsonl also shows
     "workdir": FREE,  # not a flag: the directory the run started in, kept (from_start)
 }
 
@@ -151,7 +152,7 @@ ADDED_LATER = {"task", "revision", "sampler", "dynamic_sampling", "base_name", "
                "reward_weights", "answer_field", "mask_truncated", "overlong_buffer", "overlong_penalty",
                "lr_scheduler", "warmup_steps", "warmup_ratio", "keep_checkpoints", "report_to",
                "wandb_project", "workdir", "correct_reward",
-               "adam_beta1", "adam_beta2"}
+               "adam_beta1", "adam_beta2", "log_completions"}
 
 
 def checked_settings(cls, settings: dict, where) -> dict:

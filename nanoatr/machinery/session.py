@@ -171,9 +171,12 @@ class Session:
         self.saved = step
 
     def log_step(self, row: dict):
-        """A step's metrics line, and the progress bar's fields: the step is done."""
-        self.done = row["step"]
+        """A step's metrics line (under --log-completions its completions to samples.jsonl) and the progress
+        bar's fields: the step is done."""
+        self.done, completions = row["step"], row.pop("completions", None)
         if self.d.main:
+            if completions:  # --log-completions
+                self.folder.log.samples(row["step"], None, completions)
             self.folder.log.write(row | {"threads": self.thread_count})
             if self.progress:
                 self.bar.set_postfix(self.progress(row))

@@ -7,6 +7,7 @@ import torch
 from nanoatr.loss import merge_stats, overlong_penalty, uniform_groups
 from nanoatr.machinery import distributed
 from nanoatr.rollout import Rollout
+from nanoatr.tokenizer import completion_texts
 
 
 def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: dict) -> dict:
@@ -37,8 +38,21 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
                 "sampling_rounds": sum(distributed.all_gather([draws["rounds"]], d)) / d.world}
     sampled = sum(distributed.all_gather([draws["tokens"]], d)) if draws else lengths.sum().item()
     trained = cfg.epochs * lengths.sum().item()  # each epoch's minibatches cover every row once
+    if cfg.log_completions:  # Session.log_step moves them to samples.jsonl
+        row["completions"] = completions(run, batch, cfg.log_completions)
     return row | merge_stats(distributed.all_gather([s for u in updates for s in u["stats"]], d)) | times | \
         throughput(sampled, trained, times)
+
+
+def completions(run, batch: Rollout, n: int) -> list[dict]:
+    """This rank's first n completions as text: the prompt, the completion, the total reward, each function's
+    (None: unscored) and the verdict (--log-completions)."""
+    texts, right = completion_texts(run.tok, batch.tokens[:n], batch.mask[:n]), correct(run, batch).tolist()
+    each = [[] for _ in texts] if batch.rewards_per_function is None else batch.rewards_per_function.tolist()
+    return [{"prompt": run.tok.decode(batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist()),
+             "completion": text, "reward": float(batch.rewards[i]), "correct": right[i],
+             **{f"reward/{f}": None if math.isnan(r) else r for f, r in zip(run.rewards.names, each[i])}}
+            for i, text in enumerate(texts)]
 
 
 def correct(run, batch: Rollout) -> torch.Tensor:

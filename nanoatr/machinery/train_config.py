@@ -83,6 +83,8 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
     merge: bool = arg(False, "LoRA runs: at the end also write <run>/merged, base + adapter as a full HF "
                       "checkpoint", OPTIM)
     compile: bool = arg(True, "compile the loss with torch.compile (falls back to eager if it fails)", OPTIM)
+    log_completions: int = arg(0, "write N of each step's completions (prompt, completion, rewards, verdict) "
+                               "to samples.jsonl, as TRL's log_completions (0: none)", RUN, ">=0")
     keep_checkpoints: int = arg(2, "checkpoints kept: checkpoint/ (the latest) and older ones beside it", RUN,
                                 ">=1")
     threads: int = arg(0, "CPU threads of torch (0 = as many as the cores other processes leave idle, "

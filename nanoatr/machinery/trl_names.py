@@ -22,7 +22,8 @@ TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
              "warmup_steps": "--warmup-steps", "warmup_ratio": "--warmup-ratio",
              "weight_decay": "--weight-decay", "top_p": "--top-p", "top_k": "--top-k",
              "reward_funcs": "--reward", "reward_weights": "--reward-weights", "report_to": "--report-to",
-             "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2"}
+             "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2",
+             "log_completions": "--log-completions", "num_completions_to_print": "--log-completions"}
 
 PER_ROLLOUT_STEP = "--steps counts rollout steps; one is --minibatches x --epochs optimizer steps"
 
