@@ -57,7 +57,6 @@ SHARED_RESUME_RULES = {
                     "and draws its prompt order"),
     "device": FREE,  # where it computes; "auto" already differs from machine to machine
     "report_to": FREE, "wandb_project": FREE,  # where the metrics are also sent; metrics.jsonl is the record
-    "log_completions": FREE,  # what samples.jsonl also shows
     "workdir": FREE,  # not a flag: the directory the run started in, kept (from_start)
 }
 
@@ -82,6 +81,7 @@ RESUME_RULES = {
     "compile": FREE,            # the same loss, compiled or eager
     "keep_checkpoints": RECORDED,  # which checkpoints the folder holds
     "threads": FREE,            # every metrics row logs its own
+    "log_completions": FREE,    # what samples.jsonl also shows
     "reward": REWARDS, "reward_weights": REWARDS, "answer_field": REWARDS,
     "correct_reward": Refused("it changes what accuracy, Mean@k and Pass@k count, which are compared across "
                               "the run's steps"),
