@@ -282,7 +282,7 @@ def provenance(step: int) -> dict:
     """A run's sitting from `step` (config.json's "provenance": one per start and resume): this code's commit
     and whether tracked files differ from it ("unknown": not its own git checkout, e.g. a pip install, or
     git missing or slow, which never fails a run), the start (UTC), the host and the versions."""
-    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    here = str(Path(__file__).resolve().parents[2])  # the checkout: above nanoatr/machinery/
     git = ["git", "-C", here, "describe", "--always", "--dirty", "--abbrev=40", "--exclude=*"]  # sha[-dirty]
     try:  # a .git beside the package: an installed copy may lie inside some other repository
         out = subprocess.run(git, capture_output=True, text=True, timeout=5).stdout.strip() \
