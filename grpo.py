@@ -10,14 +10,14 @@ its group's mean (3: the advantage), score the completions under the policy that
 then one AdamW step per minibatch on the clipped surrogate of --clip (5). tests/test_grpo.py checks that
 its loss and gradients are train.py's on the same batch.
 """
+import argparse
+import math
+
 import torch
 
-from nanoatr.machinery.cli import ConfigError, check_numbers, die
-from nanoatr.machinery.parser import Parser
 from nanoatr.data import TASKS, load_problems, located
 from nanoatr.loss import group_advantages, policy_loss
-from nanoatr.methods import METHODS
-from nanoatr.machinery.cli import check_hparams
+from nanoatr.methods import METHODS, defaults
 from nanoatr.model import Qwen3
 from nanoatr.rewards import Rewards
 from nanoatr.rollout import Rollout, generate
@@ -61,8 +61,15 @@ def update(model, opt, batch: Rollout, old_logp, rows, clip: str, hparams: dict,
     return loss.item(), metrics
 
 
+class Flags(argparse.ArgumentParser):
+    """argparse taking flags only in full and a bad one as one `error:` line (train.py's: machinery/)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message}\n")
+
+
 def main(argv=None):
-    ap = Parser(description=" ".join(__doc__.split("\n\n")[0].split()))  # a bad flag: one error line
+    ap = Flags(description=" ".join(__doc__.split("\n\n")[0].split()), allow_abbrev=False)
     ap.add_argument("--clip", default="kl3", choices=sorted(METHODS),
                     help="the clipping rule (nanoatr/methods.py)")
     ap.add_argument("--steps", type=int, default=60)
@@ -73,18 +80,18 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    try:
-        check_numbers(args, {"steps": ">=0", "prompts": ">=1", "group_size": ">=2", "minibatches": ">=1",
-                             "lr": ">0"})
-    except ConfigError as e:
-        die(str(e))
+    for name, low in (("steps", 0), ("prompts", 1), ("group_size", 2), ("minibatches", 1)):
+        if getattr(args, name) < low:
+            ap.error(f"--{name.replace('_', '-')} must be >= {low} (got {getattr(args, name)})")
+    if not math.isfinite(args.lr) or args.lr <= 0:
+        ap.error(f"--lr must be {'> 0' if math.isfinite(args.lr) else 'a finite number'} (got {args.lr})")
     task = TASKS["math"]
     model_dir = located(task.model)  # the repository's own files, from whatever folder it is started in
     model, tok = Qwen3.from_pretrained(model_dir), load_tokenizer(model_dir)
     problems = load_problems(located(task.data))
     held_out = load_problems(located(task.eval_data[0]), limit=64)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
-    hparams = check_hparams(args.clip)  # the method's default knobs (delta = 0.07 for kl3)
+    hparams = defaults(args.clip)       # the method's default knobs (delta = 0.07 for kl3)
     rewards = Rewards.of(task.reward)   # the verifier (nanoatr/rewards.py)
     g = torch.Generator().manual_seed(args.seed)
     print(f"held-out accuracy {accuracy(model, tok, held_out, task):.1%}; --clip {args.clip} {hparams}")
