@@ -135,16 +135,12 @@ def test_the_core_imports_nothing_from_the_machinery():
     assert not {f: m for f, m in reach.items() if m}, "the core imports the machinery"
 
 
-def test_the_import_check_sees_every_way_of_importing():
-    source = ("from nanoatr.machinery import cli, session\nfrom nanoatr.machinery.folder import RunFolder\n"
-              "import nanoatr.machinery.checkpoint\nfrom nanoatr import loss\n")
-    path = ROOT / "nanoatr" / "_probe_for_test.py"
-    path.write_text(source)
-    try:
-        assert imports(path)[0] == {"machinery.cli", "machinery.session", "machinery.folder",
-                                    "machinery.checkpoint", "loss"}
-    finally:
-        path.unlink()
+def test_the_import_check_sees_every_way_of_importing(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text("from nanoatr.machinery import cli, session\nfrom nanoatr.machinery.folder import RunFolder\n"
+                    "import nanoatr.machinery.checkpoint\nfrom nanoatr import loss\n")
+    assert imports(path)[0] == {"machinery.cli", "machinery.session", "machinery.folder",
+                                "machinery.checkpoint", "loss"}
 
 
 def functions(path: Path):

@@ -39,15 +39,16 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
     sampled = sum(distributed.all_gather([draws["tokens"]], d)) if draws else lengths.sum().item()
     trained = cfg.epochs * lengths.sum().item()  # each epoch's minibatches cover every row once
     if cfg.log_completions:  # Session.log_step moves them to samples.jsonl
-        row["completions"] = completions(run, batch, cfg.log_completions)
+        row["completions"] = completions(run, batch, right[:cfg.log_completions].tolist())
     return row | merge_stats(distributed.all_gather([s for u in updates for s in u["stats"]], d)) | times | \
         throughput(sampled, trained, times)
 
 
-def completions(run, batch: Rollout, n: int) -> list[dict]:
-    """This rank's first n completions as text: the prompt, the completion, the total reward, each function's
-    (None: unscored) and the verdict (--log-completions)."""
-    texts, right = completion_texts(run.tok, batch.tokens[:n], batch.mask[:n]), correct(run, batch).tolist()
+def completions(run, batch: Rollout, right: list[bool]) -> list[dict]:
+    """This rank's first len(right) completions as text: the prompt, the completion, the total reward, each
+    function's (None: unscored) and the verdict `right` (--log-completions)."""
+    n = len(right)
+    texts = completion_texts(run.tok, batch.tokens[:n], batch.mask[:n])
     each = [[] for _ in texts] if batch.rewards_per_function is None else batch.rewards_per_function.tolist()
     return [{"prompt": run.tok.decode(batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist()),
              "completion": text, "reward": float(batch.rewards[i]), "correct": right[i],
