@@ -8,6 +8,7 @@ lines, each the one line a bad input gives (exit 2, no run folder).
     python -m pytest tests/test_from_trl.py -q
 """
 import ast
+import contextlib
 import json
 import math
 import re
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import train
+from nanoatr.machinery import folder
 from nanoatr.machinery.parser import parse
 from nanoatr.machinery.train_config import TrainConfig, apply_preset, hparam_flags, resolve
 from rounding import U32, within
@@ -270,22 +272,78 @@ def told(argv: list[str], capsys) -> str:
     return capsys.readouterr().err
 
 
-def test_a_resume_names_what_it_changed_and_a_checkpoint_given_for_the_run_folder_is_one_line(runs, capsys,
-                                                                                              monkeypatch):
-    """--resume runs/arith/checkpoint (or checkpoint-step2) is one error line pointing at the run folder,
-    which is left as it was; a resume that changes a recorded flag says which, from what to what."""
+def test_a_checkpoint_is_resumed_in_place_when_newest_and_else_into_a_new_folder(runs, capsys, monkeypatch):
+    """TRL's resume_from_checkpoint: --resume runs/arith/checkpoint (the newest) is --resume runs/arith; an
+    older one without --name is one error line, the run left as it was; with --name it goes on in a new run
+    folder that holds the run's record up to that step and then the steps an uninterrupted run takes."""
     monkeypatch.chdir(runs.parent)
     before = {p: p.read_bytes() for p in Path("runs/arith").rglob("*") if p.is_file()}
-    for checkpoint in ("checkpoint", "checkpoint-step000002"):
-        with pytest.raises(SystemExit) as e:
-            train.main(["--resume", f"runs/arith/{checkpoint}"])
-        assert e.value.code == 2
-        assert capsys.readouterr().err.strip().splitlines() == [
-            f"error: --resume runs/arith/{checkpoint} is a checkpoint of the run folder runs/arith: --resume "
-            "takes the run folder (--resume runs/arith), and goes on from its newest usable checkpoint"]
+    sys.modules.pop("my_rewards", None)
+    with pytest.raises(SystemExit) as e:
+        train.main(["--resume", "runs/arith/checkpoint"])
+    assert e.value.code == 0 and "run runs/arith is finished (step 4 of 4" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        train.main(["--resume", "runs/arith/checkpoint-step000002"])
+    assert e.value.code == 2
+    line = ("error: --resume runs/arith/checkpoint-step000002 holds step 2, and runs/arith's newest checkpoint "
+            "step 4: the run keeps its later steps; give --name NEW to go on from step 2 in a new run folder "
+            "(beside it, its record up to step 2 copied)")
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert line in " ".join(PAGE.split())
+    sys.modules.pop("my_rewards", None)
+    train.main(["--resume", "runs/arith/checkpoint-step000002", "--name", "from2"])
     assert {p: p.read_bytes() for p in Path("runs/arith").rglob("*") if p.is_file()} == before
-    assert "error: --resume runs/arith/checkpoint is a checkpoint of the run folder runs/arith" in \
-        " ".join(PAGE.split())
+    def logged(run):  # without the timings
+        return [{k: v for k, v in row.items() if not k.startswith(("time_", "tokens_per_s_", "threads"))
+                 and not k.endswith("/seconds")} for row in metrics(run)]
+    assert logged(runs / "from2") == logged(runs / "part")  # part: step 2's checkpoint resumed in place
+    assert metrics(runs / "from2")[:3] == metrics(runs / "arith")[:3]  # steps 0..2 copied as logged
+    config, saved = (json.loads((runs / r / "config.json").read_text()) for r in ("from2", "arith"))
+    assert config["branched_from"] == {"run": "runs/arith", "checkpoint": "checkpoint-step000002", "step": 2}
+    assert [p["step"] for p in config["provenance"]] == [0, 2] and config["provenance"][0] == \
+        saved["provenance"][0]
+    assert {k: v for k, v in config.items() if k not in ("branched_from", "provenance", "name")} == \
+        {k: v for k, v in saved.items() if k not in ("provenance", "name")}
+    samples = [json.loads(line) for line in (runs / "from2/samples.jsonl").read_text().splitlines()]
+    assert [r for r in samples if r["step"] <= 2] == \
+        [r for r in map(json.loads, (runs / "arith/samples.jsonl").read_text().splitlines()) if r["step"] <= 2]
+
+
+@contextlib.contextmanager
+def held(run: Path):
+    """A run folder locked as another process training it does (its lock file's bytes put back after)."""
+    lock = folder.RunLock(run).acquire()
+    try:
+        yield
+    finally:
+        lock.restore()
+        lock.release()
+
+
+def test_a_branch_that_cannot_start_leaves_both_folders_as_they_were(runs, capsys, monkeypatch):
+    """Into a used folder, from a run another process holds, with a refused flag: one line; from the newest
+    checkpoint of a finished run: nothing to do. No new folder is left, runs/arith is unchanged."""
+    monkeypatch.chdir(runs.parent)
+    before = {p: p.read_bytes() for p in Path("runs").rglob("*") if p.is_file()}
+    older = ["--resume", "runs/arith/checkpoint-step000002"]
+    cases = {"used": ([*older, "--name", "part"], 2, "error: run folder runs/part already exists"),
+             "held": ([*older, "--name", "new"], 2, "error: run folder runs/arith is in use by another process"),
+             "refused": ([*older, "--name", "new", "--clip", "kl3"], 2, "error: --clip kl3 cannot change"),
+             "done": (["--resume", "runs/arith/checkpoint", "--name", "new"], 0,
+                      "run runs/arith/checkpoint is finished (step 4 of 4, evaluated): nothing to do")}
+    for case, (argv, code, said) in cases.items():
+        sys.modules.pop("my_rewards", None)
+        with held(Path("runs/arith")) if case == "held" else contextlib.nullcontext():
+            with pytest.raises(SystemExit) as e:
+                train.main(argv)
+        out = capsys.readouterr()
+        assert e.value.code == code and said in (out.err if code else out.out), (case, out)
+        assert not Path("runs/new").exists()
+    assert {p: p.read_bytes() for p in Path("runs").rglob("*") if p.is_file()} == before
+
+
+def test_a_resume_says_what_it_changed(runs, capsys, monkeypatch):
+    monkeypatch.chdir(runs.parent)
     shutil.copytree("runs/arith", "runs/more")
     shutil.rmtree("runs/more/checkpoint")  # step 2's is the newest left
     sys.modules.pop("my_rewards", None)

@@ -373,6 +373,15 @@ def test_sft_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, ki
     assert files(run) == before
 
 
+def test_sft_takes_the_run_folder_not_a_checkpoint_in_it(sft_runs, tmp_path, capsys):
+    run = copy_of(sft_runs["full"], tmp_path)
+    before = files(run)
+    assert one_error(capsys, sft_cli.main, ["--resume", str(run / "checkpoint")]) == (
+        f"error: --resume {run / 'checkpoint'} is a checkpoint of the run folder {run}: --resume takes the run "
+        f"folder (--resume {run}), and goes on from its newest usable checkpoint")
+    assert files(run) == before
+
+
 @pytest.mark.parametrize("field", sorted(k for k, r in SFT_RESUME_RULES.items() if r in (RECORDED, FREE) and
                                          k != "resume"))
 def test_sft_records_a_change_and_takes_a_free_flag_without_one(field, sft_runs, tmp_path):

