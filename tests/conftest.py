@@ -1,6 +1,16 @@
-"""Tiny random Qwen3 checkpoints built in-process (no downloads), and the --slow option."""
+"""Tiny random Qwen3 checkpoints built in-process (no downloads), one CPU thread, and the --slow option."""
+import os
+
 import pytest
 import torch
+
+# One torch thread, in this process and the commands the tests start (train.py's --threads 0 takes
+# OMP_NUM_THREADS as the user's choice): tiny models gain nothing from a second, and beside other busy
+# processes two threads of one process spin-wait on each other. Measured on this 2-core VM beside two
+# one-thread training runs: test_train, test_loss and test_decode took 469 s with torch's default (2), 163 s
+# with 1. A test of the thread logic sets its own (tests/test_distributed.py).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # loss.policy_loss compiles one function; each --clip method is its own graph of it. A run uses one
 # method, but the tests loop over all of them: room for every method's graph (default 8).
