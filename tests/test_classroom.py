@@ -184,7 +184,8 @@ def test_the_rubric_adds_up():
 def test_grader_red_then_green_for_every_exercise(kit, tmp_path):
     """Blank: each exercise's tests all fail, each on its own NotImplementedError (the others hold the
     reference while it is graded), even with the student's tests and pytest hooks rigged. Reference
-    pasted back: every test passes."""
+    pasted back: every test passes, exercise 12's too with another CPU's rounding planted in its answer
+    (plant_rounding)."""
     student = tmp_path / "hw"
     shutil.copytree(kit[0], student, symlinks=True)
     (student / "tests/test_advantages.py").write_text("def test_nothing():\n    pass\n")  # a rigged test file
@@ -205,6 +206,7 @@ def test_grader_red_then_green_for_every_exercise(kit, tmp_path):
     assert MA.paste_reference(student) == sorted({p for ex in EXERCISES.values() for p, _ in ex.functions})
     for path in {p for ex in EXERCISES.values() for p, _ in ex.functions}:
         assert (student / path).read_bytes() == (ROOT / path).read_bytes(), path
+    plant_rounding(student / "grpo.py")
     green = run_grader(kit[1], student, tmp_path / "green.json")
     graded = [ex for ex in EXERCISES.values() if ex.functions]
     assert green["score"] == 10 * len(graded) and green["extra_data"]["complete"] == len(graded)
@@ -270,20 +272,17 @@ PLANTED = """    loss.backward()
 """
 
 
-def test_a_correct_answer_gets_full_marks_whatever_the_cpus_rounding(tmp_path):
-    """Exercise 12 (grpo.py::update) is graded by tests/test_grpo.py, which compares it with train.py's step.
-    The reference answer with a rounding difference planted in every gradient (64 units of the dtype's
-    rounding, random signs: about what train.py's and grpo.py's own summation orders differ by, 54 measured
-    in float64, and what another CPU's kernels give) still scores 10 of 10. While the comparison ran in
+def plant_rounding(grpo: Path) -> None:
+    """A correct answer gets full marks whatever the CPU's rounding. Exercise 12 (grpo.py::update) is graded
+    by tests/test_grpo.py, which compares it with train.py's step. The reference answer with a rounding
+    difference planted in every gradient (64 units of the dtype's rounding, random signs: about what
+    train.py's and grpo.py's own summation orders differ by, 54 measured in float64, and what another CPU's
+    kernels give) must still score 10 of 10 in the green grading above. While the comparison ran in
     float32, this plant scored 6.67 (a weight tolerance of 1e-5 after SGD steps at lr 30), as the unplanted
     reference did on an Intel CPU: 106.67/110."""
-    MA.main(["--exercises", "12", "--out", str(tmp_path / "hw")])
-    student, grader = tmp_path / "hw", tmp_path / "hw-grader"
-    assert MA.paste_reference(student, [12]) == ["grpo.py"]
-    source = (student / "grpo.py").read_text()
+    source = grpo.read_text()
     assert source.count("    loss.backward()\n") == 1
-    (student / "grpo.py").write_text(source.replace("    loss.backward()\n", PLANTED))
-    assert scores(run_grader(grader, student, tmp_path / "planted.json")) == {12: (10, 3, 3)}
+    grpo.write_text(source.replace("    loss.backward()\n", PLANTED))
 
 
 @pytest.mark.skipif(find_spec("setuptools") is None, reason="pip install -e . without network needs setuptools")

@@ -36,7 +36,7 @@ def test_make_test_sets_up_then_runs_the_suite(tmp_path):
     venv, install, stamp, test = planned("test", tmp_path)
     assert venv == "python3 -m venv .venv" and stamp == "touch .venv/.test .venv/.train"
     assert install == ".venv/bin/python -m pip install -q -r requirements-dev.txt"
-    assert test == ".venv/bin/python -m pytest -q"
+    assert test == ".venv/bin/python -m pytest -q -n auto --dist loadfile"
 
 
 def test_make_test_core_runs_the_cores_tests_alone(tmp_path):
@@ -49,7 +49,7 @@ def test_an_environment_is_made_once_and_installed_again_when_its_requirements_c
     for f in (".venv/bin/python", ".venv/.train", ".venv/.test"):
         (tmp_path / f).touch()
         os.utime(tmp_path / f, (2e9, 2e9))  # made after the requirements files
-    assert planned("test", tmp_path) == [".venv/bin/python -m pytest -q"]  # set up already: nothing to install
+    assert planned("test", tmp_path) == [".venv/bin/python -m pytest -q -n auto --dist loadfile"]  # set up already: nothing to install
     os.utime(tmp_path / "requirements-dev.txt", (3e9, 3e9))  # then edited
     assert planned("test", tmp_path)[0] == ".venv/bin/python -m pip install -q -r requirements-dev.txt"
 

@@ -26,13 +26,14 @@ ARGS = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/ari
 
 
 def launch(tmp_path, name: str, ranks: int, mode: list) -> subprocess.CompletedProcess:
-    """train.py on ARGS in float64 (tests/float64_train.py), under torchrun with `ranks` gloo processes;
-    rank 0 saves its first optimizer step's gradient in tmp_path / f"{name}.pt"."""
+    """train.py on ARGS in float64 (tests/float64_train.py), under torchrun with `ranks` gloo processes, or
+    as one plain process (ranks=1, no torchrun); rank 0 saves its first optimizer step's gradient in
+    tmp_path / f"{name}.pt"."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
            "NANOATR_FIRST_STEP": str(tmp_path / f"{name}.pt")}
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                             str(ranks), str(ROOT / "tests/float64_train.py"), *ARGS, *mode, "--out-dir",
-                             str(tmp_path), "--name", name],
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)] if ranks > 1 else []
+    proc = subprocess.Popen([sys.executable, *torchrun, str(ROOT / "tests/float64_train.py"), *ARGS, *mode,
+                             "--out-dir", str(tmp_path), "--name", name],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

@@ -325,6 +325,8 @@ def test_a_signal_stops_after_the_step_and_saves_it(tmp_path, sig, code):
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     assert state["step"] == steps[-1] == int(last.split("after step ")[1].split(";")[0]) >= 2
     Qwen3.from_pretrained(ckpt)
+    if sig == "SIGTERM":
+        return  # what a resume does after a stop does not depend on the signal that stopped it
     out = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(tmp_path / "c"), "--steps",
                           str(state["step"] + 1)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
