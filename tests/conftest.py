@@ -45,8 +45,9 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The default run skips the few tests marked slow, so the suite stays a few minutes on 2 loaded
-    cores; `python -m pytest -q --slow` runs them too. The core's files are marked core."""
+    """The default run skips the few tests marked slow (`make test`, what CI runs: about 10.5 minutes of
+    pytest on this 2-core VM with a worker per core, 2026-11-28); `python -m pytest -q --slow` runs them
+    too. The core's files are marked core."""
     for item in items:
         if item.path.name in CORE_TESTS:
             item.add_marker(pytest.mark.core)
