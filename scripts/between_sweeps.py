@@ -1,0 +1,114 @@
+"""How a comparison changes from one sweep to another that shares its seeds: "rate x method" of the binding
+run (docs/results.md), the change of KL3 − Clip and of each edge's effect from lr 5e-5 (the edges run) to
+lr 2e-4 (the binding run), paired by seed.
+
+    python scripts/between_sweeps.py results/edges-countdown results/binding-countdown --compare kl3/clip \
+        --effect low +0.5 LOWARM -0.5 clip +0.5 kl3 -0.5 HIGHARM --score heldout/mean heldout/entropy
+
+Each folder's results.json (written by `sweep.py --report`) gives every finished run's scores. A comparison
+(A/B, or an --effect as sweep.py writes one) has on seed s the value C(s) in each sweep; its change is
+D(s) = C_second(s) − C_first(s), over the seeds where both sweeps finished every arm it names (paired by
+seed: a seed fixes the step-0 evaluation and the first rollout whatever the rate). The table gives each
+sweep's mean C, and the mean D with its 95% paired t-interval and seeds above : below 0 (scripts/stats.py).
+Exploratory: no verdict and no multiplicity control, whatever the interval says.
+"""
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import stats  # noqa: E402  (scripts/stats.py)
+from sweep_report import (SCORE, Contrast, difference, difference_of, digits,  # noqa: E402
+                          parse_effect, score_key)
+
+
+def read_results(folder: Path) -> list[dict]:
+    """The finished runs of a sweep folder (its results.json). ValueError naming the folder."""
+    path = folder / "results.json"
+    if not path.is_file():
+        raise ValueError(f"{folder}: no results.json (python scripts/sweep.py ... --out {folder} --report "
+                         "writes it)")
+    try:
+        runs = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    if not isinstance(runs, list) or \
+            not all(isinstance(r, dict) and {"method", "seed"} <= r.keys() for r in runs):
+        raise ValueError(f"{path}: not a sweep's results (a list of runs, each with its method and seed)")
+    return runs
+
+
+def by_seed(runs: list[dict], method: str, key: str) -> dict[int, float]:
+    return {r["seed"]: r[key] for r in runs if r["method"] == method and isinstance(r.get(key), (int, float))}
+
+
+def change(first: list[dict], second: list[dict], c: Contrast, key: str) -> tuple[stats.Paired, ...] | None:
+    """(C in the first sweep, C in the second, D = second − first), each over the seeds where D is defined
+    (None where there is no such seed)."""
+    terms = [[(w, by_seed(runs, arm, key)) for w, arm, _ in c.terms] for runs in (first, second)]
+    seeds = set.intersection(*(set(values) for t in terms for _, values in t))
+    if not seeds:
+        return None
+    kept = [[(w, {s: values[s] for s in seeds}) for w, values in t] for t in terms]
+    return (stats.contrast(kept[0]), stats.contrast(kept[1]),
+            stats.contrast(kept[1] + [(-w, values) for w, values in kept[0]]))
+
+
+def table(first: list[dict], second: list[dict], contrasts: list[Contrast], keys: list[str],
+          names: tuple[str, str]) -> str:
+    lines = [f"| comparison | score | seeds | {names[0]} | {names[1]} | change [95% t-interval] "
+             "| seeds > 0 : < 0 |", "|---" * 7 + "|"]
+    for c in contrasts:
+        for key in keys:
+            measured = change(first, second, c, key)
+            if measured is None:
+                lines.append(f"| {c.name} | {key} | 0 | — | — | — | — |")
+                continue
+            one, two, d = measured
+            n = digits(key)
+            lines.append(f"| {c.name} | {key} | {d.n} | {one.mean:+.{n}f} | {two.mean:+.{n}f} "
+                         f"| {difference(d, key)} | {d.wins} : {d.losses} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("first", type=Path, help="a sweep folder (its results.json)")
+    parser.add_argument("second", type=Path, help="another, sharing seeds and arm names with the first")
+    parser.add_argument("--compare", nargs="+", default=[], metavar="A/B", help="differences A − B")
+    parser.add_argument("--effect", nargs="+", action="append", default=[], metavar=("NAME", "WEIGHT ARM"),
+                        help="a contrast, as sweep.py's: NAME WEIGHT ARM [WEIGHT ARM ...], weights summing "
+                             "to 0")
+    parser.add_argument("--score", nargs="+", default=["heldout/mean"], metavar="SCORE",
+                        help="heldout/mean, transfer/pass, heldout/entropy, entropy, ... "
+                             "(default: heldout/mean)")
+    args = parser.parse_args(argv)
+    try:
+        first, second = read_results(args.first), read_results(args.second)
+        methods = sorted({r["method"] for r in first} & {r["method"] for r in second})
+        contrasts = []
+        for pair in args.compare:
+            a, _, b = pair.partition("/")
+            if a not in methods or b not in methods:
+                raise ValueError(f"--compare {pair}: name two methods both sweeps ran ({' '.join(methods)})")
+            contrasts.append(difference_of(a, b))
+        contrasts += [parse_effect(tokens, methods) for tokens in args.effect]
+        if not contrasts:
+            raise ValueError("nothing to compare: give --compare A/B or --effect")
+        for score in args.score:
+            if not re.fullmatch(SCORE, score):
+                raise ValueError(f"--score {score}: one of mean, pass, entropy, FILE/mean, FILE/pass, "
+                                 "FILE/entropy")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    names = (args.first.resolve().name, args.second.resolve().name)
+    print(table(first, second, contrasts, [score_key(s) for s in args.score], names), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

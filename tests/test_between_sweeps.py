@@ -1,0 +1,106 @@
+"""scripts/between_sweeps.py: a comparison's change from one sweep to another, paired by seed (the binding
+run's "rate x method"), against hand computations; the committed edges run against itself; one error line."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import between_sweeps as BS  # noqa: E402  (scripts/between_sweeps.py)
+
+LOW = "clip-higher:eps_low=0.329,eps_high=0.2"
+HIGH = "clip-higher:eps_low=0.2,eps_high=0.422"
+
+
+def sweep(folder: Path, scores: dict) -> Path:
+    """A sweep folder whose results.json holds {(method, seed): heldout Mean@k}."""
+    folder.mkdir()
+    runs = [{"method": m, "seed": s, "heldout/mean@k": v, "heldout/entropy": v / 100}
+            for (m, s), v in scores.items()]
+    (folder / "results.json").write_text(json.dumps(runs))
+    return folder
+
+
+def rows(capsys, *argv) -> list[list[str]]:
+    assert BS.main([str(a) for a in argv]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def test_the_change_of_a_difference_by_hand(tmp_path, capsys):
+    """kl3 − clip is 1, 1, 1, 1 in the first sweep and 2, 3, 4, 7 in the second: the changes 1, 2, 3, 6 have
+    mean 3, sd sqrt(14/3) = 2.1602, se 1.0801, and t(0.975, 3) = 3.1824 gives 3 -+ 3.4373 = [-0.44, +6.44]."""
+    first = sweep(tmp_path / "a", {**{("clip", s): 10.0 for s in range(4)},
+                                   **{("kl3", s): 11.0 for s in range(4)}})
+    second = sweep(tmp_path / "b", {**{("clip", s): 20.0 for s in range(4)},
+                                    **{("kl3", s): 20.0 + d for s, d in enumerate([2, 3, 4, 7])}})
+    (row,) = rows(capsys, first, second, "--compare", "kl3/clip")
+    assert row == ["kl3 − clip", "heldout/mean@k", "4", "+1.00", "+4.00", "+3.00 [-0.44, +6.44]", "4 : 0"]
+
+
+def test_an_effect_pairs_by_seed_over_the_seeds_both_sweeps_finished(tmp_path, capsys):
+    """low = ½(LOW − clip) + ½(kl3 − HIGH). The second sweep lacks seed 2 of kl3: seeds 0, 1 and 3 are
+    compared, and both sweeps' means are over those seeds, so that the change is their difference. First
+    sweep: the effect is 1 on every seed except 2 (100); second: 2, 3, 4 on seeds 0, 1, 3."""
+    first, second = {}, {}
+    for s in range(4):
+        first.update({("clip", s): 10.0, (LOW, s): 11.0 if s != 2 else 209.0, ("kl3", s): 12.0,
+                      (HIGH, s): 11.0})
+        extra = {0: 1.0, 1: 3.0, 3: 5.0}.get(s, 0.0)
+        second.update({("clip", s): 10.0, (LOW, s): 11.0 + extra, (HIGH, s): 11.0})
+        if s != 2:
+            second[("kl3", s)] = 12.0 + 1.0
+    a, b = sweep(tmp_path / "a", first), sweep(tmp_path / "b", second)
+    (row,) = rows(capsys, a, b, "--effect", "low", "+0.5", LOW, "-0.5", "clip", "+0.5", "kl3", "-0.5", HIGH)
+    # the changes 1, 2, 3: mean 2, sd 1, se 1/sqrt(3), t(0.975, 2) = 4.3027 -> 2 -+ 2.4841
+    assert row == ["low", "heldout/mean@k", "3", "+1.00", "+3.00", "+2.00 [-0.48, +4.48]", "3 : 0"]
+
+
+def test_the_committed_edges_run_against_itself_changes_by_nothing(capsys):
+    edges = ROOT / "results/edges-countdown"
+    mean, entropy = rows(capsys, edges, edges, "--compare", "kl3/clip", "--score", "heldout/mean",
+                         "heldout/entropy")
+    assert mean[:5] == ["kl3 − clip", "heldout/mean@k", "8", "+0.11", "+0.11"]  # H1 of the edges run
+    assert mean[5:] == ["+0.00 [+0.00, +0.00]", "0 : 0"]
+    assert entropy[5:] == ["+0.000 [+0.000, +0.000]", "0 : 0"]
+
+
+def test_a_comparison_no_seed_has_in_both_is_a_row_saying_so(tmp_path, capsys):
+    a = sweep(tmp_path / "a", {("clip", 0): 1.0, ("kl3", 0): 2.0})
+    b = sweep(tmp_path / "b", {("clip", 1): 1.0, ("kl3", 1): 2.0})
+    (row,) = rows(capsys, a, b, "--compare", "kl3/clip")
+    assert row == ["kl3 − clip", "heldout/mean@k", "0", "—", "—", "—", "—"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing", "--compare", "kl3/clip"], "missing: no results.json"),
+    (["broken", "--compare", "kl3/clip"], "results.json: not JSON"),
+    (["a", "--compare", "kl3/grpo"], "--compare kl3/grpo: name two methods both sweeps ran (clip kl3)"),
+    (["a", "--effect", "e", "+1", "kl3", "-0.5", "clip"], "--effect e: the weights sum to 0.5"),
+    (["a"], "nothing to compare"),
+    (["a", "--compare", "kl3/clip", "--score", "accuracy"], "--score accuracy: one of"),
+])
+def test_what_cannot_be_compared_is_one_error_line(tmp_path, args, message):
+    sweep(tmp_path / "a", {("clip", 0): 1.0, ("kl3", 0): 2.0})
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken/results.json").write_text("{")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/between_sweeps.py"), "a", *args],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: "), out.stderr
+    assert message in out.stderr, out.stderr
+
+
+def test_the_documented_rate_by_method_command_runs(capsys):
+    """docs/results.md's command for the binding run's rate x method, on the edges run against itself (the
+    binding run's results.json comes with its report): its flags and arm names hold."""
+    doc = (ROOT / "docs/results.md").read_text()
+    command = doc.split("    python scripts/between_sweeps.py ")[1].split("\n\n")[0]
+    argv = command.replace("\\\n", " ").split()
+    assert argv[:2] == ["results/edges-countdown", "results/binding-countdown"]
+    table = rows(capsys, ROOT / argv[0], ROOT / argv[0], *argv[2:])
+    assert [(r[0], r[1], r[2]) for r in table] == [(c, s, "8") for c in ("kl3 − clip", "low", "high")
+                                                   for s in ("heldout/mean@k", "heldout/pass@k", "heldout/entropy")]
