@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import stats  # noqa: E402  (scripts/stats.py)
-from sweep_report import (SCORE, Contrast, difference, difference_of, digits,  # noqa: E402
+from sweep_report import (SCORE, Contrast, by_seed, difference, difference_of, digits,  # noqa: E402
                           parse_effect, score_key)
 
 
@@ -38,10 +38,6 @@ def read_results(folder: Path) -> list[dict]:
             not all(isinstance(r, dict) and {"method", "seed"} <= r.keys() for r in runs):
         raise ValueError(f"{path}: not a sweep's results (a list of runs, each with its method and seed)")
     return runs
-
-
-def by_seed(runs: list[dict], method: str, key: str) -> dict[int, float]:
-    return {r["seed"]: r[key] for r in runs if r["method"] == method and isinstance(r.get(key), (int, float))}
 
 
 def change(first: list[dict], second: list[dict], c: Contrast, key: str) -> tuple[stats.Paired, ...] | None:

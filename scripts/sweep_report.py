@@ -298,13 +298,15 @@ def score_key(name: str) -> str:
     return f"{name}@k"
 
 
+def by_seed(done: list[dict], method: str, key: str) -> dict[int, float]:
+    """{seed: the method's `key`} over its finished runs that have a number there."""
+    return {r["seed"]: r[key] for r in done if r["method"] == method and key in r and not math.isnan(r[key])}
+
+
 def measured(done: list[dict], c: Contrast, key: str) -> stats.Paired:
     """The contrast in `key`, seed by seed over the seeds where every one of its arms finished
     (scripts/stats.py)."""
-    def by_seed(method: str, key: str) -> dict:
-        return {r["seed"]: r[key] for r in done
-                if r["method"] == method and key in r and not math.isnan(r[key])}
-    return stats.contrast([(w, by_seed(arm, f"{key}_start" if at_start else key))
+    return stats.contrast([(w, by_seed(done, arm, f"{key}_start" if at_start else key))
                            for w, arm, at_start in c.terms])
 
 
