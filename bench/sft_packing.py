@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "data"))
 import make_countdown  # noqa: E402
+from countdown_puzzle import Spec  # noqa: E402
 import make_default  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
 from sft import encode, pad_batch  # noqa: E402
@@ -103,7 +104,7 @@ def main(argv=None):
     compare("arithmetic", ROOT / "data/tiny-qwen3", make_default.sft_stream(1, set()), args.batch,
             args.pack_len, args.repeats)
     compare("countdown", ROOT / "data/tiny-qwen3-countdown",
-            make_countdown.sft_stream(1, set(), make_countdown.Spec()), args.batch, args.pack_len,
+            make_countdown.sft_stream(1, set(), Spec()), args.batch, args.pack_len,
             args.repeats)
 
 

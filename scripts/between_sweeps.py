@@ -6,22 +6,22 @@ lr 2e-4 (the binding run), paired by seed.
         --effect low +0.5 LOWARM -0.5 clip +0.5 kl3 -0.5 HIGHARM --score heldout/mean heldout/entropy
 
 Each folder's results.json (written by `sweep.py --report`) gives every finished run's scores. A comparison
-(A/B, or an --effect as sweep.py writes one) has on seed s the value C(s) in each sweep; its change is
-D(s) = C_second(s) − C_first(s), over the seeds where both sweeps finished every arm it names (paired by
-seed: a seed fixes the step-0 evaluation and the first rollout whatever the rate). The table gives each
+(A/B, A/warm-start, or an --effect as sweep.py writes one: scripts/contrasts.py) has on seed s the value
+C(s) in each sweep; its change is D(s) = C_second(s) − C_first(s), over the seeds where both sweeps finished
+every arm it names (paired by seed: a seed fixes the step-0 evaluation and the first rollout whatever the
+rate). The table gives each
 sweep's mean C, and the mean D with its 95% paired t-interval and seeds above : below 0 (scripts/stats.py).
 Exploratory: no verdict and no multiplicity control, whatever the interval says.
 """
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import stats  # noqa: E402  (scripts/stats.py)
-from sweep_report import (SCORE, Contrast, by_seed, difference, difference_of, digits,  # noqa: E402
-                          parse_effect, score_key)
+from contrasts import (Contrast, contrast_of, difference, digits, effects_of, score_key,  # noqa: E402
+                       term_values)
 
 
 def read_results(folder: Path) -> list[dict]:
@@ -43,7 +43,7 @@ def read_results(folder: Path) -> list[dict]:
 def change(first: list[dict], second: list[dict], c: Contrast, key: str) -> tuple[stats.Paired, ...] | None:
     """(C in the first sweep, C in the second, D = second − first), each over the seeds where D is defined
     (None where there is no such seed)."""
-    terms = [[(w, by_seed(runs, arm, key)) for w, arm, _ in c.terms] for runs in (first, second)]
+    terms = [term_values(runs, c, key) for runs in (first, second)]
     seeds = set.intersection(*(set(values) for t in terms for _, values in t))
     if not seeds:
         return None
@@ -85,24 +85,17 @@ def main(argv=None) -> int:
     try:
         first, second = read_results(args.first), read_results(args.second)
         methods = sorted({r["method"] for r in first} & {r["method"] for r in second})
-        contrasts = []
-        for pair in args.compare:
-            a, _, b = pair.partition("/")
-            if a not in methods or b not in methods:
-                raise ValueError(f"--compare {pair}: name two methods both sweeps ran ({' '.join(methods)})")
-            contrasts.append(difference_of(a, b))
-        contrasts += [parse_effect(tokens, methods) for tokens in args.effect]
+        effects = effects_of(args.effect, methods)
+        contrasts = [contrast_of(pair, "--compare", methods, effects) for pair in args.compare]
+        contrasts += effects.values()
         if not contrasts:
             raise ValueError("nothing to compare: give --compare A/B or --effect")
-        for score in args.score:
-            if not re.fullmatch(SCORE, score):
-                raise ValueError(f"--score {score}: one of mean, pass, entropy, FILE/mean, FILE/pass, "
-                                 "FILE/entropy")
+        keys = [score_key(score, "--score") for score in args.score]
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     names = (args.first.resolve().name, args.second.resolve().name)
-    print(table(first, second, contrasts, [score_key(s) for s in args.score], names), end="")
+    print(table(first, second, contrasts, keys, names), end="")
     return 0
 
 

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from anywhere without installing
 sys.path.insert(0, str(ROOT / "data"))
 
-import make_countdown  # noqa: E402  (data/make_countdown.py: the Countdown generator)
+import make_countdown  # noqa: E402  (data/make_countdown.py: the Countdown splits and warm-start stream)
+from countdown_puzzle import Spec  # noqa: E402  (data/countdown_puzzle.py: the Countdown generator's knobs)
 import make_default  # noqa: E402  (data/make_default.py: the arithmetic generator)
 from nanoatr.machinery.parser import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.data import DataError, Problem, arith_key, countdown_key, load_problems  # noqa: E402
@@ -38,7 +39,7 @@ def warm_start_stream(task: str):
     the evaluation keys of the splits it writes skipped)."""
     if task == "arith":
         return make_default.sft_stream(1, make_default.evaluation_keys(make_default.task_splits(0)))
-    spec = make_countdown.Spec()
+    spec = Spec()
     return make_countdown.sft_stream(1, make_countdown.evaluation_keys(make_countdown.task_splits(0, spec)),
                                      spec)
 

@@ -34,7 +34,6 @@ main effects of a 2 x 2 (edges of a trust band: clip, two hybrids, kl3):
 import argparse
 import dataclasses
 import json
-import math
 import os
 import queue
 import re
@@ -52,12 +51,11 @@ from nanoatr.machinery import cli  # noqa: E402
 from nanoatr.machinery.parser import Parser, names_meant, parse  # noqa: E402
 from nanoatr.machinery.train_config import (PRESETS, TrainConfig, apply_preset, hparam_flags,  # noqa: E402
                                             resolve)
-from nanoatr.methods import METHODS, defaults
+from nanoatr.methods import METHODS, defaults  # noqa: E402
 from nanoatr.machinery.cli import check_hparams  # noqa: E402
-# the report: scripts/sweep_report.py
-from sweep_report import (Claim, Contrast, Hypothesis, Questions, Run, SCORE, WARM_START,  # noqa: E402
-                          difference_of, finished, parse_effect, result, run_config, score_key, scores,
-                          write_report)
+# the report: scripts/sweep_report.py, and the questions it answers: scripts/contrasts.py
+from sweep_report import Run, finished, result, run_config, scores, write_report  # noqa: E402
+from contrasts import Questions, questions  # noqa: E402
 
 # Where clipping acts and the policy still learns: 32 AdamW steps per rollout batch (8 minibatches x 4
 # epochs) at a small lr, so later minibatches meet ratios well away from 1.  Measured on the embedded
@@ -341,49 +339,11 @@ def check_counts(args, parser: argparse.ArgumentParser):
 
 
 def asked(args, methods: list[str], parser: argparse.ArgumentParser) -> Questions:
-    """What the report asks of the runs: the --effect contrasts, the --compare list (by default every method
-    against the first, then the effects), the pre-registered --hypothesis and --reject family; a bad one is
-    the parser's error line."""
+    """What the report asks of the runs (scripts/contrasts.py); a bad question is the parser's error line."""
     try:
-        effects = {c.name: c for c in (parse_effect(tokens, methods) for tokens in args.effect)}
+        return questions(methods, args.effect, args.compare, args.hypothesis, args.reject)
     except ValueError as e:
         parser.error(str(e))
-    if len(effects) < len(args.effect):
-        parser.error(f"--effect: each effect has a name of its own ({' '.join(t[0] for t in args.effect)})")
-
-    def contrast_of(text: str, flag: str) -> Contrast:  # "A/B" (A, B methods, B or warm-start), or an effect
-        if text in effects and flag != "--compare":
-            return effects[text]
-        a, slash, b = text.partition("/")
-        if not slash or a not in methods or b not in [*methods, WARM_START]:
-            also = " or an --effect's name" if flag != "--compare" else ""
-            parser.error(f"{flag} {text}: write A/B with A and B among the methods "
-                         f"({' '.join(methods)}){also}")
-        return difference_of(a, b)
-
-    def score(name: str, flag: str) -> str:
-        if not re.fullmatch(SCORE, name):
-            parser.error(f"{flag} ... {name}: a score is heldout/mean, transfer/pass (a file's), mean, pass "
-                         "or entropy")
-        return score_key(name)
-
-    contrasts = [contrast_of(c, "--compare") for c in args.compare] if args.compare else \
-        [difference_of(m, methods[0]) for m in methods[1:]]
-    contrasts += effects.values()
-    sides = {"above": 1, "below": -1, "differs": 0}
-    if any(side not in sides for _, _, side in args.hypothesis):
-        parser.error("--hypothesis A/B SCORE SIDE: SIDE is above, below or differs (A - B above, below or "
-                     "other than 0)")
-    hypotheses = [Hypothesis(contrast_of(ab, "--hypothesis"), score(name, "--hypothesis"), sides[side])
-                  for ab, name, side in args.hypothesis]
-    try:
-        claims = [Claim(contrast_of(ab, "--reject"), score(name, "--reject"), float(effect))
-                  for ab, name, effect in args.reject]
-    except ValueError:
-        parser.error("--reject A/B SCORE EFFECT: EFFECT is a number, e.g. 3.67")
-    if any(c.effect == 0 or not math.isfinite(c.effect) for c in claims):
-        parser.error("--reject A/B SCORE EFFECT: EFFECT is a difference other than 0")
-    return Questions(effects, contrasts, hypotheses, claims)
 
 
 def devices_and_threads(args, runs: list[Run], parser: argparse.ArgumentParser) -> tuple[list, int]:

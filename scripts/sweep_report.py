@@ -39,6 +39,8 @@ from nanoatr.machinery.train_config import TrainConfig  # noqa: E402
 # scripts/plot.py
 from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402
 import stats  # noqa: E402  (scripts/stats.py)
+from contrasts import (Claim, Contrast, Hypothesis, Questions, difference, digits, effect_text,  # noqa: E402
+                       measured)
 
 
 # One run of the sweep: sweep.py's plan makes it, the report reads its folder (defined here, so that the
@@ -168,11 +170,6 @@ def entropies(done: list[dict]) -> list[tuple[str, str]]:
             if any(not math.isnan(r.get(f"{s}/entropy", math.nan)) for r in done)]
 
 
-def digits(key: str) -> int:
-    """Decimals of a score: an entropy (nats per token) 3, a percentage 2."""
-    return 3 if key.endswith("entropy") or key == "entropy_end" else 2
-
-
 def table(results: list[dict], arms: dict[str, Run], seeds: int, steps: int) -> str:
     """Table 3 in markdown: one row per method (its hyper-parameters, mean ± std over seeds of each score),
     plus the warm-start policy (step 0) for reference, mean ± std over the seeds of the finished runs.
@@ -220,107 +217,11 @@ def changed_on_resume(done: list[dict]) -> str:
     return "\nChanged on resume (config.json's \"changes\"):\n" + "\n".join(lines) + "\n" if lines else ""
 
 
-WARM_START = "warm-start"  # --compare kl3/warm-start: each run's end against its own step-0 evaluation
-
-
-class Contrast(NamedTuple):
-    """What a comparison measures on each seed: the sum of weight x score over its terms. A term (weight, arm,
-    at_start) reads the arm's score at the end, or at step 0 (its own warm start) when at_start."""
-    name: str     # "kl3 − clip", "kl3 − warm-start", or an --effect's name
-    terms: tuple  # ((1.0, "kl3", False), (-1.0, "clip", False))
-
-
-def difference_of(a: str, b: str) -> Contrast:
-    """A − B: A's runs against B's, or against their own step 0 when B is warm-start."""
-    second = (-1.0, a, True) if b == WARM_START else (-1.0, b, False)
-    return Contrast(f"{a} − {b}", ((1.0, a, False), second))
-
-
-def parse_effect(tokens: list[str], methods: list[str]) -> Contrast:
-    """--effect NAME WEIGHT ARM [WEIGHT ARM ...]: a contrast of arms (each once, weights summing to 0), e.g.
-    the main effect of a 2 x 2's low edge, low +0.5 lowhyb -0.5 clip +0.5 kl3 -0.5 highhyb. Tokens alternate
-    weight and arm, so an arm's ':' '=' ',' never need quoting. ValueError naming what is wrong."""
-    name, rest = tokens[0], tokens[1:]
-    if "/" in name or name in (*methods, WARM_START):
-        raise ValueError(f"--effect {name}: an effect's name has no '/' and is not a method's")
-    if not rest or len(rest) % 2:
-        raise ValueError(f"--effect {name}: write NAME WEIGHT ARM [WEIGHT ARM ...], e.g. --effect {name} "
-                         "+0.5 A -0.5 B")
-    terms = []
-    for weight, arm in zip(rest[::2], rest[1::2]):
-        try:
-            w = float(weight)
-        except ValueError:
-            raise ValueError(f"--effect {name}: {weight!r} is not a weight (a number such as +0.5 before "
-                             "each arm)") from None
-        if w == 0 or not math.isfinite(w):
-            raise ValueError(f"--effect {name}: the weight of {arm} is {weight} (a number other than 0)")
-        if arm not in methods:
-            raise ValueError(f"--effect {name}: {arm} is not among the methods ({' '.join(methods)})")
-        if arm in (a for _, a, _ in terms):
-            raise ValueError(f"--effect {name}: {arm} is named twice")
-        terms.append((w, arm, False))
-    if abs(math.fsum(w for w, _, _ in terms)) > 1e-9:
-        raise ValueError(f"--effect {name}: the weights sum to {math.fsum(w for w, _, _ in terms):g}, not 0 "
-                         "(a contrast compares arms)")
-    return Contrast(name, tuple(terms))
-
-
-def effect_text(c: Contrast) -> str:
-    """'low = 0.5 lowhyb − 0.5 clip + 0.5 kl3 − 0.5 highhyb': an effect's definition."""
-    signed = [f"{'−' if w < 0 else '+'} {abs(w):g} {arm}" for w, arm, _ in c.terms]
-    first = signed[0][2:] if c.terms[0][0] > 0 else "−" + signed[0][2:]
-    return " ".join([f"{c.name} = {first}", *signed[1:]])
-
-
-class Hypothesis(NamedTuple):
-    contrast: Contrast  # A - B (B may be warm-start), or an --effect
-    score: str          # a result key: "heldout/mean@k", "entropy_end"
-    predicted: int      # +1: above 0 (A > B), -1: below 0 (A < B), 0: differs from 0
-
-
-class Claim(NamedTuple):  # --reject: is a difference of `effect` (or beyond it) ruled out?
-    contrast: Contrast
-    score: str
-    effect: float
-
-
-# heldout/mean, transfer/pass, mean (the files' average), entropy (the training tokens', last 20 steps),
-# heldout/entropy (the evaluation policy's on that file, at the end)
-SCORE = r"(?:[\w.-]+/)?(?:mean|pass)|(?:[\w.-]+/)?entropy"
-
-
-def score_key(name: str) -> str:
-    """'heldout/mean' -> 'heldout/mean@k', 'entropy' -> 'entropy_end', 'heldout/entropy' -> itself: the result
-    key a score name stands for."""
-    if name.endswith("entropy"):
-        return "entropy_end" if name == "entropy" else name
-    return f"{name}@k"
-
-
-def by_seed(done: list[dict], method: str, key: str) -> dict[int, float]:
-    """{seed: the method's `key`} over its finished runs that have a number there."""
-    return {r["seed"]: r[key] for r in done if r["method"] == method and key in r and not math.isnan(r[key])}
-
-
-def measured(done: list[dict], c: Contrast, key: str) -> stats.Paired:
-    """The contrast in `key`, seed by seed over the seeds where every one of its arms finished
-    (scripts/stats.py)."""
-    return stats.contrast([(w, by_seed(done, arm, f"{key}_start" if at_start else key))
-                           for w, arm, at_start in c.terms])
-
-
 def score_names(done: list[dict], steps: int) -> dict:
     """result key -> column name of every score of the runs, of the end entropy and of the evaluation
     policy's."""
     return {**dict(scores(done)), "entropy_end": f"entropy, last {min(ENTROPY_WINDOW, steps)} steps",
             **dict(entropies(done))}
-
-
-def difference(p: stats.Paired, key: str) -> str:
-    """'-0.93 [-2.62, +0.76]': the mean difference and its 95% t-interval (none for one seed)."""
-    d = digits(key)
-    return f"{p.mean:+.{d}f}" + (f" [{p.low:+.{d}f}, {p.high:+.{d}f}]" if p.n > 1 else "")
 
 
 def seeds_text(needed: float) -> str:
@@ -465,13 +366,6 @@ def plot_ablation(results: list[dict], out: Path, arms: dict[str, Run]) -> Path:
                           markers=True, band=([m[1] for m in mean], [m[2] for m in mean])))
         panels.append(Panel(f"({'abcdefgh'[i]}) {name} (%) against δ", key, lines))
     return draw(panels, out, "δ")
-
-
-class Questions(NamedTuple):  # what the report asks of the runs, besides Table 3 (sweep.py's flags)
-    effects: dict[str, Contrast]   # --effect, by name
-    contrasts: list[Contrast]      # the seed-paired comparisons: --compare, then the effects
-    hypotheses: list[Hypothesis]   # --hypothesis: with the claims, the pre-registered family
-    claims: list[Claim]            # --reject
 
 
 def write_report(runs: list[Run], out: Path, steps: int, seeds: int, train_args: list[str],

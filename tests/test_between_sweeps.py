@@ -59,6 +59,19 @@ def test_an_effect_pairs_by_seed_over_the_seeds_both_sweeps_finished(tmp_path, c
     assert row == ["low", "heldout/mean@k", "3", "+1.00", "+3.00", "+2.00 [-0.48, +4.48]", "3 : 0"]
 
 
+def test_the_change_of_a_gain_over_the_warm_start(tmp_path, capsys):
+    """kl3/warm-start reads each run's own step 0 (heldout/mean@k_start): the gains 1, 1 (first sweep) and
+    2, 4 (second) change by 1 and 3: mean 2, sd sqrt(2), se 1, t(0.975, 1) = 12.706 -> 2 -+ 12.71."""
+    a, b = sweep(tmp_path / "a", {("kl3", 0): 11.0, ("kl3", 1): 11.0}), \
+        sweep(tmp_path / "b", {("kl3", 0): 12.0, ("kl3", 1): 14.0})
+    for folder in (a, b):
+        runs = json.loads((folder / "results.json").read_text())
+        (folder / "results.json").write_text(json.dumps([{**r, "heldout/mean@k_start": 10.0} for r in runs]))
+    (row,) = rows(capsys, a, b, "--compare", "kl3/warm-start")
+    assert row == ["kl3 − warm-start", "heldout/mean@k", "2", "+1.00", "+3.00", "+2.00 [-10.71, +14.71]",
+                   "2 : 0"]
+
+
 def test_the_committed_edges_run_against_itself_changes_by_nothing(capsys):
     edges = ROOT / "results/edges-countdown"
     mean, entropy = rows(capsys, edges, edges, "--compare", "kl3/clip", "--score", "heldout/mean",
@@ -78,10 +91,10 @@ def test_a_comparison_no_seed_has_in_both_is_a_row_saying_so(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["missing", "--compare", "kl3/clip"], "missing: no results.json"),
     (["broken", "--compare", "kl3/clip"], "results.json: not JSON"),
-    (["a", "--compare", "kl3/grpo"], "--compare kl3/grpo: name two methods both sweeps ran (clip kl3)"),
+    (["a", "--compare", "kl3/grpo"], "--compare kl3/grpo: write A/B with A and B among the methods (clip kl3)"),
     (["a", "--effect", "e", "+1", "kl3", "-0.5", "clip"], "--effect e: the weights sum to 0.5"),
     (["a"], "nothing to compare"),
-    (["a", "--compare", "kl3/clip", "--score", "accuracy"], "--score accuracy: one of"),
+    (["a", "--compare", "kl3/clip", "--score", "accuracy"], "--score accuracy: a score is"),
 ])
 def test_what_cannot_be_compared_is_one_error_line(tmp_path, args, message):
     sweep(tmp_path / "a", {("clip", 0): 1.0, ("kl3", 0): 2.0})

@@ -1,5 +1,5 @@
 r"""The Countdown task: its reward (nanoatr/verifier/countdown.py; hand-checked and adversarial cases), its
-generator (data/make_countdown.py), the shipped files, and --task countdown end to end."""
+generator (data/countdown_puzzle.py, data/make_countdown.py), the shipped files, and --task countdown end to end."""
 import json
 import random
 import sys
@@ -14,6 +14,7 @@ from nanoatr.rewards import countdown_reward
 from nanoatr.verifier.countdown import evaluate_expression, parse_answer, reward
 from tiny import make_default  # noqa: F401  (puts data/ on the path)
 import make_countdown as countdown  # noqa: E402  (data/make_countdown.py)
+import countdown_puzzle as puzzle  # noqa: E402  (data/countdown_puzzle.py)
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 B = "\\boxed{"
@@ -190,13 +191,13 @@ def test_parse_answer():
 # the generator
 
 
-SPEC = countdown.Spec(n_numbers=4, high=10, max_value=100, min_target=10, fmt="expr")
+SPEC = puzzle.Spec(n_numbers=4, high=10, max_value=100, min_target=10, fmt="expr")
 
 
 def test_generated_solutions_are_correct_and_wrong_targets_fail():
     rng = random.Random(0)
     for _ in range(200):
-        question, answer, solution = countdown.make_problem(rng, SPEC)
+        question, answer, solution = puzzle.make_problem(rng, SPEC)
         assert question == answer
         numbers, target = parse_answer(answer)
         assert len(numbers) == 4 and all(1 <= n <= 10 for n in numbers) and 10 <= target <= 100
@@ -208,11 +209,11 @@ def test_generated_solutions_are_correct_and_wrong_targets_fail():
 
 def test_solutions_are_many_and_all_correct():
     numbers, target = [3, 5, 8, 2], 19
-    sols = countdown.solutions(numbers, target, 100)
+    sols = puzzle.solutions(numbers, target, 100)
     assert len(sols) >= 10 and len(set(sols)) == len(sols)
     assert all(reward(s, "3,5,8,2:19") == 1.0 for s in sols)
     rng = random.Random(0)
-    drawn = {countdown.random_solution(rng, numbers, target, 100) for _ in range(200)}
+    drawn = {puzzle.random_solution(rng, numbers, target, 100) for _ in range(200)}
     assert drawn <= set(sols) and len(drawn) >= 5  # random solutions spread over many of them
 
 
@@ -221,7 +222,7 @@ def test_a_key_drawn_before_is_drawn_again():
     its problems 21-60 (those 60 have distinct keys): each of the first 20 is drawn again, nothing else is
     skipped, and every key drawn is taken. The training pool skips the excluded keys the same way."""
     rng = random.Random(0)
-    first = [Problem(q, a) for q, a, _ in (countdown.make_problem(rng, SPEC) for _ in range(60))]
+    first = [Problem(q, a) for q, a, _ in (puzzle.make_problem(rng, SPEC) for _ in range(60))]
     assert len({countdown_key(p) for p in first}) == 60
     taken = {countdown_key(p) for p in first[:20]}
     rng = random.Random(0)
@@ -249,7 +250,7 @@ def test_shipped_splits_are_disjoint_and_well_formed():
     for rows in split.values():
         for p in rows[:200]:
             numbers, target = parse_answer(p.answer)
-            assert countdown.solutions(numbers, target, 10 ** 6), p  # solvable
+            assert puzzle.solutions(numbers, target, 10 ** 6), p  # solvable
 
 
 def test_shipped_splits_are_rebuilt_byte_for_byte(tmp_path, monkeypatch):
@@ -273,7 +274,7 @@ def test_shipped_rl_prompts_are_the_pools_in_its_order():
 
 
 def test_pass_rate_filter_keeps_the_sometimes_solved(monkeypatch):
-    pool = [countdown.Problem(f"{i},1,1,1:{10 + i}", f"{i},1,1,1:{10 + i}") for i in range(10)]
+    pool = [Problem(f"{i},1,1,1:{10 + i}", f"{i},1,1,1:{10 + i}") for i in range(10)]
     solved = {0: 0, 1: 1, 2: 7, 3: 8, 4: 4}  # problem -> how many of its 8 samples are right (0 if unnamed)
 
     def fake_evaluate(model, tok, problems, k, **kw):
@@ -293,11 +294,11 @@ def test_shipped_tokenizer_matches_the_generator():
 
 
 def test_search_traces_end_in_a_correct_expression():
-    spec = countdown.Spec(n_numbers=4, high=10, max_value=100, min_target=10, fmt="search", max_attempts=4)
+    spec = puzzle.Spec(n_numbers=4, high=10, max_value=100, min_target=10, fmt="search", max_attempts=4)
     rng = random.Random(0)
     attempts = []
     for _ in range(200):
-        _, answer, trace = countdown.make_problem(rng, spec)
+        _, answer, trace = puzzle.make_problem(rng, spec)
         assert reward(trace, answer) == 1.0
         body = trace.split(B)[0]
         assert body.endswith(";") and 1 <= body.count(";") <= 4
@@ -343,10 +344,10 @@ def test_transfer_split_is_disjoint_and_solvable():
     for p in transfer[:40]:
         numbers, target = countdown_key(p)
         assert 10 <= target <= 100 and all(1 <= n <= 10 for n in numbers)
-        assert any(v == target for v in countdown.reachable(numbers))
+        assert any(v == target for v in puzzle.reachable(numbers))
     # reachable() is the reward's rules: 8 / (3 - 8 / 3) = 24 needs a fraction on the way
-    assert 24 in countdown.reachable((3, 3, 8, 8)) and reward("\\boxed{8/(3-8/3)}", "3,3,8,8:24") == 1.0
-    assert 24 not in countdown.integer_reachable((3, 3, 8, 8), 100)
+    assert 24 in puzzle.reachable((3, 3, 8, 8)) and reward("\\boxed{8/(3-8/3)}", "3,3,8,8:24") == 1.0
+    assert 24 not in puzzle.integer_reachable((3, 3, 8, 8), 100)
 
 
 def test_a_transfer_problem_has_its_laws_numbers_and_target_and_skips_excluded_keys():
@@ -357,4 +358,4 @@ def test_a_transfer_problem_has_its_laws_numbers_and_target_and_skips_excluded_k
     for p in first:
         numbers, target = countdown_key(p)
         assert p.question == p.answer and len(numbers) == 4 and all(1 <= n <= 10 for n in numbers)
-        assert 10 <= target <= 100 and target in countdown.reachable(numbers)
+        assert 10 <= target <= 100 and target in puzzle.reachable(numbers)

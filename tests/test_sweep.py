@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import stats  # noqa: E402  (scripts/stats.py)
 import sweep  # noqa: E402  (scripts/sweep.py)
 import sweep_report  # noqa: E402  (scripts/sweep_report.py)
+import contrasts  # noqa: E402  (scripts/contrasts.py)
 from nanoatr.machinery.parser import parse  # noqa: E402
 from nanoatr.machinery.train_config import PRESETS, TrainConfig, apply_preset, hparam_flags  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
@@ -189,7 +190,7 @@ def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
     assert (res["heldout/mean@k_start"], res["transfer/pass@k_start"], res["mean@k"]) == (20.0, 3.0, 17.5)
     assert res["entropy_end"] == pytest.approx(0.1 * sum(range(12, 32)) / 20)      # the last 20 of 31 steps
     assert res["heldout/entropy"] == pytest.approx(0.32) and math.isnan(res["transfer/entropy"])  # not logged
-    assert (sweep_report.score_key("heldout/entropy"), sweep_report.score_key("entropy")) == \
+    assert (contrasts.score_key("heldout/entropy", "--score"), contrasts.score_key("entropy", "--score")) == \
         ("heldout/entropy", "entropy_end")
     table = sweep_report.table([res], {"kl3": run}, 1, 31)
     assert "| kl3 | delta=0.07 | 1 | 32.00 | 42.00 | 3.00 | 4.00 |" in table      # one seed: no ± 0.00
@@ -198,8 +199,8 @@ def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
     assert table.splitlines()[0].endswith("| entropy, last 20 steps | heldout entropy (T = 1) |")
     assert table.splitlines()[3].endswith("| 0.320 |")
     between = stats.paired({0: 0.31, 1: 0.3}, {1: 0.28, 0: 0.3})  # seed 0: +0.01, seed 1: +0.02
-    assert sweep_report.difference(between, "heldout/entropy").startswith("+0.015 [")
-    assert sweep_report.difference(between, "heldout/mean@k").startswith("+0.01 [")
+    assert contrasts.difference(between, "heldout/entropy").startswith("+0.015 [")
+    assert contrasts.difference(between, "heldout/mean@k").startswith("+0.01 [")
 
 
 def test_train_prints_each_evaluated_file():
@@ -452,7 +453,7 @@ def test_hypotheses_verdicts_and_a_rejected_gain(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--hypothesis", "kl3/clip", "mean", "up"], "SIDE is above, below or differs"),
-    (["--hypothesis", "kl3/clip", "means", "above"], "--hypothesis ... means: a score is"),
+    (["--hypothesis", "kl3/clip", "means", "above"], "--hypothesis means: a score is"),
     (["--hypothesis", "kl3/nope", "mean", "above"], "--hypothesis kl3/nope: write A/B"),
     (["--reject", "kl3/clip", "mean", "big"], "EFFECT is a number"),
     (["--reject", "kl3/clip", "mean", "0"], "EFFECT is a difference other than 0"),
