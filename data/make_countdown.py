@@ -226,7 +226,7 @@ def pass_rate_filter(model, tok, model_dir: Path, pool: list[Problem]) -> list[P
 
 
 def write_rl_prompts(model, tok, model_dir: Path, data: Path):
-    """data/rl.jsonl: the pass-rate-filtered problems of data/train.jsonl."""
+    """DATA/rl.jsonl: the pass-rate-filtered problems of DATA/train.jsonl (--data-dir)."""
     save_problems(data / "rl.jsonl",
                   pass_rate_filter(model, tok, model_dir, load_problems(data / "train.jsonl")))
 

@@ -195,7 +195,7 @@ def test_one_folder_given_twice_is_named_as_such(tmp_path, capsys, spelled):
 
 
 def test_changes_on_resume_and_unfinished_runs_are_in_the_notes(tmp_path, capsys):
-    """config.json's "changes" (nanoatr/runs.py) under the table; each run as it last ran: a, started with
+    """config.json's "changes" (nanoatr/machinery/folder.py) under the table; each run as it last ran: a, started with
     --steps 10 and resumed to 20, is finished; b (20 steps) is not. Both ran 20 steps: one method, n = 2."""
     a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 20: [(3.0, 4.0)]}, names=("amc23",))
     config = json.loads((tmp_path / "a/config.json").read_text())

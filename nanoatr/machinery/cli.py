@@ -217,12 +217,12 @@ class EvalFlags:
     eval_limit: int = arg(0, "evaluate on the first N problems of each file (0 = all)", EVAL, ">=0")
 
 
-REPORTERS = ("tensorboard", "wandb")  # --report-to's destinations (nanoatr/runs.py), each its package's name
+REPORTERS = ("tensorboard", "wandb")  # --report-to's destinations (metrics_log.py), one package each
 
 
 @dataclass
 class RunFlags:
-    """The run folder of train.py and sft.py (nanoatr/runs.py), its checkpoints and seed."""
+    """The run folder of train.py and sft.py (machinery/folder.py), its checkpoints and seed."""
     out_dir: str = arg("runs", "parent directory of run directories", RUN)
     name: str = arg("", "run name (default: <clip>-<time>-<random>); a new run refuses an existing folder",
                     RUN)
