@@ -19,7 +19,8 @@ se = sd / sqrt(n)) we give
 - the two-sided exact sign test: how often d_s > 0 among the seeds where it is not 0, against a fair coin;
 - the minimal detectable effect: the mean difference a paired t-test at the 5% level (two-sided) finds
   with 80% power at this n and spread, (t(0.975, n-1) + t(0.8, n-1)) se. This is the usual t-based
-  approximation (central t quantiles in place of the noncentral t), a little below the exact value;
+  approximation (central t quantiles in place of the noncentral t); `exact_detectable` integrates the
+  noncentral t instead (`exact_power`): the approximation is 2.3% below it at 4 seeds, 0.3% at 8;
 - the seeds a decision would need: the smallest n at which that minimal detectable effect reaches the
   observed |mean|, and never fewer than 6, since over 5 seeds even a 5 : 0 sign test has p = 0.0625;
 - on request, a one-sided test against a stated effect (`reject`): "a gain of 3.67 or more is rejected"
@@ -45,6 +46,8 @@ import math
 import statistics
 from functools import lru_cache
 from typing import NamedTuple, Sequence
+
+import mpmath  # sympy's dependency: the exact power's integral
 
 LEVEL = 0.95            # two-sided level of every interval
 POWER = 0.8             # power of the minimal detectable effect and of the seeds needed
@@ -215,6 +218,38 @@ def detectable(n: int, sd: float) -> float:
     if n < 2:
         return math.nan
     return (t_quantile(1 - (1 - LEVEL) / 2, n - 1) + t_quantile(POWER, n - 1)) * sd / math.sqrt(n)
+
+
+def exact_power(effect: float, sd: float, n: int, alpha: float, two_sided: bool) -> float:
+    """The power of a paired t-test at level alpha over n seeds when the true mean difference is `effect` and
+    the differences' sd is `sd`: t = mean / (s / sqrt(n)) is noncentral t with df = n - 1 and noncentrality
+    ncp = effect sqrt(n) / sd, i.e. (Z + ncp) / sqrt(V / df) with V chi-square(df); so
+    P(t > c) = E_V[1 - Phi(c sqrt(V / df) - ncp)], integrated numerically over V (mpmath). One-sided: the
+    predicted side is effect's sign, c = t(1 - alpha); two-sided: both tails at c = t(1 - alpha / 2)."""
+    df, ncp = n - 1, abs(effect) * math.sqrt(n) / sd
+    c = t_quantile(1 - alpha / (2 if two_sided else 1), df)
+    log_norm = (df / 2) * math.log(2) + math.lgamma(df / 2)
+
+    def density(v):  # chi-square(df)
+        return mpmath.exp((df / 2 - 1) * mpmath.log(v) - v / 2 - log_norm)
+
+    def beyond(v):  # P(t > c | V = v) (+ P(t < -c | V = v) two-sided)
+        scale = c * mpmath.sqrt(v / df)
+        return 1 - mpmath.ncdf(scale - ncp) + (mpmath.ncdf(-scale - ncp) if two_sided else 0)
+
+    return float(mpmath.quad(lambda v: beyond(v) * density(v), [0, df, 5 * df, mpmath.inf]))
+
+
+def exact_detectable(n: int, sd: float, alpha: float = 1 - LEVEL, two_sided: bool = True,
+                     power: float = POWER) -> float:
+    """The mean difference a paired t-test at level alpha finds with the given power over n seeds at spread
+    sd, by exact_power (bisection to a relative 1e-6). `detectable` is its t-based approximation: 2.3% below
+    it at 4 seeds, 0.3% at 8, within 0.02% at 20 (two-sided 5%, 80%)."""
+    low, high = 0.0, 20 * sd
+    while high - low > 1e-6 * high:
+        mid = (low + high) / 2
+        low, high = (mid, high) if exact_power(mid, sd, n, alpha, two_sided) < power else (low, mid)
+    return high
 
 
 def seeds_needed(p: Paired) -> float:

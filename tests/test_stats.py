@@ -4,6 +4,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
@@ -184,3 +185,46 @@ def test_family_confirms_by_the_predicted_side_and_refutes_by_the_other():
     but nothing refutes it (1 - p = 0.001 is not a p of anything)."""
     tests = [(0.009, 0.991), (0.995, 0.005), (0.2, 0.8), (0.001, math.nan), (0.3, math.nan), (0.999, math.nan)]
     assert stats.family(tests) == ["confirmed", "refuted", "undecided", "confirmed", "undecided", "undecided"]
+
+
+# ----------------------------------------------------------------------------
+# The exact power of the paired t-test (the noncentral t), and the effect it detects
+
+def test_exact_power_is_the_level_when_there_is_no_difference():
+    """With no true difference t is central t: the power is alpha itself, one- and two-sided (to the
+    quadrature's accuracy: mpmath integrates at 15 digits; 1e-9 leaves it six)."""
+    for n, alpha in [(3, 0.05), (8, 0.05 / 6), (30, 0.01)]:
+        for two_sided in (False, True):
+            assert stats.exact_power(0.0, 1.0, n, alpha, two_sided) == pytest.approx(alpha, abs=1e-9)
+
+
+def test_exact_power_against_a_simulation():
+    """n = 5, sd 1, a true difference of 1, one-sided 5%: the share of 200,000 simulated experiments in which
+    the paired t-test rejects lies within 4.5 binomial standard errors (about 0.0011 each) of the exact
+    power; two-sided, the same."""
+    rng = np.random.default_rng(0)
+    d = rng.normal(1.0, 1.0, size=(200_000, 5))
+    t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(5))
+    for two_sided, rejected in [(False, t > stats.t_quantile(0.95, 4)),
+                                (True, abs(t) > stats.t_quantile(0.975, 4))]:
+        exact = stats.exact_power(1.0, 1.0, 5, 0.05, two_sided)
+        assert abs(float(rejected.mean()) - exact) < 4.5 * math.sqrt(exact * (1 - exact) / 200_000)
+
+
+def test_exact_detectable_tends_to_the_normal_formula_and_lies_above_the_t_approximation():
+    """At n = 10,000 the t quantiles are z's to about (z^3 + z) / (4 df) ≈ 2.4e-4 relative, so the detectable
+    effect is (z(0.975) + z(0.8)) sd / sqrt(n) to 1e-3; at a few seeds the t-based `detectable` lies below
+    the exact value (it puts central t quantiles where the noncentral t belongs), by less as n grows."""
+    z = 1.959963985 + 0.841621234
+    assert stats.exact_detectable(10_000, 1.0) == pytest.approx(z / 100, rel=1e-3)
+    gaps = [stats.exact_detectable(n, 1.0) / stats.detectable(n, 1.0) - 1 for n in (4, 8, 20)]
+    assert gaps[0] > gaps[1] > 0 and abs(gaps[2]) < gaps[1], gaps   # 2.3%, 0.28%, -0.013%
+
+
+def test_exact_detectable_gives_the_edges_runs_figures():
+    """docs/results.md's "what the seeds could detect" for H1 (8 seeds, sd of KL3 − Clip 2.1358): 2.47 points
+    two-sided at 5%, 2.09 and 3.10 one-sided at 5% and at Holm's strictest 5%/6; and at each, 80% power."""
+    got = [stats.exact_detectable(8, 2.1358, alpha, two_sided)
+           for alpha, two_sided in [(0.05, True), (0.05, False), (0.05 / 6, False)]]
+    assert [round(x, 2) for x in got] == [2.47, 2.09, 3.10]
+    assert stats.exact_power(got[2], 2.1358, 8, 0.05 / 6, False) == pytest.approx(0.8, abs=1e-5)
