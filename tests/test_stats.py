@@ -228,3 +228,4 @@ def test_exact_detectable_gives_the_edges_runs_figures():
            for alpha, two_sided in [(0.05, True), (0.05, False), (0.05 / 6, False)]]
     assert [round(x, 2) for x in got] == [2.47, 2.09, 3.10]
     assert stats.exact_power(got[2], 2.1358, 8, 0.05 / 6, False) == pytest.approx(0.8, abs=1e-5)
+    assert math.isnan(stats.exact_detectable(1, 2.1358))   # one seed: no t-test
