@@ -118,9 +118,7 @@ def search_trace(rng: random.Random, numbers: list[int], target: int, max_value:
         ok, steps, expr = _attempt(rng, numbers, target, max_value)
         attempts.append(",".join(steps))
         if ok:
-            if expr.startswith("(") and expr.endswith(")"):
-                expr = expr[1:-1]
-            return ";".join(attempts) + ";" + BOXED + expr + "}"
+            return worked(attempts, expr)  # 'attempt;attempt;' + \\boxed{expr}
     return None
 
 

@@ -152,8 +152,9 @@ def questions(methods: list[str], effect: list[list[str]], compare: list[str] | 
 
 
 def by_seed(done: list[dict], method: str, key: str) -> dict[int, float]:
-    """{seed: the method's `key`} over its finished runs that have a number there."""
-    return {r["seed"]: r[key] for r in done if r["method"] == method and key in r and not math.isnan(r[key])}
+    """{seed: the method's `key`} over its finished runs that have a number there (not nan, not null)."""
+    return {r["seed"]: r[key] for r in done if r["method"] == method
+            and isinstance(r.get(key), (int, float)) and not math.isnan(r[key])}
 
 
 def term_values(done: list[dict], c: Contrast, key: str) -> list[tuple[float, dict[int, float]]]:

@@ -72,6 +72,20 @@ def test_the_change_of_a_gain_over_the_warm_start(tmp_path, capsys):
                    "2 : 0"]
 
 
+def test_a_score_that_is_null_or_nan_leaves_its_seed_out(tmp_path, capsys):
+    """A run whose score is null (a hand-edited results.json) or NaN (an evaluation that logged none) is not a
+    number: its seed drops out of the pairing, as a missing run's does, instead of ending in a traceback."""
+    a = sweep(tmp_path / "a", {("clip", s): 10.0 for s in range(3)} | {("kl3", s): 11.0 for s in range(3)})
+    b = sweep(tmp_path / "b", {("clip", s): 10.0 for s in range(3)} | {("kl3", s): 12.0 + s for s in range(3)})
+    runs = json.loads((b / "results.json").read_text())
+    for r in runs:
+        if r["method"] == "kl3" and r["seed"] in (1, 2):
+            r["heldout/mean@k"] = None if r["seed"] == 1 else float("nan")
+    (b / "results.json").write_text(json.dumps(runs))
+    (row,) = rows(capsys, a, b, "--compare", "kl3/clip")
+    assert row == ["kl3 − clip", "heldout/mean@k", "1", "+1.00", "+2.00", "+1.00", "1 : 0"]
+
+
 def test_the_committed_edges_run_against_itself_changes_by_nothing(capsys):
     edges = ROOT / "results/edges-countdown"
     mean, entropy = rows(capsys, edges, edges, "--compare", "kl3/clip", "--score", "heldout/mean",
