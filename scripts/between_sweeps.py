@@ -10,7 +10,8 @@ Each folder's results.json (written by `sweep.py --report`) gives every finished
 C(s) in each sweep; its change is D(s) = C_second(s) − C_first(s), over the seeds where both sweeps finished
 every arm it names (paired by seed: a seed fixes the step-0 evaluation and the first rollout whatever the
 rate). The table gives each sweep's mean C, and the mean D with its 95% paired t-interval and seeds
-above : below 0 (scripts/stats.py). Exploratory: no verdict and no multiplicity control, whatever the interval says.
+above : below 0 (scripts/stats.py). Exploratory: no verdict and no multiplicity control, whatever the
+interval says.
 """
 import argparse
 import json
