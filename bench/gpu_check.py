@@ -47,10 +47,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 import gpu_rollout  # noqa: E402  (random_model, ragged_prompts, timed, to_hf, time_ours, time_hf)
 import gpu_smoke  # noqa: E402  (parse_args and train_steps: the --preset paper step)
-from nanoatr import lora
+from nanoatr import lora  # noqa: E402
 from nanoatr.machinery import decoding  # noqa: E402
 from nanoatr.machinery.train_config import PRESETS  # noqa: E402
-from nanoatr.machinery.decoding import CHECK_EVERY, decode_plan
+from nanoatr.machinery.decoding import CHECK_EVERY, decode_plan  # noqa: E402
 from nanoatr.rollout import EAGER, DecodePlan  # noqa: E402
 from nanoatr.rollout import generate  # noqa: E402
 

@@ -48,6 +48,7 @@ busy core make every small operation erratic (--threads 1 is steadier, but not t
 """
 import argparse
 import inspect
+import json
 import logging
 import statistics
 import sys
@@ -57,7 +58,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 from nanoatr.rollout import SAMPLERS  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
 from nanoatr.rollout import generate  # noqa: E402
@@ -77,17 +79,51 @@ PRESETS = {
 DEFAULT_SAMPLER = inspect.signature(generate).parameters["sampler"].default
 
 
-def build(preset: str, tmp: str, seed: int = 0):
-    """(transformers model, our model) with the same random weights."""
+def random_qwen3(preset: str, seed: int = 0):
+    """A transformers Qwen3ForCausalLM of the preset's shape with random weights (seeded)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
     torch.manual_seed(seed)
     cfg = Qwen3Config(**PRESETS[preset], max_position_embeddings=4096,
                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-    hf = Qwen3ForCausalLM(cfg).eval()
+    return Qwen3ForCausalLM(cfg)
+
+
+def build(preset: str, tmp: str, seed: int = 0):
+    """(transformers model, our model) with the same random weights."""
+    hf = random_qwen3(preset, seed).eval()
     hf.generation_config.eos_token_id = None  # EOS suppressed: every row runs the whole budget
     hf.generation_config.pad_token_id = 0
     hf.save_pretrained(tmp)
     return hf, Qwen3.from_pretrained(tmp).eval()
+
+
+def big_char_tokenizer(vocab_size: int):
+    """The embedded model's character tokenizer (its special tokens, characters and "\\boxed{"), grown to
+    `vocab_size` tokens with CJK / Hangul filler characters, one token each: every id decodes."""
+    from nanoatr.tokenizer import char_tokenizer
+    tiny = json.loads((ROOT / "data/tiny-qwen3/tokenizer.json").read_text())
+    added = tiny["added_tokens"]
+    specials = [t["content"] for t in sorted(added, key=lambda t: t["id"]) if t["special"]]
+    words = [t["content"] for t in added if not t["special"]]
+    chars = "".join(t for t, _ in sorted(tiny["model"]["vocab"].items(), key=lambda kv: kv[1])
+                    if t not in specials and t not in words)
+    fillers = [chr(c) for c in [*range(0x4E00, 0x9FA6), *range(0xAC00, 0xD7A4)]]  # CJK ideographs, Hangul
+    n = vocab_size - len(specials) - len(chars) - len(words)
+    if not 0 <= n <= len(fillers):
+        raise ValueError(f"cannot build a character tokenizer of {vocab_size} tokens")
+    tok = char_tokenizer(chars + "".join(fillers[:n]), special=tuple(specials), words=words)
+    assert tok.get_vocab_size() == vocab_size, tok.get_vocab_size()
+    return tok
+
+
+def build_58m(out: Path, seed: int = 0):
+    """A random Qwen3 of the "small" preset's shape and a 32,000-token character tokenizer, saved in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    big_char_tokenizer(PRESETS["small"]["vocab_size"]).save(str(out / "tokenizer.json"))
+    tok_cfg = json.loads((ROOT / "data/tiny-qwen3/tokenizer_config.json").read_text())
+    (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2))
+    random_qwen3("small", seed).save_pretrained(out)
+    return out
 
 
 def random_prompts(batch: int, vocab: int, lo: int, hi: int, seed: int = 0) -> list[list[int]]:

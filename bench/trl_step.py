@@ -85,16 +85,14 @@ The last line is the speed-up, TRL's step time over ours, e.g.
 `GRPO step ours/TRL: embedded 2.05x, 58M 1.52x`.
 """
 import argparse
-import functools
 import importlib.util
-import json
+import functools
 import logging
 import statistics
 import sys
 import tempfile
 import time
 import warnings
-from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -103,91 +101,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TRL_VERSION = "1.16.0"  # the version this benchmark was written and checked against
 INSTALL = (f"python -m venv --system-site-packages /work/venv-trl && /work/venv-trl/bin/pip install "
            f"trl=={TRL_VERSION} torch==2.13.0, then run: /work/venv-trl/bin/python bench/trl_step.py")
-PHASES = ("generate", "reward", "forward", "backward", "optimizer", "other")
 MODELS = ("embedded", "58M")
 P, G, MICRO = 8, 8, 16  # prompts per step, completions per prompt, completions per forward/backward
-
-
-class Phases:
-    """Seconds spent per phase in the step in progress, by wrapping the functions that do each phase.
-    A wrapped call made inside another wrapped call is not counted twice; restore() undoes every wrap."""
-
-    def __init__(self):
-        self.now, self.depth, self.calls, self.wrapped = defaultdict(float), 0, defaultdict(int), []
-
-    def wrap(self, owner, name: str, phase: str):
-        fn = getattr(owner, name)
-        self.wrapped.append((owner, name, owner.__dict__.get(name, fn) if hasattr(owner, "__dict__") else fn,
-                             name in getattr(owner, "__dict__", {})))
-
-        @functools.wraps(fn)
-        def timed(*args, **kwargs):
-            if self.depth:
-                return fn(*args, **kwargs)
-            self.depth += 1
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.now[phase] += time.perf_counter() - t0
-                self.calls[name] += 1
-                self.depth -= 1
-        setattr(owner, name, timed)
-
-    def restore(self):
-        for owner, name, original, own in reversed(self.wrapped):
-            if own:
-                setattr(owner, name, original)
-            else:  # it was the class's method: drop the instance attribute
-                delattr(owner, name)
-        self.wrapped.clear()
-
-    def add(self, phase: str, seconds: float):
-        self.now[phase] += seconds
-
-    def take(self, total: float) -> dict:
-        """This step's phases (and `other` = total - the rest, `step` = total); starts the next step."""
-        out = {k: self.now.get(k, 0.0) for k in PHASES[:-1]}
-        out["other"], out["step"] = total - sum(out.values()), total
-        self.now.clear()
-        return out
-
-
-def big_char_tokenizer(vocab_size: int):
-    """The embedded model's character tokenizer (its special tokens, characters and "\\boxed{"), grown to
-    `vocab_size` tokens with CJK / Hangul filler characters, one token each: every id decodes."""
-    sys.path.insert(0, str(ROOT))
-    from nanoatr.tokenizer import char_tokenizer
-    tiny = json.loads((ROOT / "data/tiny-qwen3/tokenizer.json").read_text())
-    added = tiny["added_tokens"]
-    specials = [t["content"] for t in sorted(added, key=lambda t: t["id"]) if t["special"]]
-    words = [t["content"] for t in added if not t["special"]]
-    chars = "".join(t for t, _ in sorted(tiny["model"]["vocab"].items(), key=lambda kv: kv[1])
-                    if t not in specials and t not in words)
-    fillers = [chr(c) for c in [*range(0x4E00, 0x9FA6), *range(0xAC00, 0xD7A4)]]  # CJK ideographs, Hangul
-    n = vocab_size - len(specials) - len(chars) - len(words)
-    if not 0 <= n <= len(fillers):
-        raise ValueError(f"cannot build a character tokenizer of {vocab_size} tokens")
-    tok = char_tokenizer(chars + "".join(fillers[:n]), special=tuple(specials), words=words)
-    assert tok.get_vocab_size() == vocab_size, tok.get_vocab_size()
-    return tok
-
-
-def build_58m(out: Path, seed: int = 0):
-    """A random Qwen3 of rollout.py's "small" shape and a 32,000-token character tokenizer, saved in `out`."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-    sys.path.insert(0, str(ROOT / "bench"))
-    from rollout import PRESETS  # bench/rollout.py: the same shape as its "small" preset
-    shape = PRESETS["small"]
-    out.mkdir(parents=True, exist_ok=True)
-    big_char_tokenizer(shape["vocab_size"]).save(str(out / "tokenizer.json"))
-    tok_cfg = json.loads((ROOT / "data/tiny-qwen3/tokenizer_config.json").read_text())
-    (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2))
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(**shape, max_position_embeddings=4096,
-                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-    Qwen3ForCausalLM(cfg).save_pretrained(out)
-    return out
+sys.path.insert(0, str(ROOT / "bench"))
+from phases import PHASES, Phases  # noqa: E402  (bench/phases.py)
+from rollout import build_58m  # noqa: E402  (bench/rollout.py: the "small" preset's shape and a tokenizer)
 
 
 # ----------------------------------------------------------------------------
@@ -359,7 +277,7 @@ def print_phases(results: dict, tokens: dict, forwards: dict, args, n_steps: int
         print(f"  {k:10s} {o * 1e3:8.1f}ms {trl}   {ratio}")
     print(f"  completion tokens per step (median): ours {ntok['ours']}, TRL {ntok['TRL']}; "
           f"forward passes with gradients per step: ours {fwd['ours']}, TRL {fwd['TRL']}")
-    print(f"  steps (s): ours " + " ".join(f"{r['step']:.2f}" for r in results["ours"]) +
+    print("  steps (s): ours " + " ".join(f"{r['step']:.2f}" for r in results["ours"]) +
           " | TRL " + (" ".join(f"{r['step']:.2f}" for r in results["TRL"]) or "-") + "  (first: warm-up)",
           flush=True)
     if "TRL" not in med:

@@ -2,8 +2,9 @@
 tool nothing runs breaks unseen (bench/trl_step.py ended in an AttributeError for a renamed attribute). The
 GPU benchmarks' CPU paths are in tests/test_gpu_smoke.py, bench/step_memory.py's in tests/test_memory.py.
 Here: a tiny rollout comparison ends with its ratio line, the TRL benchmark says how to install TRL when it
-is missing (and times our side alone), its 32,000-token tokenizer decodes; attention, checkpoint hashing,
-contention, the loss, SFT packing, the GRPO step and the verifier's speed and agreement each run."""
+is missing (and times our side alone), its 58M model's 32,000-token tokenizer decodes; attention,
+checkpoint hashing, contention, the loss, SFT packing, the GRPO step and the verifier's speed and agreement
+each run."""
 import importlib.util
 import json
 import re
@@ -63,7 +64,7 @@ def test_trl_step_script_exits_0_without_trl():
 
 
 def test_the_58m_models_tokenizer_has_32000_tokens_that_all_decode():
-    tok = load("trl_step").big_char_tokenizer(32_000)
+    tok = load("rollout").big_char_tokenizer(32_000)
     assert tok.get_vocab_size() == 32_000
     assert all(tok.id_to_token(i) for i in range(32_000))
     ids = tok.encode("12*34=\\boxed{408}").ids
