@@ -37,6 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import make_assignment as MA  # noqa: E402  (scripts/make_assignment.py, or its copy in a bundle)
+from function_spans import paste_function, without_functions  # noqa: E402  (and scripts/function_spans.py)
 
 POINTS = 10.0
 STRAY_CONFIG = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg")  # at the root of the copy graded
@@ -195,7 +196,7 @@ def isolated_sources(student: Path, reference: Path, exercises: dict, n: int) ->
         for path, name in exercises[m].functions:
             ref = (reference / path).read_text()
             try:
-                files[path] = (MA.paste_function(files[path], ref, name, path) if files[path] is not None
+                files[path] = (paste_function(files[path], ref, name, path) if files[path] is not None
                                else ref)
             except (SyntaxError, LookupError):
                 pass  # the student's file does not parse: it stays broken, for every exercise in it
@@ -230,8 +231,8 @@ def changed_outside(student: Path, reference: Path, exercises: dict, numbers: li
             out.append(f"{f} (deleted)")
         elif f in targets:
             try:
-                a = MA.without_functions(mine.read_text(), targets[f], f)
-                b = MA.without_functions(ref.read_text(), targets[f], f)
+                a = without_functions(mine.read_text(), targets[f], f)
+                b = without_functions(ref.read_text(), targets[f], f)
             except (SyntaxError, UnicodeDecodeError):
                 a, b = None, ""
             if a != b:

@@ -21,11 +21,11 @@ one commit: `git log -p` shows no answer. Both folders must be outside this chec
 `git add -A` would commit the answers.
 
 The grader bundle (default: <out>-grader/, never given to students) holds grade.py, this script,
-assignment.json and reference/, a copy of this checkout's tracked files: the tests the grader runs and
-the reference bodies it puts back into the other exercises while grading one (docs/teaching.md).
+function_spans.py, assignment.json and reference/, a copy of this checkout's tracked files: the tests the
+grader runs and the reference bodies it puts back into the other exercises while grading one
+(docs/teaching.md).
 """
 import argparse
-import ast
 import json
 import os
 import re
@@ -36,6 +36,9 @@ import sys
 import textwrap
 from pathlib import Path
 from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from function_spans import body_span, paste_function  # noqa: E402  (scripts/function_spans.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = "docs/exercises.md"
@@ -141,46 +144,7 @@ def course_order(root: Path = ROOT) -> list:
 
 
 # ----------------------------------------------------------------------------
-# Functions in source text, found with ast
-
-def _function(tree: ast.Module, name: str, path: str = "") -> ast.FunctionDef:
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return node
-    raise LookupError(f"{path}: no top-level function {name}()")
-
-
-def _trailing(lines: list, end: int, indent: int) -> int:
-    """Extend a function's last line over the comment lines indented into its body that follow it."""
-    while end < len(lines) and lines[end].strip().startswith("#") and \
-            len(lines[end]) - len(lines[end].lstrip()) > indent:
-        end += 1
-    return end
-
-
-def function_span(source: str, name: str, path: str = "") -> tuple:
-    """(first, end) line indices (0-based, end exclusive) of the whole def: decorators to its last line."""
-    node = _function(ast.parse(source), name, path)
-    first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
-    return first, _trailing(source.splitlines(keepends=True), node.end_lineno, node.col_offset)
-
-
-def body_span(source: str, name: str, path: str = "") -> tuple:
-    """(first, end, indent) of the function's body after its docstring (with the comments in it)."""
-    node = _function(ast.parse(source), name, path)
-    lines = source.splitlines(keepends=True)
-    body = node.body
-    has_doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
-        isinstance(body[0].value.value, str)
-    indent = body[0].col_offset
-    if has_doc:
-        first = body[0].end_lineno
-    else:  # the body's first statement, and the comment lines just above it
-        first = body[0].lineno - 1
-        while first > node.lineno and lines[first - 1].strip().startswith("#"):
-            first -= 1
-    return first, _trailing(lines, node.end_lineno, node.col_offset), indent
-
+# Exercises' bodies blanked (the spans: scripts/function_spans.py)
 
 def todo_block(ex: Exercise, indent: int) -> str:
     """The comment block and the raise that replace a body."""
@@ -205,31 +169,6 @@ def blank_function(source: str, ex: Exercise, name: str, path: str = "") -> str:
     first, end, indent = body_span(source, name, path)
     lines = source.splitlines(keepends=True)
     return "".join(lines[:first]) + todo_block(ex, indent) + "".join(lines[end:])
-
-
-def paste_function(source: str, reference: str, name: str, path: str = "") -> str:
-    """`source` with function `name` replaced by its definition in `reference` (appended if `source`
-    lacks it)."""
-    ref_first, ref_end = function_span(reference, name, path)
-    definition = "".join(reference.splitlines(keepends=True)[ref_first:ref_end])
-    lines = source.splitlines(keepends=True)
-    try:
-        first, end = function_span(source, name, path)
-    except LookupError:
-        return source.rstrip("\n") + "\n\n\n" + definition
-    return "".join(lines[:first]) + definition + "".join(lines[end:])
-
-
-def without_functions(source: str, names: list, path: str = "") -> str:
-    """`source` minus the listed functions (to compare a file outside an exercise's functions)."""
-    for name in names:
-        try:
-            first, end = function_span(source, name, path)
-        except (LookupError, SyntaxError):
-            continue
-        lines = source.splitlines(keepends=True)
-        source = "".join(lines[:first]) + f"# <{name}>\n" + "".join(lines[end:])
-    return source
 
 
 # ----------------------------------------------------------------------------
@@ -383,11 +322,12 @@ def make_student_copy(out: Path, numbers: list, root: Path = ROOT) -> str:
 
 
 def make_grader_bundle(grader: Path, numbers: list, root: Path = ROOT) -> None:
-    """The teaching staff's bundle: grade.py, this script, assignment.json, reference/ (a copy of `root`)."""
+    """The teaching staff's bundle: grade.py, this script and function_spans.py, assignment.json, reference/
+    (a copy of `root`)."""
     root, grader = Path(root), Path(grader)
     grader.mkdir(parents=True)
     copy_files(root, grader / "reference", source_files(root))
-    for script in ("grade.py", "make_assignment.py"):
+    for script in ("grade.py", "make_assignment.py", "function_spans.py"):
         shutil.copy2(Path(__file__).resolve().parent / script, grader / script)
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,

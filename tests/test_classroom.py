@@ -22,6 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import grade as GRADE  # noqa: E402  (scripts/grade.py)
+import function_spans as FS  # noqa: E402  (scripts/function_spans.py)
 import make_assignment as MA  # noqa: E402  (scripts/make_assignment.py)
 
 EXERCISES = MA.load_exercises(ROOT)
@@ -45,7 +46,7 @@ def run_grader(grader: Path, student: Path, out: Path) -> dict:
 def reference_lines(path: str, name: str) -> list[str]:
     """The lines of the reference body that appear nowhere else in the repository (so must not leak)."""
     source = (ROOT / path).read_text()
-    first, end, _ = MA.body_span(source, name, path)
+    first, end, _ = FS.body_span(source, name, path)
     lines = source.splitlines()
     elsewhere = "\n".join(lines[:first] + lines[end:])
     for f in MA.source_files(ROOT):

@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+import function_spans as FS  # noqa: E402  (scripts/function_spans.py)
 import make_assignment as MA  # noqa: E402  (scripts/make_assignment.py)
 
 DOC = (ROOT / "docs/exercises.md").read_text()
@@ -67,12 +68,13 @@ def test_table_row_matches_its_section(number):
     for path, name in ex.functions:
         source = (ROOT / path).read_text()
         blank = MA.blank_function(source, ex, name, path)
-        node = MA._function(ast.parse(blank), name)
+        node = FS.function_node(ast.parse(blank), name)
         raised = node.body[-1]
         assert isinstance(raised, ast.Raise) and f"exercise {number}: " in ast.unparse(raised), name
-        assert ast.get_docstring(node) == ast.get_docstring(MA._function(ast.parse(source), name))
-        assert ast.unparse(node.args) == ast.unparse(MA._function(ast.parse(source), name).args)  # the signature stays
-        assert MA.paste_function(blank, source, name, path) == source  # blank, then paste back: the same file
+        assert ast.get_docstring(node) == ast.get_docstring(FS.function_node(ast.parse(source), name))
+        signature = FS.function_node(ast.parse(source), name).args
+        assert ast.unparse(node.args) == ast.unparse(signature)  # the signature stays
+        assert FS.paste_function(blank, source, name, path) == source  # blank, then paste back: the same file
 
 
 def test_builds_on_lists_the_calls_and_the_course_order_follows_it():
@@ -82,7 +84,7 @@ def test_builds_on_lists_the_calls_and_the_course_order_follows_it():
     owner = {name: n for n, ex in EXERCISES.items() for _, name in ex.functions}
     for n, ex in EXERCISES.items():
         for path, name in ex.functions:
-            node = MA._function(ast.parse((ROOT / path).read_text()), name)
+            node = FS.function_node(ast.parse((ROOT / path).read_text()), name)
             called = {c.func.id if isinstance(c.func, ast.Name) else c.func.attr for c in ast.walk(node)
                       if isinstance(c, ast.Call) and isinstance(c.func, (ast.Name, ast.Attribute))}
             needs = {owner[f] for f in called if f in owner and owner[f] != n}
