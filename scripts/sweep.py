@@ -57,38 +57,12 @@ from nanoatr.machinery.cli import check_hparams  # noqa: E402
 from sweep_report import Run, finished, result, run_config, scores, write_report  # noqa: E402
 from contrasts import Questions, questions  # noqa: E402
 
-# Where clipping acts and the policy still learns: 32 AdamW steps per rollout batch (8 minibatches x 4
-# epochs) at a small lr, so later minibatches meet ratios well away from 1.  Measured on the embedded
-# default (README, Results, has the table), seed 0, 40 steps, clip (kl3 where named), first 64 held-out
-# problems, warm start Mean@8 31.8; cut %, then Mean@8 at step 40: 2 x 2 at lr 1e-4 0.72 (38.1); fresh
-# data instead of re-use (64 prompts per step, 8 x 1, lr 1e-4) 0.55 (57.4, learns most); 4 x 4 at 3e-5
-# 1.41 (43.4); 4 x 4 at 6e-5 1.73 (41.6); 8 x 4 at 3e-5 1.84, kl3 1.50 (43.4, 39.3); 4 x 8 at 3e-5 2.14
-# (40.8) and 8 x 8 at 3e-5 2.36 (33.6, Pass@8 below the warm start), both at twice the time per step;
-# 4 x 4 at 1e-4 1.93 and collapse (19.9).  Sampling at temperature 1.5 triples the entropy but cuts
-# only 1.52.  The policy is confident (entropy ~0.07 nats/token): the more updates cut, the less it
-# learns, and a stable several % was not reached.  8 x 4 at 3e-5 cuts most at a cost the sweep can
-# afford.  The 3 x 3 sweep at these settings, 60 steps, full held-out: cut clip 1.75%, clip-higher
-# 1.65%, kl3 1.38%; Mean@8 28.2 -> 37.7, 39.3, 37.2; 3.4-3.7 min per run on one core.
-#
-# Countdown (data/make_countdown.py; warm start Mean@8 18.7 on the first 128 held-out problems, entropy
-# ~0.31 nats/token). Clip, seed 0, 32 prompts x 8; cut % over the run, then Mean@8 at steps 10/20/30/40.
-# First round (multinomial sampler, all pool problems, T = 1, 60 steps, Mean@8 at 60, warm 18.4): 16
-# prompts, 8 x 4 at 1e-4: 5.2 and collapse (13.8); at 6e-5 2.74 (20.0); 32 prompts, 8 x 4: 4.4 (flat);
-# 8 x 2: 1.41 (31.2), at 2e-4 2.16 (14.6); 16 x 2 2.30 (23.1). Second round (2026-11-23), T = 1.2 and
-# the filtered prompts (rl.jsonl) unless named: 8 x 2 at 1e-4 1.57 (26.9/29.8/29.1/25.9), on the whole
-# pool 1.57 (27.1/27.7/28.6/28.1); 8 x 4 at 5e-5 2.63 (26.7/31.0/31.6/31.2), on the whole pool 2.38 (24.0
-# at 10); at 7e-5 3.76 (25.2/28.6/30.1/25.3), on the whole pool 2.80 (23.5 at 10); 16 x 4 at 5e-5 3.89
-# (25.1/24.8); 8 x 4 at 1e-4 5.14 (21.6/21.9, entropy 0.36 -> 0.44 by step 20), with --grad-clip 0.05
-# 5.22 (20.6/18.9, entropy -> 0.49), with --beta 0.04 3.48 (25.9/27.8), --beta 0.02 / 0.01 over 60
-# steps 3.67 / 3.85 (30.3 / 30.6 at step 60), at 1.5e-4 4.40 / 4.84 (28.6 / 27.9); T = 1, 64 prompts,
-# 8 x 2 at 2e-4 1.98 (23.9/21.7/22.3). Cuts grow with AdamW steps per rollout batch and with lr; the filter
-# adds a little (fewer all-wrong groups); T = 1.2 learns a little faster than T = 1 at the same cut. Every
-# setting that cut >= 5% raised the entropy instead of the accuracy (the previous sweep used 8 x 4 at
-# 6e-5: 3.24% and +9.96 over 3 seeds). Third round (2026-11-23), 8 x 4, --dynamic-sampling 3 (groups
-# with one reward replaced, so every trained token has an advantage): at 6e-5 4.74 (25.6/28.6/29.2/
-# 28.7); at 8e-5 6.55 (26.7/27.1/29.0/28.9, entropy 0.36 -> 0.36); with --beta 0.01 at 8e-5 4.74 (28.6/
-# 28.7/32.2/32.7), at 1e-4 5.60 (26.9/28.5/29.8/30.9, entropy 0.36 -> 0.26). The sweep's: the last,
-# over 32 steps so that fifteen runs fit in an hour on 2 cores (5.46% over its first 32 steps).
+# Where clipping acts and the policy still learns: several AdamW steps per rollout batch (minibatches x
+# epochs) at a small lr, so that later minibatches meet ratios away from 1. More updates per batch and a
+# larger lr cut more tokens, and past a few percent the policy's entropy rose instead of its accuracy.
+# Every setting tried, with its cut share and Mean@8 along the way: docs/results.md, "How the settings were
+# chosen" (math: 8 x 4 at 3e-5, 1.84% cut) and "Exploration: finding the settings" (Countdown: 8 x 4 at
+# 1e-4 with --dynamic-sampling 3 and --beta 0.01, 5.46% cut over its first 32 steps).
 #
 # Every task's settings: (train.py flags, steps). The task itself is passed as --task.
 SETTINGS = {"math": (["--minibatches", "8", "--epochs", "4", "--lr", "3e-5", "--eval-every", "20",
