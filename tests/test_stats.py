@@ -1,5 +1,6 @@
 """scripts/stats.py: the t distribution, the t-interval of a mean, seed-paired contrasts, p-values, the verdict
 rule, Holm's procedure over a family, power and rejection."""
+import json
 import math
 import sys
 from pathlib import Path
@@ -7,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import contrasts  # noqa: E402  (scripts/contrasts.py)
 import stats  # noqa: E402  (scripts/stats.py)
 
 
@@ -231,3 +234,23 @@ def test_exact_detectable_gives_the_edges_runs_figures():
     # (phi(z(0.8)) sqrt(8) / 2.1358): the power there is 0.8 to within 1.2e-5
     assert stats.exact_power(got[2], 2.1358, 8, 0.05 / 6, False) == pytest.approx(0.8, abs=2e-5)
     assert math.isnan(stats.exact_detectable(1, 2.1358))   # one seed: no t-test
+
+
+def test_exact_detectable_gives_the_binding_runs_figures():
+    """docs/results.md's binding-run answer, from the committed runs' per-seed spreads (10 seeds, Holm over a
+    family of four): H1 (KL3 − Clip, held-out Mean@8) 1.72 points two-sided at 5%, 1.48 and 1.97 one-sided at
+    5% and at 5%/4; H2 (the low edge's entropy effect) 0.053 and 0.071 nats one-sided; H4 (the interaction)
+    0.057 and 0.073 nats two-sided."""
+    corners = ["clip", "clip-higher:eps_low=0.329,eps_high=0.2", "clip-higher:eps_low=0.2,eps_high=0.422", "kl3"]
+    c, low, high, k = corners
+    effects = contrasts.effects_of([["low", "+0.5", low, "-0.5", c, "+0.5", k, "-0.5", high],
+                                    ["edges", "+0.5", k, "-0.5", high, "-0.5", low, "+0.5", c]], corners)
+    done = json.loads((ROOT / "results/binding-countdown/results.json").read_text())
+    sd = {name: contrasts.measured(done, contrast, key).sd for name, contrast, key in [
+        ("H1", contrasts.difference_of(k, c), "heldout/mean@k"), ("H2", effects["low"], "heldout/entropy"),
+        ("H4", effects["edges"], "heldout/entropy")]}
+    assert round(sd["H1"], 2) == 1.73 and round(sd["H2"], 3) == 0.063 and round(sd["H4"], 3) == 0.057
+    got = [round(stats.exact_detectable(10, sd[h], alpha, two_sided), digits) for h, alpha, two_sided, digits in [
+        ("H1", 0.05, True, 2), ("H1", 0.05, False, 2), ("H1", 0.05 / 4, False, 2),
+        ("H2", 0.05, False, 3), ("H2", 0.05 / 4, False, 3), ("H4", 0.05, True, 3), ("H4", 0.05 / 4, True, 3)]]
+    assert got == [1.72, 1.48, 1.97, 0.053, 0.071, 0.057, 0.073]
