@@ -1,0 +1,81 @@
+"""Do two runs compute the same? Their metrics.jsonl compared step by step on every metric both logged,
+wall-clock metrics aside (time_*, tokens_per_s*, */seconds): the check that another commit, or a resumed
+run, trains as the first did.
+
+    python scripts/same_run.py results/edges-countdown/clip-s0 /tmp/check/clip-s0 --steps 3
+
+A step's training row and its evaluation row are compared apart (a row is an evaluation when it holds
+eval/ metrics), up to --steps (default: every step both logged). One line per row: `identical (N metrics)`
+or the metrics that differ, with both values; then the metrics only one run logged, named once. Values
+are compared exactly, as logged (JSON floats round-trip). Exit 0 when every compared value is equal, 1
+when one differs, 2 (one `error:` line) when a run's metrics.jsonl is missing or unreadable.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def wall_clock(key: str) -> bool:
+    """A metric that measures time, not the computation: differs between any two runs."""
+    return key.startswith("time_") or "tokens_per_s" in key or key.endswith("/seconds")
+
+
+def rows(run: Path) -> dict:
+    """{(step, "train" | "eval"): {metric: value}} of a run folder's metrics.jsonl (the last row of each
+    kind at a step wins). ValueError naming the file."""
+    path = run / "metrics.jsonl"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot read it ({e.__class__.__name__})") from None
+    out = {}
+    for number, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+            step = int(row["step"])
+        except (ValueError, TypeError, KeyError):
+            raise ValueError(f"{path}, line {number}: not a metrics row (JSON with a step)") from None
+        kind = "eval" if any(k.startswith("eval/") for k in row) else "train"
+        out[(step, kind)] = {k: v for k, v in row.items() if k != "step" and not wall_clock(k)}
+    return out
+
+
+def compare(a: dict, b: dict, steps: int | None) -> tuple[list[str], bool]:
+    """The report's lines and whether every value both runs logged, at the rows both have, is equal."""
+    lines, same, only = [], True, set()
+    for step, kind in sorted(set(a) & set(b)):
+        if steps is not None and step > steps:
+            continue
+        x, y = a[(step, kind)], b[(step, kind)]
+        only |= set(x) ^ set(y)
+        shared = sorted(set(x) & set(y))
+        differ = [k for k in shared if x[k] != y[k]]
+        same &= not differ
+        what = ", ".join(f"{k} {x[k]!r} vs {y[k]!r}" for k in differ) or f"identical ({len(shared)} metrics)"
+        lines.append(f"step {step} {kind}: {what}")
+    if not lines:
+        return ["no step in common"], False
+    if only:
+        lines.append("logged by one run only (not compared): " + ", ".join(sorted(only)))
+    return lines, same
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    ap.add_argument("first", type=Path, help="a run folder (holding metrics.jsonl)")
+    ap.add_argument("second", type=Path, help="the run folder to compare with it")
+    ap.add_argument("--steps", type=int, default=None, help="compare steps 0 .. STEPS only")
+    args = ap.parse_args(argv)
+    try:
+        first, second = rows(args.first), rows(args.second)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    lines, same = compare(first, second, args.steps)
+    print("\n".join(lines))
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
