@@ -11,9 +11,11 @@ are compared exactly, as logged (JSON floats round-trip). Exit 0 when every comp
 when one differs, 2 (one `error:` line) when a run's metrics.jsonl is missing or unreadable.
 """
 import argparse
-import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
+from nanoatr.machinery.metrics_log import jsonl_rows  # noqa: E402
 
 
 def wall_clock(key: str) -> bool:
@@ -23,21 +25,18 @@ def wall_clock(key: str) -> bool:
 
 def rows(run: Path) -> dict:
     """{(step, "train" | "eval"): {metric: value}} of a run folder's metrics.jsonl (the last row of each
-    kind at a step wins). ValueError naming the file."""
+    kind at a step wins), parsed as the run's own log is (metrics_log.jsonl_rows); an unreadable line is
+    not skipped here but refused. ValueError naming the file."""
     path = run / "metrics.jsonl"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: cannot read it ({e.__class__.__name__})") from None
+    found, bad, _ = jsonl_rows(path)  # CheckpointError (a ValueError) when the file cannot be read
+    if bad:
+        raise ValueError(f"{path}, line {bad[0]}: not a JSON object")
     out = {}
-    for number, line in enumerate(lines, 1):
-        try:
-            row = json.loads(line)
-            step = int(row["step"])
-        except (ValueError, TypeError, KeyError):
-            raise ValueError(f"{path}, line {number}: not a metrics row (JSON with a step)") from None
+    for _, row in found:
+        if not isinstance(row.get("step"), int):
+            raise ValueError(f"{path}: a row without a step")
         kind = "eval" if any(k.startswith("eval/") for k in row) else "train"
-        out[(step, kind)] = {k: v for k, v in row.items() if k != "step" and not wall_clock(k)}
+        out[(row["step"], kind)] = {k: v for k, v in row.items() if k != "step" and not wall_clock(k)}
     return out
 
 
