@@ -4,6 +4,8 @@ lr 2e-4 (the binding run), paired by seed.
 
     python scripts/between_sweeps.py results/edges-countdown results/binding-countdown --compare kl3/clip \
         --effect low +0.5 LOWARM -0.5 clip +0.5 kl3 -0.5 HIGHARM --score heldout/mean heldout/entropy
+    python scripts/between_sweeps.py results/edges-countdown results/middle-countdown \
+        results/binding-countdown --compare kl3/clip          # three or more sweeps: Page's trend test
 
 Each folder's results.json (written by `sweep.py --report`) gives every finished run's scores. A comparison
 (A/B, A/warm-start, or an --effect as sweep.py writes one: scripts/contrasts.py) has on seed s the value
@@ -12,6 +14,10 @@ every arm it names (paired by seed: a seed fixes the step-0 evaluation and the f
 rate). The table gives each sweep's mean C, and the mean D with its 95% paired t-interval and seeds
 above : below 0 (scripts/stats.py). Exploratory: no verdict and no multiplicity control, whatever the
 interval says.
+
+Given three or more sweeps, in the order a trend is predicted (e.g. rising learning rates), it gives each
+sweep's mean C over the seeds all of them share and Page's test of an ordered trend of C over the sweeps,
+the seeds as blocks (stats.page_trend): L and its exact one-sided p's, of C rising and of C falling.
 """
 import argparse
 import json
@@ -69,11 +75,32 @@ def table(first: list[dict], second: list[dict], contrasts: list[Contrast], keys
     return "\n".join(lines) + "\n"
 
 
+def trend_table(sweeps: list[list[dict]], contrasts: list[Contrast], keys: list[str],
+                names: list[str]) -> str:
+    lines = [f"| comparison | score | seeds | {' | '.join(names)} | Page's L | p rising | p falling |",
+             "|---" * (len(names) + 6) + "|"]
+    for c in contrasts:
+        for key in keys:
+            terms = [term_values(runs, c, key) for runs in sweeps]
+            seeds = sorted(set.intersection(*(set(values) for t in terms for _, values in t)))
+            if not seeds:
+                lines.append(f"| {c.name} | {key} | 0 |" + " — |" * (len(names) + 3))
+                continue
+            blocks = [[sum(w * values[s] for w, values in t) for t in terms] for s in seeds]
+            L, rising, falling = stats.page_trend(blocks)
+            means = " | ".join(f"{sum(b[i] for b in blocks) / len(seeds):+.{digits(key)}f}"
+                               for i in range(len(names)))
+            lines.append(f"| {c.name} | {key} | {len(seeds)} | {means} | {L:g} | {rising:.2g} "
+                         f"| {falling:.2g} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("first", type=Path, help="a sweep folder (its results.json)")
-    parser.add_argument("second", type=Path, help="another, sharing seeds and arm names with the first")
+    parser.add_argument("sweeps", type=Path, nargs="+", metavar="SWEEP",
+                        help="two sweep folders (their results.json) sharing seeds and arm names; three or "
+                             "more for the trend test, in the predicted order")
     parser.add_argument("--compare", nargs="+", default=[], metavar="A/B", help="differences A − B")
     parser.add_argument("--effect", nargs="+", action="append", default=[], metavar=("NAME", "WEIGHT ARM"),
                         help="a contrast, as sweep.py's: NAME WEIGHT ARM [WEIGHT ARM ...], weights summing "
@@ -83,8 +110,10 @@ def main(argv=None) -> int:
                              "(default: heldout/mean)")
     args = parser.parse_args(argv)
     try:
-        first, second = read_results(args.first), read_results(args.second)
-        methods = sorted({r["method"] for r in first} & {r["method"] for r in second})
+        if len(args.sweeps) < 2:
+            raise ValueError("give two sweep folders, or three or more for the trend test")
+        sweeps = [read_results(folder) for folder in args.sweeps]
+        methods = sorted(set.intersection(*({r["method"] for r in runs} for runs in sweeps)))
         effects = effects_of(args.effect, methods)
         contrasts = [contrast_of(pair, "--compare", methods, effects) for pair in args.compare]
         contrasts += effects.values()
@@ -94,8 +123,9 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    names = (args.first.resolve().name, args.second.resolve().name)
-    print(table(first, second, contrasts, keys, names), end="")
+    names = [folder.resolve().name for folder in args.sweeps]
+    print(table(*sweeps, contrasts, keys, names) if len(sweeps) == 2 else
+          trend_table(sweeps, contrasts, keys, names), end="")
     return 0
 
 

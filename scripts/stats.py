@@ -42,6 +42,7 @@ The t distribution is computed here (no scipy): its CDF for integer degrees of f
 """
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from functools import lru_cache
@@ -209,6 +210,33 @@ def family(tests: list[tuple[float, float]], alpha: float = FAMILY_ALPHA) -> lis
     confirmed = holm([p for p, _ in tests], alpha)
     refuted = holm([opposite for _, opposite in tests], alpha)
     return ["confirmed" if c else "refuted" if r else "undecided" for c, r in zip(confirmed, refuted)]
+
+
+def midranks(values: Sequence[float]) -> tuple[float, ...]:
+    """The ranks 1..k of `values`, ties sharing the mean of the ranks they span."""
+    order = sorted(values)
+    return tuple((order.index(v) + 1 + order.index(v) + order.count(v)) / 2 for v in values)
+
+
+def page_trend(blocks: list[Sequence[float]]) -> tuple[float, float, float]:
+    """Page's test for an ordered trend over k conditions, blocks (seeds) of k values each, in the predicted
+    order: L = sum over blocks of sum_j j r_j, r_j the midrank of the j-th value in its block. Returns (L,
+    P(L' >= L), P(L' <= L)): the exact one-sided p of an increasing and of a decreasing trend under the null
+    that every order within a block is equally likely, by convolving each block's k! equally likely values
+    (its midranks permuted; exact with ties: midranks and L are multiples of 1/2, exact in floats)."""
+    dist = {0.0: 1}
+    for block in blocks:
+        ranks = midranks(block)
+        values = [sum((j + 1) * r for j, r in enumerate(p)) for p in itertools.permutations(ranks)]
+        step: dict[float, int] = {}
+        for total, count in dist.items():
+            for v in values:
+                step[total + v] = step.get(total + v, 0) + count
+        dist = step
+    L = sum(sum((j + 1) * r for j, r in enumerate(midranks(b))) for b in blocks)
+    n = sum(dist.values())
+    return (L, sum(c for v, c in dist.items() if v >= L) / n,
+            sum(c for v, c in dist.items() if v <= L) / n)
 
 
 def detectable(n: int, sd: float) -> float:

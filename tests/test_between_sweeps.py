@@ -10,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import between_sweeps as BS  # noqa: E402  (scripts/between_sweeps.py)
+import stats  # noqa: E402  (scripts/stats.py)
 
 LOW = "clip-higher:eps_low=0.329,eps_high=0.2"
 HIGH = "clip-higher:eps_low=0.2,eps_high=0.422"
@@ -39,6 +40,22 @@ def test_the_change_of_a_difference_by_hand(tmp_path, capsys):
                                     **{("kl3", s): 20.0 + d for s, d in enumerate([2, 3, 4, 7])}})
     (row,) = rows(capsys, first, second, "--compare", "kl3/clip")
     assert row == ["kl3 − clip", "heldout/mean@k", "4", "+1.00", "+4.00", "+3.00 [-0.44, +6.44]", "4 : 0"]
+
+
+def test_the_trend_over_three_sweeps_by_hand(tmp_path, capsys):
+    """kl3 − clip on seeds 0-2: (0, 1, 2), (0, 2, 1), (5, 4, 3) over the three sweeps; seed 3 lacks the middle
+    sweep. Midranks per seed (1, 2, 3), (1, 3, 2), (3, 2, 1): L = 14 + 13 + 10 = 37. Of the 6^3 = 216
+    equally likely orders (each seed adds 14, 13, 13, 11, 11 or 10), L >= 37 in 96 and L <= 37 in 156
+    (counted by hand-written enumeration; tests/test_stats.py checks page_trend against Page's table)."""
+    values = [{0: 0, 1: 0, 2: 5, 3: 9}, {0: 1, 1: 2, 2: 4}, {0: 2, 1: 1, 2: 3, 3: 9}]
+    folders = [sweep(tmp_path / name, {**{("clip", s): 10.0 for s in range(4)},
+                                       **{("kl3", s): 10.0 + d for s, d in v.items()}})
+               for name, v in zip("abc", values)]
+    (row,) = rows(capsys, *folders, "--compare", "kl3/clip")
+    rising, falling = stats.page_trend([[0, 1, 2], [0, 2, 1], [5, 4, 3]])[1:]
+    assert row == ["kl3 − clip", "heldout/mean@k", "3", "+1.67", "+2.33", "+2.00", "37", f"{rising:.2g}",
+                   f"{falling:.2g}"]
+    assert (round(rising * 216), round(falling * 216)) == (96, 156)
 
 
 def test_an_effect_pairs_by_seed_over_the_seeds_both_sweeps_finished(tmp_path, capsys):

@@ -1,5 +1,6 @@
 """scripts/stats.py: the t distribution, the t-interval of a mean, seed-paired contrasts, p-values, the verdict
 rule, Holm's procedure over a family, power and rejection."""
+import itertools
 import json
 import math
 import sys
@@ -188,6 +189,47 @@ def test_family_confirms_by_the_predicted_side_and_refutes_by_the_other():
     but nothing refutes it (1 - p = 0.001 is not a p of anything)."""
     tests = [(0.009, 0.991), (0.995, 0.005), (0.2, 0.8), (0.001, math.nan), (0.3, math.nan), (0.999, math.nan)]
     assert stats.family(tests) == ["confirmed", "refuted", "undecided", "confirmed", "undecided", "undecided"]
+
+
+# Page (1963), "Ordered hypotheses for multiple treatments", JASA 58, Table 1, k = 3: the smallest L
+# significant at 5%, 1% and 0.1% for n = 2 .. 12 blocks (None: no L reaches the level)
+PAGE_K3 = {2: (28, None, None), 3: (41, 42, None), 4: (54, 55, 56), 5: (66, 68, 70), 6: (79, 81, 83),
+           7: (91, 93, 96), 8: (104, 106, 109), 9: (116, 119, 121), 10: (128, 131, 134), 11: (141, 144, 147),
+           12: (153, 156, 160)}
+# the orders of one block of three and what each adds to L: increasing 14, one swap 13, a rotation 11, reverse 10
+ORDERS = {0: (1, 2, 3), 1: (2, 1, 3), 3: (2, 3, 1), 4: (3, 2, 1)}
+
+
+def blocks_with(n: int, L: int) -> list[tuple]:
+    """n blocks of three whose Page L is `L` (14 n less a deficit of 0, 1, 3 or 4 per block)."""
+    deficit, out = 14 * n - L, []
+    for _ in range(n):
+        d = max(k for k in ORDERS if k <= deficit and (deficit - k) <= 4 * (n - len(out) - 1))
+        out.append(ORDERS[d])
+        deficit -= d
+    assert deficit == 0
+    return out
+
+
+@pytest.mark.parametrize("n", sorted(PAGE_K3))
+def test_page_trend_has_pages_critical_values(n):
+    for level, critical in zip((0.05, 0.01, 0.001), PAGE_K3[n]):
+        if critical is None:  # even the largest L, 14 n, is not significant
+            assert stats.page_trend(blocks_with(n, 14 * n))[1] > level
+            continue
+        L, p, _ = stats.page_trend(blocks_with(n, critical))
+        assert L == critical and p <= level < stats.page_trend(blocks_with(n, critical - 1))[1]
+
+
+def test_page_trend_with_ties_against_every_order_of_every_block():
+    """The exact p's by brute force: all 6^3 ways of reordering three blocks (two with ties) equally likely."""
+    blocks = [(0.5, 0.5, 2.0), (3.0, -1.0, 3.0), (1.0, 2.0, 4.0)]
+    L, p_up, p_down = stats.page_trend(blocks)
+    assert L == (1.5 * 1 + 1.5 * 2 + 3 * 3) + (2.5 + 2 + 7.5) + 14
+    every = [sum(sum((j + 1) * r for j, r in enumerate(order)) for order in orders) for orders in
+             itertools.product(*(list(itertools.permutations(stats.midranks(b))) for b in blocks))]
+    assert (p_up, p_down) == (sum(v >= L for v in every) / 216, sum(v <= L for v in every) / 216)
+    assert 0 < p_up < 1 and 0 < p_down < 1
 
 
 # ----------------------------------------------------------------------------
