@@ -20,8 +20,8 @@ Every problem gets n >= k samples. Mean@k is the mean accuracy over all n sample
 unbiased estimate from n samples of the chance that one of k is correct (nanoatr/evaluate.py). --out
 starts with a line {"settings": ...} (the model, the sampling and prompt settings as used); every
 completion is appended to it with its verdict as soon as its batch is graded, so an interrupted
-evaluation keeps its work and `--resume --out FILE` samples only what is missing. --resume with other
-settings is refused (one table never mixes two evaluations).
+evaluation keeps its work and `--skip-done --out FILE` samples only what is missing. --skip-done with
+other settings is refused (one table never mixes two evaluations).
 
 Table 2 over seeds, from the evaluations training (and SFT) runs logged, samples nothing: it is
 `python scripts/runs_table.py RUN_DIR...`, which prints its tables with this one's layout (grid).
@@ -29,13 +29,16 @@ Table 2 over seeds, from the evaluations training (and SFT) runs logged, samples
 import nanoatr
 
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
+from nanoatr.machinery.flags import (ConfigError, EvalConfig, check_flags, die, eval_flags, flag,
+                                     resolve_sampling)
+if __name__ == "__main__":  # --help and a bad flag answer now, before torch loads; main() reads them again
+    eval_flags(None, __doc__)
 
 import functools
 import json
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -43,50 +46,14 @@ import torch
 from nanoatr import lora
 from nanoatr.machinery import distributed
 from nanoatr.machinery.decoding import decode_plan
-from nanoatr.machinery.cli import (DATA, OUTPUT, SAMPLING, ConfigError, DataFlags, DeviceFlags, ModelFlags,
-                                   PromptFlags, RewardFlags, SamplingFlags, arg, check_flags, die, flag,
-                                   override, resolve_sampling)
-from nanoatr.machinery.parser import parse
-from nanoatr.data import TASKS, DataError, load_problems, task_defaults
+from nanoatr.data import DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
 from nanoatr.rewards import RewardError
-from nanoatr.machinery.reward_flags import for_run
+from nanoatr.machinery.reward_loader import load_rewards
 from nanoatr.machinery.resume import paths, real_path
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
                                load_tokenizer, read_json)
-
-
-@dataclass
-class EvalConfig(ModelFlags, DataFlags, PromptFlags, RewardFlags, SamplingFlags, DeviceFlags):
-    """eval.py's flags: its own below, the shared groups' in nanoatr/machinery/cli.py."""
-    task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
-                    "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
-    data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (.jsonl, .json or .parquet; rows as "
-                          "train.py's --data); each is one column of the table, named by its file stem", DATA)
-    limit: int = arg(0, "use only the first N problems of each file (0 = all)", DATA, ">=0")
-    k: int = arg(8, "k of Mean@k and Pass@k", SAMPLING, ">=1")
-    n: int = arg(0, "samples per problem, n >= k (0 = k); more samples give a lower-variance Pass@k",
-                 SAMPLING, ">=0")
-    max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
-                              "math models need thousands)", SAMPLING, ">=1")
-    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base "
-                          "models; special tokens such as <|im_end|> work too)", SAMPLING)
-    batch_size: int = arg(64, "completions sampled together", SAMPLING, ">=1")
-    out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
-                          "(default: runs/eval/<model name>-<time>.jsonl)", OUTPUT)
-    resume: bool = arg(False, "continue --out: skip the (benchmark, problem, sample) triples already in it",
-                       OUTPUT)
-    temperature: float | None = override(SamplingFlags, "temperature", help="sampling temperature (0 = "
-                                         "greedy); the paper evaluates at 0.3. Default: the model's "
-                                         "generation_config.json, else 1.0")
-    top_p: float | None = override(SamplingFlags, "top_p", help="nucleus sampling; the paper evaluates at "
-                                   "0.95. Default: the model's generation_config.json, else 1.0")
-    reward: list[str] = override(RewardFlags, "reward", help="reward functions, FILE.py:FUNCTION or "
-                                 "MODULE:FUNCTION, of TRL's shape (nanoatr/rewards.py); a completion is "
-                                 "correct as --correct-reward says. They run in this process, "
-                                 "unsandboxed, on untrusted model output. Default: the --task's built-in "
-                                 "(the verifier, for math)")
 
 
 def check(cfg: EvalConfig) -> str | None:
@@ -98,10 +65,10 @@ def check(cfg: EvalConfig) -> str | None:
     n = cfg.n or cfg.k
     if n < cfg.k:
         return f"--n {n} is smaller than --k {cfg.k}: Pass@k needs at least k samples per problem"
-    if cfg.resume and not cfg.out:
-        return "--resume needs --out FILE (the evaluation to continue)"
-    if cfg.out and Path(cfg.out).exists() and not cfg.resume:
-        return f"{cfg.out} already exists: pass --resume to continue it, or another --out"
+    if cfg.skip_done and not cfg.out:
+        return "--skip-done needs --out FILE (the evaluation to continue)"
+    if cfg.out and Path(cfg.out).exists() and not cfg.skip_done:
+        return f"{cfg.out} already exists: pass --skip-done to continue it, or another --out"
     return None
 
 
@@ -197,7 +164,7 @@ def benchmark_rows(done: list[dict], name: str, problems, n: int) -> list[dict]:
     rows = [r for r in done if r["benchmark"] == name and r["problem_id"] < len(problems) and r["sample"] < n]
     for r in rows:
         if r.get("gold") != problems[r["problem_id"]].answer:
-            die(f"--resume: row {r['problem_id']}/{r['sample']} of {name} has gold {r.get('gold')!r} but "
+            die(f"--skip-done: row {r['problem_id']}/{r['sample']} of {name} has gold {r.get('gold')!r} but "
                 f"the file's problem {r['problem_id']} has {problems[r['problem_id']].answer!r}: a "
                 "different data file?")
     return rows
@@ -253,9 +220,9 @@ def append_samples(out: Path, now: dict, benchmarks: dict, results: dict, n: int
                         results[name].append(row)
                         new += 1
         except KeyboardInterrupt:
-            die(f"interrupted; {new} new completions kept in {out} (continue with --resume --out {out})", 130)
+            die(f"interrupted; {new} new completions kept in {out} (continue with --skip-done --out {out})", 130)
         except RewardError as e:
-            die(f"{e}; {new} new completions kept in {out} (continue with --resume --out {out} once the "
+            die(f"{e}; {new} new completions kept in {out} (continue with --skip-done --out {out} once the "
                 "reward is fixed)", 1)
     return new
 
@@ -275,7 +242,7 @@ def print_summary(cfg: EvalConfig, out: Path, results: dict, new: int) -> dict:
 
 
 def main(argv=None):
-    cfg, _, given = parse(EvalConfig, argv, __doc__)
+    cfg, _, given = eval_flags(argv, __doc__)
     cfg = task_defaults(cfg, given)
     problem = check(cfg)
     if problem:
@@ -292,11 +259,11 @@ def main(argv=None):
         problem = check_writable(out)
         if problem:
             die(problem)
-        rewards = for_run(cfg, cfg.data)  # checked against each file's columns
+        rewards = load_rewards(cfg, cfg.data)  # checked against each file's columns
         now = settings(cfg, dirs)
-        saved, done = read_done(out) if cfg.resume else (None, [])
+        saved, done = read_done(out) if cfg.skip_done else (None, [])
         if saved is not None and differences(saved, now):
-            die(f"--resume: {out} was sampled with other settings: {'; '.join(differences(saved, now))}. "
+            die(f"--skip-done: {out} was sampled with other settings: {'; '.join(differences(saved, now))}. "
                 f"Give the same flags to continue it, or another --out")
         columns = dict(answer_field=cfg.answer_field, need_answer=not cfg.reward)  # yours may need no gold
         benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None, **columns) for f in cfg.data}

@@ -35,6 +35,9 @@ later pad). The logits are one (B, S, V) tensor when it is small (the tiny model
 what the embedded warm-starts were built with, bit for bit), else scoring.token_logprobs chunk by chunk:
 at Qwen3's vocabulary one (8, 2048, V) float32 tensor would be 10 GB.
 """
+from nanoatr.machinery.flags import ConfigError, SFTConfig, check_flags, die, sft_flags
+if __name__ == "__main__":  # --help and a bad flag answer now, before torch loads; main() reads them again
+    sft_flags(None, __doc__)
 
 import contextlib
 import dataclasses
@@ -56,9 +59,6 @@ from nanoatr import lora
 from nanoatr.machinery import checkpoint, distributed
 from nanoatr.machinery.decoding import decode_plan
 from nanoatr.machinery.checkpoint import CheckpointError
-from nanoatr.machinery.cli import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags, TrainingFlags,
-                                   arg, check_flags, die, override)
-from nanoatr.machinery.parser import parse
 from nanoatr.data import DataError, Problem, load_problems, load_solutions
 from nanoatr.evaluate import evaluate, fits
 from nanoatr.model import ModelError, Qwen3
@@ -68,43 +68,6 @@ from nanoatr.machinery.folder import RunFolder, unique_name
 from nanoatr.scoring import token_logprobs
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags,
                                load_tokenizer)
-
-
-@dataclass
-class SFTConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
-    """sft.py's flags: its own, then where it differs from train.py in the shared groups (cli.py)."""
-    model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, "
-                            "safetensors, tokenizer), or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched "
-                            "into or read from its cache", DATA)
-    data: str | None = arg(None, "SFT rows, jsonl {problem, solution, answer} (data/get_paper_data.py: "
-                           "omr-sft.jsonl)", DATA)
-    eval_data: list[str] = arg([], "held-out problem files whose Mean@k is measured every --eval-every steps "
-                               "(e.g. omr-heldout.jsonl; none: no evaluation)", DATA, nargs="*")
-    max_len: int = arg(2048, "longest example, prompt + solution + EOS, in tokens; a longer one is an error "
-                       "naming it, unless --skip-long", DATA, ">=1")
-    skip_long: bool = arg(False, "drop the examples longer than --max-len (counted and reported) instead of "
-                          "stopping", DATA)
-    epochs: float = arg(1.0, "passes over --data (each in its own shuffle)", OPTIM, ">0")
-    steps: int = arg(0, "optimizer steps (0 = --epochs x rows / --batch-size)", OPTIM, ">=0")
-    batch_size: int = arg(16, "examples per optimizer step", OPTIM, ">=1")
-    warmup: int = arg(20, "steps of linear learning-rate warm-up", OPTIM, ">=0")
-    thinking: bool | None = override(PromptFlags, "thinking", help="Qwen3's enable_thinking switch in the "
-                                     "chat template (default: the template's own). --no-thinking trains on "
-                                     "the written solution after a <think> block; thinking keeps the block")
-    micro_batch: int = override(TrainingFlags, "micro_batch", help="examples per forward/backward (gradient "
-                                "accumulation); 0 = the whole batch")
-    lr: float = override(TrainingFlags, "lr", help="AdamW learning rate, after a linear --warmup")
-    weight_decay: float = override(TrainingFlags, "weight_decay", 0.01)
-    lora_rank: int = override(TrainingFlags, "lora_rank", 32)
-    eval_k: int = override(EvalFlags, "eval_k", 4)
-    eval_max_new_tokens: int = override(EvalFlags, "eval_max_new_tokens", help="completion budget of "
-                                        "evaluation (0 = --max-len)")
-    eval_batch_size: int = override(EvalFlags, "eval_batch_size", 64)
-    name: str = override(RunFlags, "name", help="run name (default: sft-<time>-<random>); a new run refuses "
-                         "an existing folder")
-    save_every: int = override(RunFlags, "save_every", 100)
-    seed: int = override(RunFlags, "seed", help="seed of the data order, LoRA's initialisation and "
-                         "evaluation sampling")
 
 
 def check(cfg: SFTConfig, given: set) -> None:
@@ -190,7 +153,7 @@ def check_lengths(cfg: SFTConfig, tok, sets: dict, positions: int, prompt_kw: di
 
 
 def main(argv=None):
-    cfg, _, given = parse(SFTConfig, argv, __doc__)
+    cfg, _, given = sft_flags(argv, __doc__)
     folder, change = None, {}
     try:
         if cfg.resume:  # the run's settings; a flag that may change is recorded (SFT_RESUME_RULES)
@@ -370,7 +333,8 @@ class Trainer:
         total = mask[:, 1:].sum()
         self.opt.zero_grad(set_to_none=True)
         loss = 0.0
-        for rows, width in micro_batches([len(p) + len(c) for p, c in examples], self.recipe.micro_batch):
+        lengths = [len(p) + len(c) for p, c in examples]
+        for rows, width in micro_batch_slices(lengths, self.recipe.micro_batch):
             with self.precision():
                 part = completion_loss(self.model, ids[rows, :width], mask[rows, :width], total)
             part.backward()
@@ -381,7 +345,7 @@ class Trainer:
         return loss
 
 
-def micro_batches(lengths: list[int], size: int) -> list[tuple[slice, int]]:
+def micro_batch_slices(lengths: list[int], size: int) -> list[tuple[slice, int]]:
     """(rows, width) of each micro-batch: `size` rows at a time (0: all), each cut to its longest row."""
     size = size or len(lengths)
     return [(slice(i, i + size), max(lengths[i:i + size])) for i in range(0, len(lengths), size)]

@@ -13,11 +13,11 @@ import torch
 import eval as eval_cli
 import train
 from nanoatr.machinery import checkpoint
-from nanoatr.machinery.cli import ConfigError
+from nanoatr.machinery.flags import ConfigError
 from nanoatr.data import TASKS, Problem, load_problems
 from nanoatr import rewards as rewards_module
 from nanoatr.rewards import RewardError, Rewards, countdown_reward, math_reward
-from nanoatr.machinery.reward_flags import from_flags
+from nanoatr.machinery.reward_loader import from_flags
 from nanoatr.verifier import countdown, verify
 
 ROOT = Path(__file__).resolve().parent.parent

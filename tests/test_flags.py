@@ -1,4 +1,4 @@
-"""nanoatr/machinery/cli.py: the one range table at its endpoints, shared groups defined once and composed into each
+"""nanoatr/machinery/flags.py: the one range table at its endpoints, shared groups defined once and composed into each
 command's config, a command's own default for a shared field, and --help's sections in one order."""
 import argparse
 import dataclasses
@@ -10,14 +10,13 @@ import grpo
 import sample
 import sft
 from nanoatr import methods
-from nanoatr.machinery import cli
-from nanoatr.machinery.cli import RANGES, SECTIONS, ConfigError, check_number, check_numbers, in_reading_order
-from nanoatr.machinery.parser import parse
-from nanoatr.machinery.train_config import TrainConfig
+from nanoatr.machinery import flags
+from nanoatr.machinery.flags import (RANGES, SECTIONS, ConfigError, TrainConfig, check_number, check_numbers,
+                                     in_reading_order, parse)
 
 COMMANDS = [TrainConfig, sft.SFTConfig, eval_cli.EvalConfig, sample.SampleConfig]
-GROUPS = [cli.PromptFlags, cli.ModelFlags, cli.SamplingFlags, cli.DeviceFlags, cli.TrainingFlags,
-          cli.EvalFlags, cli.RunFlags]
+GROUPS = [flags.PromptFlags, flags.ModelFlags, flags.SamplingFlags, flags.DeviceFlags, flags.TrainingFlags,
+          flags.EvalFlags, flags.RunFlags]
 
 
 @pytest.mark.parametrize("name, inside, outside", [
@@ -50,18 +49,18 @@ def test_a_shared_field_is_defined_in_one_group_only():
     assert not repeated
     # Same name, different flags: the precision of training vs of sampling, the device of a run folder's
     # command vs of eval/sample (a section of their own), the seed of a run vs of sampling.
-    assert cli.TrainingFlags.__dataclass_fields__["dtype"].metadata["help"] != \
-        cli.DeviceFlags.__dataclass_fields__["dtype"].metadata["help"]
+    assert flags.TrainingFlags.__dataclass_fields__["dtype"].metadata["help"] != \
+        flags.DeviceFlags.__dataclass_fields__["dtype"].metadata["help"]
 
 
 def test_a_command_changes_a_shared_default_and_keeps_its_section_and_range():
-    shared = cli.EvalFlags.__dataclass_fields__["eval_k"]
+    shared = flags.EvalFlags.__dataclass_fields__["eval_k"]
     ours = sft.SFTConfig.__dataclass_fields__["eval_k"]
     assert (shared.default, ours.default) == (8, 4) and TrainConfig().eval_k == 8 and sft.SFTConfig().eval_k == 4
-    assert ours.metadata["section"] == shared.metadata["section"] == cli.EVAL
+    assert ours.metadata["section"] == shared.metadata["section"] == flags.EVAL
     assert ours.metadata["range"] == shared.metadata["range"] == ">=1"
     with pytest.raises(ConfigError, match=r"^--eval-k must be >= 1 \(got 0\)$"):
-        cli.check_ranges(sft.SFTConfig(eval_k=0))
+        flags.check_ranges(sft.SFTConfig(eval_k=0))
     lr = sft.SFTConfig.__dataclass_fields__["lr"]  # help only: the default stays the group's
     assert lr.default == 1e-4 and "--warmup" in lr.metadata["help"] and lr.metadata["range"] == ">0"
 
@@ -69,7 +68,7 @@ def test_a_command_changes_a_shared_default_and_keeps_its_section_and_range():
 def test_reading_order_lists_the_commands_own_fields_then_its_groups_and_overrides_stay_in_place():
     names = [f.name for f in in_reading_order(sft.SFTConfig)]
     assert names[:3] == ["model", "data", "eval_data"]
-    prompt = [f.name for f in dataclasses.fields(cli.PromptFlags)]
+    prompt = [f.name for f in dataclasses.fields(flags.PromptFlags)]
     assert names[names.index("system_prompt"):][:3] == prompt  # thinking (an override) in its group's place
     assert sorted(names) == sorted(f.name for f in dataclasses.fields(sft.SFTConfig))
 
@@ -83,7 +82,7 @@ def test_help_sections_come_in_one_order(cls, capsys):
     assert len(heads) >= 3 and [out.index(h) for h in heads] == sorted(out.index(h) for h in heads)
     for f in dataclasses.fields(cls):
         if f.metadata.get("cli") is not False:
-            assert cli.flag(f.name) in out
+            assert flags.flag(f.name) in out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -149,7 +148,7 @@ def test_check_numbers_checks_each_given_attribute_and_skips_an_unset_one():
 def test_command_line_bytes_that_are_no_utf8_are_one_line_naming_the_flag(cls, argv, named, capsys):
     """A byte that is no UTF-8 in argv reaches Python as a lone surrogate, which no file, tokenizer or
     config.json takes: one line naming the flag, before anything is made."""
-    if named not in {cli.flag(f.name) for f in dataclasses.fields(cls)}:
+    if named not in {flags.flag(f.name) for f in dataclasses.fields(cls)}:
         pytest.skip(f"{cls.__name__} has no {named}")
     with pytest.raises(SystemExit) as e:
         parse(cls, argv)
