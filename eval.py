@@ -29,10 +29,58 @@ Table 2 over seeds, from the evaluations training (and SFT) runs logged, samples
 import nanoatr
 
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
-from nanoatr.machinery.flags import (ConfigError, EvalConfig, check_flags, die, eval_flags, flag,
-                                     resolve_sampling)
+from dataclasses import dataclass
+
+from nanoatr.machinery.flags import (DATA, OUTPUT, SAMPLING, TASK_NAMES, ConfigError, DataFlags, DeviceFlags,
+                                     ModelFlags, PromptFlags, RewardFlags, SamplingFlags, arg, check_flags, die,
+                                     flag, override, read, resolve_sampling)
+
+
+@dataclass
+class EvalConfig(ModelFlags, DataFlags, PromptFlags, RewardFlags, SamplingFlags, DeviceFlags):
+    """eval.py's flags: its own below, then the shared groups'."""
+    task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
+                    "(nanoatr/data.py TASKS)", DATA, choices=sorted(TASK_NAMES))
+    data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (.jsonl, .json or .parquet; rows as "
+                          "train.py's --data); each is one column of the table, named by its file stem", DATA)
+    limit: int = arg(0, "use only the first N problems of each file (0 = all)", DATA, ">=0")
+    k: int = arg(8, "k of Mean@k and Pass@k", SAMPLING, ">=1")
+    n: int = arg(0, "samples per problem, n >= k (0 = k); more samples give a lower-variance Pass@k",
+                 SAMPLING, ">=0")
+    max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
+                              "math models need thousands)", SAMPLING, ">=1")
+    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base "
+                          "models; special tokens such as <|im_end|> work too)", SAMPLING)
+    batch_size: int = arg(64, "completions sampled together", SAMPLING, ">=1")
+    out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
+                          "(default: runs/eval/<model name>-<time>.jsonl)", OUTPUT)
+    skip_done: bool = arg(False, "continue --out: sample only the (benchmark, problem, sample) triples it "
+                          "does not hold yet", OUTPUT)
+    temperature: float | None = override(SamplingFlags, "temperature", help="sampling temperature (0 = "
+                                         "greedy); the paper evaluates at 0.3. Default: the model's "
+                                         "generation_config.json, else 1.0")
+    top_p: float | None = override(SamplingFlags, "top_p", help="nucleus sampling; the paper evaluates at "
+                                   "0.95. Default: the model's generation_config.json, else 1.0")
+    reward: list[str] = override(RewardFlags, "reward", help="reward functions, FILE.py:FUNCTION or "
+                                 "MODULE:FUNCTION, of TRL's shape (nanoatr/rewards.py); a completion is "
+                                 "correct as --correct-reward says. They run in this process, "
+                                 "unsandboxed, on untrusted model output. Default: the --task's built-in "
+                                 "(the verifier, for math)")
+
+
+
+# Flags that moved: the old spelling is told the new one.
+MOVED = {"--runs": "eval.py --runs (Table 2 over seeds) is now python scripts/runs_table.py RUN_DIR...",
+              "--resume": "eval.py's --resume is now --skip-done: it continues --out FILE, sampling only what "
+                          "it lacks (--resume is a run folder, in train.py and sft.py)"}
+
+
+def read_flags(argv=None):
+    return read(EvalConfig, argv, __doc__, moved=MOVED)
+
+
 if __name__ == "__main__":  # --help and a bad flag answer now, before torch loads; main() reads them again
-    eval_flags(None, __doc__)
+    read_flags()
 
 import functools
 import json
@@ -242,7 +290,7 @@ def print_summary(cfg: EvalConfig, out: Path, results: dict, new: int) -> dict:
 
 
 def main(argv=None):
-    cfg, _, given = eval_flags(argv, __doc__)
+    cfg, _, given = read_flags(argv)
     cfg = task_defaults(cfg, given)
     problem = check(cfg)
     if problem:

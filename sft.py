@@ -35,9 +35,55 @@ later pad). The logits are one (B, S, V) tensor when it is small (the tiny model
 what the embedded warm-starts were built with, bit for bit), else scoring.token_logprobs chunk by chunk:
 at Qwen3's vocabulary one (8, 2048, V) float32 tensor would be 10 GB.
 """
-from nanoatr.machinery.flags import ConfigError, SFTConfig, check_flags, die, sft_flags
+from dataclasses import dataclass
+
+from nanoatr.machinery.flags import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags, TrainingFlags,
+                                     arg, check_flags, die, override, read)
+
+
+@dataclass
+class SFTConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
+    """sft.py's flags: its own, then where it differs from train.py in the shared groups."""
+    model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, "
+                            "safetensors, tokenizer), or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched "
+                            "into or read from its cache", DATA)
+    data: str | None = arg(None, "SFT rows, jsonl {problem, solution, answer} (data/get_paper_data.py: "
+                           "omr-sft.jsonl)", DATA)
+    eval_data: list[str] = arg([], "held-out problem files whose Mean@k is measured every --eval-every steps "
+                               "(e.g. omr-heldout.jsonl; none: no evaluation)", DATA, nargs="*")
+    max_len: int = arg(2048, "longest example, prompt + solution + EOS, in tokens; a longer one is an error "
+                       "naming it, unless --skip-long", DATA, ">=1")
+    skip_long: bool = arg(False, "drop the examples longer than --max-len (counted and reported) instead of "
+                          "stopping", DATA)
+    epochs: float = arg(1.0, "passes over --data (each in its own shuffle)", OPTIM, ">0")
+    steps: int = arg(0, "optimizer steps (0 = --epochs x rows / --batch-size)", OPTIM, ">=0")
+    batch_size: int = arg(16, "examples per optimizer step", OPTIM, ">=1")
+    warmup: int = arg(20, "steps of linear learning-rate warm-up", OPTIM, ">=0")
+    thinking: bool | None = override(PromptFlags, "thinking", help="Qwen3's enable_thinking switch in the "
+                                     "chat template (default: the template's own). --no-thinking trains on "
+                                     "the written solution after a <think> block; thinking keeps the block")
+    micro_batch: int = override(TrainingFlags, "micro_batch", help="examples per forward/backward (gradient "
+                                "accumulation); 0 = the whole batch")
+    lr: float = override(TrainingFlags, "lr", help="AdamW learning rate, after a linear --warmup")
+    weight_decay: float = override(TrainingFlags, "weight_decay", 0.01)
+    lora_rank: int = override(TrainingFlags, "lora_rank", 32)
+    eval_k: int = override(EvalFlags, "eval_k", 4)
+    eval_max_new_tokens: int = override(EvalFlags, "eval_max_new_tokens", help="completion budget of "
+                                        "evaluation (0 = --max-len)")
+    eval_batch_size: int = override(EvalFlags, "eval_batch_size", 64)
+    name: str = override(RunFlags, "name", help="run name (default: sft-<time>-<random>); a new run refuses "
+                         "an existing folder")
+    save_every: int = override(RunFlags, "save_every", 100)
+    seed: int = override(RunFlags, "seed", help="seed of the data order, LoRA's initialisation and "
+                         "evaluation sampling")
+
+
+def read_flags(argv=None):
+    return read(SFTConfig, argv, __doc__)
+
+
 if __name__ == "__main__":  # --help and a bad flag answer now, before torch loads; main() reads them again
-    sft_flags(None, __doc__)
+    read_flags()
 
 import contextlib
 import dataclasses
@@ -48,7 +94,6 @@ import random
 import shutil
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -153,7 +198,7 @@ def check_lengths(cfg: SFTConfig, tok, sets: dict, positions: int, prompt_kw: di
 
 
 def main(argv=None):
-    cfg, _, given = sft_flags(argv, __doc__)
+    cfg, _, given = read_flags(argv)
     folder, change = None, {}
     try:
         if cfg.resume:  # the run's settings; a flag that may change is recorded (SFT_RESUME_RULES)

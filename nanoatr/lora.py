@@ -26,6 +26,19 @@ class AdapterError(ValueError):
     """An adapter that does not fit; the message is one line for the user."""
 
 
+def check_targets(targets) -> str | None:
+    """What is wrong with --lora-targets, as one line, or None."""
+    if "lm_head" in targets:
+        # scoring.token_logprobs multiplies the hidden states by lm_head.weight itself, chunk by chunk,
+        # so a LoRA on lm_head would be trained by nothing and silently ignored.
+        return ("--lora-targets: lm_head is not supported (log-probs use lm_head.weight directly, chunk by "
+                "chunk)")
+    unknown = sorted(set(targets) - set(TARGETS) - {"embed_tokens"})
+    if unknown:
+        return f"--lora-targets: {unknown[0]!r} is not a Qwen3 projection (choose from {', '.join(TARGETS)})"
+    return None
+
+
 def add_adapters(model, rank: int, alpha: float, targets, base: str):
     """Wrap `model` (our Qwen3) with fresh, trainable LoRA adapters; every base weight is frozen.
 

@@ -149,6 +149,17 @@ def encode_prompts(tokenizer, problems, **kw) -> list[list[int]]:
     return [tokenizer.encode(format_prompt(tokenizer, p, **kw), add_special_tokens=False) for p in problems]
 
 
+def check_template(template: str) -> str | None:
+    """What is wrong with a --prompt-template, as one line, or None."""
+    try:
+        template.format(question="")
+    except (KeyError, IndexError, ValueError) as e:
+        return f"--prompt-template must be a format string whose only field is {{question}} ({e!r})"
+    if "{question}" not in template:
+        return "--prompt-template needs a {question} field"
+    return None
+
+
 def find_stop(text: str, stop) -> int | None:
     """Where `text` ends if cut after its first stop string (the earliest end), or None if none occurs."""
     ends = [i + len(s) for s in stop if s and (i := text.find(s)) >= 0]

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from nanoatr.data import Problem
-from nanoatr.tokenizer import completion_texts, find_stop, format_prompt, load_tokenizer, make_stopper
+from nanoatr.tokenizer import (check_template, completion_texts, find_stop, format_prompt, load_tokenizer,
+                               make_stopper)
 from tiny import make_model_dir
 
 # The part of Qwen3's chat template that matters here: messages in ChatML, and with enable_thinking
@@ -30,6 +31,9 @@ def test_chat_template_system_prompt_and_thinking(tok):
 
 def test_prompt_template_replaces_the_chat_template(tok):
     assert format_prompt(tok, Problem("1+1", "2"), template="Q: {question}\nA:") == "Q: 1+1\nA:"
+    assert check_template("Q: {question}") is None
+    assert "needs a {question} field" in check_template("Q:")
+    assert "only field is {question}" in check_template("{question} {other}")
 
 
 def test_find_stop_takes_the_earliest_end():

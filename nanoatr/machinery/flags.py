@@ -1,11 +1,9 @@
 """Every command's flags: declared once, read before torch loads, checked.
 
-A command declares its flags as a dataclass of `arg(default, help, section, range)` fields (the groups below
-are shared); `parse` turns it into argparse, where a bad flag, a typo or TRL's name for a flag (trl_names.py)
-is one `error:` line naming it. This module imports nothing of the core at its top: a command reads its flags
-before it imports torch, so --help and a bad flag answer at once (tests/test_flags.py). What the flags offer
-of the core (the methods and their knobs, the tasks, samplers, aggregations) is read from the core's source;
-the checks that need the core's code import it inside, once the flags are read (docs/machinery.md#flags)."""
+A command's flags are a dataclass of `arg(default, help, section, range)` fields (the groups below are shared),
+read with argparse: a bad flag, a typo or TRL's name for one (trl_names.py) is one `error:` line. Nothing of
+the core is imported at the top: the core's names are read from its source, and the checks that need its code
+import it once the flags are read, so --help and a bad flag answer before torch loads (docs/machinery.md)."""
 import argparse
 import ast
 import dataclasses
@@ -99,22 +97,13 @@ def method_knobs(source: dict) -> dict[str, dict]:
     return table
 
 
-def sequence_methods(source: dict) -> set[str]:
-    """The --clip names whose function is marked @uses(..., "sequences") (methods.needs(m, "sequences"))."""
-    return {ast.literal_eval(name) for name, function in zip(source["METHODS"].keys, source["METHODS"].values)
-            for mark in source[function.id].decorator_list
-            if isinstance(mark, ast.Call) and "sequences" in map(ast.literal_eval, mark.args)}
-
-
 METHODS_SOURCE = core_source("methods")
 METHOD_KNOBS = method_knobs(METHODS_SOURCE)             # --clip's choices and their knobs
-SEQUENCE_METHODS = sequence_methods(METHODS_SOURCE)     # one loss per sequence: seq-mean-token-mean
 KNOB_RULES = ast.literal_eval(METHODS_SOURCE["RULES"])  # each knob's range (a RANGES name)
-TASKS = [ast.literal_eval(name) for name in core_source("data")["TASKS"].keys]   # --task's choices
+TASK_NAMES = [ast.literal_eval(name) for name in core_source("data")["TASKS"].keys]   # data.TASKS'
 AGGREGATIONS = ast.literal_eval(core_source("loss")["AGGREGATIONS"])
 SAMPLERS = ast.literal_eval(core_source("rollout")["SAMPLERS"])     # the first is the default
 LORA_TARGETS = ast.literal_eval(core_source("lora")["TARGETS"])
-SAMPLING_DEFAULTS = ast.literal_eval(core_source("tokenizer")["SAMPLING_DEFAULTS"])
 
 # ----------------------------------------------------------------------------
 # Declaring fields
@@ -303,7 +292,7 @@ class RunFlags:
 class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags, RunFlags):
     """train.py's flags: its own below, then the shared groups'."""
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data, --eval-data and "
-                    "--max-new-tokens (nanoatr/data.py TASKS)", DATA, choices=sorted(TASKS))
+                    "--max-new-tokens (nanoatr/data.py TASKS)", DATA, choices=sorted(TASK_NAMES))
     model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer), "
                      "or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched into or read from its cache", DATA)
     revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is a hub "
@@ -417,104 +406,8 @@ PRESETS = {"paper": {
 }}
 
 
-@dataclass
-class EvalConfig(ModelFlags, DataFlags, PromptFlags, RewardFlags, SamplingFlags, DeviceFlags):
-    """eval.py's flags: its own below, then the shared groups'."""
-    task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
-                    "(nanoatr/data.py TASKS)", DATA, choices=sorted(TASKS))
-    data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (.jsonl, .json or .parquet; rows as "
-                          "train.py's --data); each is one column of the table, named by its file stem", DATA)
-    limit: int = arg(0, "use only the first N problems of each file (0 = all)", DATA, ">=0")
-    k: int = arg(8, "k of Mean@k and Pass@k", SAMPLING, ">=1")
-    n: int = arg(0, "samples per problem, n >= k (0 = k); more samples give a lower-variance Pass@k",
-                 SAMPLING, ">=0")
-    max_new_tokens: int = arg(48, "completion budget in tokens (48 fits the embedded default; real "
-                              "math models need thousands)", SAMPLING, ">=1")
-    stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base "
-                          "models; special tokens such as <|im_end|> work too)", SAMPLING)
-    batch_size: int = arg(64, "completions sampled together", SAMPLING, ">=1")
-    out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
-                          "(default: runs/eval/<model name>-<time>.jsonl)", OUTPUT)
-    skip_done: bool = arg(False, "continue --out: sample only the (benchmark, problem, sample) triples it "
-                          "does not hold yet", OUTPUT)
-    temperature: float | None = override(SamplingFlags, "temperature", help="sampling temperature (0 = "
-                                         "greedy); the paper evaluates at 0.3. Default: the model's "
-                                         "generation_config.json, else 1.0")
-    top_p: float | None = override(SamplingFlags, "top_p", help="nucleus sampling; the paper evaluates at "
-                                   "0.95. Default: the model's generation_config.json, else 1.0")
-    reward: list[str] = override(RewardFlags, "reward", help="reward functions, FILE.py:FUNCTION or "
-                                 "MODULE:FUNCTION, of TRL's shape (nanoatr/rewards.py); a completion is "
-                                 "correct as --correct-reward says. They run in this process, "
-                                 "unsandboxed, on untrusted model output. Default: the --task's built-in "
-                                 "(the verifier, for math)")
-
-
-@dataclass
-class SampleConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
-    """sample.py's flags: its own below, then the shared groups'."""
-    raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template", DATA)
-    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came (not given: 256, "
-                              "or fewer where the model's positions leave less after the prompt)", SAMPLING,
-                              ">=1")
-    stop: list[str] = arg([], "a stop string besides EOS: the completion ends after it; one string per "
-                          "--stop, repeat the flag for more (special tokens such as <|im_end|> work too)",
-                          SAMPLING, repeat=True)
-    gold: str | None = arg(None, "the correct answer: also print the verifier's verdict on each completion",
-                           OUTPUT)
-    seed: int = override(SamplingFlags, "seed", help="sampling seed (one generator for all prompts, in "
-                         "order)")
-
-
-def prompt_flags(parser):
-    parser.add_argument("prompts", nargs="*", metavar="PROMPT",
-                        help="prompts to complete (default: read stdin, one prompt per line)")
-
-
-@dataclass
-class SFTConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
-    """sft.py's flags: its own, then where it differs from train.py in the shared groups."""
-    model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, "
-                            "safetensors, tokenizer), or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched "
-                            "into or read from its cache", DATA)
-    data: str | None = arg(None, "SFT rows, jsonl {problem, solution, answer} (data/get_paper_data.py: "
-                           "omr-sft.jsonl)", DATA)
-    eval_data: list[str] = arg([], "held-out problem files whose Mean@k is measured every --eval-every steps "
-                               "(e.g. omr-heldout.jsonl; none: no evaluation)", DATA, nargs="*")
-    max_len: int = arg(2048, "longest example, prompt + solution + EOS, in tokens; a longer one is an error "
-                       "naming it, unless --skip-long", DATA, ">=1")
-    skip_long: bool = arg(False, "drop the examples longer than --max-len (counted and reported) instead of "
-                          "stopping", DATA)
-    epochs: float = arg(1.0, "passes over --data (each in its own shuffle)", OPTIM, ">0")
-    steps: int = arg(0, "optimizer steps (0 = --epochs x rows / --batch-size)", OPTIM, ">=0")
-    batch_size: int = arg(16, "examples per optimizer step", OPTIM, ">=1")
-    warmup: int = arg(20, "steps of linear learning-rate warm-up", OPTIM, ">=0")
-    thinking: bool | None = override(PromptFlags, "thinking", help="Qwen3's enable_thinking switch in the "
-                                     "chat template (default: the template's own). --no-thinking trains on "
-                                     "the written solution after a <think> block; thinking keeps the block")
-    micro_batch: int = override(TrainingFlags, "micro_batch", help="examples per forward/backward (gradient "
-                                "accumulation); 0 = the whole batch")
-    lr: float = override(TrainingFlags, "lr", help="AdamW learning rate, after a linear --warmup")
-    weight_decay: float = override(TrainingFlags, "weight_decay", 0.01)
-    lora_rank: int = override(TrainingFlags, "lora_rank", 32)
-    eval_k: int = override(EvalFlags, "eval_k", 4)
-    eval_max_new_tokens: int = override(EvalFlags, "eval_max_new_tokens", help="completion budget of "
-                                        "evaluation (0 = --max-len)")
-    eval_batch_size: int = override(EvalFlags, "eval_batch_size", 64)
-    name: str = override(RunFlags, "name", help="run name (default: sft-<time>-<random>); a new run refuses "
-                         "an existing folder")
-    save_every: int = override(RunFlags, "save_every", 100)
-    seed: int = override(RunFlags, "seed", help="seed of the data order, LoRA's initialisation and "
-                         "evaluation sampling")
-
-
 # ----------------------------------------------------------------------------
 # Reading flags: argparse from a config
-
-# eval.py's flags that moved: the old spelling is told the new one.
-EVAL_MOVED = {"--runs": "eval.py --runs (Table 2 over seeds) is now python scripts/runs_table.py RUN_DIR...",
-              "--resume": "eval.py's --resume is now --skip-done: it continues --out FILE, sampling only what "
-                          "it lacks (--resume is a run folder, in train.py and sft.py)"}
-
 
 class Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line, not after a usage block of every flag, and takes every
@@ -641,18 +534,6 @@ def train_flags(argv=None, doc: str = ""):
     return read(TrainConfig, argv, doc, hparam_flags, epilog=preset_help())
 
 
-def eval_flags(argv=None, doc: str = ""):
-    return read(EvalConfig, argv, doc, moved=EVAL_MOVED)
-
-
-def sample_flags(argv=None, doc: str = ""):
-    return read(SampleConfig, argv, doc, prompt_flags, usage="%(prog)s [flags] [PROMPT ...]")
-
-
-def sft_flags(argv=None, doc: str = ""):
-    return read(SFTConfig, argv, doc)
-
-
 def preset_help() -> str:
     lines = [f"  {k.replace('_', '-'):<22} {v}" for k, v in PRESETS["paper"].items()]
     return "--preset paper (Appendix B, Table 4; every flag given explicitly overrides it):\n" + \
@@ -688,6 +569,8 @@ def check_flags(cfg, given=frozenset()) -> None:
     check_ranges(cfg)
     if isinstance(cfg, RunFlags):
         check_report_to(cfg, given)
+    from nanoatr.lora import check_targets
+    from nanoatr.tokenizer import check_template
     lora = isinstance(cfg, TrainingFlags) and cfg.lora_rank
     problem = (check_targets(cfg.lora_targets) if lora else None) or \
         (check_template(cfg.prompt_template) if cfg.prompt_template is not None else None) or \
@@ -736,35 +619,11 @@ def ignored_prompt_flag(cfg) -> str | None:
     return None
 
 
-def check_targets(targets) -> str | None:
-    """What is wrong with --lora-targets, as one line, or None."""
-    if "lm_head" in targets:
-        # scoring.token_logprobs multiplies the hidden states by lm_head.weight itself, chunk by chunk,
-        # so a LoRA on lm_head would be trained by nothing and silently ignored.
-        return ("--lora-targets: lm_head is not supported (log-probs use lm_head.weight directly, chunk by "
-                "chunk)")
-    unknown = sorted(set(targets) - set(LORA_TARGETS) - {"embed_tokens"})
-    if unknown:
-        return (f"--lora-targets: {unknown[0]!r} is not a Qwen3 projection (choose from "
-                f"{', '.join(LORA_TARGETS)})")
-    return None
-
-
-def check_template(template: str) -> str | None:
-    """What is wrong with a --prompt-template, as one line, or None."""
-    try:
-        template.format(question="")
-    except (KeyError, IndexError, ValueError) as e:
-        return f"--prompt-template must be a format string whose only field is {{question}} ({e!r})"
-    if "{question}" not in template:
-        return "--prompt-template needs a {question} field"
-    return None
-
-
 def resolve_sampling(cfg: SamplingFlags, defaults: dict, source) -> str:
     """Fill in cfg.temperature / top_k / top_p left unset (None): the model's generation_config.json
     values (`defaults`, read from the file `source`), else SAMPLING_DEFAULTS (1.0 / 0 / 1.0). Returns
     the line saying what is used and where each value came from."""
+    from nanoatr.tokenizer import SAMPLING_DEFAULTS
     parts, origins = [], []
     for key, fallback in SAMPLING_DEFAULTS.items():
         if getattr(cfg, key) is not None:
@@ -830,7 +689,8 @@ def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1, given=frozens
     flags without evaluation files) is an error rather than silence."""
     check_flags(cfg, given)
     cfg.hparams = check_hparams(cfg.clip, **{k: v for k, v in given_hparams.items() if v is not None})
-    if cfg.clip in SEQUENCE_METHODS:  # one loss per sequence on its tokens: averaged per sequence
+    from nanoatr.methods import needs
+    if needs(cfg.clip, "sequences"):  # one loss per sequence on its tokens: averaged per sequence
         cfg.aggregation = "seq-mean-token-mean"
     if cfg.prompts_per_step % world:
         raise ConfigError(f"--prompts-per-step {cfg.prompts_per_step} must be a multiple of the {world} "

@@ -23,7 +23,8 @@ TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
              "weight_decay": "--weight-decay", "top_p": "--top-p", "top_k": "--top-k",
              "reward_funcs": "--reward", "reward_weights": "--reward-weights", "report_to": "--report-to",
              "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2",
-             "log_completions": "--log-completions", "num_completions_to_print": "--log-completions"}
+             "log_completions": "--log-completions", "num_completions_to_print": "--log-completions",
+             "resume_from_checkpoint": "--resume"}
 
 PER_ROLLOUT_STEP = "--steps counts rollout steps; one is --minibatches x --epochs optimizer steps"
 
@@ -129,11 +130,6 @@ def unsupported(why: str):
     return hint
 
 
-def resume(name: str, value, line: CommandLine) -> str:
-    return (f"TRL's {name} {line.value(name) or 'DIR'} is --resume RUN here: a run folder goes on from its "
-            "newest checkpoint (RUN/checkpoint-stepN: from an older one, into a new run folder with --name)")
-
-
 def bf16(name: str, value, line: CommandLine) -> str:
     off = str(line.value(name)).lower() in ("false", "0", "no")
     return f"TRL's {name} is --dtype {'float32 (our default)' if off else 'bfloat16'} here"
@@ -183,10 +179,9 @@ CONVERTED = {"max_steps": ("--steps", in_rollout_steps("--steps")),
                                             "loss scaling); --dtype bfloat16 is the half precision here")),
              "max_prompt_length": ("--max-new-tokens", unsupported(
                  "prompts are never cut; a prompt whose tokens and --max-new-tokens pass the model's "
-                 "positions is an error naming its file and row")),
-             "resume_from_checkpoint": ("--resume", resume)}
+                 "positions is an error naming its file and row"))}
 # hinted whatever follows them (a word, a knob's value as given, or nothing)
-WORDS = ("bf16", "loss_type", "scale_rewards", "output_dir", "eval_strategy", "fp16", "resume_from_checkpoint",
+WORDS = ("bf16", "loss_type", "scale_rewards", "output_dir", "eval_strategy", "fp16",
          "epsilon", "epsilon_high", "sapo_temperature_pos", "sapo_temperature_neg")
 
 
