@@ -753,7 +753,6 @@ def check_schedule_kept(cfg: TrainConfig, change: dict) -> None:
                 "keeps its schedule; start a new run to train under another")
 
 
-
 PLAUSIBLE_DELTA = 1.0  # above it KL3's band is already [0.159, 3.146]: no trust region anyone sets on purpose
 
 
