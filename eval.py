@@ -32,8 +32,8 @@ nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line
 from dataclasses import dataclass
 
 from nanoatr.machinery.flags import (DATA, OUTPUT, SAMPLING, TASK_NAMES, ConfigError, DataFlags, DeviceFlags,
-                                     ModelFlags, PromptFlags, RewardFlags, SamplingFlags, arg, check_flags, die,
-                                     flag, override, read, resolve_sampling)
+                                     ModelFlags, PromptFlags, RewardFlags, SamplingFlags, arg, check_flags,
+                                     die, flag, override, read, resolve_sampling)
 
 
 @dataclass
@@ -71,8 +71,8 @@ class EvalConfig(ModelFlags, DataFlags, PromptFlags, RewardFlags, SamplingFlags,
 
 # Flags that moved: the old spelling is told the new one.
 MOVED = {"--runs": "eval.py --runs (Table 2 over seeds) is now python scripts/runs_table.py RUN_DIR...",
-              "--resume": "eval.py's --resume is now --skip-done: it continues --out FILE, sampling only what "
-                          "it lacks (--resume is a run folder, in train.py and sft.py)"}
+              "--resume": "eval.py's --resume is now --skip-done: it continues --out FILE, sampling only "
+                          "what it lacks (--resume is a run folder, in train.py and sft.py)"}
 
 
 def read_flags(argv=None):
@@ -268,7 +268,8 @@ def append_samples(out: Path, now: dict, benchmarks: dict, results: dict, n: int
                         results[name].append(row)
                         new += 1
         except KeyboardInterrupt:
-            die(f"interrupted; {new} new completions kept in {out} (continue with --skip-done --out {out})", 130)
+            die(f"interrupted; {new} new completions kept in {out} (continue with --skip-done --out {out})",
+                130)
         except RewardError as e:
             die(f"{e}; {new} new completions kept in {out} (continue with --skip-done --out {out} once the "
                 "reward is fixed)", 1)

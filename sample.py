@@ -19,8 +19,9 @@ import nanoatr
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
 from dataclasses import dataclass
 
-from nanoatr.machinery.flags import (DATA, OUTPUT, SAMPLING, ConfigError, DeviceFlags, ModelFlags, PromptFlags,
-                                     SamplingFlags, arg, check_flags, die, override, read, resolve_sampling)
+from nanoatr.machinery.flags import (DATA, OUTPUT, SAMPLING, ConfigError, DeviceFlags, ModelFlags,
+                                     PromptFlags, SamplingFlags, arg, check_flags, die, override, read,
+                                     resolve_sampling)
 
 
 @dataclass

@@ -37,8 +37,8 @@ at Qwen3's vocabulary one (8, 2048, V) float32 tensor would be 10 GB.
 """
 from dataclasses import dataclass
 
-from nanoatr.machinery.flags import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags, TrainingFlags,
-                                     arg, check_flags, die, override, read)
+from nanoatr.machinery.flags import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags,
+                                     TrainingFlags, arg, check_flags, die, override, read)
 
 
 @dataclass

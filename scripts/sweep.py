@@ -48,8 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
 import torch  # noqa: E402
 from nanoatr.machinery.flags import (PRESETS, ConfigError, Parser, TrainConfig, apply_preset,  # noqa: E402
-                                     check_hparams, check_numbers, check_ranges, flag, hparam_flags, names_meant,
-                                     parse, resolve)
+                                     check_hparams, check_numbers, check_ranges, flag, hparam_flags,
+                                     names_meant, parse, resolve)
 from nanoatr.methods import METHODS, defaults  # noqa: E402
 # the report: scripts/sweep_report.py, and the questions it answers: scripts/contrasts.py
 from sweep_report import Run, finished, result, run_config, scores, write_report  # noqa: E402

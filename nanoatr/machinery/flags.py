@@ -1,9 +1,9 @@
 """Every command's flags: declared once, read before torch loads, checked.
 
-A command's flags are a dataclass of `arg(default, help, section, range)` fields (the groups below are shared),
-read with argparse: a bad flag, a typo or TRL's name for one (trl_names.py) is one `error:` line. Nothing of
-the core is imported at the top: the core's names are read from its source, and the checks that need its code
-import it once the flags are read, so --help and a bad flag answer before torch loads (docs/machinery.md)."""
+A command's flags are a dataclass of `arg(default, help, section, range)` fields (the groups below are
+shared), read with argparse: a bad flag, a typo or TRL's name for one (trl_names.py) is one `error:` line.
+Nothing of the core is imported at the top: the core's names are read from its source, and the checks that
+need its code import it once the flags are read, so --help and a bad flag answer before torch loads."""
 import argparse
 import ast
 import dataclasses
@@ -297,8 +297,8 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
                      "or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched into or read from its cache", DATA)
     revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is a hub "
                                "id", DATA)
-    data: str = arg("data/arith/train.jsonl", "training problems: .jsonl, .json or .parquet rows with a prompt "
-                    "(text or chat messages: TRL, DAPO, verl) or problem/question, and an answer "
+    data: str = arg("data/arith/train.jsonl", "training problems: .jsonl, .json or .parquet rows with a "
+                    "prompt (text or chat messages: TRL, DAPO, verl) or problem/question, and an answer "
                     "(--answer-field)", DATA)
     eval_data: list[str] = arg(["data/arith/heldout.jsonl"], "held-out problem files evaluated during "
                                "training (--eval-data with no file: no evaluation)", DATA, nargs="*")
@@ -416,8 +416,8 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, moved: dict | None = None, **kwargs):
         super().__init__(*args, allow_abbrev=False, **kwargs)
-        # A word that begins with - and a digit, a point or inf is a value (--lr -1e-4 reaches its range check),
-        # never a flag: argparse's own pattern misses exponents and takes -1e-4 for a flag missing its value.
+        # A word that begins with - and a digit, a point or inf is a value (--lr -1e-4 reaches its range
+        # check), never a flag: argparse's own pattern misses exponents, taking -1e-4 for a flag.
         self._negative_number_matcher = re.compile(r"^-(\.?\d|inf)", re.IGNORECASE)
         self.argv, self.field_defaults = [], {}  # for TRL hints: the words parsed, the fields' defaults
         self.moved = moved or {}  # old flag -> where it went

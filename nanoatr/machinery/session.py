@@ -109,7 +109,7 @@ class Session:
             hparams, self.change = self.hparams, {}
         self.d = d = distributed.setup(cfg.device)
         self.cfg = cfg = resolve(cfg, hparams, d.world, self.given)
-        self.rewards = load_rewards(cfg, [cfg.data, *cfg.eval_data])  # each checked against the files' columns
+        self.rewards = load_rewards(cfg, [cfg.data, *cfg.eval_data])  # checked against the files' columns
         # The run folder first, before minutes of loading: a used name, a second process on the same
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
         self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
