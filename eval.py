@@ -20,8 +20,8 @@ Every problem gets n >= k samples. Mean@k is the mean accuracy over all n sample
 unbiased estimate from n samples of the chance that one of k is correct (nanoatr/evaluate.py). --out
 starts with a line {"settings": ...} (the model, the sampling and prompt settings as used); every
 completion is appended to it with its verdict as soon as its batch is graded, so an interrupted
-evaluation keeps its work and `--resume --out FILE` samples only what is missing. --resume with other
-settings is refused (one table never mixes two evaluations).
+evaluation keeps its work and `--skip-done --out FILE` samples only what is missing. --skip-done with
+other settings is refused (one table never mixes two evaluations).
 
 Table 2 over seeds, from the evaluations training (and SFT) runs logged, samples nothing: it is
 `python scripts/runs_table.py RUN_DIR...`, which prints its tables with this one's layout (grid).
@@ -29,39 +29,18 @@ Table 2 over seeds, from the evaluations training (and SFT) runs logged, samples
 import nanoatr
 
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
-
-import functools
-import json
-import sys
-import tempfile
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
-import torch
-
-from nanoatr import lora
-from nanoatr.machinery import distributed
-from nanoatr.machinery.decoding import decode_plan
-from nanoatr.machinery.cli import (DATA, OUTPUT, SAMPLING, ConfigError, DataFlags, DeviceFlags, ModelFlags,
-                                   PromptFlags, RewardFlags, SamplingFlags, arg, check_flags, die, flag,
-                                   override, resolve_sampling)
-from nanoatr.machinery.parser import parse
-from nanoatr.data import TASKS, DataError, load_problems, task_defaults
-from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
-from nanoatr.model import ModelError
-from nanoatr.rewards import RewardError
-from nanoatr.machinery.reward_flags import for_run
-from nanoatr.machinery.resume import paths, real_path
-from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
-                               load_tokenizer, read_json)
+from nanoatr.machinery.flags import (DATA, OUTPUT, SAMPLING, TASK_NAMES, ConfigError, DataFlags, DeviceFlags,
+                                     ModelFlags, PromptFlags, RewardFlags, SamplingFlags, arg, check_flags,
+                                     die, flag, override, read, resolve_sampling)
 
 
 @dataclass
 class EvalConfig(ModelFlags, DataFlags, PromptFlags, RewardFlags, SamplingFlags, DeviceFlags):
-    """eval.py's flags: its own below, the shared groups' in nanoatr/machinery/cli.py."""
+    """eval.py's flags: its own below, then the shared groups'."""
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data and --max-new-tokens "
-                    "(nanoatr/data.py TASKS)", DATA, choices=lambda: sorted(TASKS))
+                    "(nanoatr/data.py TASKS)", DATA, choices=sorted(TASK_NAMES))
     data: list[str] = arg(["data/arith/heldout.jsonl"], "benchmark files (.jsonl, .json or .parquet; rows as "
                           "train.py's --data); each is one column of the table, named by its file stem", DATA)
     limit: int = arg(0, "use only the first N problems of each file (0 = all)", DATA, ">=0")
@@ -75,8 +54,8 @@ class EvalConfig(ModelFlags, DataFlags, PromptFlags, RewardFlags, SamplingFlags,
     batch_size: int = arg(64, "completions sampled together", SAMPLING, ">=1")
     out: str | None = arg(None, "jsonl file receiving every completion and its verdict "
                           "(default: runs/eval/<model name>-<time>.jsonl)", OUTPUT)
-    resume: bool = arg(False, "continue --out: skip the (benchmark, problem, sample) triples already in it",
-                       OUTPUT)
+    skip_done: bool = arg(False, "continue --out: sample only the (benchmark, problem, sample) triples it "
+                          "does not hold yet", OUTPUT)
     temperature: float | None = override(SamplingFlags, "temperature", help="sampling temperature (0 = "
                                          "greedy); the paper evaluates at 0.3. Default: the model's "
                                          "generation_config.json, else 1.0")
@@ -89,6 +68,42 @@ class EvalConfig(ModelFlags, DataFlags, PromptFlags, RewardFlags, SamplingFlags,
                                  "(the verifier, for math)")
 
 
+
+# Flags that moved: the old spelling is told the new one.
+MOVED = {"--runs": "eval.py --runs (Table 2 over seeds) is now python scripts/runs_table.py RUN_DIR...",
+              "--resume": "eval.py's --resume is now --skip-done: it continues --out FILE, sampling only "
+                          "what it lacks (--resume is a run folder, in train.py and sft.py)"}
+
+
+def read_flags(argv=None):
+    return read(EvalConfig, argv, __doc__, moved=MOVED)
+
+
+if __name__ == "__main__":  # --help and a bad flag answer now, before torch loads; main() reads them again
+    read_flags()
+
+import functools
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from nanoatr import lora
+from nanoatr.machinery import distributed
+from nanoatr.machinery.decoding import decode_plan
+from nanoatr.data import DataError, load_problems, task_defaults
+from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
+from nanoatr.model import ModelError
+from nanoatr.rewards import RewardError
+from nanoatr.machinery.reward_loader import load_rewards
+from nanoatr.machinery.resume import paths, real_path
+from nanoatr.tokenizer import (TokenizerError, eos_token_ids, generation_defaults, ignored_prompt_flags,
+                               load_tokenizer, read_json)
+
+
 def check(cfg: EvalConfig) -> str | None:
     """The first thing wrong with the flags, as one line, or None."""
     try:
@@ -98,10 +113,10 @@ def check(cfg: EvalConfig) -> str | None:
     n = cfg.n or cfg.k
     if n < cfg.k:
         return f"--n {n} is smaller than --k {cfg.k}: Pass@k needs at least k samples per problem"
-    if cfg.resume and not cfg.out:
-        return "--resume needs --out FILE (the evaluation to continue)"
-    if cfg.out and Path(cfg.out).exists() and not cfg.resume:
-        return f"{cfg.out} already exists: pass --resume to continue it, or another --out"
+    if cfg.skip_done and not cfg.out:
+        return "--skip-done needs --out FILE (the evaluation to continue)"
+    if cfg.out and Path(cfg.out).exists() and not cfg.skip_done:
+        return f"{cfg.out} already exists: pass --skip-done to continue it, or another --out"
     return None
 
 
@@ -197,7 +212,7 @@ def benchmark_rows(done: list[dict], name: str, problems, n: int) -> list[dict]:
     rows = [r for r in done if r["benchmark"] == name and r["problem_id"] < len(problems) and r["sample"] < n]
     for r in rows:
         if r.get("gold") != problems[r["problem_id"]].answer:
-            die(f"--resume: row {r['problem_id']}/{r['sample']} of {name} has gold {r.get('gold')!r} but "
+            die(f"--skip-done: row {r['problem_id']}/{r['sample']} of {name} has gold {r.get('gold')!r} but "
                 f"the file's problem {r['problem_id']} has {problems[r['problem_id']].answer!r}: a "
                 "different data file?")
     return rows
@@ -253,9 +268,10 @@ def append_samples(out: Path, now: dict, benchmarks: dict, results: dict, n: int
                         results[name].append(row)
                         new += 1
         except KeyboardInterrupt:
-            die(f"interrupted; {new} new completions kept in {out} (continue with --resume --out {out})", 130)
+            die(f"interrupted; {new} new completions kept in {out} (continue with --skip-done --out {out})",
+                130)
         except RewardError as e:
-            die(f"{e}; {new} new completions kept in {out} (continue with --resume --out {out} once the "
+            die(f"{e}; {new} new completions kept in {out} (continue with --skip-done --out {out} once the "
                 "reward is fixed)", 1)
     return new
 
@@ -275,7 +291,7 @@ def print_summary(cfg: EvalConfig, out: Path, results: dict, new: int) -> dict:
 
 
 def main(argv=None):
-    cfg, _, given = parse(EvalConfig, argv, __doc__)
+    cfg, _, given = read_flags(argv)
     cfg = task_defaults(cfg, given)
     problem = check(cfg)
     if problem:
@@ -292,11 +308,11 @@ def main(argv=None):
         problem = check_writable(out)
         if problem:
             die(problem)
-        rewards = for_run(cfg, cfg.data)  # checked against each file's columns
+        rewards = load_rewards(cfg, cfg.data)  # checked against each file's columns
         now = settings(cfg, dirs)
-        saved, done = read_done(out) if cfg.resume else (None, [])
+        saved, done = read_done(out) if cfg.skip_done else (None, [])
         if saved is not None and differences(saved, now):
-            die(f"--resume: {out} was sampled with other settings: {'; '.join(differences(saved, now))}. "
+            die(f"--skip-done: {out} was sampled with other settings: {'; '.join(differences(saved, now))}. "
                 f"Give the same flags to continue it, or another --out")
         columns = dict(answer_field=cfg.answer_field, need_answer=not cfg.reward)  # yours may need no gold
         benchmarks = {Path(f).stem: load_problems(f, limit=cfg.limit or None, **columns) for f in cfg.data}

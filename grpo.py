@@ -12,6 +12,43 @@ its loss and gradients are train.py's on the same batch.
 """
 import argparse
 import math
+import re
+
+
+class Flags(argparse.ArgumentParser):
+    """argparse taking flags only in full and a bad one as one `error:` line (train.py's: machinery/)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-(\.?\d|inf)")  # --lr -1e-4 is a value, not a flag
+
+    def error(self, message):
+        self.exit(2, f"error: {message}\n")
+
+
+def parse_flags(argv=None) -> argparse.Namespace:
+    """The command line, read before the imports below (torch takes seconds): --help and a bad flag answer at
+    once. --clip's name is checked in main, against nanoatr/methods.py."""
+    ap = Flags(description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap.add_argument("--clip", default="kl3", help="the clipping rule, a name in nanoatr/methods.py's METHODS")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--prompts", type=int, default=16, help="prompts per step (P)")
+    ap.add_argument("--group-size", type=int, default=8, help="completions per prompt (G)")
+    ap.add_argument("--minibatches", type=int, default=2,
+                    help="AdamW steps per rollout batch: >1 makes clipping act")
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    for name, low in (("steps", 0), ("prompts", 1), ("group_size", 2), ("minibatches", 1)):
+        if getattr(args, name) < low:
+            ap.error(f"--{name.replace('_', '-')} must be >= {low} (got {getattr(args, name)})")
+    if not math.isfinite(args.lr) or args.lr <= 0:
+        ap.error(f"--lr must be {'> 0' if math.isfinite(args.lr) else 'a finite number'} (got {args.lr})")
+    return args
+
+
+if __name__ == "__main__":
+    parse_flags()
 
 import torch
 
@@ -61,30 +98,11 @@ def update(model, opt, batch: Rollout, old_logp, rows, clip: str, hparams: dict,
     return loss.item(), metrics
 
 
-class Flags(argparse.ArgumentParser):
-    """argparse taking flags only in full and a bad one as one `error:` line (train.py's: machinery/)."""
-
-    def error(self, message):
-        self.exit(2, f"error: {message}\n")
-
-
 def main(argv=None):
-    ap = Flags(description=" ".join(__doc__.split("\n\n")[0].split()), allow_abbrev=False)
-    ap.add_argument("--clip", default="kl3", choices=sorted(METHODS),
-                    help="the clipping rule (nanoatr/methods.py)")
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--prompts", type=int, default=16, help="prompts per step (P)")
-    ap.add_argument("--group-size", type=int, default=8, help="completions per prompt (G)")
-    ap.add_argument("--minibatches", type=int, default=2,
-                    help="AdamW steps per rollout batch: >1 makes clipping act")
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    for name, low in (("steps", 0), ("prompts", 1), ("group_size", 2), ("minibatches", 1)):
-        if getattr(args, name) < low:
-            ap.error(f"--{name.replace('_', '-')} must be >= {low} (got {getattr(args, name)})")
-    if not math.isfinite(args.lr) or args.lr <= 0:
-        ap.error(f"--lr must be {'> 0' if math.isfinite(args.lr) else 'a finite number'} (got {args.lr})")
+    args = parse_flags(argv)
+    if args.clip not in METHODS:
+        Flags().error(f"argument --clip: invalid choice: {args.clip!r} (choose from "
+                      f"{', '.join(sorted(METHODS))})")
     task = TASKS["math"]
     model_dir = located(task.model)  # the repository's own files, from whatever folder it is started in
     model, tok = Qwen3.from_pretrained(model_dir), load_tokenizer(model_dir)

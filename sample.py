@@ -17,22 +17,51 @@ several are given) and a length line per completion go to stderr.
 import nanoatr
 
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
+from dataclasses import dataclass
+
+from nanoatr.machinery.flags import (DATA, OUTPUT, SAMPLING, ConfigError, DeviceFlags, ModelFlags,
+                                     PromptFlags, SamplingFlags, arg, check_flags, die, override, read,
+                                     resolve_sampling)
+
+
+@dataclass
+class SampleConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
+    """sample.py's flags: its own below, then the shared groups'."""
+    raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template", DATA)
+    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came (not given: 256, "
+                              "or fewer where the model's positions leave less after the prompt)", SAMPLING,
+                              ">=1")
+    stop: list[str] = arg([], "a stop string besides EOS: the completion ends after it; one string per "
+                          "--stop, repeat the flag for more (special tokens such as <|im_end|> work too)",
+                          SAMPLING, repeat=True)
+    gold: str | None = arg(None, "the correct answer: also print the verifier's verdict on each completion",
+                           OUTPUT)
+    seed: int = override(SamplingFlags, "seed", help="sampling seed (one generator for all prompts, in "
+                         "order)")
+
+
+def prompt_flags(parser):
+    parser.add_argument("prompts", nargs="*", metavar="PROMPT",
+                        help="prompts to complete (default: read stdin, one prompt per line)")
+
+
+def read_flags(argv=None):
+    return read(SampleConfig, argv, __doc__, prompt_flags, usage="%(prog)s [flags] [PROMPT ...]")
+
+
+if __name__ == "__main__":  # --help and a bad flag answer now, before torch loads; main() reads them again
+    read_flags()
 
 import re
 import sys
-from dataclasses import dataclass
 
 import torch
 
 from nanoatr import lora
 from nanoatr.machinery import distributed
-from nanoatr.machinery.cli import (DATA, OUTPUT, SAMPLING, ConfigError, DeviceFlags, ModelFlags, PromptFlags,
-                                   SamplingFlags, arg, check_flags, die, override, resolve_sampling)
-from nanoatr.rollout import SAMPLERS
-from nanoatr.machinery.parser import parse
 from nanoatr.data import Problem
 from nanoatr.model import ModelError
-from nanoatr.rollout import draw, filter_logits, sampling_logprobs
+from nanoatr.rollout import SAMPLERS, draw, filter_logits, sampling_logprobs
 from nanoatr.tokenizer import (TokenizerError, format_prompt, generation_defaults, load_tokenizer,
                                ignored_prompt_flags, make_stopper, eos_token_ids)
 from nanoatr.verifier import verify
@@ -108,27 +137,6 @@ def read_prompts(positional: list[str]):
             yield line.rstrip("\n")
 
 
-@dataclass
-class SampleConfig(ModelFlags, PromptFlags, SamplingFlags, DeviceFlags):
-    """sample.py's flags: its own below, the shared groups' in nanoatr/machinery/cli.py."""
-    raw: bool = arg(False, "feed the prompt text as is: no chat template, no prompt template", DATA)
-    max_new_tokens: int = arg(256, "stop after this many tokens if no stop token came (not given: 256, "
-                              "or fewer where the model's positions leave less after the prompt)", SAMPLING,
-                              ">=1")
-    stop: list[str] = arg([], "a stop string besides EOS: the completion ends after it; one string per "
-                          "--stop, repeat the flag for more (special tokens such as <|im_end|> work too)",
-                          SAMPLING, repeat=True)
-    gold: str | None = arg(None, "the correct answer: also print the verifier's verdict on each completion",
-                           OUTPUT)
-    seed: int = override(SamplingFlags, "seed", help="sampling seed (one generator for all prompts, in "
-                         "order)")
-
-
-def prompt_flags(parser):
-    parser.add_argument("prompts", nargs="*", metavar="PROMPT",
-                        help="prompts to complete (default: read stdin, one prompt per line)")
-
-
 def check(cfg: SampleConfig) -> str | None:
     """The first thing wrong with the flags, as one line, or None."""
     try:
@@ -166,8 +174,7 @@ def completion_budget(max_new_tokens: int, given: bool, prompt_len: int, positio
 
 
 def main(argv=None):
-    cfg, extra, given = parse(SampleConfig, argv, __doc__, prompt_flags,
-                              usage="%(prog)s [flags] [PROMPT ...]")
+    cfg, extra, given = read_flags(argv)
     problem = check(cfg)
     if problem:
         die(problem)

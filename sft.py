@@ -35,44 +35,15 @@ later pad). The logits are one (B, S, V) tensor when it is small (the tiny model
 what the embedded warm-starts were built with, bit for bit), else scoring.token_logprobs chunk by chunk:
 at Qwen3's vocabulary one (8, 2048, V) float32 tensor would be 10 GB.
 """
-
-import contextlib
-import dataclasses
-import functools
-import math
-import os
-import random
-import shutil
-import signal
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from tqdm import tqdm
-
-from nanoatr import lora
-from nanoatr.machinery import checkpoint, distributed
-from nanoatr.machinery.decoding import decode_plan
-from nanoatr.machinery.checkpoint import CheckpointError
-from nanoatr.machinery.cli import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags, TrainingFlags,
-                                   arg, check_flags, die, override)
-from nanoatr.machinery.parser import parse
-from nanoatr.data import DataError, Problem, load_problems, load_solutions
-from nanoatr.evaluate import evaluate, fits
-from nanoatr.model import ModelError, Qwen3
-from nanoatr.model.files import local_dir
-from nanoatr.machinery.resume import SFT_RESUME_RULES, resumed_config
-from nanoatr.machinery.folder import RunFolder, unique_name
-from nanoatr.scoring import token_logprobs
-from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags,
-                               load_tokenizer)
+from nanoatr.machinery.flags import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags,
+                                     TrainingFlags, arg, check_flags, die, override, read)
 
 
 @dataclass
 class SFTConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
-    """sft.py's flags: its own, then where it differs from train.py in the shared groups (cli.py)."""
+    """sft.py's flags: its own, then where it differs from train.py in the shared groups."""
     model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, "
                             "safetensors, tokenizer), or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched "
                             "into or read from its cache", DATA)
@@ -105,6 +76,43 @@ class SFTConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
     save_every: int = override(RunFlags, "save_every", 100)
     seed: int = override(RunFlags, "seed", help="seed of the data order, LoRA's initialisation and "
                          "evaluation sampling")
+
+
+def read_flags(argv=None):
+    return read(SFTConfig, argv, __doc__)
+
+
+if __name__ == "__main__":  # --help and a bad flag answer now, before torch loads; main() reads them again
+    read_flags()
+
+import contextlib
+import dataclasses
+import functools
+import math
+import os
+import random
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from nanoatr import lora
+from nanoatr.machinery import checkpoint, distributed
+from nanoatr.machinery.decoding import decode_plan
+from nanoatr.machinery.checkpoint import CheckpointError
+from nanoatr.data import DataError, Problem, load_problems, load_solutions
+from nanoatr.evaluate import evaluate, fits
+from nanoatr.model import ModelError, Qwen3
+from nanoatr.model.files import local_dir
+from nanoatr.machinery.resume import SFT_RESUME_RULES, resumed_config
+from nanoatr.machinery.folder import RunFolder, unique_name
+from nanoatr.scoring import token_logprobs
+from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags,
+                               load_tokenizer)
 
 
 def check(cfg: SFTConfig, given: set) -> None:
@@ -190,7 +198,7 @@ def check_lengths(cfg: SFTConfig, tok, sets: dict, positions: int, prompt_kw: di
 
 
 def main(argv=None):
-    cfg, _, given = parse(SFTConfig, argv, __doc__)
+    cfg, _, given = read_flags(argv)
     folder, change = None, {}
     try:
         if cfg.resume:  # the run's settings; a flag that may change is recorded (SFT_RESUME_RULES)
@@ -370,7 +378,8 @@ class Trainer:
         total = mask[:, 1:].sum()
         self.opt.zero_grad(set_to_none=True)
         loss = 0.0
-        for rows, width in micro_batches([len(p) + len(c) for p, c in examples], self.recipe.micro_batch):
+        lengths = [len(p) + len(c) for p, c in examples]
+        for rows, width in micro_batch_slices(lengths, self.recipe.micro_batch):
             with self.precision():
                 part = completion_loss(self.model, ids[rows, :width], mask[rows, :width], total)
             part.backward()
@@ -381,7 +390,7 @@ class Trainer:
         return loss
 
 
-def micro_batches(lengths: list[int], size: int) -> list[tuple[slice, int]]:
+def micro_batch_slices(lengths: list[int], size: int) -> list[tuple[slice, int]]:
     """(rows, width) of each micro-batch: `size` rows at a time (0: all), each cut to its longest row."""
     size = size or len(lengths)
     return [(slice(i, i + size), max(lengths[i:i + size])) for i in range(0, len(lengths), size)]

@@ -17,6 +17,9 @@ A first reading without DDP, chunks, dynamic sampling or checkpoints: grpo.py (~
 """
 import nanoatr
 nanoatr.quiet_ctrl_c()  # before the imports below (seconds): Ctrl-C is one line, not a traceback
+from nanoatr.machinery.flags import TrainConfig, train_flags
+if __name__ == "__main__":  # --help and a bad flag answer now, before torch loads; main() reads them again
+    train_flags(None, __doc__)
 import functools
 import math
 import time
@@ -45,7 +48,6 @@ from nanoatr.machinery.checkpoint import read_tokenizer_files
 from nanoatr.machinery.decoding import decode_plan
 from nanoatr.machinery.session import Session, check_finite
 from nanoatr.machinery.step_metrics import metrics_line
-from nanoatr.machinery.train_config import TrainConfig
 
 
 @dataclass

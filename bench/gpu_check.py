@@ -49,7 +49,7 @@ import gpu_rollout  # noqa: E402  (random_model, ragged_prompts, timed, to_hf, t
 import gpu_smoke  # noqa: E402  (parse_args and train_steps: the --preset paper step)
 from nanoatr import lora  # noqa: E402
 from nanoatr.machinery import decoding  # noqa: E402
-from nanoatr.machinery.train_config import PRESETS  # noqa: E402
+from nanoatr.machinery.flags import PRESETS  # noqa: E402
 from nanoatr.machinery.decoding import CHECK_EVERY, decode_plan  # noqa: E402
 from nanoatr.rollout import EAGER, DecodePlan  # noqa: E402
 from nanoatr.rollout import generate  # noqa: E402

@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # noqa: E402
-from nanoatr.machinery.train_config import PRESETS, TrainConfig, resolve  # noqa: E402
+from nanoatr.machinery.flags import PRESETS, TrainConfig, resolve  # noqa: E402
 from nanoatr import lora
 from nanoatr.machinery import distributed, step_metrics  # noqa: E402
 from nanoatr.loss import group_advantages  # noqa: E402

@@ -40,7 +40,7 @@ def step_inputs(rows: int, T: int, V: int, D: int, lora_rank: int):
     tests/test_memory.py runs train.optimize on them too."""
     import train
     from nanoatr import lora
-    from nanoatr.machinery.train_config import TrainConfig, resolve
+    from nanoatr.machinery.flags import TrainConfig, resolve
     from nanoatr.machinery.distributed import Dist, Shard
     from nanoatr.rollout import Rollout
     from nanoatr.scoring import Scorer

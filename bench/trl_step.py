@@ -115,7 +115,7 @@ def ours_setup(model_dir: Path, args, phases: Phases):
     import train
     from nanoatr import lora
     from nanoatr.machinery import distributed
-    from nanoatr.machinery.train_config import TrainConfig, resolve
+    from nanoatr.machinery.flags import TrainConfig, resolve
     from nanoatr.machinery.distributed import Dist
     from nanoatr.scoring import Scorer
     from nanoatr.tokenizer import load_tokenizer, make_stopper, eos_token_ids

@@ -56,8 +56,7 @@ from typing import Iterator
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from anywhere without installing
 
-from nanoatr.machinery.cli import arg, die
-from nanoatr.machinery.parser import parse  # noqa: E402
+from nanoatr.machinery.flags import arg, die, parse  # noqa: E402
 from nanoatr.data import DataError, load_problems, repair_latex_escapes  # noqa: E402
 from nanoatr.verifier import verify  # noqa: E402
 

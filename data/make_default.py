@@ -45,7 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere without installing
 
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
-from nanoatr.machinery.parser import Parser  # noqa: E402  (one error line, flags only in full)
+from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.data import Problem, arith_key, save_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))  # run from anywhere without installing
 sys.path.insert(0, str(ROOT / "data"))
 
 from countdown_puzzle import solutions  # noqa: E402  (data/countdown_puzzle.py)
-from nanoatr.machinery.parser import Parser  # noqa: E402  (one error line, flags only in full)
+from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.data import TASKS, load_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402

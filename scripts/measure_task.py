@@ -20,8 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from anywhere without installing
 
-from nanoatr.machinery.cli import ConfigError, check_numbers, die
-from nanoatr.machinery.parser import Parser  # noqa: E402  (one error line each)
+from nanoatr.machinery.flags import ConfigError, Parser, check_numbers, die  # noqa: E402
 from nanoatr.data import TASKS, load_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402

@@ -15,8 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
 from nanoatr import lora  # noqa: E402
-from nanoatr.machinery.cli import arg, die
-from nanoatr.machinery.parser import parse  # noqa: E402
+from nanoatr.machinery.flags import arg, die, parse  # noqa: E402
 from nanoatr.model import ModelError  # noqa: E402
 from nanoatr.model.files import local_dir  # noqa: E402
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
-from nanoatr.machinery.parser import Parser  # noqa: E402  (one error line, flags only in full)
+from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.machinery.resume import change_text, recorded_changes
 from nanoatr.machinery.metrics_log import read_metrics  # noqa: E402
 from nanoatr.evaluate import summarize, verdicts_by_problem  # noqa: E402

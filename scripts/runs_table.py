@@ -23,12 +23,10 @@ import sft  # noqa: E402  (the commands' flags: a run from before a flag ran wit
 from eval import grid, model_name  # noqa: E402  (eval.py's table layout and its name for a run)
 from nanoatr.machinery import distributed  # noqa: E402
 from nanoatr.machinery.checkpoint import CheckpointError  # noqa: E402
-from nanoatr.machinery.cli import ConfigError, die, flag  # noqa: E402
+from nanoatr.machinery.flags import ConfigError, Parser, TrainConfig, die, flag  # noqa: E402
 from nanoatr.machinery.metrics_log import read_metrics  # noqa: E402
-from nanoatr.machinery.parser import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.machinery.resume import (PATH_FIELDS, change_lines, from_start, paths, real_path,  # noqa: E402
                                       settings_now)
-from nanoatr.machinery.train_config import TrainConfig  # noqa: E402
 from nanoatr.tokenizer import TokenizerError, read_json  # noqa: E402
 
 import stats  # noqa: E402  (scripts/stats.py: the t-interval)

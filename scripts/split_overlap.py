@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "data"))
 import make_countdown  # noqa: E402  (data/make_countdown.py: the Countdown splits and warm-start stream)
 from countdown_puzzle import Spec  # noqa: E402  (data/countdown_puzzle.py: the Countdown generator's knobs)
 import make_default  # noqa: E402  (data/make_default.py: the arithmetic generator)
-from nanoatr.machinery.parser import Parser  # noqa: E402  (one error line, flags only in full)
+from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.data import DataError, Problem, arith_key, countdown_key, load_problems  # noqa: E402
 
 # task: (directory under data/, key, the files trained on, the evaluation files, the shipped

@@ -47,12 +47,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
 import torch  # noqa: E402
-from nanoatr.machinery import cli  # noqa: E402
-from nanoatr.machinery.parser import Parser, names_meant, parse  # noqa: E402
-from nanoatr.machinery.train_config import (PRESETS, TrainConfig, apply_preset, hparam_flags,  # noqa: E402
-                                            resolve)
+from nanoatr.machinery.flags import (PRESETS, ConfigError, Parser, TrainConfig, apply_preset,  # noqa: E402
+                                     check_hparams, check_numbers, check_ranges, flag, hparam_flags,
+                                     names_meant, parse, resolve)
 from nanoatr.methods import METHODS, defaults  # noqa: E402
-from nanoatr.machinery.cli import check_hparams  # noqa: E402
 # the report: scripts/sweep_report.py, and the questions it answers: scripts/contrasts.py
 from sweep_report import Run, finished, result, run_config, scores, write_report  # noqa: E402
 from contrasts import Questions, questions  # noqa: E402
@@ -95,27 +93,27 @@ def is_switch(name: str) -> bool:
 def flag_argv(name: str, value: str) -> list[str]:
     """The train.py argv of one arm flag: --name value, or for a switch --name (true) / --no-name (false)."""
     if is_switch(name):
-        return [cli.flag(name) if value == "true" else "--no-" + cli.flag(name)[2:]]
-    return [cli.flag(name), value]
+        return [flag(name) if value == "true" else "--no-" + flag(name)[2:]]
+    return [flag(name), value]
 
 
 def train_flag(spec: str, key: str, value: str) -> tuple[str, str]:
     """An arm's train.py flag: (field, value), the field named in full, as train.py takes it, and the value
     as train.py parses it (a bad one: train.py's one error line)."""
     if key in ARM_EXCLUDED or typing.get_origin(typing.get_type_hints(TrainConfig).get(key)) is list:
-        raise ValueError(f"method {spec!r}: {cli.flag(key)} is one for the whole sweep (the sweep's own, "
+        raise ValueError(f"method {spec!r}: {flag(key)} is one for the whole sweep (the sweep's own, "
                          "or a train.py flag after --)")
     if key not in train_fields():
         meant = names_meant(key, list(train_fields()))
         hint = f"; did you mean {' or '.join(meant)}?" if meant else ""
-        raise ValueError(f"method {spec!r}: {cli.flag(key)} is neither a hyper-parameter of its method "
+        raise ValueError(f"method {spec!r}: {flag(key)} is neither a hyper-parameter of its method "
                          f"nor a train.py flag{hint}")
     if is_switch(key):
         if value.lower() not in ("true", "false"):
-            raise ValueError(f"method {spec!r}: {cli.flag(key)} is a switch: {key}=true or {key}=false")
+            raise ValueError(f"method {spec!r}: {flag(key)} is a switch: {key}=true or {key}=false")
         value = value.lower()
     cfg = parse(TrainConfig, flag_argv(key, value), add_flags=hparam_flags)[0]
-    cli.check_ranges(cfg)  # ConfigError (a ValueError) naming the flag
+    check_ranges(cfg)  # ConfigError (a ValueError) naming the flag
     parsed = getattr(cfg, key)
     return key, value if isinstance(parsed, bool) else f"{parsed:g}" if isinstance(parsed, float) else \
         str(parsed)
@@ -173,7 +171,7 @@ def command(run: Run, steps: int, train_args: list[str]) -> list[str]:
     from step 0 when it was stopped before the first one)."""
     if (run.dir / "config.json").is_file():
         return [sys.executable, "train.py", "--resume", str(run.dir), "--steps", str(steps)]
-    hp = [x for k, v in run.hparams.items() for x in (cli.flag(k), f"{v:g}")]
+    hp = [x for k, v in run.hparams.items() for x in (flag(k), f"{v:g}")]
     own = [x for k, v in run.flags for x in flag_argv(k, v)]
     return [sys.executable, "train.py", "--clip", run.clip, *hp, "--seed", str(run.seed),
             "--steps", str(steps), "--out-dir", str(run.dir.parent), "--name", run.dir.name,
@@ -306,9 +304,9 @@ def make_parser() -> argparse.ArgumentParser:
 def check_counts(args, parser: argparse.ArgumentParser):
     """The sweep's counts in their ranges: one error line naming the flag."""
     try:
-        cli.check_numbers(args, {"seeds": ">=1", "steps": ">=1", "first_seed": ">=0", "jobs": ">=0",
+        check_numbers(args, {"seeds": ">=1", "steps": ">=1", "first_seed": ">=0", "jobs": ">=0",
                                     "threads": ">=0"})
-    except cli.ConfigError as e:
+    except ConfigError as e:
         parser.error(str(e))
 
 
@@ -346,7 +344,7 @@ def check_runs(runs: list[Run], steps: int, train_args: list[str], parser: argpa
         cfg, hparams, given = parse(TrainConfig, argv, add_flags=hparam_flags)
         try:
             resolve(apply_preset(cfg, given), hparams, 1, given)
-        except cli.ConfigError as e:
+        except ConfigError as e:
             parser.error(f"{e} (train.py, run {run.dir.name})")
 
 
@@ -378,7 +376,7 @@ def main(argv=None):
     if args.clip and args.ablate_delta:
         parser.error("--clip and --ablate-delta exclude each other (the ablation runs kl3)")
     given = parse(TrainConfig, train_args, add_flags=hparam_flags)  # a bad flag: train.py's error line
-    own = sorted(cli.flag(name) for name in given[2] if cli.flag(name) in OWN_FLAGS)
+    own = sorted(flag(name) for name in given[2] if flag(name) in OWN_FLAGS)
     if own:
         parser.error(f"{', '.join(own)} after -- is set by the sweep itself")
     preset = given[0].preset

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
-from nanoatr.machinery import cli, distributed  # noqa: E402
+from nanoatr.machinery import distributed, flags  # noqa: E402
 from nanoatr.methods import defaults  # noqa: E402
 from nanoatr.machinery.resume import change_lines  # noqa: E402
 from nanoatr.machinery.metrics_log import read_metrics  # noqa: E402
-from nanoatr.machinery.train_config import TrainConfig  # noqa: E402
+from nanoatr.machinery.flags import TrainConfig  # noqa: E402
 # scripts/plot.py
 from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402
 import stats  # noqa: E402  (scripts/stats.py)
@@ -72,7 +72,7 @@ def run_config(run: Run) -> dict:
     except (ValueError, RecursionError):
         why = "not JSON"
     if why:
-        cli.die(f"{path}: {why}: {run.dir.name} logged its last evaluation, but without the settings it "
+        flags.die(f"{path}: {why}: {run.dir.name} logged its last evaluation, but without the settings it "
                    f"ran with it cannot be reported; remove {run.dir} to run it again")
     return saved
 
@@ -148,7 +148,7 @@ def settings_text(train_args: list[str]) -> str:
         elif groups:
             groups[-1][1].append(word)
     hints = typing.get_type_hints(TrainConfig)
-    lists = {cli.flag(name) for name, tp in hints.items() if typing.get_origin(tp) is list}
+    lists = {flags.flag(name) for name, tp in hints.items() if typing.get_origin(tp) is list}
     key = lambda name: "--" + name[len("--no-"):] if name.startswith("--no-") else name  # noqa: E731
     last = {key(name): i for i, (name, _) in enumerate(groups) if name not in lists}
     kept = [words for i, (name, words) in enumerate(groups) if name in lists or last[key(name)] == i]

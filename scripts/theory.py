@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
-from nanoatr.machinery.parser import Parser  # noqa: E402  (one error line, flags only in full)
+from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr import methods  # noqa: E402
 from nanoatr.divergence import k3, kl3_ratio_range  # noqa: E402
 from plot import Line, Panel, draw  # noqa: E402  (scripts/plot.py)

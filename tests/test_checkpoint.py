@@ -13,7 +13,7 @@ import torch
 
 from nanoatr.machinery import checkpoint, folder, metrics_log, resume
 from nanoatr.machinery.checkpoint import CheckpointError
-from nanoatr.machinery.cli import ConfigError
+from nanoatr.machinery.flags import ConfigError
 from nanoatr.machinery.metrics_log import RunLog
 
 
@@ -295,7 +295,7 @@ def test_a_read_only_run_folder_is_one_line(tmp_path, monkeypatch):
 
 
 def test_a_resume_takes_the_saved_config_with_the_flags_given_on_top(tmp_path):
-    from nanoatr.machinery.train_config import TrainConfig
+    from nanoatr.machinery.flags import TrainConfig
     run = tmp_path / "r"
     run.mkdir()
     folder.write_json_atomic(run / "config.json", dataclasses.asdict(TrainConfig(steps=4, lr=3e-4, group_size=4)))

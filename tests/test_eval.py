@@ -1,4 +1,4 @@
-"""eval.py end to end on a tiny random model: rows, table numbers, --resume, one-line errors."""
+"""eval.py end to end on a tiny random model: rows, table numbers, --skip-done, one-line errors."""
 import contextlib
 import dataclasses
 import io
@@ -92,14 +92,14 @@ def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, 
     kept = [head] + lines[:4] + lines[10:12]  # the settings, and some of each benchmark
     partial.write_text("".join(kept) + lines[12][:15])  # and a line torn by a kill mid-write
 
-    run(model_dir, data, partial, "--resume")
+    run(model_dir, data, partial, "--skip-done")
     rows = rows_of(partial)
     triples = [(r["benchmark"], r["problem_id"], r["sample"]) for r in rows]
     assert len(triples) == len(set(triples)) == len(lines)
     assert partial.read_text().startswith("".join(kept))
     assert f"({len(lines) - len(kept) + 1} new)" in capsys.readouterr().out
 
-    run(model_dir, data, partial, "--resume")  # nothing left to do
+    run(model_dir, data, partial, "--skip-done")  # nothing left to do
     assert len(rows_of(partial)) == len(lines)
     assert "(0 new)" in capsys.readouterr().out
 
@@ -120,7 +120,7 @@ def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
         (tmp_path / "o.jsonl").write_text("")
     else:
         (tmp_path / "o.jsonl").write_text('{"not": "a row"}\n{}\n')
-        args["--resume"] = None
+        args["--skip-done"] = None
     with pytest.raises(SystemExit) as e:
         eval_cli.main([x for kv in args.items() for x in kv if x is not None])
     assert e.value.code == 2
@@ -149,19 +149,19 @@ def test_output_starts_with_the_settings(model_dir, full_run):
     (["other model"], "--model"),
 ])
 def test_resume_with_other_settings_is_refused(capsys, model_dir, data, full_run, tmp_path, flags, named):
-    """One table never mixes two evaluations: --resume names the flags that differ, and samples nothing."""
+    """One table never mixes two evaluations: --skip-done names the flags that differ, and samples nothing."""
     out = tmp_path / "o.jsonl"
     out.write_bytes(full_run[0].read_bytes())
     other = make_model_dir(tmp_path / "other", num_hidden_layers=1, tie_word_embeddings=True)
     argv = ["--model", str(other if flags == ["other model"] else model_dir), "--data", *data, "--k", str(K),
-            "--n", str(N), "--out", str(out), "--max-new-tokens", "6", "--batch-size", "4", "--resume",
+            "--n", str(N), "--out", str(out), "--max-new-tokens", "6", "--batch-size", "4", "--skip-done",
             *([] if flags == ["other model"] else flags)]
     if "--max-new-tokens" in flags:
         del argv[argv.index("--max-new-tokens"):argv.index("--max-new-tokens") + 2]
     with pytest.raises(SystemExit) as e:
         eval_cli.main(argv)
     err = capsys.readouterr().err
-    assert e.value.code == 2 and err.startswith("error: --resume: ") and err.count("\n") == 1, err
+    assert e.value.code == 2 and err.startswith("error: --skip-done: ") and err.count("\n") == 1, err
     assert named in err
     assert out.read_bytes() == full_run[0].read_bytes()
 
@@ -173,7 +173,7 @@ def test_unwritable_out_is_one_line_before_the_model_loads(capsys, monkeypatch, 
     out = tmp_path if where == "a directory" else tmp_path / "file" / "o.jsonl"
     with pytest.raises(SystemExit) as e:
         eval_cli.main(["--model", str(model_dir), "--data", *data, "--out", str(out)] +
-                      (["--resume"] if where == "a directory" else []))
+                      (["--skip-done"] if where == "a directory" else []))
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith(f"error: cannot write --out {out}") and err.count("\n") == 1, err
 
@@ -216,7 +216,7 @@ def test_progress_bar_stays_out_of_a_pipe(model_dir, data, tmp_path, capfd):
 
 @pytest.mark.parametrize("line", ['{"benchmark": "b", "problem_id": ' + "9" * 5000 + "}", "[" * 5000 + "]" * 5000])
 def test_an_out_file_row_json_cannot_read_into_python_is_one_line(tmp_path, capsys, line):
-    """--resume of an --out file with a row of too many digits or nested past json's limit: one line naming
+    """--skip-done of an --out file with a row of too many digits or nested past json's limit: one line naming
     the file and line, as any row that is not eval.py's."""
     out = tmp_path / "e.jsonl"
     out.write_text('{"settings": {}}\n' + line + "\n" + '{"settings": {}}\n')

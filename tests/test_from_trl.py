@@ -23,8 +23,7 @@ import pytest
 
 import train
 from nanoatr.machinery import folder
-from nanoatr.machinery.parser import parse
-from nanoatr.machinery.train_config import TrainConfig, apply_preset, hparam_flags, resolve
+from nanoatr.machinery.flags import TrainConfig, apply_preset, hparam_flags, parse, resolve
 from rounding import U32, within
 from test_knobs import transformers_rates
 from test_report import assert_same, events, metrics, scalars

@@ -12,10 +12,9 @@ import torch
 
 import grpo
 import train
-from nanoatr.machinery.train_config import TrainConfig, resolve
+from nanoatr.machinery.flags import TrainConfig, check_hparams, resolve
 from nanoatr.data import TASKS, load_problems
 from nanoatr.machinery.distributed import Dist, Shard
-from nanoatr.machinery.cli import check_hparams
 from nanoatr.model import Qwen3
 from nanoatr.rewards import Rewards
 from nanoatr.scoring import Scorer

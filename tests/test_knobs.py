@@ -13,11 +13,10 @@ import pytest
 import torch
 
 import train
-from nanoatr.machinery.cli import ConfigError
+from nanoatr.machinery.flags import ConfigError, TrainConfig, check_schedule_kept
 from nanoatr.loss import merge_stats, overlong_penalty
 from nanoatr.rollout import Rollout
 from nanoatr.machinery import step_metrics
-from nanoatr.machinery.train_config import TrainConfig, check_schedule_kept
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data",

@@ -16,7 +16,7 @@ from nanoatr import loss as L
 from nanoatr import scoring as S
 from nanoatr import divergence, methods
 from nanoatr.divergence import kl3_ratio_range
-from nanoatr.machinery import cli
+from nanoatr.machinery import flags
 from rounding import U32, UBF16, entropy_error, log_softmax_error, sum_orders, within
 
 F64 = torch.float64
@@ -454,9 +454,9 @@ def test_kl3_adaptive_widens_the_band_of_rare_tokens():
     close(grad, -col(1.0, -1.0) * torch.tensor(w, dtype=F64) * kept)
     assert m["delta_t"].item() == pytest.approx(sum(min(0.07 / qi, 0.35) for qi in q) / len(q))
     with pytest.raises(ValueError, match="--delta-max must be >= --delta"):
-        cli.check_hparams("kl3-adaptive", delta=0.1, delta_max=0.05)
+        flags.check_hparams("kl3-adaptive", delta=0.1, delta_max=0.05)
     with pytest.raises(ValueError, match=r"--adapt must be in \[0, 1\]"):
-        cli.check_hparams("kl3-adaptive", adapt=1.5)
+        flags.check_hparams("kl3-adaptive", adapt=1.5)
 
 
 def test_kl3_seq_on_one_token_sequences_is_kl3():
@@ -666,7 +666,7 @@ def test_cut_low_means_w_below_1_and_cut_high_w_above_1(method):
     lw = log_w.clone()
     full_kl = (lw.exp() - 1 - lw) if methods.needs(method, "full_kl") else None
     t_valid = torch.ones(B, T, dtype=torch.bool)
-    hp = cli.check_hparams(method)
+    hp = flags.check_hparams(method)
     t = methods.Tokens(lw.exp(), lw, adv[:, None].expand(B, T), t_valid, old, full_kl,
                        torch.rand(B, T, generator=g, dtype=F64))
     _, low, high, _ = methods.METHODS[method](t, **hp)
@@ -742,7 +742,7 @@ def test_defaults_match_the_sources():
     assert D["cispo"] == {"eps_low": 1.0, "eps_high": 4.0}  # no lower bound; TRL's cap 5 = 1 + eps_high
     assert all(D[m]["delta"] == 0.07 for m in ("kl1", "kl2", "kl3", "kl3-is", "kl-full", "truly-ppo"))
     for method, fn in methods.METHODS.items():
-        assert cli.check_hparams(method) == D[method]
+        assert flags.check_hparams(method) == D[method]
         assert fn.__doc__ and all(name in fn.__doc__ for name in D[method]), method
 
 
@@ -774,7 +774,7 @@ def test_every_docstring_names_its_knobs():
 ])
 def test_bad_hparams_name_the_flag(method, hp, message):
     with pytest.raises(ValueError, match=message):
-        cli.check_hparams(method, **hp)
+        flags.check_hparams(method, **hp)
 
 
 def test_full_kl_methods_say_what_they_need():

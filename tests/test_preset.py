@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 
 import train
-from nanoatr.machinery.parser import TRL_NAMES, parse
-from nanoatr.machinery.train_config import (PRESETS, TrainConfig, apply_preset, delta_warning, hparam_flags,
-                                            resolve)
+from nanoatr.machinery.flags import PRESETS, TrainConfig, apply_preset, delta_warning, hparam_flags, parse, resolve
+from nanoatr.machinery.trl_names import TRL_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["--model", "m", "--data", "d.jsonl", "--eval-data", "aime24.jsonl"]
@@ -149,7 +148,7 @@ def test_an_unknown_flag_that_is_no_trl_name_gets_no_hint(capsys):
 
 
 def train_parser_actions():
-    from nanoatr.machinery.parser import Parser, add_fields
+    from nanoatr.machinery.flags import Parser, add_fields
     parser = Parser()
     add_fields(parser, TrainConfig)
     hparam_flags(parser)

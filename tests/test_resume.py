@@ -17,9 +17,8 @@ import sft as sft_cli
 import train
 from nanoatr import loss
 from nanoatr.machinery import folder
-from nanoatr.machinery.parser import parse
+from nanoatr.machinery.flags import TrainConfig, hparam_flags, parse
 from nanoatr.machinery.resume import FREE, RECORDED, RESUME_RULES, SFT_RESUME_RULES, Refused
-from nanoatr.machinery.train_config import TrainConfig, hparam_flags
 from test_train import FAST
 from tiny import make_default, make_model_dir
 

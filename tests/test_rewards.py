@@ -13,11 +13,11 @@ import torch
 import eval as eval_cli
 import train
 from nanoatr.machinery import checkpoint
-from nanoatr.machinery.cli import ConfigError
+from nanoatr.machinery.flags import ConfigError
 from nanoatr.data import TASKS, Problem, load_problems
 from nanoatr import rewards as rewards_module
 from nanoatr.rewards import RewardError, Rewards, countdown_reward, math_reward
-from nanoatr.machinery.reward_flags import from_flags
+from nanoatr.machinery.reward_loader import from_flags
 from nanoatr.verifier import countdown, verify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -507,8 +507,8 @@ def test_eval_py_counts_a_completion_correct_when_the_weighted_total_is_positive
     assert len(rows) == 8 and {r["reward"] for r in rows} == {0.0, 0.5}  # both kinds met
     assert all(r["reward"] == 0.5 * (len(r["completion"]) % 2 == 0) and r["correct"] == (r["reward"] > 0)
                for r in rows)
-    with pytest.raises(SystemExit) as e:  # another grading is refused on --resume: one table, one grading
-        eval_cli.main([*common, "--resume"])
+    with pytest.raises(SystemExit) as e:  # another grading is refused on --skip-done: one table, one grading
+        eval_cli.main([*common, "--skip-done"])
     assert e.value.code == 2 and f"--reward ['{path}:even'] (now [])" in capsys.readouterr().err
 
 
@@ -538,7 +538,7 @@ def test_what_is_correct_is_the_built_in_verifier_beside_your_rewards_unless_cor
 
 
 def test_eval_py_resumes_with_its_reward_file_however_spelled_and_from_anywhere(write, tmp_path, monkeypatch):
-    """The settings line holds a --reward's FILE.py as an absolute path: --resume takes ./r.py:f, r.py:f and
+    """The settings line holds a --reward's FILE.py as an absolute path: --skip-done takes ./r.py:f, r.py:f and
     /abs/r.py:f for one another, and from another directory too."""
     write("user_reward_where.py", """
         def even(completions, **kwargs):
@@ -550,9 +550,9 @@ def test_eval_py_resumes_with_its_reward_file_however_spelled_and_from_anywhere(
     eval_cli.main([*common, "--limit", "2", "--reward", "user_reward_where.py:even"])
     settings = json.loads(out.read_text().splitlines()[0])["settings"]
     assert settings["reward"] == [f"{tmp_path}/user_reward_where.py:even"]
-    eval_cli.main([*common, "--limit", "3", "--reward", "./user_reward_where.py:even", "--resume"])
+    eval_cli.main([*common, "--limit", "3", "--reward", "./user_reward_where.py:even", "--skip-done"])
     monkeypatch.chdir(ROOT)
-    eval_cli.main([*common, "--limit", "4", "--reward", f"{tmp_path}/user_reward_where.py:even", "--resume"])
+    eval_cli.main([*common, "--limit", "4", "--reward", f"{tmp_path}/user_reward_where.py:even", "--skip-done"])
     assert len(out.read_text().splitlines()) == 1 + 4
 
 
@@ -567,7 +567,7 @@ def test_eval_py_with_a_failing_reward_is_one_line_and_keeps_what_was_sampled(wr
                        "--out", str(out), "--reward", f"{path}:nan"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 1 and err[-1].startswith("error: reward function nan returned nan for row 0 of 4 (")
-    assert err[-1].endswith(f"; 0 new completions kept in {out} (continue with --resume --out {out} once the "
+    assert err[-1].endswith(f"; 0 new completions kept in {out} (continue with --skip-done --out {out} once the "
                             "reward is fixed)")
     assert "settings" in json.loads(out.read_text().splitlines()[0])
 

@@ -12,7 +12,7 @@ import pytest
 
 import eval as eval_cli
 import train as train_cli
-from nanoatr.machinery.train_config import TrainConfig
+from nanoatr.machinery.flags import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -185,7 +185,7 @@ def test_micro_batches_add_up_to_the_whole_batch(monkeypatch):
     islands = 2 * qwen3_float64(model.config)
     within(states[0][0], states[1][0], islands * z_max, "loss")
     within(states[0][1], states[1][1], islands * float(states[0][1].abs().max()), "gradients")
-    assert sft.micro_batches([3, 5, 2, 4, 1], 2) == [(slice(0, 2), 5), (slice(2, 4), 4), (slice(4, 6), 1)]
+    assert sft.micro_batch_slices([3, 5, 2, 4, 1], 2) == [(slice(0, 2), 5), (slice(2, 4), 4), (slice(4, 6), 1)]
 
 
 def test_warm_up_is_linear_then_flat():

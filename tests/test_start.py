@@ -16,7 +16,7 @@ import pytest
 
 import train
 from nanoatr.machinery.resume import checked_settings, settings_now
-from nanoatr.machinery.train_config import TrainConfig
+from nanoatr.machinery.flags import TrainConfig
 from test_diverge import tiny_args
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,8 +15,7 @@ import stats  # noqa: E402  (scripts/stats.py)
 import sweep  # noqa: E402  (scripts/sweep.py)
 import sweep_report  # noqa: E402  (scripts/sweep_report.py)
 import contrasts  # noqa: E402  (scripts/contrasts.py)
-from nanoatr.machinery.parser import parse  # noqa: E402
-from nanoatr.machinery.train_config import PRESETS, TrainConfig, apply_preset, hparam_flags  # noqa: E402
+from nanoatr.machinery.flags import PRESETS, TrainConfig, apply_preset, hparam_flags, parse  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
 TINY = ["--eval-limit", "4", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40"]
 

@@ -168,7 +168,7 @@ def step_run(clip: str, reuse_first_forward: bool):
     minibatches x 2 epochs, micro-batches of 3 (so they do not divide a minibatch's 8 rows)."""
     import contextlib
     import grpo
-    from nanoatr.machinery.train_config import TrainConfig, resolve
+    from nanoatr.machinery.flags import TrainConfig, resolve
     from nanoatr.data import TASKS, load_problems
     from nanoatr.machinery.distributed import Dist, Shard
     from nanoatr.model import Qwen3
@@ -433,7 +433,7 @@ def fake_rounds(monkeypatch, rewards_by_round):
 
 
 def fake_run(k):
-    from nanoatr.machinery.train_config import TrainConfig
+    from nanoatr.machinery.flags import TrainConfig
     from nanoatr.machinery.distributed import Dist, Shard
     cfg = TrainConfig(prompts_per_step=3, group_size=2, dynamic_sampling=k)
     tok = type("Tok", (), {"pad_token_id": 0})()

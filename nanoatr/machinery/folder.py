@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nanoatr.machinery import checkpoint, distributed
 from nanoatr.machinery.checkpoint import CheckpointError, _sha256, reason, replace_bytes, write_bytes
-from nanoatr.machinery.cli import ConfigError
+from nanoatr.machinery.flags import ConfigError
 from nanoatr.machinery.metrics_log import RunLog, TensorBoard, Wandb, repair_jsonl
 from nanoatr.machinery.resume import recorded_changes
 

@@ -6,7 +6,7 @@ import typing
 from pathlib import Path
 
 from nanoatr.machinery.checkpoint import KEPT, _sha256, warn
-from nanoatr.machinery.cli import ConfigError, flag
+from nanoatr.machinery.flags import ConfigError, flag
 from nanoatr.data import located
 
 

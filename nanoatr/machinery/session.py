@@ -14,16 +14,15 @@ import nanoatr
 from nanoatr import lora
 from nanoatr.machinery import checkpoint, distributed
 from nanoatr.machinery.checkpoint import CheckpointError
-from nanoatr.machinery.cli import ConfigError, die
 from nanoatr.data import DataError
 from nanoatr.evaluate import BudgetError
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
 from nanoatr.rewards import RewardError
 from nanoatr.machinery.resume import RESUME_RULES, change_text, named_checkpoint, real_path, resumed_config
-from nanoatr.machinery.reward_flags import for_run
-from nanoatr.machinery.train_config import (apply_preset, band, check_schedule_kept,
-                                            delta_warning, parse_flags, resolve)
+from nanoatr.machinery.flags import (ConfigError, apply_preset, band, check_schedule_kept, delta_warning, die,
+                                     resolve, train_flags)
+from nanoatr.machinery.reward_loader import load_rewards
 from nanoatr.machinery.folder import RunFolder, unique_name
 from nanoatr.tokenizer import TokenizerError
 
@@ -71,7 +70,7 @@ class Session:
         self.folder = self.bar = None  # the runs.RunFolder, once the flags are resolved
         self.training = False
         self.interrupted_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
-        cfg, hparams, given = parse_flags(argv, doc)
+        cfg, hparams, given = train_flags(argv, doc)
         self.cfg, self.hparams, self.given = cfg, hparams, given
         self.sigterm = signal.signal(signal.SIGTERM, terminated)  # the loop has its own; close() puts it back
 
@@ -110,7 +109,7 @@ class Session:
             hparams, self.change = self.hparams, {}
         self.d = d = distributed.setup(cfg.device)
         self.cfg = cfg = resolve(cfg, hparams, d.world, self.given)
-        self.rewards = for_run(cfg, [cfg.data, *cfg.eval_data])  # each checked against the files' columns
+        self.rewards = load_rewards(cfg, [cfg.data, *cfg.eval_data])  # checked against the files' columns
         # The run folder first, before minutes of loading: a used name, a second process on the same
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
         self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(

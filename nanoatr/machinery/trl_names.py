@@ -23,16 +23,18 @@ TRL_NAMES = {"num_generations": "--group-size", "num_iterations": "--epochs",
              "weight_decay": "--weight-decay", "top_p": "--top-p", "top_k": "--top-k",
              "reward_funcs": "--reward", "reward_weights": "--reward-weights", "report_to": "--report-to",
              "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2",
-             "log_completions": "--log-completions", "num_completions_to_print": "--log-completions"}
+             "log_completions": "--log-completions", "num_completions_to_print": "--log-completions",
+             "resume_from_checkpoint": "--resume"}
 
 PER_ROLLOUT_STEP = "--steps counts rollout steps; one is --minibatches x --epochs optimizer steps"
 
 
 class CommandLine:
-    """The words of a command line, and the values of our flags on it (else `defaults`, by field name)."""
+    """The words of a command line, and the values of our flags on it (else `defaults`, by field name);
+    `knobs`: each --clip method's knobs (flags.METHOD_KNOBS)."""
 
-    def __init__(self, argv: list[str], defaults: dict):
-        self.argv, self.defaults = argv, defaults
+    def __init__(self, argv: list[str], defaults: dict, knobs: dict | None = None):
+        self.argv, self.defaults, self.knobs = argv, defaults, knobs or {}
 
     def value(self, name: str) -> str | None:
         """The word given to flag `name` (--x V or --x=V); None when it is not given, or given no value."""
@@ -106,6 +108,28 @@ def epochs(name: str, value: float, line: CommandLine) -> str:
             f"{prompts}")
 
 
+def knob(method: str):
+    """The hint of TRL's name for a knob of `method` (TRL's method for it): our knob, with --clip `method`
+    named where the command line's --clip (or its default) has no such knob."""
+    def hint(name: str, value, line: CommandLine) -> str:
+        ours = TRL_NAMES[name.lstrip("-").replace("-", "_")]
+        value = "" if value is None else f" {value}"
+        clip = line.value("--clip") or line.defaults.get("clip")
+        if ours[2:].replace("-", "_") in line.knobs.get(clip, {}):
+            return f"TRL's {name}{value} is {ours}{value} here"
+        knobs = " ".join(f"--{k.replace('_', '-')}" for k in line.knobs.get(clip, {})) or "none"
+        return (f"TRL's {name}{value} is {ours}{value} with --clip {method} here ({ours} is no knob of "
+                f"--clip {clip}: its knobs are {knobs})")
+    return hint
+
+
+def unsupported(why: str):
+    """The hint of a TRL setting nanoatr has no flag for, and why."""
+    def hint(name: str, value, line: CommandLine) -> str:
+        return f"TRL's {name} has no flag here: {why}"
+    return hint
+
+
 def bf16(name: str, value, line: CommandLine) -> str:
     off = str(line.value(name)).lower() in ("false", "0", "no")
     return f"TRL's {name} is --dtype {'float32 (our default)' if off else 'bfloat16'} here"
@@ -147,8 +171,18 @@ CONVERTED = {"max_steps": ("--steps", in_rollout_steps("--steps")),
              "logging_steps": ("--minibatches", logging), "num_train_epochs": ("--steps", epochs),
              "bf16": ("--dtype", bf16), "loss_type": ("--aggregation", named("--aggregation", LOSS_TYPES)),
              "scale_rewards": ("--std-normalize", named("--std-normalize", SCALES)),
-             "output_dir": ("--out-dir", output_dir), "eval_strategy": ("--eval-every", evaluation)}
-WORDS = ("bf16", "loss_type", "scale_rewards", "output_dir", "eval_strategy")  # values that are no numbers
+             "output_dir": ("--out-dir", output_dir), "eval_strategy": ("--eval-every", evaluation),
+             "epsilon": ("--eps", knob("clip")), "epsilon_high": ("--eps-high", knob("clip-higher")),
+             "sapo_temperature_pos": ("--tau-pos", knob("soft-gate")),
+             "sapo_temperature_neg": ("--tau-neg", knob("soft-gate")),
+             "fp16": ("--dtype", unsupported("float16 is not supported (its narrow range overflows without "
+                                            "loss scaling); --dtype bfloat16 is the half precision here")),
+             "max_prompt_length": ("--max-new-tokens", unsupported(
+                 "prompts are never cut; a prompt whose tokens and --max-new-tokens pass the model's "
+                 "positions is an error naming its file and row"))}
+# hinted whatever follows them (a word, a knob's value as given, or nothing)
+WORDS = ("bf16", "loss_type", "scale_rewards", "output_dir", "eval_strategy", "fp16",
+         "epsilon", "epsilon_high", "sapo_temperature_pos", "sapo_temperature_neg")
 
 
 def hint(word: str, line: CommandLine, flags) -> str | None:
@@ -157,6 +191,6 @@ def hint(word: str, line: CommandLine, flags) -> str | None:
     key = name.lstrip("-").replace("-", "_") if name.startswith("--") else None
     if key in CONVERTED and CONVERTED[key][0] in flags:
         value = line.number(name) if key not in WORDS else line.value(name)
-        if value is not None or key == "bf16":
+        if value is not None or key in WORDS:
             return CONVERTED[key][1](name, value, line)
     return f"TRL's {name} is {TRL_NAMES[key]} here" if TRL_NAMES.get(key) in flags else None

@@ -1,5 +1,6 @@
-"""--reward and --reward-weights: the reward functions a run uses, loaded by name (FILE.py:FUNCTION by
-its path, MODULE:FUNCTION an installed module); every problem is one ConfigError naming the flag."""
+"""Loading the reward functions --reward names: FILE.py:FUNCTION by its path, MODULE:FUNCTION an installed
+module, weighted by --reward-weights and checked against the data's columns; every problem is one ConfigError
+naming the flag."""
 import dataclasses
 import importlib
 import importlib.util
@@ -11,13 +12,13 @@ from typing import Callable
 import torch
 
 from nanoatr.data import TASKS, Problem, load_problems
-from nanoatr.machinery.cli import ConfigError, check_number
+from nanoatr.machinery.flags import ConfigError, check_number
 from nanoatr.rewards import Rewards, RewardError, arguments, one_line, signature_problem
 
 FIRST_ROWS = 16  # the rows of each file whose columns a reward function's signature is checked against
 
 
-def for_run(cfg, files: list[str]) -> Rewards:
+def load_rewards(cfg, files: list[str]) -> Rewards:
     """The reward functions of a command (--reward, --reward-weights; none: the --task's built-in), the one
     that says what is correct chosen (--correct-reward: judged), each checked against the columns of the
     first rows of every file (check_signatures). Every problem is one ConfigError, before any model loads."""

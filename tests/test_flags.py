@@ -1,23 +1,28 @@
-"""nanoatr/machinery/cli.py: the one range table at its endpoints, shared groups defined once and composed into each
+"""nanoatr/machinery/flags.py: the one range table at its endpoints, shared groups defined once and composed into each
 command's config, a command's own default for a shared field, and --help's sections in one order."""
 import argparse
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import eval as eval_cli
 import grpo
 import sample
 import sft
 from nanoatr import methods
-from nanoatr.machinery import cli
-from nanoatr.machinery.cli import RANGES, SECTIONS, ConfigError, check_number, check_numbers, in_reading_order
-from nanoatr.machinery.parser import parse
-from nanoatr.machinery.train_config import TrainConfig
+from nanoatr.machinery import flags
+from nanoatr.machinery.flags import (RANGES, SECTIONS, ConfigError, TrainConfig, check_number, check_numbers,
+                                     in_reading_order, parse)
 
+ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = [TrainConfig, sft.SFTConfig, eval_cli.EvalConfig, sample.SampleConfig]
-GROUPS = [cli.PromptFlags, cli.ModelFlags, cli.SamplingFlags, cli.DeviceFlags, cli.TrainingFlags,
-          cli.EvalFlags, cli.RunFlags]
+GROUPS = [flags.PromptFlags, flags.ModelFlags, flags.SamplingFlags, flags.DeviceFlags, flags.TrainingFlags,
+          flags.EvalFlags, flags.RunFlags]
 
 
 @pytest.mark.parametrize("name, inside, outside", [
@@ -50,18 +55,18 @@ def test_a_shared_field_is_defined_in_one_group_only():
     assert not repeated
     # Same name, different flags: the precision of training vs of sampling, the device of a run folder's
     # command vs of eval/sample (a section of their own), the seed of a run vs of sampling.
-    assert cli.TrainingFlags.__dataclass_fields__["dtype"].metadata["help"] != \
-        cli.DeviceFlags.__dataclass_fields__["dtype"].metadata["help"]
+    assert flags.TrainingFlags.__dataclass_fields__["dtype"].metadata["help"] != \
+        flags.DeviceFlags.__dataclass_fields__["dtype"].metadata["help"]
 
 
 def test_a_command_changes_a_shared_default_and_keeps_its_section_and_range():
-    shared = cli.EvalFlags.__dataclass_fields__["eval_k"]
+    shared = flags.EvalFlags.__dataclass_fields__["eval_k"]
     ours = sft.SFTConfig.__dataclass_fields__["eval_k"]
     assert (shared.default, ours.default) == (8, 4) and TrainConfig().eval_k == 8 and sft.SFTConfig().eval_k == 4
-    assert ours.metadata["section"] == shared.metadata["section"] == cli.EVAL
+    assert ours.metadata["section"] == shared.metadata["section"] == flags.EVAL
     assert ours.metadata["range"] == shared.metadata["range"] == ">=1"
     with pytest.raises(ConfigError, match=r"^--eval-k must be >= 1 \(got 0\)$"):
-        cli.check_ranges(sft.SFTConfig(eval_k=0))
+        flags.check_ranges(sft.SFTConfig(eval_k=0))
     lr = sft.SFTConfig.__dataclass_fields__["lr"]  # help only: the default stays the group's
     assert lr.default == 1e-4 and "--warmup" in lr.metadata["help"] and lr.metadata["range"] == ">0"
 
@@ -69,7 +74,7 @@ def test_a_command_changes_a_shared_default_and_keeps_its_section_and_range():
 def test_reading_order_lists_the_commands_own_fields_then_its_groups_and_overrides_stay_in_place():
     names = [f.name for f in in_reading_order(sft.SFTConfig)]
     assert names[:3] == ["model", "data", "eval_data"]
-    prompt = [f.name for f in dataclasses.fields(cli.PromptFlags)]
+    prompt = [f.name for f in dataclasses.fields(flags.PromptFlags)]
     assert names[names.index("system_prompt"):][:3] == prompt  # thinking (an override) in its group's place
     assert sorted(names) == sorted(f.name for f in dataclasses.fields(sft.SFTConfig))
 
@@ -83,7 +88,7 @@ def test_help_sections_come_in_one_order(cls, capsys):
     assert len(heads) >= 3 and [out.index(h) for h in heads] == sorted(out.index(h) for h in heads)
     for f in dataclasses.fields(cls):
         if f.metadata.get("cli") is not False:
-            assert cli.flag(f.name) in out
+            assert flags.flag(f.name) in out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -91,7 +96,7 @@ def test_help_sections_come_in_one_order(cls, capsys):
     (["--prompts", "0"], "error: --prompts must be >= 1 (got 0)"),
     (["--group-size", "1"], "error: --group-size must be >= 2 (got 1)"),
     (["--minibatches", "0"], "error: --minibatches must be >= 1 (got 0)"),
-    (["--lr=-1e-4"], "error: --lr must be > 0 (got -0.0001)"),
+    (["--lr", "-1e-4"], "error: --lr must be > 0 (got -0.0001)"),   # a negative number is a value
     (["--lr", "nan"], "error: --lr must be a finite number (got nan)"),
     (["--clip", "kl4"], "error: argument --clip: invalid choice: 'kl4'"),
     (["--learning_rate", "1e-4"], "error: unrecognized arguments: --learning_rate 1e-4"),
@@ -149,7 +154,7 @@ def test_check_numbers_checks_each_given_attribute_and_skips_an_unset_one():
 def test_command_line_bytes_that_are_no_utf8_are_one_line_naming_the_flag(cls, argv, named, capsys):
     """A byte that is no UTF-8 in argv reaches Python as a lone surrogate, which no file, tokenizer or
     config.json takes: one line naming the flag, before anything is made."""
-    if named not in {cli.flag(f.name) for f in dataclasses.fields(cls)}:
+    if named not in {flags.flag(f.name) for f in dataclasses.fields(cls)}:
         pytest.skip(f"{cls.__name__} has no {named}")
     with pytest.raises(SystemExit) as e:
         parse(cls, argv)
@@ -188,3 +193,99 @@ def test_two_files_of_one_name_are_one_line_naming_them(command, tmp_path, capsy
         f"error: {flag}: two files named test ({' '.join(files)}): each file's results go by its name; "
         "rename one\n")
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------
+# Read before torch loads: --help and a bad flag answer at once (issue 56), and the core's names the flags
+# read from its source are the core's own
+
+HEAVY = ("torch", "transformers", "peft", "sympy")
+
+
+@pytest.mark.parametrize("command, bad", [
+    ("train.py", ["--lr", "-1e-4"]), ("eval.py", ["--k", "0"]), ("sample.py", ["--seed", "-1"]),
+    ("sft.py", ["--delta", "1"]), ("grpo.py", ["--lr", "-1e-4"])])
+def test_help_and_a_bad_flag_need_no_torch(command, bad):
+    """Each command run with torch, transformers, peft and sympy unimportable: --help prints, a bad flag is
+    its one error line (the answer no longer waits seconds for torch to load)."""
+    block = "; ".join(f"sys.modules[{m!r}] = None" for m in HEAVY)
+    def run(*argv):
+        code = f"import sys, runpy; {block}; sys.argv = {[command, *argv]!r}; runpy.run_path({command!r}, " \
+               "run_name='__main__')"
+        return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    shown, refused = run("--help"), run(*bad)
+    assert shown.returncode == 0 and shown.stdout.startswith(f"usage: {command}"), shown.stderr
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert refused.stderr.startswith("error: ") and bad[0] in refused.stderr
+
+
+def test_what_the_flags_read_of_the_core_is_the_cores_own():
+    from nanoatr import data, lora, loss, rollout
+    assert flags.METHOD_KNOBS == {m: methods.defaults(m) for m in methods.METHODS}
+    assert flags.KNOB_RULES == methods.RULES and flags.TASK_NAMES == list(data.TASKS)
+    assert (flags.AGGREGATIONS, flags.SAMPLERS, flags.LORA_TARGETS) == (loss.AGGREGATIONS, rollout.SAMPLERS,
+                                                                        lora.TARGETS)
+    math_task, cfg = data.TASKS["math"], TrainConfig()
+    assert (cfg.model, cfg.data, cfg.eval_data) == (math_task.model, math_task.data, list(math_task.eval_data))
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--epsilon", "0.2"], "TRL's --epsilon 0.2 is --eps 0.2 with --clip clip here (--eps is no knob of --clip "
+                           "kl3: its knobs are --delta)"),
+    (["--clip", "clip", "--epsilon", "0.2"], "TRL's --epsilon 0.2 is --eps 0.2 here"),
+    (["--clip", "dual-clip", "--epsilon_high=0.3"], "--eps-high 0.3 with --clip clip-higher here"),
+    (["--fp16"], "TRL's --fp16 has no flag here: float16 is not supported"),
+    (["--max_prompt_length", "512"], "TRL's --max_prompt_length has no flag here: prompts are never cut"),
+    (["--resume_from_checkpoint", "out/checkpoint-500"], "TRL's --resume_from_checkpoint is --resume here"),
+    (["--lr", "-1e-4"], "error: --lr must be > 0 (got -0.0001)"),    # not "expected one argument"
+    (["--delta", "-.5"], "error: --delta must be > 0 (got -0.5)"),
+])
+def test_a_flag_line_that_misled_now_says_what_to_do(argv, line, capsys):
+    """Issue 57's lines: TRL's --epsilon under the default --clip kl3 was told --eps, which kl3 refuses; three
+    TRL names got no hint; a negative number was taken for a missing value."""
+    with pytest.raises(SystemExit) as e:
+        flags.train_flags(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and line in err and err.count("\n") == 1, err
+
+
+def test_a_missing_data_file_is_named_before_asking_for_held_out_files(tmp_path):
+    cfg, _, given = flags.train_flags(["--data", str(tmp_path / "mine.jsonl")])
+    with pytest.raises(ConfigError, match=rf"^--data {tmp_path}/mine.jsonl: file not found$"):
+        flags.apply_preset(cfg, given)
+    (tmp_path / "mine.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    with pytest.raises(ConfigError, match="needs --eval-data"):
+        flags.apply_preset(cfg, given)
+
+
+def test_evals_old_resume_is_told_its_new_name(capsys):
+    with pytest.raises(SystemExit):
+        eval_cli.read_flags(["--resume", "--out", "e.jsonl"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "eval.py's --resume is now --skip-done" in err
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=st.integers(1, 10_000), minibatches=st.integers(1, 16), epochs=st.integers(1, 8),
+       accumulation=st.integers(1, 8), ratio=st.floats(0.001, 0.999))
+def test_every_trl_unit_conversion_over_its_range(value, minibatches, epochs, accumulation, ratio):
+    """Each TRL count converted for the command line it is on, at values away from the defaults (issue 57's
+    class 1), against the arithmetic of docs/from-trl.md: k = minibatches x epochs optimizer steps a rollout
+    step, ceil(v / k) rollout steps; steps_per_generation / gradient_accumulation_steps minibatches."""
+    from nanoatr.machinery.trl_names import CommandLine, hint
+    argv = ["--minibatches", str(minibatches), "--epochs", str(epochs), "--gradient_accumulation_steps",
+            str(accumulation)]
+    ours = {"--steps", "--eval-every", "--save-every", "--minibatches", "--warmup-ratio"}
+    def told(name, given):
+        return hint(name, CommandLine([*argv, name, str(given)], {"minibatches": 2, "epochs": 1}), ours)
+    k = minibatches * epochs
+    for trl, flag in (("max_steps", "--steps"), ("eval_steps", "--eval-every"), ("save_steps", "--save-every")):
+        assert f"is {flag} {-(-value // k)} here" in told(f"--{trl}", value)
+    assert f"is --minibatches {value / accumulation:g} here" in told("--steps_per_generation", value)
+    assert f"with --steps_per_generation {value:g}, --minibatches {value / accumulation:g}" in \
+        hint("--gradient_accumulation_steps", CommandLine(["--steps_per_generation", str(value),
+                                                           "--gradient_accumulation_steps", str(accumulation)],
+                                                          {}), ours)
+    assert f"is --warmup-ratio {ratio:g} here" in told("--warmup_steps", f"{ratio:g}")
+    assert f"is --warmup-steps {value} here" in told("--warmup_steps", value)
+    assert f"{k} optimizer steps" in told("--logging_steps", value)
