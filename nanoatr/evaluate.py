@@ -111,14 +111,15 @@ def fits(tokenizer, problems, budget: int, positions: int, name: str, flag: str,
 
 
 def evaluate(model, tokenizer, problems, k: int = 8, n: int | None = None, **kw) -> tuple[dict, list[dict]]:
-    """Mean@k and Pass@k in percent from n >= k samples per problem; returns (summary, rows)."""
+    """`scores` from n >= k samples per problem, the mean completion length, the share truncated and the
+    seconds taken; returns (summary, rows)."""
     n = n or k
     t0 = time.perf_counter()
     rows = list(sample_and_grade(model, tokenizer, problems, n, **kw))
     verdicts = [[False] * n for _ in problems]
     for r in rows:
         verdicts[r["problem_id"]][r["sample"]] = r["correct"]
-    summary = summarize(verdicts, [k])
+    summary = scores(verdicts, k)
     summary["completion_len"] = sum(r["length"] for r in rows) / max(len(rows), 1)
     summary["truncated"] = sum(r["truncated"] for r in rows) / max(len(rows), 1)
     summary["seconds"] = time.perf_counter() - t0
@@ -127,9 +128,9 @@ def evaluate(model, tokenizer, problems, k: int = 8, n: int | None = None, **kw)
 
 def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, rank: int = 0, world: int = 1,
                     gather=list, **sampling) -> tuple[dict, dict]:
-    """Mean@k / Pass@k and the evaluation policy's entropy (entropy_key) on every held-out file of a training
-    run: (results under eval/<file>/... and eval/mean@k, eval/pass@k (the files' average), a few sample rows
-    per file, each with its entropy, for samples.jsonl).
+    """`scores` and the evaluation policy's entropy (entropy_key) on every held-out file of a training run:
+    (results under eval/<file>/... and eval/mean@k, eval/pass@k (the files' average), a few sample rows per
+    file, each with its entropy, for samples.jsonl).
 
     The ranks share the work: each samples every world-th of sample_and_grade's fixed batches, so the
     samples are those one process would draw; gather(rows) gives every rank's rows (all_gather)."""
@@ -142,7 +143,7 @@ def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, 
         rows = list(sample_and_grade(model, tokenizer, problems, k, skip=others, batch_size=batch_size,
                                      progress=False, with_entropy=True, **sampling))
         rows = sorted(gather(rows), key=lambda r: (r["problem_id"], r["sample"]))
-        summary = summarize(verdicts_by_problem(rows), [k])
+        summary = scores(verdicts_by_problem(rows), k)
         tokens = sum(r["length"] for r in rows)
         summary.update(completion_len=tokens / len(rows),
                        truncated=sum(r["truncated"] for r in rows) / len(rows),
@@ -214,6 +215,13 @@ def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int],
         out[f"mean@{k}"] = scale * mean_at_k(verdicts)
         out[f"pass@{k}"] = scale * mean_pass_at_k(verdicts, k)
     return out
+
+
+def scores(verdicts: Sequence[Sequence[bool]], k: int) -> dict:
+    """Mean@k and Pass@k in percent, and "correct": how many samples of each problem were right, in problem
+    order (256 small integers for 256 problems): with the samples per problem, n, Mean@k and Pass@k follow
+    from it alone (the mean of c / n, of pass_at_k(n, c, k)), and two evaluations pair problem by problem."""
+    return summarize(verdicts, [k]) | {"correct": [sum(v) for v in verdicts]}
 
 
 def default_ks(n: int) -> list[int]:

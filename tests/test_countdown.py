@@ -280,9 +280,7 @@ def test_pass_rate_filter_keeps_the_sometimes_solved(monkeypatch):
     def fake_evaluate(model, tok, problems, k, **kw):
         assert k == countdown.FILTER_SAMPLES and kw["seed"] == countdown.FILTER_SEED
         assert kw["max_new_tokens"] == TASKS["countdown"].max_new_tokens and kw["rewards"].functions == (countdown_reward,)
-        rows = [{"problem_id": i, "sample": s, "correct": s < solved.get(i, 0)} for i in range(len(problems))
-                for s in range(k)]
-        return {"mean@8": 0.0}, rows
+        return {"mean@8": 0.0, "correct": [solved.get(i, 0) for i in range(len(problems))]}, []
     monkeypatch.setattr(countdown, "evaluate", fake_evaluate)
     monkeypatch.setattr(countdown, "eos_token_ids", lambda tok, model_dir: [0])
     assert countdown.pass_rate_filter(None, None, Path("m"), pool) == [pool[1], pool[2], pool[4]]

@@ -4,7 +4,8 @@ from pathlib import Path
 import torch
 
 from nanoatr.data import Problem, load_problems
-from nanoatr.evaluate import completion_entropies, during_training, entropy_key, evaluate, sample_and_grade
+from nanoatr.evaluate import (completion_entropies, during_training, entropy_key, evaluate, pass_at_k,
+                              sample_and_grade)
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
 from nanoatr.tokenizer import encode_prompts, load_tokenizer
@@ -28,12 +29,17 @@ def test_resumed_sampling_draws_the_same_completions():
     assert whole[7:] == rest
 
 
-def test_evaluate_summary_matches_rows():
+def test_evaluate_summary_matches_rows_and_follows_from_the_counts_alone():
+    """"correct": each problem's correct samples of n = 4, in problem order; Mean@2 and Pass@2 recomputed from
+    them alone are the summary's, exactly (the same sums in the same order)."""
     model, tok, problems = shipped()
     summary, rows = evaluate(model, tok, problems, k=2, n=4, max_new_tokens=40, progress=False)
     assert len(rows) == 6 * 4
-    assert abs(summary["mean@2"] - 100 * sum(r["correct"] for r in rows) / len(rows)) < 1e-9
-    assert 0 <= summary["pass@2"] <= 100 and summary["pass@2"] >= summary["mean@2"]
+    counts = summary["correct"]
+    assert counts == [sum(r["correct"] for r in rows if r["problem_id"] == i) for i in range(6)]
+    assert len(set(counts)) > 1  # problems that differ: the order matters
+    assert summary["mean@2"] == 100 * (sum(c / 4 for c in counts) / 6)
+    assert summary["pass@2"] == 100 * (sum(pass_at_k(4, c, 2) for c in counts) / 6)
 
 
 # ---------------------------------------------------------------------------
