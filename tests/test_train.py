@@ -1,5 +1,8 @@
 """train.py end to end on the shipped tiny policy (a few steps), its checks, and its error lines."""
 import json
+import os
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,9 +17,12 @@ from nanoatr import loss
 from nanoatr.machinery import step_metrics
 from nanoatr.methods import METHODS
 from nanoatr.rewards import Rewards
+from conftest import jsonl, strict_file
 from rounding import sampled_logprob_error, within
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from same_run import wall_clock  # noqa: E402  (what differs between any two runs)
 FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
         "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "4", "--eval-k", "2",
         "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40", "--no-compile"]
@@ -24,7 +30,7 @@ FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/ari
 
 def run(tmp_path, *args):
     train.main([*FAST, "--out-dir", str(tmp_path), *args])
-    return [json.loads(line) for line in (tmp_path / args[args.index("--name") + 1] / "metrics.jsonl").open()]
+    return jsonl(tmp_path / args[args.index("--name") + 1] / "metrics.jsonl")
 
 
 def test_log_completions_writes_each_steps_completions_to_samples_jsonl(tmp_path):
@@ -57,29 +63,47 @@ def test_run_writes_config_metrics_checkpoint(tmp_path):
         assert key in steps[0], key
     evals = [r for r in rows if "eval/mean@2" in r]
     assert [r["step"] for r in evals] == [0, 2]
+    for r in evals:  # each of the 4 problems' correct samples of 2: Mean@2 and Pass@2 follow exactly
+        counts = r["eval/heldout/correct"]
+        assert len(counts) == 4 and r["eval/heldout/mean@2"] == 100 * (sum(c / 2 for c in counts) / 4)
+        assert r["eval/heldout/pass@2"] == 100 * (sum(c > 0 for c in counts) / 4)
     assert (run_dir / "checkpoint/model.safetensors").is_file()
     assert (run_dir / "checkpoint/tokenizer.json").is_file()  # a complete model directory
     # several optimizer steps per rollout: after the first, the policy has moved off pi_old
     assert steps[0]["ratio_max"] > 1.0 or steps[0]["ratio_min"] < 1.0
 
 
-def test_resume_continues_as_the_uninterrupted_run(tmp_path):
-    whole = run(tmp_path, "--name", "whole", "--steps", "3", "--save-every", "1", "--lr", "1e-3")
-    run(tmp_path, "--name", "part", "--steps", "2", "--save-every", "1", "--lr", "1e-3")
-    train.main(["--resume", str(tmp_path / "part"), "--steps", "3"])  # everything else from config.json
-    part = [json.loads(line) for line in (tmp_path / "part/metrics.jsonl").open()]
-    a = [r for r in whole if r.get("step") == 3 and "loss" in r][0]
-    b = [r for r in part if r.get("step") == 3 and "loss" in r][0]
-    assert a["reward_mean"] == b["reward_mean"] and a["completion_len"] == b["completion_len"]  # same samples
-    assert abs(a["loss"] - b["loss"]) <= 1e-6
-    wa = torch.load(tmp_path / "whole/checkpoint/trainer_state.pt", weights_only=False)["step"]
-    assert wa == 3
-    # the final weights too: step 3's loss is computed before its optimizer steps, so only the weights see
-    # whether AdamW's moments were restored (fresh ones move every weight by about lr at once)
-    final = [load_file(tmp_path / name / "checkpoint/model.safetensors") for name in ("whole", "part")]
-    assert final[0].keys() == final[1].keys()
-    for key in final[0]:
-        assert torch.allclose(final[0][key], final[1][key], rtol=0, atol=1e-6), key
+def test_a_run_stopped_by_sigterm_and_resumed_is_the_unbroken_run_exactly(tmp_path, monkeypatch):
+    """2 steps of 4 AdamW steps each (--minibatches 2 --epochs 2: the moments and Adam's step count matter),
+    a cosine schedule after a warmup and an evaluation at every step; one run unbroken, one stopped by a
+    SIGTERM during step 1 (it finishes the step, saves it and exits 143) and resumed with --resume alone.
+    Every logged value but the wall-clock ones, the final weights and AdamW's state are equal exactly, not to
+    a tolerance: the rows in order, the evaluations' per-problem counts among them."""
+    data = tmp_path / "train16.jsonl"  # start-up checks every prompt's length: 16, not 4096, each sitting
+    data.write_text("".join((ROOT / "data/arith/train.jsonl").read_text().splitlines(keepends=True)[:16]))
+    args = ["--data", str(data), "--steps", "2", "--minibatches", "2", "--epochs", "2", "--lr", "1e-3",
+            "--lr-scheduler", "cosine", "--warmup-steps", "3", "--eval-every", "1"]
+    whole, grpo_step = run(tmp_path, "--name", "whole", *args), train.grpo_step
+
+    def sigterm_in_step_1(r, problems, step):
+        if step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return grpo_step(r, problems, step)
+    monkeypatch.setattr(train, "grpo_step", sigterm_in_step_1)
+    with pytest.raises(SystemExit) as stopped:
+        run(tmp_path, "--name", "part", *args)
+    monkeypatch.undo()
+    assert stopped.value.code == 143 and strict_file(tmp_path / "part/checkpoint/manifest.json")["step"] == 1
+    train.main(["--resume", str(tmp_path / "part")])
+    logged = [[{k: v for k, v in r.items() if not wall_clock(k)} for r in rows]
+              for rows in (whole, jsonl(tmp_path / "part/metrics.jsonl"))]
+    assert logged[0] == logged[1] and [r["step"] for r in logged[0]] == [0, 1, 1, 2, 2]
+    weights = [load_file(tmp_path / name / "checkpoint/model.safetensors") for name in ("whole", "part")]
+    assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    adam = [torch.load(tmp_path / name / "checkpoint/trainer_state.pt")["optimizer"] for name in ("whole", "part")]
+    assert adam[0]["param_groups"] == adam[1]["param_groups"] and adam[0]["state"].keys() == adam[1]["state"].keys()
+    for i, state in adam[0]["state"].items():  # each parameter's step count and moments
+        assert all(torch.equal(value, adam[1]["state"][i][key]) for key, value in state.items())
 
 
 def test_a_run_saving_every_n_steps_saves_at_its_multiples_and_its_end(tmp_path):
