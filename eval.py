@@ -43,6 +43,7 @@ import torch
 from nanoatr import lora
 from nanoatr.machinery import distributed
 from nanoatr.machinery.decoding import decode_plan
+from nanoatr.machinery.metrics_log import finite
 from nanoatr.machinery.cli import (DATA, OUTPUT, SAMPLING, ConfigError, DataFlags, DeviceFlags, ModelFlags,
                                    PromptFlags, RewardFlags, SamplingFlags, arg, check_flags, die, flag,
                                    override, resolve_sampling)
@@ -248,7 +249,7 @@ def append_samples(out: Path, now: dict, benchmarks: dict, results: dict, n: int
                 with precision():  # sampling happens as the rows are drawn, so inside the context
                     for row in rows:
                         row = {"benchmark": name, **row}
-                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                        f.write(json.dumps(finite(row), ensure_ascii=False) + "\n")  # an inf total: null
                         f.flush()
                         results[name].append(row)
                         new += 1

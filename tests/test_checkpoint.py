@@ -5,6 +5,7 @@ import dataclasses
 import errno
 import hashlib
 import json
+import math
 import os
 import shutil
 
@@ -15,6 +16,7 @@ from nanoatr.machinery import checkpoint, folder, metrics_log, resume
 from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.machinery.cli import ConfigError
 from nanoatr.machinery.metrics_log import RunLog
+from conftest import jsonl, strict, strict_file
 
 
 @pytest.fixture(scope="session")
@@ -219,12 +221,15 @@ def test_repair_keeps_a_whole_row_missing_only_its_newline(tmp_path, capsys):
     assert capsys.readouterr().err == ""  # nothing was lost
 
 
-def test_a_fresh_log_and_an_untouched_log(tmp_path):
+def test_a_fresh_log_and_an_untouched_log_with_null_for_a_number_not_finite(tmp_path):
+    """JSON has no NaN or Infinity (json.dumps writes them, other parsers refuse them): both logs write null."""
     with RunLog.open(tmp_path) as log:
-        log.write({"step": 1})
+        log.write({"step": 1, "loss": math.nan, "w": [math.inf, 1.0]})
+        log.samples(1, "a", [{"reward": -math.inf}])
+    assert jsonl(tmp_path / "samples.jsonl") == [{"step": 1, "eval": "a", "reward": None}]
     before = (tmp_path / "metrics.jsonl").stat().st_mtime_ns
     with RunLog.open(tmp_path, resume_step=1) as log:
-        assert log.rows == [{"step": 1}]
+        assert log.rows == jsonl(tmp_path / "metrics.jsonl") == [{"step": 1, "loss": None, "w": [None, 1.0]}]
     assert (tmp_path / "metrics.jsonl").stat().st_mtime_ns == before  # not rewritten
 
 

@@ -10,6 +10,7 @@ import pytest
 import eval as eval_cli
 from nanoatr.data import TASKS
 from nanoatr.evaluate import summarize, verdicts_by_problem
+from conftest import jsonl
 from tiny import make_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,10 +35,11 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def mixed_verdicts():
-    """A random model is never right; grade by completion length so the table has non-trivial numbers."""
+    """A random model is never right; grade by completion length so the table has non-trivial numbers. The
+    reward of a right one, 1e39, is past float32's range: its total is inf, which --out writes null."""
     with pytest.MonkeyPatch.context() as mp:
         def even_length(completions, **kwargs):
-            return [len(c) % 2 == 0 for c in completions]
+            return [1e39 if len(c) % 2 == 0 else 0.0 for c in completions]
         mp.setitem(TASKS, "math", dataclasses.replace(TASKS["math"], reward=even_length))
         yield
 
@@ -59,7 +61,7 @@ def full_run(model_dir, data, tmp_path_factory):
 
 def rows_of(path):
     """The completion rows of an output file (its first line is the settings)."""
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines = jsonl(path)
     assert "settings" in lines[0]
     return lines[1:]
 
@@ -76,6 +78,7 @@ def test_rows_and_table(model_dir, full_run):
                                                                         for j in range(N)]
         assert all(r["gold"] == problems[r["problem_id"]][1] for r in mine)
         assert all(r["correct"] == (len(r["completion"]) % 2 == 0) for r in mine)
+        assert all(r["reward"] == (None if r["correct"] else 0.0) for r in mine)
 
     summaries = [summarize(verdicts_by_problem(r for r in rows if r["benchmark"] == name), [K]) for name in PROBLEMS]
     expected = [s[key] for s in summaries for key in (f"mean@{K}", f"pass@{K}")]
@@ -131,7 +134,7 @@ def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
 
 
 def test_output_starts_with_the_settings(model_dir, full_run):
-    settings = json.loads(full_run[0].read_text().splitlines()[0])["settings"]
+    settings = jsonl(full_run[0])[0]["settings"]
     assert settings["model"] == str(model_dir.resolve()) and settings["adapter"] is None
     # No generation_config.json in the directory: nanoatr's defaults, as before (the embedded model's too).
     assert (settings["temperature"], settings["top_k"], settings["top_p"]) == (1.0, 0, 1.0)

@@ -17,6 +17,7 @@ import sweep_report  # noqa: E402  (scripts/sweep_report.py)
 import contrasts  # noqa: E402  (scripts/contrasts.py)
 from nanoatr.machinery.parser import parse  # noqa: E402
 from nanoatr.machinery.train_config import PRESETS, TrainConfig, apply_preset, hparam_flags  # noqa: E402
+from conftest import strict_file  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
 TINY = ["--eval-limit", "4", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40"]
 
@@ -267,9 +268,13 @@ def test_the_settings_line_shows_each_flag_as_train_py_took_it(tmp_path):
 
 
 def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
+    """The table names each run changed on resume; results.json writes what a run lacks (clip-s0 has no step-0
+    evaluation: nan in its result) as null, JSON having no NaN."""
     runs = sweep.plan(["clip", "kl3"], 1, tmp_path.resolve())
     for run in runs:
         fake_run(run, 3, mean=31.0)
+    metrics = runs[0].dir / "metrics.jsonl"
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[1:]))
     config = json.loads((runs[1].dir / "config.json").read_text())
     changes = [{"step": 2, "eval_every": {"from": 0, "to": 1}, "save_every": {"from": 50, "to": 1}}]
     (runs[1].dir / "config.json").write_text(json.dumps({**config, "changes": changes}))
@@ -278,7 +283,8 @@ def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
     assert "\nChanged on resume (config.json's \"changes\"):\n- kl3-s0: at step 2: --eval-every 0 -> 1, " \
            "--save-every 50 -> 1\n" in table
     assert "clip-s0:" not in table
-    assert json.loads((tmp_path / "results.json").read_text())[0]["changes"] == []
+    clip, kl3 = strict_file(tmp_path / "results.json")
+    assert clip["changes"] == [] and clip["mean@k_start"] is None and kl3["mean@k_start"] == 30.0
 
 
 def test_without_matplotlib_the_last_line_names_the_table_alone(tmp_path, capsys, monkeypatch):
