@@ -49,7 +49,7 @@ from nanoatr.machinery.cli import (DATA, OUTPUT, SAMPLING, ConfigError, DataFlag
                                    override, resolve_sampling)
 from nanoatr.machinery.parser import parse
 from nanoatr.data import TASKS, DataError, load_problems, task_defaults
-from nanoatr.evaluate import fits, sample_and_grade, scores, verdicts_by_problem
+from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
 from nanoatr.rewards import RewardError
 from nanoatr.machinery.reward_flags import for_run
@@ -263,9 +263,9 @@ def append_samples(out: Path, now: dict, benchmarks: dict, results: dict, n: int
 
 def print_summary(cfg: EvalConfig, out: Path, results: dict, new: int) -> dict:
     """The table of Mean@k / Pass@k per benchmark, and a line on the completions; returns the summary
-    (evaluate.scores per benchmark: with "correct", each problem's correct samples of n)."""
+    (evaluate.summarize per benchmark: with "correct", each problem's correct samples of n)."""
     try:
-        summary = {name: scores(verdicts_by_problem(rows), cfg.k) for name, rows in results.items()}
+        summary = {name: summarize(verdicts_by_problem(rows), [cfg.k]) for name, rows in results.items()}
     except ValueError as e:  # a resumed file with repeated rows
         die(f"{out}: {e}")
     print(table(model_name(cfg.adapter or cfg.model), summary, cfg.k))

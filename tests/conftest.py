@@ -78,10 +78,9 @@ def _wandb_offline(monkeypatch, tmp_path_factory):
 
 
 def strict(text):
-    """JSON as any parser but Python's reads it: json.loads also takes the tokens NaN, Infinity and -Infinity,
-    which are no JSON, so a file the project wrote with one would pass unseen. Every test reads what the
-    project writes (metrics.jsonl, samples.jsonl, config.json, results.json, eval.py's --out, checkpoints'
-    JSON) through this or the two below."""
+    """JSON as every parser but Python's reads it: no NaN or Infinity, which json.loads takes. The tests read
+    each file the project writes (metrics.jsonl, samples.jsonl, config.json, results.json, eval.py's --out,
+    a checkpoint's JSON) through this, strict_file or jsonl."""
     def refuse(token):
         raise ValueError(f"{token} is no JSON (a writer let a non-finite number through)")
     return json.loads(text, parse_constant=refuse)
@@ -92,7 +91,6 @@ def strict_file(path):
 
 
 def jsonl(path) -> list:
-    """Each line of a JSONL file, strictly."""
     return [strict(line) for line in Path(path).read_text().splitlines()]
 
 

@@ -61,7 +61,7 @@ def test_save_keeps_the_newest_k_and_latest_is_checkpoint(tmp_path, tiny):
     assert checkpoint.latest(tmp_path) == tmp_path / "checkpoint"
     assert_loads(tmp_path / "checkpoint", 4)
     assert_loads(tmp_path / "checkpoint-step000003", 3)
-    assert json.loads((tmp_path / "checkpoint/manifest.json").read_text())["step"] == 4
+    assert strict_file(tmp_path / "checkpoint/manifest.json")["step"] == 4
     save(tmp_path, tiny, 5, keep=3)
     save(tmp_path, tiny, 6, keep=3)
     assert names(tmp_path) == ["checkpoint", "checkpoint-step000004", "checkpoint-step000005"]
@@ -134,7 +134,7 @@ def test_unusable_checkpoint_falls_back_with_a_warning(tmp_path, tiny, capsys, d
 
 def test_the_manifest_records_each_files_sha256(tmp_path, tiny):
     path = save(tmp_path, tiny, 1)
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = strict_file(path / "manifest.json")
     files = sorted(p.name for p in path.iterdir() if p.name != "manifest.json")
     assert sorted(manifest["files"]) == sorted(manifest["sha256"]) == files
     for name in files:  # what sha256sum prints
@@ -144,7 +144,7 @@ def test_the_manifest_records_each_files_sha256(tmp_path, tiny):
 def test_an_older_manifest_without_hashes_is_checked_by_size(tmp_path, tiny, capsys):
     """A checkpoint of an older nanoatr (sizes only) still loads; nothing can tell a changed byte there."""
     path = save(tmp_path, tiny, 1)
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = strict_file(path / "manifest.json")
     del manifest["sha256"]
     (path / "manifest.json").write_text(json.dumps(manifest))
     assert_loads(path, 1)
@@ -205,9 +205,9 @@ def test_resume_cuts_a_torn_line_and_drops_rows_past_the_checkpoint(tmp_path, ca
             log.write({"step": s, "loss": -s})
         log.samples(5, "a", [{"completion": "x"}])
     assert "cut 1 unreadable line(s) (a torn write); dropped 2 row(s) past step 3" in capsys.readouterr().err
-    assert [json.loads(line)["step"] for line in lines(metrics)] == [0, 1, 2, 3, 4, 5]
+    assert [strict(line)["step"] for line in lines(metrics)] == [0, 1, 2, 3, 4, 5]
     assert all(line.endswith("\n") for line in lines(metrics))
-    assert [json.loads(line)["step"] for line in lines(tmp_path / "samples.jsonl")] == [0, 5]
+    assert [strict(line)["step"] for line in lines(tmp_path / "samples.jsonl")] == [0, 5]
     assert log.rows[-1] == {"step": 5, "loss": -5}
     assert log.has(0) and not log.has(5) and log.has(5, prefix="loss")  # e.g. is the final evaluation logged?
 
@@ -246,14 +246,14 @@ def test_read_metrics_skips_bad_lines_with_one_warning(tmp_path, capsys):
 def test_write_json_atomic(tmp_path, monkeypatch):
     path = tmp_path / "config.json"
     folder.write_json_atomic(path, {"a": 1})
-    assert json.loads(path.read_text()) == {"a": 1}
+    assert strict_file(path) == {"a": 1}
 
     def full(*a):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(os, "replace", full)
     with pytest.raises(CheckpointError, match=rf"cannot write {path} \(disk full\)"):
         folder.write_json_atomic(path, {"a": 2})
-    assert json.loads(path.read_text()) == {"a": 1} and names(tmp_path) == ["config.json"]
+    assert strict_file(path) == {"a": 1} and names(tmp_path) == ["config.json"]
 
 
 # ----------------------------------------------------------------------------

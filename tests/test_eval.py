@@ -51,24 +51,17 @@ def run(model_dir, data, out, *more):
 
 @pytest.fixture(scope="module")
 def full_run(model_dir, data, tmp_path_factory):
-    """One complete evaluation: (output file, what it printed)."""
+    """One complete evaluation: (output file, what it printed, its stderr: no terminal, as in a pipe)."""
     out = tmp_path_factory.mktemp("full") / "out.jsonl"
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    printed, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(err):
         run(model_dir, data, out)
-    return out, printed.getvalue()
-
-
-def rows_of(path):
-    """The completion rows of an output file (its first line is the settings)."""
-    lines = jsonl(path)
-    assert "settings" in lines[0]
-    return lines[1:]
+    return out, printed.getvalue(), err.getvalue()
 
 
 def test_rows_and_table(model_dir, full_run):
-    out, printed = full_run
-    rows = rows_of(out)
+    out, printed, err = full_run
+    rows = jsonl(out)[1:]  # after the settings line
     assert len(rows) == N * sum(map(len, PROBLEMS.values()))
     fields = {"benchmark", "problem_id", "sample", "completion", "gold", "correct", "length", "truncated"}
     assert all(fields <= r.keys() for r in rows)
@@ -87,6 +80,8 @@ def test_rows_and_table(model_dir, full_run):
     assert lines[0].split() == ["Model", "alpha", "beta", "Average"]
     assert lines[1].split() == [f"Mean@{K}", "(%)", f"Pass@{K}", "(%)"] * 3
     assert lines[2].split() == [model_dir.name] + [f"{v:.2f}" for v in expected]
+    # `python eval.py ... 2>&1 | tee log`: tqdm draws only on a terminal, so no bar in the table's stream
+    assert "\r" not in err and "compl/s" not in err and "compl]" not in err
 
 
 def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, tmp_path):
@@ -96,14 +91,14 @@ def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, 
     partial.write_text("".join(kept) + lines[12][:15])  # and a line torn by a kill mid-write
 
     run(model_dir, data, partial, "--resume")
-    rows = rows_of(partial)
+    rows = jsonl(partial)[1:]
     triples = [(r["benchmark"], r["problem_id"], r["sample"]) for r in rows]
     assert len(triples) == len(set(triples)) == len(lines)
     assert partial.read_text().startswith("".join(kept))
     assert f"({len(lines) - len(kept) + 1} new)" in capsys.readouterr().out
 
     run(model_dir, data, partial, "--resume")  # nothing left to do
-    assert len(rows_of(partial)) == len(lines)
+    assert len(jsonl(partial)) == 1 + len(lines)
     assert "(0 new)" in capsys.readouterr().out
 
 
@@ -205,16 +200,6 @@ def test_a_budget_past_the_model_positions_is_one_line(model_dir, data, tmp_path
         run(model_dir, data, tmp_path / "o.jsonl", "--max-new-tokens", "100000000")
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: --max-new-tokens 100000000 does not fit the model's") and "positions" in err
-
-
-def test_progress_bar_stays_out_of_a_pipe(model_dir, data, tmp_path, capfd):
-    """`python eval.py ... 2>&1 | tee log`: stderr is no terminal, so no bar is drawn into the table's stream
-    (tqdm draws only on a terminal); the table itself is printed."""
-    capfd.readouterr()
-    run(model_dir, data, tmp_path / "out.jsonl")
-    out, err = capfd.readouterr()
-    assert out.splitlines()[0].split() == ["Model", "alpha", "beta", "Average"]
-    assert "\r" not in err and "compl/s" not in err and "compl]" not in err
 
 
 @pytest.mark.parametrize("line", ['{"benchmark": "b", "problem_id": ' + "9" * 5000 + "}", "[" * 5000 + "]" * 5000])

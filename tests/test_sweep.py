@@ -29,9 +29,9 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     assert "| method | hyper-parameters | runs | heldout Mean@2 (%) | heldout Pass@2 (%) | cut tokens (%) low + high | " \
            "entropy, last 2 steps |" in table  # the window is the run's length when it is shorter than 20 steps
     assert "| kl3 | delta=0.07 | 2 | " in table and "| warm start (step 0), one value per seed | | 2 seeds | " in table
-    results = json.loads((tmp_path / "results.json").read_text())
+    results = strict_file(tmp_path / "results.json")
     assert sorted(r["seed"] for r in results) == [0, 1] and all(0 <= r["mean@k"] <= 100 for r in results)
-    cfg = json.loads((tmp_path / "kl3-s1/config.json").read_text())
+    cfg = strict_file(tmp_path / "kl3-s1/config.json")
     flags = sweep.SETTINGS["math"][0]
     settings = dict(zip(flags[::2], flags[1::2]))
     assert (cfg["minibatches"], cfg["epochs"]) == (int(settings["--minibatches"]), int(settings["--epochs"]))
@@ -268,14 +268,13 @@ def test_the_settings_line_shows_each_flag_as_train_py_took_it(tmp_path):
 
 
 def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
-    """The table names each run changed on resume; results.json writes what a run lacks (clip-s0 has no step-0
-    evaluation: nan in its result) as null, JSON having no NaN."""
+    """The runs changed on resume are named; results.json has null, not NaN, for what a run lacks (its step 0)."""
     runs = sweep.plan(["clip", "kl3"], 1, tmp_path.resolve())
     for run in runs:
         fake_run(run, 3, mean=31.0)
     metrics = runs[0].dir / "metrics.jsonl"
     metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[1:]))
-    config = json.loads((runs[1].dir / "config.json").read_text())
+    config = strict_file(runs[1].dir / "config.json")
     changes = [{"step": 2, "eval_every": {"from": 0, "to": 1}, "save_every": {"from": 50, "to": 1}}]
     (runs[1].dir / "config.json").write_text(json.dumps({**config, "changes": changes}))
     sweep.main(["--clip", "clip", "kl3", "--seeds", "1", "--steps", "3", "--out", str(tmp_path), "--report"])
@@ -556,7 +555,7 @@ def test_the_committed_confirmatory_run_is_found_by_its_documented_command():
     runs = sweep.plan(arms, 10, sweep.ROOT / "results" / "confirm-countdown")
     assert [r.dir.name for r in runs[::10]] == ["clip-s0", "clip-higher-s0", "kl3-s0", "kl3-seq-s0",
                                                 "kl3_delta_0.05-s0", "kl3_delta_0.1-s0"]
-    steps = json.loads((sweep.ROOT / "results" / "confirm-countdown" / "sweep.json").read_text())["steps"]
+    steps = strict_file(sweep.ROOT / "results" / "confirm-countdown" / "sweep.json")["steps"]
     assert [r.dir.name for r in runs if not sweep_report.finished(r, steps)] == []
 
 
@@ -598,7 +597,7 @@ def test_the_report_notes_runs_that_ran_other_code(tmp_path, commits, note):
     runs = sweep.plan(["kl3"], 2, tmp_path.resolve())
     for run, commit in zip(runs, commits):
         fake_run(run, 3, mean=31.0)
-        config = json.loads((run.dir / "config.json").read_text())
+        config = strict_file(run.dir / "config.json")
         sittings = {"provenance": [{"step": 0, "commit": commit, "dirty": False}]} if commit else {}
         (run.dir / "config.json").write_text(json.dumps({**config, **sittings}))
     sweep.main(["--clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--report"])

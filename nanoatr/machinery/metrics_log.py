@@ -191,9 +191,8 @@ class Wandb:
 
 
 def finite(value):
-    """`value` with each number that is not finite (NaN, inf) made None: JSON has no such numbers, and the
-    NaN and Infinity that json.dumps would write are refused by other parsers. A value that is not finite is
-    thus null in metrics.jsonl, samples.jsonl, eval.py's --out and a sweep's results.json."""
+    """`value` with each NaN or inf made None, null in metrics.jsonl, samples.jsonl, eval.py's --out and a
+    sweep's results.json: JSON has no such numbers (json.dumps writes NaN, which other parsers refuse)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
