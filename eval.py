@@ -94,6 +94,7 @@ import torch
 from nanoatr import lora
 from nanoatr.machinery import distributed
 from nanoatr.machinery.decoding import decode_plan
+from nanoatr.machinery.metrics_log import finite
 from nanoatr.data import DataError, load_problems, task_defaults
 from nanoatr.evaluate import fits, sample_and_grade, summarize, verdicts_by_problem
 from nanoatr.model import ModelError
@@ -263,7 +264,7 @@ def append_samples(out: Path, now: dict, benchmarks: dict, results: dict, n: int
                 with precision():  # sampling happens as the rows are drawn, so inside the context
                     for row in rows:
                         row = {"benchmark": name, **row}
-                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                        f.write(json.dumps(finite(row), ensure_ascii=False) + "\n")  # an inf total: null
                         f.flush()
                         results[name].append(row)
                         new += 1
@@ -277,7 +278,8 @@ def append_samples(out: Path, now: dict, benchmarks: dict, results: dict, n: int
 
 
 def print_summary(cfg: EvalConfig, out: Path, results: dict, new: int) -> dict:
-    """The table of Mean@k / Pass@k per benchmark, and a line on the completions; returns the summary."""
+    """The table of Mean@k / Pass@k per benchmark, and a line on the completions; returns the summary
+    (evaluate.summarize per benchmark: with "correct", each problem's correct samples of n)."""
     try:
         summary = {name: summarize(verdicts_by_problem(rows), [cfg.k]) for name, rows in results.items()}
     except ValueError as e:  # a resumed file with repeated rows

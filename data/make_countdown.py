@@ -212,12 +212,10 @@ def pass_rate_filter(model, tok, model_dir: Path, pool: list[Problem]) -> list[P
     """The problems of `pool` that `model` solves in 1 .. FILTER_SAMPLES - 1 of FILTER_SAMPLES samples
     at temperature 1 (train.py's sampler and budget), in the pool's order."""
     task = TASKS["countdown"]
-    summary, rows = evaluate(model, tok, pool, k=FILTER_SAMPLES, max_new_tokens=task.max_new_tokens,
-                             eos_ids=eos_token_ids(tok, model_dir), seed=FILTER_SEED,
-                             rewards=Rewards.of(task.reward), progress=False)
-    solved = [0] * len(pool)
-    for r in rows:
-        solved[r["problem_id"]] += r["correct"]
+    summary = evaluate(model, tok, pool, k=FILTER_SAMPLES, max_new_tokens=task.max_new_tokens, progress=False,
+                       eos_ids=eos_token_ids(tok, model_dir), seed=FILTER_SEED,
+                       rewards=Rewards.of(task.reward))[0]
+    solved = summary["correct"]  # of each problem's FILTER_SAMPLES samples
     keep = [p for p, c in zip(pool, solved) if 0 < c < FILTER_SAMPLES]
     print(f"pass-rate filter: the warm-start solves {summary[f'mean@{FILTER_SAMPLES}']:.1f}% "
           f"of the pool's samples; kept {len(keep)} of {len(pool)} problems (never solved {solved.count(0)}, "

@@ -111,25 +111,24 @@ def fits(tokenizer, problems, budget: int, positions: int, name: str, flag: str,
 
 
 def evaluate(model, tokenizer, problems, k: int = 8, n: int | None = None, **kw) -> tuple[dict, list[dict]]:
-    """Mean@k and Pass@k in percent from n >= k samples per problem; returns (summary, rows)."""
-    n = n or k
+    """(summary_of the rows, the rows) of n >= k samples per problem."""
     t0 = time.perf_counter()
-    rows = list(sample_and_grade(model, tokenizer, problems, n, **kw))
-    verdicts = [[False] * n for _ in problems]
-    for r in rows:
-        verdicts[r["problem_id"]][r["sample"]] = r["correct"]
-    summary = summarize(verdicts, [k])
-    summary["completion_len"] = sum(r["length"] for r in rows) / max(len(rows), 1)
-    summary["truncated"] = sum(r["truncated"] for r in rows) / max(len(rows), 1)
-    summary["seconds"] = time.perf_counter() - t0
-    return summary, rows
+    rows = list(sample_and_grade(model, tokenizer, problems, n or k, **kw))
+    return summary_of(rows, k, t0), rows
+
+
+def summary_of(rows: list[dict], k: int, t0: float) -> dict:
+    """`summarize` of graded rows at k, their mean length, the share truncated and the seconds since t0."""
+    return summarize(verdicts_by_problem(rows), [k]) | {
+        "completion_len": sum(r["length"] for r in rows) / len(rows),
+        "truncated": sum(r["truncated"] for r in rows) / len(rows), "seconds": time.perf_counter() - t0}
 
 
 def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, rank: int = 0, world: int = 1,
                     gather=list, **sampling) -> tuple[dict, dict]:
-    """Mean@k / Pass@k and the evaluation policy's entropy (entropy_key) on every held-out file of a training
-    run: (results under eval/<file>/... and eval/mean@k, eval/pass@k (the files' average), a few sample rows
-    per file, each with its entropy, for samples.jsonl).
+    """summary_of and the evaluation policy's entropy (entropy_key) on every held-out file of a training run:
+    (results under eval/<file>/... and eval/mean@k, eval/pass@k (the files' average), a few sample rows per
+    file, each with its entropy, for samples.jsonl).
 
     The ranks share the work: each samples every world-th of sample_and_grade's fixed batches, so the
     samples are those one process would draw; gather(rows) gives every rank's rows (all_gather)."""
@@ -142,13 +141,9 @@ def during_training(model, tokenizer, eval_sets: dict, k: int, batch_size: int, 
         rows = list(sample_and_grade(model, tokenizer, problems, k, skip=others, batch_size=batch_size,
                                      progress=False, with_entropy=True, **sampling))
         rows = sorted(gather(rows), key=lambda r: (r["problem_id"], r["sample"]))
-        summary = summarize(verdicts_by_problem(rows), [k])
-        tokens = sum(r["length"] for r in rows)
-        summary.update(completion_len=tokens / len(rows),
-                       truncated=sum(r["truncated"] for r in rows) / len(rows),
-                       seconds=time.perf_counter() - t0)
+        summary = summary_of(rows, k, t0)
         summary[entropy_key(sampling.get("temperature", 1.0))] = \
-            sum(r["entropy"] * r["length"] for r in rows) / max(tokens, 1)
+            sum(r["entropy"] * r["length"] for r in rows) / max(sum(r["length"] for r in rows), 1)
         results.update({f"eval/{name}/{key}": v for key, v in summary.items()})
         samples[name] = rows[:: max(1, len(rows) // 4)][:4]
     for key in (f"mean@{k}", f"pass@{k}"):
@@ -204,16 +199,16 @@ def mean_pass_at_k(verdicts: Sequence[Sequence[bool]], k: int) -> float:
     return sum(pass_at_k(len(v), sum(v), k) for v in verdicts) / len(verdicts)
 
 
-def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int],
-              percent: bool = True) -> dict[str, float]:
-    """``{"mean@k": ..., "pass@k": ...}`` for every k in ``ks``; percent unless ``percent=False``."""
-    scale = 100.0 if percent else 1.0
+def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int]) -> dict:
+    """``{"mean@k": ..., "pass@k": ...}`` in percent for every k in ``ks``, then "correct": how many samples
+    of each problem were right, in problem order (256 small integers for 256 problems). With n, the samples
+    per problem, Mean@k and Pass@k follow from it alone (the mean of c / n, of pass_at_k(n, c, k)), and two
+    evaluations pair problem by problem."""
     out = {}
     for k in ks:
-        _check(verdicts, k)
-        out[f"mean@{k}"] = scale * mean_at_k(verdicts)
-        out[f"pass@{k}"] = scale * mean_pass_at_k(verdicts, k)
-    return out
+        out[f"mean@{k}"] = 100 * mean_at_k(verdicts)
+        out[f"pass@{k}"] = 100 * mean_pass_at_k(verdicts, k)
+    return out | {"correct": [sum(v) for v in verdicts]}
 
 
 def default_ks(n: int) -> list[int]:
@@ -225,11 +220,8 @@ def default_ks(n: int) -> list[int]:
 
 
 def verdicts_by_problem(rows: Iterable[dict]) -> list[list[bool]]:
-    """Group eval rows ``{"problem_id", "sample", "correct"}`` into per-problem verdict lists.
-
-    Problems come out sorted by id, samples by index; a repeated (problem_id, sample)
-    pair is an error, since it usually means two files or two benchmarks were mixed.
-    """
+    """Eval rows ``{"problem_id", "sample", "correct"}`` as per-problem verdict lists, problems sorted by id,
+    samples by index; a repeated (problem_id, sample) is an error (two files or benchmarks mixed, usually)."""
     grouped: dict[object, dict[int, bool]] = {}
     for row in rows:
         samples = grouped.setdefault(row["problem_id"], {})

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a cl
 from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr.machinery.resume import change_text, recorded_changes
 from nanoatr.machinery.metrics_log import read_metrics  # noqa: E402
-from nanoatr.evaluate import summarize, verdicts_by_problem  # noqa: E402
+from nanoatr.evaluate import default_ks, summarize, verdicts_by_problem  # noqa: E402
 
 TRAIN_PANELS = (("(a) return", "reward_mean"), ("(b) entropy", "entropy"),
                 ("(c) completion length", "completion_len"))
@@ -196,14 +196,6 @@ def pick_eval_key(runs_rows: list[list[dict]]) -> str | None:
 
 # ---------------------------------------------------------------------------
 # Figure 4: Mean@K and Pass@K against K
-
-def default_ks(n: int) -> list[int]:
-    """K values for a Pass@K-vs-K curve from n samples: 1, 2, 4, ... up to n, and n itself."""
-    if n < 1:
-        raise ValueError(f"need at least one sample per problem, got {n}")
-    ks = [2 ** i for i in range(n.bit_length()) if 2 ** i <= n]
-    return ks if ks[-1] == n else ks + [n]
-
 
 def pass_at_k_curves(path: Path) -> dict[str | None, tuple[list[int], list[float], list[float]]]:
     """{benchmark: (K values, Mean@K %, Pass@K %)} from one eval.py output file. Its problems are keyed by

@@ -6,7 +6,7 @@
   pre-registered family of --hypothesis and --reject (each with its 95% paired t-interval, its p and Holm's
   decision over the family) and the seed-paired comparisons (--compare, by default every arm against the
   first, then the effects); a line says when the runs did not all run one git commit without changes;
-- OUT/results.json: each finished run's numbers (result);
+- OUT/results.json: each finished run's numbers (result; one it lacks, nan there, is null);
 - OUT/curves.svg: Figure 2, each arm's mean over seeds with its 95% t-interval band, step by step, of the
   return, the entropy, the completion length and each evaluated file's Mean@k;
 - OUT/ablation.svg, when kl3 ran at two or more deltas (--ablate-delta): Figure 3, Mean@k and Pass@k
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a cl
 from nanoatr.machinery import distributed, flags  # noqa: E402
 from nanoatr.methods import defaults  # noqa: E402
 from nanoatr.machinery.resume import change_lines  # noqa: E402
-from nanoatr.machinery.metrics_log import read_metrics  # noqa: E402
+from nanoatr.machinery.metrics_log import finite, read_metrics  # noqa: E402
 from nanoatr.machinery.flags import TrainConfig  # noqa: E402
 # scripts/plot.py
 from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402
@@ -377,7 +377,7 @@ def write_report(runs: list[Run], out: Path, steps: int, seeds: int, train_args:
     for run in runs:  # each arm (a row, in order) -> its first run
         arms.setdefault(run.method, run)
     results = [result(run, steps) for run in runs]
-    (out / "results.json").write_text(json.dumps([r for r in results if r], indent=2))
+    (out / "results.json").write_text(json.dumps(finite([r for r in results if r]), indent=2))  # nan: null
     at = " and ".join(f"step {s}" for s in next((r["end_steps"] for r in results if r), [steps]))
     head = (f"{'δ ablation of kl3' if ablation else 'Clipping methods'}: each score is the mean of the "
             f"evaluations at {at}, then mean ± std over {seeds} seed(s) (population std); cut = mean over "

@@ -1,5 +1,8 @@
-"""Tiny random Qwen3 checkpoints built in-process (no downloads), one CPU thread, and the --slow option."""
+"""Tiny random Qwen3 checkpoints built in-process (no downloads), one CPU thread, the --slow option, and the
+strict reading of the JSON files the project writes."""
+import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,6 +75,23 @@ def _wandb_offline(monkeypatch, tmp_path_factory):
     wandb = sys.modules.get("wandb")  # None: a test that hides the package
     if wandb is not None:
         wandb.teardown()
+
+
+def strict(text):
+    """JSON as every parser but Python's reads it: no NaN or Infinity, which json.loads takes. The tests read
+    each file the project writes (metrics.jsonl, samples.jsonl, config.json, results.json, eval.py's --out,
+    a checkpoint's JSON) through this, strict_file or jsonl."""
+    def refuse(token):
+        raise ValueError(f"{token} is no JSON (a writer let a non-finite number through)")
+    return json.loads(text, parse_constant=refuse)
+
+
+def strict_file(path):
+    return strict(Path(path).read_text())
+
+
+def jsonl(path) -> list:
+    return [strict(line) for line in Path(path).read_text().splitlines()]
 
 
 TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -5,6 +5,7 @@ import dataclasses
 import errno
 import hashlib
 import json
+import math
 import os
 import shutil
 
@@ -15,6 +16,7 @@ from nanoatr.machinery import checkpoint, folder, metrics_log, resume
 from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.machinery.flags import ConfigError
 from nanoatr.machinery.metrics_log import RunLog
+from conftest import jsonl, strict, strict_file
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +61,7 @@ def test_save_keeps_the_newest_k_and_latest_is_checkpoint(tmp_path, tiny):
     assert checkpoint.latest(tmp_path) == tmp_path / "checkpoint"
     assert_loads(tmp_path / "checkpoint", 4)
     assert_loads(tmp_path / "checkpoint-step000003", 3)
-    assert json.loads((tmp_path / "checkpoint/manifest.json").read_text())["step"] == 4
+    assert strict_file(tmp_path / "checkpoint/manifest.json")["step"] == 4
     save(tmp_path, tiny, 5, keep=3)
     save(tmp_path, tiny, 6, keep=3)
     assert names(tmp_path) == ["checkpoint", "checkpoint-step000004", "checkpoint-step000005"]
@@ -132,7 +134,7 @@ def test_unusable_checkpoint_falls_back_with_a_warning(tmp_path, tiny, capsys, d
 
 def test_the_manifest_records_each_files_sha256(tmp_path, tiny):
     path = save(tmp_path, tiny, 1)
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = strict_file(path / "manifest.json")
     files = sorted(p.name for p in path.iterdir() if p.name != "manifest.json")
     assert sorted(manifest["files"]) == sorted(manifest["sha256"]) == files
     for name in files:  # what sha256sum prints
@@ -142,7 +144,7 @@ def test_the_manifest_records_each_files_sha256(tmp_path, tiny):
 def test_an_older_manifest_without_hashes_is_checked_by_size(tmp_path, tiny, capsys):
     """A checkpoint of an older nanoatr (sizes only) still loads; nothing can tell a changed byte there."""
     path = save(tmp_path, tiny, 1)
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = strict_file(path / "manifest.json")
     del manifest["sha256"]
     (path / "manifest.json").write_text(json.dumps(manifest))
     assert_loads(path, 1)
@@ -203,9 +205,9 @@ def test_resume_cuts_a_torn_line_and_drops_rows_past_the_checkpoint(tmp_path, ca
             log.write({"step": s, "loss": -s})
         log.samples(5, "a", [{"completion": "x"}])
     assert "cut 1 unreadable line(s) (a torn write); dropped 2 row(s) past step 3" in capsys.readouterr().err
-    assert [json.loads(line)["step"] for line in lines(metrics)] == [0, 1, 2, 3, 4, 5]
+    assert [strict(line)["step"] for line in lines(metrics)] == [0, 1, 2, 3, 4, 5]
     assert all(line.endswith("\n") for line in lines(metrics))
-    assert [json.loads(line)["step"] for line in lines(tmp_path / "samples.jsonl")] == [0, 5]
+    assert [strict(line)["step"] for line in lines(tmp_path / "samples.jsonl")] == [0, 5]
     assert log.rows[-1] == {"step": 5, "loss": -5}
     assert log.has(0) and not log.has(5) and log.has(5, prefix="loss")  # e.g. is the final evaluation logged?
 
@@ -219,12 +221,15 @@ def test_repair_keeps_a_whole_row_missing_only_its_newline(tmp_path, capsys):
     assert capsys.readouterr().err == ""  # nothing was lost
 
 
-def test_a_fresh_log_and_an_untouched_log(tmp_path):
+def test_a_fresh_log_and_an_untouched_log_with_null_for_a_number_not_finite(tmp_path):
+    """JSON has no NaN or Infinity (json.dumps writes them, other parsers refuse them): both logs write null."""
     with RunLog.open(tmp_path) as log:
-        log.write({"step": 1})
+        log.write({"step": 1, "loss": math.nan, "w": [math.inf, 1.0]})
+        log.samples(1, "a", [{"reward": -math.inf}])
+    assert jsonl(tmp_path / "samples.jsonl") == [{"step": 1, "eval": "a", "reward": None}]
     before = (tmp_path / "metrics.jsonl").stat().st_mtime_ns
     with RunLog.open(tmp_path, resume_step=1) as log:
-        assert log.rows == [{"step": 1}]
+        assert log.rows == jsonl(tmp_path / "metrics.jsonl") == [{"step": 1, "loss": None, "w": [None, 1.0]}]
     assert (tmp_path / "metrics.jsonl").stat().st_mtime_ns == before  # not rewritten
 
 
@@ -241,14 +246,14 @@ def test_read_metrics_skips_bad_lines_with_one_warning(tmp_path, capsys):
 def test_write_json_atomic(tmp_path, monkeypatch):
     path = tmp_path / "config.json"
     folder.write_json_atomic(path, {"a": 1})
-    assert json.loads(path.read_text()) == {"a": 1}
+    assert strict_file(path) == {"a": 1}
 
     def full(*a):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(os, "replace", full)
     with pytest.raises(CheckpointError, match=rf"cannot write {path} \(disk full\)"):
         folder.write_json_atomic(path, {"a": 2})
-    assert json.loads(path.read_text()) == {"a": 1} and names(tmp_path) == ["config.json"]
+    assert strict_file(path) == {"a": 1} and names(tmp_path) == ["config.json"]
 
 
 # ----------------------------------------------------------------------------

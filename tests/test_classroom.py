@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import grade as GRADE  # noqa: E402  (scripts/grade.py)
 import function_spans as FS  # noqa: E402  (scripts/function_spans.py)
 import make_assignment as MA  # noqa: E402  (scripts/make_assignment.py)
+from conftest import strict_file  # noqa: E402
 
 EXERCISES = MA.load_exercises(ROOT)
 
@@ -40,7 +41,7 @@ def run_grader(grader: Path, student: Path, out: Path) -> dict:
     proc = subprocess.run([sys.executable, str(grader / "grade.py"), str(student), "--json", str(out)],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return strict_file(out)
 
 
 def reference_lines(path: str, name: str) -> list[str]:
@@ -235,7 +236,7 @@ def self_check(student: Path, out: Path, *args) -> tuple[dict, str]:
     proc = subprocess.run([sys.executable, "scripts/grade.py", *args, "--json", str(out)], cwd=student,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text()), proc.stdout
+    return strict_file(out), proc.stdout
 
 
 def test_the_self_check_agrees_with_the_grader_on_a_partly_solved_copy(tmp_path):

@@ -15,6 +15,7 @@ from nanoatr.verifier.countdown import evaluate_expression, parse_answer, reward
 from tiny import make_default  # noqa: F401  (puts data/ on the path)
 import make_countdown as countdown  # noqa: E402  (data/make_countdown.py)
 import countdown_puzzle as puzzle  # noqa: E402  (data/countdown_puzzle.py)
+from conftest import jsonl, strict_file  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 B = "\\boxed{"
@@ -280,9 +281,7 @@ def test_pass_rate_filter_keeps_the_sometimes_solved(monkeypatch):
     def fake_evaluate(model, tok, problems, k, **kw):
         assert k == countdown.FILTER_SAMPLES and kw["seed"] == countdown.FILTER_SEED
         assert kw["max_new_tokens"] == TASKS["countdown"].max_new_tokens and kw["rewards"].functions == (countdown_reward,)
-        rows = [{"problem_id": i, "sample": s, "correct": s < solved.get(i, 0)} for i in range(len(problems))
-                for s in range(k)]
-        return {"mean@8": 0.0}, rows
+        return {"mean@8": 0.0, "correct": [solved.get(i, 0) for i in range(len(problems))]}, []
     monkeypatch.setattr(countdown, "evaluate", fake_evaluate)
     monkeypatch.setattr(countdown, "eos_token_ids", lambda tok, model_dir: [0])
     assert countdown.pass_rate_filter(None, None, Path("m"), pool) == [pool[1], pool[2], pool[4]]
@@ -319,14 +318,14 @@ def test_task_defaults_and_reward_reach_train_and_eval(tmp_path):
     assert TASKS["countdown"].reward is countdown_reward and TASKS["math"].reward is not countdown_reward
     train.main(["--task", "countdown", "--steps", "1", "--prompts-per-step", "8", "--group-size", "4",
                 "--eval-data", "--no-compile", "--out-dir", str(tmp_path), "--name", "cd", "--threads", "1"])
-    config = json.loads((tmp_path / "cd/config.json").read_text())
+    config = strict_file(tmp_path / "cd/config.json")
     assert (config["model"], config["data"], config["max_new_tokens"]) == \
         ("data/tiny-qwen3-countdown", "data/countdown/rl.jsonl", 96)
-    row = [json.loads(line) for line in (tmp_path / "cd/metrics.jsonl").read_text().splitlines()][-1]
+    row = jsonl(tmp_path / "cd/metrics.jsonl")[-1]
     assert row["accuracy"] > 0  # the math verifier would grade every expression wrong: 0.0
     out = tmp_path / "eval.jsonl"
     eval_cmd.main(["--task", "countdown", "--limit", "8", "--k", "4", "--out", str(out)])
-    rows = [json.loads(line) for line in out.read_text().splitlines()][1:]
+    rows = jsonl(out)[1:]
     assert len(rows) == 64 and any(r["correct"] for r in rows)  # 8 x 4 of each file: held-out and transfer
     assert all(r["correct"] == (reward(r["completion"], r["gold"]) > 0) for r in rows)
     assert [r["benchmark"] for r in rows[::32]] == ["heldout", "transfer"]

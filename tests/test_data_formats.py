@@ -18,6 +18,7 @@ import eval as eval_cli
 import train
 from nanoatr import data
 from nanoatr.data import DataError, Problem, load_problems
+from conftest import jsonl as read_jsonl, strict_file  # this file's jsonl writes one
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -225,11 +226,11 @@ def test_train_on_a_conversational_parquet_runs_as_on_the_jsonl(tmp_path):
                 "--eval-limit", "2", "--eval-k", "1", "--out-dir", str(out), "--name", "parquet"])
     steps = {}
     for name in ("jsonl", "parquet"):
-        lines = [json.loads(line) for line in (out / name / "metrics.jsonl").open()]
+        lines = read_jsonl(out / name / "metrics.jsonl")
         steps[name] = {k: v for r in lines if "loss" in r for k, v in r.items()
                        if not k.startswith(("time", "tokens_per_s"))}  # timings differ
     assert steps["parquet"] == steps["jsonl"] and steps["jsonl"]["reward_mean"] > 0
-    assert json.loads((out / "parquet/config.json").read_text())["answer_field"] == "solution"
+    assert strict_file(out / "parquet/config.json")["answer_field"] == "solution"
 
 
 def test_train_and_eval_bad_answer_field_is_one_line(tmp_path, capsys):
@@ -251,5 +252,5 @@ def test_train_and_eval_bad_answer_field_is_one_line(tmp_path, capsys):
                                        "['prompt', 'solution']; --answer-field names the answer's column\n")
     eval_cli.main(["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(conv), "--answer-field",
                    "solution", "--k", "1", "--max-new-tokens", "8", "--out", str(tmp_path / "e.jsonl")])
-    rows = [json.loads(line) for line in (tmp_path / "e.jsonl").open()]
+    rows = read_jsonl(tmp_path / "e.jsonl")
     assert [r["gold"] for r in rows if "gold" in r] == ["2"]

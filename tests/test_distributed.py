@@ -1,5 +1,4 @@
 """torchrun with 2 gloo processes on CPU trains exactly as one process on the same global batch."""
-import json
 import os
 import signal
 import subprocess
@@ -13,6 +12,7 @@ from safetensors.torch import load_file
 import train
 from nanoatr.machinery.distributed import Shard
 from rounding import U64, sum_orders, within
+from conftest import jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 # --rollout-batch 2: both runs sample the same two chunks of 2 prompts with the same seeds (one chunk
@@ -84,7 +84,7 @@ def test_two_ranks_give_the_gradient_of_one_process(tmp_path, mode):
         for w in (a, b):
             assert max((w[k].double() - start[k].double()).abs().max().item() for k in w) > 5e-4
 
-    rows = [[json.loads(line) for line in (tmp_path / n / "metrics.jsonl").open()] for n in ("one", "two")]
+    rows = [jsonl(tmp_path / n / "metrics.jsonl") for n in ("one", "two")]
     assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]] == [0, 1, 2, 2]  # eval, 2 steps, eval
     for r1, r2 in zip(*rows):
         assert r1.keys() == r2.keys()
@@ -201,9 +201,9 @@ def test_every_sitting_of_a_run_records_the_code_host_and_versions_it_ran(tmp_pa
     import platform
     fast = [*ARGS[:ARGS.index("--steps")], "--eval-data", "--save-every", "1", "--device", "cpu"]
     train.main([*fast, "--steps", "1", "--out-dir", str(tmp_path), "--name", "r"])
-    first = json.loads((tmp_path / "r/config.json").read_text())["provenance"]
+    first = strict_file(tmp_path / "r/config.json")["provenance"]
     train.main(["--resume", str(tmp_path / "r"), "--steps", "2"])
-    sittings = json.loads((tmp_path / "r/config.json").read_text())["provenance"]
+    sittings = strict_file(tmp_path / "r/config.json")["provenance"]
     assert len(first) == 1 and sittings[0] == first[0] and [s["step"] for s in sittings] == [0, 1]
     git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     for s in sittings:

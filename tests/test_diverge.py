@@ -20,6 +20,7 @@ from nanoatr.data import TASKS, load_problems
 from nanoatr.machinery.session import Diverged
 from test_checkpoint import names, save, state, tiny  # noqa: F401 (tiny: the fixture)
 from test_train import step_run
+from conftest import jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,7 +72,7 @@ def test_a_reward_that_goes_inf_at_step_2_stops_the_run_and_keeps_step_1s_checkp
     assert list(saved) == [1] and digests(run / "checkpoint") == saved[1]  # byte for byte
     assert checkpoint.check(run / "checkpoint") == (1, None)
     assert all(w.isfinite().all() for w in load_file(run / "checkpoint/model.safetensors").values())
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1]  # step 2 is not logged as if it were fine
     assert not list(run.glob("checkpoint-step*"))
 
@@ -158,7 +159,7 @@ def poison(ckpt: Path, name: str):
         saved = torch.load(ckpt / name, weights_only=False)
         next(iter(saved["optimizer"]["state"].values()))["exp_avg"].fill_(torch.nan)
         torch.save(saved, ckpt / name)
-    manifest = json.loads((ckpt / "manifest.json").read_text())
+    manifest = strict_file(ckpt / "manifest.json")
     manifest["files"][name] = (ckpt / name).stat().st_size
     manifest["sha256"][name] = hashlib.sha256((ckpt / name).read_bytes()).hexdigest()
     (ckpt / "manifest.json").write_text(json.dumps(manifest))

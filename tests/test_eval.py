@@ -10,6 +10,7 @@ import pytest
 import eval as eval_cli
 from nanoatr.data import TASKS
 from nanoatr.evaluate import summarize, verdicts_by_problem
+from conftest import jsonl
 from tiny import make_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,10 +35,11 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def mixed_verdicts():
-    """A random model is never right; grade by completion length so the table has non-trivial numbers."""
+    """A random model is never right; grade by completion length so the table has non-trivial numbers. The
+    reward of a right one, 1e39, is past float32's range: its total is inf, which --out writes null."""
     with pytest.MonkeyPatch.context() as mp:
         def even_length(completions, **kwargs):
-            return [len(c) % 2 == 0 for c in completions]
+            return [1e39 if len(c) % 2 == 0 else 0.0 for c in completions]
         mp.setitem(TASKS, "math", dataclasses.replace(TASKS["math"], reward=even_length))
         yield
 
@@ -49,24 +51,17 @@ def run(model_dir, data, out, *more):
 
 @pytest.fixture(scope="module")
 def full_run(model_dir, data, tmp_path_factory):
-    """One complete evaluation: (output file, what it printed)."""
+    """One complete evaluation: (output file, what it printed, its stderr: no terminal, as in a pipe)."""
     out = tmp_path_factory.mktemp("full") / "out.jsonl"
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    printed, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(err):
         run(model_dir, data, out)
-    return out, printed.getvalue()
-
-
-def rows_of(path):
-    """The completion rows of an output file (its first line is the settings)."""
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert "settings" in lines[0]
-    return lines[1:]
+    return out, printed.getvalue(), err.getvalue()
 
 
 def test_rows_and_table(model_dir, full_run):
-    out, printed = full_run
-    rows = rows_of(out)
+    out, printed, err = full_run
+    rows = jsonl(out)[1:]  # after the settings line
     assert len(rows) == N * sum(map(len, PROBLEMS.values()))
     fields = {"benchmark", "problem_id", "sample", "completion", "gold", "correct", "length", "truncated"}
     assert all(fields <= r.keys() for r in rows)
@@ -76,6 +71,7 @@ def test_rows_and_table(model_dir, full_run):
                                                                         for j in range(N)]
         assert all(r["gold"] == problems[r["problem_id"]][1] for r in mine)
         assert all(r["correct"] == (len(r["completion"]) % 2 == 0) for r in mine)
+        assert all(r["reward"] == (None if r["correct"] else 0.0) for r in mine)
 
     summaries = [summarize(verdicts_by_problem(r for r in rows if r["benchmark"] == name), [K]) for name in PROBLEMS]
     expected = [s[key] for s in summaries for key in (f"mean@{K}", f"pass@{K}")]
@@ -84,6 +80,8 @@ def test_rows_and_table(model_dir, full_run):
     assert lines[0].split() == ["Model", "alpha", "beta", "Average"]
     assert lines[1].split() == [f"Mean@{K}", "(%)", f"Pass@{K}", "(%)"] * 3
     assert lines[2].split() == [model_dir.name] + [f"{v:.2f}" for v in expected]
+    # `python eval.py ... 2>&1 | tee log`: tqdm draws only on a terminal, so no bar in the table's stream
+    assert "\r" not in err and "compl/s" not in err and "compl]" not in err
 
 
 def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, tmp_path):
@@ -93,14 +91,14 @@ def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, 
     partial.write_text("".join(kept) + lines[12][:15])  # and a line torn by a kill mid-write
 
     run(model_dir, data, partial, "--skip-done")
-    rows = rows_of(partial)
+    rows = jsonl(partial)[1:]
     triples = [(r["benchmark"], r["problem_id"], r["sample"]) for r in rows]
     assert len(triples) == len(set(triples)) == len(lines)
     assert partial.read_text().startswith("".join(kept))
     assert f"({len(lines) - len(kept) + 1} new)" in capsys.readouterr().out
 
     run(model_dir, data, partial, "--skip-done")  # nothing left to do
-    assert len(rows_of(partial)) == len(lines)
+    assert len(jsonl(partial)) == 1 + len(lines)
     assert "(0 new)" in capsys.readouterr().out
 
 
@@ -131,7 +129,7 @@ def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
 
 
 def test_output_starts_with_the_settings(model_dir, full_run):
-    settings = json.loads(full_run[0].read_text().splitlines()[0])["settings"]
+    settings = jsonl(full_run[0])[0]["settings"]
     assert settings["model"] == str(model_dir.resolve()) and settings["adapter"] is None
     # No generation_config.json in the directory: nanoatr's defaults, as before (the embedded model's too).
     assert (settings["temperature"], settings["top_k"], settings["top_p"]) == (1.0, 0, 1.0)
@@ -202,16 +200,6 @@ def test_a_budget_past_the_model_positions_is_one_line(model_dir, data, tmp_path
         run(model_dir, data, tmp_path / "o.jsonl", "--max-new-tokens", "100000000")
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: --max-new-tokens 100000000 does not fit the model's") and "positions" in err
-
-
-def test_progress_bar_stays_out_of_a_pipe(model_dir, data, tmp_path, capfd):
-    """`python eval.py ... 2>&1 | tee log`: stderr is no terminal, so no bar is drawn into the table's stream
-    (tqdm draws only on a terminal); the table itself is printed."""
-    capfd.readouterr()
-    run(model_dir, data, tmp_path / "out.jsonl")
-    out, err = capfd.readouterr()
-    assert out.splitlines()[0].split() == ["Model", "alpha", "beta", "Average"]
-    assert "\r" not in err and "compl/s" not in err and "compl]" not in err
 
 
 @pytest.mark.parametrize("line", ['{"benchmark": "b", "problem_id": ' + "9" * 5000 + "}", "[" * 5000 + "]" * 5000])

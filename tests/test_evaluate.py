@@ -4,7 +4,8 @@ from pathlib import Path
 import torch
 
 from nanoatr.data import Problem, load_problems
-from nanoatr.evaluate import completion_entropies, during_training, entropy_key, evaluate, sample_and_grade
+from nanoatr.evaluate import (completion_entropies, during_training, entropy_key, evaluate, pass_at_k,
+                              sample_and_grade)
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
 from nanoatr.tokenizer import encode_prompts, load_tokenizer
@@ -28,12 +29,16 @@ def test_resumed_sampling_draws_the_same_completions():
     assert whole[7:] == rest
 
 
-def test_evaluate_summary_matches_rows():
+def test_evaluate_summary_matches_rows_and_follows_from_the_counts_alone():
+    """"correct": each problem's correct samples of n = 4, in order; Mean@2 and Pass@2 follow from it exactly."""
     model, tok, problems = shipped()
     summary, rows = evaluate(model, tok, problems, k=2, n=4, max_new_tokens=40, progress=False)
     assert len(rows) == 6 * 4
-    assert abs(summary["mean@2"] - 100 * sum(r["correct"] for r in rows) / len(rows)) < 1e-9
-    assert 0 <= summary["pass@2"] <= 100 and summary["pass@2"] >= summary["mean@2"]
+    counts = summary["correct"]
+    assert counts == [sum(r["correct"] for r in rows if r["problem_id"] == i) for i in range(6)]
+    assert len(set(counts)) > 1  # problems that differ: the order matters
+    assert summary["mean@2"] == 100 * (sum(c / 4 for c in counts) / 6)
+    assert summary["pass@2"] == 100 * (sum(pass_at_k(4, c, 2) for c in counts) / 6)
 
 
 # ---------------------------------------------------------------------------
@@ -76,11 +81,12 @@ def test_completion_entropies_are_the_entropy_at_each_sampled_token(tmp_path):
 
 def test_a_uniform_policy_has_entropy_log_v_at_any_temperature(tmp_path):
     """lm_head = 0: every next-token distribution is uniform over the V ids, entropy log V at every token,
-    whatever T; the key names T when it is not 1."""
+    whatever T; the key names T when it is not 1 (greedy decoding is scored at 1)."""
     model, tok = random_policy(tmp_path)
     with torch.no_grad():
         model.lm_head.weight.zero_()
     V = model.lm_head.weight.shape[0]
+    assert (entropy_key(0.0), entropy_key(0.6), entropy_key(1.2)) == ("entropy", "entropy@T0.6", "entropy@T1.2")
     for temperature, key in ((1.0, "eval/x/entropy"), (0.5, "eval/x/entropy@T0.5")):
         results, _ = during_training(model, tok, {"x": PROBLEMS}, 2, 4,
                                      max_new_tokens=6, temperature=temperature, seed=1)
@@ -103,8 +109,3 @@ def test_evaluation_entropy_is_token_weighted_and_leaves_the_samples_alone(tmp_p
     want = sum(r["entropy"] * r["length"] for r in rows) / sum(r["length"] for r in rows)
     assert abs(results["eval/x/entropy"] - want) < 1e-9
     assert want != sum(r["entropy"] for r in rows) / len(rows)  # not the mean of the rows' means
-
-
-def test_entropy_key_names_the_temperature():
-    assert (entropy_key(1.0), entropy_key(0.0), entropy_key(0.6), entropy_key(1.2)) == \
-        ("entropy", "entropy", "entropy@T0.6", "entropy@T1.2")

@@ -24,6 +24,7 @@ from nanoatr.machinery import checkpoint, folder
 from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.machinery.metrics_log import RunLog
 from test_checkpoint import assert_loads, names, save, state, tiny  # noqa: F401 (tiny: the fixture)
+from conftest import jsonl
 
 
 class Killed(BaseException):
@@ -344,7 +345,7 @@ def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes(tmp_path, monkeypat
     assert err.strip().splitlines()[-1] == "error: " + disk_full_message(run, step=2)
     assert checkpoint.check(run / "checkpoint")[0] == 1 and not (run / ".checkpoint-new").exists()
     train.main(["--resume", str(run)])  # room again
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3]
     assert_loads(run / "checkpoint", 3)
 
@@ -426,7 +427,7 @@ def test_sigkill_at_random_times_loses_nothing(tmp_path, tiny):
             last = step
     assert last > 0
     _train_forever(run, tiny, tmp_path, last + 6, save_every=3)  # resumed to the end, in process
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, last + 7))
     assert names(run) == [".lock", "checkpoint", f"checkpoint-step{last + 3:06d}", "metrics.jsonl", "samples.jsonl"]
 

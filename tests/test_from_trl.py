@@ -1,9 +1,9 @@
 """docs/from-trl.md, run: its data snippet, reward file and nanoatr command are taken from the page's code
 blocks (so the page cannot drift from the code) and run on the embedded tiny model, shortened to 4 steps.
 Shown: the user's rewards logged by name, the TensorBoard event file read back equal to metrics.jsonl (lr
-included), lr equal to transformers' get_cosine_schedule_with_warmup, a stopped run resumed to the
-uninterrupted run's lr, the TRL script's numbers mapped as the page's arithmetic says, and the page's error
-lines, each the one line a bad input gives (exit 2, no run folder).
+included, of a resumed run too), lr equal to transformers' get_cosine_schedule_with_warmup, the TRL script's
+numbers mapped as the page's arithmetic says, and the page's error lines, each the one line a bad input gives
+(exit 2, no run folder). That a resumed run equals the unbroken one: tests/test_train.py.
 
     python -m pytest tests/test_from_trl.py -q
 """
@@ -27,6 +27,7 @@ from nanoatr.machinery.flags import TrainConfig, apply_preset, hparam_flags, par
 from rounding import U32, within
 from test_knobs import transformers_rates
 from test_report import assert_same, events, metrics, scalars
+from conftest import jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs/from-trl.md").read_text()
@@ -106,7 +107,7 @@ def test_the_page_data_is_trls_conversational_format_with_the_gold_in_solution(r
 
 def test_the_page_run_logs_each_reward_by_name(runs):
     """reward_mean is the weighted sum of reward/accuracy and reward/no_box, both from the page's file."""
-    config = json.loads((runs / "arith/config.json").read_text())
+    config = strict_file(runs / "arith/config.json")
     assert config["reward"] == ["my_rewards.py:accuracy", "my_rewards.py:no_box"]
     w_accuracy, w_no_box = config["reward_weights"]
     rows = [r for r in metrics(runs / "arith") if "loss" in r]
@@ -140,18 +141,11 @@ def test_the_event_file_holds_every_number_of_metrics_jsonl(runs, name):
 def test_lr_is_transformers_cosine_schedule_with_warmup(runs):
     """4 steps x 2 minibatches = 8 optimizer steps, warmup ceil(0.1 x 8) = 1; a step logs its first
     update's rate."""
-    cfg = TrainConfig(**{k: v for k, v in json.loads((runs / "arith/config.json").read_text()).items()
+    cfg = TrainConfig(**{k: v for k, v in strict_file(runs / "arith/config.json").items()
                          if k in {"steps", "minibatches", "epochs", "lr", "lr_scheduler", "warmup_ratio"}})
     assert (cfg.optimizer_steps, cfg.warmup) == (8, 1)
     expected = transformers_rates("cosine", 1, 8, 1e-4)[::2]
     assert [r["lr"] for r in metrics(runs / "arith") if "lr" in r] == expected
-
-
-def test_a_stopped_and_resumed_run_has_the_uninterrupted_runs_learning_rates(runs):
-    whole, part = metrics(runs / "arith"), metrics(runs / "part")
-    assert [r["step"] for r in part] == [r["step"] for r in whole] == [0, 1, 2, 2, 3, 4, 4]
-    assert [r.get("lr") for r in part] == [r.get("lr") for r in whole]
-    assert [r.get("loss") for r in part] == pytest.approx([r.get("loss") for r in whole], abs=1e-6)
 
 
 def test_the_trl_script_is_the_same_run_by_the_pages_arithmetic():
@@ -297,15 +291,15 @@ def test_a_checkpoint_is_resumed_in_place_when_newest_and_else_into_a_new_folder
                  and not k.endswith("/seconds")} for row in metrics(run)]
     assert logged(runs / "from2") == logged(runs / "part")  # part: step 2's checkpoint resumed in place
     assert metrics(runs / "from2")[:3] == metrics(runs / "arith")[:3]  # steps 0..2 copied as logged
-    config, saved = (json.loads((runs / r / "config.json").read_text()) for r in ("from2", "arith"))
+    config, saved = (strict_file(runs / r / "config.json") for r in ("from2", "arith"))
     assert config["branched_from"] == {"run": "runs/arith", "checkpoint": "checkpoint-step000002", "step": 2}
     assert [p["step"] for p in config["provenance"]] == [0, 2] and config["provenance"][0] == \
         saved["provenance"][0]
     assert {k: v for k, v in config.items() if k not in ("branched_from", "provenance", "name")} == \
         {k: v for k, v in saved.items() if k not in ("provenance", "name")}
-    samples = [json.loads(line) for line in (runs / "from2/samples.jsonl").read_text().splitlines()]
+    samples = jsonl(runs / "from2/samples.jsonl")
     assert [r for r in samples if r["step"] <= 2] == \
-        [r for r in map(json.loads, (runs / "arith/samples.jsonl").read_text().splitlines()) if r["step"] <= 2]
+        [r for r in jsonl(runs / "arith/samples.jsonl") if r["step"] <= 2]
 
 
 @contextlib.contextmanager

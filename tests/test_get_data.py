@@ -16,6 +16,7 @@ from nanoatr.data import load_problems  # noqa: E402
 
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
+from conftest import jsonl, strict_file  # noqa: E402
 
 TEMPLATE = ("Solve the following math problem step by step. The last line of your response should be of the form "
             "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{}\n\n"
@@ -106,11 +107,11 @@ def test_every_dataset_from_its_real_format(capsys, hub, tmp_path):
         [("Every morning Aya walks.", "204"), ("Find the number.", "025")]
     assert load_problems(out / "aime25.jsonl")[1].question == r"Area of $\frac{1}{2}$ of $\triangle ABC$."
     assert "\f" not in (out / "aime25.jsonl").read_text()  # repaired in the file itself
-    amc = [json.loads(line) for line in (out / "amc23.jsonl").read_text().splitlines()]
+    amc = jsonl(out / "amc23.jsonl")
     assert amc == [{"problem": "Cities $A$ and $B$?", "answer": 27.0}, {"problem": "Positive reals $x$, $y$?",
                                                                          "answer": 36.0}]
-    held = [json.loads(line) for line in (out / "omr-heldout.jsonl").read_text().splitlines()]
-    sft = [json.loads(line) for line in (out / "omr-sft.jsonl").read_text().splitlines()]
+    held = jsonl(out / "omr-heldout.jsonl")
+    sft = jsonl(out / "omr-sft.jsonl")
     # P1 once; P2 (wrong box), P3 (proof), P4 (no box) skipped; the second shard read after the first
     assert [r["problem"] for r in held] == ["P1: 1+1?"]
     assert [r["problem"] for r in sft] == ["P5: 4+4?", "P6: $\\frac{1}{2}+\\frac12$?", "P7: 5+5?"]
@@ -120,7 +121,7 @@ def test_every_dataset_from_its_real_format(capsys, hub, tmp_path):
         f"{out}/amc23.jsonl (2), {out}/omr-sft.jsonl (3), {out}/omr-heldout.jsonl (1)")
     assert "dapo-math-17k: 2 prompts (11 rows: 9 repeats dropped)" in stdout
     assert "openmathreasoning: 3 SFT + 1 held-out problems from the first 8 rows" in stdout
-    record = json.loads((out / "sources.json").read_text())
+    record = strict_file(out / "sources.json")
     assert record["aime25"]["repo"] == "math-ai/aime25" and record["openmathreasoning"]["written"] == \
         {"omr-sft.jsonl": 3, "omr-heldout.jsonl": 1}
 

@@ -15,6 +15,7 @@ from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.model import files
 from tiny import make_model_dir
+from conftest import strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 REPO = "tiny-org/tiny-qwen3"
@@ -103,8 +104,8 @@ def test_train_eval_sample_and_merge_take_a_hub_id(hub_cache, tmp_path):
               "--no-compile", "--out-dir", str(tmp_path / "runs"), "--name", "r", cache=hub_cache, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     run_dir = tmp_path / "runs" / "r"
-    assert json.loads((run_dir / "config.json").read_text())["model"] == REPO  # as given, not the cache path
-    assert json.loads((run_dir / "checkpoint/adapter_config.json").read_text())["base_model_name_or_path"] == REPO
+    assert strict_file(run_dir / "config.json")["model"] == REPO  # as given, not the cache path
+    assert strict_file(run_dir / "checkpoint/adapter_config.json")["base_model_name_or_path"] == REPO
     ev = run("eval.py", "--model", str(run_dir / "checkpoint"), "--data", str(data), "--k", "1",
              "--max-new-tokens", "4", "--out", str(tmp_path / "e.jsonl"), cache=hub_cache, cwd=tmp_path)
     assert ev.returncode == 0, ev.stderr
@@ -128,8 +129,8 @@ def test_sft_takes_a_hub_id_and_names_a_missing_directory(offline, tmp_path, cap
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     sft.main(["--model", REPO, "--data", str(data), "--lora-rank", "2", "--steps", "1", "--batch-size", "2",
               "--max-len", "64", "--out-dir", str(tmp_path), "--name", "s"])
-    assert json.loads((tmp_path / "s/config.json").read_text())["model"] == REPO
-    adapter = json.loads((tmp_path / "s/checkpoint/adapter_config.json").read_text())
+    assert strict_file(tmp_path / "s/config.json")["model"] == REPO
+    adapter = strict_file(tmp_path / "s/checkpoint/adapter_config.json")
     assert adapter["base_model_name_or_path"] == REPO
     assert (tmp_path / "s/model/model.safetensors").is_file()
     capsys.readouterr()

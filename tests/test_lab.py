@@ -15,6 +15,7 @@ import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import sweep_report  # noqa: E402  (scripts/sweep_report.py)
+from conftest import jsonl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -30,7 +31,7 @@ def train_run(tmp_path, name, *args) -> sweep_report.Run:
 
 
 def train_rows(run: sweep_report.Run) -> list[dict]:
-    return [r for r in map(json.loads, (run.dir / "metrics.jsonl").open()) if "clip_frac_low" in r]
+    return [r for r in jsonl(run.dir / "metrics.jsonl") if "clip_frac_low" in r]
 
 
 # ----------------------------------------------------------------------------

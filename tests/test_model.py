@@ -7,6 +7,7 @@ import torch
 
 from nanoatr.model import ModelError, Qwen3
 from rounding import U64, another_cpu, qwen3_float64, sum_orders, within
+from conftest import strict_file
 
 
 def padded_batch(vocab, lengths, left, seed=0):
@@ -130,7 +131,7 @@ def test_bad_directories(tmp_path, hf_dir):
         Qwen3.from_pretrained(tmp_path / "nope")
     with pytest.raises(ModelError, match="config.json is missing"):
         Qwen3.from_pretrained(tmp_path)
-    cfg = json.loads((hf_dir[0] / "config.json").read_text())
+    cfg = strict_file(hf_dir[0] / "config.json")
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelError, match="no weights"):
         Qwen3.from_pretrained(tmp_path)
@@ -186,7 +187,7 @@ def broken_dir(src, dst, case):
     from safetensors.torch import load_file, save_file
     shutil.copytree(src, dst)
     cfg, weights = dst / "config.json", dst / "model.safetensors"
-    config = json.loads(cfg.read_text())
+    config = strict_file(cfg)
     data = weights.read_bytes()
     edit = {"config list": lambda: cfg.write_text(json.dumps([config])),
             "config string": lambda: cfg.write_text('"qwen3"'),
@@ -249,7 +250,7 @@ def test_random_damage_is_a_model_error_or_a_load(hf_dir, tmp_path):
     """Fuzz: cut the weights at random places, or put random values into config.json fields."""
     import random
     src = hf_dir[0]
-    data, config = (src / "model.safetensors").read_bytes(), json.loads((src / "config.json").read_text())
+    data, config = (src / "model.safetensors").read_bytes(), strict_file(src / "config.json")
     rng = random.Random(0)
     values = [None, -1, 0, 1.5, "x", [], {}, True, [1, "a"], 10**12]
     for trial in range(24):
@@ -286,16 +287,16 @@ def test_config_token_ids_are_kept_in_saved_checkpoints(hf_dir, tmp_path):
     generate stops at when no generation_config.json came along (issue 16)."""
     src = tmp_path / "src"
     src.mkdir()
-    config = json.loads((hf_dir[0] / "config.json").read_text())
+    config = strict_file(hf_dir[0] / "config.json")
     (src / "config.json").write_text(json.dumps({**config, "bos_token_id": 1, "eos_token_id": [2, 3],
                                                  "pad_token_id": 0}))
     (src / "model.safetensors").write_bytes((hf_dir[0] / "model.safetensors").read_bytes())
     Qwen3.from_pretrained(src).save_pretrained(tmp_path / "out")
-    saved = json.loads((tmp_path / "out/config.json").read_text())
+    saved = strict_file(tmp_path / "out/config.json")
     assert (saved["bos_token_id"], saved["eos_token_id"], saved["pad_token_id"]) == (1, [2, 3], 0)
     plain = tmp_path / "plain"
     Qwen3.from_pretrained(hf_dir[0]).save_pretrained(plain)  # as the source has them, none invented
-    again = json.loads((plain / "config.json").read_text())
+    again = strict_file(plain / "config.json")
     assert all(again.get(k) == config.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id"))
 
 

@@ -5,7 +5,6 @@ afresh (eval.py).
 
 Run: python -m pytest tests/test_pipeline.py -q
 """
-import json
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 get_paper_data = pytest.importorskip("get_paper_data")  # data/ is on the path through hub_fixtures
 sys.path.insert(0, str(ROOT / "scripts"))
 import runs_table  # noqa: E402
+from conftest import jsonl  # noqa: E402
 
 
 def test_data_sft_rl_table(tmp_path, capsys):
@@ -44,5 +44,5 @@ def test_data_sft_rl_table(tmp_path, capsys):
     summary = eval_cmd.main(["--model", str(runs / "rl/checkpoint"), "--data", *benchmarks, "--limit", "4",
                              "--k", "2", "--out", str(tmp_path / "eval.jsonl")])
     assert set(summary) == {"amc23", "aime24", "aime25"}
-    sft_rows = [json.loads(line) for line in (runs / "sft/metrics.jsonl").open()]
+    sft_rows = jsonl(runs / "sft/metrics.jsonl")
     assert [r["step"] for r in sft_rows if "eval/mean@2" in r] == [0, 2]

@@ -9,6 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from plot import (default_ks, main, moving_average, pass_at_k_curves, plot_pass_at_k, plot_runs,  # noqa: E402
                   series)
+from conftest import strict_file  # noqa: E402
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -98,7 +99,7 @@ def test_eval_key_can_be_chosen(tmp_path):
 @draws
 def test_the_legend_shows_a_runs_changes_on_resume_and_each_panel_marks_their_step(tmp_path):
     run = make_run(tmp_path, "R", "kl3")
-    config = json.loads((run / "config.json").read_text())
+    config = strict_file(run / "config.json")
     changes = [{"step": 16, "steps": {"from": 16, "to": 30}},
                {"step": 20, "eval_every": {"from": 0, "to": 10}, "save_every": {"from": 50, "to": 5}}]
     (run / "config.json").write_text(json.dumps({**config, "changes": changes}))
@@ -161,20 +162,6 @@ def write_completions(path, correct_counts, n):
     return path
 
 
-def test_pass_at_k_curve(tmp_path):
-    completions = write_completions(tmp_path / "c.jsonl", [0, 1, 8], n=8)
-    ks, means, passes = pass_at_k_curves(completions)[None]  # rows without a benchmark field: one curve
-    assert ks == [1, 2, 4, 8]
-    assert means == pytest.approx([100 * 9 / 24] * 4)
-    assert passes[0] == pytest.approx(100 * 9 / 24) and passes[-1] == pytest.approx(200 / 3)
-    (tmp_path / "e.jsonl").write_text('{"foo": 1}\n')
-    with pytest.raises(ValueError, match="no eval rows"):
-        pass_at_k_curves(tmp_path / "e.jsonl")
-    (tmp_path / "d.jsonl").write_text(completions.read_text() * 2)  # two files concatenated
-    with pytest.raises(ValueError, match="d.jsonl: repeated sample"):
-        pass_at_k_curves(tmp_path / "d.jsonl")
-
-
 def write_benchmarks(path, correct_counts: dict, n):
     """An `eval.py --data a b c --out` file: its settings line, then rows whose problem ids restart per file."""
     rows = [{"benchmark": name, "problem_id": p, "sample": j, "correct": j < c} for name, counts in
@@ -183,9 +170,9 @@ def write_benchmarks(path, correct_counts: dict, n):
     return path
 
 
-def test_pass_at_k_curve_keys_problems_by_benchmark(tmp_path):
+def test_pass_at_k_curves_key_problems_by_benchmark(tmp_path):
     """eval.py --data amc23 aime24 aime25 numbers the problems of each file from 0: the curve of each
-    benchmark is its own (it was `repeated sample 0 of problem 0`)."""
+    benchmark is its own (it was `repeated sample 0 of problem 0`); rows without a benchmark are one curve."""
     path = write_benchmarks(tmp_path / "e.jsonl", {"amc23": [0, 4], "aime24": [2, 2, 4]}, n=4)
     curves = pass_at_k_curves(path)
     assert list(curves) == ["amc23", "aime24"]
@@ -197,6 +184,9 @@ def test_pass_at_k_curve_keys_problems_by_benchmark(tmp_path):
     assert passes == pytest.approx([200 / 3, 100 * (5 / 6 + 5 / 6 + 1) / 3, 100.0])
     no_field = write_completions(tmp_path / "c.jsonl", [0, 8], n=8)  # rows without a benchmark field
     assert list(pass_at_k_curves(no_field)) == [None]
+    (tmp_path / "x.jsonl").write_text('{"foo": 1}\n')
+    with pytest.raises(ValueError, match="no eval rows"):
+        pass_at_k_curves(tmp_path / "x.jsonl")
     (tmp_path / "d.jsonl").write_text(path.read_text() + path.read_text().splitlines(keepends=True)[1])
     with pytest.raises(ValueError, match="d.jsonl: amc23: repeated sample 0 of problem 0"):
         pass_at_k_curves(tmp_path / "d.jsonl")

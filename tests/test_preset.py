@@ -1,5 +1,4 @@
 """--preset paper: the paper's Appendix B (Table 4) on our flags; explicit flags win; --help shows it."""
-import json
 import re
 from pathlib import Path
 
@@ -8,6 +7,7 @@ import pytest
 import train
 from nanoatr.machinery.flags import PRESETS, TrainConfig, apply_preset, delta_warning, hparam_flags, parse, resolve
 from nanoatr.machinery.trl_names import TRL_NAMES
+from conftest import jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["--model", "m", "--data", "d.jsonl", "--eval-data", "aime24.jsonl"]
@@ -97,7 +97,7 @@ def test_no_evaluation_trains_and_logs_no_eval_rows(tmp_path):
     import json
     train.main(["--eval-data", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--no-compile",
                 "--out-dir", str(tmp_path), "--name", "r"])
-    rows = [json.loads(line) for line in (tmp_path / "r/metrics.jsonl").read_text().splitlines()]
+    rows = jsonl(tmp_path / "r/metrics.jsonl")
     assert [r["step"] for r in rows] == [1] and not any(k.startswith("eval/") for r in rows for k in r)
 
 
@@ -166,7 +166,7 @@ def test_the_presets_step_structure_makes_clipping_act(tmp_path, capsys):
                 "--eval-data", "--max-new-tokens", "24", "--no-compile", "--lr", "1e-3", "--steps", "2",
                 *flags, "--out-dir", str(tmp_path), "--name", "p"])
     assert "the ratio is exactly 1" not in capsys.readouterr().err
-    rows = [json.loads(line) for line in (tmp_path / "p" / "metrics.jsonl").open()]
+    rows = jsonl(tmp_path / "p" / "metrics.jsonl")
     steps = [r for r in rows if "clip_frac_low" in r]
     assert len(steps) == 2
     assert sum(r["clip_frac_low"] + r["clip_frac_high"] for r in steps) > 0

@@ -20,6 +20,7 @@ from nanoatr.rollout import generate
 from nanoatr.tokenizer import encode_prompts, load_tokenizer, eos_token_ids
 from qwen3_dirs import CHAT, ENDOFTEXT, IM_END, NO_THINKING, hf_model, script, write_dir
 from rounding import qwen3_float64, within
+from conftest import jsonl, strict_file
 
 PROBLEMS = [("What is 1+1?", "2"), ("Compute 7 - 5, please, and explain every step of it carefully.", "2")]
 
@@ -180,7 +181,7 @@ def test_special_token_stop_string_in_eval(dirs, data, tmp_path):
         out = tmp_path / f"{name}.jsonl"
         eval_cli.main(["--model", str(dirs["base"]), "--data", data, "--k", "2", "--max-new-tokens", "20",
                        "--out", str(out), *flags])
-        rows[name] = [json.loads(line) for line in out.read_text().splitlines()[1:]]
+        rows[name] = jsonl(out)[1:]
     assert {(r["completion"], r["length"], r["correct"], r["truncated"]) for r in rows["stop"]} == \
         {(" The answer is 4", CHAT.index(IM_END), False, False)}
     assert {(r["completion"], r["length"], r["correct"], r["truncated"]) for r in rows["none"]} == \
@@ -193,7 +194,7 @@ def test_special_token_stop_string_in_training(dirs, data, tmp_path):
     train.main(["--model", str(dirs["base"]), "--data", data, "--eval-data", "--stop", "<|im_end|>",
                 "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "16", "--steps", "1",
                 "--no-compile", "--out-dir", str(tmp_path), "--name", "r"])
-    row = json.loads((tmp_path / "r/metrics.jsonl").read_text().splitlines()[-1])
+    row = jsonl(tmp_path / "r/metrics.jsonl")[-1]
     assert (row["completion_len"], row["reward_mean"], row["truncated"]) == (CHAT.index(IM_END), 0.0, 0.0)
 
 
@@ -221,7 +222,7 @@ def test_lora_adapter_and_merge_round_trip_through_peft(layout, dirs, tmp_path):
             if "lora_B" in name:
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
     lora.save_adapter(peft_model, tmp_path / "adapter")
-    assert json.loads((tmp_path / "adapter/adapter_config.json").read_text())["base_model_name_or_path"] == \
+    assert strict_file(tmp_path / "adapter/adapter_config.json")["base_model_name_or_path"] == \
         "Qwen/Qwen3-1.7B"
     ids = torch.randint(0, 151_000, (2, 9), generator=g)
     # In float64, the weights as stored: transformers' logits within rounding.qwen3_float64 of ours (its
@@ -240,7 +241,7 @@ def test_lora_adapter_and_merge_round_trip_through_peft(layout, dirs, tmp_path):
         bound = qwen3_float64(ours.config, same_code=False) * float(ours_merged.abs().max())
         within(merged(input_ids=ids).logits, ours_merged, bound, "merged")
     assert merged.generation_config.eos_token_id == [IM_END, ENDOFTEXT]  # generation_config.json came along
-    config = json.loads((tmp_path / "merged/config.json").read_text())
+    config = strict_file(tmp_path / "merged/config.json")
     assert (config["bos_token_id"], config["eos_token_id"]) == (ENDOFTEXT, IM_END)
 
 
@@ -256,9 +257,9 @@ def test_paper_preset_full_fine_tuning_step_in_bf16(dirs, data, tmp_path, capsys
                 "--name", "full"])
     assert "held-out" not in capsys.readouterr().out  # --eval-data with no file: no evaluation
     run = tmp_path / "full"
-    assert json.loads((run / "config.json").read_text())["dtype"] == "bfloat16"
+    assert strict_file(run / "config.json")["dtype"] == "bfloat16"
     ckpt = run / "checkpoint"
-    assert json.loads((ckpt / "config.json").read_text())["eos_token_id"] == [IM_END, ENDOFTEXT]
+    assert strict_file(ckpt / "config.json")["eos_token_id"] == [IM_END, ENDOFTEXT]
     assert not (ckpt / "generation_config.json").exists()
     tok = load_tokenizer(ckpt)
     assert hf_greedy(ckpt, chat_ids(tok, "Hi?", enable_thinking=False), 12) == NO_THINKING[1:4]
@@ -274,9 +275,9 @@ def test_lora_step_in_bf16_records_the_base_name(dirs, data, tok, tmp_path, monk
                                                                        enable_thinking=False))
                                                         for q, _ in PROBLEMS for _ in range(2))
     ckpt, merged = tmp_path / "lora/checkpoint", tmp_path / "lora/merged"
-    assert json.loads((ckpt / "adapter_config.json").read_text())["base_model_name_or_path"] == "Qwen/Qwen3-1.7B"
-    assert json.loads((merged / "config.json").read_text())["eos_token_id"] == IM_END
-    assert json.loads((merged / "generation_config.json").read_text())["eos_token_id"] == [IM_END, ENDOFTEXT]
+    assert strict_file(ckpt / "adapter_config.json")["base_model_name_or_path"] == "Qwen/Qwen3-1.7B"
+    assert strict_file(merged / "config.json")["eos_token_id"] == IM_END
+    assert strict_file(merged / "generation_config.json")["eos_token_id"] == [IM_END, ENDOFTEXT]
     capsys.readouterr()
     with pytest.raises(SystemExit):  # the recorded base is a name, not a directory here
         sample.main(["--model", str(ckpt), "hi"])
@@ -300,5 +301,5 @@ def test_sampling_defaults_come_from_generation_config(dirs, data, tmp_path, cap
     assert "sampling: temperature 1.0, top-k 0, top-p 1.0 (defaults; " in capsys.readouterr().err
     eval_cli.main(["--model", str(dirs["instruct"]), "--data", data, "--k", "1", "--max-new-tokens", "2",
                    "--top-p", "0.9", "--out", str(tmp_path / "o.jsonl")])
-    settings = json.loads((tmp_path / "o.jsonl").read_text().splitlines()[0])["settings"]
+    settings = jsonl(tmp_path / "o.jsonl")[0]["settings"]
     assert (settings["temperature"], settings["top_k"], settings["top_p"]) == (0.6, 20, 0.9)

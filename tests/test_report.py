@@ -17,6 +17,7 @@ import sft
 import train
 from nanoatr.machinery import metrics_log
 from nanoatr.machinery.metrics_log import RunLog
+from conftest import jsonl, strict, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -30,7 +31,7 @@ def train_run(out: Path, name: str, *args) -> list[dict]:
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    return jsonl(run_dir / "metrics.jsonl")
 
 
 def numbers(rows: list[dict]) -> dict[str, list[tuple[int, float]]]:
@@ -76,7 +77,7 @@ def test_tensorboard_shows_every_number_of_metrics_jsonl_at_its_step(tmp_path):
     config = acc.Tensors("config/text_summary")
     assert [c.step for c in config] == [0]
     text = config[0].tensor_proto.string_val[0].decode()
-    assert {**json.loads(text), "provenance": None} == {**json.loads((tmp_path / "tb/config.json").read_text()),
+    assert {**strict(text), "provenance": None} == {**strict_file(tmp_path / "tb/config.json"),
                                                         "provenance": None}  # the settings
 
 
@@ -231,7 +232,7 @@ def test_wandb_offline_gets_every_number_and_a_resume_goes_on_in_the_same_run(tm
     run, history = wandb_run(files[0])
     assert (run.run_id, run.project, run.display_name) == (run_id, "p", "w")
     config = {item.key: json.loads(item.value_json) for item in run.config.update if item.key != "_wandb"}
-    assert {**config, "provenance": None} == {**json.loads((tmp_path / "w/config.json").read_text()),
+    assert {**config, "provenance": None} == {**strict_file(tmp_path / "w/config.json"),
                                               "provenance": None}  # the settings
     assert history == by_step(first)
 

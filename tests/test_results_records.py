@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from conftest import strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 # | 2026-11-28, from 13:26 UTC | machine | `f2e280a`, clean | run, run (annotation), ... |
@@ -37,7 +38,7 @@ def recorded_runs(study: Path) -> dict[str, list[dict]]:
     """run name -> its provenance, for the study's runs that record one."""
     runs = {}
     for config in sorted(study.glob("*/config.json")):
-        provenance = json.loads(config.read_text()).get("provenance")
+        provenance = strict_file(config).get("provenance")
         if provenance:
             runs[config.parent.name] = provenance
     return runs

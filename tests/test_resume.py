@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from plot import run_legend  # noqa: E402
 import runs_table  # noqa: E402
+from conftest import jsonl, strict, strict_file  # noqa: E402
 
 HOW = ("classify it in nanoatr/machinery/resume.py {table}: Refused(\"why\") when continuing with another value would "
        "make the run something it was not started as, RECORDED when that is a legitimate experiment (the "
@@ -121,7 +122,7 @@ def files(run: Path) -> dict:
 
 def refused_line(run: Path, field: str, argv: list[str], rules: dict) -> str:
     """The one line a refused flag gives: the flag as given, the saved value and why."""
-    saved = json.loads((run / "config.json").read_text())[field]
+    saved = strict_file(run / "config.json")[field]
     return (f"error: {' '.join(argv)} cannot change on --resume ({run / 'config.json'} has \"{field}\": "
             f"{json.dumps(saved)}): {rules[field].why}")
 
@@ -191,9 +192,9 @@ def test_a_flag_at_the_runs_own_value_is_no_error_and_no_change(train_runs, tmp_
     run = copy_of(train_runs["full"], tmp_path)
     train.main(["--resume", str(run), "--steps", "2", "--name", "full", "--lr", "1e-4", "--clip", "kl3",
                 "--delta", "0.07", "--eval-every", "0", "--group-size", "4"])
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    rows = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows if "loss" in r] == [1, 2]
-    assert json.loads((run / "config.json").read_text())["changes"] == [{"step": 1, "steps": {"from": 1, "to": 2}}]
+    assert strict_file(run / "config.json")["changes"] == [{"step": 1, "steps": {"from": 1, "to": 2}}]
 
 
 def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp_path, monkeypatch, capsys):
@@ -216,7 +217,7 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     train.main([*given, "--eval-limit", "2", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "2",
                 "--max-new-tokens", "24", "--no-compile", "--out-dir", "runs", "--name", "r", "--steps", "1"])
     run = start / "runs/r"
-    config = json.loads((run / "config.json").read_text())
+    config = strict_file(run / "config.json")
     assert [config[k] for k in ("model", "data", "eval_data", "reward", "workdir")] == \
         ["model", "data/t.jsonl", ["data/t.jsonl"], ["rew.py:digits"], str(start)]
     train.main(["--resume", "runs/r", "--steps", "2", "--data", "./data/t.jsonl", "--reward", "./rew.py:digits",
@@ -225,10 +226,10 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     train.main(["--resume", str(run), "--steps", "3"])  # every relative path found from where it started
     train.main(["--resume", str(run), "--steps", "4", "--data", "data/t.jsonl",  # as written: the run's own
                 "--reward", f"{start}/rew.py:digits"])
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    rows = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
     assert all(r["reward/digits"] is not None for r in rows if "loss" in r)
-    after = json.loads((run / "config.json").read_text())
+    after = strict_file(run / "config.json")
     assert {k: v for k, v in after.items() if k != "changes"} == {**config, "provenance": after["provenance"]}
     assert after["provenance"][:1] == config["provenance"] and [s["step"] for s in after["provenance"]] == [0, 1, 2, 3]
     assert [list(c) for c in after["changes"]] == [["step", "steps"]] * 3
@@ -250,15 +251,15 @@ def given_value(field: str, argv: list[str]):
 @pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if r == RECORDED))
 def test_train_records_the_change_and_config_json_keeps_the_start(field, train_runs, tmp_path):
     run = copy_of(train_runs["lora" if field in LORA_ONLY else "full"], tmp_path)
-    start = json.loads((run / "config.json").read_text())
+    start = strict_file(run / "config.json")
     more = [] if field == "steps" else ["--steps", "2"]
     train.main(["--resume", str(run), *more, *TRAIN_VALUES[field]])
-    config = json.loads((run / "config.json").read_text())
+    config = strict_file(run / "config.json")
     assert settings(config) == settings(start) and config["provenance"][:-1] == start["provenance"]
     change = {"steps": {"from": 1, "to": 2},
               field: {"from": start[field], "to": given_value(field, TRAIN_VALUES[field])}}
     assert config["changes"] == [{"step": 1, **change}]
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    rows = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows if "loss" in r] == [1, 2]  # it trained on under the change
 
 
@@ -268,9 +269,9 @@ def test_train_takes_a_free_flag_without_a_record(field, train_runs, tmp_path, m
     for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}.items():
         monkeypatch.setenv(name, value)  # --report-to wandb: nothing leaves the machine
     run = copy_of(train_runs["lora" if field in LORA_ONLY else "full"], tmp_path)
-    start = json.loads((run / "config.json").read_text())
+    start = strict_file(run / "config.json")
     train.main(["--resume", str(run), "--steps", "2", *TRAIN_VALUES[field]])
-    config = json.loads((run / "config.json").read_text())
+    config = strict_file(run / "config.json")
     assert config == {**start, "changes": [{"step": 1, "steps": {"from": 1, "to": 2}}],
                       "provenance": [*start["provenance"], config["provenance"][-1]]}
     if field == "merge":
@@ -284,7 +285,7 @@ def test_resumes_add_up_and_one_that_changes_nothing_adds_nothing(train_runs, tm
     train.main(["--resume", str(run), "--steps", "2"])
     train.main(["--resume", str(run), "--steps", "4", "--eval-every", "1", "--keep-checkpoints", "2"])
     config = (run / "config.json").read_bytes()
-    assert json.loads(config)["changes"] == [
+    assert strict(config)["changes"] == [
         {"step": 1, "steps": {"from": 1, "to": 2}},
         {"step": 2, "eval_every": {"from": 0, "to": 1}, "steps": {"from": 2, "to": 4}}]
     with pytest.raises(SystemExit) as e:  # finished: nothing to do, nothing written
@@ -292,10 +293,10 @@ def test_resumes_add_up_and_one_that_changes_nothing_adds_nothing(train_runs, tm
     assert e.value.code == 0 and (run / "config.json").read_bytes() == config
     shutil.rmtree(run / "checkpoint")  # step 4's: the run goes on from step 2's, as it last ran
     train.main(["--resume", str(run)])
-    after = json.loads((run / "config.json").read_text())  # only this sitting added (provenance)
-    assert settings(after) == settings(json.loads(config)) and after["changes"] == json.loads(config)["changes"]
+    after = strict_file(run / "config.json")  # only this sitting added (provenance)
+    assert settings(after) == settings(strict(config)) and after["changes"] == strict(config)["changes"]
     assert [s["step"] for s in after["provenance"]] == [0, 1, 2, 2]
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    rows = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
     assert [r["step"] for r in rows if "eval/mean@2" in r] == [0, 1, 2, 3, 4]  # 3: --eval-every 1 from 2 on
     capsys.readouterr()
@@ -317,10 +318,10 @@ def test_a_change_recorded_past_the_checkpoint_is_restamped_at_it(tmp_path):
     run.state = {"step": 3}
     run.write_config(None, {})
     unchanged = (tmp_path / "config.json").read_bytes()
-    assert json.loads(unchanged)["changes"][1]["step"] == 3
+    assert strict(unchanged)["changes"][1]["step"] == 3
     run.state = {"step": 2}
     run.write_config(None, {"eval_every": {"from": 0, "to": 1}})
-    assert json.loads((tmp_path / "config.json").read_text())["changes"] == [
+    assert strict_file(tmp_path / "config.json")["changes"] == [
         {"step": 1, "steps": {"from": 2, "to": 3}}, {"step": 2, "steps": {"from": 3, "to": 4}},
         {"step": 2, "eval_every": {"from": 0, "to": 1}}]
 
@@ -329,7 +330,7 @@ def test_a_change_recorded_past_the_checkpoint_is_restamped_at_it(tmp_path):
                                      [{"step": 1, "steps": [1, 2]}]])
 def test_a_malformed_record_is_one_line(changes, train_runs, tmp_path, capsys):
     run = copy_of(train_runs["full"], tmp_path)
-    config = json.loads((run / "config.json").read_text())
+    config = strict_file(run / "config.json")
     (run / "config.json").write_text(json.dumps({**config, "changes": changes}))
     for main in (train.main, runs_table.main):
         argv = ["--resume", str(run), "--steps", "2"] if main is train.main else [str(run)]
@@ -385,13 +386,13 @@ def test_sft_takes_the_run_folder_not_a_checkpoint_in_it(sft_runs, tmp_path, cap
                                          k != "resume"))
 def test_sft_records_a_change_and_takes_a_free_flag_without_one(field, sft_runs, tmp_path):
     run = copy_of(sft_runs["lora"], tmp_path)
-    start = json.loads((run / "config.json").read_text())
+    start = strict_file(run / "config.json")
     argv = sft_argv(field, sft_runs)
     sft_cli.main(["--resume", str(run), *([] if field == "steps" else ["--steps", "2"]), *argv])
-    config = json.loads((run / "config.json").read_text())
+    config = strict_file(run / "config.json")
     assert settings(config) == settings(start) and config["provenance"][:-1] == start["provenance"]
     change = {"steps": {"from": 1, "to": 2}}
     if SFT_RESUME_RULES[field] == RECORDED:
         change[field] = {"from": start[field], "to": getattr(parse(sft_cli.SFTConfig, argv)[0], field)}
     assert config["changes"] == [{"step": 1, **change}]
-    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").open() if "loss" in line] == [1, 2]
+    assert [r["step"] for r in jsonl(run / "metrics.jsonl") if "loss" in r] == [1, 2]

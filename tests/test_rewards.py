@@ -19,6 +19,7 @@ from nanoatr import rewards as rewards_module
 from nanoatr.rewards import RewardError, Rewards, countdown_reward, math_reward
 from nanoatr.machinery.reward_loader import from_flags
 from nanoatr.verifier import countdown, verify
+from conftest import jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -397,7 +398,7 @@ def test_two_functions_of_one_name_and_a_file_named_like_a_loaded_module_are_ref
 # train.py and eval.py with your rewards
 
 def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return jsonl(run_dir / "metrics.jsonl")
 
 
 def test_train_py_runs_on_rewards_from_a_file_each_logged_by_name(write, tmp_path):
@@ -422,7 +423,7 @@ def test_train_py_runs_on_rewards_from_a_file_each_logged_by_name(write, tmp_pat
         assert r["reward_mean"] == pytest.approx(2 * r["reward/odd_ids"], rel=1e-6)
         assert r["accuracy"] == r["reward/odd_ids"]  # totals are 0 or 2
     assert 0 < sum(r["reward/odd_ids"] for r in rows) < 2  # both kinds of completion were met
-    config = json.loads((tmp_path / "r/config.json").read_text())
+    config = strict_file(tmp_path / "r/config.json")
     assert config["reward"] == [f"{path}:odd_ids", f"{path}:unscored"] and config["reward_weights"] == [2, 1]
     # trainer_state.global_step: the optimizer steps done, before each rollout and each evaluation
     k, total = config["minibatches"] * config["epochs"], 2 * config["minibatches"] * config["epochs"]
@@ -502,7 +503,7 @@ def test_eval_py_counts_a_completion_correct_when_the_weighted_total_is_positive
     out = tmp_path / "eval.jsonl"
     common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "4", "--k", "2", "--out", str(out)]
     eval_cli.main([*common, "--reward", f"{path}:even", "--reward-weights", "0.5", "--correct-reward", "total"])
-    settings, *rows = [json.loads(line) for line in out.read_text().splitlines()]
+    settings, *rows = jsonl(out)
     assert (settings["settings"]["reward"], settings["settings"]["reward_weights"]) == ([f"{path}:even"], [0.5])
     assert len(rows) == 8 and {r["reward"] for r in rows} == {0.0, 0.5}  # both kinds met
     assert all(r["reward"] == 0.5 * (len(r["completion"]) % 2 == 0) and r["correct"] == (r["reward"] > 0)
@@ -532,7 +533,7 @@ def test_what_is_correct_is_the_built_in_verifier_beside_your_rewards_unless_cor
     out = tmp_path / "eval.jsonl"
     eval_cli.main(["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "4", "--k", "2", "--out", str(out),
                    "--reward", f"{path}:always"])
-    rows = [json.loads(line) for line in out.read_text().splitlines()[1:]]
+    rows = jsonl(out)[1:]
     assert all(r["reward"] == 1.0 and r["correct"] == verify(r["completion"], r["gold"]) for r in rows)
     assert not all(r["correct"] for r in rows)
 
@@ -548,7 +549,7 @@ def test_eval_py_resumes_with_its_reward_file_however_spelled_and_from_anywhere(
     common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--k", "1", "--out", str(out)]
     monkeypatch.chdir(tmp_path)
     eval_cli.main([*common, "--limit", "2", "--reward", "user_reward_where.py:even"])
-    settings = json.loads(out.read_text().splitlines()[0])["settings"]
+    settings = jsonl(out)[0]["settings"]
     assert settings["reward"] == [f"{tmp_path}/user_reward_where.py:even"]
     eval_cli.main([*common, "--limit", "3", "--reward", "./user_reward_where.py:even", "--skip-done"])
     monkeypatch.chdir(ROOT)
@@ -569,7 +570,7 @@ def test_eval_py_with_a_failing_reward_is_one_line_and_keeps_what_was_sampled(wr
     assert e.value.code == 1 and err[-1].startswith("error: reward function nan returned nan for row 0 of 4 (")
     assert err[-1].endswith(f"; 0 new completions kept in {out} (continue with --skip-done --out {out} once the "
                             "reward is fixed)")
-    assert "settings" in json.loads(out.read_text().splitlines()[0])
+    assert "settings" in jsonl(out)[0]
 
 
 def test_a_file_without_gold_answers_trains_on_a_reward_that_reads_its_own_column(write, tmp_path):

@@ -17,6 +17,7 @@ from nanoatr.machinery.flags import TrainConfig
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import runs_table  # noqa: E402
+from conftest import jsonl, strict_file  # noqa: E402
 
 NAMES = ("amc23", "aime24", "aime25")
 
@@ -96,11 +97,11 @@ def test_runs_from_before_a_flag_and_runs_reporting_elsewhere_are_one_method(tmp
     that differ only in where they also sent their metrics, or where they were started, pool as one method:
     kl3's seeds 0-2 one row of n = 3 (results/ holds runs from before today's flags)."""
     runs = seed_runs(tmp_path)
-    old = json.loads(Path(runs[0], "config.json").read_text())
+    old = strict_file(Path(runs[0], "config.json"))
     for flag in ("lr_scheduler", "warmup_steps", "mask_truncated", "reward", "report_to", "workdir"):
         del old[flag]  # seed 0 from before these flags
     Path(runs[0], "config.json").write_text(json.dumps(old))
-    new = json.loads(Path(runs[1], "config.json").read_text())  # seed 1 reported to TensorBoard, elsewhere
+    new = strict_file(Path(runs[1], "config.json"))  # seed 1 reported to TensorBoard, elsewhere
     new |= {"report_to": ["tensorboard"], "workdir": "/b"}
     Path(runs[1], "config.json").write_text(json.dumps(new))
     runs_table.main([*runs])
@@ -144,7 +145,7 @@ def test_runs_evaluated_otherwise_get_their_own_table(tmp_path, capsys, setting,
     second = fake_run(tmp_path, "b", {0: [(20.0, 40.0)], 10: [(25.0, 45.0)]}, names=("amc23",), k=k,
                       **({} if setting in ("eval_k", "eval_data") else other))
     if setting == "eval_data":
-        config = json.loads((tmp_path / "b/config.json").read_text())
+        config = strict_file(tmp_path / "b/config.json")
         (tmp_path / "b/config.json").write_text(json.dumps({**config, **other}))
     runs_table.main([first, second])
     out = capsys.readouterr().out
@@ -198,12 +199,12 @@ def test_changes_on_resume_and_unfinished_runs_are_in_the_notes(tmp_path, capsys
     """config.json's "changes" (nanoatr/machinery/folder.py) under the table; each run as it last ran: a, started with
     --steps 10 and resumed to 20, is finished; b (20 steps) is not. Both ran 20 steps: one method, n = 2."""
     a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 20: [(3.0, 4.0)]}, names=("amc23",))
-    config = json.loads((tmp_path / "a/config.json").read_text())
+    config = strict_file(tmp_path / "a/config.json")
     config.update(steps=10, changes=[{"step": 10, "steps": {"from": 10, "to": 20},
                                       "eval_every": {"from": 0, "to": 8}}])
     (tmp_path / "a/config.json").write_text(json.dumps(config))
     b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)], 16: [(5.0, 6.0)]}, names=("amc23",), seed=1)
-    config = json.loads((tmp_path / "b/config.json").read_text())
+    config = strict_file(tmp_path / "b/config.json")
     config.update(steps=20, changes=[{"step": 10, "save_every": {"from": 50, "to": 5}}])
     (tmp_path / "b/config.json").write_text(json.dumps(config))
     runs_table.main([a, b])
@@ -253,7 +254,7 @@ def test_runs_table_from_tiny_train_runs(tmp_path, capsys):
     assert list(rows) == ["Base model (step 0)", "kl3 (delta=0.07) final", "kl3 (delta=0.07) best",
                           "clip (eps=0.2) final", "clip (eps=0.2) best"]
     assert all(cells[0] == "2" and len(cells) == 5 for cells in rows.values()), rows
-    finals = [[r for r in map(json.loads, (tmp_path / f"kl3-{s}/metrics.jsonl").open())
+    finals = [[r for r in jsonl(tmp_path / f"kl3-{s}/metrics.jsonl")
                if r.get("step") == 1 and "eval/mean@2" in r][0]["eval/heldout/mean@2"] for s in (0, 1)]
     assert rows["kl3 (delta=0.07) final"][1].startswith(f"{(finals[0] + finals[1]) / 2:.2f}")
     assert "evaluation: --eval-k 2, --eval-temperature 1.0, --eval-top-p 1.0, " \
@@ -268,7 +269,7 @@ def test_runs_naming_one_file_two_ways_are_one_method_in_one_table(tmp_path, cap
                  ("/elsewhere", str(ROOT / "data/arith/train.jsonl"), str(ROOT / "data/arith/heldout.jsonl")),
                  (str(ROOT), "./data/arith/train.jsonl", "./data/arith/heldout.jsonl")]
     for run, (workdir, data, held_out) in zip(runs, spellings):
-        config = json.loads(Path(run, "config.json").read_text())
+        config = strict_file(Path(run, "config.json"))
         config |= {"workdir": workdir, "data": data, "eval_data": [held_out]}
         Path(run, "config.json").write_text(json.dumps(config))
         metrics = Path(run, "metrics.jsonl").read_text().replace("eval/amc23/", "eval/heldout/")
@@ -299,7 +300,7 @@ def test_runs_table_notes_runs_that_ran_other_code(tmp_path, capsys, second, not
     runs = [fake_run(tmp_path, f"s{seed}", {0: [(30.0, 50.0)], 100: [(40.0, 60.0)]}, names=("amc23",), seed=seed)
             for seed in (0, 1)]
     for run, sittings in zip(runs, ([{"step": 0, "commit": A, "dirty": False}], second)):
-        config = json.loads(Path(run, "config.json").read_text())
+        config = strict_file(Path(run, "config.json"))
         Path(run, "config.json").write_text(json.dumps({**config, **({"provenance": sittings} if sittings else {})}))
     runs_table.main([*runs])
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("code:")]

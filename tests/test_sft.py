@@ -25,6 +25,7 @@ from nanoatr.tokenizer import encode_prompts, format_prompt, load_tokenizer
 from qwen3_dirs import hf_model, write_dir
 from rounding import U32, U64, log_softmax_error, qwen3_float64, sum_orders, within
 from tiny import make_default, make_model_dir
+from conftest import jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = "<think>\nAdd them.\n</think>\n\nWe add: $1+1=2$, so the answer is $\\boxed{2}$."
@@ -261,7 +262,7 @@ def arith(tmp_path_factory):
 def sft_run(tmp_path, name, *args):
     sft_cmd.main(["--out-dir", str(tmp_path), "--name", name, *args])
     run = tmp_path / name
-    return run, [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    return run, jsonl(run / "metrics.jsonl")
 
 
 def test_loss_falls_and_the_format_is_learned(tmp_path, arith, capsys):
@@ -293,7 +294,7 @@ def test_qwen3s_chat_format_is_learned_without_thinking(tmp_path, qwen3):
     assert [r["eval/mean@1"] for r in metrics if "eval/mean@1" in r] == [0.0, 100.0]
     losses = [r["loss"] for r in metrics if "loss" in r]
     assert losses[-1] < 0.1 * losses[0]
-    last = [json.loads(line) for line in (run / "samples.jsonl").open()][-1]["completion"]
+    last = jsonl(run / "samples.jsonl")[-1]["completion"]
     assert last == "So $\\boxed{8}$."  # the written part only: no think block of its own
 
 
@@ -307,7 +308,7 @@ def test_lora_sft_model_loads_in_train_eval_and_transformers(tmp_path, qwen3, ca
                         "--lora-rank", "4", "--steps", "2", "--batch-size", "2", "--no-thinking", "--eval-k", "1",
                         "--eval-max-new-tokens", "4", "--max-len", "128")
     model = run / "model"
-    assert json.loads((run / "config.json").read_text())["thinking"] is False
+    assert strict_file(run / "config.json")["thinking"] is False
     # transformers and peft: the adapter on its base gives our logits, the merged model is base + adapter and
     # gives our logits too. In float64, the weights as stored: rounding.qwen3_float64 apart (other norm code)
     from test_lora import assert_merged_is_base_plus_adapter
@@ -332,7 +333,7 @@ def test_lora_sft_model_loads_in_train_eval_and_transformers(tmp_path, qwen3, ca
     for m in (model, run / "checkpoint"):
         summary = eval_cmd.main(["--model", str(m), "--data", data, "--k", "1", "--max-new-tokens", "4",
                                  "--no-thinking", "--out", str(tmp_path / f"{m.name}.jsonl")])
-        assert set(summary["d"]) == {"mean@1", "pass@1"}
+        assert set(summary["d"]) == {"mean@1", "pass@1", "correct"}
 
 
 def test_resume_continues_as_the_uninterrupted_run(tmp_path, arith):
@@ -342,7 +343,7 @@ def test_resume_continues_as_the_uninterrupted_run(tmp_path, arith):
     whole, _ = sft_run(tmp_path, "whole", *common, "--steps", "4")
     part, _ = sft_run(tmp_path, "part", *common, "--steps", "2")
     sft_cmd.main(["--resume", str(part), "--steps", "4"])
-    rows = [json.loads(line) for line in (part / "metrics.jsonl").open()]
+    rows = jsonl(part / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     from safetensors.torch import load_file
     wa, wb = load_file(whole / "checkpoint/adapter_model.safetensors"), load_file(part / "checkpoint/adapter_model.safetensors")

@@ -18,6 +18,7 @@ import train
 from nanoatr.machinery.resume import checked_settings, settings_now
 from nanoatr.machinery.flags import TrainConfig
 from test_diverge import tiny_args
+from conftest import jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,7 +139,7 @@ def test_sys_exit_in_a_reward_function_mid_run_is_no_success(tmp_path, capsys):
     assert code == 1 and error.startswith("error: reward function exits_at_step_2 raised SystemExit: 0 on row 0 ")
     assert error.endswith(f"; the checkpoint holds step 1 (continue with --resume {tmp_path / 'r'} once the "
                           "reward is fixed)")  # rewards.call names the function and the row
-    rows = [json.loads(line) for line in (tmp_path / "r/metrics.jsonl").read_text().splitlines()]
+    rows = jsonl(tmp_path / "r/metrics.jsonl")
     assert [r["step"] for r in rows] == [1]
 
 
@@ -173,14 +174,14 @@ def refuse_wandb(run: Path, monkeypatch):
 
 
 def changed_data(run: Path, monkeypatch):
-    data = Path(json.loads((run / "config.json").read_text())["data"])  # the test puts it back
+    data = Path(strict_file(run / "config.json")["data"])  # the test puts it back
     data.write_bytes(data.read_bytes() + b'{"question": "2+2=", "answer": "4"}\n')  # the same path, rewritten
     return []
 
 
 def without(key: str, value=None):
     def edit(run: Path, monkeypatch):
-        config = json.loads((run / "config.json").read_text())
+        config = strict_file(run / "config.json")
         config.pop(key) if value is None else config.update({key: value})
         (run / "config.json").write_text(json.dumps(config))
         return []
@@ -216,7 +217,7 @@ def old_layout(run: Path, monkeypatch):
 def test_a_refused_resume_is_one_line_and_leaves_the_folder_byte_for_byte(finished, tmp_path, monkeypatch, capsys,
                                                                           case, message):
     run = copy_of(finished, tmp_path)
-    data = Path(json.loads((run / "config.json").read_text())["data"])
+    data = Path(strict_file(run / "config.json")["data"])
     kept = data.read_bytes()
     try:
         extra = case(run, monkeypatch)
@@ -239,19 +240,19 @@ def test_a_finished_run_resumed_leaves_its_folder_byte_for_byte(finished, tmp_pa
 
 def test_a_run_from_before_the_hashes_resumes_with_a_note(finished, tmp_path, capsys):
     run = copy_of(finished, tmp_path)
-    config = json.loads((run / "config.json").read_text())
+    config = strict_file(run / "config.json")
     del config["sha256"]
     (run / "config.json").write_text(json.dumps(config))
     train.main(["--resume", str(run), "--steps", "3"])
     assert f"note: {run / 'config.json'} records no SHA-256 of the run's problem files (a run from before they " \
            "were): that they are unchanged could not be checked" in capsys.readouterr().err
-    assert json.loads((run / "checkpoint/manifest.json").read_text())["step"] == 3
+    assert strict_file(run / "checkpoint/manifest.json")["step"] == 3
 
 
 def test_the_runs_in_results_resume_on_their_own_settings():
     """Every train.py config.json in results/ (runs from before later flags: resume.ADDED_LATER) passes the
     resume's check of its settings: a new flag missing from ADDED_LATER would make old runs unresumable."""
-    configs = [p for p in sorted((ROOT / "results").rglob("config.json")) if "clip" in json.loads(p.read_text())]
+    configs = [p for p in sorted((ROOT / "results").rglob("config.json")) if "clip" in strict_file(p)]
     assert len(configs) > 100
     for path in configs:
-        checked_settings(TrainConfig, settings_now(json.loads(path.read_text()), path), path)
+        checked_settings(TrainConfig, settings_now(strict_file(path), path), path)

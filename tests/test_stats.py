@@ -1,7 +1,6 @@
 """scripts/stats.py: the t distribution, the t-interval of a mean, seed-paired contrasts, p-values, the verdict
 rule, Holm's procedure over a family, power and rejection."""
 import itertools
-import json
 import math
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import contrasts  # noqa: E402  (scripts/contrasts.py)
 import stats  # noqa: E402  (scripts/stats.py)
+from conftest import strict_file  # noqa: E402
 
 
 @pytest.mark.parametrize("p, df, published", [
@@ -287,7 +287,7 @@ def test_exact_detectable_gives_the_binding_runs_figures():
     c, low, high, k = corners
     effects = contrasts.effects_of([["low", "+0.5", low, "-0.5", c, "+0.5", k, "-0.5", high],
                                     ["edges", "+0.5", k, "-0.5", high, "-0.5", low, "+0.5", c]], corners)
-    done = json.loads((ROOT / "results/binding-countdown/results.json").read_text())
+    done = strict_file(ROOT / "results/binding-countdown/results.json")
     sd = {name: contrasts.measured(done, contrast, key).sd for name, contrast, key in [
         ("H1", contrasts.difference_of(k, c), "heldout/mean@k"), ("H2", effects["low"], "heldout/entropy"),
         ("H4", effects["edges"], "heldout/entropy")]}

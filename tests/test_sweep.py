@@ -16,6 +16,7 @@ import sweep  # noqa: E402  (scripts/sweep.py)
 import sweep_report  # noqa: E402  (scripts/sweep_report.py)
 import contrasts  # noqa: E402  (scripts/contrasts.py)
 from nanoatr.machinery.flags import PRESETS, TrainConfig, apply_preset, hparam_flags, parse  # noqa: E402
+from conftest import strict_file  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
 TINY = ["--eval-limit", "4", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40"]
 
@@ -27,9 +28,9 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     assert "| method | hyper-parameters | runs | heldout Mean@2 (%) | heldout Pass@2 (%) | cut tokens (%) low + high | " \
            "entropy, last 2 steps |" in table  # the window is the run's length when it is shorter than 20 steps
     assert "| kl3 | delta=0.07 | 2 | " in table and "| warm start (step 0), one value per seed | | 2 seeds | " in table
-    results = json.loads((tmp_path / "results.json").read_text())
+    results = strict_file(tmp_path / "results.json")
     assert sorted(r["seed"] for r in results) == [0, 1] and all(0 <= r["mean@k"] <= 100 for r in results)
-    cfg = json.loads((tmp_path / "kl3-s1/config.json").read_text())
+    cfg = strict_file(tmp_path / "kl3-s1/config.json")
     flags = sweep.SETTINGS["math"][0]
     settings = dict(zip(flags[::2], flags[1::2]))
     assert (cfg["minibatches"], cfg["epochs"]) == (int(settings["--minibatches"]), int(settings["--epochs"]))
@@ -266,10 +267,13 @@ def test_the_settings_line_shows_each_flag_as_train_py_took_it(tmp_path):
 
 
 def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
+    """The runs changed on resume are named; results.json has null, not NaN, for what a run lacks (its step 0)."""
     runs = sweep.plan(["clip", "kl3"], 1, tmp_path.resolve())
     for run in runs:
         fake_run(run, 3, mean=31.0)
-    config = json.loads((runs[1].dir / "config.json").read_text())
+    metrics = runs[0].dir / "metrics.jsonl"
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[1:]))
+    config = strict_file(runs[1].dir / "config.json")
     changes = [{"step": 2, "eval_every": {"from": 0, "to": 1}, "save_every": {"from": 50, "to": 1}}]
     (runs[1].dir / "config.json").write_text(json.dumps({**config, "changes": changes}))
     sweep.main(["--clip", "clip", "kl3", "--seeds", "1", "--steps", "3", "--out", str(tmp_path), "--report"])
@@ -277,7 +281,8 @@ def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
     assert "\nChanged on resume (config.json's \"changes\"):\n- kl3-s0: at step 2: --eval-every 0 -> 1, " \
            "--save-every 50 -> 1\n" in table
     assert "clip-s0:" not in table
-    assert json.loads((tmp_path / "results.json").read_text())[0]["changes"] == []
+    clip, kl3 = strict_file(tmp_path / "results.json")
+    assert clip["changes"] == [] and clip["mean@k_start"] is None and kl3["mean@k_start"] == 30.0
 
 
 def test_without_matplotlib_the_last_line_names_the_table_alone(tmp_path, capsys, monkeypatch):
@@ -549,7 +554,7 @@ def test_the_committed_confirmatory_run_is_found_by_its_documented_command():
     runs = sweep.plan(arms, 10, sweep.ROOT / "results" / "confirm-countdown")
     assert [r.dir.name for r in runs[::10]] == ["clip-s0", "clip-higher-s0", "kl3-s0", "kl3-seq-s0",
                                                 "kl3_delta_0.05-s0", "kl3_delta_0.1-s0"]
-    steps = json.loads((sweep.ROOT / "results" / "confirm-countdown" / "sweep.json").read_text())["steps"]
+    steps = strict_file(sweep.ROOT / "results" / "confirm-countdown" / "sweep.json")["steps"]
     assert [r.dir.name for r in runs if not sweep_report.finished(r, steps)] == []
 
 
@@ -591,7 +596,7 @@ def test_the_report_notes_runs_that_ran_other_code(tmp_path, commits, note):
     runs = sweep.plan(["kl3"], 2, tmp_path.resolve())
     for run, commit in zip(runs, commits):
         fake_run(run, 3, mean=31.0)
-        config = json.loads((run.dir / "config.json").read_text())
+        config = strict_file(run.dir / "config.json")
         sittings = {"provenance": [{"step": 0, "commit": commit, "dirty": False}]} if commit else {}
         (run.dir / "config.json").write_text(json.dumps({**config, **sittings}))
     sweep.main(["--clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--report"])

@@ -1,5 +1,8 @@
 """train.py end to end on the shipped tiny policy (a few steps), its checks, and its error lines."""
 import json
+import os
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,9 +17,12 @@ from nanoatr import loss
 from nanoatr.machinery import step_metrics
 from nanoatr.methods import METHODS
 from nanoatr.rewards import Rewards
+from conftest import jsonl, strict_file
 from rounding import sampled_logprob_error, within
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from same_run import wall_clock  # noqa: E402  (what differs between any two runs)
 FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
         "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "4", "--eval-k", "2",
         "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40", "--no-compile"]
@@ -24,7 +30,7 @@ FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/ari
 
 def run(tmp_path, *args):
     train.main([*FAST, "--out-dir", str(tmp_path), *args])
-    return [json.loads(line) for line in (tmp_path / args[args.index("--name") + 1] / "metrics.jsonl").open()]
+    return jsonl(tmp_path / args[args.index("--name") + 1] / "metrics.jsonl")
 
 
 def test_log_completions_writes_each_steps_completions_to_samples_jsonl(tmp_path):
@@ -32,7 +38,7 @@ def test_log_completions_writes_each_steps_completions_to_samples_jsonl(tmp_path
     evaluation's samples, with the prompt, each function's reward, the total and the verdict; the metrics
     line stays numbers."""
     rows = run(tmp_path, "--name", "c", "--steps", "2", "--log-completions", "3")
-    samples = [json.loads(line) for line in (tmp_path / "c/samples.jsonl").open()]
+    samples = jsonl(tmp_path / "c/samples.jsonl")
     rollout = [s for s in samples if s.get("rollout")]
     assert [s["step"] for s in rollout] == [1, 1, 1, 2, 2, 2]
     assert all("eval" in s for s in samples if not s.get("rollout")), "the evaluation's samples as before"
@@ -41,13 +47,13 @@ def test_log_completions_writes_each_steps_completions_to_samples_jsonl(tmp_path
         assert s["reward/math_reward"] == s["reward"] and s["correct"] == (s["reward"] > 0)
     assert not any("completions" in r for r in rows)
     run(tmp_path, "--name", "none", "--steps", "1")
-    assert not any(json.loads(line).get("rollout") for line in (tmp_path / "none/samples.jsonl").open())
+    assert not any(r.get("rollout") for r in jsonl(tmp_path / "none/samples.jsonl"))
 
 
 def test_run_writes_config_metrics_checkpoint(tmp_path):
     rows = run(tmp_path, "--name", "a", "--steps", "2", "--lr", "1e-3")
     run_dir = tmp_path / "a"
-    cfg = json.loads((run_dir / "config.json").read_text())
+    cfg = strict_file(run_dir / "config.json")
     assert cfg["clip"] == "kl3" and cfg["hparams"] == {"delta": 0.07}
     steps = [r for r in rows if "reward_mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
@@ -57,36 +63,53 @@ def test_run_writes_config_metrics_checkpoint(tmp_path):
         assert key in steps[0], key
     evals = [r for r in rows if "eval/mean@2" in r]
     assert [r["step"] for r in evals] == [0, 2]
+    for r in evals:  # each of the 4 problems' correct samples of 2: Mean@2 and Pass@2 follow exactly
+        counts = r["eval/heldout/correct"]
+        assert len(counts) == 4 and r["eval/heldout/mean@2"] == 100 * (sum(c / 2 for c in counts) / 4)
+        assert r["eval/heldout/pass@2"] == 100 * (sum(c > 0 for c in counts) / 4)
     assert (run_dir / "checkpoint/model.safetensors").is_file()
     assert (run_dir / "checkpoint/tokenizer.json").is_file()  # a complete model directory
     # several optimizer steps per rollout: after the first, the policy has moved off pi_old
     assert steps[0]["ratio_max"] > 1.0 or steps[0]["ratio_min"] < 1.0
 
 
-def test_resume_continues_as_the_uninterrupted_run(tmp_path):
-    whole = run(tmp_path, "--name", "whole", "--steps", "3", "--save-every", "1", "--lr", "1e-3")
-    run(tmp_path, "--name", "part", "--steps", "2", "--save-every", "1", "--lr", "1e-3")
-    train.main(["--resume", str(tmp_path / "part"), "--steps", "3"])  # everything else from config.json
-    part = [json.loads(line) for line in (tmp_path / "part/metrics.jsonl").open()]
-    a = [r for r in whole if r.get("step") == 3 and "loss" in r][0]
-    b = [r for r in part if r.get("step") == 3 and "loss" in r][0]
-    assert a["reward_mean"] == b["reward_mean"] and a["completion_len"] == b["completion_len"]  # same samples
-    assert abs(a["loss"] - b["loss"]) <= 1e-6
-    wa = torch.load(tmp_path / "whole/checkpoint/trainer_state.pt", weights_only=False)["step"]
-    assert wa == 3
-    # the final weights too: step 3's loss is computed before its optimizer steps, so only the weights see
-    # whether AdamW's moments were restored (fresh ones move every weight by about lr at once)
-    final = [load_file(tmp_path / name / "checkpoint/model.safetensors") for name in ("whole", "part")]
-    assert final[0].keys() == final[1].keys()
-    for key in final[0]:
-        assert torch.allclose(final[0][key], final[1][key], rtol=0, atol=1e-6), key
+def test_a_run_stopped_by_sigterm_and_resumed_is_the_unbroken_run_exactly(tmp_path, monkeypatch):
+    """2 steps of 4 AdamW steps (--minibatches 2 --epochs 2), cosine after a warmup, an evaluation each step:
+    stopped by a SIGTERM in step 1 (it finishes the step, saves it, exits 143) and resumed with --resume alone,
+    the run equals the unbroken one exactly, not to a tolerance: every value logged but the wall-clock ones
+    (the evaluations' per-problem counts among them), the final weights and AdamW's moments and step count."""
+    data = tmp_path / "train16.jsonl"  # start-up checks every prompt's length: 16, not 4096, each sitting
+    data.write_text("".join((ROOT / "data/arith/train.jsonl").read_text().splitlines(keepends=True)[:16]))
+    args = ["--data", str(data), "--steps", "2", "--minibatches", "2", "--epochs", "2", "--lr", "1e-3",
+            "--lr-scheduler", "cosine", "--warmup-steps", "3", "--eval-every", "1"]
+    whole, grpo_step = run(tmp_path, "--name", "whole", *args), train.grpo_step
+
+    def sigterm_in_step_1(r, problems, step):
+        if step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return grpo_step(r, problems, step)
+    monkeypatch.setattr(train, "grpo_step", sigterm_in_step_1)
+    with pytest.raises(SystemExit) as stopped:
+        run(tmp_path, "--name", "part", *args)
+    monkeypatch.undo()
+    assert stopped.value.code == 143 and strict_file(tmp_path / "part/checkpoint/manifest.json")["step"] == 1
+    train.main(["--resume", str(tmp_path / "part")])
+    logged = [[{k: v for k, v in r.items() if not wall_clock(k)} for r in rows]
+              for rows in (whole, jsonl(tmp_path / "part/metrics.jsonl"))]
+    assert logged[0] == logged[1] and [r["step"] for r in logged[0]] == [0, 1, 1, 2, 2]
+    (weights, adam), (weights_part, adam_part) = [
+        (load_file(tmp_path / name / "checkpoint/model.safetensors"),
+         torch.load(tmp_path / name / "checkpoint/trainer_state.pt")["optimizer"]) for name in ("whole", "part")]
+    torch.testing.assert_close(weights_part, weights, rtol=0, atol=0)  # equal: every weight, every bit
+    torch.testing.assert_close(adam_part["state"], adam["state"], rtol=0, atol=0)  # Adam's step and moments
+    assert adam_part["param_groups"] == adam["param_groups"]
 
 
 def test_a_run_saving_every_n_steps_saves_at_its_multiples_and_its_end(tmp_path):
     """--save-every 2 over 5 steps: checkpoints of steps 2, 4 and 5 (the last), none of 1 or 3."""
     run(tmp_path, "--name", "s", "--steps", "5", "--save-every", "2", "--keep-checkpoints", "5")
     manifests = (tmp_path / "s").glob("checkpoint*/manifest.json")
-    assert sorted(json.loads(m.read_text())["step"] for m in manifests) == [2, 4, 5]
+    assert sorted(strict_file(m)["step"] for m in manifests) == [2, 4, 5]
 
 
 def test_one_update_per_rollout_warns(tmp_path, capsys):
@@ -249,7 +272,7 @@ def test_sampler_flag_reaches_rollout_and_evaluation(tmp_path, monkeypatch):
     monkeypatch.setattr(nanoatr.evaluate, "generate", recording(nanoatr.evaluate.generate))
     run(tmp_path, "--name", "icdf", "--steps", "1", "--sampler", "multinomial")  # not the default
     assert used and set(used) == {"multinomial"}  # rollouts and both evaluations
-    assert json.loads((tmp_path / "icdf/config.json").read_text())["sampler"] == "multinomial"
+    assert strict_file(tmp_path / "icdf/config.json")["sampler"] == "multinomial"
 
 
 def test_prompt_order_visits_every_problem_once_per_pass():
@@ -297,10 +320,9 @@ def test_every_method_trains_end_to_end(tmp_path, method):
 @pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_signal_stops_after_the_step_and_saves_it(tmp_path, sig, code):
     """Ctrl-C or SIGTERM: the step in progress finishes, is logged and saved; one line; exit 128 + signal.
-    Nothing done is lost: the checkpoint is at the last logged step, and --resume goes on from there."""
-    import signal
+    Nothing done is lost: the checkpoint is at the last logged step (resumed from it, the run goes on as an
+    unbroken one: test_a_run_stopped_by_sigterm_and_resumed_is_the_unbroken_run_exactly)."""
     import subprocess
-    import sys
     import time
     from nanoatr.model import Qwen3
     cmd = [sys.executable, str(ROOT / "train.py"), *FAST, "--out-dir", str(tmp_path), "--name", "c",
@@ -319,19 +341,12 @@ def test_a_signal_stops_after_the_step_and_saves_it(tmp_path, sig, code):
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"error: stopped by {sig} after step ") and "checkpoint saved" in last, err
     assert "Traceback" not in err
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]  # every line is whole
+    rows = jsonl(metrics)  # every line is whole
     steps = [r["step"] for r in rows if "loss" in r]
     ckpt = tmp_path / "c/checkpoint"
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     assert state["step"] == steps[-1] == int(last.split("after step ")[1].split(";")[0]) >= 2
     Qwen3.from_pretrained(ckpt)
-    if sig == "SIGTERM":
-        return  # what a resume does after a stop does not depend on the signal that stopped it
-    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "--resume", str(tmp_path / "c"), "--steps",
-                          str(state["step"] + 1)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    steps = [r["step"] for r in map(json.loads, metrics.read_text().splitlines()) if "loss" in r]
-    assert steps == list(range(1, state["step"] + 2))  # every step once, in order
 
 
 @pytest.mark.parametrize("case, message", [
@@ -345,7 +360,7 @@ def test_bad_model_directory_is_one_line(tmp_path, capsys, case, message, comman
     from tiny import make_model_dir
     path = make_model_dir(tmp_path / "m", {"eos_token": None} if case == "no eos" else None)
     if case == "not qwen3":
-        config = json.loads((path / "config.json").read_text())
+        config = strict_file(path / "config.json")
         (path / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
     elif case == "missing shard":  # a sharded checkpoint whose second shard was never downloaded
         state = load_file(path / "model.safetensors")
@@ -511,5 +526,5 @@ def test_own_data_without_eval_data_is_refused(tmp_path, capsys):
     train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data", "--steps", "1",
                 "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8", "--no-compile",
                 "--out-dir", str(tmp_path), "--name", "none"])
-    rows = [json.loads(line) for line in (tmp_path / "none/metrics.jsonl").open()]
+    rows = jsonl(tmp_path / "none/metrics.jsonl")
     assert [r["step"] for r in rows] == [1] and not [k for k in rows[0] if k.startswith("eval/")]

@@ -2,6 +2,7 @@
 --report-to's TensorBoard / Weights & Biases reporters, fed from the log."""
 import contextlib
 import json
+import math
 import numbers
 import os
 import secrets
@@ -41,6 +42,7 @@ class RunLog:
                 raise CheckpointError(f"cannot open {self.run_dir / name} ({reason(e)})") from None
 
     def write(self, row: dict):
+        row = finite(row)  # as the file will hold it
         self._append("metrics.jsonl", [row])
         self.rows.append(row)
         self.logged += 1
@@ -81,7 +83,7 @@ class RunLog:
         """All rows in one os.write; a failed or partial write is cut back off the file."""
         if not self.files:
             self._open_files()
-        fd, data = self.files[name], "".join(json.dumps(r) + "\n" for r in rows).encode()
+        fd, data = self.files[name], "".join(json.dumps(finite(r)) + "\n" for r in rows).encode()
         start = os.lseek(fd, 0, os.SEEK_END)  # the lock makes us the only writer
         try:
             view = memoryview(data)
@@ -186,6 +188,16 @@ class Wandb:
 
     def close(self):
         self.run.finish()
+
+
+def finite(value):
+    """`value` with each NaN or inf made None, null in metrics.jsonl, samples.jsonl, eval.py's --out and a
+    sweep's results.json: JSON has no such numbers (json.dumps writes NaN, which other parsers refuse)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    return [finite(v) for v in value] if isinstance(value, list | tuple) else value
 
 
 def past(row: dict, max_step: int | None) -> bool:
