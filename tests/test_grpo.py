@@ -14,7 +14,8 @@ import grpo
 import train
 from nanoatr.machinery.train_config import TrainConfig, resolve
 from nanoatr.data import TASKS, load_problems
-from nanoatr.machinery.distributed import Dist, Shard
+from nanoatr.data import Shard
+from nanoatr.machinery.distributed import Dist
 from nanoatr.machinery.cli import check_hparams
 from nanoatr.model import Qwen3
 from nanoatr.rewards import Rewards

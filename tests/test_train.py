@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 import train
-from nanoatr.machinery.distributed import prompt_order
+from nanoatr.data import Shard
 from nanoatr.methods import needs
 from nanoatr.rollout import Rollout
 from nanoatr import loss
@@ -170,7 +170,7 @@ def step_run(clip: str, reuse_first_forward: bool):
     import grpo
     from nanoatr.machinery.train_config import TrainConfig, resolve
     from nanoatr.data import TASKS, load_problems
-    from nanoatr.machinery.distributed import Dist, Shard
+    from nanoatr.machinery.distributed import Dist
     from nanoatr.model import Qwen3
     from nanoatr.scoring import Scorer
     from nanoatr.tokenizer import load_tokenizer
@@ -253,9 +253,10 @@ def test_sampler_flag_reaches_rollout_and_evaluation(tmp_path, monkeypatch):
 
 
 def test_prompt_order_visits_every_problem_once_per_pass():
-    seen = [i for step in range(5) for i in prompt_order(20, step, 4, seed=1)]
-    assert sorted(seen) == list(range(20))
-    assert prompt_order(20, 2, 4, seed=1) == prompt_order(20, 2, 4, seed=1)
+    """A fresh seeded shuffle each pass, pinned (resumed runs and other ranks rely on it)."""
+    order = [Shard(1, 4, 4, 2).problems(20, step, 0, 4) for step in range(6)]
+    assert sorted(i for step in order[:5] for i in step) == list(range(20))
+    assert order[0] == [15, 5, 11, 14] and order[5] == [4, 7, 15, 18]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -434,7 +435,7 @@ def fake_rounds(monkeypatch, rewards_by_round):
 
 def fake_run(k):
     from nanoatr.machinery.train_config import TrainConfig
-    from nanoatr.machinery.distributed import Dist, Shard
+    from nanoatr.machinery.distributed import Dist
     cfg = TrainConfig(prompts_per_step=3, group_size=2, dynamic_sampling=k)
     tok = type("Tok", (), {"pad_token_id": 0})()
     return train.Run(cfg, model=None, scorer=None, opt=None, trained=[], tok=tok, eos_ids=[], stopper=None,
