@@ -72,10 +72,6 @@ class Run:
     reuse_first_forward: bool = True  # pi_old of the first minibatch from its update's forward (optimize)
     plan: DecodePlan = EAGER  # how the rollout's decode steps run on this device (machinery/decoding.py)
 
-    def all_sum(self, x: float) -> float:
-        """x summed over the ranks (every rank's check_finite sees every rank's numbers)."""
-        return distributed.all_sum(x, self.d)
-
 
 # ----------------------------------------------------------------------------
 # One GRPO step
@@ -133,7 +129,7 @@ def rollout(run: Run, problems, step: int) -> tuple[Rollout, dict]:
     advantages = group_advantages(shaped, G, normalize_std=cfg.std_normalize).to(run.d.device)  # 3.
     logp = {} if batch.sampler_logp is None else {  # NaN: the policy's forward overflows (weights too large)
         "a log-prob of the policy's tokens": batch.sampler_logp.where(batch.mask, 0.0)}
-    check_finite(f"step {step + 1}", {"a reward": shaped, "an advantage": advantages} | logp, run.all_sum)
+    check_finite(f"step {step + 1}", {"a reward": shaped, "an advantage": advantages} | logp, run.d.all_sum)
     draws = {"rounds": len(rounds), "first": rounds[0],
              "tokens": sum(int(r.mask.sum()) for r in rounds)} if cfg.dynamic_sampling else {}
     return batch._replace(advantages=advantages), draws
@@ -231,7 +227,7 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
     cfg, d = run.cfg, run.d
     run.opt.zero_grad(set_to_none=True)
     masks = loss_mask(batch.mask, batch.finished, cfg.mask_truncated)  # the tokens trained on
-    trained = run.all_sum(float(masks[rows].sum()))  # under --mask-truncated maybe 0
+    trained = d.all_sum(float(masks[rows].sum()))  # under --mask-truncated maybe 0
     counts = dict(num_sequences=len(rows) * d.world, max_new_tokens=cfg.max_new_tokens,
                   num_tokens=max(1.0, trained))  # a token-mean over no token is 0
     parts, stats, losses = micro_batches(rows, cfg.micro_batch), [], []
@@ -263,9 +259,9 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
                       "entropy": float((new.entropy.detach() * mask).sum() / mask.sum().clamp(min=1)),
                       "sampler_logp_gap_max": gap})
     grad_norm = float(torch.nn.utils.clip_grad_norm_(run.trained, cfg.grad_clip or math.inf))
-    check_finite(f"step {step + 1}", {"the loss": losses, "the gradient norm": grad_norm}, run.all_sum)
+    check_finite(f"step {step + 1}", {"the loss": losses, "the gradient norm": grad_norm}, d.all_sum)
     run.opt.step()
-    check_finite(f"step {step + 1}", {"a weight after the optimizer step": run.trained}, run.all_sum)
+    check_finite(f"step {step + 1}", {"a weight after the optimizer step": run.trained}, d.all_sum)
     return {"stats": stats, "losses": losses, "grad_norm": grad_norm}
 
 
@@ -323,7 +319,7 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
             stop=cfg.stop, rewards=rewards_at(run, step),
             plan=decode_plan(run.d.device, cfg.sampler, cfg.eval_temperature))
     check_finite(f"the evaluation of step {step}",  # a policy whose forward overflows: NaN entropy
-                 {"a number": [v for v in results.values() if isinstance(v, float)]}, run.all_sum)
+                 {"a number": [v for v in results.values() if isinstance(v, float)]}, run.d.all_sum)
     session.log_eval(step, results, samples)
     return results
 

@@ -236,11 +236,10 @@ class Shard:
     def minibatches(self, step: int, epochs: int, minibatches: int) -> list[torch.Tensor]:
         """This rank's row indices of each minibatch, epoch after epoch: every minibatch takes the same
         number of rows of every rollout chunk, shuffled per chunk (seeded by the chunk, wherever it was)."""
-        G, C = self.group_size, self.chunk
+        G, C, first = self.group_size, self.chunk, (self.rank * self.share) // self.chunk
         per_chunk = C * G // minibatches
         out = []
         for epoch in range(epochs):
-            first = (self.rank * self.share) // C
             perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
                 self.chunk_seed(step, first + c, salt=1 + epoch))) for c in range(self.share // C)]
             out += [torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms])

@@ -341,16 +341,15 @@ def effective_band(method: str, hp: tuple) -> tuple[float, float] | None:
 # The step's guard: a number that is not finite stops the run
 
 class Diverged(Exception):
-    """A reward, advantage, log-prob, loss, gradient norm or weight is not finite (check_finite): the run
-    stops before the optimizer moves on it, and nothing of the step is logged or saved."""
+    """A value that is not finite (check_finite): the run stops; nothing of the step is logged or saved."""
 
 
 def check_finite(where: str, values: dict, all_sum: Callable[[float], float] = float):
     """Stop the run (Diverged, one line) when one of `values` ({what: tensors, numbers, or lists of either})
-    is not finite, before the optimizer moves on it, every rank alike: all_sum(x) sums x over the ranks
-    (float: one process). Why stopped, not skipped: docs/machinery.md#loss"""
-    for what, value in values.items():
-        parts = [torch.as_tensor(v).detach() for v in (value if isinstance(value, list) else [value])]
+    is not finite, before the optimizer moves on it, on every rank alike: all_sum(x) sums x over the ranks
+    (float: one process; train.py passes Dist.all_sum). Why stopped, not skipped: docs/machinery.md#loss"""
+    for what, v in values.items():
+        parts = [torch.as_tensor(x).detach() for x in (v if isinstance(v, list) else [v])]
         finite = not parts or bool(torch.stack([t.isfinite().all() for t in parts]).all())  # one sync
         bad = [] if finite else [t for t in parts if not bool(t.isfinite().all())]
         if all_sum(float(not finite)):

@@ -344,11 +344,10 @@ class Eager:
     def __init__(self, step, model, sampling, generator, plan: DecodePlan):
         if plan.decoding != "eager":
             raise ValueError(f"a {plan.decoding} plan needs its runner (machinery/decoding.py's decode_plan)")
-        self.step, self.args = step, (model, sampling, generator)
+        self.step, self.model, self.sampling, self.generator = step, model, sampling, generator
 
     def __call__(self, s, window: int):
-        model, sampling, generator = self.args
-        self.step(model, s, window, sampling, generator)
+        self.step(self.model, s, window, self.sampling, self.generator)
 
     def forget(self):
         pass

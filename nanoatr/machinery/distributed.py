@@ -35,6 +35,14 @@ class Dist:
         """Rank 0 writes the run directory (config, metrics, checkpoints) and prints."""
         return self.rank == 0
 
+    def all_sum(self, x: float) -> float:
+        """The sum of a number over all ranks."""
+        if self.world == 1:
+            return x
+        t = torch.tensor(float(x), dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.item()
+
 
 def pick_device(flag: str, local_rank: int = 0) -> torch.device:
     """--device auto: CUDA when there is one (each rank on its own GPU), else the CPU. A device that is
@@ -97,15 +105,6 @@ def accumulating(scorer: nn.Module, sync: bool):
     if sync or not hasattr(scorer, "no_sync"):
         return contextlib.nullcontext()
     return scorer.no_sync()
-
-
-def all_sum(x: float, d: Dist) -> float:
-    """The sum of a number over all ranks."""
-    if d.world == 1:
-        return x
-    t = torch.tensor(float(x), dtype=torch.float64, device=d.device)
-    dist.all_reduce(t)
-    return t.item()
 
 
 def all_gather(items: list, d: Dist) -> list:
@@ -210,7 +209,7 @@ class Interrupts:
 
     def requested(self, d: Dist) -> bool:
         """On every rank alike: any rank's signal stops all of them after the same step."""
-        return all_sum(float(self.signal is not None), d) > 0
+        return d.all_sum(float(self.signal is not None)) > 0
 
 
 def provenance(step: int) -> dict:

@@ -21,10 +21,10 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
     shown = completions(run, batch, right[:cfg.log_completions].tolist()) if cfg.log_completions else None
     drawn = {"first": draws["first"].rewards, "first_right": correct(run, draws["first"]),
              "rounds": [draws["rounds"]], "tokens": [draws["tokens"]]} if draws else {}  # --dynamic-sampling
-    every = gathered(run.d, rewards=batch.rewards, lengths=batch.mask.sum(-1), finished=batch.finished,
-                     right=right, per_function=batch.rewards_per_function,
-                     losses=[loss for u in updates for loss in u["losses"]],
-                     stats=[s for u in updates for s in u["stats"]], **drawn)
+    every = gathered(run.d, {"rewards": batch.rewards, "lengths": batch.mask.sum(-1), "right": right,
+                             "finished": batch.finished, "per_function": batch.rewards_per_function,
+                             "losses": [loss for u in updates for loss in u["losses"]],
+                             "stats": [s for u in updates for s in u["stats"]]} | drawn)
     stats = merge_stats(every["stats"])  # the loss's metrics, over every micro-batch of every rank
     rewards, lengths, right = every["rewards"], every["lengths"], every["right"]
     row = {"reward_mean": rewards.mean().item(), **reward_means(run, every["per_function"]),
@@ -48,7 +48,7 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
     return row | stats | times | throughput(sampled, trained, times)
 
 
-def gathered(d: distributed.Dist, **mine) -> dict:
+def gathered(d: distributed.Dist, mine: dict) -> dict:
     """This rank's values (tensors, lists; None: none), each concatenated over the ranks in prompt order."""
     lists = {k: v.tolist() if torch.is_tensor(v) else v or [] for k, v in mine.items()}
     ranks = distributed.all_gather([lists], d)  # each rank's lists
@@ -100,8 +100,8 @@ def reward_means(run, scores) -> dict:
     `scores` (N, F) over every rank; {} for none ([]: bench/gpu_smoke.py's batch, graded elsewhere)."""
     if len(scores) == 0:
         return {}
-    return {f"reward/{name}": None if math.isnan(mean) else mean
-            for name, mean in zip(run.rewards.names, scores.nanmean(0).tolist())}
+    return {f"reward/{name}": None if math.isnan(m) else m
+            for name, m in zip(run.rewards.names, scores.nanmean(0).tolist())}
 
 
 def merge_stats(stats: list[dict]) -> dict:
