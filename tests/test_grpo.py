@@ -13,8 +13,7 @@ import torch
 import grpo
 import train
 from nanoatr.machinery.train_config import TrainConfig, resolve
-from nanoatr.data import TASKS, load_problems
-from nanoatr.data import Shard
+from nanoatr.data import TASKS, Shard, load_problems
 from nanoatr.machinery.distributed import Dist
 from nanoatr.machinery.cli import check_hparams
 from nanoatr.model import Qwen3

@@ -8,11 +8,10 @@ from safetensors.torch import load_file
 
 import train
 from nanoatr.data import Shard
-from nanoatr.methods import needs
 from nanoatr.rollout import Rollout
 from nanoatr import loss
 from nanoatr.machinery import step_metrics
-from nanoatr.methods import METHODS
+from nanoatr.methods import METHODS, needs
 from nanoatr.rewards import Rewards
 from rounding import sampled_logprob_error, within
 
@@ -253,10 +252,9 @@ def test_sampler_flag_reaches_rollout_and_evaluation(tmp_path, monkeypatch):
 
 
 def test_prompt_order_visits_every_problem_once_per_pass():
-    """A fresh seeded shuffle each pass, pinned (resumed runs and other ranks rely on it)."""
     order = [Shard(1, 4, 4, 2).problems(20, step, 0, 4) for step in range(6)]
     assert sorted(i for step in order[:5] for i in step) == list(range(20))
-    assert order[0] == [15, 5, 11, 14] and order[5] == [4, 7, 15, 18]
+    assert order[0] == [15, 5, 11, 14] and order[5] == [4, 7, 15, 18]  # pinned: resumed runs rely on it
 
 
 @pytest.mark.parametrize("args, message", [
