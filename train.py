@@ -31,14 +31,14 @@ import torch
 from torch import nn
 
 from nanoatr import lora
-from nanoatr.data import load_problems, not_held_out
+from nanoatr.data import Shard, load_problems, not_held_out
 from nanoatr.evaluate import check_budgets, during_training, scores_line
-from nanoatr.loss import (aggregate, dynamic_sampling, group_advantages, kl_to_reference, loss_mask,
-                          overlong_penalty, policy_loss, progress)
+from nanoatr.loss import (aggregate, check_finite, dynamic_sampling, group_advantages, kl_to_reference,
+                          loss_mask, overlong_penalty, policy_loss)
 from nanoatr.methods import needs
 from nanoatr.model import Qwen3
 from nanoatr.rewards import Rewards
-from nanoatr.rollout import Rollout, generate
+from nanoatr.rollout import EAGER, DecodePlan, Rollout, generate
 from nanoatr.scoring import Reference, Scorer, check_sampler_agrees, full_kl
 from nanoatr.tokenizer import (completion_ids, completion_texts, encode_prompts, eos_token_ids,
                                load_tokenizer, make_stopper)
@@ -46,8 +46,8 @@ from nanoatr.tokenizer import (completion_ids, completion_texts, encode_prompts,
 from nanoatr.machinery import distributed
 from nanoatr.machinery.checkpoint import read_tokenizer_files
 from nanoatr.machinery.decoding import decode_plan
-from nanoatr.machinery.session import Session, check_finite
-from nanoatr.machinery.step_metrics import metrics_line
+from nanoatr.machinery.session import Session
+from nanoatr.machinery.step_metrics import metrics_line, progress
 
 
 @dataclass
@@ -65,13 +65,14 @@ class Run:
     eos_ids: list[int]        # token ids that end a completion
     stopper: Any              # tokenizer.StopStrings of the --stop strings (cfg.stop), or None
     rewards: Rewards          # the reward functions and their weights (--reward, --reward-weights)
-    shard: distributed.Shard  # this rank's prompts, chunks, seeds and minibatch rows of a step
+    shard: Shard              # this rank's prompts, chunks, seeds and minibatch rows of a step
     d: distributed.Dist       # rank, world size, device
     precision: Callable       # autocast context factory (bf16) or nullcontext
     peft_model: Any = None    # None without LoRA
     ref: Reference | None = None  # pi_ref, for the --beta penalty
     prompt_kw: dict | None = None
     reuse_first_forward: bool = True  # pi_old of the first minibatch from its update's forward (optimize)
+    plan: DecodePlan = EAGER  # how the rollout's decode steps run on this device (machinery/decoding.py)
 
 
 # ----------------------------------------------------------------------------
@@ -130,7 +131,7 @@ def rollout(run: Run, problems, step: int) -> tuple[Rollout, dict]:
     advantages = group_advantages(shaped, G, normalize_std=cfg.std_normalize).to(run.d.device)  # 3.
     logp = {} if batch.sampler_logp is None else {  # NaN: the policy's forward overflows (weights too large)
         "a log-prob of the policy's tokens": batch.sampler_logp.where(batch.mask, 0.0)}
-    check_finite(run.d, f"step {step + 1}", **{"a reward": shaped, "an advantage": advantages}, **logp)
+    check_finite(f"step {step + 1}", {"a reward": shaped, "an advantage": advantages} | logp, run.d.all_sum)
     draws = {"rounds": len(rounds), "first": rounds[0],
              "tokens": sum(int(r.mask.sum()) for r in rounds)} if cfg.dynamic_sampling else {}
     return batch._replace(advantages=advantages), draws
@@ -138,7 +139,7 @@ def rollout(run: Run, problems, step: int) -> tuple[Rollout, dict]:
 
 def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
     """Sampling round r of a step: this rank's first n prompts of the round's draw, G completions each,
-    sampled in chunks (each seeded by its place in the step: distributed.Shard), graded."""
+    sampled in chunks (each seeded by its place in the step: data.Shard), graded."""
     cfg, G = run.cfg, run.cfg.group_size
     picked = [problems[i] for i in run.shard.problems(len(problems), step, r, n)]
     prompts = [p for p in encode_prompts(run.tok, picked, **run.prompt_kw) for _ in range(G)]  # [p0 x G, ...]
@@ -150,8 +151,7 @@ def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
             parts.append(generate(run.model, prompts[span.start * G:span.stop * G], cfg.max_new_tokens,
                                   generator=generator, temperature=cfg.temperature, top_p=cfg.top_p,
                                   top_k=cfg.top_k, sampler=cfg.sampler, eos_token_id=run.eos_ids,
-                                  pad_id=pad_id, stopper=run.stopper,
-                                  plan=decode_plan(run.d.device, cfg.sampler, cfg.temperature)))
+                                  pad_id=pad_id, stopper=run.stopper, plan=run.plan))
     return grade(run, Rollout.cat(parts, pad_id), [p for p in picked for _ in range(G)], step)  # 2.
 
 
@@ -201,8 +201,7 @@ class OldLogprobs:
 
 def micro_batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
     """`rows` cut into consecutive micro-batches of `size` (--micro-batch; 0 = all of them at once)."""
-    size = size or len(rows)
-    return [rows[j:j + size] for j in range(0, len(rows), size)]
+    return list(rows.split(size or len(rows)))
 
 
 @torch.no_grad()
@@ -230,7 +229,7 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
     cfg, d = run.cfg, run.d
     run.opt.zero_grad(set_to_none=True)
     masks = loss_mask(batch.mask, batch.finished, cfg.mask_truncated)  # the tokens trained on
-    trained = distributed.all_sum(float(masks[rows].sum()), d)  # under --mask-truncated maybe 0
+    trained = d.all_sum(float(masks[rows].sum()))  # under --mask-truncated maybe 0
     counts = dict(num_sequences=len(rows) * d.world, max_new_tokens=cfg.max_new_tokens,
                   num_tokens=max(1.0, trained))  # a token-mean over no token is 0
     parts, stats, losses = micro_batches(rows, cfg.micro_batch), [], []
@@ -262,9 +261,9 @@ def update(run: Run, batch: Rollout, old: OldLogprobs, ref_logp, rows, noise, on
                       "entropy": float((new.entropy.detach() * mask).sum() / mask.sum().clamp(min=1)),
                       "sampler_logp_gap_max": gap})
     grad_norm = float(torch.nn.utils.clip_grad_norm_(run.trained, cfg.grad_clip or math.inf))
-    check_finite(run.d, f"step {step + 1}", **{"the loss": losses, "the gradient norm": grad_norm})
+    check_finite(f"step {step + 1}", {"the loss": losses, "the gradient norm": grad_norm}, d.all_sum)
     run.opt.step()
-    check_finite(run.d, f"step {step + 1}", **{"a weight after the optimizer step": run.trained})
+    check_finite(f"step {step + 1}", {"a weight after the optimizer step": run.trained}, d.all_sum)
     return {"stats": stats, "losses": losses, "grad_norm": grad_norm}
 
 
@@ -321,8 +320,8 @@ def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | N
             top_p=cfg.eval_top_p, sampler=cfg.sampler, eos_ids=run.eos_ids, prompt_kw=run.prompt_kw,
             stop=cfg.stop, rewards=rewards_at(run, step),
             plan=decode_plan(run.d.device, cfg.sampler, cfg.eval_temperature))
-    check_finite(run.d, f"the evaluation of step {step}",  # a policy whose forward overflows: NaN entropy
-                 **{"a number": [v for v in results.values() if isinstance(v, float)]})
+    check_finite(f"the evaluation of step {step}",  # a policy whose forward overflows: NaN entropy
+                 {"a number": [v for v in results.values() if isinstance(v, float)]}, run.d.all_sum)
     session.log_eval(step, results, samples)
     return results
 
@@ -358,10 +357,11 @@ def setup(session: Session) -> tuple[Run, list, dict]:
         opt.load_state_dict(session.state.pop("optimizer"))
     session.started(peft_model or model, opt, read_tokenizer_files(tok_dir))
     chunk = cfg.rollout_batch or cfg.prompts_per_step // d.world
-    shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, chunk, cfg.group_size, d.rank, d.world)
+    shard = Shard(cfg.seed, cfg.prompts_per_step, chunk, cfg.group_size, d.rank, d.world)
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
               eos_token_ids(tok, tok_dir, session.model_dir), make_stopper(tok, cfg.stop),
-              rewards, shard, d, precision, peft_model, ref, prompt_kw)
+              rewards, shard, d, precision, peft_model, ref, prompt_kw,
+              plan=decode_plan(d.device, cfg.sampler, cfg.temperature))
     session.describe(model, trained, len(problems), beta=bool(ref))
     return run, problems, eval_sets
 

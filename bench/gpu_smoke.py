@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # noqa: E402
 from nanoatr.machinery.flags import PRESETS, TrainConfig, resolve  # noqa: E402
 from nanoatr import lora
+from nanoatr.data import Shard  # noqa: E402
 from nanoatr.machinery import distributed, step_metrics  # noqa: E402
 from nanoatr.loss import group_advantages  # noqa: E402
 from nanoatr.scoring import Scorer  # noqa: E402
@@ -115,8 +116,8 @@ def make_run(args, cfg: TrainConfig, d, shape: dict) -> train.Run:
     precision = distributed.precision(args.dtype, d.device)
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = train.make_optimizer(cfg, trained)
-    shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step // d.world, cfg.group_size,
-                              d.rank, d.world)
+    shard = Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step // d.world, cfg.group_size,
+                  d.rank, d.world)
     return train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok=None,
                      eos_ids=[], stopper=None, rewards=None, shard=shard, d=d, precision=precision,
                      peft_model=peft_model)

@@ -41,7 +41,8 @@ def step_inputs(rows: int, T: int, V: int, D: int, lora_rank: int):
     import train
     from nanoatr import lora
     from nanoatr.machinery.flags import TrainConfig, resolve
-    from nanoatr.machinery.distributed import Dist, Shard
+    from nanoatr.data import Shard
+    from nanoatr.machinery.distributed import Dist
     from nanoatr.rollout import Rollout
     from nanoatr.scoring import Scorer
     from nanoatr.model import Qwen3, Qwen3Config, init_weights

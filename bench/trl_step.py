@@ -114,7 +114,9 @@ from rollout import build_58m  # noqa: E402  (bench/rollout.py: the "small" pres
 def ours_setup(model_dir: Path, args, phases: Phases):
     import train
     from nanoatr import lora
+    from nanoatr.data import Shard
     from nanoatr.machinery import distributed
+    from nanoatr.machinery.decoding import decode_plan
     from nanoatr.machinery.flags import TrainConfig, resolve
     from nanoatr.machinery.distributed import Dist
     from nanoatr.scoring import Scorer
@@ -131,12 +133,13 @@ def ours_setup(model_dir: Path, args, phases: Phases):
     precision = distributed.precision(cfg.dtype, d.device)
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = train.make_optimizer(cfg, trained)  # as train.setup
-    shard = distributed.Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step, cfg.group_size)
+    shard = Shard(cfg.seed, cfg.prompts_per_step, cfg.prompts_per_step, cfg.group_size)
     run = train.Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
                     eos_token_ids(tok, model_dir), make_stopper(tok, cfg.stop), Rewards.of(math_reward),
                     shard, d, precision, peft_model, None,
                     dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
-                         enable_thinking=cfg.thinking))
+                         enable_thinking=cfg.thinking),
+                    plan=decode_plan(d.device, cfg.sampler, cfg.temperature))  # as train.setup
     phases.wrap(train, "generate", "generate")
     phases.wrap(train, "grade", "reward")
     phases.wrap(run.scorer, "forward", "forward")
@@ -289,14 +292,13 @@ def bench_model(name: str, model_dir: Path, args, phases: Phases) -> str:
     """One model, our step and TRL's in lockstep, compared phase by phase: TRL's step time over ours (with
     --ours-only our steps alone, and our step's time)."""
     import train
-    from nanoatr.machinery import distributed
     from nanoatr.data import load_problems
     problems = load_problems(ROOT / args.data)
     run = ours_setup(model_dir, args, phases)
     n_steps = args.warmup + args.steps
     # TRL's dataset laid out in our prompt order: TRL's step k (shuffle off) has our step k's prompts.
     rows = [problems[i] for k in range(n_steps)
-            for i in distributed.prompt_order(len(problems), k, P, run.cfg.seed)]
+            for i in run.shard.problems(len(problems), k, 0, P)]
     results = {"ours": [], "TRL": []}
     tokens = {"ours": [], "TRL": []}
     forwards = {"ours": [], "TRL": []}

@@ -1,6 +1,7 @@
 """Problems and tasks: files of problems (one loader for the training set and every benchmark);
 the tasks, which problems, which warm-start policy and which reward go together (TASKS, train.py's
---task); and the embedded tasks' keys (arith_key, countdown_key: a problem up to the order of its numbers).
+--task); the embedded tasks' keys (arith_key, countdown_key: a problem up to the order of its numbers); and
+the order a run draws them in (Shard: a step's prompts, sampling seeds and minibatch rows).
 
 A row's prompt is ``prompt`` (text or chat messages: TRL, DAPO, verl), else ``problem`` / ``question``;
 its gold is the ``answer`` column (``reward_model.ground_truth`` in a row with a ``reward_model``), kept
@@ -10,13 +11,17 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import datetime
+import functools
 import itertools
 import json
 import math
+import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
+
+import torch
 
 from nanoatr.rewards import countdown_reward, math_reward, one_line
 from nanoatr.verifier.countdown import parse_answer
@@ -194,6 +199,65 @@ _UNESCAPE = {"\f": "\\f", "\b": "\\b", "\t": "\\t", "\r": "\\r"}
 def repair_latex_escapes(text: str) -> str:
     """Put back LaTeX commands that a JSON decoder turned into control characters."""
     return _BROKEN_ESCAPES.sub(lambda m: _UNESCAPE[m.group()], text)
+
+
+# ---------------------------------------------------------------------------
+# The order a run reads its problems in: a step's prompts, their sampling seeds, its minibatch rows
+
+@dataclass(frozen=True)
+class Shard:
+    """A GRPO step's data, this rank's share: which problems it samples, in which chunks with which seeds,
+    and its rows of each minibatch. Every seed is a function of the run's seed and the step, not the rank:
+    a resumed run goes on as if never stopped, N ranks train as one (docs/machinery.md#data)."""
+    seed: int
+    prompts_per_step: int
+    chunk: int        # prompts sampled together (--rollout-batch, or the rank's whole share)
+    group_size: int
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def share(self) -> int:
+        """Prompts per step on this rank."""
+        return self.prompts_per_step // self.world
+
+    def problems(self, n_problems: int, step: int, round: int, n: int) -> list[int]:
+        """This rank's first n problems of sampling round `round` of a step (round r > 0: its own draw), of
+        a fresh seeded shuffle every pass over the data (a function of the step: resumable)."""
+        seed, first = self.seed + (round << 20), step * self.prompts_per_step + self.rank * self.share
+        return [shuffle(n_problems, seed, i // n_problems)[i % n_problems] for i in range(first, first + n)]
+
+    def chunks(self, step: int, round: int, n: int) -> list[tuple[slice, int]]:
+        """This rank's first n prompts of a round, cut into chunks: (their indices, the chunk's seed)."""
+        first = round * (self.prompts_per_step // self.chunk) + (self.rank * self.share) // self.chunk
+        return [(slice(c * self.chunk, min(n, (c + 1) * self.chunk)), self.chunk_seed(step, first + c))
+                for c in range(math.ceil(n / self.chunk))]
+
+    def minibatches(self, step: int, epochs: int, minibatches: int) -> list[torch.Tensor]:
+        """This rank's row indices of each minibatch, epoch after epoch: every minibatch takes the same
+        number of rows of every rollout chunk, shuffled per chunk (seeded by the chunk, wherever it was)."""
+        G, C, first = self.group_size, self.chunk, (self.rank * self.share) // self.chunk
+        per_chunk = C * G // minibatches
+        out = []
+        for epoch in range(epochs):
+            perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
+                self.chunk_seed(step, first + c, salt=1 + epoch))) for c in range(self.share // C)]
+            out += [torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms])
+                    for m in range(minibatches)]
+        return out
+
+    def chunk_seed(self, step: int, chunk: int, salt: int = 0) -> int:
+        """Seed of a chunk's sampling (salt 0) or of its shuffle in epoch salt - 1."""
+        return self.seed * 1_000_003 + step + (chunk << 32) + (salt << 48)
+
+    def noise(self, step: int) -> torch.Generator:
+        """The random picks of a step's loss (clip-cov), this rank's own."""
+        return torch.Generator().manual_seed(self.seed * 31 + step + (self.rank << 32))
+
+
+@functools.lru_cache(maxsize=2)  # a step's prompts span at most two passes
+def shuffle(n_problems: int, seed: int, epoch: int) -> list[int]:
+    return random.Random(seed * 7919 + epoch).sample(range(n_problems), n_problems)
 
 
 # ---------------------------------------------------------------------------

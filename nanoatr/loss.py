@@ -4,6 +4,7 @@
     logp, old_logp, advantages, mask (B, T) --_token_loss--> per-token loss (B, T) + metrics
     per-token loss --aggregate--> the micro-batch's scalar (normalised over the whole optimizer step)
     policy_loss = _token_loss + aggregate, compiled once with torch.compile: what the trainer calls
+    check_finite: a reward, loss, gradient norm or weight that is not finite stops the run (Diverged)
 
 The per-token surrogates live in nanoatr/methods.py (one function each), the log-probs come from
 nanoatr/scoring.py. The deliberate choices (advantages, the log-ratio clamp, padding, the KL penalty,
@@ -199,15 +200,6 @@ def aggregate(per_token_loss: Tensor, mask: Tensor, mode: str, *, num_sequences,
     raise ValueError(f"--aggregation must be one of {', '.join(AGGREGATIONS)} (got {mode!r})")
 
 
-@functools.cache
-def own_metrics(method: str) -> tuple[str, ...]:
-    """The names of the metrics `method` reports itself (the divergence or gate it acts on: what the
-    progress bar shows; kl3's is the common "kl3"), read off one call on a dummy batch."""
-    x = torch.zeros(1, 2)
-    t = Tokens(ratio=x.exp(), log_ratio=x, advantages=x + 1, valid=x == 0, old_logp=x - 1, full_kl=x, noise=x)
-    return tuple(METHODS[method](t, **defaults(method))[3])
-
-
 def kl_to_reference(logp, old_logp, ref_logp, mask):
     """Per-token w * k3(rho) (B, T), the KL penalty to the reference policy (--beta); 0 on padding.
 
@@ -346,33 +338,20 @@ def effective_band(method: str, hp: tuple) -> tuple[float, float] | None:
 
 
 # ----------------------------------------------------------------------------
-# A step's loss metrics, merged over micro-batches and ranks, and the progress bar's share of them
+# The step's guard: a number that is not finite stops the run
 
-def merge_stats(stats: list[dict]) -> dict:
-    """Token-weighted means over micro-batches; min/max where the name says so. A step with no token trained
-    (--mask-truncated cut them all) weighs its micro-batches alike: their values are those of no token (no
-    cut, ratios 1), not 0; its ratio_min and ratio_max are 1 too, not the +inf / -inf of an empty min / max,
-    which metrics.jsonl would hold as Infinity, no JSON number."""
-    tokens = [s["_tokens"] for s in stats]
-    trained = sum(tokens) > 0
-    tokens = tokens if trained else [1.0] * len(stats)
-    out = {}
-    for k in stats[0]:
-        if k == "_tokens":
-            continue
-        values = [s[k] for s in stats]
-        out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else \
-            sum(v * n for v, n in zip(values, tokens)) / sum(tokens)
-    if not trained:
-        out |= {k: 1.0 for k in ("ratio_min", "ratio_max") if k in out}
-    return out
+class Diverged(Exception):
+    """A value that is not finite (check_finite): the run stops; nothing of the step is logged or saved."""
 
 
-def progress(row: dict, clip: str) -> dict:
-    """The progress bar's fields: accuracy, the share of tokens cut (in %: a tenth of a percent shows), what
-    the method itself acts on (its divergence, gate or cut metric), where the ratios sit (1% to 99%),
-    completion length."""
-    own = {k: f"{row[k]:.4f}" for k in own_metrics(clip)}
-    return {"acc": f"{row['accuracy']:.2f}",
-            "cut": f"{100 * (row['clip_frac_low'] + row['clip_frac_high']):.2f}%", **own,
-            "w": f"[{row['ratio_p01']:.2f},{row['ratio_p99']:.2f}]", "len": f"{row['completion_len']:.0f}"}
+def check_finite(where: str, values: dict, all_sum: Callable[[float], float] = float):
+    """Stop the run (Diverged, one line) when one of `values` ({what: tensors, numbers, or lists of either})
+    is not finite, before the optimizer moves on it, on every rank alike: all_sum(x) sums x over the ranks
+    (float: one process; train.py passes Dist.all_sum). Why stopped, not skipped: docs/machinery.md#loss"""
+    for what, v in values.items():
+        parts = [torch.as_tensor(x).detach() for x in (v if isinstance(v, list) else [v])]
+        finite = not parts or bool(torch.stack([t.isfinite().all() for t in parts]).all())  # one sync
+        bad = [] if finite else [t for t in parts if not bool(t.isfinite().all())]
+        if all_sum(float(not finite)):
+            shown = bad[0][~bad[0].isfinite()].flatten()[0].item() if bad else "on another rank"
+            raise Diverged(f"{where}: {what} is not finite ({shown})")

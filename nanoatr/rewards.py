@@ -108,7 +108,7 @@ class Rewards:
         """(N,) TRL's total of each completion: the sum of weight x reward over the functions that scored
         it (a NaN, a None, is left out; no function scored it: 0). Only an unscored entry is left out: a
         product that is not finite (a weight or a reward that overflows float32: inf x 0 is NaN) stays in
-        its total, which train.check_finite then stops on, rather than counting as unscored."""
+        its total, which loss.check_finite then stops on, rather than counting as unscored."""
         products = each * torch.tensor(self.weights, dtype=each.dtype)
         return products.where(~each.isnan(), 0.0).sum(dim=1)
 

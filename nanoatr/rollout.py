@@ -67,6 +67,46 @@ class Rollout(NamedTuple):
         return Rollout(*(field(i, v) for i, v in enumerate(pads)))
 
 
+# ----------------------------------------------------------------------------
+# A batch of completions
+
+def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
+             top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0,
+             sampler: str = SAMPLERS[0], stopper=None, plan: "DecodePlan | None" = None) -> Rollout:
+    """Sample a completion for every prompt: a Rollout (its prompts, tokens, sampler_logp, mask, finished).
+
+    T is at most max_new_tokens; decoding stops early once every row has ended.
+    eos_token_id is an int, a list of ints, or None (never stop before the budget).
+    sampler: how tokens are drawn (see `draw`): "inverse-cdf" (the default) or "multinomial".
+    stopper: optional stop strings (a tokenizer.StopStrings), checked every STOP_EVERY steps so that the
+    batch can end sooner, and applied at the end: a row's mask ends with the token that completes its
+    first stop string; the tokens kept are those drawn without it, with the same log-probs.
+    plan: how the decode steps run (None: EAGER, each as written; a GPU's: machinery/decoding.py's
+    `decode_plan`). Every plan gives the same tokens for a seed (up to float rounding of the probabilities).
+    """
+    plan = plan or EAGER
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
+    device = model.lm_head.weight.device
+    eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []),
+                       device=device)
+    sampling = Sampling(float(temperature), int(top_k), float(top_p), sampler, eos)
+    ids, prompt_mask = left_pad(prompts, pad_id, device)
+    with lora.merged(model) if plan.merge_adapters else contextlib.nullcontext():
+        tokens, logprobs = decode(model, ids, prompt_mask, max_new_tokens, sampling, generator, pad_id,
+                                  stopper, plan)
+    # Which tokens count (up to each row's first EOS) is worked out once here, not per step. Outside
+    # inference mode, so that the results are ordinary tensors autograd may save (e.g. as targets).
+    is_eos = torch.isin(tokens, eos)
+    mask = (is_eos.cumsum(1) - is_eos.long()) == 0  # (B, T)
+    finished = (is_eos & mask).any(-1)
+    if stopper is not None:
+        mask, by_stop = stopper.cut(tokens, mask)
+        finished |= by_stop
+    return Rollout(ids, prompt_mask, tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0),
+                   mask, finished)
+
+
 def left_pad(prompts: list[list[int]], pad_id: int = 0, device="cpu"):
     """(B, P) token ids and (B, P) bool mask of real tokens, right-aligned."""
     P = max(len(p) for p in prompts)
@@ -79,6 +119,145 @@ def left_pad(prompts: list[list[int]], pad_id: int = 0, device="cpu"):
         mask[i, P - len(p):] = True
     return ids.to(device), mask.to(device)
 
+
+# ----------------------------------------------------------------------------
+# The decode loop
+
+class Sampling(NamedTuple):
+    temperature: float
+    top_k: int
+    top_p: float
+    sampler: str
+    eos: torch.Tensor  # (E,) the token ids that end a row
+
+
+@dataclass
+class DecodeState:
+    """What one decode step reads and advances in place: fixed-shape tensors over the B rows still in the
+    batch."""
+    cache: KVCache
+    tok: torch.Tensor    # (B, 1) the token each row drew last, fed next
+    logp: torch.Tensor   # (B, 1) its log-prob under the sampling distribution
+    pos: torch.Tensor    # (B, 1) its position in its own row
+    slot: torch.Tensor   # (1,) its cache slot, the same for every row (prompts are left-padded)
+    u: torch.Tensor      # (B, 1) float64 uniforms of the next inverse-CDF draw
+    done: torch.Tensor   # (B,) bool: drew an EOS or completed a stop string
+    rows: torch.Tensor   # (B,) each row's index among the prompts given (rows leave the batch on a GPU)
+
+    def keep_rows(self, sel):
+        self.cache.keep_rows(sel)
+        for name in ("tok", "logp", "pos", "u", "done", "rows"):
+            setattr(self, name, getattr(self, name).index_select(0, sel))
+
+
+@torch.inference_mode()
+def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generator, pad_id, stopper,
+           plan: "DecodePlan"):
+    """The decode loop from left-padded prompts (B, P): raw draws (B, T) and their log-probs (B, T), up to
+    the step where every row has ended.
+
+    A finished row keeps decoding its own (discarded) tokens until it leaves the batch (plan.compact),
+    which cannot affect the other rows; the uniforms are drawn for every row at every step, so the
+    draws of each row are what they would be without the early stop or the compaction."""
+    device = model.lm_head.weight.device
+    B, P = ids.shape
+    uniforms = sampling.sampler == "inverse-cdf" and sampling.temperature > 0
+    s = prefill(model, ids, prompt_mask, max_new_tokens, sampling, generator, plan, uniforms)
+    steps = (plan.runner or Eager)(decode_step, model, sampling, generator, plan)
+
+    # step-major: a row per step
+    tokens = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros(max_new_tokens, B, device=device)
+    stop_at = torch.full((B,), max_new_tokens, device=device)  # the step at which a stop string ended a row
+    ends = len(sampling.eos) > 0 or stopper is not None
+    all_u = s.u if plan.compact else None  # every row's uniform, of which the live rows take theirs
+    t = 0
+    while True:
+        tokens[t].index_copy_(0, s.rows, s.tok[:, 0])
+        logprobs[t].index_copy_(0, s.rows, s.logp[:, 0])
+        looked = False
+        if stopper is not None and (t + 1) % STOP_EVERY == 0:
+            live = (~s.done).nonzero()[:, 0]
+            hit = torch.tensor(stopper.holds(tokens[:t + 1, s.rows[live]].T.tolist()), dtype=torch.bool,
+                               device=device)
+            s.done[live[hit]] = True
+            stop_at[s.rows[live[hit]]] = t
+            looked = True
+        if ends and (looked or (t + 1) % plan.check_every == 0):
+            live = int((~s.done).sum())
+            if live == 0:
+                break
+            if plan.compact and bucket(live) < len(s.rows):
+                s.keep_rows(torch.cat([(~s.done).nonzero()[:, 0], s.done.nonzero()[:bucket(live) - live, 0]]))
+                steps.forget()  # their graphs read the tensors just replaced
+        t += 1
+        if t == max_new_tokens:
+            break
+        if uniforms and all_u is not None and len(s.rows) < B:
+            torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=all_u)
+            torch.index_select(all_u, 0, s.rows, out=s.u)
+        elif uniforms:
+            torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=s.u)
+        steps(s, window_for(P + t, plan))
+    # Keep the steps up to the last row's end (its first EOS, or the step its stop string was found at):
+    # what a look at every step would have kept.
+    tokens, logprobs = tokens[:t + 1].T, logprobs[:t + 1].T
+    if ends:
+        is_eos = torch.isin(tokens, sampling.eos)
+        first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1), max_new_tokens)
+        t = min(t, int(torch.minimum(first_eos, stop_at).max()))
+    return tokens[:, :t + 1].contiguous(), logprobs[:, :t + 1].contiguous()
+
+
+def prefill(model, ids, prompt_mask, max_new_tokens: int, sampling: Sampling, generator, plan: "DecodePlan",
+            uniforms: bool) -> DecodeState:
+    """The left-padded prompts (B, P) through the model into a new cache, and each row's first token drawn:
+    the state the decode steps start from."""
+    device = model.lm_head.weight.device
+    B, P = ids.shape
+    cache = model.new_cache(B, cache_slots(P + max_new_tokens, plan), windows=plan.window > 1)
+    positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row
+    # Only the last position's logits are needed (a (B, P, V) tensor would be wasted).
+    h = model.hidden(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)
+    s = DecodeState(cache, tok=None, logp=None, pos=positions[:, -1:] + 1,
+                    slot=torch.full((1,), P, device=device),
+                    u=torch.zeros(B, 1, dtype=torch.float64, device=device),
+                    done=torch.zeros(B, dtype=torch.bool, device=device), rows=torch.arange(B, device=device))
+    if uniforms:
+        torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=s.u)
+    s.tok, s.logp = next_token(model.logits(h[:, -1]), s.u, sampling, generator)
+    s.done |= torch.isin(s.tok[:, 0], sampling.eos)
+    return s
+
+
+def decode_step(model, s: DecodeState, window: int, sampling: Sampling, generator=None):
+    """One token for every row, in place on s: the model's step on the last token, then the draw. No
+    value goes to the host and no shape depends on the slot, so it compiles once and replays as a graph."""
+    h = model.decode(s.tok, s.pos, DecodeSlot(s.cache, s.slot, window))[:, 0]
+    tok, logp = next_token(model.logits(h), s.u, sampling, generator)
+    s.tok.copy_(tok)
+    s.logp.copy_(logp)
+    s.pos.add_(1)
+    s.slot.add_(1)
+    s.done.logical_or_(torch.isin(tok[:, 0], sampling.eos))
+
+
+def next_token(logits, u, sampling: Sampling, generator=None):
+    """A token per row (B, 1) and its log-prob under the sampling distribution (B, 1); inverse-CDF draws
+    use the uniforms u (B, 1), multinomial ones the generator."""
+    logp = sampling_logprobs(logits, sampling.temperature)
+    if sampling.temperature <= 0:
+        tok = logp.argmax(-1, keepdim=True)
+    elif sampling.sampler == "inverse-cdf":
+        tok = inverse_cdf(filter_logits(logp, sampling.top_k, sampling.top_p).exp(), u)
+    else:
+        tok = torch.multinomial(filter_logits(logp, sampling.top_k, sampling.top_p).exp(), 1,
+                                generator=generator)
+    return tok, logp.gather(1, tok)
+
+
+# ----------------------------------------------------------------------------
+# Drawing a token
 
 def sampling_logprobs(logits, temperature: float):
     """Log-probs of the distribution tokens are scored under: softmax(logits / T) in float32, the same
@@ -165,11 +344,10 @@ class Eager:
     def __init__(self, step, model, sampling, generator, plan: DecodePlan):
         if plan.decoding != "eager":
             raise ValueError(f"a {plan.decoding} plan needs its runner (machinery/decoding.py's decode_plan)")
-        self.step, self.args = step, (model, sampling, generator)
+        self.step, self.model, self.sampling, self.generator = step, model, sampling, generator
 
     def __call__(self, s, window: int):
-        model, sampling, generator = self.args
-        self.step(model, s, window, sampling, generator)
+        self.step(self.model, s, window, self.sampling, self.generator)
 
     def forget(self):
         pass
@@ -195,178 +373,3 @@ def window_for(slots: int, plan: DecodePlan) -> int:
     """The slots a decode step's attention reads when `slots` of them are filled: the next multiple of
     plan.window (the filled ones exactly when it is 1)."""
     return -(-slots // plan.window) * plan.window
-
-
-# ----------------------------------------------------------------------------
-# A batch of completions
-
-def generate(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
-             top_p: float = 1.0, top_k: int = 0, eos_token_id=None, generator=None, pad_id: int = 0,
-             sampler: str = SAMPLERS[0], stopper=None, plan: DecodePlan = EAGER) -> Rollout:
-    """Sample a completion for every prompt: a Rollout (its prompts, tokens, sampler_logp, mask, finished).
-
-    T is at most max_new_tokens; decoding stops early once every row has ended.
-    eos_token_id is an int, a list of ints, or None (never stop before the budget).
-    sampler: how tokens are drawn (see `draw`): "inverse-cdf" (the default) or "multinomial".
-    stopper: optional stop strings (a tokenizer.StopStrings), checked every STOP_EVERY steps so that the
-    batch can end sooner, and applied at the end: a row's mask ends with the token that completes its
-    first stop string; the tokens kept are those drawn without it, with the same log-probs.
-    plan: how the decode steps run (EAGER; a GPU's: machinery/decoding.py's `decode_plan`). Every plan
-    gives the same tokens for a seed (up to float rounding of the probabilities).
-    """
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
-    device = model.lm_head.weight.device
-    eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or []),
-                       device=device)
-    sampling = Sampling(float(temperature), int(top_k), float(top_p), sampler, eos)
-    ids, prompt_mask = left_pad(prompts, pad_id, device)
-    with lora.merged(model) if plan.merge_adapters else contextlib.nullcontext():
-        tokens, logprobs = decode(model, ids, prompt_mask, max_new_tokens, sampling, generator, pad_id,
-                                  stopper, plan)
-    # Which tokens count (up to each row's first EOS) is worked out once here, not per step. Outside
-    # inference mode, so that the results are ordinary tensors autograd may save (e.g. as targets).
-    is_eos = torch.isin(tokens, eos)
-    mask = (is_eos.cumsum(1) - is_eos.long()) == 0  # (B, T)
-    finished = (is_eos & mask).any(-1)
-    if stopper is not None:
-        mask, by_stop = stopper.cut(tokens, mask)
-        finished |= by_stop
-    return Rollout(ids, prompt_mask, tokens.masked_fill(~mask, pad_id), logprobs.masked_fill(~mask, 0.0),
-                   mask, finished)
-
-
-# ----------------------------------------------------------------------------
-# The decode loop
-
-class Sampling(NamedTuple):
-    temperature: float
-    top_k: int
-    top_p: float
-    sampler: str
-    eos: torch.Tensor  # (E,) the token ids that end a row
-
-
-@dataclass
-class DecodeState:
-    """What one decode step reads and advances in place: fixed-shape tensors over the B rows still in the
-    batch."""
-    cache: KVCache
-    tok: torch.Tensor    # (B, 1) the token each row drew last, fed next
-    logp: torch.Tensor   # (B, 1) its log-prob under the sampling distribution
-    pos: torch.Tensor    # (B, 1) its position in its own row
-    slot: torch.Tensor   # (1,) its cache slot, the same for every row (prompts are left-padded)
-    u: torch.Tensor      # (B, 1) float64 uniforms of the next inverse-CDF draw
-    done: torch.Tensor   # (B,) bool: drew an EOS or completed a stop string
-    rows: torch.Tensor   # (B,) each row's index among the prompts given (rows leave the batch on a GPU)
-
-    def keep_rows(self, sel):
-        self.cache.keep_rows(sel)
-        for name in ("tok", "logp", "pos", "u", "done", "rows"):
-            setattr(self, name, getattr(self, name).index_select(0, sel))
-
-
-def next_token(logits, u, sampling: Sampling, generator=None):
-    """A token per row (B, 1) and its log-prob under the sampling distribution (B, 1); inverse-CDF draws
-    use the uniforms u (B, 1), multinomial ones the generator."""
-    logp = sampling_logprobs(logits, sampling.temperature)
-    if sampling.temperature <= 0:
-        tok = logp.argmax(-1, keepdim=True)
-    elif sampling.sampler == "inverse-cdf":
-        tok = inverse_cdf(filter_logits(logp, sampling.top_k, sampling.top_p).exp(), u)
-    else:
-        tok = torch.multinomial(filter_logits(logp, sampling.top_k, sampling.top_p).exp(), 1,
-                                generator=generator)
-    return tok, logp.gather(1, tok)
-
-
-def decode_step(model, s: DecodeState, window: int, sampling: Sampling, generator=None):
-    """One token for every row, in place on s: the model's step on the last token, then the draw. No
-    value goes to the host and no shape depends on the slot, so it compiles once and replays as a graph."""
-    h = model.decode(s.tok, s.pos, DecodeSlot(s.cache, s.slot, window))[:, 0]
-    tok, logp = next_token(model.logits(h), s.u, sampling, generator)
-    s.tok.copy_(tok)
-    s.logp.copy_(logp)
-    s.pos.add_(1)
-    s.slot.add_(1)
-    s.done.logical_or_(torch.isin(tok[:, 0], sampling.eos))
-
-
-def prefill(model, ids, prompt_mask, max_new_tokens: int, sampling: Sampling, generator, plan: DecodePlan,
-            uniforms: bool) -> DecodeState:
-    """The left-padded prompts (B, P) through the model into a new cache, and each row's first token drawn:
-    the state the decode steps start from."""
-    device = model.lm_head.weight.device
-    B, P = ids.shape
-    cache = model.new_cache(B, cache_slots(P + max_new_tokens, plan), windows=plan.window > 1)
-    positions = prompt_mask.long().cumsum(-1) - 1  # position of each real token within its own row
-    # Only the last position's logits are needed (a (B, P, V) tensor would be wasted).
-    h = model.hidden(ids, attention_mask=prompt_mask, position_ids=positions.clamp(min=0), cache=cache)
-    s = DecodeState(cache, tok=None, logp=None, pos=positions[:, -1:] + 1,
-                    slot=torch.full((1,), P, device=device),
-                    u=torch.zeros(B, 1, dtype=torch.float64, device=device),
-                    done=torch.zeros(B, dtype=torch.bool, device=device), rows=torch.arange(B, device=device))
-    if uniforms:
-        torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=s.u)
-    s.tok, s.logp = next_token(model.logits(h[:, -1]), s.u, sampling, generator)
-    s.done |= torch.isin(s.tok[:, 0], sampling.eos)
-    return s
-
-
-@torch.inference_mode()
-def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generator, pad_id, stopper,
-           plan: DecodePlan):
-    """The decode loop from left-padded prompts (B, P): raw draws (B, T) and their log-probs (B, T), up to
-    the step where every row has ended.
-
-    A finished row keeps decoding its own (discarded) tokens until it leaves the batch (plan.compact),
-    which cannot affect the other rows; the uniforms are drawn for every row at every step, so the
-    draws of each row are what they would be without the early stop or the compaction."""
-    device = model.lm_head.weight.device
-    B, P = ids.shape
-    uniforms = sampling.sampler == "inverse-cdf" and sampling.temperature > 0
-    s = prefill(model, ids, prompt_mask, max_new_tokens, sampling, generator, plan, uniforms)
-    steps = (plan.runner or Eager)(decode_step, model, sampling, generator, plan)
-
-    # step-major: a row per step
-    tokens = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, device=device)
-    logprobs = torch.zeros(max_new_tokens, B, device=device)
-    stop_at = torch.full((B,), max_new_tokens, device=device)  # the step at which a stop string ended a row
-    ends = len(sampling.eos) > 0 or stopper is not None
-    all_u = s.u if plan.compact else None  # every row's uniform, of which the live rows take theirs
-    t = 0
-    while True:
-        tokens[t].index_copy_(0, s.rows, s.tok[:, 0])
-        logprobs[t].index_copy_(0, s.rows, s.logp[:, 0])
-        looked = False
-        if stopper is not None and (t + 1) % STOP_EVERY == 0:
-            live = (~s.done).nonzero()[:, 0]
-            hit = torch.tensor(stopper.holds(tokens[:t + 1, s.rows[live]].T.tolist()), dtype=torch.bool,
-                               device=device)
-            s.done[live[hit]] = True
-            stop_at[s.rows[live[hit]]] = t
-            looked = True
-        if ends and (looked or (t + 1) % plan.check_every == 0):
-            live = int((~s.done).sum())
-            if live == 0:
-                break
-            if plan.compact and bucket(live) < len(s.rows):
-                s.keep_rows(torch.cat([(~s.done).nonzero()[:, 0], s.done.nonzero()[:bucket(live) - live, 0]]))
-                steps.forget()  # their graphs read the tensors just replaced
-        t += 1
-        if t == max_new_tokens:
-            break
-        if uniforms and all_u is not None and len(s.rows) < B:
-            torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=all_u)
-            torch.index_select(all_u, 0, s.rows, out=s.u)
-        elif uniforms:
-            torch.rand(B, 1, dtype=torch.float64, generator=generator, device=device, out=s.u)
-        steps(s, window_for(P + t, plan))
-    # Keep the steps up to the last row's end (its first EOS, or the step its stop string was found at):
-    # what a look at every step would have kept.
-    tokens, logprobs = tokens[:t + 1].T, logprobs[:t + 1].T
-    if ends:
-        is_eos = torch.isin(tokens, sampling.eos)
-        first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1), max_new_tokens)
-        t = min(t, int(torch.minimum(first_eos, stop_at).max()))
-    return tokens[:, :t + 1].contiguous(), logprobs[:, :t + 1].contiguous()

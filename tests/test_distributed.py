@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import train
-from nanoatr.machinery.distributed import Shard
+from nanoatr.data import Shard
 from rounding import U64, sum_orders, within
 from conftest import jsonl, strict_file
 

@@ -1,5 +1,5 @@
 """A run that diverges: a reward, advantage, log-prob, loss, gradient norm or weight that is not finite stops
-the step before the optimizer moves on it (train.check_finite): one `error:` line naming what and at which
+the step before the optimizer moves on it (loss.check_finite): one `error:` line naming what and at which
 step, exit 1, the last checkpoint byte for byte as it was, nothing of the bad step logged or saved. A
 checkpoint never holds a NaN or an inf (checkpoint.save refuses one), and one that does (an older nanoatr
 wrote them) is one line on --resume and in eval.py, not a traceback from the sampler."""
@@ -17,7 +17,7 @@ import train
 from nanoatr.machinery import checkpoint, session
 from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.data import TASKS, load_problems
-from nanoatr.machinery.session import Diverged
+from nanoatr.loss import Diverged
 from test_checkpoint import names, save, state, tiny  # noqa: F401 (tiny: the fixture)
 from test_train import step_run
 from conftest import jsonl, strict_file

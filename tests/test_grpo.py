@@ -13,8 +13,8 @@ import torch
 import grpo
 import train
 from nanoatr.machinery.flags import TrainConfig, check_hparams, resolve
-from nanoatr.data import TASKS, load_problems
-from nanoatr.machinery.distributed import Dist, Shard
+from nanoatr.data import TASKS, Shard, load_problems
+from nanoatr.machinery.distributed import Dist
 from nanoatr.model import Qwen3
 from nanoatr.rewards import Rewards
 from nanoatr.scoring import Scorer

@@ -13,7 +13,7 @@ import torch
 
 import train
 from nanoatr.machinery.flags import ConfigError, TrainConfig, check_schedule_kept
-from nanoatr.loss import merge_stats, overlong_penalty
+from nanoatr.loss import overlong_penalty
 from nanoatr.rollout import Rollout
 from nanoatr.machinery import step_metrics
 from conftest import jsonl
@@ -240,9 +240,9 @@ def test_a_step_with_every_completion_truncated_trains_nothing_and_says_so(tmp_p
 
 def test_merging_the_stats_of_micro_batches_without_tokens():
     stats = [{"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf, "ratio_max": -math.inf}] * 2
-    assert merge_stats(stats) == {"ratio_p99": 1.0, "ratio_min": 1.0, "ratio_max": 1.0}
+    assert step_metrics.merge_stats(stats) == {"ratio_p99": 1.0, "ratio_min": 1.0, "ratio_max": 1.0}
     stats = [{"_tokens": 3.0, "ratio_p99": 2.0, "ratio_min": 0.5}, {"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf}]
-    assert merge_stats(stats) == {"ratio_p99": 2.0, "ratio_min": 0.5}  # weighted by tokens
+    assert step_metrics.merge_stats(stats) == {"ratio_p99": 2.0, "ratio_min": 0.5}  # weighted by tokens
 
 
 # ----------------------------------------------------------------------------
@@ -266,7 +266,8 @@ def test_the_overlong_penalty_is_verls_up_to_the_budget():
 
 
 def fake_run(**flags):
-    from nanoatr.machinery.distributed import Dist, Shard
+    from nanoatr.data import Shard
+    from nanoatr.machinery.distributed import Dist
     cfg = TrainConfig(prompts_per_step=2, group_size=2, **flags)
     tok = type("Tok", (), {"pad_token_id": 0})()
     return train.Run(cfg, model=None, scorer=None, opt=None, trained=[], tok=tok, eos_ids=[], stopper=None,

@@ -211,7 +211,7 @@ def test_the_total_is_the_weighted_sum_with_none_left_out_as_trl_does():
 
 def test_a_total_that_overflows_is_not_finite_rather_than_unscored():
     """A reward finite as a Python float can overflow float32 (1e300: inf); weight 0 times it is NaN, which
-    a nansum would drop as if unscored, a silent 0. The total keeps it (train.check_finite stops the run on
+    a nansum would drop as if unscored, a silent 0. The total keeps it (loss.check_finite stops the run on
     it); a None, unscored, is still left out."""
     def f(completions, **kwargs):
         return [1e300, None, 1.0]

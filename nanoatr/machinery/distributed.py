@@ -1,14 +1,11 @@
-"""Several processes, one device each: torchrun, each rank's share of a step, the precision the model
-runs in, CPU threads, signals, and what a run ran on (provenance). Without torchrun (no WORLD_SIZE)
+"""Several processes, one device each: torchrun and its collectives, the precision the model runs in,
+CPU threads, signals, and what a run ran on (provenance). Without torchrun (no WORLD_SIZE)
 every helper is the identity. How and why: docs/machinery.md#distributed"""
 import contextlib
 import datetime
-import functools
 import importlib.metadata
-import math
 import os
 import platform
-import random
 import re
 import signal
 import subprocess
@@ -37,6 +34,14 @@ class Dist:
     def main(self) -> bool:
         """Rank 0 writes the run directory (config, metrics, checkpoints) and prints."""
         return self.rank == 0
+
+    def all_sum(self, x: float) -> float:
+        """The sum of a number over all ranks."""
+        if self.world == 1:
+            return x
+        t = torch.tensor(float(x), dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.item()
 
 
 def pick_device(flag: str, local_rank: int = 0) -> torch.device:
@@ -102,15 +107,6 @@ def accumulating(scorer: nn.Module, sync: bool):
     return scorer.no_sync()
 
 
-def all_sum(x: float, d: Dist) -> float:
-    """The sum of a number over all ranks."""
-    if d.world == 1:
-        return x
-    t = torch.tensor(float(x), dtype=torch.float64, device=d.device)
-    dist.all_reduce(t)
-    return t.item()
-
-
 def all_gather(items: list, d: Dist) -> list:
     """Every rank's list, concatenated in rank order (the order of the prompts they were given)."""
     if d.world == 1:
@@ -127,68 +123,6 @@ def broadcast(obj, d: Dist):
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One rank's share of a training step: which prompts it samples, in which chunks and with which
-    seeds, and its rows of each minibatch. Every seed is independent of the rank, so N ranks train as one
-    process does (docs/machinery.md#distributed)."""
-    seed: int
-    prompts_per_step: int
-    chunk: int        # prompts sampled together (--rollout-batch, or the rank's whole share)
-    group_size: int
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def share(self) -> int:
-        """Prompts per step on this rank."""
-        return self.prompts_per_step // self.world
-
-    def problems(self, n_problems: int, step: int, round: int, n: int) -> list[int]:
-        """This rank's first n problems of sampling round `round` of a step (round r > 0: its own draw)."""
-        order = prompt_order(n_problems, step, self.prompts_per_step, self.seed + (round << 20))
-        return order[self.rank * self.share:self.rank * self.share + n]
-
-    def chunks(self, step: int, round: int, n: int) -> list[tuple[slice, int]]:
-        """This rank's first n prompts of a round, cut into chunks: (their indices, the chunk's seed)."""
-        first = round * (self.prompts_per_step // self.chunk) + (self.rank * self.share) // self.chunk
-        return [(slice(c * self.chunk, min(n, (c + 1) * self.chunk)), self.chunk_seed(step, first + c))
-                for c in range(math.ceil(n / self.chunk))]
-
-    def minibatches(self, step: int, epochs: int, minibatches: int) -> list[torch.Tensor]:
-        """This rank's row indices of each minibatch, epoch after epoch: every minibatch takes the same
-        number of rows of every rollout chunk, shuffled per chunk (seeded by the chunk, wherever it was)."""
-        G, C = self.group_size, self.chunk
-        per_chunk = C * G // minibatches
-        out = []
-        for epoch in range(epochs):
-            first = (self.rank * self.share) // C
-            perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
-                self.chunk_seed(step, first + c, salt=1 + epoch))) for c in range(self.share // C)]
-            out += [torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms])
-                    for m in range(minibatches)]
-        return out
-
-    def chunk_seed(self, step: int, chunk: int, salt: int = 0) -> int:
-        """Seed of a chunk's sampling (salt 0) or of its shuffle in epoch salt - 1."""
-        return self.seed * 1_000_003 + step + (chunk << 32) + (salt << 48)
-
-    def noise(self, step: int) -> torch.Generator:
-        """The random picks of a step's loss (clip-cov), this rank's own."""
-        return torch.Generator().manual_seed(self.seed * 31 + step + (self.rank << 32))
-
-
-def prompt_order(n_problems: int, step: int, per_step: int, seed: int) -> list[int]:
-    """Problem indices for a step: a fresh seeded shuffle every pass over the data (resumable by step)."""
-    return [shuffle(n_problems, seed, i // n_problems)[i % n_problems]
-            for i in range(step * per_step, (step + 1) * per_step)]
-
-
-@functools.lru_cache(maxsize=2)  # a step's prompts span at most two passes
-def shuffle(n_problems: int, seed: int, epoch: int) -> list[int]:
-    return random.Random(seed * 7919 + epoch).sample(range(n_problems), n_problems)
 
 
 def barrier(d: Dist):
@@ -275,7 +209,7 @@ class Interrupts:
 
     def requested(self, d: Dist) -> bool:
         """On every rank alike: any rank's signal stops all of them after the same step."""
-        return all_sum(float(self.signal is not None), d) > 0
+        return d.all_sum(float(self.signal is not None)) > 0
 
 
 def provenance(step: int) -> dict:

@@ -7,7 +7,6 @@ import signal
 import sys
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
 import nanoatr
@@ -16,6 +15,7 @@ from nanoatr.machinery import checkpoint, distributed
 from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.data import DataError
 from nanoatr.evaluate import BudgetError
+from nanoatr.loss import Diverged
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
 from nanoatr.rewards import RewardError
@@ -34,24 +34,6 @@ START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.Adapter
 
 class NothingToDo(Exception):
     """The run has nothing left to do (a finished run resumed): not an error."""
-
-
-class Diverged(Exception):
-    """A reward, advantage, log-prob, loss, gradient norm or weight is not finite (train.check_finite): the
-    run stops before the optimizer moves on it, and nothing of the step is logged or saved."""
-
-
-def check_finite(d: distributed.Dist, where: str, **values):
-    """Stop the run (Diverged, one line) when a value is not finite, before the optimizer moves on it, on
-    every rank alike (docs/machinery.md#session says why stopped, not skipped). values: tensors, numbers,
-    or lists of either."""
-    for what, value in values.items():
-        parts = [torch.as_tensor(v).detach() for v in (value if isinstance(value, list) else [value])]
-        finite = not parts or bool(torch.stack([t.isfinite().all() for t in parts]).all())  # one sync
-        bad = [] if finite else [t for t in parts if not bool(t.isfinite().all())]
-        if distributed.all_sum(float(not finite), d):
-            shown = bad[0][~bad[0].isfinite()].flatten()[0].item() if bad else "on another rank"
-            raise Diverged(f"{where}: {what} is not finite ({shown})")
 
 
 class Terminated(KeyboardInterrupt):
