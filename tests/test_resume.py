@@ -326,6 +326,33 @@ def test_a_change_recorded_past_the_checkpoint_is_restamped_at_it(tmp_path):
         {"step": 2, "eval_every": {"from": 0, "to": 1}}]
 
 
+def test_a_branch_trains_and_records_the_run_as_it_stood_at_its_step(train_runs, tmp_path, capsys):
+    """Changes recorded before, at and after a branch's step (1 or 2): it keeps those at or before it and
+    trains under them; a plain resume of it finds it finished, and one that trains on records its own."""
+    run = copy_of(train_runs["full"], tmp_path)  # step 1, then a change at 1 and one at 2
+    train.main(["--resume", str(run), "--steps", "2", "--eval-every", "1", "--keep-checkpoints", "3"])
+    train.main(["--resume", str(run), "--steps", "4", "--eval-every", "3"])
+    at1, at2 = json.loads((run / "config.json").read_text())["changes"]
+    capsys.readouterr()
+    for step, kept, steps in [(1, [at1], 2), (2, [at1, at2], 4)]:
+        branch = tmp_path / f"from{step}"
+        train.main(["--resume", f"{run}/checkpoint-step00000{step}", "--name", branch.name])
+        assert f"note: {run}'s log up to step {step} copied into {branch}; its " in capsys.readouterr().err
+        config = json.loads((branch / "config.json").read_text())
+        assert config["changes"] == kept and settings(config) == settings(json.loads(
+            (run / "config.json").read_text())) | {"name": branch.name, "out_dir": str(tmp_path),
+                                                           "branched_from": config["branched_from"]}
+        with pytest.raises(SystemExit) as e:  # finished at its own --steps
+            train.main(["--resume", str(branch)])
+        assert e.value.code == 0 and f"(step {steps} of {steps}, evaluated)" in capsys.readouterr().out
+        if steps < 4:  # step 3 evaluated: its --eval-every 1
+            train.main(["--resume", str(branch), "--steps", "4"])
+        rows = [json.loads(line) for line in (branch / "metrics.jsonl").open()]
+        assert [r["step"] for r in rows if "eval/mean@2" in r] == [0, 1, 2, 3, 4]  # 3: --eval-every 1 or 3
+        assert json.loads((branch / "config.json").read_text())["changes"][len(kept):] == \
+            [{"step": 2, "steps": {"from": 2, "to": 4}}] * (steps < 4)
+
+
 @pytest.mark.parametrize("changes", [{"step": 1}, [{"steps": {"from": 1, "to": 2}}],
                                      [{"step": 1, "steps": [1, 2]}]])
 def test_a_malformed_record_is_one_line(changes, train_runs, tmp_path, capsys):

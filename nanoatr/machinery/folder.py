@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from nanoatr.machinery import checkpoint, distributed
-from nanoatr.machinery.checkpoint import CheckpointError, _sha256, reason, replace_bytes, write_bytes
+from nanoatr.machinery.checkpoint import CheckpointError, _sha256, reason, replace_bytes, warn, write_bytes
 from nanoatr.machinery.cli import ConfigError
-from nanoatr.machinery.metrics_log import RunLog, TensorBoard, Wandb, repair_jsonl
+from nanoatr.machinery.metrics_log import RunLog, TensorBoard, Wandb, jsonl_rows, past
 from nanoatr.machinery.resume import recorded_changes
 
 
@@ -193,10 +193,14 @@ def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
             if problem is not None:
                 raise CheckpointError(f"--resume {chosen}: not a usable checkpoint ({problem})")
             shutil.copytree(chosen, new / checkpoint.LATEST, copy_function=link_or_copy)
-            for name in ("metrics.jsonl", "samples.jsonl"):
+            later = 0
+            for name in ("metrics.jsonl", "samples.jsonl"):  # its whole rows up to `step`
                 if (run / name).is_file():
-                    shutil.copyfile(run / name, new / name)
-                    repair_jsonl(new / name, step)
+                    rows = jsonl_rows(run / name)[0]
+                    write_bytes(new / name, b"".join(line + b"\n" for line, r in rows if not past(r, step)))
+                    later += sum(past(r, step) for _, r in rows) * (name == "metrics.jsonl")
+            if later:
+                warn(f"note: {run}'s log up to step {step} copied into {new}; its {later} later row(s) not")
             saved = json.loads((run / "config.json").read_text())
             write_json_atomic(new / "config.json", branched_record(saved, run, chosen, step, new))
         finally:
@@ -212,9 +216,10 @@ def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
 
 
 def branched_record(saved: dict, run: Path, chosen: Path, step: int, new: Path) -> dict:
-    """A branch's config.json: the run's as it stood at its checkpoint of `step` (the changes and sittings
-    from before it), named for its new folder, and "branched_from": where it came from."""
-    changes = [c for c in recorded_changes(saved, run / "config.json") if c["step"] < step]
+    """A branch's config.json: the run's as it stood at its checkpoint of `step` (the changes recorded at or
+    before it, the sittings from before it), named for its new folder, and "branched_from": where it came
+    from. Session trains it so (resumed_config's at_step)."""
+    changes = [c for c in recorded_changes(saved, run / "config.json") if c["step"] <= step]
     sittings = [p for p in saved.get("provenance") or [] if isinstance(p, dict) and p.get("step", 0) < step]
     return {**{k: v for k, v in saved.items() if k != "changes"}, **({"changes": changes} if changes else {}),
             "name": new.name, "out_dir": str(new.parent), "provenance": sittings,

@@ -5,7 +5,7 @@ import types
 import typing
 from pathlib import Path
 
-from nanoatr.machinery.checkpoint import KEPT, _sha256, warn
+from nanoatr.machinery.checkpoint import KEPT, LATEST, MANIFEST, STATE, _sha256, warn
 from nanoatr.machinery.cli import ConfigError, flag
 from nanoatr.data import located
 
@@ -113,13 +113,18 @@ def named_checkpoint(resume: str) -> tuple[str, Path | None]:
     """--resume RUN, or RUN/checkpoint or RUN/checkpoint-stepN (TRL's resume_from_checkpoint): (the run
     folder, the checkpoint named, or None)."""
     named = Path(resume) if Path(resume).name else Path(resume).resolve()  # ".": its name
-    if (named.name == "checkpoint" or KEPT.match(named.name)) and (named.parent / "config.json").is_file():
+    if (named.name == LATEST or KEPT.match(named.name)) and (named.parent / "config.json").is_file():
+        if not named.is_dir():
+            there = sorted(p.name for p in named.parent.iterdir() if p.name == LATEST or KEPT.match(p.name))
+            raise ConfigError(f"--resume {resume}: no such checkpoint ({named.parent} holds "
+                              f"{', '.join(there) or 'none'})")
         return str(named.parent), named
     return resume, None
 
 
-def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
-    """(config, change): the run's settings as it last ran (cfg.resume/config.json with its recorded changes),
+def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None, at_step: int | None = None):
+    """(config, change): the run's settings as it last ran (cfg.resume/config.json with its recorded changes;
+    at_step: as it stood at that step, a branch's, the changes recorded after it left out),
     with the flags given now on top, and this resume's change, {field: {"from": a, "to": b}} for each RECORDED
     flag given with a value other than the run's ({} when none). A Refused flag (or a method hyper-parameter
     in `hparams`) given with another value is a ConfigError naming it, the saved value and why; a path
@@ -130,12 +135,18 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
         raise ConfigError(f"--resume {cfg.resume} is a checkpoint of the run folder {named.parent}: --resume "
                           f"takes the run folder (--resume {named.parent}), and goes on from its newest "
                           "usable checkpoint")
+    if (named / MANIFEST).is_file() or (named / STATE).is_file():  # away from its run folder (a copy, a link)
+        real = named.resolve()
+        raise ConfigError(f"--resume {cfg.resume} is a checkpoint, not a run folder" + (
+            f" (it is {real})" if (real.parent / "config.json").is_file() else ", and none holds it") +
+                          ": --resume takes a run folder, or a checkpoint inside one (RUN/checkpoint-stepN)")
     if not saved_file.is_file():
         raise ConfigError(f"--resume {cfg.resume}: no config.json there: not a run folder, or one whose "
                           "start never finished (start it again, without --resume)")
     try:
         saved = json.loads(saved_file.read_text())
-        run = type(cfg)(**checked_settings(type(cfg), settings_now(saved, saved_file), saved_file))
+        run = type(cfg)(**checked_settings(type(cfg), settings_now(saved, saved_file, at_step),
+                                                    saved_file))
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as e:
         raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
     found = dataclasses.replace(run, **{k: paths(k, getattr(run, k), lambda p: from_start(p, run.workdir))
@@ -169,8 +180,9 @@ def checked_settings(cls, settings: dict, where) -> dict:
     """config.json's settings, none missing (but those ADDED_LATER), each of its field's type; else a
     ConfigError naming the file and the key."""
     if missing := sorted({f.name for f in dataclasses.fields(cls)} - settings.keys() - ADDED_LATER):
-        raise ConfigError(f"{where} lacks {', '.join(map(json.dumps, missing))}: a resumed run goes on with "
-                          "the settings it ran with, not defaults; put them back, or start a new run")
+        shown = ", ".join(map(json.dumps, missing[:4])) + (f" and {len(missing) - 4} more" if missing[4:] else "")
+        raise ConfigError(f"{where} lacks {shown}: a resumed run goes on with the settings it ran with, not "
+                          "defaults; put them back, or start a new run")
     for k, tp in typing.get_type_hints(cls).items():
         if k in settings and not of_type(settings[k], tp):
             raise ConfigError(f'{where} has "{k}": {json.dumps(settings[k])}, not of its type '
@@ -260,12 +272,14 @@ def recorded_changes(saved: dict, where) -> list[dict]:
     return changes
 
 
-def settings_now(saved: dict, where) -> dict:
-    """A run's settings as it last ran: those config.json says it started with, each change applied."""
+def settings_now(saved: dict, where, at_step: int | None = None) -> dict:
+    """A run's settings as it last ran (at_step: as it stood at that step): those config.json says it started
+    with, each change applied (at_step: each recorded at or before it)."""
     records = ("changes", "sha256", "provenance", "branched_from")  # not settings
     settings = {k: v for k, v in saved.items() if k not in records}
     for change in recorded_changes(saved, where):
-        settings.update({k: v["to"] for k, v in change.items() if k != "step"})
+        if at_step is None or change["step"] <= at_step:
+            settings.update({k: v["to"] for k, v in change.items() if k != "step"})
     return settings
 
 

@@ -20,7 +20,8 @@ from nanoatr.evaluate import BudgetError
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
 from nanoatr.rewards import RewardError
-from nanoatr.machinery.resume import RESUME_RULES, change_text, named_checkpoint, real_path, resumed_config
+from nanoatr.machinery.resume import (RESUME_RULES, as_given, change_text, named_checkpoint, real_path,
+                                      resumed_config)
 from nanoatr.machinery.reward_flags import for_run
 from nanoatr.machinery.train_config import (apply_preset, band, check_schedule_kept,
                                             delta_warning, parse_flags, resolve)
@@ -96,10 +97,10 @@ class Session:
         branch = None
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
             run_dir, chosen = named_checkpoint(self.cfg.resume)
-            branch = self.branch_folder(run_dir, chosen)
+            branch, at = self.branch_folder(run_dir, chosen) or (None, None)  # at: the step it goes on from
             given = self.given - {"name", "out_dir"} if branch else self.given
             cfg, self.change = resumed_config(dataclasses.replace(self.cfg, resume=run_dir), given,
-                                              RESUME_RULES, hparams=self.hparams)
+                                              RESUME_RULES, hparams=self.hparams, at_step=at)
             if branch:  # from here on the new folder is the run resumed
                 cfg = dataclasses.replace(cfg, resume=str(branch), name=branch.name,
                                           out_dir=str(branch.parent))
@@ -136,24 +137,26 @@ class Session:
         self.threads = distributed.CpuThreads(cfg.threads, d.device)
         self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
 
-    def branch_folder(self, run_dir: str, chosen: Path | None) -> Path | None:
+    def branch_folder(self, run_dir: str, chosen: Path | None) -> tuple[Path, int] | None:
         """--resume RUN/checkpoint-stepN --name NEW (or --out-dir): the new folder that goes on from that
-        checkpoint (RunFolder's branch_of), RUN left as it is. Without a new folder, the checkpoint named must
-        be RUN's newest usable one (the run goes on in place), or a ConfigError says how to branch."""
+        checkpoint (RunFolder's branch_of) and its step N, RUN left as it is. Without a new folder, the
+        checkpoint named must be RUN's newest usable one (the run goes on in place), or a ConfigError says
+        how to branch."""
         if chosen is None:
             return None
+        step, problem = checkpoint.check(chosen, load=False)
+        if problem is not None:
+            raise ConfigError(f"--resume {self.cfg.resume}: not a usable checkpoint ({problem})")
         named = {"name", "out_dir"} & self.given
         new = Path(self.cfg.out_dir if "out_dir" in named else Path(run_dir).parent,
                    self.cfg.name if "name" in named else Path(run_dir).name)
         if named and real_path(new) != real_path(run_dir):
-            return new
-        step, problem = checkpoint.check(chosen, load=False)
-        if problem is not None:
-            raise ConfigError(f"--resume {self.cfg.resume}: not a usable checkpoint ({problem})")
-        newest = checkpoint.latest(run_dir)
-        if (last := checkpoint.check(newest, load=False)[0]) > step:
+            return new, step
+        if (last := checkpoint.check(checkpoint.latest(run_dir), load=False)[0]) > step:
+            itself = f"{' '.join(as_given(k, getattr(self.cfg, k)) for k in sorted(named))} is {run_dir} " \
+                     "itself; give another --name" if named else "give --name NEW"
             raise ConfigError(f"--resume {self.cfg.resume} holds step {step}, and {run_dir}'s newest "
-                              f"checkpoint step {last}: the run keeps its later steps; give --name NEW to go "
+                              f"checkpoint step {last}: the run keeps its later steps; {itself} to go "
                               f"on from step {step} in a new run folder (beside it, its record up to step "
                               f"{step} copied)")
         return None
