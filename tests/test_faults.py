@@ -349,6 +349,31 @@ def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes(tmp_path, monkeypat
     assert_loads(run / "checkpoint", 3)
 
 
+@pytest.mark.parametrize("sig, code, nth", [("SIGINT", 130, 1), ("SIGTERM", 143, 2)])  # mid-run; the last
+def test_a_signal_while_a_checkpoint_is_written_stops_the_run_there(tmp_path, monkeypatch, capsys, sig, code,
+                                                                     nth):
+    """Ctrl-C or SIGTERM while step nth's checkpoint (of 2) is written: no step more, no final evaluation,
+    exit 128 + signal and one line saying so."""
+    import train
+    from test_train import FAST
+    real, saves = checkpoint.save, []
+
+    def save(*args, **kw):
+        saves.append(args[3]["step"])
+        if len(saves) == nth:
+            os.kill(os.getpid(), getattr(signal, sig))
+        return real(*args, **kw)
+    monkeypatch.setattr(checkpoint, "save", save)
+    with pytest.raises(SystemExit) as e:
+        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "r", "--steps", "2", "--save-every", "1"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (e.value.code, last) == (code, f"error: stopped by {sig} after step {nth}; checkpoint saved (continue "
+                                          f"with --resume {tmp_path / 'r'})")
+    rows = [json.loads(line) for line in (tmp_path / "r/metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], "loss" in r) for r in rows] == [(0, False), *((s, True) for s in range(1, nth + 1))]
+    assert checkpoint.check(tmp_path / "r/checkpoint")[0] == nth
+
+
 # ----------------------------------------------------------------------------
 # A failed start leaves nothing
 

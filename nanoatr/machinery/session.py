@@ -184,13 +184,13 @@ class Session:
                 for step in self.bar:
                     self.thread_count = self.threads.adjust()
                     yield step
-                    if interrupts.requested(d):
+                    stop = interrupts.requested(d)
+                    if stop or (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                         self.save(step + 1)
+                    if stop or interrupts.requested(d):  # also one that came while saving: no step more
                         distributed.barrier(d)
                         self.interrupted_at = (step + 1, interrupts.signal)
                         return
-                    if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-                        self.save(step + 1)
             finally:
                 self.bar = None
 
