@@ -233,10 +233,16 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     assert {k: v for k, v in after.items() if k != "changes"} == {**config, "provenance": after["provenance"]}
     assert after["provenance"][:1] == config["provenance"] and [s["step"] for s in after["provenance"]] == [0, 1, 2, 3]
     assert [list(c) for c in after["changes"]] == [["step", "steps"]] * 3
-    capsys.readouterr()
+    assert "has changed since the last sitting" not in capsys.readouterr().err  # the same reward code
     assert one_error(capsys, train.main, ["--resume", str(run), "--steps", "5", "--data",
                                           f"{start}/data/other.jsonl"]).startswith(
         f"error: --data {start}/data/other.jsonl cannot change on --resume")
+    (elsewhere / "data").mkdir()  # the run's bytes here, under its relative path; its own file changed
+    (elsewhere / "data/t.jsonl").write_text("".join(lines[:16]))
+    (start / "data/t.jsonl").write_text("".join(lines[:15]))
+    for argv in (["--resume", str(run)], ["--resume", f"{run}/checkpoint-step000003", "--name", "b"]):
+        assert one_error(capsys, train.main, [*argv, "--steps", "5"]).startswith(
+            f"error: {start / 'data/t.jsonl'} has changed since the run started")
 
 
 def settings(config: dict) -> dict:

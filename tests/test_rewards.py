@@ -454,10 +454,15 @@ def test_a_reward_failing_mid_run_keeps_the_steps_done_and_the_run_resumes(write
                             "fixed)")
     assert checkpoint.check(run / "checkpoint")[0] == 2
     sys.modules.pop(path.stem)  # a new process: the fixed file is imported afresh
+    before = checkpoint._sha256(path)
     path.write_text("def flaky(completions, **kwargs):\n    return [float(len(c) % 2) for c in completions]\n")
     train.main(["--resume", str(run)])
     assert [r["step"] for r in metrics(run) if "loss" in r] == [1, 2, 3, 4]
     assert checkpoint.check(run / "checkpoint")[0] == 4
+    assert f"note: the file of reward function flaky has changed since the last sitting (its SHA-256 is not the " \
+           f"one {run / 'config.json'} records): the steps from 2 on are graded by it\n" in capsys.readouterr().err
+    sittings = json.loads((run / "config.json").read_text())["provenance"]  # which code graded, per sitting
+    assert [s["reward_sha256"] for s in sittings] == [{"flaky": before}, {"flaky": checkpoint._sha256(path)}]
 
 
 def test_a_reward_failing_in_the_first_evaluation_leaves_no_run_folder(write, tmp_path, capsys):

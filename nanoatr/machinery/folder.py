@@ -58,14 +58,16 @@ class RunFolder:
                                   f"them. Start a new run (--name), or remove {self.path / 'metrics.jsonl'} "
                                   "and samples.jsonl to redo this one from step 0")
 
-    def write_config(self, cfg, change: dict | None = None):
+    def write_config(self, cfg, change: dict | None = None, code: dict | None = None):
         """config.json: a new run's settings (the config dataclass, resolved). A resumed run's stay what it
         started with; this resume's change (resumed_config), if any, is added to its "changes" at the
         checkpoint's step. A change recorded past that step (a damaged newer checkpoint was skipped) took
-        effect at it in the steps redone, and says so. Every start adds its "provenance" (distributed's)."""
-        path = self.path / "config.json"
+        effect at it in the steps redone, and says so. Every start adds its "provenance" (distributed's),
+        with `code`, {reward function: its file's SHA-256} (--reward's), as "reward_sha256"; a resume says
+        which changed since the last sitting."""
+        path, code = self.path / "config.json", {"reward_sha256": code} if code else {}
         if not self.resuming:
-            write_json_atomic(path, {**record(cfg), "provenance": [distributed.provenance(0)]})
+            write_json_atomic(path, {**record(cfg), "provenance": [distributed.provenance(0) | code]})
             return
         saved, step = json.loads(path.read_text()), self.state["step"]
         earlier = recorded_changes(saved, path)
@@ -73,7 +75,8 @@ class RunFolder:
         if change:
             changes.append({"step": step, **change})
         before = saved.get("provenance") if isinstance(saved.get("provenance"), list) else []  # as found
-        sitting = {"provenance": [*before, distributed.provenance(step)]}
+        note_changed_code(before, code.get("reward_sha256", {}), path, step)
+        sitting = {"provenance": [*before, distributed.provenance(step) | code]}
         write_json_atomic(path, {**saved, **({"changes": changes} if changes != earlier else {}), **sitting})
 
     def open_reporters(self, cfg):
@@ -120,6 +123,16 @@ class RunFolder:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+
+def note_changed_code(sittings: list, code: dict, where: Path, step: int):
+    """One line when a reward function's file (code: {name: SHA-256}) is not what the last sitting that
+    recorded one ran (`sittings`: config.json's "provenance", as found)."""
+    ran = [s["reward_sha256"] for s in sittings if isinstance(s, dict) and isinstance(s.get("reward_sha256"),
+                                                                                      dict)]
+    if changed := [k for k, sha in code.items() if ran and ran[-1].get(k, sha) != sha]:
+        warn(f"note: the file of reward function {', '.join(changed)} has changed since the last sitting "
+             f"(its SHA-256 is not the one {where} records): the steps from {step} on are graded by it")
 
 
 def record(cfg) -> dict:

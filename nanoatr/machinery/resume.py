@@ -180,7 +180,7 @@ def checked_settings(cls, settings: dict, where) -> dict:
     """config.json's settings, none missing (but those ADDED_LATER), each of its field's type; else a
     ConfigError naming the file and the key."""
     if missing := sorted({f.name for f in dataclasses.fields(cls)} - settings.keys() - ADDED_LATER):
-        shown = ", ".join(map(json.dumps, missing[:4])) + (f" and {len(missing) - 4} more" if missing[4:] else "")
+        shown = ", ".join(map(json.dumps, missing[:4])) + f" and {len(missing) - 4} more" * bool(missing[4:])
         raise ConfigError(f"{where} lacks {shown}: a resumed run goes on with the settings it ran with, not "
                           "defaults; put them back, or start a new run")
     for k, tp in typing.get_type_hints(cls).items():

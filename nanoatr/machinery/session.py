@@ -13,7 +13,7 @@ from tqdm import tqdm
 import nanoatr
 from nanoatr import lora
 from nanoatr.machinery import checkpoint, distributed
-from nanoatr.machinery.checkpoint import CheckpointError
+from nanoatr.machinery.checkpoint import CheckpointError, _sha256
 from nanoatr.machinery.cli import ConfigError, die
 from nanoatr.data import DataError
 from nanoatr.evaluate import BudgetError
@@ -54,6 +54,12 @@ def check_finite(d: distributed.Dist, where: str, **values):
         if distributed.all_sum(float(not finite), d):
             shown = bad[0][~bad[0].isfinite()].flatten()[0].item() if bad else "on another rank"
             raise Diverged(f"{where}: {what} is not finite ({shown})")
+
+
+def reward_code(rewards, n: int) -> dict[str, str | None]:
+    """Which code grades: {name: the SHA-256 of its module's file} of the first n functions (--reward's)."""
+    modules = [sys.modules.get(getattr(fn, "__module__", "")) for fn in rewards.functions[:n]]
+    return {name: _sha256(getattr(m, "__file__", None) or "") for m, name in zip(modules, rewards.names)}
 
 
 class Terminated(KeyboardInterrupt):
@@ -112,6 +118,7 @@ class Session:
         self.d = d = distributed.setup(cfg.device)
         self.cfg = cfg = resolve(cfg, hparams, d.world, self.given)
         self.rewards = for_run(cfg, [cfg.data, *cfg.eval_data])  # each checked against the files' columns
+        self.reward_code = reward_code(self.rewards, len(cfg.reward))  # config.json records it
         # The run folder first, before minutes of loading: a used name, a second process on the same
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
         self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
@@ -169,7 +176,7 @@ class Session:
         self.model, self.optimizer, self.tokenizer_files = model, optimizer, tokenizer_files
         if self.d.main:
             self.folder.open_reporters(self.cfg)
-            self.folder.write_config(self.cfg, self.change)
+            self.folder.write_config(self.cfg, self.change, self.reward_code)
 
     def steps(self, progress=None):
         """The steps from the checkpoint's to --steps, under a progress bar (`progress(row)`: its fields).
