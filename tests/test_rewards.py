@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import eval as eval_cli
 import train
@@ -322,7 +324,7 @@ def test_what_trl_takes_is_taken_numpy_and_torch_values_and_async_functions():
      "name, the ones it does not use as **kwargs (TRL calls it so too)"),
     ("def f(completions, /, **kwargs):\n    return [0.0] * len(completions)",
      "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
-     "completion_ids, answer, trainer_state): 'completions' parameter is positional only, but was passed as a keyword"),
+     "completion_ids, answer, trainer_state): 'completions' is a positional-only parameter without a default"),
     ("def f(completions, solution, **kwargs):\n    return [0.0] * len(completions)",
      "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
      "completion_ids, answer, trainer_state): missing a required argument: 'solution'"),
@@ -332,6 +334,43 @@ def test_a_signature_that_cannot_take_the_batch_is_one_line_naming_no_row(write,
     with pytest.raises(RewardError) as e:
         from_flags([f"{path}:f"], [], math_reward).per_function(PROBLEMS, ["a", "b", "c"], [[1]] * 3)
     assert str(e.value).startswith(message) and "row" not in str(e.value), str(e.value)
+
+
+BATCH = ["completions", "answer", "level"]  # a file's keyword arguments (few: each signature may take them all)
+
+
+@st.composite
+def signatures(draw) -> str:
+    """def f(...) over some of BATCH's names and two others: positional-only, either way or keyword-only,
+    with and without a default; *args or not, **kwargs or not."""
+    names = draw(st.lists(st.sampled_from([*BATCH, "scale", "gold"]), unique=True, max_size=5))
+    kinds = sorted(draw(st.lists(st.sampled_from([0, 1, 2]), min_size=len(names), max_size=len(names))))
+    parts, defaulted = [], False  # kinds: 0 positional-only, 1 either, 2 keyword-only
+    for name, kind in zip(names, kinds):
+        defaulted = default = draw(st.booleans()) or (defaulted and kind < 2)  # Python's rule for positionals
+        parts.append(f"{name}=1" if default else name)
+    if kinds.count(0):
+        parts.insert(kinds.count(0), "/")
+    if (star := draw(st.booleans())) or 2 in kinds:  # *args, else a bare * before the keyword-only ones
+        parts.insert(len(parts) - kinds.count(2), "*args" if star else "*")
+    return f"def f({', '.join(parts + ['**kw'] * draw(st.booleans()))}):\n    return []\n"
+
+
+@settings(max_examples=400, deadline=None)
+@given(signatures())
+def test_the_signature_check_accepts_exactly_what_pythons_call_accepts(source):
+    """The check before the run folder (reward_flags.check_signatures) against an actual call with the
+    batch's keyword arguments: a function Python can call is never refused, one it cannot is one line."""
+    space = {}
+    exec(source, space)
+    try:
+        space["f"](**dict.fromkeys(BATCH))
+        accepted = True
+    except TypeError:
+        accepted = False
+    problem = rewards_module.signature_problem(space["f"], "f", BATCH, "x.jsonl")
+    assert (problem is None) == accepted, (source, problem)
+    assert accepted or (problem.startswith("reward function f ") and "\n" not in problem)
 
 
 def test_a_batch_that_fails_only_whole_says_so():
