@@ -64,7 +64,7 @@ from nanoatr.evaluate import evaluate, fits
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.model.files import local_dir
 from nanoatr.machinery.resume import SFT_RESUME_RULES, resumed_config
-from nanoatr.machinery.folder import RunFolder, unique_name
+from nanoatr.machinery.folder import RunFolder, run_name, unique_name
 from nanoatr.scoring import token_logprobs
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags,
                                load_tokenizer)
@@ -200,7 +200,7 @@ def main(argv=None):
         check(cfg, given)
         model_dir = local_dir(cfg.model)  # a hub id: read from (or fetched into) its cache, as train.py does
         device = distributed.pick_device(cfg.device)
-        run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / (cfg.name or unique_name("sft"))
+        run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / (run_name(cfg.name) or unique_name("sft"))
         folder = RunFolder(run_dir, resuming=bool(cfg.resume))
         folder.claim()
         start = folder.load_checkpoint()

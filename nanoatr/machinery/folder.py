@@ -94,7 +94,7 @@ class RunFolder:
             except Exception as e:  # an optional package: whatever it raises is its own
                 for reporter in opened:
                     reporter.close()
-                raise ConfigError(f"--report-to {name} could not start ({type(e).__name__}: {e})") from None
+                raise ConfigError(f"--report-to {name} could not start ({brief(e)})") from None
         self.log.send_to(opened)
 
     def discard(self) -> str:
@@ -133,6 +133,20 @@ def note_changed_code(sittings: list, code: dict, where: Path, step: int):
     if changed := [k for k, sha in code.items() if ran and ran[-1].get(k, sha) != sha]:
         warn(f"note: the file of reward function {', '.join(changed)} has changed since the last sitting "
              f"(its SHA-256 is not the one {where} records): the steps from {step} on are graded by it")
+
+
+def brief(e: Exception, width: int = 200) -> str:
+    """'RuntimeError: what it says' in one line of at most `width` characters, each word at most 40."""
+    text = " ".join(w if len(w) <= 40 else w[:37] + "..." for w in f"{type(e).__name__}: {e}".split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def run_name(name: str) -> str:
+    """--name as given, a folder's name: a path (a separator, '.' or '..') is a ConfigError."""
+    if name in (".", "..") or any(sep and sep in name for sep in (os.sep, os.altsep)):
+        raise ConfigError(f"--name {name}: a run folder's name, not a path (no '/', '.' or '..'): --out-dir "
+                          "says where it goes")
+    return name
 
 
 def record(cfg) -> dict:

@@ -148,7 +148,7 @@ class TensorBoard:
 
 class Wandb:
     """--report-to wandb: a Weights & Biases run in --wandb-project (else WANDB_PROJECT, else nanoatr) named
-    after the run folder (else WANDB_NAME), the settings as its config, each number of a row logged at its
+    WANDB_NAME (else after the run folder), the settings as its config, each number of a row logged at its
     step. WANDB_ENTITY, WANDB_MODE, WANDB_DIR and the rest of wandb's own settings apply. How a resume goes
     on in the same wandb run: docs/machinery.md#metrics-log"""
     ID_FILE = "wandb-id"

@@ -25,7 +25,7 @@ from nanoatr.machinery.resume import (RESUME_RULES, as_given, change_text, named
 from nanoatr.machinery.reward_flags import for_run
 from nanoatr.machinery.train_config import (apply_preset, band, check_schedule_kept,
                                             delta_warning, parse_flags, resolve)
-from nanoatr.machinery.folder import RunFolder, unique_name
+from nanoatr.machinery.folder import RunFolder, run_name, unique_name
 from nanoatr.tokenizer import TokenizerError
 
 
@@ -100,6 +100,7 @@ class Session:
         if "resume" in self.given and not self.cfg.resume.strip():  # --resume "$UNSET": not a new run
             raise ConfigError("--resume was given an empty path (an unset shell variable?): name the run "
                               "folder")
+        run_name(self.cfg.name)  # a folder's name, not a path
         branch = None
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
             run_dir, chosen = named_checkpoint(self.cfg.resume)
