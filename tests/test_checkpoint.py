@@ -278,11 +278,12 @@ def test_a_new_run_refuses_a_used_folder(tmp_path):
 
 
 def test_the_lock_keeps_out_a_second_writer(tmp_path):
-    with folder.create_run(tmp_path, "a"):
-        with pytest.raises(CheckpointError, match=rf"run folder {tmp_path / 'a'} is in use by another "
-                                                  rf"process \(pid {os.getpid()}\)"):
-            folder.resume_run(tmp_path / "a")
-    folder.resume_run(tmp_path / "a").release()  # released on exit
+    lock = folder.create_run(tmp_path, "a")
+    with pytest.raises(CheckpointError, match=rf"run folder {tmp_path / 'a'} is in use by another "
+                                              rf"process \(pid {os.getpid()}\)"):
+        folder.resume_run(tmp_path / "a")
+    lock.release()
+    folder.resume_run(tmp_path / "a").release()  # released
 
 
 def test_a_read_only_run_folder_is_one_line(tmp_path, monkeypatch):

@@ -343,7 +343,8 @@ def test_a_branch_trains_and_records_the_run_as_it_stood_at_its_step(train_runs,
     for step, kept, steps in [(1, [at1], 2), (2, [at1, at2], 4)]:
         branch = tmp_path / f"from{step}"
         train.main(["--resume", f"{run}/checkpoint-step00000{step}", "--name", branch.name])
-        assert f"note: {run}'s log up to step {step} copied into {branch}; its " in capsys.readouterr().err
+        assert f"note: {branch} goes on from {run}/checkpoint-step00000{step}: {run}'s log up to step {step} " \
+               "copied, not later rows\n" in capsys.readouterr().err
         config = json.loads((branch / "config.json").read_text())
         assert config["changes"] == kept and settings(config) == settings(json.loads(
             (run / "config.json").read_text())) | {"name": branch.name, "out_dir": str(tmp_path),

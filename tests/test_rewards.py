@@ -109,22 +109,14 @@ def test_a_function_is_told_the_runs_progress_as_trls_trainer_state():
         rewards.at(8, 32).per_function([STANDARD] * 2, ["5", "6"], [[1]] * 2)
 
 
-def test_a_function_that_changes_its_arguments_changes_no_problem():
-    def vandal(prompts, reward_model, **kwargs):
-        prompts[1][0]["content"] = "changed"
-        reward_model[1]["ground_truth"] = "changed"
-        return [0.0, 0.0]
-    score(vandal, [STANDARD, CHAT], ["a", "b"])
-    assert CHAT.messages[0]["content"] == "What is 2+3?"
-    assert CHAT.fields["reward_model"]["ground_truth"] == "5"
-
-
 def test_each_function_gets_its_own_copy_of_every_argument():
     """A function that edits its lists in place (TRL users write such code) changes nothing the next function
-    grades: answer, completions, completion ids, prompts and every column are each function's own."""
-    def grade_then_blank(completions, answer, completion_ids, prompts, level, **kwargs):
+    grades, nor the problems: answer, completions, completion ids, prompts (a chat's messages too) and every
+    column (a dict in one too) are each function's own."""
+    def grade_then_blank(completions, answer, completion_ids, prompts, level, reward_model, **kwargs):
         answer[:] = ["wrong"] * len(answer)
         completions[0], completion_ids[0][0], prompts[0], level[0] = "x", -1, "p", 99
+        prompts[1][0]["content"], reward_model[1]["ground_truth"] = "changed", "changed"
         return [0.0] * len(completions)
     seen = []
 
@@ -132,9 +124,12 @@ def test_each_function_gets_its_own_copy_of_every_argument():
         seen.append((completions, answer, completion_ids, prompts, level))
         return [float(a in c) for c, a in zip(completions, answer)]
     scores = Rewards((grade_then_blank, spy), ("a", "b"), (1.0, 1.0)).per_function(
-        [STANDARD, STANDARD], ["so 5", "6"], [[11, 12], [13]])
-    assert seen == [(["so 5", "6"], ["5", "5"], [[11, 12], [13]], ["What is 2+3?"] * 2, [1, 1])]
-    assert scores[:, 1].tolist() == [1.0, 0.0]
+        [STANDARD, CHAT], ["so 5", "6"], [[11, 12], [13]])
+    chat = [{"role": "user", "content": "What is 2+3?"}]
+    assert seen == [(["so 5", [{"role": "assistant", "content": "6"}]], ["5", "5"], [[11, 12], [13]],
+                     ["What is 2+3?", chat], [1, None])]
+    assert scores[:, 1].tolist() == [1.0, 0.0] and CHAT.messages == chat
+    assert CHAT.fields["reward_model"] == {"ground_truth": "5"}
 
 
 @pytest.mark.parametrize("empty", [lambda xs: xs.clear(), lambda xs: xs.__setitem__(slice(None), [None] * len(xs))])
@@ -325,9 +320,6 @@ def test_what_trl_takes_is_taken_numpy_and_torch_values_and_async_functions():
     ("def f(completions, /, **kwargs):\n    return [0.0] * len(completions)",
      "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
      "completion_ids, answer, trainer_state): 'completions' is a positional-only parameter without a default"),
-    ("def f(completions, solution, **kwargs):\n    return [0.0] * len(completions)",
-     "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
-     "completion_ids, answer, trainer_state): missing a required argument: 'solution'"),
 ])
 def test_a_signature_that_cannot_take_the_batch_is_one_line_naming_no_row(write, source, message):
     path = write("user_reward_signature.py", source + "\n")
@@ -512,14 +504,6 @@ def test_a_reward_failing_in_the_first_evaluation_leaves_no_run_folder(write, tm
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2
     assert err[-1].startswith("error: reward function nope raised KeyError: 'score' on row 0")
-    assert not (tmp_path / "r").exists()
-
-
-def test_a_bad_reward_flag_is_one_line_and_leaves_no_run_folder(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--reward", f"{tmp_path}/none.py:f"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and err == [f"error: --reward {tmp_path}/none.py:f: no file {tmp_path}/none.py"]
     assert not (tmp_path / "r").exists()
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -125,6 +126,12 @@ class RunFolder:
             self.lock = None
 
 
+def reward_code(rewards, n: int) -> dict[str, str | None]:
+    """Which code grades: {name: the SHA-256 of its module's file} of the first n functions (--reward's)."""
+    modules = [sys.modules.get(getattr(fn, "__module__", "")) for fn in rewards.functions[:n]]
+    return {name: _sha256(getattr(m, "__file__", None) or "") for m, name in zip(modules, rewards.names)}
+
+
 def note_changed_code(sittings: list, code: dict, where: Path, step: int):
     """One line when a reward function's file (code: {name: SHA-256}) is not what the last sitting that
     recorded one ran (`sittings`: config.json's "provenance", as found)."""
@@ -200,12 +207,6 @@ class RunLock:
             os.close(self.fd)  # closing the descriptor drops the flock
             self.fd = None
 
-    def __enter__(self):
-        return self if self.fd is not None else self.acquire()
-
-    def __exit__(self, *exc):
-        self.release()
-
 
 def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
     """A new run folder `new` (locked; a used one is refused) that goes on from `run`'s checkpoint `chosen`
@@ -220,14 +221,11 @@ def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
             if problem is not None:
                 raise CheckpointError(f"--resume {chosen}: not a usable checkpoint ({problem})")
             shutil.copytree(chosen, new / checkpoint.LATEST, copy_function=link_or_copy)
-            later = 0
             for name in ("metrics.jsonl", "samples.jsonl"):  # its whole rows up to `step`
                 if (run / name).is_file():
                     rows = jsonl_rows(run / name)[0]
                     write_bytes(new / name, b"".join(line + b"\n" for line, r in rows if not past(r, step)))
-                    later += sum(past(r, step) for _, r in rows) * (name == "metrics.jsonl")
-            if later:
-                warn(f"note: {run}'s log up to step {step} copied into {new}; its {later} later row(s) not")
+            warn(f"note: {new} goes on from {chosen}: {run}'s log up to step {step} copied, not later rows")
             saved = json.loads((run / "config.json").read_text())
             write_json_atomic(new / "config.json", branched_record(saved, run, chosen, step, new))
         finally:

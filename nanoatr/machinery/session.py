@@ -13,7 +13,7 @@ from tqdm import tqdm
 import nanoatr
 from nanoatr import lora
 from nanoatr.machinery import checkpoint, distributed
-from nanoatr.machinery.checkpoint import CheckpointError, _sha256
+from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.machinery.cli import ConfigError, die
 from nanoatr.data import DataError
 from nanoatr.evaluate import BudgetError
@@ -25,7 +25,7 @@ from nanoatr.machinery.resume import (RESUME_RULES, as_given, change_text, named
 from nanoatr.machinery.reward_flags import for_run
 from nanoatr.machinery.train_config import (apply_preset, band, check_schedule_kept,
                                             delta_warning, parse_flags, resolve)
-from nanoatr.machinery.folder import RunFolder, run_name, unique_name
+from nanoatr.machinery.folder import RunFolder, reward_code, run_name, unique_name
 from nanoatr.tokenizer import TokenizerError
 
 
@@ -54,12 +54,6 @@ def check_finite(d: distributed.Dist, where: str, **values):
         if distributed.all_sum(float(not finite), d):
             shown = bad[0][~bad[0].isfinite()].flatten()[0].item() if bad else "on another rank"
             raise Diverged(f"{where}: {what} is not finite ({shown})")
-
-
-def reward_code(rewards, n: int) -> dict[str, str | None]:
-    """Which code grades: {name: the SHA-256 of its module's file} of the first n functions (--reward's)."""
-    modules = [sys.modules.get(getattr(fn, "__module__", "")) for fn in rewards.functions[:n]]
-    return {name: _sha256(getattr(m, "__file__", None) or "") for m, name in zip(modules, rewards.names)}
 
 
 class Terminated(KeyboardInterrupt):
