@@ -138,7 +138,8 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
     """One function's rewards of a batch, a None as NaN. Anything but one finite number or None per
     completion is a RewardError naming the function and the row. When the function raises, it is called
     again on one completion at a time to name the first that makes it raise."""
-    check_signature(fn, name, kwargs)
+    if problem := signature_problem(fn, name, list(kwargs), "this batch"):  # a column the first rows lack?
+        raise RewardError(problem)
     try:
         values = run(fn, kwargs)
     except (Exception, SystemExit) as e:
@@ -195,10 +196,9 @@ def scalar(value):
 
 
 def binding_error(fn: Callable, names) -> str | None:
-    """Why Python's call fn(name=..., ...) with these keyword `names` would fail, in its words; None when it
-    would not (or Python cannot read the signature: it is just called). Python's binding rules: inspect's
-    bind, save that a keyword named like a positional-only parameter with a default goes to **kwargs, as
-    the call does (Python 3.11's bind refuses it)."""
+    """Why fn(name=..., ...) with these keyword `names` would fail (None: it would not, or Python cannot read
+    the signature), by Python's binding rules: inspect's bind, but a keyword named like a positional-only
+    parameter with a default goes to **kwargs, as the call does (Python 3.11's bind refuses it)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -212,17 +212,6 @@ def binding_error(fn: Callable, names) -> str | None:
     return None
 
 
-def check_signature(fn: Callable, name: str, kwargs: dict):
-    """A RewardError when `fn` cannot take the batch's keyword arguments (a column it has no parameter for
-    and no **kwargs, a positional-only parameter, one it requires that no column gives): TRL calls a
-    reward function so too."""
-    if (why := binding_error(fn, kwargs)) is not None:
-        names = ", ".join(kwargs) if len(kwargs) <= 12 else ", ".join(list(kwargs)[:12]) + ", ..."
-        raise RewardError(f"reward function {name} cannot be called with the batch's keyword arguments "
-                          f"({names}): {why}; a reward function takes them by name, the ones it does not use "
-                          "as **kwargs (TRL calls it so too)")
-
-
 def signature_problem(fn: Callable, name: str, arguments: list[str], file: str) -> str | None:
     """None when `fn` can be called with the keyword `arguments` of `file`'s batches (binding_error: Python's
     rules); else what stops it, as an error line's words (no `completions`: a factory of reward functions; a
@@ -231,8 +220,8 @@ def signature_problem(fn: Callable, name: str, arguments: list[str], file: str) 
     if (why := binding_error(fn, arguments)) is None:
         return None
     params = inspect.signature(fn).parameters
-    if positional := [k for k, p in params.items() if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]:
-        return f"reward function {name} takes {positional[0]!r} by position only; it is passed by name"
+    if why.endswith(" is a positional-only parameter without a default"):  # binding_error's own words
+        return f"reward function {name} takes {why.split()[0]} by position only; it is passed by name"
     if "completions" not in params and inspect.Parameter.VAR_KEYWORD not in {p.kind for p in params.values()}:
         return (f"reward function {name} takes no `completions` argument: is it a factory that makes the "
                 f"reward function? Name the function it returns (my_reward = {name}(...) in a file, then "
@@ -276,5 +265,7 @@ def row(i: int, kwargs: dict, problems: list) -> str:
 
 
 def one_line(error: Exception) -> str:
-    """'ZeroDivisionError: division by zero': an exception as one line, cut at 300 characters."""
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]
+    """'ZeroDivisionError: division by zero': an exception as one line, a word over 100 characters (a value
+    echoed whole) cut to 40, the whole to 300."""
+    words = (w if len(w) <= 100 else w[:40] + "..." for w in str(error).split())
+    return f"{type(error).__name__}: {' '.join(words)}"[:300]

@@ -345,11 +345,10 @@ def test_bad_report_flags_are_one_line(tmp_path, capsys, args, message):
 
 @pytest.mark.parametrize("raised, said", [  # what wandb raises (WANDB_MODE=bogus; a 300-character project)
     ("network unreachable", "network unreachable"),
-    ("1 validation error for Settings\nmode\n  Input should be 'online' or 'offline' [input_value='bogus']\n"
-     + "    For further information " * 9, "1 validation error for Settings mode Input should be 'online' or "
-     "'offline' [input_value='bogus']" + " For further information" * 3 + " For further in..."),  # 200 in all
+    ("1 validation error for Settings\nmode\n  Input should be 'online' or 'offline' [input_value='bogus']",
+     "1 validation error for Settings mode Input should be 'online' or 'offline' [input_value='bogus']"),
     (f"Invalid project name '{'p' * 300}': exceeded 128 characters",
-     f"Invalid project name '{'p' * 36}... exceeded 128 characters")])
+     f"Invalid project name '{'p' * 39}... exceeded 128 characters")])
 def test_a_destination_that_cannot_start_is_one_line_and_leaves_no_folder(tmp_path, capsys, monkeypatch, raised,
                                                                         said):
     def offline(*args):

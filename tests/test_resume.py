@@ -1,4 +1,4 @@
-"""A resume never rewrites what a run was (nanoatr/machinery/resume.py RESUME_RULES, SFT_RESUME_RULES): every flag of
+"""A resume never rewrites what a run was (nanoatr/machinery/resume.py RESUME_RULES, sft.py's SFT_RESUME_RULES): every flag of
 train.py and sft.py is classified, and each is run through the command's own argument path with --resume on
 a tiny finished run: a refused flag is one `error:` line naming it, the saved value and why, and leaves the
 folder byte for byte; a recorded one takes effect and config.json keeps the start, the change under
@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 import sft as sft_cli
+from sft import SFT_RESUME_RULES
 import train
 from nanoatr import loss
 from nanoatr.machinery import folder
 from nanoatr.machinery.parser import parse
-from nanoatr.machinery.resume import FREE, RECORDED, RESUME_RULES, SFT_RESUME_RULES, Refused
+from nanoatr.machinery.resume import FREE, RECORDED, RESUME_RULES, Refused
 from nanoatr.machinery.train_config import TrainConfig, hparam_flags
 from test_train import FAST
 from tiny import make_default, make_model_dir
@@ -28,7 +29,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from plot import run_legend  # noqa: E402
 import runs_table  # noqa: E402
 
-HOW = ("classify it in nanoatr/machinery/resume.py {table}: Refused(\"why\") when continuing with another value would "
+HOW = ("classify it in {table}: Refused(\"why\") when continuing with another value would "
        "make the run something it was not started as, RECORDED when that is a legitimate experiment (the "
        "record says from which step), FREE when it does not change what is trained; then give it a value "
        "in tests/test_resume.py {values}")
@@ -84,8 +85,8 @@ SFT_VALUES = {
 
 
 @pytest.mark.parametrize("config, table, rules, values", [
-    (TrainConfig, "RESUME_RULES", RESUME_RULES, TRAIN_VALUES),
-    (sft_cli.SFTConfig, "SFT_RESUME_RULES", SFT_RESUME_RULES, SFT_VALUES)])
+    (TrainConfig, "nanoatr/machinery/resume.py RESUME_RULES", RESUME_RULES, TRAIN_VALUES),
+    (sft_cli.SFTConfig, "sft.py SFT_RESUME_RULES", SFT_RESUME_RULES, SFT_VALUES)])
 def test_every_flag_is_classified_and_has_a_test_value(config, table, rules, values):
     fields = {f.name for f in dataclasses.fields(config)}
     missing = sorted(fields - rules.keys())
@@ -343,8 +344,7 @@ def test_a_branch_trains_and_records_the_run_as_it_stood_at_its_step(train_runs,
     for step, kept, steps in [(1, [at1], 2), (2, [at1, at2], 4)]:
         branch = tmp_path / f"from{step}"
         train.main(["--resume", f"{run}/checkpoint-step00000{step}", "--name", branch.name])
-        assert f"note: {branch} goes on from {run}/checkpoint-step00000{step}: {run}'s log up to step {step} " \
-               "copied, not later rows\n" in capsys.readouterr().err
+        assert f", from step {step} of {run} (its log up to there copied)\n" in capsys.readouterr().out
         config = json.loads((branch / "config.json").read_text())
         assert config["changes"] == kept and settings(config) == settings(json.loads(
             (run / "config.json").read_text())) | {"name": branch.name, "out_dir": str(tmp_path),

@@ -17,6 +17,7 @@ from nanoatr.machinery.checkpoint import CheckpointError, _sha256, reason, repla
 from nanoatr.machinery.cli import ConfigError
 from nanoatr.machinery.metrics_log import RunLog, TensorBoard, Wandb, jsonl_rows, past
 from nanoatr.machinery.resume import recorded_changes
+from nanoatr.rewards import one_line
 
 
 LOCK = ".lock"
@@ -63,12 +64,11 @@ class RunFolder:
         """config.json: a new run's settings (the config dataclass, resolved). A resumed run's stay what it
         started with; this resume's change (resumed_config), if any, is added to its "changes" at the
         checkpoint's step. A change recorded past that step (a damaged newer checkpoint was skipped) took
-        effect at it in the steps redone, and says so. Every start adds its "provenance" (distributed's),
-        with `code`, {reward function: its file's SHA-256} (--reward's), as "reward_sha256"; a resume says
-        which changed since the last sitting."""
-        path, code = self.path / "config.json", {"reward_sha256": code} if code else {}
+        effect at it in the steps redone, and says so. Every start adds its "provenance" (distributed's) with
+        `code`, {--reward function: its file's SHA-256}, as "reward_sha256" (a resume says which changed)."""
+        path, ran = self.path / "config.json", {"reward_sha256": code} if code else {}
         if not self.resuming:
-            write_json_atomic(path, {**record(cfg), "provenance": [distributed.provenance(0) | code]})
+            write_json_atomic(path, {**record(cfg), "provenance": [distributed.provenance(0) | ran]})
             return
         saved, step = json.loads(path.read_text()), self.state["step"]
         earlier = recorded_changes(saved, path)
@@ -76,8 +76,12 @@ class RunFolder:
         if change:
             changes.append({"step": step, **change})
         before = saved.get("provenance") if isinstance(saved.get("provenance"), list) else []  # as found
-        note_changed_code(before, code.get("reward_sha256", {}), path, step)
-        sitting = {"provenance": [*before, distributed.provenance(step) | code]}
+        recorded = [s.get("reward_sha256") for s in before if isinstance(s, dict)]  # None: not recorded
+        last = next((r for r in reversed(recorded) if isinstance(r, dict)), {})  # the last sitting's
+        if changed := [k for k, sha in (code or {}).items() if last.get(k, sha) != sha]:
+            warn(f"note: the file of reward function {', '.join(changed)} has changed since the last sitting "
+                 f"(its SHA-256 is not the one {path} records): the steps from {step} on are graded by it")
+        sitting = {"provenance": [*before, distributed.provenance(step) | ran]}
         write_json_atomic(path, {**saved, **({"changes": changes} if changes != earlier else {}), **sitting})
 
     def open_reporters(self, cfg):
@@ -95,7 +99,7 @@ class RunFolder:
             except Exception as e:  # an optional package: whatever it raises is its own
                 for reporter in opened:
                     reporter.close()
-                raise ConfigError(f"--report-to {name} could not start ({brief(e)})") from None
+                raise ConfigError(f"--report-to {name} could not start ({one_line(e)})") from None
         self.log.send_to(opened)
 
     def discard(self) -> str:
@@ -132,27 +136,10 @@ def reward_code(rewards, n: int) -> dict[str, str | None]:
     return {name: _sha256(getattr(m, "__file__", None) or "") for m, name in zip(modules, rewards.names)}
 
 
-def note_changed_code(sittings: list, code: dict, where: Path, step: int):
-    """One line when a reward function's file (code: {name: SHA-256}) is not what the last sitting that
-    recorded one ran (`sittings`: config.json's "provenance", as found)."""
-    ran = [s["reward_sha256"] for s in sittings if isinstance(s, dict) and isinstance(s.get("reward_sha256"),
-                                                                                      dict)]
-    if changed := [k for k, sha in code.items() if ran and ran[-1].get(k, sha) != sha]:
-        warn(f"note: the file of reward function {', '.join(changed)} has changed since the last sitting "
-             f"(its SHA-256 is not the one {where} records): the steps from {step} on are graded by it")
-
-
-def brief(e: Exception, width: int = 200) -> str:
-    """'RuntimeError: what it says' in one line of at most `width` characters, each word at most 40."""
-    text = " ".join(w if len(w) <= 40 else w[:37] + "..." for w in f"{type(e).__name__}: {e}".split())
-    return text if len(text) <= width else text[:width - 3] + "..."
-
-
 def run_name(name: str) -> str:
-    """--name as given, a folder's name: a path (a separator, '.' or '..') is a ConfigError."""
-    if name in (".", "..") or any(sep and sep in name for sep in (os.sep, os.altsep)):
-        raise ConfigError(f"--name {name}: a run folder's name, not a path (no '/', '.' or '..'): --out-dir "
-                          "says where it goes")
+    """--name as given: a folder's name, never a path ('/', '.' or '..': a ConfigError)."""
+    if "/" in name or name in (".", ".."):
+        raise ConfigError(f"--name {name}: a run folder's name, not a path: --out-dir says where it goes")
     return name
 
 
@@ -225,7 +212,6 @@ def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
                 if (run / name).is_file():
                     rows = jsonl_rows(run / name)[0]
                     write_bytes(new / name, b"".join(line + b"\n" for line, r in rows if not past(r, step)))
-            warn(f"note: {new} goes on from {chosen}: {run}'s log up to step {step} copied, not later rows")
             saved = json.loads((run / "config.json").read_text())
             write_json_atomic(new / "config.json", branched_record(saved, run, chosen, step, new))
         finally:

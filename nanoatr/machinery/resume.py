@@ -38,7 +38,7 @@ REWARDS = Refused("a run keeps the rewards it trains on; start a new run for ano
 SCHEDULE = Refused("the learning rates so far followed the run's schedule; the resumed steps go on with it")
 
 # The fields of config.py's shared groups (PromptFlags, TrainingFlags, EvalFlags, RunFlags): train.py's and
-# sft.py's.
+# sft.py's (its SFT_RESUME_RULES).
 SHARED_RESUME_RULES = {
     "system_prompt": PROMPTS, "prompt_template": PROMPTS, "thinking": PROMPTS,
     "micro_batch": RECORDED,  # the same gradient summed in other pieces (rounding): what fits a smaller GPU
@@ -95,19 +95,6 @@ RESUME_RULES = {
     "adam_beta1": OPTIMIZER, "adam_beta2": OPTIMIZER,  # the checkpoint's optimizer state holds its betas
 }
 
-# sft.py's SFTConfig: every field, as above.
-SFT_RESUME_RULES = {
-    **SHARED_RESUME_RULES,
-    "model": WEIGHTS,
-    "data": Refused("the run's batches are drawn from its own file"),
-    "eval_data": EVALUATION,
-    "max_len": Refused("it changes which examples are trained (and the evaluation's budget)"),
-    "skip_long": Refused("it changes which examples are trained"),
-    "batch_size": Refused("the run's data order is drawn per batch size"),
-    "warmup": Refused("it changes the run's learning-rate schedule"),
-    "epochs": RECORDED, "steps": RECORDED,  # train further (or stop sooner): each epoch has its own shuffle
-}
-
 
 def named_checkpoint(resume: str) -> tuple[str, Path | None]:
     """--resume RUN, or RUN/checkpoint or RUN/checkpoint-stepN (TRL's resume_from_checkpoint): (the run
@@ -124,22 +111,17 @@ def named_checkpoint(resume: str) -> tuple[str, Path | None]:
 
 def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None, at_step: int | None = None):
     """(config, change): the run's settings as it last ran (cfg.resume/config.json with its recorded changes;
-    at_step: as it stood at that step, a branch's, the changes recorded after it left out),
-    with the flags given now on top, and this resume's change, {field: {"from": a, "to": b}} for each RECORDED
-    flag given with a value other than the run's ({} when none). A Refused flag (or a method hyper-parameter
-    in `hparams`) given with another value is a ConfigError naming it, the saved value and why; a path
-    naming the run's own files is the run's value, however spelled (docs/machinery.md#resume)."""
+    at_step: as it stood then, a branch's) with the flags given now on top, and this resume's change, {field:
+    {"from": a, "to": b}} for each RECORDED flag given with a value other than the run's ({} when none). A
+    Refused flag (or a method hyper-parameter in `hparams`) given with another value is a ConfigError naming
+    it, the saved value and why; a path naming the run's own files is the run's value, however spelled."""
     saved_file = Path(cfg.resume) / "config.json"
-    named = Path(cfg.resume) if Path(cfg.resume).name else Path(cfg.resume).resolve()  # ".": its name
-    if named.name.startswith("checkpoint") and (named.parent / "config.json").is_file():
-        raise ConfigError(f"--resume {cfg.resume} is a checkpoint of the run folder {named.parent}: --resume "
-                          f"takes the run folder (--resume {named.parent}), and goes on from its newest "
+    if (Path(cfg.resume) / MANIFEST).is_file() or (Path(cfg.resume) / STATE).is_file():  # a checkpoint
+        holder = Path(cfg.resume).resolve().parent  # a copy's: no run folder; a symbolic link's: its target's
+        there = f"of the run folder {holder}: --resume takes the run folder (--resume {holder})" if (
+            holder / "config.json").is_file() else "that no run folder holds: --resume takes a run folder"
+        raise ConfigError(f"--resume {cfg.resume} is a checkpoint {there}, and goes on from its newest "
                           "usable checkpoint")
-    if (named / MANIFEST).is_file() or (named / STATE).is_file():  # away from its run folder (a copy, a link)
-        real = named.resolve()
-        raise ConfigError(f"--resume {cfg.resume} is a checkpoint, not a run folder" + (
-            f" (it is {real})" if (real.parent / "config.json").is_file() else ", and none holds it") +
-                          ": --resume takes a run folder, or a checkpoint inside one (RUN/checkpoint-stepN)")
     if not saved_file.is_file():
         raise ConfigError(f"--resume {cfg.resume}: no config.json there: not a run folder, or one whose "
                           "start never finished (start it again, without --resume)")

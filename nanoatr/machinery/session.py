@@ -20,8 +20,7 @@ from nanoatr.evaluate import BudgetError
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
 from nanoatr.rewards import RewardError
-from nanoatr.machinery.resume import (RESUME_RULES, as_given, change_text, named_checkpoint, real_path,
-                                      resumed_config)
+from nanoatr.machinery.resume import RESUME_RULES, change_text, named_checkpoint, real_path, resumed_config
 from nanoatr.machinery.reward_flags import for_run
 from nanoatr.machinery.train_config import (apply_preset, band, check_schedule_kept,
                                             delta_warning, parse_flags, resolve)
@@ -95,7 +94,6 @@ class Session:
             raise ConfigError("--resume was given an empty path (an unset shell variable?): name the run "
                               "folder")
         run_name(self.cfg.name)  # a folder's name, not a path
-        branch = None
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
             run_dir, chosen = named_checkpoint(self.cfg.resume)
             branch, at = self.branch_folder(run_dir, chosen) or (None, None)  # at: the step it goes on from
@@ -109,7 +107,7 @@ class Session:
             hparams = cfg.hparams or {}
         else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
             cfg = dataclasses.replace(apply_preset(self.cfg, self.given), workdir=os.getcwd())
-            hparams, self.change = self.hparams, {}
+            hparams, self.change, branch = self.hparams, {}, None
         self.d = d = distributed.setup(cfg.device)
         self.cfg = cfg = resolve(cfg, hparams, d.world, self.given)
         self.rewards = for_run(cfg, [cfg.data, *cfg.eval_data])  # each checked against the files' columns
@@ -155,8 +153,7 @@ class Session:
         if named and real_path(new) != real_path(run_dir):
             return new, step
         if (last := checkpoint.check(checkpoint.latest(run_dir), load=False)[0]) > step:
-            itself = f"{' '.join(as_given(k, getattr(self.cfg, k)) for k in sorted(named))} is {run_dir} " \
-                     "itself; give another --name" if named else "give --name NEW"
+            itself = f"{new} is the run itself; give another --name" if named else "give --name NEW"
             raise ConfigError(f"--resume {self.cfg.resume} holds step {step}, and {run_dir}'s newest "
                               f"checkpoint step {last}: the run keeps its later steps; {itself} to go "
                               f"on from step {step} in a new run folder (beside it, its record up to step "
@@ -232,11 +229,13 @@ class Session:
         if (warning := delta_warning(cfg)) and self.d.main:
             print(warning, file=sys.stderr)
         n = sum(p.numel() for p in trained)
+        source = self.folder.branch_of  # a branch: the run it goes on from
+        branched = f" of {source[0]} (its log up to there copied)" if source else ""
         self.say(f"run {self.dir}: {model.num_parameters() / 1e6:.2f}M parameters ({n / 1e6:.2f}M trained"
                  f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {n_problems} training problems, "
                  f"{self.d.world} x {self.d.device.type}, --clip {cfg.clip} {cfg.hparams}{band(cfg)}"
                  + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
-                    if beta else "") + (f", from step {self.start}" if self.start else "")
+                    if beta else "") + (f", from step {self.start}{branched}" if self.start else "")
                  + (f" ({change_text(self.change)})" if self.change else ""))
         if cfg.reward or cfg.correct_reward:
             self.say(f"accuracy, Mean@k and Pass@k count a completion correct when {self.rewards.judge} "
