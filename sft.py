@@ -108,11 +108,25 @@ from nanoatr.data import DataError, Problem, load_problems, load_solutions
 from nanoatr.evaluate import evaluate, fits
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.model.files import local_dir
-from nanoatr.machinery.resume import SFT_RESUME_RULES, resumed_config
-from nanoatr.machinery.folder import RunFolder, unique_name
+from nanoatr.machinery.resume import (EVALUATION, RECORDED, SHARED_RESUME_RULES, WEIGHTS, Refused,
+                                      resumed_config)
+from nanoatr.machinery.folder import RunFolder, run_name, unique_name
 from nanoatr.scoring import token_logprobs
 from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags,
                                load_tokenizer)
+
+# What a resume may change: every field of SFTConfig, as resume.py's RESUME_RULES classifies train.py's.
+SFT_RESUME_RULES = {
+    **SHARED_RESUME_RULES,
+    "model": WEIGHTS,
+    "data": Refused("the run's batches are drawn from its own file"),
+    "eval_data": EVALUATION,
+    "max_len": Refused("it changes which examples are trained (and the evaluation's budget)"),
+    "skip_long": Refused("it changes which examples are trained"),
+    "batch_size": Refused("the run's data order is drawn per batch size"),
+    "warmup": Refused("it changes the run's learning-rate schedule"),
+    "epochs": RECORDED, "steps": RECORDED,  # train further (or stop sooner): each epoch has its own shuffle
+}
 
 
 def check(cfg: SFTConfig, given: set) -> None:
@@ -208,7 +222,7 @@ def main(argv=None):
         check(cfg, given)
         model_dir = local_dir(cfg.model)  # a hub id: read from (or fetched into) its cache, as train.py does
         device = distributed.pick_device(cfg.device)
-        run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / (cfg.name or unique_name("sft"))
+        run_dir = Path(cfg.resume or Path(cfg.out_dir) / (run_name(cfg.name) or unique_name("sft")))
         folder = RunFolder(run_dir, resuming=bool(cfg.resume))
         folder.claim()
         start = folder.load_checkpoint()

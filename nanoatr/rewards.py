@@ -16,6 +16,7 @@ import dataclasses
 import inspect
 import math
 import numbers
+import re
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -137,7 +138,8 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
     """One function's rewards of a batch, a None as NaN. Anything but one finite number or None per
     completion is a RewardError naming the function and the row. When the function raises, it is called
     again on one completion at a time to name the first that makes it raise."""
-    check_signature(fn, name, kwargs)
+    if problem := signature_problem(fn, name, list(kwargs), "this batch"):  # a column the first rows lack?
+        raise RewardError(problem)
     try:
         values = run(fn, kwargs)
     except (Exception, SystemExit) as e:
@@ -193,48 +195,43 @@ def scalar(value):
     return value.item() if getattr(value, "shape", None) == () and hasattr(value, "item") else value
 
 
-def check_signature(fn: Callable, name: str, kwargs: dict):
-    """A RewardError when `fn` cannot take the batch's keyword arguments (a column it has no parameter for
-    and no **kwargs, a positional-only parameter, one it requires that no column gives): TRL calls a
-    reward function so too. A function whose signature Python cannot read is just called."""
+def binding_error(fn: Callable, names) -> str | None:
+    """Why fn(name=..., ...) with these keyword `names` would fail (None: it would not, or Python cannot read
+    the signature), by Python's binding rules: inspect's bind, but a keyword named like a positional-only
+    parameter with a default goes to **kwargs, as the call does (Python 3.11's bind refuses it)."""
     try:
-        signature = inspect.signature(fn)
+        params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return
+        return None
+    if only := [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]:
+        return f"{only[0]!r} is a positional-only parameter without a default"
     try:
-        signature.bind(**kwargs)
+        inspect.Signature([p for p in params if p.kind is not p.POSITIONAL_ONLY]).bind(**dict.fromkeys(names))
     except TypeError as e:
-        names = ", ".join(kwargs) if len(kwargs) <= 12 else ", ".join(list(kwargs)[:12]) + ", ..."
-        raise RewardError(f"reward function {name} cannot be called with the batch's keyword arguments "
-                          f"({names}): {e}; a reward function takes them by name, the ones it does not use "
-                          "as **kwargs (TRL calls it so too)") from None
+        return str(e)
+    return None
 
 
 def signature_problem(fn: Callable, name: str, arguments: list[str], file: str) -> str | None:
-    """What makes `fn` unable to take the keyword `arguments` of `file`'s batches (no `completions`: a
-    factory of reward functions; a required one missing; others it has no parameter and no **kwargs for),
-    as an error line's words; None when it can (or Python cannot read its signature: it is just called)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
+    """None when `fn` can be called with the keyword `arguments` of `file`'s batches (binding_error: Python's
+    rules); else what stops it, as an error line's words (no `completions`: a factory of reward functions; a
+    parameter taken by position only; a required one no column gives; others it has no parameter and no
+    **kwargs for)."""
+    if (why := binding_error(fn, arguments)) is None:
         return None
-    kinds = {p.kind for p in params.values()}
-    if positional := [k for k, p in params.items() if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]:
-        return f"reward function {name} takes {positional[0]!r} by position only; it is passed by name"
-    if "completions" not in params and inspect.Parameter.VAR_KEYWORD not in kinds:
+    params = inspect.signature(fn).parameters
+    if why.endswith(" is a positional-only parameter without a default"):  # binding_error's own words
+        return f"reward function {name} takes {why.split()[0]} by position only; it is passed by name"
+    if "completions" not in params and inspect.Parameter.VAR_KEYWORD not in {p.kind for p in params.values()}:
         return (f"reward function {name} takes no `completions` argument: is it a factory that makes the "
                 f"reward function? Name the function it returns (my_reward = {name}(...) in a file, then "
                 "--reward FILE.py:my_reward)")
-    needed = [k for k, p in params.items() if p.default is p.empty and
-              p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and k not in arguments]
-    if needed:
-        return (f"reward function {name} needs a column {needed[0]!r}, which {file} lacks (its batches pass "
+    if needed := re.fullmatch(r"missing a required argument: '(\w+)'", why):
+        return (f"reward function {name} needs a column {needed[1]!r}, which {file} lacks (its batches pass "
                 f"{', '.join(arguments)})")
-    extra = [k for k in arguments if k not in params]
-    if extra and inspect.Parameter.VAR_KEYWORD not in kinds:
-        return (f"reward function {name} has no **kwargs, but {file} would pass it {', '.join(extra)} (TRL "
-                "passes every column): add **kwargs to its parameters")
-    return None
+    extra = [k for k in arguments if k not in params or params[k].kind is params[k].POSITIONAL_ONLY]
+    return (f"reward function {name} has no **kwargs, but {file} would pass it {', '.join(extra)} (TRL "
+            "passes every column): add **kwargs to its parameters")
 
 
 def not_a_reward(value) -> tuple[str, str] | None:
@@ -268,5 +265,7 @@ def row(i: int, kwargs: dict, problems: list) -> str:
 
 
 def one_line(error: Exception) -> str:
-    """'ZeroDivisionError: division by zero': an exception as one line, cut at 300 characters."""
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]
+    """'ZeroDivisionError: division by zero': an exception as one line, a word over 100 characters (a value
+    echoed whole) cut to 40, the whole to 300."""
+    words = (w if len(w) <= 100 else w[:40] + "..." for w in str(error).split())
+    return f"{type(error).__name__}: {' '.join(words)}"[:300]

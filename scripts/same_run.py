@@ -5,10 +5,11 @@ run, trains as the first did.
     python scripts/same_run.py results/edges-countdown/clip-s0 /tmp/check/clip-s0 --steps 3
 
 A step's training row and its evaluation row are compared apart (a row is an evaluation when it holds
-eval/ metrics), up to --steps (default: every step both logged). One line per row: `identical (N metrics)`
-or the metrics that differ, with both values; then the metrics only one run logged, named once. Values
-are compared exactly, as logged (JSON floats round-trip). Exit 0 when every compared value is equal, 1
-when one differs, 2 (one `error:` line) when a run's metrics.jsonl is missing or unreadable.
+eval/ metrics), up to --steps (default: every step either logged). One line per row: `identical (N metrics)`,
+the metrics that differ with both values, or which run alone logged it; then the metrics only one run logged,
+named once. Values are compared exactly, as logged (JSON floats round-trip; NaN equals NaN). Exit 0 when both
+logged the same rows and every compared value is equal, 1 when not, 2 (one `error:` line) when a run's
+metrics.jsonl is missing or unreadable.
 """
 import argparse
 import sys
@@ -40,21 +41,31 @@ def rows(run: Path) -> dict:
     return out
 
 
+def equal(x, y) -> bool:
+    """Equal as logged; NaN equal to NaN (json reads each afresh, and NaN != NaN), in lists too."""
+    if isinstance(x, list) and isinstance(y, list):
+        return len(x) == len(y) and all(map(equal, x, y))
+    return x == y or (x != x and y != y)
+
+
 def compare(a: dict, b: dict, steps: int | None) -> tuple[list[str], bool]:
-    """The report's lines and whether every value both runs logged, at the rows both have, is equal."""
-    lines, same, only = [], True, set()
-    for step, kind in sorted(set(a) & set(b)):
-        if steps is not None and step > steps:
+    """The report's lines and whether both runs logged the same rows, each value both logged in them equal."""
+    lines, same, only, both = [], True, set(), False
+    for step, kind in sorted(key for key in set(a) | set(b) if steps is None or key[0] <= steps):
+        if (step, kind) not in a or (step, kind) not in b:
+            lines.append(f"step {step} {kind}: logged by the {'second' if (step, kind) in b else 'first'} "
+                         "run only")
+            same = False
             continue
-        x, y = a[(step, kind)], b[(step, kind)]
+        x, y, both = a[(step, kind)], b[(step, kind)], True
         only |= set(x) ^ set(y)
         shared = sorted(set(x) & set(y))
-        differ = [k for k in shared if x[k] != y[k]]
+        differ = [k for k in shared if not equal(x[k], y[k])]
         same &= not differ
         what = ", ".join(f"{k} {x[k]!r} vs {y[k]!r}" for k in differ) or f"identical ({len(shared)} metrics)"
         lines.append(f"step {step} {kind}: {what}")
-    if not lines:
-        return ["no step in common"], False
+    if not both:
+        lines, same = [*lines, "no step in common"], False
     if only:
         lines.append("logged by one run only (not compared): " + ", ".join(sorted(only)))
     return lines, same

@@ -314,16 +314,28 @@ def held(run: Path):
 
 
 def test_a_branch_that_cannot_start_leaves_both_folders_as_they_were(runs, capsys, monkeypatch):
-    """Into a used folder, from a run another process holds, with a refused flag: one line; from the newest
-    checkpoint of a finished run: nothing to do. No new folder is left, runs/arith is unchanged."""
+    """Into a used folder, from a run another process holds, with a refused flag, into the run itself or
+    outside --out-dir, from a checkpoint that is not there or named outside its run folder: one short line; from
+    the newest checkpoint of a finished run: nothing to do. No new folder is left, runs/arith is unchanged."""
     monkeypatch.chdir(runs.parent)
     before = {p: p.read_bytes() for p in Path("runs").rglob("*") if p.is_file()}
+    shutil.copytree("runs/arith/checkpoint-step000002", "copy/checkpoint-step000002")
+    Path("link").symlink_to(runs / "arith/checkpoint-step000002")
     older = ["--resume", "runs/arith/checkpoint-step000002"]
     cases = {"used": ([*older, "--name", "part"], 2, "error: run folder runs/part already exists"),
              "held": ([*older, "--name", "new"], 2, "error: run folder runs/arith is in use by another process"),
              "refused": ([*older, "--name", "new", "--clip", "kl3"], 2, "error: --clip kl3 cannot change"),
              "done": (["--resume", "runs/arith/checkpoint", "--name", "new"], 0,
-                      "run runs/arith/checkpoint is finished (step 4 of 4, evaluated): nothing to do")}
+                      "run runs/arith/checkpoint is finished (step 4 of 4, evaluated): nothing to do"),
+             "itself": ([*older, "--name", "arith"], 2, "later steps; runs/arith is the run itself; give another "
+                        "--name to go on from step 2"),
+             "path": ([*older, "--name", "../new"], 2, "error: --name ../new: a run folder's name, not a path"),
+             "none": (["--resume", "runs/arith/checkpoint-step000003"], 2, "step000003: no such checkpoint "
+                      "(runs/arith holds checkpoint, checkpoint-step000002)\n"),
+             "link": (["--resume", "link"], 2, f"error: --resume link is a checkpoint of the run folder "
+                      f"{runs / 'arith'}: --resume takes the run folder (--resume {runs / 'arith'}), and goes on"),
+             "copy": (["--resume", "copy/checkpoint-step000002"], 2, "is a checkpoint that no run folder holds: "
+                      "--resume takes a run folder, and goes on")}
     for case, (argv, code, said) in cases.items():
         sys.modules.pop("my_rewards", None)
         with held(Path("runs/arith")) if case == "held" else contextlib.nullcontext():
@@ -331,7 +343,7 @@ def test_a_branch_that_cannot_start_leaves_both_folders_as_they_were(runs, capsy
                 train.main(argv)
         out = capsys.readouterr()
         assert e.value.code == code and said in (out.err if code else out.out), (case, out)
-        assert not Path("runs/new").exists()
+        assert (out.err.count("\n"), *map(Path.exists, map(Path, ("runs/new", "new")))) == (bool(code), False, False)
     assert {p: p.read_bytes() for p in Path("runs").rglob("*") if p.is_file()} == before
 
 

@@ -344,16 +344,22 @@ def test_bad_report_flags_are_one_line(tmp_path, capsys, args, message):
     assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
 
 
-def test_a_destination_that_cannot_start_is_one_line_and_leaves_no_folder(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("raised, said", [  # what wandb raises (WANDB_MODE=bogus; a 300-character project)
+    ("1 validation error for Settings\nmode\n  Input should be 'online' or 'offline' [input_value='bogus']",
+     "1 validation error for Settings mode Input should be 'online' or 'offline' [input_value='bogus']"),
+    (f"Invalid project name '{'p' * 300}': exceeded 128 characters",
+     f"Invalid project name '{'p' * 39}... exceeded 128 characters")])
+def test_a_destination_that_cannot_start_is_one_line_and_leaves_no_folder(tmp_path, capsys, monkeypatch, raised,
+                                                                        said):
     def offline(*args):
-        raise RuntimeError("network unreachable")
+        raise RuntimeError(raised)
     monkeypatch.setattr(metrics_log.Wandb, "__init__", offline)
     with pytest.raises(SystemExit) as e:
         train.main([*FAST, "--out-dir", str(tmp_path), "--name", "n", "--steps", "1",
                     "--report-to", "tensorboard", "wandb"])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --report-to wandb could not start (RuntimeError: network unreachable)"]
+    assert err == [f"error: --report-to wandb could not start (RuntimeError: {said})"]
     assert not (tmp_path / "n").exists()  # tensorboard/, opened first, went with the folder
 
 

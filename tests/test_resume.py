@@ -1,4 +1,4 @@
-"""A resume never rewrites what a run was (nanoatr/machinery/resume.py RESUME_RULES, SFT_RESUME_RULES): every flag of
+"""A resume never rewrites what a run was (nanoatr/machinery/resume.py RESUME_RULES, sft.py's SFT_RESUME_RULES): every flag of
 train.py and sft.py is classified, and each is run through the command's own argument path with --resume on
 a tiny finished run: a refused flag is one `error:` line naming it, the saved value and why, and leaves the
 folder byte for byte; a recorded one takes effect and config.json keeps the start, the change under
@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 import sft as sft_cli
+from sft import SFT_RESUME_RULES
 import train
 from nanoatr import loss
 from nanoatr.machinery import folder
 from nanoatr.machinery.flags import TrainConfig, hparam_flags, parse
-from nanoatr.machinery.resume import FREE, RECORDED, RESUME_RULES, SFT_RESUME_RULES, Refused
+from nanoatr.machinery.resume import FREE, RECORDED, RESUME_RULES, Refused
 from test_train import FAST
 from tiny import make_default, make_model_dir
 
@@ -28,7 +29,7 @@ from plot import run_legend  # noqa: E402
 import runs_table  # noqa: E402
 from conftest import jsonl, strict, strict_file  # noqa: E402
 
-HOW = ("classify it in nanoatr/machinery/resume.py {table}: Refused(\"why\") when continuing with another value would "
+HOW = ("classify it in {table}: Refused(\"why\") when continuing with another value would "
        "make the run something it was not started as, RECORDED when that is a legitimate experiment (the "
        "record says from which step), FREE when it does not change what is trained; then give it a value "
        "in tests/test_resume.py {values}")
@@ -84,8 +85,8 @@ SFT_VALUES = {
 
 
 @pytest.mark.parametrize("config, table, rules, values", [
-    (TrainConfig, "RESUME_RULES", RESUME_RULES, TRAIN_VALUES),
-    (sft_cli.SFTConfig, "SFT_RESUME_RULES", SFT_RESUME_RULES, SFT_VALUES)])
+    (TrainConfig, "nanoatr/machinery/resume.py RESUME_RULES", RESUME_RULES, TRAIN_VALUES),
+    (sft_cli.SFTConfig, "sft.py SFT_RESUME_RULES", SFT_RESUME_RULES, SFT_VALUES)])
 def test_every_flag_is_classified_and_has_a_test_value(config, table, rules, values):
     fields = {f.name for f in dataclasses.fields(config)}
     missing = sorted(fields - rules.keys())
@@ -233,10 +234,16 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     assert {k: v for k, v in after.items() if k != "changes"} == {**config, "provenance": after["provenance"]}
     assert after["provenance"][:1] == config["provenance"] and [s["step"] for s in after["provenance"]] == [0, 1, 2, 3]
     assert [list(c) for c in after["changes"]] == [["step", "steps"]] * 3
-    capsys.readouterr()
+    assert "has changed since the last sitting" not in capsys.readouterr().err  # the same reward code
     assert one_error(capsys, train.main, ["--resume", str(run), "--steps", "5", "--data",
                                           f"{start}/data/other.jsonl"]).startswith(
         f"error: --data {start}/data/other.jsonl cannot change on --resume")
+    (elsewhere / "data").mkdir()  # the run's bytes here, under its relative path; its own file changed
+    (elsewhere / "data/t.jsonl").write_text("".join(lines[:16]))
+    (start / "data/t.jsonl").write_text("".join(lines[:15]))
+    for argv in (["--resume", str(run)], ["--resume", f"{run}/checkpoint-step000003", "--name", "b"]):
+        assert one_error(capsys, train.main, [*argv, "--steps", "5"]).startswith(
+            f"error: {start / 'data/t.jsonl'} has changed since the run started")
 
 
 def settings(config: dict) -> dict:
@@ -324,6 +331,33 @@ def test_a_change_recorded_past_the_checkpoint_is_restamped_at_it(tmp_path):
     assert strict_file(tmp_path / "config.json")["changes"] == [
         {"step": 1, "steps": {"from": 2, "to": 3}}, {"step": 2, "steps": {"from": 3, "to": 4}},
         {"step": 2, "eval_every": {"from": 0, "to": 1}}]
+
+
+def test_a_branch_trains_and_records_the_run_as_it_stood_at_its_step(train_runs, tmp_path, capsys):
+    """Changes recorded before, at and after a branch's step (1 or 2): it keeps those at or before it and
+    trains under them; a plain resume of it finds it finished, and one that trains on records its own."""
+    run = copy_of(train_runs["full"], tmp_path)  # step 1, then a change at 1 and one at 2
+    train.main(["--resume", str(run), "--steps", "2", "--eval-every", "1", "--keep-checkpoints", "3"])
+    train.main(["--resume", str(run), "--steps", "4", "--eval-every", "3"])
+    at1, at2 = json.loads((run / "config.json").read_text())["changes"]
+    capsys.readouterr()
+    for step, kept, steps in [(1, [at1], 2), (2, [at1, at2], 4)]:
+        branch = tmp_path / f"from{step}"
+        train.main(["--resume", f"{run}/checkpoint-step00000{step}", "--name", branch.name])
+        assert f", from step {step} of {run} (its log up to there copied)\n" in capsys.readouterr().out
+        config = json.loads((branch / "config.json").read_text())
+        assert config["changes"] == kept and settings(config) == settings(json.loads(
+            (run / "config.json").read_text())) | {"name": branch.name, "out_dir": str(tmp_path),
+                                                           "branched_from": config["branched_from"]}
+        with pytest.raises(SystemExit) as e:  # finished at its own --steps
+            train.main(["--resume", str(branch)])
+        assert e.value.code == 0 and f"(step {steps} of {steps}, evaluated)" in capsys.readouterr().out
+        if steps < 4:  # step 3 evaluated: its --eval-every 1
+            train.main(["--resume", str(branch), "--steps", "4"])
+        rows = [json.loads(line) for line in (branch / "metrics.jsonl").open()]
+        assert [r["step"] for r in rows if "eval/mean@2" in r] == [0, 1, 2, 3, 4]  # 3: --eval-every 1 or 3
+        assert json.loads((branch / "config.json").read_text())["changes"][len(kept):] == \
+            [{"step": 2, "steps": {"from": 2, "to": 4}}] * (steps < 4)
 
 
 @pytest.mark.parametrize("changes", [{"step": 1}, [{"steps": {"from": 1, "to": 2}}],

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import eval as eval_cli
 import train
@@ -108,22 +110,14 @@ def test_a_function_is_told_the_runs_progress_as_trls_trainer_state():
         rewards.at(8, 32).per_function([STANDARD] * 2, ["5", "6"], [[1]] * 2)
 
 
-def test_a_function_that_changes_its_arguments_changes_no_problem():
-    def vandal(prompts, reward_model, **kwargs):
-        prompts[1][0]["content"] = "changed"
-        reward_model[1]["ground_truth"] = "changed"
-        return [0.0, 0.0]
-    score(vandal, [STANDARD, CHAT], ["a", "b"])
-    assert CHAT.messages[0]["content"] == "What is 2+3?"
-    assert CHAT.fields["reward_model"]["ground_truth"] == "5"
-
-
 def test_each_function_gets_its_own_copy_of_every_argument():
     """A function that edits its lists in place (TRL users write such code) changes nothing the next function
-    grades: answer, completions, completion ids, prompts and every column are each function's own."""
-    def grade_then_blank(completions, answer, completion_ids, prompts, level, **kwargs):
+    grades, nor the problems: answer, completions, completion ids, prompts (a chat's messages too) and every
+    column (a dict in one too) are each function's own."""
+    def grade_then_blank(completions, answer, completion_ids, prompts, level, reward_model, **kwargs):
         answer[:] = ["wrong"] * len(answer)
         completions[0], completion_ids[0][0], prompts[0], level[0] = "x", -1, "p", 99
+        prompts[1][0]["content"], reward_model[1]["ground_truth"] = "changed", "changed"
         return [0.0] * len(completions)
     seen = []
 
@@ -131,9 +125,12 @@ def test_each_function_gets_its_own_copy_of_every_argument():
         seen.append((completions, answer, completion_ids, prompts, level))
         return [float(a in c) for c, a in zip(completions, answer)]
     scores = Rewards((grade_then_blank, spy), ("a", "b"), (1.0, 1.0)).per_function(
-        [STANDARD, STANDARD], ["so 5", "6"], [[11, 12], [13]])
-    assert seen == [(["so 5", "6"], ["5", "5"], [[11, 12], [13]], ["What is 2+3?"] * 2, [1, 1])]
-    assert scores[:, 1].tolist() == [1.0, 0.0]
+        [STANDARD, CHAT], ["so 5", "6"], [[11, 12], [13]])
+    chat = [{"role": "user", "content": "What is 2+3?"}]
+    assert seen == [(["so 5", [{"role": "assistant", "content": "6"}]], ["5", "5"], [[11, 12], [13]],
+                     ["What is 2+3?", chat], [1, None])]
+    assert scores[:, 1].tolist() == [1.0, 0.0] and CHAT.messages == chat
+    assert CHAT.fields["reward_model"] == {"ground_truth": "5"}
 
 
 @pytest.mark.parametrize("empty", [lambda xs: xs.clear(), lambda xs: xs.__setitem__(slice(None), [None] * len(xs))])
@@ -317,22 +314,52 @@ def test_what_trl_takes_is_taken_numpy_and_torch_values_and_async_functions():
 
 
 @pytest.mark.parametrize("source, message", [
-    ("def f(completions, answer):\n    return [0.0] * len(completions)",
-     "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
-     "completion_ids, answer, trainer_state): got an unexpected keyword argument 'prompts'; a reward function takes them by "
-     "name, the ones it does not use as **kwargs (TRL calls it so too)"),
-    ("def f(completions, /, **kwargs):\n    return [0.0] * len(completions)",
-     "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
-     "completion_ids, answer, trainer_state): 'completions' parameter is positional only, but was passed as a keyword"),
-    ("def f(completions, solution, **kwargs):\n    return [0.0] * len(completions)",
-     "reward function f cannot be called with the batch's keyword arguments (prompts, completions, "
-     "completion_ids, answer, trainer_state): missing a required argument: 'solution'"),
-])
+    ("def f(completions, answer):", "reward function f has no **kwargs, but this batch would pass it prompts, "
+     "completion_ids, trainer_state (TRL passes every column): add **kwargs to its parameters"),
+    ("def f(completions, /, **kwargs):", "reward function f takes 'completions' by position only; it is "
+     "passed by name")])
 def test_a_signature_that_cannot_take_the_batch_is_one_line_naming_no_row(write, source, message):
-    path = write("user_reward_signature.py", source + "\n")
+    path = write("user_reward_signature.py", source + "\n    return [0.0] * len(completions)\n")
     with pytest.raises(RewardError) as e:
         from_flags([f"{path}:f"], [], math_reward).per_function(PROBLEMS, ["a", "b", "c"], [[1]] * 3)
-    assert str(e.value).startswith(message) and "row" not in str(e.value), str(e.value)
+    assert str(e.value) == message
+
+
+BATCH = ["completions", "answer", "level"]  # a file's keyword arguments (few: each signature may take them all)
+
+
+@st.composite
+def signatures(draw) -> str:
+    """def f(...) over some of BATCH's names and two others: positional-only, either way or keyword-only,
+    with and without a default; *args or not, **kwargs or not."""
+    names = draw(st.lists(st.sampled_from([*BATCH, "scale", "gold"]), unique=True, max_size=5))
+    kinds = sorted(draw(st.lists(st.sampled_from([0, 1, 2]), min_size=len(names), max_size=len(names))))
+    parts, defaulted = [], False  # kinds: 0 positional-only, 1 either, 2 keyword-only
+    for name, kind in zip(names, kinds):
+        defaulted = default = draw(st.booleans()) or (defaulted and kind < 2)  # Python's rule for positionals
+        parts.append(f"{name}=1" if default else name)
+    if kinds.count(0):
+        parts.insert(kinds.count(0), "/")
+    if (star := draw(st.booleans())) or 2 in kinds:  # *args, else a bare * before the keyword-only ones
+        parts.insert(len(parts) - kinds.count(2), "*args" if star else "*")
+    return f"def f({', '.join(parts + ['**kw'] * draw(st.booleans()))}):\n    return []\n"
+
+
+@settings(max_examples=400, deadline=None)
+@given(signatures())
+def test_the_signature_check_accepts_exactly_what_pythons_call_accepts(source):
+    """The check before the run folder (reward_flags.check_signatures) against an actual call with the
+    batch's keyword arguments: a function Python can call is never refused, one it cannot is one line."""
+    space = {}
+    exec(source, space)
+    try:
+        space["f"](**dict.fromkeys(BATCH))
+        accepted = True
+    except TypeError:
+        accepted = False
+    problem = rewards_module.signature_problem(space["f"], "f", BATCH, "x.jsonl")
+    assert (problem is None) == accepted, (source, problem)
+    assert accepted or (problem.startswith("reward function f ") and "\n" not in problem)
 
 
 def test_a_batch_that_fails_only_whole_says_so():
@@ -455,10 +482,15 @@ def test_a_reward_failing_mid_run_keeps_the_steps_done_and_the_run_resumes(write
                             "fixed)")
     assert checkpoint.check(run / "checkpoint")[0] == 2
     sys.modules.pop(path.stem)  # a new process: the fixed file is imported afresh
+    before = checkpoint._sha256(path)
     path.write_text("def flaky(completions, **kwargs):\n    return [float(len(c) % 2) for c in completions]\n")
     train.main(["--resume", str(run)])
     assert [r["step"] for r in metrics(run) if "loss" in r] == [1, 2, 3, 4]
     assert checkpoint.check(run / "checkpoint")[0] == 4
+    assert f"note: the file of reward function flaky has changed since the last sitting (its SHA-256 is not the " \
+           f"one {run / 'config.json'} records): the steps from 2 on are graded by it\n" in capsys.readouterr().err
+    sittings = json.loads((run / "config.json").read_text())["provenance"]  # which code graded, per sitting
+    assert [s["reward_sha256"] for s in sittings] == [{"flaky": before}, {"flaky": checkpoint._sha256(path)}]
 
 
 def test_a_reward_failing_in_the_first_evaluation_leaves_no_run_folder(write, tmp_path, capsys):
@@ -469,14 +501,6 @@ def test_a_reward_failing_in_the_first_evaluation_leaves_no_run_folder(write, tm
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2
     assert err[-1].startswith("error: reward function nope raised KeyError: 'score' on row 0")
-    assert not (tmp_path / "r").exists()
-
-
-def test_a_bad_reward_flag_is_one_line_and_leaves_no_run_folder(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--reward", f"{tmp_path}/none.py:f"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and err == [f"error: --reward {tmp_path}/none.py:f: no file {tmp_path}/none.py"]
     assert not (tmp_path / "r").exists()
 
 

@@ -3,7 +3,6 @@ one error line for a run that cannot be read. It backs docs/results.md's check t
 trains the edges run's seed 0 as the edges run's commits did."""
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -50,24 +49,29 @@ def test_a_metric_one_run_lacks_is_named_not_compared(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == "logged by one run only (not compared): groups_zero_std"
 
 
-def test_runs_without_a_step_in_common_are_not_the_same(tmp_path, capsys):
-    a, b = run(tmp_path / "a", TRAIN[:1]), run(tmp_path / "b", TRAIN[1:])
+def test_a_row_one_run_lacks_is_a_difference_and_equal_non_finite_values_are_equal(tmp_path, capsys):
+    odd = {"step": 2, "loss": math.nan, "kl3": math.inf, "w": [0.5, -math.inf, math.nan]}
+    a, b = run(tmp_path / "a", [TRAIN[0], odd, EVAL0]), run(tmp_path / "b", [TRAIN[0], odd, TRAIN[2]])
     assert same_run.main([str(a), str(b)]) == 1
-    assert capsys.readouterr().out.strip() == "no step in common"
+    assert capsys.readouterr().out.splitlines() == [
+        "step 0 eval: logged by the first run only", "step 1 train: identical (2 metrics)",
+        "step 2 train: identical (3 metrics)", "step 3 train: logged by the second run only"]
+    assert same_run.main([str(a), str(b), "--steps", "2"]) == 1 and same_run.main([str(b), str(b)]) == 0
+    assert same_run.main([str(run(tmp_path / "c", TRAIN[:1])), str(run(tmp_path / "d", TRAIN[1:]))]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "no step in common"
 
 
 @pytest.mark.parametrize("content", [None, "not json\n", '{"loss": 1}\n', b"\xff\xfe\n"])
-def test_an_unreadable_run_is_one_error_line_naming_its_file(tmp_path, content):
+def test_an_unreadable_run_is_one_error_line_naming_its_file(tmp_path, content, capsys):
     good = run(tmp_path / "good", TRAIN)
     bad = tmp_path / "bad"
     bad.mkdir()
     if content is not None:
         path = bad / "metrics.jsonl"
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
-    out = subprocess.run([sys.executable, str(ROOT / "scripts/same_run.py"), str(good), str(bad)],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: ") and "metrics.jsonl" in out.stderr
+    assert same_run.main([str(good), str(bad)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and out.err.startswith("error: ") and "metrics.jsonl" in out.err
 
 
 def test_a_committed_run_is_identical_to_itself():

@@ -8,14 +8,16 @@ import json
 import os
 import secrets
 import shutil
+import sys
 import time
 from pathlib import Path
 
 from nanoatr.machinery import checkpoint, distributed
-from nanoatr.machinery.checkpoint import CheckpointError, _sha256, reason, replace_bytes, write_bytes
+from nanoatr.machinery.checkpoint import CheckpointError, _sha256, reason, replace_bytes, warn, write_bytes
 from nanoatr.machinery.flags import ConfigError
-from nanoatr.machinery.metrics_log import RunLog, TensorBoard, Wandb, repair_jsonl
+from nanoatr.machinery.metrics_log import RunLog, TensorBoard, Wandb, jsonl_rows, past
 from nanoatr.machinery.resume import recorded_changes
+from nanoatr.rewards import one_line
 
 
 LOCK = ".lock"
@@ -58,14 +60,15 @@ class RunFolder:
                                   f"them. Start a new run (--name), or remove {self.path / 'metrics.jsonl'} "
                                   "and samples.jsonl to redo this one from step 0")
 
-    def write_config(self, cfg, change: dict | None = None):
+    def write_config(self, cfg, change: dict | None = None, code: dict | None = None):
         """config.json: a new run's settings (the config dataclass, resolved). A resumed run's stay what it
         started with; this resume's change (resumed_config), if any, is added to its "changes" at the
         checkpoint's step. A change recorded past that step (a damaged newer checkpoint was skipped) took
-        effect at it in the steps redone, and says so. Every start adds its "provenance" (distributed's)."""
-        path = self.path / "config.json"
+        effect at it in the steps redone, and says so. Every start adds its "provenance" (distributed's) with
+        `code`, {--reward function: its file's SHA-256}, as "reward_sha256" (a resume says which changed)."""
+        path, ran = self.path / "config.json", {"reward_sha256": code} if code else {}
         if not self.resuming:
-            write_json_atomic(path, {**record(cfg), "provenance": [distributed.provenance(0)]})
+            write_json_atomic(path, {**record(cfg), "provenance": [distributed.provenance(0) | ran]})
             return
         saved, step = json.loads(path.read_text()), self.state["step"]
         earlier = recorded_changes(saved, path)
@@ -73,7 +76,12 @@ class RunFolder:
         if change:
             changes.append({"step": step, **change})
         before = saved.get("provenance") if isinstance(saved.get("provenance"), list) else []  # as found
-        sitting = {"provenance": [*before, distributed.provenance(step)]}
+        recorded = [s.get("reward_sha256") for s in before if isinstance(s, dict)]  # None: not recorded
+        last = next((r for r in reversed(recorded) if isinstance(r, dict)), {})  # the last sitting's
+        if changed := [k for k, sha in (code or {}).items() if last.get(k, sha) != sha]:
+            warn(f"note: the file of reward function {', '.join(changed)} has changed since the last sitting "
+                 f"(its SHA-256 is not the one {path} records): the steps from {step} on are graded by it")
+        sitting = {"provenance": [*before, distributed.provenance(step) | ran]}
         write_json_atomic(path, {**saved, **({"changes": changes} if changes != earlier else {}), **sitting})
 
     def open_reporters(self, cfg):
@@ -91,7 +99,7 @@ class RunFolder:
             except Exception as e:  # an optional package: whatever it raises is its own
                 for reporter in opened:
                     reporter.close()
-                raise ConfigError(f"--report-to {name} could not start ({type(e).__name__}: {e})") from None
+                raise ConfigError(f"--report-to {name} could not start ({one_line(e)})") from None
         self.log.send_to(opened)
 
     def discard(self) -> str:
@@ -120,6 +128,19 @@ class RunFolder:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+
+def reward_code(rewards, n: int) -> dict[str, str | None]:
+    """Which code grades: {name: the SHA-256 of its module's file} of the first n functions (--reward's)."""
+    modules = [sys.modules.get(getattr(fn, "__module__", "")) for fn in rewards.functions[:n]]
+    return {name: _sha256(getattr(m, "__file__", None) or "") for m, name in zip(modules, rewards.names)}
+
+
+def run_name(name: str) -> str:
+    """--name as given: a folder's name, never a path ('/', '.' or '..': a ConfigError)."""
+    if "/" in name or name in (".", ".."):
+        raise ConfigError(f"--name {name}: a run folder's name, not a path: --out-dir says where it goes")
+    return name
 
 
 def record(cfg) -> dict:
@@ -173,12 +194,6 @@ class RunLock:
             os.close(self.fd)  # closing the descriptor drops the flock
             self.fd = None
 
-    def __enter__(self):
-        return self if self.fd is not None else self.acquire()
-
-    def __exit__(self, *exc):
-        self.release()
-
 
 def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
     """A new run folder `new` (locked; a used one is refused) that goes on from `run`'s checkpoint `chosen`
@@ -193,10 +208,10 @@ def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
             if problem is not None:
                 raise CheckpointError(f"--resume {chosen}: not a usable checkpoint ({problem})")
             shutil.copytree(chosen, new / checkpoint.LATEST, copy_function=link_or_copy)
-            for name in ("metrics.jsonl", "samples.jsonl"):
+            for name in ("metrics.jsonl", "samples.jsonl"):  # its whole rows up to `step`
                 if (run / name).is_file():
-                    shutil.copyfile(run / name, new / name)
-                    repair_jsonl(new / name, step)
+                    rows = jsonl_rows(run / name)[0]
+                    write_bytes(new / name, b"".join(line + b"\n" for line, r in rows if not past(r, step)))
             saved = json.loads((run / "config.json").read_text())
             write_json_atomic(new / "config.json", branched_record(saved, run, chosen, step, new))
         finally:
@@ -212,9 +227,10 @@ def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
 
 
 def branched_record(saved: dict, run: Path, chosen: Path, step: int, new: Path) -> dict:
-    """A branch's config.json: the run's as it stood at its checkpoint of `step` (the changes and sittings
-    from before it), named for its new folder, and "branched_from": where it came from."""
-    changes = [c for c in recorded_changes(saved, run / "config.json") if c["step"] < step]
+    """A branch's config.json: the run's as it stood at its checkpoint of `step` (the changes recorded at or
+    before it, the sittings from before it), named for its new folder, and "branched_from": where it came
+    from. Session trains it so (resumed_config's at_step)."""
+    changes = [c for c in recorded_changes(saved, run / "config.json") if c["step"] <= step]
     sittings = [p for p in saved.get("provenance") or [] if isinstance(p, dict) and p.get("step", 0) < step]
     return {**{k: v for k, v in saved.items() if k != "changes"}, **({"changes": changes} if changes else {}),
             "name": new.name, "out_dir": str(new.parent), "provenance": sittings,

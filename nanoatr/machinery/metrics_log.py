@@ -150,7 +150,7 @@ class TensorBoard:
 
 class Wandb:
     """--report-to wandb: a Weights & Biases run in --wandb-project (else WANDB_PROJECT, else nanoatr) named
-    after the run folder (else WANDB_NAME), the settings as its config, each number of a row logged at its
+    WANDB_NAME (else after the run folder), the settings as its config, each number of a row logged at its
     step. WANDB_ENTITY, WANDB_MODE, WANDB_DIR and the rest of wandb's own settings apply. How a resume goes
     on in the same wandb run: docs/machinery.md#metrics-log"""
     ID_FILE = "wandb-id"
@@ -163,20 +163,14 @@ class Wandb:
         if not id_file.is_file():  # a new wandb run: no step sent to it yet
             self.step_file.unlink(missing_ok=True)
             replace_bytes(id_file, secrets.token_hex(4).encode())
-        self.resend_after = self.sent = self.last_step_sent(self.step_file)
+        sent = self.step_file.read_text().strip() if self.step_file.is_file() else "-1"  # -1: none yet
+        if sent != "-1" and not sent.isdigit():
+            raise ValueError(f"{self.step_file} holds {sent[:20]!r}, not a step: remove it to resend every "
+                             "row")
+        self.resend_after = self.sent = int(sent)
         self.run = wandb.init(project=project or os.environ.get("WANDB_PROJECT") or "nanoatr",
                               name=os.environ.get("WANDB_NAME") or run_dir.name,
                               id=id_file.read_text().strip(), resume="allow", config=config)
-
-    @staticmethod
-    def last_step_sent(step_file: Path) -> int:
-        """The step in the wandb-step file; -1 when there is none."""
-        if not step_file.is_file():
-            return -1
-        text = step_file.read_text().strip()
-        if not text.isdigit():
-            raise ValueError(f"{step_file} holds {text[:20]!r}, not a step: remove it to resend every row")
-        return int(text)
 
     def log(self, step: int, values: dict):
         if step <= self.resend_after:  # redone after a crash: the wandb run has this step

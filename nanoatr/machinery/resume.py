@@ -5,7 +5,7 @@ import types
 import typing
 from pathlib import Path
 
-from nanoatr.machinery.checkpoint import KEPT, _sha256, warn
+from nanoatr.machinery.checkpoint import KEPT, LATEST, MANIFEST, STATE, _sha256, warn
 from nanoatr.machinery.flags import ConfigError, flag
 from nanoatr.data import located
 
@@ -38,7 +38,7 @@ REWARDS = Refused("a run keeps the rewards it trains on; start a new run for ano
 SCHEDULE = Refused("the learning rates so far followed the run's schedule; the resumed steps go on with it")
 
 # The fields of config.py's shared groups (PromptFlags, TrainingFlags, EvalFlags, RunFlags): train.py's and
-# sft.py's.
+# sft.py's (its SFT_RESUME_RULES).
 SHARED_RESUME_RULES = {
     "system_prompt": PROMPTS, "prompt_template": PROMPTS, "thinking": PROMPTS,
     "micro_batch": RECORDED,  # the same gradient summed in other pieces (rounding): what fits a smaller GPU
@@ -95,47 +95,40 @@ RESUME_RULES = {
     "adam_beta1": OPTIMIZER, "adam_beta2": OPTIMIZER,  # the checkpoint's optimizer state holds its betas
 }
 
-# sft.py's SFTConfig: every field, as above.
-SFT_RESUME_RULES = {
-    **SHARED_RESUME_RULES,
-    "model": WEIGHTS,
-    "data": Refused("the run's batches are drawn from its own file"),
-    "eval_data": EVALUATION,
-    "max_len": Refused("it changes which examples are trained (and the evaluation's budget)"),
-    "skip_long": Refused("it changes which examples are trained"),
-    "batch_size": Refused("the run's data order is drawn per batch size"),
-    "warmup": Refused("it changes the run's learning-rate schedule"),
-    "epochs": RECORDED, "steps": RECORDED,  # train further (or stop sooner): each epoch has its own shuffle
-}
-
 
 def named_checkpoint(resume: str) -> tuple[str, Path | None]:
     """--resume RUN, or RUN/checkpoint or RUN/checkpoint-stepN (TRL's resume_from_checkpoint): (the run
     folder, the checkpoint named, or None)."""
     named = Path(resume) if Path(resume).name else Path(resume).resolve()  # ".": its name
-    if (named.name == "checkpoint" or KEPT.match(named.name)) and (named.parent / "config.json").is_file():
+    if (named.name == LATEST or KEPT.match(named.name)) and (named.parent / "config.json").is_file():
+        if not named.is_dir():
+            there = sorted(p.name for p in named.parent.iterdir() if p.name == LATEST or KEPT.match(p.name))
+            raise ConfigError(f"--resume {resume}: no such checkpoint ({named.parent} holds "
+                              f"{', '.join(there) or 'none'})")
         return str(named.parent), named
     return resume, None
 
 
-def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None):
-    """(config, change): the run's settings as it last ran (cfg.resume/config.json with its recorded changes),
-    with the flags given now on top, and this resume's change, {field: {"from": a, "to": b}} for each RECORDED
-    flag given with a value other than the run's ({} when none). A Refused flag (or a method hyper-parameter
-    in `hparams`) given with another value is a ConfigError naming it, the saved value and why; a path
-    naming the run's own files is the run's value, however spelled (docs/machinery.md#resume)."""
+def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None, at_step: int | None = None):
+    """(config, change): the run's settings as it last ran (cfg.resume/config.json with its recorded changes;
+    at_step: as it stood then, a branch's) with the flags given now on top, and this resume's change, {field:
+    {"from": a, "to": b}} for each RECORDED flag given with a value other than the run's ({} when none). A
+    Refused flag (or a method hyper-parameter in `hparams`) given with another value is a ConfigError naming
+    it, the saved value and why; a path naming the run's own files is the run's value, however spelled."""
     saved_file = Path(cfg.resume) / "config.json"
-    named = Path(cfg.resume) if Path(cfg.resume).name else Path(cfg.resume).resolve()  # ".": its name
-    if named.name.startswith("checkpoint") and (named.parent / "config.json").is_file():
-        raise ConfigError(f"--resume {cfg.resume} is a checkpoint of the run folder {named.parent}: --resume "
-                          f"takes the run folder (--resume {named.parent}), and goes on from its newest "
+    if (Path(cfg.resume) / MANIFEST).is_file() or (Path(cfg.resume) / STATE).is_file():  # a checkpoint
+        holder = Path(cfg.resume).resolve().parent  # a copy's: no run folder; a symbolic link's: its target's
+        there = f"of the run folder {holder}: --resume takes the run folder (--resume {holder})" if (
+            holder / "config.json").is_file() else "that no run folder holds: --resume takes a run folder"
+        raise ConfigError(f"--resume {cfg.resume} is a checkpoint {there}, and goes on from its newest "
                           "usable checkpoint")
     if not saved_file.is_file():
         raise ConfigError(f"--resume {cfg.resume}: no config.json there: not a run folder, or one whose "
                           "start never finished (start it again, without --resume)")
     try:
         saved = json.loads(saved_file.read_text())
-        run = type(cfg)(**checked_settings(type(cfg), settings_now(saved, saved_file), saved_file))
+        run = type(cfg)(**checked_settings(type(cfg), settings_now(saved, saved_file, at_step),
+                                                    saved_file))
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as e:
         raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
     found = dataclasses.replace(run, **{k: paths(k, getattr(run, k), lambda p: from_start(p, run.workdir))
@@ -169,8 +162,9 @@ def checked_settings(cls, settings: dict, where) -> dict:
     """config.json's settings, none missing (but those ADDED_LATER), each of its field's type; else a
     ConfigError naming the file and the key."""
     if missing := sorted({f.name for f in dataclasses.fields(cls)} - settings.keys() - ADDED_LATER):
-        raise ConfigError(f"{where} lacks {', '.join(map(json.dumps, missing))}: a resumed run goes on with "
-                          "the settings it ran with, not defaults; put them back, or start a new run")
+        shown = ", ".join(map(json.dumps, missing[:4])) + f" and {len(missing) - 4} more" * bool(missing[4:])
+        raise ConfigError(f"{where} lacks {shown}: a resumed run goes on with the settings it ran with, not "
+                          "defaults; put them back, or start a new run")
     for k, tp in typing.get_type_hints(cls).items():
         if k in settings and not of_type(settings[k], tp):
             raise ConfigError(f'{where} has "{k}": {json.dumps(settings[k])}, not of its type '
@@ -260,12 +254,14 @@ def recorded_changes(saved: dict, where) -> list[dict]:
     return changes
 
 
-def settings_now(saved: dict, where) -> dict:
-    """A run's settings as it last ran: those config.json says it started with, each change applied."""
+def settings_now(saved: dict, where, at_step: int | None = None) -> dict:
+    """A run's settings as it last ran (at_step: as it stood at that step): those config.json says it started
+    with, each change applied (at_step: each recorded at or before it)."""
     records = ("changes", "sha256", "provenance", "branched_from")  # not settings
     settings = {k: v for k, v in saved.items() if k not in records}
     for change in recorded_changes(saved, where):
-        settings.update({k: v["to"] for k, v in change.items() if k != "step"})
+        if at_step is None or change["step"] <= at_step:
+            settings.update({k: v["to"] for k, v in change.items() if k != "step"})
     return settings
 
 

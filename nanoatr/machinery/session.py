@@ -23,7 +23,7 @@ from nanoatr.machinery.resume import RESUME_RULES, change_text, named_checkpoint
 from nanoatr.machinery.flags import (ConfigError, apply_preset, band, check_schedule_kept, delta_warning, die,
                                      resolve, train_flags)
 from nanoatr.machinery.reward_loader import load_rewards
-from nanoatr.machinery.folder import RunFolder, unique_name
+from nanoatr.machinery.folder import RunFolder, reward_code, run_name, unique_name
 from nanoatr.tokenizer import TokenizerError
 
 
@@ -74,13 +74,13 @@ class Session:
         if "resume" in self.given and not self.cfg.resume.strip():  # --resume "$UNSET": not a new run
             raise ConfigError("--resume was given an empty path (an unset shell variable?): name the run "
                               "folder")
-        branch = None
+        run_name(self.cfg.name)  # a folder's name, not a path
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
             run_dir, chosen = named_checkpoint(self.cfg.resume)
-            branch = self.branch_folder(run_dir, chosen)
+            branch, at = self.branch_folder(run_dir, chosen) or (None, None)  # at: the step it goes on from
             given = self.given - {"name", "out_dir"} if branch else self.given
             cfg, self.change = resumed_config(dataclasses.replace(self.cfg, resume=run_dir), given,
-                                              RESUME_RULES, hparams=self.hparams)
+                                              RESUME_RULES, hparams=self.hparams, at_step=at)
             if branch:  # from here on the new folder is the run resumed
                 cfg = dataclasses.replace(cfg, resume=str(branch), name=branch.name,
                                           out_dir=str(branch.parent))
@@ -88,10 +88,11 @@ class Session:
             hparams = cfg.hparams or {}
         else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
             cfg = dataclasses.replace(apply_preset(self.cfg, self.given), workdir=os.getcwd())
-            hparams, self.change = self.hparams, {}
+            hparams, self.change, branch = self.hparams, {}, None
         self.d = d = distributed.setup(cfg.device)
         self.cfg = cfg = resolve(cfg, hparams, d.world, self.given)
         self.rewards = load_rewards(cfg, [cfg.data, *cfg.eval_data])  # checked against the files' columns
+        self.reward_code = reward_code(self.rewards, len(cfg.reward))  # config.json records it
         # The run folder first, before minutes of loading: a used name, a second process on the same
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
         self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
@@ -117,24 +118,25 @@ class Session:
         self.threads = distributed.CpuThreads(cfg.threads, d.device)
         self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
 
-    def branch_folder(self, run_dir: str, chosen: Path | None) -> Path | None:
+    def branch_folder(self, run_dir: str, chosen: Path | None) -> tuple[Path, int] | None:
         """--resume RUN/checkpoint-stepN --name NEW (or --out-dir): the new folder that goes on from that
-        checkpoint (RunFolder's branch_of), RUN left as it is. Without a new folder, the checkpoint named must
-        be RUN's newest usable one (the run goes on in place), or a ConfigError says how to branch."""
+        checkpoint (RunFolder's branch_of) and its step N, RUN left as it is. Without a new folder, the
+        checkpoint named must be RUN's newest usable one (the run goes on in place), or a ConfigError says
+        how to branch."""
         if chosen is None:
             return None
+        step, problem = checkpoint.check(chosen, load=False)
+        if problem is not None:
+            raise ConfigError(f"--resume {self.cfg.resume}: not a usable checkpoint ({problem})")
         named = {"name", "out_dir"} & self.given
         new = Path(self.cfg.out_dir if "out_dir" in named else Path(run_dir).parent,
                    self.cfg.name if "name" in named else Path(run_dir).name)
         if named and real_path(new) != real_path(run_dir):
-            return new
-        step, problem = checkpoint.check(chosen, load=False)
-        if problem is not None:
-            raise ConfigError(f"--resume {self.cfg.resume}: not a usable checkpoint ({problem})")
-        newest = checkpoint.latest(run_dir)
-        if (last := checkpoint.check(newest, load=False)[0]) > step:
+            return new, step
+        if (last := checkpoint.check(checkpoint.latest(run_dir), load=False)[0]) > step:
+            itself = f"{new} is the run itself; give another --name" if named else "give --name NEW"
             raise ConfigError(f"--resume {self.cfg.resume} holds step {step}, and {run_dir}'s newest "
-                              f"checkpoint step {last}: the run keeps its later steps; give --name NEW to go "
+                              f"checkpoint step {last}: the run keeps its later steps; {itself} to go "
                               f"on from step {step} in a new run folder (beside it, its record up to step "
                               f"{step} copied)")
         return None
@@ -147,7 +149,7 @@ class Session:
         self.model, self.optimizer, self.tokenizer_files = model, optimizer, tokenizer_files
         if self.d.main:
             self.folder.open_reporters(self.cfg)
-            self.folder.write_config(self.cfg, self.change)
+            self.folder.write_config(self.cfg, self.change, self.reward_code)
 
     def steps(self, progress=None):
         """The steps from the checkpoint's to --steps, under a progress bar (`progress(row)`: its fields).
@@ -162,13 +164,13 @@ class Session:
                 for step in self.bar:
                     self.thread_count = self.threads.adjust()
                     yield step
-                    if interrupts.requested(d):
+                    stop = interrupts.requested(d)
+                    if stop or (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                         self.save(step + 1)
+                    if stop or interrupts.requested(d):  # also one that came while saving: no step more
                         distributed.barrier(d)
                         self.interrupted_at = (step + 1, interrupts.signal)
                         return
-                    if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-                        self.save(step + 1)
             finally:
                 self.bar = None
 
@@ -208,11 +210,13 @@ class Session:
         if (warning := delta_warning(cfg)) and self.d.main:
             print(warning, file=sys.stderr)
         n = sum(p.numel() for p in trained)
+        source = self.folder.branch_of  # a branch: the run it goes on from
+        branched = f" of {source[0]} (its log up to there copied)" if source else ""
         self.say(f"run {self.dir}: {model.num_parameters() / 1e6:.2f}M parameters ({n / 1e6:.2f}M trained"
                  f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {n_problems} training problems, "
                  f"{self.d.world} x {self.d.device.type}, --clip {cfg.clip} {cfg.hparams}{band(cfg)}"
                  + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
-                    if beta else "") + (f", from step {self.start}" if self.start else "")
+                    if beta else "") + (f", from step {self.start}{branched}" if self.start else "")
                  + (f" ({change_text(self.change)})" if self.change else ""))
         if cfg.reward or cfg.correct_reward:
             self.say(f"accuracy, Mean@k and Pass@k count a completion correct when {self.rewards.judge} "
