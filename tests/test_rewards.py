@@ -21,7 +21,7 @@ from nanoatr import rewards as rewards_module
 from nanoatr.rewards import RewardError, Rewards, countdown_reward, math_reward
 from nanoatr.machinery.reward_loader import from_flags
 from nanoatr.verifier import countdown, verify
-from conftest import jsonl, strict_file
+from conftest import jsonl, metrics, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -423,10 +423,6 @@ def test_two_functions_of_one_name_and_a_file_named_like_a_loaded_module_are_ref
 
 # ----------------------------------------------------------------------------
 # train.py and eval.py with your rewards
-
-def metrics(run_dir: Path) -> list[dict]:
-    return jsonl(run_dir / "metrics.jsonl")
-
 
 def test_train_py_runs_on_rewards_from_a_file_each_logged_by_name(write, tmp_path):
     """Two functions, weights 2 and 1: reward/<name> is each one's mean over what it scored (null: nothing),

@@ -127,8 +127,9 @@ ARMS, SAME = ["--clip", "clip", "kl3"], ["d", "+1", "kl3", "-1", "clip"]
     (["--clp", "kl3"], "error: unrecognized arguments: --clp kl3 (see --help); --clp: did you mean "
                        "--clip?"),
     (["--clip", "kl3:nope=1"], "--nope is neither a hyper-parameter of its method nor a train.py flag"),
-    (["--clip", "kl3:eval_t=1"], "--eval-t is neither a hyper-parameter of its method nor a train.py flag; did "
-                                 "you mean eval_temperature or eval_top_p?"),
+    (["--clip", "kl3:eval_t=1"],
+     "--eval-t is neither a hyper-parameter of its method nor a train.py flag; did you mean eval_temperature or "
+     "eval_top_p?"),
     (["--clip", "kl3:agg=dr-grpo"], "did you mean aggregation?"),   # flags in full, as train.py takes them
     (["--clip", "kl3:seed=1"], "--seed is one for the whole sweep"),
     (["--clip", "kl3:eval_data=x.jsonl"], "--eval-data is one for the whole sweep"),
