@@ -489,17 +489,6 @@ def test_a_reward_failing_mid_run_keeps_the_steps_done_and_the_run_resumes(write
     assert [s["reward_sha256"] for s in sittings] == [{"flaky": before}, {"flaky": checkpoint._sha256(path)}]
 
 
-def test_a_reward_failing_in_the_first_evaluation_leaves_no_run_folder(write, tmp_path, capsys):
-    path = write("user_reward_raises.py", "def nope(completions, **kwargs):\n    raise KeyError('score')\n")
-    with pytest.raises(SystemExit) as e:
-        train.main([*TINY, "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "2",
-                    "--eval-k", "2", "--out-dir", str(tmp_path), "--name", "r", "--reward", f"{path}:nope"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2
-    assert err[-1].startswith("error: reward function nope raised KeyError: 'score' on row 0")
-    assert not (tmp_path / "r").exists()
-
-
 @pytest.mark.parametrize("command", ["train", "eval"])
 def test_a_reward_file_that_calls_sys_exit_is_one_line_exit_2(write, tmp_path, capsys, command):
     """sys.exit(0) in a --reward file is no success: one line naming the file, exit 2, no run folder."""
