@@ -217,7 +217,7 @@ def main(argv=None):
     try:
         if cfg.resume:  # the run's settings; a flag that may change is recorded (SFT_RESUME_RULES)
             cfg, change = resumed_config(cfg, given, SFT_RESUME_RULES)
-        else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
+        else:  # a new run records where it starts: its relative paths are relative to it (resume.from_start)
             cfg = dataclasses.replace(cfg, workdir=os.getcwd())
         check(cfg, given)
         model_dir = local_dir(cfg.model)  # a hub id: read from (or fetched into) its cache, as train.py does

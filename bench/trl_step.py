@@ -76,10 +76,10 @@ Models (--models):
             every reward is 0: the work is the same as with real rewards (zero advantages skip nothing
             on either side).
 Per phase (generate, reward, forward, backward, optimizer, other) the time is taken by wrapping each
-side's functions with a timer (perf_counter, no profiler): ours train.generate, train.grade, the
-Scorer's forward and train.policy_loss; TRL's _generate_single_turn, _calculate_rewards,
-compute_loss, _clip_grad_norm and optimizer.step (callbacks); both torch.Tensor.backward and
-torch.nn.utils.clip_grad_norm_. "other" is the rest of the step.
+side's functions with a timer (perf_counter, no profiler): ours rollout.generate, train.grade, the
+Scorer's forward and loss.policy_loss (where train.py calls them); TRL's _generate_single_turn,
+_calculate_rewards, compute_loss, _clip_grad_norm and optimizer.step (callbacks); both
+torch.Tensor.backward and torch.nn.utils.clip_grad_norm_. "other" is the rest of the step.
 
 The last line is the speed-up, TRL's step time over ours, e.g.
 `GRPO step ours/TRL: embedded 2.05x, 58M 1.52x`.

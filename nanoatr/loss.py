@@ -248,7 +248,7 @@ def policy_loss(method: str, logp: Tensor, old_logp: Tensor, advantages: Tensor,
     KL(pi_old || pi_theta) over the vocabulary, needed by kl-full (value only) and truly-ppo (with
     gradient); build it with nanoatr.scoring.full_kl. generator: the RNG of clip-cov's random token
     choice (default: torch's global RNG).
-    hparams: the method's, already checked (cli.check_hparams); missing ones take the method's defaults.
+    hparams: the method's, already checked (flags.check_hparams); missing ones take the method's defaults.
     num_sequences / num_tokens: sequences and valid tokens of the whole optimizer step; max_new_tokens:
     the completion budget (Dr. GRPO's constant). Methods that use "sequences" (gspo, gspo-token) always
     aggregate with seq-mean-token-mean. compile=True runs the torch.compile'd fusion (a failed compile:

@@ -22,7 +22,7 @@ Adding a method takes three steps:
      and each knob becomes a train.py flag (--knob); mark with @uses(...) anything it reads beyond
      ratio / advantages / old_logp (full_kl, noise, or "sequences" for a loss per sequence)
   2. add `"my-rule": my_rule` to METHODS at the end of this file: it is now a --clip choice
-  3. if a knob is new, give it a range in RULES (a name of config.RANGES; without one it need only be finite)
+  3. if a knob is new, give it a range in RULES (a name of flags.RANGES; without one it need only be finite)
 The generic tests then run on it (`python -m pytest tests/test_loss.py -k my-rule`): padding,
 micro-batch invariance, compiled == eager, metrics, its docstring's "Flags:" line, and that it cuts a
 token pushed far the way its advantage pushes, on the side it reports.
@@ -397,7 +397,7 @@ METHODS = {
     "gspo": gspo, "gspo-token": gspo_token, "kl3-adaptive": kl3_adaptive, "kl3-seq": kl3_seq,
 }
 
-# The allowed values of each hyper-parameter: a range of config.RANGES. A knob that is not listed here
+# The allowed values of each hyper-parameter: a range of flags.RANGES. A knob that is not listed here
 # must merely be a finite number.
 RULES = {
     "eps": "(0,1)", "eps_low": "(0,1]", "eps_high": ">0", "dual_clip_c": ">1", "delta": ">0", "tau_pos": ">0",

@@ -131,7 +131,7 @@ def format_prompt(tokenizer, problem, template: str | None = None, system_prompt
 def ignored_prompt_flags(tokenizer, template: str | None, system_prompt: str | None,
                          enable_thinking: bool | None) -> str | None:
     """A --system-prompt or --thinking / --no-thinking that this tokenizer's prompt would silently ignore,
-    as one line, or None. (With --prompt-template both are errors already: config.ignored_prompt_flag.)"""
+    as one line, or None. (With --prompt-template both are errors already: flags.ignored_prompt_flag.)"""
     if template is not None:
         return None
     chat = getattr(tokenizer, "chat_template", None)

@@ -94,6 +94,10 @@ def jsonl(path) -> list:
     return [strict(line) for line in Path(path).read_text().splitlines()]
 
 
+def metrics(run_dir) -> list:
+    return jsonl(Path(run_dir) / "metrics.jsonl")
+
+
 TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
             max_position_embeddings=256)
@@ -119,6 +123,13 @@ def hf_dir(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("hf_tied" if request.param else "hf_untied")
     model.save_pretrained(path)
     return path, model
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """A one-layer tied model directory with the embedded task's tokenizer (tests/tiny.py); none changes it."""
+    from tiny import make_model_dir
+    return make_model_dir(tmp_path_factory.mktemp("tiny"), num_hidden_layers=1, tie_word_embeddings=True)
 
 
 @pytest.fixture(scope="session")

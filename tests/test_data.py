@@ -109,12 +109,6 @@ def test_a_surrogate_pair_and_a_row_nested_64_deep_are_read(tmp_path):
     assert rows[0].question == "\U0001f600 A" and rows[1].fields["x"]["a"]["a"]["a"] is not None
 
 
-def test_json_list_file(tmp_path):
-    path = tmp_path / "d.json"
-    path.write_text(json.dumps([{"problem": "A", "answer": 1}, dapo_row("B", "2")]))
-    assert [(p.answer, p.messages is None) for p in load_problems(path)] == [("1", True), ("2", False)]
-
-
 def test_error_messages_name_file_and_line(tmp_path):
     assert error(tmp_path / "nope.jsonl") == f"{tmp_path / 'nope.jsonl'}: file not found"
     assert error(tmp_path / "nope.jsonl", limit=0).endswith("file not found")
@@ -141,9 +135,6 @@ def test_error_messages_name_file_and_line(tmp_path):
         ({"prompt": [], "reward_model": {"ground_truth": "1"}},
          ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content', one of them "
          "from the user; found []"),
-        ({"prompt": [{"role": "user", "content": [{"type": "image", "image": "A.png"}]}], "answer": "1"},
-         ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content'"),  # text parts:
-        # tests/test_data_formats.py
         ({"prompt": [{"role": "system", "content": "S"}], "answer": "1"},
          ":1: 'prompt' must be text or a list"),  # no user message
         ({"prompt": None, "answer": "1"}, ":1: 'prompt' must be text or a list of chat messages"),

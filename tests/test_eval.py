@@ -19,11 +19,6 @@ PROBLEMS = {"alpha": [("12+34", "46"), ("5*6", "30"), ("70-8", "62")], "beta": [
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_model_dir(tmp_path_factory.mktemp("tiny"), num_hidden_layers=1, tie_word_embeddings=True)
-
-
-@pytest.fixture(scope="module")
 def data(tmp_path_factory):
     files, tmp_path = [], tmp_path_factory.mktemp("data")
     for name, rows in PROBLEMS.items():

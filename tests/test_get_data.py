@@ -17,6 +17,7 @@ from nanoatr.data import load_problems  # noqa: E402
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 from conftest import jsonl, strict_file  # noqa: E402
+from hub_fixtures import omr_row  # noqa: E402
 
 TEMPLATE = ("Solve the following math problem step by step. The last line of your response should be of the form "
             "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{}\n\n"
@@ -27,12 +28,6 @@ def dapo_row(problem, truth, index):
     return {"data_source": "math_dapo", "prompt": [{"content": TEMPLATE.format(problem), "role": "user"}],
             "ability": "MATH", "reward_model": {"ground_truth": truth, "style": "rule-lighteval/MATH_v2"},
             "extra_info": {"index": index}}
-
-
-def omr_row(problem, solution, answer, kind="has_answer_extracted"):
-    return {"expected_answer": answer, "problem_type": kind, "problem_source": "aops_c4_high_school_math",
-            "generation_model": "DeepSeek-R1", "pass_rate_72b_tir": "0.5", "problem": problem,
-            "generated_solution": solution, "inference_mode": "cot", "used_in_kaggle": False}
 
 
 def solved(answer, worked="We add the two numbers and simplify the result step by step"):

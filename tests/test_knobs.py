@@ -16,15 +16,11 @@ from nanoatr.machinery.flags import ConfigError, TrainConfig, check_schedule_kep
 from nanoatr.loss import overlong_penalty
 from nanoatr.rollout import Rollout
 from nanoatr.machinery import step_metrics
-from conftest import jsonl
+from conftest import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data",
          "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24", "--no-compile", "--lr", "1e-3"]
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return jsonl(run_dir / "metrics.jsonl")
 
 
 # ----------------------------------------------------------------------------

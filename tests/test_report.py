@@ -17,7 +17,7 @@ import sft
 import train
 from nanoatr.machinery import metrics_log
 from nanoatr.machinery.metrics_log import RunLog
-from conftest import jsonl, strict, strict_file
+from conftest import metrics, strict, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -28,10 +28,6 @@ FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/ari
 def train_run(out: Path, name: str, *args) -> list[dict]:
     train.main([*FAST, "--out-dir", str(out), "--name", name, *args])
     return metrics(out / name)
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return jsonl(run_dir / "metrics.jsonl")
 
 
 def numbers(rows: list[dict]) -> dict[str, list[tuple[int, float]]]:

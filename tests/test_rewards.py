@@ -21,7 +21,7 @@ from nanoatr import rewards as rewards_module
 from nanoatr.rewards import RewardError, Rewards, countdown_reward, math_reward
 from nanoatr.machinery.reward_loader import from_flags
 from nanoatr.verifier import countdown, verify
-from conftest import jsonl, strict_file
+from conftest import jsonl, metrics, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -424,10 +424,6 @@ def test_two_functions_of_one_name_and_a_file_named_like_a_loaded_module_are_ref
 # ----------------------------------------------------------------------------
 # train.py and eval.py with your rewards
 
-def metrics(run_dir: Path) -> list[dict]:
-    return jsonl(run_dir / "metrics.jsonl")
-
-
 def test_train_py_runs_on_rewards_from_a_file_each_logged_by_name(write, tmp_path):
     """Two functions, weights 2 and 1: reward/<name> is each one's mean over what it scored (null: nothing),
     reward_mean the weighted total's, accuracy (--correct-reward total) the share of totals > 0."""
@@ -491,17 +487,6 @@ def test_a_reward_failing_mid_run_keeps_the_steps_done_and_the_run_resumes(write
            f"one {run / 'config.json'} records): the steps from 2 on are graded by it\n" in capsys.readouterr().err
     sittings = json.loads((run / "config.json").read_text())["provenance"]  # which code graded, per sitting
     assert [s["reward_sha256"] for s in sittings] == [{"flaky": before}, {"flaky": checkpoint._sha256(path)}]
-
-
-def test_a_reward_failing_in_the_first_evaluation_leaves_no_run_folder(write, tmp_path, capsys):
-    path = write("user_reward_raises.py", "def nope(completions, **kwargs):\n    raise KeyError('score')\n")
-    with pytest.raises(SystemExit) as e:
-        train.main([*TINY, "--eval-data", str(ROOT / "data/arith/heldout.jsonl"), "--eval-limit", "2",
-                    "--eval-k", "2", "--out-dir", str(tmp_path), "--name", "r", "--reward", f"{path}:nope"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2
-    assert err[-1].startswith("error: reward function nope raised KeyError: 'score' on row 0")
-    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("command", ["train", "eval"])

@@ -8,14 +8,8 @@ from nanoatr.data import Problem
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
 from nanoatr.tokenizer import format_prompt, load_tokenizer, eos_token_ids
-from tiny import make_model_dir
 
 PROMPT = "12+34-5"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_model_dir(tmp_path_factory.mktemp("tiny"), num_hidden_layers=1, tie_word_embeddings=True)
 
 
 @pytest.fixture(scope="module")

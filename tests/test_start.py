@@ -3,7 +3,6 @@ a non-zero exit; a new run folder that holds nothing (no logged row, no checkpoi
 failed after it was made (an error, a bug, sys.exit() in a reward function, Ctrl-C, SIGTERM); a refused
 resume leaves its folder byte for byte, lock file included; a resume never drops logged rows on its own,
 never goes on with settings or problem files other than the run's."""
-import hashlib
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ import pytest
 import train
 from nanoatr.machinery.resume import checked_settings, settings_now
 from nanoatr.machinery.flags import TrainConfig
-from test_diverge import tiny_args
+from test_diverge import digests, tiny_args
 from conftest import jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,11 +55,6 @@ def rewards(tmp_path: Path, name: str) -> list[str]:
     path = tmp_path / f"rewards_{''.join(c if c.isalnum() else '_' for c in tmp_path.name)}.py"
     path.write_text(REWARDS)
     return ["--reward", f"{path}:{name}"]
-
-
-def digests(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def exit_and_error(capsys, argv) -> tuple[int, str]:

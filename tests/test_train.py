@@ -402,16 +402,6 @@ def draws_of(rewards_by_round):
     return draw, calls
 
 
-def test_dynamic_sampling_refills_the_uniform_slots_in_order():
-    # round 0: groups 0 ([1, 1]) and 2 ([0, 0]) are uniform, slot 1 keeps its mixed group.
-    # round 1: 3 prompts (2 x 2 slots, at most the share of 3); only its group 1 is mixed -> slot 0.
-    # round 2: 2 prompts (2 x 1 slot); both mixed, the first -> slot 2; no round 3: every slot is mixed.
-    draw, calls = draws_of([[1, 1, 0, 1, 0, 0], [0, 0, 1, 0, 1, 1], [1, 0, 0, 1], [0, 1] * 3])
-    rounds, picks = loss.dynamic_sampling(draw, share=3, G=2, max_rounds=5)
-    assert calls == [(0, 3), (1, 3), (2, 2)] and len(rounds) == 3
-    assert picks == [(1, 1), (0, 1), (2, 0)]
-
-
 def test_dynamic_sampling_draws_again_only_while_a_slot_is_uniform_and_rounds_are_left():
     as_drawn = [(0, 0), (0, 1), (0, 2)]
     draw, calls = draws_of([[1, 0, 0, 1, 1, 0]])  # every group mixed: nothing to refill

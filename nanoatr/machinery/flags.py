@@ -280,7 +280,7 @@ class RunFlags:
                                     "else nanoatr; the wandb run is named after the run folder unless "
                                     "WANDB_NAME is set; wandb's other WANDB_* settings apply)", RUN)
     workdir: str = arg("", "the directory the run was started in, which the relative paths of its "
-                       "settings are relative to (runs.from_start); empty in a run from before it was "
+                       "settings are relative to (resume.from_start); empty in a run from before it was "
                        "recorded", cli=False)
 
 

@@ -90,7 +90,7 @@ RESUME_RULES = {
     "mask_truncated": METHOD,   # which completions give a gradient
     # Each optimizer step's rate is a function of its index in the run (train.learning_rate): a resume follows
     # the schedule exactly. A linear or cosine one (or a --warmup-ratio) also keeps --steps, and any schedule
-    # --minibatches and --epochs: the numbering of the optimizer steps (session.check_schedule_kept).
+    # --minibatches and --epochs: the numbering of the optimizer steps (flags.check_schedule_kept).
     "lr_scheduler": SCHEDULE, "warmup_steps": SCHEDULE, "warmup_ratio": SCHEDULE,
     "adam_beta1": OPTIMIZER, "adam_beta2": OPTIMIZER,  # the checkpoint's optimizer state holds its betas
 }

@@ -49,7 +49,7 @@ class Session:
 
     def __init__(self, argv=None, doc: str = ""):
         nanoatr.ctrl_c_raises()  # from here on, a Ctrl-C is the session's (a new run folder is removed first)
-        self.folder = self.bar = None  # the runs.RunFolder, once the flags are resolved
+        self.folder = self.bar = None  # the folder.RunFolder, once the flags are resolved
         self.training = False
         self.interrupted_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
         cfg, hparams, given = train_flags(argv, doc)
@@ -86,7 +86,7 @@ class Session:
                                           out_dir=str(branch.parent))
             check_schedule_kept(cfg, self.change)
             hparams = cfg.hparams or {}
-        else:  # a new run records where it starts: its relative paths are relative to it (runs.from_start)
+        else:  # a new run records where it starts: its relative paths are relative to it (resume.from_start)
             cfg = dataclasses.replace(apply_preset(self.cfg, self.given), workdir=os.getcwd())
             hparams, self.change, branch = self.hparams, {}, None
         self.d = d = distributed.setup(cfg.device)
@@ -266,7 +266,7 @@ class Session:
     def fail(self, error, code: int = 2, advice: bool = True):
         """One line for an error. A new run folder that holds nothing of value (no logged row, no checkpoint)
         is removed; one that does is kept, and the line says how to continue it (under `advice`); a resumed
-        one is left as it was (runs.RunFolder.discard)."""
+        one is left as it was (folder.RunFolder.discard)."""
         kept = self.folder.discard() if self.folder is not None else ""
         self.close()
         die(f"{error}{kept if advice else ''}", code)
