@@ -5,7 +5,7 @@ the order a run draws them in (Shard: a step's prompts, sampling seeds and minib
 
 A row's prompt is ``prompt`` (text or chat messages: TRL, DAPO, verl), else ``problem`` / ``question``;
 its gold is the ``answer`` column (``reward_model.ground_truth`` in a row with a ``reward_model``), kept
-as written; its other columns are ``Problem.fields``. Formats, columns, errors: docs/machinery.md#data"""
+as written; its other columns are ``Problem.fields``. Formats, columns, errors: docs/library.md#data"""
 from __future__ import annotations
 
 import codecs
@@ -208,7 +208,7 @@ def repair_latex_escapes(text: str) -> str:
 class Shard:
     """A GRPO step's data, this rank's share: which problems it samples, in which chunks with which seeds,
     and its rows of each minibatch. Every seed is a function of the run's seed and the step, not the rank:
-    a resumed run goes on as if never stopped, N ranks train as one (docs/machinery.md#data)."""
+    a resumed run goes on as if never stopped, N ranks train as one (docs/library.md#data)."""
     seed: int
     prompts_per_step: int
     chunk: int        # prompts sampled together (--rollout-batch, or the rank's whole share)

@@ -9,7 +9,7 @@ per problem (did sample j solve problem i), each sampled n >= k times.
   1 - C(n-c, k) / C(n, k) (Chen et al. 2021), not "any of the first k", which is noisier.
 
 ``summarize`` reports percent, as the paper's tables do. Why so, and the evaluation's entropy:
-docs/machinery.md#evaluate"""
+docs/library.md#evaluate"""
 import math
 import re
 import time

@@ -3,7 +3,7 @@
 Our Qwen3 names its modules as transformers' Qwen3ForCausalLM does, so an adapter saved here loads
 there and one made there loads here. peft replaces the targeted nn.Linear modules in place, inside our
 model, which therefore works as before; the PeftModel around it saves, switches the adapters off and
-merges. peft (~5 s to import) is imported inside the functions that use it: docs/machinery.md#lora"""
+merges. peft (~5 s to import) is imported inside the functions that use it: docs/library.md#lora"""
 import contextlib
 import json
 import sys

@@ -8,7 +8,7 @@
 
 The per-token surrogates live in nanoatr/methods.py (one function each), the log-probs come from
 nanoatr/scoring.py. The deliberate choices (advantages, the log-ratio clamp, padding, the KL penalty,
-aggregation, when hyper-parameters are checked), in one place: docs/machinery.md#loss"""
+aggregation, when hyper-parameters are checked), in one place: docs/library.md#loss"""
 import functools
 import math
 import warnings
@@ -230,7 +230,7 @@ def _fused_loss(method, agg, logp, old_logp, advantages, mask, full_kl, noise, c
 @functools.cache
 def _compiled_loss():
     """torch.compile(_fused_loss), built on first use. dynamic=True: one graph for every B and T; one
-    per method, up to torch._dynamo.config.recompile_limit (8) of them (docs/machinery.md#loss)."""
+    per method, up to torch._dynamo.config.recompile_limit (8) of them (docs/library.md#loss)."""
     return torch.compile(_fused_loss, dynamic=True)
 
 
@@ -347,7 +347,7 @@ class Diverged(Exception):
 def check_finite(where: str, values: dict, all_sum: Callable[[float], float] = float):
     """Stop the run (Diverged, one line) when one of `values` ({what: tensors, numbers, or lists of either})
     is not finite, before the optimizer moves on it, on every rank alike: all_sum(x) sums x over the ranks
-    (float: one process; train.py passes Dist.all_sum). Why stopped, not skipped: docs/machinery.md#loss"""
+    (float: one process; train.py passes Dist.all_sum). Why stopped, not skipped: docs/library.md#loss"""
     for what, v in values.items():
         parts = [torch.as_tensor(x).detach() for x in (v if isinstance(v, list) else [v])]
         finite = not parts or bool(torch.stack([t.isfinite().all() for t in parts]).all())  # one sync

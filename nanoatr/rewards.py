@@ -9,7 +9,7 @@ answer, the row's other columns; trainer_state is the run's progress) and return
 completion, or None for one it does not score. Columns arrive as read, `answer` too; a row without one gets
 the gold there (the --answer-field column), and the built-in rewards (BUILT_IN) always do. Several combine
 by TRL's rule (Rewards.total). Yours runs unsandboxed, on untrusted model output. Its arguments and errors:
-docs/machinery.md#rewards"""
+docs/library.md#rewards"""
 import asyncio
 import copy
 import dataclasses
@@ -119,7 +119,7 @@ OWN_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state")
 
 
 def arguments(problems: list, completions: list[str], completion_ids: list[list[int]]) -> dict[str, list]:
-    """The keyword arguments of a batch (docs/machinery.md#rewards), one entry per completion (each call
+    """The keyword arguments of a batch (docs/library.md#rewards), one entry per completion (each call
     of a function gets its own copy: run)."""
     chat = [p.messages is not None for p in problems]
     columns = list(dict.fromkeys(k for p in problems for k in p.fields))  # every column, in the order met

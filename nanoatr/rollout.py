@@ -4,7 +4,7 @@ Prompts of different lengths are left-padded into one batch, prefilled once, the
 per step for every row, writing keys and values in place into a preallocated cache. A row stops at
 its first EOS (kept and trained on) or after its first stop string. A DecodePlan says how the steps
 run: EAGER here, the fast plans machinery/decoding.py's; every plan gives the same tokens
-(docs/machinery.md#rollout)."""
+(docs/library.md#rollout)."""
 import contextlib
 from dataclasses import dataclass
 from typing import Callable, NamedTuple

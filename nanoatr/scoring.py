@@ -4,7 +4,7 @@ A (B, T, V) tensor is never built on the fast paths: log-softmax runs chunk by c
 backward recomputes each chunk and applies the gradient by hand. Each fast function has an
 obviously-correct `_naive` twin that the tests compare it with. Everything is float32 (float64 stays
 float64), as the sampler's rollout.sampling_logprobs is, so the trainer's and the sampler's numbers
-agree. Its functions at a glance: docs/machinery.md#scoring"""
+agree. Its functions at a glance: docs/library.md#scoring"""
 import contextlib
 from typing import NamedTuple, Optional
 
@@ -144,7 +144,7 @@ def full_kl(hidden: Tensor, old_hidden: Tensor, weight: Tensor, *, old_weight: O
 
     The input of --clip kl-full and truly-ppo. pi_old's (B, T, V) log-probs are never stored: the caller
     keeps pi_old's final hidden states (B, T, D) and the old logits are recomputed here chunk by chunk with
-    old_weight (the lm_head's, if it is trained; docs/machinery.md#scoring). The gradient flows to hidden
+    old_weight (the lm_head's, if it is trained; docs/library.md#scoring). The gradient flows to hidden
     and weight, never to the old side."""
     B, T, D = hidden.shape
     old_weight = weight.detach() if old_weight is None else old_weight.detach()
@@ -234,7 +234,7 @@ def check_sampler_agrees(logp, sampler_logp, mask, dtype: str) -> float:
 
     Both are pi_old's log-probs of the same tokens by different code (a full forward vs the KV-cache
     decode): in float32 they agree up to rounding, and a gap over 1e-2 is a bug that fails loudly rather
-    than training on wrong ratios; in bfloat16 it is only logged (docs/machinery.md#scoring)."""
+    than training on wrong ratios; in bfloat16 it is only logged (docs/library.md#scoring)."""
     gap = float(((logp.detach() - sampler_logp).abs() * mask).max()) if mask.any() else 0.0
     if dtype == "float32" and gap > 1e-2:
         raise RuntimeError(f"the trainer's log-probs differ from the sampler's by up to {gap:.2e}: they "

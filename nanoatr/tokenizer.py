@@ -2,7 +2,7 @@
 
 With a chat template the problem becomes a user message; otherwise (base models) `--prompt-template` is
 filled in. A sample stops at an EOS token or after the first `--stop` string (StopStrings, which
-rollout.generate applies). Where each comes from: docs/machinery.md#tokenizer"""
+rollout.generate applies). Where each comes from: docs/library.md#tokenizer"""
 import json
 import shutil
 from pathlib import Path
@@ -79,7 +79,7 @@ def eos_ids(value, where: Path) -> list[int]:
 def eos_token_ids(tokenizer, *model_dirs) -> list[int]:
     """EOS ids: the tokenizer's, and those of every model directory given (a base and its adapter, say):
     the union of the tokenizer's, generation_config.json's and config.json's, so that a sample never runs
-    past a token that any of them calls an end (docs/machinery.md#tokenizer)."""
+    past a token that any of them calls an end (docs/library.md#tokenizer)."""
     ids = {tokenizer.eos_token_id}
     for d in filter(None, model_dirs):
         for name in ("generation_config.json", "config.json"):

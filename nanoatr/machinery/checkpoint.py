@@ -1,6 +1,6 @@
 """Crash-safe checkpoints of a run: written (save), validated (check, latest), repaired after a crash
 (recover) and loaded (load_state); the durable writes (write_bytes, replace_bytes) serve folder.py too.
-Their layout and what they guarantee: docs/machinery.md#checkpoints"""
+Their layout and what they guarantee: docs/library.md#checkpoints"""
 import contextlib
 import errno
 import hashlib
@@ -236,7 +236,7 @@ def check(path, load: bool = True, hashes: bool | None = None) -> tuple[int | No
     """(step, None) for a complete checkpoint directory, else (None, what is wrong in one phrase).
 
     Checks sizes, safetensors headers, the JSON config, the tokenizer, (load, or no manifest) that
-    trainer_state.pt unpickles, and (hashes, by default load) each file's SHA-256 (docs/machinery.md)."""
+    trainer_state.pt unpickles, and (hashes, by default load) each file's SHA-256 (docs/library.md)."""
     path = Path(path)
     manifest, digests = None, {}
     if (path / MANIFEST).is_file():

@@ -1,6 +1,6 @@
 """How decode steps run fast: the plan each device gets, and the runner that compiles and replays a step.
 It changes no token (tests/test_decode.py compares every plan with the eager loop). How and why:
-docs/machinery.md#decoding"""
+docs/library.md#decoding"""
 import contextlib
 import ctypes
 import functools
@@ -33,7 +33,7 @@ def run_steps(step, model, sampling, generator, plan: DecodePlan):
 @functools.cache
 def steady_cpu_allocator() -> bool:
     """Fix glibc malloc's mmap threshold at 32 MB (its largest), once per process; False without glibc.
-    Why: docs/machinery.md#decoding."""
+    Why: docs/library.md#decoding."""
     try:
         libc = ctypes.CDLL("libc.so.6")
         # M_MMAP_THRESHOLD (-3) and M_TRIM_THRESHOLD (-1)
@@ -142,7 +142,7 @@ class CudaGraphs:
 
     def drop(self):
         """Forget every graph, and take a fresh pool for the next ones (a capture into a retired pool fails
-        an allocator assert, issue 35: docs/machinery.md#decoding)."""
+        an allocator assert, issue 35: docs/library.md#decoding)."""
         self.graphs.clear()
         self.pool = torch.cuda.graph_pool_handle()
 
@@ -153,7 +153,7 @@ COMPILED = {}  # a decode step -> its torch.compile, or the step itself once com
 def compiled_step(step):
     """torch.compile(step) as one graph (fullgraph), built on first use and kept: one compile per process.
     dynamic=True makes the batch, the cache's length and the window symbolic from the first call, so no
-    size change compiles it again (docs/machinery.md#decoding)."""
+    size change compiles it again (docs/library.md#decoding)."""
     if step not in COMPILED:
         COMPILED[step] = torch.compile(step, fullgraph=True, dynamic=True)
     return COMPILED[step]

@@ -1,6 +1,6 @@
 """Several processes, one device each: torchrun and its collectives, the precision the model runs in,
 CPU threads, signals, and what a run ran on (provenance). Without torchrun (no WORLD_SIZE)
-every helper is the identity. How and why: docs/machinery.md#distributed"""
+every helper is the identity. How and why: docs/library.md#distributed"""
 import contextlib
 import datetime
 import importlib.metadata
@@ -141,7 +141,7 @@ def precision(dtype: str, device: torch.device):
 class CpuThreads:
     """How many torch threads to run on the CPU: `threads` if given (--threads N), else as many as the
     cores this process may use that other processes leave idle (--threads 0, the default), measured by
-    `adjust()` before each step. Why: docs/machinery.md#distributed."""
+    `adjust()` before each step. Why: docs/library.md#distributed."""
 
     def __init__(self, threads: int = 0, device: torch.device = torch.device("cpu")):
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []

@@ -388,7 +388,7 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
 
 # The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags,
 # with --minibatches 4 (each group of 8 its own optimizer step) so that the ratio moves and clipping acts:
-# why, docs/machinery.md#train-config.
+# why, docs/library.md#train-config.
 PRESETS = {"paper": {
     "lora_rank": 32, "lora_alpha": 64.0,
     "lr": 5e-6, "weight_decay": 1e-3,                   # AdamW

@@ -127,7 +127,7 @@ class RunLog:
 class TensorBoard:
     """--report-to tensorboard: event files in <run>/tensorboard/ (`tensorboard --logdir runs` shows every
     run), each number of a row a scalar under its metrics.jsonl name, the settings a text entry "config".
-    Every start resends metrics.jsonl whole, marking step 0 a restart (docs/machinery.md#metrics-log)."""
+    Every start resends metrics.jsonl whole, marking step 0 a restart (docs/library.md#metrics-log)."""
     FOLDER = "tensorboard"
     name = "tensorboard"
     resend_after = -1
@@ -152,7 +152,7 @@ class Wandb:
     """--report-to wandb: a Weights & Biases run in --wandb-project (else WANDB_PROJECT, else nanoatr) named
     WANDB_NAME (else after the run folder), the settings as its config, each number of a row logged at its
     step. WANDB_ENTITY, WANDB_MODE, WANDB_DIR and the rest of wandb's own settings apply. How a resume goes
-    on in the same wandb run: docs/machinery.md#metrics-log"""
+    on in the same wandb run: docs/library.md#metrics-log"""
     ID_FILE = "wandb-id"
     STEP_FILE = "wandb-step"
     name = "wandb"

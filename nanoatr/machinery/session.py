@@ -1,6 +1,6 @@
 """train.py's flags and its run around the loop: TrainConfig, then the Session (the run folder made or
 resumed and locked, the metrics log, checkpoints on schedule, Ctrl-C / SIGTERM, the CPU thread count,
-one-line errors). How train.py uses it and what goes wrong how: docs/machinery.md#session"""
+one-line errors). How train.py uses it and what goes wrong how: docs/library.md#session"""
 import dataclasses
 import os
 import signal
@@ -45,7 +45,7 @@ def terminated(signum, frame):
 
 
 class Session:
-    """A run folder opened for training (a context manager): docs/machinery.md#session."""
+    """A run folder opened for training (a context manager): docs/library.md#session."""
 
     def __init__(self, argv=None, doc: str = ""):
         nanoatr.ctrl_c_raises()  # from here on, a Ctrl-C is the session's (a new run folder is removed first)

@@ -1,7 +1,7 @@
 """A Qwen3 checkpoint directory in and out: a local directory or a Hugging Face hub id (local_dir),
 config.json checked into Qwen3Config's fields, the safetensors weights (one file or shards) checked
 against the config, and both written atomically. An unusable directory is a ModelError whose one line
-names the file (docs/machinery.md#model-files)."""
+names the file (docs/library.md#model-files)."""
 import dataclasses
 import json
 import math

@@ -3,7 +3,7 @@ with per-head q/k RMSNorm and RoPE, grouped-query -> residual -> RMSNorm -> SwiG
 RMSNorm -> lm_head; and the KV cache the rollout decodes with.
 
 Parameter names mirror transformers' Qwen3ForCausalLM, so a Hugging Face checkpoint loads with a plain
-`load_state_dict` (docs/machinery.md#qwen3). Three CPU speed variants are named functions below:
+`load_state_dict` (docs/library.md#qwen3). Three CPU speed variants are named functions below:
 real_tokens, decode_attention, blocked_lm_head (docs/speed.md)."""
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
@@ -267,7 +267,7 @@ class KVCache:
     def __init__(self, cfg: Qwen3Config, batch: int, max_len: int, dtype, device, windows: bool = True):
         """windows: decode steps may attend over windows wider than the filled slots (rollout.DecodePlan):
         then each layer gets its own zeroed tensors (an unfilled slot's weight 0 times a NaN is still NaN).
-        Otherwise one uninitialised block, viewed per layer (why one block: docs/machinery.md#qwen3)."""
+        Otherwise one uninitialised block, viewed per layer (why one block: docs/library.md#qwen3)."""
         shape = (batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
         L = cfg.num_hidden_layers
         if windows:

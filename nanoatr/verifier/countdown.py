@@ -3,7 +3,7 @@ r"""The Countdown reward: reach a target from given numbers with + - * /, each n
 ``reward(completion, answer)``, answer "3,8,5,2:19" (the numbers, ':', the target): 1.0 when the LAST
 \boxed{...} holds an expression that uses each number exactly once, only + - * / and parentheses, and
 whose exact value equals the target (8/(3-8/3) = 24 counts); else 0.0. Model text is never evaluated
-(eval/exec/sympy); the MAX_* bounds fix the time; it never raises. In full: docs/machinery.md#countdown"""
+(eval/exec/sympy); the MAX_* bounds fix the time; it never raises. In full: docs/library.md#countdown"""
 from __future__ import annotations
 
 from fractions import Fraction

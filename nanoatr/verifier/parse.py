@@ -1,7 +1,7 @@
 r"""Parsing one math expression: a recursive-descent parser of LaTeX or ASCII into a bounded value.
 
 Nothing is ever eval'd or handed to sympify / parse_expr / parse_latex: every value is built by
-values.py, within its bounds. What it reads: docs/machinery.md#parse"""
+values.py, within its bounds. What it reads: docs/library.md#parse"""
 from __future__ import annotations
 
 import re

@@ -1,7 +1,7 @@
 r"""The shape of an answer: normalisation, then number, list, interval, relation, set, tuple, matrix, ...
 
 `normalize` (both sides) drops layout, units and separators and makes one symbol of each spelling;
-`canonical` gives the shape (Canon.kind). What each keeps and drops: docs/machinery.md#shapes"""
+`canonical` gives the shape (Canon.kind). What each keeps and drops: docs/library.md#shapes"""
 from __future__ import annotations
 
 import math
@@ -106,7 +106,7 @@ def _unwrap_text(s: str) -> str:
 
 
 def normalize(s: str) -> str:
-    """Presentation-only differences removed (docs/machinery.md#shapes lists them)."""
+    """Presentation-only differences removed (docs/library.md#shapes lists them)."""
     s = s.translate(_UNICODE)
     if _NEEDS_REPLACEMENTS.search(s):  # most answers ("42", "3/4") need none of the substitutions
         for pattern, repl in _REPLACEMENTS:

@@ -2,7 +2,7 @@ r"""Exact values with bounds: the numbers and expressions the parser builds, and
 
 A value is a Num: exact (a Fraction while rational, else a sympy object) plus `approx`, its complex
 value at N_POINTS fixed pseudo-random points. Every operation that could blow up refuses with
-ParseError BEFORE building anything (the MAX_* bounds below): docs/machinery.md#values"""
+ParseError BEFORE building anything (the MAX_* bounds below): docs/library.md#values"""
 from __future__ import annotations
 
 import cmath
