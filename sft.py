@@ -102,7 +102,6 @@ from nanoatr.machinery import checkpoint, distributed
 from nanoatr.machinery.decoding import decode_plan
 from nanoatr.data import DataError, Problem, load_problems, load_solutions
 from nanoatr.evaluate import evaluate, fits
-from nanoatr.model import Qwen3
 from nanoatr.machinery.resume import EVALUATION, RECORDED, SHARED_RESUME_RULES, WEIGHTS, Refused
 from nanoatr.machinery.session import Session
 from nanoatr.scoring import token_logprobs
@@ -249,10 +248,7 @@ def setup(session: Session) -> SFTRun:
     examples, dropped = examples_of(cfg, tok, prompt_kw)
     sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
-    model, peft_model = load(model_dir, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
-                             targets=cfg.lora_targets, dtype=getattr(torch, cfg.dtype), device=device,
-                             adapter=resumed, base_name=cfg.model)
-    model.gradient_checkpointing = cfg.grad_checkpoint
+    model, peft_model = lora.load_policy(cfg, model_dir, resumed, device)  # as train.py loads its policy
     check_lengths(cfg, tok, sets, model.config.max_position_embeddings, prompt_kw)
     precision = distributed.precision(cfg.dtype, device)
     recipe = Recipe(cfg.lr, cfg.warmup, cfg.weight_decay, (0.9, 0.95), cfg.grad_clip, cfg.micro_batch)
@@ -422,24 +418,6 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     order = list(range(n))
     random.Random(seed * 1_000_003 + epoch).shuffle(order)
     return order
-
-
-def load(model_dir, *, lora_rank: int = 0, lora_alpha: float = 0.0, targets=lora.TARGETS, dtype=torch.float32,
-         device="cpu", adapter=None, base_name: str | None = None):
-    """(our Qwen3, the PeftModel around it under LoRA or None), as train.py loads a policy: full weights in
-    float32, or the base in `dtype` with LoRA adapters (fresh, or those in `adapter` when resuming) in
-    float32."""
-    if not lora_rank:
-        # resuming: the checkpoint's weights
-        return Qwen3.from_pretrained(adapter or model_dir, device=device), None
-    model = Qwen3.from_pretrained(model_dir, dtype=dtype, device=device)
-    base = base_name or str(model_dir)
-    if adapter is None:
-        peft_model = lora.add_adapters(model, lora_rank, lora_alpha or 2.0 * lora_rank, targets, base=base)
-    else:
-        peft_model = lora.load_adapter(model, adapter, trainable=True, model_dir=model_dir, base=base)
-    peft_model.to(device)
-    return model, peft_model
 
 
 # ----------------------------------------------------------------------------
