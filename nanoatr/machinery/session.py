@@ -1,6 +1,6 @@
-"""A run's life around its loop, train.py's and sft.py's: the Session (flags read and resolved, the run
-folder made or resumed and locked, the metrics log, checkpoints on schedule, Ctrl-C / SIGTERM, the CPU
-thread count, one-line errors). How train.py uses it and what goes wrong how: docs/machinery.md#session"""
+"""The run around train.py's and sft.py's loops: the Session (flags read and resolved, the run folder
+made or resumed and locked, the metrics log, checkpoints on schedule, Ctrl-C / SIGTERM, the CPU thread
+count, one-line errors). How train.py uses it and what goes wrong how: docs/machinery.md#session"""
 import dataclasses
 import os
 import signal
