@@ -2,9 +2,9 @@
 
 A (B, T, V) tensor is never built on the fast paths: log-softmax runs chunk by chunk in forward, and
 backward recomputes each chunk and applies the gradient by hand. The tests compare each fast function
-with an obviously-correct naive twin (token_logprobs_naive; full_kl's in tests/test_loss.py). Everything is float32 (float64 stays
-float64), as the sampler's rollout.sampling_logprobs is, so the trainer's and the sampler's numbers
-agree. Its functions at a glance: docs/machinery.md#scoring"""
+with an obviously-correct naive twin (token_logprobs_naive; full_kl's in tests/test_loss.py). Everything
+is float32 (float64 stays float64), as the sampler's rollout.sampling_logprobs is, so the trainer's and
+the sampler's numbers agree. Its functions at a glance: docs/machinery.md#scoring"""
 import contextlib
 from typing import NamedTuple, Optional
 

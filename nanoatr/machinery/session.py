@@ -171,8 +171,8 @@ class Session:
 
     def steps(self, progress=None, total: int | None = None, desc: str = "train"):
         """The steps from the checkpoint's to `total` (default --steps), under a progress bar (`progress(row)`
-        gives its fields). After each: a checkpoint every --save-every steps and at the last; on Ctrl-C / SIGTERM
-        a checkpoint, and the loop ends (the exit then names the signal)."""
+        gives its fields). After each: a checkpoint every --save-every steps and at the last; on Ctrl-C /
+        SIGTERM a checkpoint, and the loop ends (the exit then names the signal)."""
         cfg, d, total = self.cfg, self.d, total or self.cfg.steps
         self.training, self.progress = True, progress
         bar = tqdm(range(self.start, total), initial=self.start, total=total, desc=desc, unit="step",
