@@ -38,7 +38,7 @@ at Qwen3's vocabulary one (8, 2048, V) float32 tensor would be 10 GB.
 from dataclasses import dataclass
 
 from nanoatr.machinery.flags import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags,
-                                     TrainingFlags, arg, check_flags, die, override, read)
+                                     TrainingFlags, arg, check_flags, override, read)
 
 
 @dataclass
@@ -86,34 +86,26 @@ if __name__ == "__main__":  # --help and a bad flag answer now, before torch loa
     read_flags()
 
 import contextlib
-import dataclasses
 import functools
 import math
-import os
 import random
 import shutil
-import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from nanoatr import lora
 from nanoatr.machinery import checkpoint, distributed
 from nanoatr.machinery.decoding import decode_plan
-from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.data import DataError, Problem, load_problems, load_solutions
 from nanoatr.evaluate import evaluate, fits
-from nanoatr.model import ModelError, Qwen3
-from nanoatr.model.files import local_dir
-from nanoatr.machinery.resume import (EVALUATION, RECORDED, SHARED_RESUME_RULES, WEIGHTS, Refused,
-                                      resumed_config)
-from nanoatr.machinery.folder import RunFolder, run_name, unique_name
+from nanoatr.machinery.resume import EVALUATION, RECORDED, SHARED_RESUME_RULES, WEIGHTS, Refused
+from nanoatr.machinery.session import Session
 from nanoatr.scoring import token_logprobs
-from nanoatr.tokenizer import (TokenizerError, eos_token_ids, format_prompt, ignored_prompt_flags,
-                               load_tokenizer)
+from nanoatr.tokenizer import eos_token_ids, format_prompt, ignored_prompt_flags, load_tokenizer
 
 # What a resume may change: every field of SFTConfig, as resume.py's RESUME_RULES classifies train.py's.
 SFT_RESUME_RULES = {
@@ -154,26 +146,25 @@ def examples_of(cfg: SFTConfig, tok, prompt_kw: dict) -> tuple[list, int]:
     return kept, len(long)
 
 
-def held_out(cfg, model, tok, sets: dict, eos_ids, prompt_kw, precision, step: int, log) -> dict:
+def held_out(job: "SFTRun", session: Session, step: int):
     """Mean@k / Pass@k on every --eval-data file (eval.py's code), logged as eval/<file>/... and their
     mean."""
-    k, row = cfg.eval_k, {"step": step}
-    for name, problems in sets.items():
-        with precision():
-            summary, samples = evaluate(model, tok, problems, k=k,
+    cfg, k, row, shown = job.cfg, job.cfg.eval_k, {}, {}
+    for name, problems in job.sets.items():
+        with job.precision():
+            summary, samples = evaluate(job.model, job.tok, problems, k=k,
                                         max_new_tokens=cfg.eval_max_new_tokens or cfg.max_len,
                                         temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
-                                        eos_ids=eos_ids, batch_size=cfg.eval_batch_size, seed=cfg.seed,
-                                        prompt_kw=prompt_kw, progress=False,
-                                        plan=decode_plan(model.lm_head.weight.device))
+                                        eos_ids=job.eos_ids, batch_size=cfg.eval_batch_size, seed=cfg.seed,
+                                        prompt_kw=job.prompt_kw, progress=False,
+                                        plan=decode_plan(job.model.lm_head.weight.device))
         row.update({f"eval/{name}/{key}": v for key, v in summary.items()})
-        log.samples(step, name, samples[:: max(1, len(samples) // 4)][:4])
+        shown[name] = samples[:: max(1, len(samples) // 4)][:4]
     for key in (f"mean@{k}", f"pass@{k}"):
-        row[f"eval/{key}"] = sum(row[f"eval/{n}/{key}"] for n in sets) / len(sets)
-    log.write(row)
-    tqdm.write(f"step {step}: held-out Mean@{k} {row[f'eval/mean@{k}']:.1f}%  "
-               f"Pass@{k} {row[f'eval/pass@{k}']:.1f}%")
-    return row
+        row[f"eval/{key}"] = sum(row[f"eval/{n}/{key}"] for n in job.sets) / len(job.sets)
+    session.log_eval(step, row, shown)
+    session.say(f"step {step}: held-out Mean@{k} {row[f'eval/mean@{k}']:.1f}%  "
+                f"Pass@{k} {row[f'eval/pass@{k}']:.1f}%")
 
 
 def write_model(cfg: SFTConfig, model_dir: Path, run_dir: Path, model, tok_files: dict) -> Path:
@@ -211,100 +202,101 @@ def check_lengths(cfg: SFTConfig, tok, sets: dict, positions: int, prompt_kw: di
             raise ConfigError(problem)
 
 
+class SFTSession(Session):
+    """sft.py's run: its flags and what a resume may change; made or resumed, checkpointed, stopped by a
+    signal and closed as train.py's (machinery/session.py)."""
+    RULES, branches, prefix = SFT_RESUME_RULES, False, "sft"  # --resume takes the run folder only
+
+    def read_flags(self, argv, doc: str):
+        return read_flags(argv)
+
+    def configure(self, cfg):
+        check(cfg, self.given)
+        return cfg
+
+    def finished(self) -> bool:
+        return False  # resumed after its last step, it evaluates (if not logged) and writes model/ again
+
+
+@dataclass
+class SFTRun:
+    """What the SFT's steps use. model: our Qwen3; peft_model: the PeftModel around it under LoRA, else
+    None."""
+    cfg: SFTConfig
+    model: Any
+    peft_model: Any
+    trainer: "Trainer"
+    tok: Any
+    examples: list            # (prompt ids, completion ids) within --max-len
+    sets: dict                # the --eval-data files' problems, by file name
+    eos_ids: list[int]
+    prompt_kw: dict
+    precision: Any            # autocast context factory (bf16) or nullcontext
+    steps: int                # --steps, or --epochs' worth
+
+
+def setup(session: Session) -> SFTRun:
+    """The tokenizer, the examples and held-out sets, the model (resumed: the checkpoint's) and its
+    optimizer; the run's first line."""
+    cfg, device, model_dir = session.cfg, session.d.device, session.model_dir
+    resumed = session.folder.checkpoint  # the checkpoint it goes on from (None: a new run)
+    tok = load_tokenizer(model_dir)
+    prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
+                     enable_thinking=cfg.thinking)
+    if problem := ignored_prompt_flags(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking):
+        raise ConfigError(problem)
+    examples, dropped = examples_of(cfg, tok, prompt_kw)
+    sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
+    torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
+    model, peft_model = lora.load_policy(cfg, model_dir, resumed, device)  # as train.py loads its policy
+    check_lengths(cfg, tok, sets, model.config.max_position_embeddings, prompt_kw)
+    precision = distributed.precision(cfg.dtype, device)
+    recipe = Recipe(cfg.lr, cfg.warmup, cfg.weight_decay, (0.9, 0.95), cfg.grad_clip, cfg.micro_batch)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id  # pads are never trained
+    trainer = Trainer(model, pad, recipe, precision)
+    if resumed is not None:
+        trainer.opt.load_state_dict(session.folder.state["optimizer"])
+    steps = cfg.steps or math.ceil(cfg.epochs * len(examples) / cfg.batch_size)
+    job = SFTRun(cfg, model, peft_model, trainer, tok, examples, sets, eos_token_ids(tok, model_dir),
+                 prompt_kw, precision, steps)
+    session.started(lambda: (job.peft_model or job.model, job.trainer.opt),
+                    checkpoint.read_tokenizer_files(model_dir))
+    trained, start = sum(p.numel() for p in trainer.params), session.start
+    dropped = f" ({dropped} over --max-len {cfg.max_len} dropped)" if dropped else ""
+    session.say(f"sft {session.folder.path}: {model.num_parameters() / 1e6:.2f}M parameters "
+                f"({trained / 1e6:.2f}M trained{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), "
+                f"{len(examples)} examples{dropped}, {steps} steps of {cfg.batch_size}, {device.type}"
+                + (f", from step {start}" if start else ""))
+    return job
+
+
 def main(argv=None):
-    cfg, _, given = read_flags(argv)
-    folder, change = None, {}
-    try:
-        if cfg.resume:  # the run's settings; a flag that may change is recorded (SFT_RESUME_RULES)
-            cfg, change = resumed_config(cfg, given, SFT_RESUME_RULES)
-        else:  # a new run records where it starts: its relative paths are relative to it (resume.from_start)
-            cfg = dataclasses.replace(cfg, workdir=os.getcwd())
-        check(cfg, given)
-        model_dir = local_dir(cfg.model)  # a hub id: read from (or fetched into) its cache, as train.py does
-        device = distributed.pick_device(cfg.device)
-        run_dir = Path(cfg.resume or Path(cfg.out_dir) / (run_name(cfg.name) or unique_name("sft")))
-        folder = RunFolder(run_dir, resuming=bool(cfg.resume))
-        folder.claim()
-        start = folder.load_checkpoint()
-        ckpt = folder.checkpoint
-        tok, tok_files = load_tokenizer(model_dir), checkpoint.read_tokenizer_files(model_dir)
-        prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
-                         enable_thinking=cfg.thinking)
-        if problem := ignored_prompt_flags(tok, cfg.prompt_template, cfg.system_prompt, cfg.thinking):
-            raise ConfigError(problem)
-        examples, dropped = examples_of(cfg, tok, prompt_kw)
-        sets = {Path(f).stem: load_problems(f, limit=cfg.eval_limit or None) for f in cfg.eval_data}
-        torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
-        model, peft_model = load(model_dir, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
-                                 targets=cfg.lora_targets, dtype=getattr(torch, cfg.dtype), device=device,
-                                 adapter=ckpt, base_name=cfg.model)
-        model.gradient_checkpointing = cfg.grad_checkpoint
-        check_lengths(cfg, tok, sets, model.config.max_position_embeddings, prompt_kw)
-        precision = distributed.precision(cfg.dtype, device)
-        recipe = Recipe(cfg.lr, cfg.warmup, cfg.weight_decay, (0.9, 0.95), cfg.grad_clip, cfg.micro_batch)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id  # pads are never trained
-        trainer = Trainer(model, pad, recipe, precision)
-        if ckpt is not None:
-            trainer.opt.load_state_dict(folder.state["optimizer"])
-        steps = cfg.steps or math.ceil(cfg.epochs * len(examples) / cfg.batch_size)
-        folder.open_log()
-        folder.open_reporters(cfg)  # first: one that cannot start leaves a resumed config.json as it was
-        folder.write_config(cfg, change)
-    except (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
-            distributed.DeviceError) as e:
-        kept = folder.discard() if folder is not None else ""  # a new folder holding nothing is removed
-        die(f"{e}{kept}")
-    trained = sum(p.numel() for p in trainer.params)
-    print(f"sft {run_dir}: {model.num_parameters() / 1e6:.2f}M parameters ({trained / 1e6:.2f}M trained"
-          f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {len(examples)} examples"
-          f"{f' ({dropped} over --max-len {cfg.max_len} dropped)' if dropped else ''}, {steps} steps of "
-          f"{cfg.batch_size}, {device.type}" + (f", from step {start}" if start else ""), flush=True)
-    eos_ids = eos_token_ids(tok, model_dir)
-    try:
-        with distributed.Interrupts() as interrupts:
-            run(cfg, model_dir, run_dir, model, peft_model, trainer, tok, tok_files, examples, sets, eos_ids,
-                prompt_kw, precision, start, steps, folder.log, interrupts)
-    except CheckpointError as e:
-        die(str(e), 1)
-    except KeyboardInterrupt:  # a second Ctrl-C: at once, from the last checkpoint
-        die(f"interrupted; continue with --resume {run_dir} (from its last checkpoint, if one was written)",
-            130)
-    finally:
-        folder.close()
+    with SFTSession(argv, __doc__) as session:  # the run folder made or resumed, locked; errors: one line
+        run(setup(session), session)
 
 
-def run(cfg, model_dir, run_dir, model, peft_model, trainer, tok, tok_files, examples, sets, eos_ids,
-        prompt_kw, precision, start, steps, log, interrupts):
-    """The steps from start to steps: the loss logged every step, held-out Mean@k before, every --eval-every
-    steps and after, checkpoints every --save-every steps; then the whole model in run_dir/model. model: our
-    Qwen3; peft_model: the PeftModel around it under LoRA, else None."""
-    def save(step):
-        checkpoint.save(run_dir, peft_model or model, tok_files,
-                        {"step": step, "optimizer": trainer.opt.state_dict()})
-
-    if sets and not log.has(0) and start == 0:
-        held_out(cfg, model, tok, sets, eos_ids, prompt_kw, precision, 0, log)
+def run(job: SFTRun, session: Session):
+    """The steps from the checkpoint's to job.steps: the loss logged every step, held-out Mean@k before,
+    every --eval-every steps and after, checkpoints and signals the session's (Session.steps); then the whole
+    model in the run folder's model/."""
+    cfg, path = job.cfg, session.folder.path
+    if job.sets and session.start == 0 and not session.evaluated(0):
+        held_out(job, session, 0)
     t0 = time.perf_counter()
-    with tqdm(range(start + 1, steps + 1), initial=start, total=steps, desc="sft", unit="step") as bar:
-        for step in bar:
-            batch = [examples[i] for i in batch_indices(len(examples), step, cfg.batch_size, cfg.seed)]
-            loss = trainer.step(step, batch)
-            log.write({"step": step, "loss": loss, "lr": trainer.recipe.lr_at(step),
-                       "tokens": sum(len(c) for _, c in batch), "time": time.perf_counter() - t0})
-            bar.set_postfix(loss=f"{loss:.3f}")
-            if sets and cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
-                held_out(cfg, model, tok, sets, eos_ids, prompt_kw, precision, step, log)
-            if interrupts.signal is not None:
-                save(step)
-                die(f"stopped by {signal.Signals(interrupts.signal).name} after step {step}; checkpoint "
-                    f"saved (continue with --resume {run_dir})", 128 + interrupts.signal)
-            if step % cfg.save_every == 0 or step == steps:
-                save(step)
-    if sets and not log.has(steps):
-        held_out(cfg, model, tok, sets, eos_ids, prompt_kw, precision, steps, log)
-    print(f"model: {write_model(cfg, model_dir, run_dir, model, tok_files)}  "
-          "(train.py --model, eval.py --model)  "
-          f"metrics: {run_dir / 'metrics.jsonl'}")
+    for step in session.steps(lambda row: {"loss": f"{row['loss']:.3f}"}, total=job.steps, desc="sft"):
+        step += 1  # counted from 1: the warm-up's position
+        batch = [job.examples[i] for i in batch_indices(len(job.examples), step, cfg.batch_size, cfg.seed)]
+        loss = job.trainer.step(step, batch)
+        session.log_step({"step": step, "loss": loss, "lr": job.trainer.recipe.lr_at(step),
+                          "tokens": sum(len(c) for _, c in batch), "time": time.perf_counter() - t0})
+        if job.sets and cfg.eval_every and step % cfg.eval_every == 0 and step < job.steps:
+            held_out(job, session, step)
+    if session.ended_by_signal:
+        return
+    if job.sets and not session.evaluated(job.steps):
+        held_out(job, session, job.steps)
+    model = write_model(cfg, session.model_dir, path, job.model, session.tokenizer_files)
+    session.say(f"model: {model}  (train.py --model, eval.py --model)  metrics: {path / 'metrics.jsonl'}")
 
 
 # ----------------------------------------------------------------------------
@@ -426,24 +418,6 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     order = list(range(n))
     random.Random(seed * 1_000_003 + epoch).shuffle(order)
     return order
-
-
-def load(model_dir, *, lora_rank: int = 0, lora_alpha: float = 0.0, targets=lora.TARGETS, dtype=torch.float32,
-         device="cpu", adapter=None, base_name: str | None = None):
-    """(our Qwen3, the PeftModel around it under LoRA or None), as train.py loads a policy: full weights in
-    float32, or the base in `dtype` with LoRA adapters (fresh, or those in `adapter` when resuming) in
-    float32."""
-    if not lora_rank:
-        # resuming: the checkpoint's weights
-        return Qwen3.from_pretrained(adapter or model_dir, device=device), None
-    model = Qwen3.from_pretrained(model_dir, dtype=dtype, device=device)
-    base = base_name or str(model_dir)
-    if adapter is None:
-        peft_model = lora.add_adapters(model, lora_rank, lora_alpha or 2.0 * lora_rank, targets, base=base)
-    else:
-        peft_model = lora.load_adapter(model, adapter, trainable=True, model_dir=model_dir, base=base)
-    peft_model.to(device)
-    return model, peft_model
 
 
 # ----------------------------------------------------------------------------

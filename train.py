@@ -301,10 +301,10 @@ def train(run: Run, problems, eval_sets: dict, session: Session):
     after = evaluate(run, eval_sets, session, cfg.steps)  # also a resumed run stopped in its last evaluation
     if after:
         session.say(f"step {cfg.steps}: {scores_line(after, k, before)}")
+    path = session.folder.path
     if cfg.merge and run.d.main:
-        merged = lora.merge(session.model_dir, session.dir / 'checkpoint', session.dir / 'merged')
-        session.say(f"merged: {merged}")
-    session.say(f"metrics: {session.dir / 'metrics.jsonl'}  checkpoint: {session.dir / 'checkpoint'}")
+        session.say(f"merged: {lora.merge(session.model_dir, path / 'checkpoint', path / 'merged')}")
+    session.say(f"metrics: {path / 'metrics.jsonl'}  checkpoint: {path / 'checkpoint'}")
 
 
 def evaluate(run: Run, eval_sets: dict, session: Session, step: int) -> dict | None:
@@ -331,8 +331,9 @@ def setup(session: Session) -> tuple[Run, list, dict]:
     cfg, d = session.cfg, session.d
     rewards = session.rewards  # loaded and checked against the files' columns before the run folder
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
-    model, peft_model = lora.load_policy(cfg, session.model_dir, session.checkpoint, d.device)  # base + LoRA?
-    tok_dir = session.checkpoint or session.model_dir
+    resumed = session.folder.checkpoint  # the checkpoint it goes on from (None: a new run)
+    model, peft_model = lora.load_policy(cfg, session.model_dir, resumed, d.device)  # base + LoRA?
+    tok_dir = resumed or session.model_dir
     tok = load_tokenizer(tok_dir)
     prompt_kw = dict(template=cfg.prompt_template, system_prompt=cfg.system_prompt,
                      enable_thinking=cfg.thinking)
@@ -353,15 +354,15 @@ def setup(session: Session) -> tuple[Run, list, dict]:
                       precision=precision)
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, trained)
-    if session.checkpoint is not None:
-        opt.load_state_dict(session.state.pop("optimizer"))
-    session.started(peft_model or model, opt, read_tokenizer_files(tok_dir))
+    if resumed is not None:
+        opt.load_state_dict(session.folder.state.pop("optimizer"))
     chunk = cfg.rollout_batch or cfg.prompts_per_step // d.world
     shard = Shard(cfg.seed, cfg.prompts_per_step, chunk, cfg.group_size, d.rank, d.world)
     run = Run(cfg, model, distributed.wrap(Scorer(model, precision), d), opt, trained, tok,
               eos_token_ids(tok, tok_dir, session.model_dir), make_stopper(tok, cfg.stop),
               rewards, shard, d, precision, peft_model, ref, prompt_kw,
               plan=decode_plan(d.device, cfg.sampler, cfg.temperature))
+    session.started(lambda: (run.peft_model or run.model, run.opt), read_tokenizer_files(tok_dir))
     session.describe(model, trained, len(problems), beta=bool(ref))
     return run, problems, eval_sets
 

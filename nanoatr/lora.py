@@ -194,7 +194,7 @@ def load_model(model_dir, adapter=None, dtype=torch.float32, device="cpu",
 
 
 def load_policy(cfg, model_dir: Path, ckpt: Path | None, device):
-    """train.py's policy from its flags (cfg: TrainConfig), --model as a local directory (model_dir) and the
+    """train.py's and sft.py's policy from their flags (cfg), --model as a local directory (model_dir) and the
     checkpoint it resumes from, if any: (our Qwen3, the PeftModel around it under LoRA or None).
 
     Trained weights are float32 whatever --dtype (AdamW on bf16 weights loses small updates); under
@@ -211,8 +211,9 @@ def load_policy(cfg, model_dir: Path, ckpt: Path | None, device):
         model, peft_model = Qwen3.from_pretrained(ckpt or model_dir, device=device), None
     else:
         model = Qwen3.from_pretrained(model_dir, dtype=getattr(torch, cfg.dtype), device=device)
-        base = cfg.base_name or cfg.model
-        peft_model = add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, base=base) \
+        base = getattr(cfg, "base_name", "") or cfg.model  # (sft.py has no --base-name)
+        alpha = cfg.lora_alpha or 2.0 * cfg.lora_rank
+        peft_model = add_adapters(model, cfg.lora_rank, alpha, cfg.lora_targets, base=base) \
             if ckpt is None else load_adapter(model, ckpt, trainable=True, model_dir=model_dir, base=base)
         peft_model.to(device)
     # Non-reentrant checkpointing (model/qwen3.py) gives LoRA its gradients even though the frozen

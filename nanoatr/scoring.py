@@ -1,10 +1,10 @@
 """Scoring a completion: its tokens' log-probs, entropies and full-vocabulary KL under a policy.
 
 A (B, T, V) tensor is never built on the fast paths: log-softmax runs chunk by chunk in forward, and
-backward recomputes each chunk and applies the gradient by hand. Each fast function has an
-obviously-correct `_naive` twin that the tests compare it with. Everything is float32 (float64 stays
-float64), as the sampler's rollout.sampling_logprobs is, so the trainer's and the sampler's numbers
-agree. Its functions at a glance: docs/library.md#scoring"""
+backward recomputes each chunk and applies the gradient by hand. The tests compare each fast function
+with an obviously-correct naive twin (token_logprobs_naive; full_kl's in tests/test_loss.py). Everything
+is float32 (float64 stays float64), as the sampler's rollout.sampling_logprobs is, so the trainer's and
+the sampler's numbers agree. Its functions at a glance: docs/library.md#scoring"""
 import contextlib
 from typing import NamedTuple, Optional
 
@@ -151,16 +151,6 @@ def full_kl(hidden: Tensor, old_hidden: Tensor, weight: Tensor, *, old_weight: O
     kl = _ChunkedFullKL.apply(hidden.reshape(B * T, D), old_hidden.detach().reshape(B * T, D), weight,
                               old_weight, float(temperature), int(chunk_size))
     return kl.view(B, T)
-
-
-def full_kl_naive(hidden: Tensor, old_hidden: Tensor, weight: Tensor, *, old_weight: Optional[Tensor] = None,
-                  temperature: float = 1.0) -> Tensor:
-    """The obviously-correct twin of full_kl (full (B, T, V) tensors). For tests."""
-    old_weight = weight.detach() if old_weight is None else old_weight.detach()
-    dtype = torch.promote_types(hidden.dtype, torch.float32)
-    new = ((hidden @ weight.T).to(dtype) / temperature).log_softmax(-1)  # (B, T, V)
-    old = ((old_hidden.detach() @ old_weight.T).to(dtype) / temperature).log_softmax(-1)
-    return (old.exp() * (old - new)).sum(-1)
 
 
 # ----------------------------------------------------------------------------

@@ -936,11 +936,18 @@ def test_chunked_logprobs_float32_and_bfloat16():
     assert (logp16 != logp16.bfloat16().float()).any(), "the log-softmax ran in bf16 (no float32 upcast)"
 
 
+def full_kl_naive(hidden, old_hidden, weight, temperature: float = 1.0):
+    """The obviously-correct twin of scoring.full_kl: whole (B, T, V) tensors."""
+    new = ((hidden @ weight.T) / temperature).log_softmax(-1)
+    old = ((old_hidden @ weight.detach().T) / temperature).log_softmax(-1)
+    return (old.exp() * (old - new)).sum(-1)
+
+
 def test_full_kl_equals_naive_and_vanishes_on_policy():
     hidden, weight, _ = head()
     old_hidden = hidden + 0.3 * torch.randn(hidden.shape, generator=torch.Generator().manual_seed(2), dtype=F64)
     results = []
-    for fn, kw in [(S.full_kl, {"chunk_size": 4}), (S.full_kl_naive, {})]:
+    for fn, kw in [(S.full_kl, {"chunk_size": 4}), (full_kl_naive, {})]:
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
         kl = fn(h, old_hidden, w, temperature=0.9, **kw)
         (kl * torch.arange(15, dtype=F64).view(3, 5)).sum().backward()

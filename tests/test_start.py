@@ -188,13 +188,6 @@ def no_checkpoint(run: Path, monkeypatch):
     return []
 
 
-def old_layout(run: Path, monkeypatch):
-    for path in run.glob("checkpoint-step*"):
-        shutil.rmtree(path)
-    (run / "checkpoint").rename(run / "checkpoint.old")
-    return []
-
-
 @pytest.mark.parametrize("case, message", [
     (refuse_wandb, "--report-to wandb could not start (RuntimeError: offline today)"),
     (changed_data, "train16.jsonl has changed since the run started (its SHA-256 is not the one "),
@@ -205,9 +198,8 @@ def old_layout(run: Path, monkeypatch):
     (without("lr", [1]), 'config.json has "lr": [1], not of its type (float)'),
     (no_checkpoint, "has no checkpoint, but its metrics.jsonl logs steps up to 2: a resume would start again at "
                     "step 0 and drop them. Start a new run (--name), or remove "),
-    (old_layout, "keeps its checkpoint in an older layout (checkpoint.old/, no checkpoint/): rename it to "),
 ], ids=["wandb", "data rewritten", "missing key", "a string for a number", "a list for a number",
-        "checkpoints deleted", "checkpoint.old"])
+        "checkpoints deleted"])
 def test_a_refused_resume_is_one_line_and_leaves_the_folder_byte_for_byte(finished, tmp_path, monkeypatch, capsys,
                                                                           case, message):
     run = copy_of(finished, tmp_path)

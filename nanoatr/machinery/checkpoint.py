@@ -226,9 +226,6 @@ def latest(run_dir) -> Path | None:
         bad.append((path, problem))
     if bad:
         raise CheckpointError(f"{run_dir} has no usable checkpoint: {bad[0][0]}: {bad[0][1]}")
-    if (run_dir / "checkpoint.old").is_dir():  # nanoatr before 27 Nov 2026, killed between its two renames
-        raise CheckpointError(f"{run_dir} keeps its checkpoint in an older layout (checkpoint.old/, no "
-                              f"checkpoint/): rename it to {run_dir / LATEST} to resume from it")
     return None
 
 

@@ -1,5 +1,5 @@
 """A run folder: made or resumed under its lock, its JSONL logs and config.json, and what a resume may
-change (train.py's Session and sft.py open theirs as a RunFolder; checkpoints are checkpoint.py's).
+change (train.py's and sft.py's Session opens theirs as a RunFolder; checkpoints are checkpoint.py's).
 Its layout and what it guarantees: docs/library.md#folder"""
 import contextlib
 import dataclasses

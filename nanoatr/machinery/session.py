@@ -1,6 +1,6 @@
-"""train.py's flags and its run around the loop: TrainConfig, then the Session (the run folder made or
-resumed and locked, the metrics log, checkpoints on schedule, Ctrl-C / SIGTERM, the CPU thread count,
-one-line errors). How train.py uses it and what goes wrong how: docs/library.md#session"""
+"""The run around train.py's and sft.py's loops: the Session (flags read and resolved, the run folder
+made or resumed and locked, the metrics log, checkpoints on schedule, Ctrl-C / SIGTERM, the CPU thread
+count, one-line errors). How train.py uses it and what goes wrong how: docs/library.md#session"""
 import dataclasses
 import os
 import signal
@@ -45,16 +45,42 @@ def terminated(signum, frame):
 
 
 class Session:
-    """A run folder opened for training (a context manager): docs/library.md#session."""
+    """A run folder opened for training (a context manager): docs/library.md#session. train.py's; a
+    command with other flags (sft.py) overrides what differs: read_flags, RULES, configure, finished."""
+    RULES = RESUME_RULES  # what a resume may change
+    branches = True       # --resume RUN/checkpoint-stepN --name NEW goes on from it in a new folder
+    prefix = None         # a default run name's first word (None: the --clip method's)
 
     def __init__(self, argv=None, doc: str = ""):
         nanoatr.ctrl_c_raises()  # from here on, a Ctrl-C is the session's (a new run folder is removed first)
-        self.folder = self.bar = None  # the folder.RunFolder, once the flags are resolved
-        self.training = False
+        self.folder = self.bar = self.threads = self.checkpointed = None  # set as the start goes on
+        self.training, self.reward_code = False, None
         self.interrupted_at = None  # (step, signal) when Ctrl-C / SIGTERM ended the loop
-        cfg, hparams, given = train_flags(argv, doc)
-        self.cfg, self.hparams, self.given = cfg, hparams, given
+        self.cfg, self.hparams, self.given = self.read_flags(argv, doc)
         self.sigterm = signal.signal(signal.SIGTERM, terminated)  # the loop has its own; close() puts it back
+
+    def read_flags(self, argv, doc: str):
+        """(config, the method's knobs given, the flags given): the command's command line."""
+        return train_flags(argv, doc)
+
+    def configure(self, cfg):
+        """The config with its defaults filled in (a new run's task and preset, the method's knobs) and every
+        value checked (resolve), the --reward functions loaded and checked against the files' columns; a
+        ConfigError names the flag."""
+        if self.cfg.resume:  # the run's knobs, and its learning-rate schedule kept
+            check_schedule_kept(cfg, self.change)
+        else:
+            cfg = apply_preset(cfg, self.given)
+        cfg = resolve(cfg, cfg.hparams or {} if self.cfg.resume else self.hparams, self.d.world, self.given)
+        self.rewards = load_rewards(cfg, [cfg.data, *cfg.eval_data])
+        self.reward_code = reward_code(self.rewards, len(cfg.reward))  # config.json records it
+        self.threads = distributed.CpuThreads(cfg.threads, self.d.device)
+        return cfg
+
+    def finished(self) -> bool:
+        """A resumed run with nothing left to do: every step done, the last one evaluated."""
+        cfg = self.cfg
+        return self.start == cfg.steps and (not cfg.eval_data or self.folder.log.has(cfg.steps))
 
     def __enter__(self) -> "Session":
         try:
@@ -76,47 +102,39 @@ class Session:
                               "folder")
         run_name(self.cfg.name)  # a folder's name, not a path
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
-            run_dir, chosen = named_checkpoint(self.cfg.resume)
+            run_dir, chosen = named_checkpoint(self.cfg.resume) if self.branches else (self.cfg.resume, None)
             branch, at = self.branch_folder(run_dir, chosen) or (None, None)  # at: the step it goes on from
             given = self.given - {"name", "out_dir"} if branch else self.given
             cfg, self.change = resumed_config(dataclasses.replace(self.cfg, resume=run_dir), given,
-                                              RESUME_RULES, hparams=self.hparams, at_step=at)
+                                              self.RULES, hparams=self.hparams, at_step=at)
             if branch:  # from here on the new folder is the run resumed
                 cfg = dataclasses.replace(cfg, resume=str(branch), name=branch.name,
                                           out_dir=str(branch.parent))
-            check_schedule_kept(cfg, self.change)
-            hparams = cfg.hparams or {}
         else:  # a new run records where it starts: its relative paths are relative to it (resume.from_start)
-            cfg = dataclasses.replace(apply_preset(self.cfg, self.given), workdir=os.getcwd())
-            hparams, self.change, branch = self.hparams, {}, None
+            cfg, self.change, branch = dataclasses.replace(self.cfg, workdir=os.getcwd()), {}, None
         self.d = d = distributed.setup(cfg.device)
-        self.cfg = cfg = resolve(cfg, hparams, d.world, self.given)
-        self.rewards = load_rewards(cfg, [cfg.data, *cfg.eval_data])  # checked against the files' columns
-        self.reward_code = reward_code(self.rewards, len(cfg.reward))  # config.json records it
+        self.cfg = cfg = self.configure(cfg)
         # The run folder first, before minutes of loading: a used name, a second process on the same
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
-        self.dir = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
-            cfg.name or unique_name(cfg.clip), d)
-        self.folder = RunFolder(self.dir, resuming=bool(cfg.resume),
-                                branch_of=branch and (Path(run_dir), chosen))
+        path = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
+            cfg.name or unique_name(self.prefix or cfg.clip), d)
+        self.folder = RunFolder(path, resuming=bool(cfg.resume), branch_of=branch and (Path(run_dir), chosen))
         if d.main:
             self.folder.claim()
         distributed.barrier(d)  # rank 0 has repaired the folder before anyone reads it
         self.start = self.folder.load_checkpoint()
         self.done = self.saved = self.start  # the steps whose metrics line is logged; those checkpointed
-        self.checkpoint, self.state = self.folder.checkpoint, self.folder.state
-        if self.start > cfg.steps:
+        if self.start > cfg.steps > 0:  # (sft.py's --steps 0: as many as its --epochs take)
             raise ConfigError(f"--steps {cfg.steps} is before the checkpoint's step {self.start} in "
-                              f"{self.dir}: give --steps {self.start} or more")
+                              f"{self.folder.path}: give --steps {self.start} or more")
         if d.main:
             self.folder.open_log()
-        if self.start == cfg.steps and d.main and (not cfg.eval_data or self.folder.log.has(cfg.steps)):
-            named = self.folder.branch_of[1] if self.folder.branch_of else self.dir  # a branch's: removed
+        if d.main and self.finished():
+            named = self.folder.branch_of[1] if self.folder.branch_of else path  # a branch's: removed
             raise NothingToDo(f"run {named} is finished (step {self.start} of {cfg.steps}, evaluated): "
                               f"nothing to do; --resume {named} --steps N with N > {self.start} trains "
                               "further")
-        self.threads = distributed.CpuThreads(cfg.threads, d.device)
-        self.model_dir = local_dir(cfg.model, cfg.revision)  # a hub id: fetched into, or read from, its cache
+        self.model_dir = local_dir(cfg.model, getattr(cfg, "revision", None))  # a hub id: fetched or cached
 
     def branch_folder(self, run_dir: str, chosen: Path | None) -> tuple[Path, int] | None:
         """--resume RUN/checkpoint-stepN --name NEW (or --out-dir): the new folder that goes on from that
@@ -141,31 +159,31 @@ class Session:
                               f"{step} copied)")
         return None
 
-    def started(self, model, optimizer, tokenizer_files: dict):
-        """Setup is done: what the checkpoints save; the run's --report-to started, then its config.json
-        written (resumed: this resume's change added to its record; a destination that cannot start leaves
-        it as it was). model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is
-        written)."""
-        self.model, self.optimizer, self.tokenizer_files = model, optimizer, tokenizer_files
+    def started(self, checkpointed, tokenizer_files: dict):
+        """Setup is done: what the checkpoints save, `checkpointed()` -> (model, optimizer), asked at each
+        save (the command's objects hold them); the run's --report-to started, then its config.json written
+        (resumed: this resume's change added to its record; a destination that cannot start leaves it as it
+        was). model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is written)."""
+        self.checkpointed, self.tokenizer_files = checkpointed, tokenizer_files
         if self.d.main:
             self.folder.open_reporters(self.cfg)
             self.folder.write_config(self.cfg, self.change, self.reward_code)
 
-    def steps(self, progress=None):
-        """The steps from the checkpoint's to --steps, under a progress bar (`progress(row)`: its fields).
-        After each: a checkpoint every --save-every steps and at the last; on Ctrl-C / SIGTERM a
-        checkpoint, and the loop ends (the exit then names the signal)."""
-        cfg, d = self.cfg, self.d
+    def steps(self, progress=None, total: int | None = None, desc: str = "train"):
+        """The steps from the checkpoint's to `total` (default --steps), under a progress bar (`progress(row)`
+        gives its fields). After each: a checkpoint every --save-every steps and at the last; on Ctrl-C /
+        SIGTERM a checkpoint, and the loop ends (the exit then names the signal)."""
+        cfg, d, total = self.cfg, self.d, total or self.cfg.steps
         self.training, self.progress = True, progress
-        bar = tqdm(range(self.start, cfg.steps), initial=self.start, total=cfg.steps, desc="train",
-                   unit="step", disable=not d.main)
+        bar = tqdm(range(self.start, total), initial=self.start, total=total, desc=desc, unit="step",
+                   disable=not d.main)
         with distributed.Interrupts() as interrupts, bar as self.bar:
             try:
                 for step in self.bar:
-                    self.thread_count = self.threads.adjust()
+                    self.thread_count = self.threads and self.threads.adjust()
                     yield step
                     stop = interrupts.requested(d)
-                    if stop or (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                    if stop or (step + 1) % cfg.save_every == 0 or step + 1 == total:
                         self.save(step + 1)
                     if stop or interrupts.requested(d):  # also one that came while saving: no step more
                         distributed.barrier(d)
@@ -180,9 +198,10 @@ class Session:
 
     def save(self, step: int):
         if self.d.main:
-            state = {"step": step, "optimizer": self.optimizer.state_dict()}
-            checkpoint.save(self.dir, self.model, self.tokenizer_files, state,
-                            keep=self.cfg.keep_checkpoints)
+            model, optimizer = self.checkpointed()
+            checkpoint.save(self.folder.path, model, self.tokenizer_files,
+                            {"step": step, "optimizer": optimizer.state_dict()},
+                            keep=getattr(self.cfg, "keep_checkpoints", 2))
         self.saved = step
 
     def log_step(self, row: dict):
@@ -192,7 +211,7 @@ class Session:
         if self.d.main:
             if completions:  # --log-completions
                 self.folder.log.samples(row["step"], None, completions)
-            self.folder.log.write(row | {"threads": self.thread_count})
+            self.folder.log.write(row | ({"threads": self.thread_count} if self.threads else {}))
             if self.progress:
                 self.bar.set_postfix(self.progress(row))
 
@@ -212,7 +231,8 @@ class Session:
         n = sum(p.numel() for p in trained)
         source = self.folder.branch_of  # a branch: the run it goes on from
         branched = f" of {source[0]} (its log up to there copied)" if source else ""
-        self.say(f"run {self.dir}: {model.num_parameters() / 1e6:.2f}M parameters ({n / 1e6:.2f}M trained"
+        self.say(f"run {self.folder.path}: {model.num_parameters() / 1e6:.2f}M parameters ({n / 1e6:.2f}M "
+                 f"trained"
                  f"{f', LoRA r={cfg.lora_rank}' if cfg.lora_rank else ''}), {n_problems} training problems, "
                  f"{self.d.world} x {self.d.device.type}, --clip {cfg.clip} {cfg.hparams}{band(cfg)}"
                  + (f", beta {cfg.beta} ({'adapters off' if cfg.lora_rank else 'a frozen copy of --model'})"
@@ -238,7 +258,7 @@ class Session:
             if kind is None and self.ended_by_signal:
                 step, signum = self.interrupted_at
                 die(f"stopped by {signal.Signals(signum).name} after step {step}; checkpoint saved "
-                    f"(continue with --resume {self.dir})", 128 + signum)
+                    f"(continue with --resume {self.folder.path})", 128 + signum)
             if kind is None:
                 return False
             if issubclass(kind, SystemExit):  # user code's sys.exit() (a reward function's): no success
@@ -280,7 +300,7 @@ class Session:
         except CheckpointError as e:
             die(f"{error}; saving step {self.done} failed too: {e}", 1)
         kept = f"the checkpoint holds step {self.saved}" if self.saved else "no step was done: no checkpoint"
-        die(f"{error}; {kept} (continue with --resume {self.dir} once the reward is fixed)", 1)
+        die(f"{error}; {kept} (continue with --resume {self.folder.path} once the reward is fixed)", 1)
 
     def abort(self, code: int):
         """Ctrl-C or SIGTERM (code 130, 143) during start-up or an evaluation outside the loop, or a second
@@ -289,11 +309,11 @@ class Session:
         if not self.training:
             self.fail(f"{what} during start-up", code)
         try:
-            last = checkpoint.latest(self.dir)
+            last = checkpoint.latest(self.folder.path)
         except CheckpointError:
             last = None
         die(f"{what}; the last checkpoint is {last or 'not written yet'}"
-            + (f" (continue with --resume {self.dir})" if last else ""), code)
+            + (f" (continue with --resume {self.folder.path})" if last else ""), code)
 
     def close(self):
         if self.folder is not None:
