@@ -22,26 +22,47 @@ def padded_batch(vocab, lengths, left, seed=0):
     return ids * mask, mask
 
 
+# Every config.json field the model reads, each away from the value Qwen3 ships (a field read wrongly, or not
+# at all, moves the logits): rope_theta, rms_norm_eps (0.5 dominates the mean square of these activations),
+# head_dim unlike hidden_size / heads, key-value heads 1 (MQA), 2 (GQA) and 4 (MHA), tied embeddings,
+# attention biases, the number of layers, max_position_embeddings (RoPE has no limit: carried, never read).
+CONFIGS = {"tiny": dict(),
+           "theta-eps-tied": dict(theta=30.0, rms_norm_eps=0.5, tie=True),
+           "head_dim-mqa-bias": dict(head_dim=24, num_key_value_heads=1, attention_bias=True),
+           "mha-3-layers": dict(head_dim=8, num_key_value_heads=4, rms_norm_eps=0.05, theta=1e6, num_hidden_layers=3,
+                                max_position_embeddings=8, intermediate_size=48)}
+
+
 @pytest.mark.parametrize("left", [False, True], ids=["right-pad", "left-pad"])
-def test_logits_match_transformers(hf_dir, left):
-    """In float64 (rounding.qwen3_float64: transformers' RMSNorm is other float32 code than ours)."""
-    path, hf = hf_dir
-    ours, hf = Qwen3.from_pretrained(path, dtype=torch.float64).eval(), copy.deepcopy(hf).double()
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_config_field_gives_transformers_logits(tmp_path, config, left):
+    """transformers' Qwen3ForCausalLM of each config, saved, loaded by us: the same logits (in float64:
+    rounding.qwen3_float64, transformers' RMSNorm is other float32 code than ours), tied storage where the
+    config ties; and the checkpoint we save of it loads in transformers with the same config and logits."""
+    from conftest import make_hf_model
+    from transformers import Qwen3ForCausalLM
+    hf = make_hf_model(**CONFIGS[config]).double()
+    with torch.no_grad():  # transformers zero-inits the biases: make them matter
+        for name, p in hf.named_parameters():
+            if name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    hf.save_pretrained(tmp_path / "hf")
+    ours = Qwen3.from_pretrained(tmp_path / "hf", dtype=torch.float64).eval()
+    tied = ours.lm_head.weight.data_ptr() == ours.model.embed_tokens.weight.data_ptr()
+    assert tied == hf.config.tie_word_embeddings
     ids, mask = padded_batch(ours.config.vocab_size, [11, 7, 3], left)
-    # transformers counts positions from 0 at slot 0; ours counts real tokens. Pass the same to both.
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # transformers counts from slot 0, ours real tokens: pass the same
+    ours.save_pretrained(tmp_path / "ours")
+    again = Qwen3ForCausalLM.from_pretrained(tmp_path / "ours", dtype=torch.float64).eval()
+    fields = ("head_dim", "num_key_value_heads", "rms_norm_eps", "tie_word_embeddings", "attention_bias",
+              "num_hidden_layers", "max_position_embeddings", "rope_parameters")
+    assert {k: getattr(again.config, k) for k in fields} == {k: getattr(hf.config, k) for k in fields}
+    real, tol = mask.bool(), qwen3_float64(ours.config, same_code=False)
     with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-        out = ours(ids, attention_mask=mask)
-    real = mask.bool()
-    within(out[real], ref[real], qwen3_float64(ours.config, same_code=False) * ref[real].abs().max(), "vs HF")
-
-
-def test_tied_embeddings_share_storage(hf_dir):
-    path, hf = hf_dir
-    ours = Qwen3.from_pretrained(path)
-    tied = ours.config.tie_word_embeddings
-    assert (ours.lm_head.weight.data_ptr() == ours.model.embed_tokens.weight.data_ptr()) == tied
+        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits[real]
+        within(ours(ids, attention_mask=mask)[real], ref, tol * ref.abs().max(), f"{config} vs HF")
+        within(again(input_ids=ids, attention_mask=mask, position_ids=pos).logits[real], ref, tol * ref.abs().max(),
+               f"{config}, saved by us, in HF")
 
 
 def test_padding_does_not_change_real_tokens(tiny_model):
@@ -95,18 +116,6 @@ def test_save_and_reload_roundtrip(tiny_model, tmp_path):
     ids = torch.randint(0, tiny_model.config.vocab_size, (2, 6))
     with torch.no_grad():
         assert torch.equal(tiny_model(ids), again(ids))
-
-
-def test_our_checkpoint_loads_in_transformers(tiny_model, tmp_path):
-    from transformers import Qwen3ForCausalLM
-    tiny_model.save_pretrained(tmp_path)
-    hf = Qwen3ForCausalLM.from_pretrained(tmp_path, dtype=torch.float64).eval()  # float64: qwen3_float64
-    ours = copy.deepcopy(tiny_model).double()
-    ids = torch.randint(0, tiny_model.config.vocab_size, (2, 6))
-    with torch.no_grad():
-        expected = ours(ids)
-        within(hf(ids).logits, expected, qwen3_float64(ours.config, same_code=False) * expected.abs().max(),
-               "HF vs ours")
 
 
 def test_sharded_checkpoint(hf_dir, tmp_path):
@@ -199,6 +208,9 @@ def broken_dir(src, dst, case):
                 json.dumps({**config, "rope_theta": 10 ** 400, "rope_parameters": {"rope_type": "default",
                                                                                     "rope_theta": 10 ** 400}})),
             "eos a string": lambda: cfg.write_text(json.dumps({**config, "eos_token_id": "</s>"})),
+            "sliding window": lambda: cfg.write_text(json.dumps({**config, "use_sliding_window": True})),
+            "sliding layer": lambda: cfg.write_text(json.dumps({**config, "layer_types": ["sliding_attention"] * 2})),
+            "hidden_act gelu": lambda: cfg.write_text(json.dumps({**config, "hidden_act": "gelu"})),
             "rope a list": lambda: cfg.write_text(json.dumps({**config, "rope_parameters": [1]})),
             "heads not a multiple": lambda: cfg.write_text(json.dumps({**config, "num_key_value_heads": 3})),
             "no vocab_size": lambda: cfg.write_text(json.dumps({k: v for k, v in config.items() if k != "vocab_size"})),
@@ -224,7 +236,8 @@ def broken_dir(src, dst, case):
 
 
 BROKEN = ["config list", "config string", "config not utf-8", "hidden_size a string", "layers a float",
-          "tie a string", "eps negative", "rope_theta too large for a float", "eos a string", "rope a list", "heads not a multiple", "no vocab_size",
+          "tie a string", "eps negative", "rope_theta too large for a float", "eos a string", "sliding window",
+          "sliding layer", "hidden_act gelu", "rope a list", "heads not a multiple", "no vocab_size",
           "hidden size not the weights'", "vocab not the weights'", "mlp not the weights'", "truncated", "header only",
           "empty weights", "garbage weights", "integer weights", "index not json", "index without weight_map",
           "index weight_map a list", "index names a missing shard"]
