@@ -246,16 +246,25 @@ def test_kl_constraints_cut_the_right_tokens(method, kept_pos, kept_neg):
     assert m["clip_frac_low"].item() == pytest.approx((10 - sum(kept_neg)) / 20)
 
 
-@pytest.mark.parametrize("log_w, A", [(0.3, 1.0), (-0.3, -1.0)])  # w = 1.35 pushed up, w = 0.74 pushed down
-def test_kl3_keeps_a_token_whose_kl3_is_delta_exactly(log_w, A):
-    """kl3's rule is KL3 <= delta: with delta the token's own KL3 (computed as kl3 computes it, in float64)
-    the token is kept, gradient -A w; with delta one ulp below its KL3 it is cut, on its side, gradient 0."""
+# What each divergence rule compares with delta, for one token with pi_old = 1 (kl3-adaptive's delta_t = delta;
+# kl3-seq's one-token sequence: T k3(s) = k3(w); kl-full given k3(w) as its full KL)
+DIVERGENCE_OF = {"kl1": divergence.k1, "kl2": divergence.k2, "kl3": divergence.k3, "kl3-is": divergence.k3_is,
+                 "kl3-adaptive": divergence.k3, "kl3-seq": divergence.k3, "kl-full": divergence.k3}
+
+
+@pytest.mark.parametrize("method, log_w, A", [(m, *side) for m in DIVERGENCE_OF for side in ((0.3, 1.0), (-0.3, -1.0))
+                                              if (m, side[1]) != ("kl1", 1.0)])  # k1 < 0 above 1: never cut
+def test_a_token_whose_divergence_is_delta_exactly_is_kept(method, log_w, A):
+    """The rule is "divergence <= delta": with delta the token's own divergence (computed as the method computes
+    it, in float64) the token is kept, gradient -A w; with delta one ulp below it is cut, on its side, gradient 0."""
     log_ratio = torch.tensor([[log_w]], dtype=F64, requires_grad=True)
-    at = divergence.k3(log_ratio.detach()).item()  # a Python float: exactly the float64 kl3 compares
+    at = DIVERGENCE_OF[method](log_ratio.detach()).item()  # a Python float: exactly the float64 compared
     for delta, kept in ((at, True), (math.nextafter(at, 0.0), False)):
         t = methods.Tokens(log_ratio.exp(), log_ratio, torch.full((1, 1), A, dtype=F64),
-                           torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=F64), None, None)
-        loss, cut_low, cut_high, _ = methods.kl3(t, delta=delta)
+                           torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=F64),
+                           divergence.k3(log_ratio.detach()), None)
+        loss, cut_low, cut_high, _ = methods.METHODS[method](t, delta=delta, **(
+            {"delta_max": 1.0} if method == "kl3-adaptive" else {}))
         (grad,) = torch.autograd.grad(loss.sum(), log_ratio)
         cut = cut_high if A > 0 else cut_low
         said = f"w = {math.exp(log_w):.4f}, A = {A}, KL3 = {at!r}, delta = {delta!r}"
@@ -797,6 +806,14 @@ def test_every_docstring_names_its_knobs():
 def test_bad_hparams_name_the_flag(method, hp, message):
     with pytest.raises(ValueError, match=message):
         cli.check_hparams(method, **hp)
+
+
+def test_kl_to_reference_is_w_times_k3_of_rho_by_hand():
+    """--beta's per-token penalty w k3(rho), w = pi_theta / pi_old, rho = pi_ref / pi_theta, 0 on padding."""
+    logp, old, ref = (torch.tensor([x], dtype=F64) for x in ([-1.0, -2.0, -0.5], [-1.2, -1.5, 0.0], [-0.7, -2.5, 3.0]))
+    w, rho = [math.exp(0.2), math.exp(-0.5)], [math.exp(0.3), math.exp(-0.5)]
+    expected = [wi * (r - 1 - math.log(r)) for wi, r in zip(w, rho)] + [0.0]
+    close(L.kl_to_reference(logp, old, ref, torch.tensor([[1, 1, 0]])), torch.tensor([expected], dtype=F64))
 
 
 def test_full_kl_methods_say_what_they_need():
