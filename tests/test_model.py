@@ -25,8 +25,10 @@ def padded_batch(vocab, lengths, left, seed=0):
 # Every config.json field the model reads, each away from the value Qwen3 ships (a field read wrongly, or not
 # at all, moves the logits): rope_theta, rms_norm_eps (0.5 dominates the mean square of these activations),
 # head_dim unlike hidden_size / heads, key-value heads 1 (MQA), 2 (GQA) and 4 (MHA), tied embeddings,
-# attention biases, the number of layers, max_position_embeddings (RoPE has no limit: carried, never read).
-CONFIGS = {"tiny": dict(),
+# attention biases, the number of layers, max_position_embeddings (RoPE has no limit: carried, never read);
+# and a config.json without the optional fields ("drop"), where each side takes its defaults.
+OPTIONAL = ("rms_norm_eps", "rope_parameters", "attention_bias", "tie_word_embeddings")
+CONFIGS = {"tiny": dict(), "defaults": dict(drop=OPTIONAL),
            "theta-eps-tied": dict(theta=30.0, rms_norm_eps=0.5, tie=True),
            "head_dim-mqa-bias": dict(head_dim=24, num_key_value_heads=1, attention_bias=True),
            "mha-3-layers": dict(head_dim=8, num_key_value_heads=4, rms_norm_eps=0.05, theta=1e6, num_hidden_layers=3,
@@ -41,12 +43,18 @@ def test_every_config_field_gives_transformers_logits(tmp_path, config, left):
     config ties; and the checkpoint we save of it loads in transformers with the same config and logits."""
     from conftest import make_hf_model
     from transformers import Qwen3ForCausalLM
-    hf = make_hf_model(**CONFIGS[config]).double()
+    config_kw = dict(CONFIGS[config])
+    drop = config_kw.pop("drop", ())
+    hf = make_hf_model(**config_kw).double()
     with torch.no_grad():  # transformers zero-inits the biases: make them matter
         for name, p in hf.named_parameters():
             if name.endswith("bias"):
                 p.add_(0.1 * torch.randn_like(p))
     hf.save_pretrained(tmp_path / "hf")
+    if drop:
+        saved = json.loads((tmp_path / "hf/config.json").read_text())
+        (tmp_path / "hf/config.json").write_text(json.dumps({k: v for k, v in saved.items() if k not in drop}))
+        hf = Qwen3ForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float64).eval()
     ours = Qwen3.from_pretrained(tmp_path / "hf", dtype=torch.float64).eval()
     tied = ours.lm_head.weight.data_ptr() == ours.model.embed_tokens.weight.data_ptr()
     assert tied == hf.config.tie_word_embeddings

@@ -95,7 +95,7 @@ def config_fields(d) -> dict:
     if missing:
         raise ModelError(f"lacks the Qwen3 field {missing[0]!r}")
     values = {k: d[k] for k in (*SIZES, *OPTIONAL) if d.get(k) is not None}
-    values["rope_theta"] = rope.get("rope_theta", d.get("rope_theta", 1_000_000.0))
+    values["rope_theta"] = rope.get("rope_theta", d.get("rope_theta", 10_000.0))  # transformers' default
     values.setdefault("head_dim", d["hidden_size"] // d["num_attention_heads"]
                       if is_count(d["hidden_size"]) and is_count(d["num_attention_heads"]) else None)
     for k, v in values.items():
