@@ -331,3 +331,18 @@ def test_bf16_prefill_of_prompts_of_different_lengths_with_float32_weights(tiny_
         full = tiny_model.hidden(ids, attention_mask=mask.bool())
     assert h.dtype == torch.float32
     assert (h[mask.bool()] - full[mask.bool()]).abs().max() < 0.1  # bf16 rounding, same real tokens
+
+
+def test_init_weights_is_gpt2s():
+    """N(0, std^2) matrices (std 0.02 by default), norms at 1, the residual projections (o_proj, down_proj) scaled
+    by 1 / sqrt(2 L). Each matrix's sample std is within 5 of its standard errors, std / sqrt(2 n), of that."""
+    from nanoatr.model import Qwen3Config, init_weights
+    model = Qwen3(Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16))
+    init_weights(model, seed=0)
+    for name, p in model.named_parameters():
+        if p.dim() == 1:
+            assert (p == 1).all(), name
+            continue
+        std = 0.02 / (6 ** 0.5 if name.endswith(("o_proj.weight", "down_proj.weight")) else 1)
+        assert abs(p.std().item() - std) <= 5 * std / (2 * p.numel()) ** 0.5, name
