@@ -36,31 +36,20 @@ def summed_loss(method, logp, old, advantages, mask, *, full_kl=None, generator=
                          max_new_tokens=1, compile=False, full_kl=full_kl, generator=generator, **hparams)
 
 
-def run(method, ratios, advantages, *, q=0.3, logp=None, full_kl=None, **hparams):
-    """summed_loss on rows of `ratios` (one row per advantage) + one padding token per row.
-
-    q: pi_old of every token (or a list per column); logp: current log-probs (then old = logp - log w).
-    Returns (loss, d loss / d logp, metrics), the gradient without the padding column, after checking that
-    padding gets none.
+def run(method, ratios, advantages, *, q=0.3, **hparams):
+    """summed_loss on rows of `ratios` (one row per advantage) + one padding token per row; q: pi_old of
+    every token. Returns (loss, d loss / d logp, metrics), the gradient without the padding column, after
+    checking that padding gets none.
     """
     B = len(advantages)
     w = torch.tensor(ratios, dtype=F64).expand(B, -1) if not isinstance(ratios[0], list) else \
         torch.tensor(ratios, dtype=F64)
-    T = w.shape[1]
-    if logp is None:
-        old = torch.tensor(q, dtype=F64).log().expand(B, T) if isinstance(q, list) else torch.full((B, T), math.log(q), dtype=F64)
-        new = old + w.log()
-    else:
-        new = torch.tensor(logp, dtype=F64)
-        old = new - w.log()
+    old = torch.full(w.shape, math.log(q), dtype=F64)
     pad = torch.tensor([[GARBAGE[i % 3]] for i in range(B)], dtype=F64)
-    logp_ = torch.cat([new, pad], 1).requires_grad_()
+    logp_ = torch.cat([old + w.log(), pad], 1).requires_grad_()
     old_ = torch.cat([old, torch.full((B, 1), -math.inf, dtype=F64)], 1)
-    mask = torch.cat([torch.ones(B, T), torch.zeros(B, 1)], 1)
-    if full_kl is not None:
-        full_kl = torch.cat([full_kl, torch.full((B, 1), math.nan, dtype=F64)], 1)
-    advantages = torch.tensor(advantages, dtype=F64)
-    loss, metrics = summed_loss(method, logp_, old_, advantages, mask, full_kl=full_kl, **hparams)
+    mask = torch.cat([torch.ones(w.shape), torch.zeros(B, 1)], 1)
+    loss, metrics = summed_loss(method, logp_, old_, torch.tensor(advantages, dtype=F64), mask, **hparams)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp_.grad).all()
     assert (logp_.grad[:, -1] == 0).all()
@@ -171,6 +160,15 @@ def test_ratio_extremes_skip_padding():
     assert m["ratio_min"].item() == pytest.approx(0.5) and m["ratio_max"].item() == pytest.approx(5.0)
 
 
+def test_clip_higher_cuts_the_dapo_set():
+    """Exercise 2's own check (the knob test below takes every eps_low, eps_high)."""
+    _, grad, m = run("clip-higher", W, [2.0, -0.5])
+    kept = keep([1, 1, 1, 1, 1, 1, 0, 0, 0, 0],  # 1.25 <= 1.28 now kept  (§V.4 DAPO .2/.28)
+                [0, 0, 1, 1, 1, 1, 1, 1, 1, 1])
+    close(grad, -col(2.0, -0.5) * torch.tensor(W, dtype=F64) * kept)
+    assert m["clip_frac_high"].item() == pytest.approx(4 / 20)
+
+
 def test_dynamic_bounds_numbers():
     # the bounds themselves: w just inside / just outside each §V.5 value keeps / loses the gradient
     for q, lo, hi in [(0.9, 0.7687, 1.1872), (0.5, 0.5, 1.3062), (0.1, 0.5, 2.0), (0.001, 0.5, 10.0)]:
@@ -209,13 +207,7 @@ def test_soft_gate_gradient_matches_sapo():
     _, grad, m = run("soft-gate", W, [1.0, -1.0])
     sapo_pos = [-0.47, -0.738, -0.845, -1.0, -1.097, -1.231, -1.41, -1.491, -0.981, -0.353]  # §V.4, tau = 1
     close(grad[0], torch.tensor(sapo_pos, dtype=F64), atol=1e-3, rtol=0)
-    w = torch.tensor(W, dtype=F64)
-    s = torch.sigmoid(1.05 * (w - 1))  # tau_neg = 1.05
-    close(grad[1], 4 * s * (1 - s) * w)  # -A * 4 s (1 - s) * w with A = -1
-    s1 = torch.sigmoid(w - 1)
-    expected_gate = (4 * s1 * (1 - s1)).sum() + (4 * s * (1 - s)).sum()
-    assert m["gate"].item() == pytest.approx(expected_gate.item() / 20)
-    assert m["clip_frac_low"].item() == 0 and m["clip_frac_high"].item() == 0
+    assert m["clip_frac_low"].item() == 0 and m["clip_frac_high"].item() == 0  # the rest: the knob test below
 
 
 # ----------------------------------------------------------------------------
