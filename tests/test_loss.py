@@ -271,7 +271,7 @@ GSPO_LOGW = [[0.1, -0.1, 0.3], [0.3, 0.3, 0.3], [-0.3, -0.3, -0.3], [0.5, 0.0, 0
 GSPO_A = [1.0, 2.0, -0.5, -1.0]  # unequal: a cut sequence's -A cannot cancel another's
 
 
-def gspo_batch(method, agg="dr-grpo"):
+def gspo_batch(method, agg="dr-grpo", **hp):
     logw = torch.tensor(GSPO_LOGW, dtype=F64)
     mask = torch.ones(4, 4)
     mask[:, 3] = 0
@@ -280,7 +280,8 @@ def gspo_batch(method, agg="dr-grpo"):
     old = torch.full((4, 4), -1.0, dtype=F64)
     logp = (old + logw).requires_grad_()
     loss, m = L.policy_loss(method, logp, old, torch.tensor(GSPO_A, dtype=F64), mask, agg=agg, num_sequences=4,
-                            num_tokens=int(mask.sum()), max_new_tokens=4, compile=False, eps_low=0.2, eps_high=0.2)
+                            num_tokens=int(mask.sum()), max_new_tokens=4, compile=False,
+                            **hp or {"eps_low": 0.2, "eps_high": 0.2})
     loss.backward()
     return loss, logp.grad, m
 
@@ -318,15 +319,7 @@ def test_gspo_default_eps_is_tight():
 # The paper's future work (Sec. 6.5): sequence-level KL3 (kl3-adaptive: the knob test below)
 
 def test_kl3_seq_keeps_or_cuts_whole_sequences():
-    logw = torch.tensor(GSPO_LOGW, dtype=F64)
-    mask = torch.ones(4, 4)
-    mask[:, 3] = 0
-    mask[3, 2] = 0  # the last sequence has 2 tokens
-    old = torch.full((4, 4), -1.0, dtype=F64)
-    logp = (old + torch.cat([logw, torch.zeros(4, 1, dtype=F64)], 1)).requires_grad_()
-    loss, m = L.policy_loss("kl3-seq", logp, old, torch.tensor(GSPO_A, dtype=F64), mask, num_sequences=4,
-                            num_tokens=int(mask.sum()), max_new_tokens=4, compile=False, delta=0.07)
-    loss.backward()
+    loss, grad, m = gspo_batch("kl3-seq", delta=0.07)
     # mean log w per sequence and T k3(s): 0.1 -> 3 (e^.1-1-.1) = 0.0155 kept; 0.3 -> 3 x 0.0499 = 0.150,
     # A > 0 and s > 1: cut; -0.3 -> 3 x 0.0408 = 0.122, A < 0 and s < 1: cut; 0.25 over 2 -> 2 x 0.0340 = 0.068 kept
     k3 = [n * (math.exp(x) - 1 - x) for x, n in [(0.1, 3), (0.3, 3), (-0.3, 3), (0.25, 2)]]
@@ -335,7 +328,7 @@ def test_kl3_seq_keeps_or_cuts_whole_sequences():
     expected = torch.zeros(4, 4, dtype=F64)  # seq-mean-token-mean: -A s / (4 n) per token of a kept sequence
     expected[0, :3] = -1.0 * s1 / (4 * 3)
     expected[3, :2] = +1.0 * s4 / (4 * 2)
-    close(logp.grad, expected)
+    close(grad, expected)
     assert loss.item() == pytest.approx((-s1 - 2.0 + 0.5 + s4) / 4)  # a cut sequence's loss is -A (w_old = 1)
     assert m["seq_clip_frac"].item() == pytest.approx(2 / 4)
     assert m["seq_kl3"].item() == pytest.approx(sum(k3) / 4)

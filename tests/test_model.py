@@ -197,58 +197,47 @@ def test_logits_in_vocabulary_blocks_equal_lm_head():
 # ----------------------------------------------------------------------------
 # Unusable directories: one ModelError line naming the file, never a traceback (issue 15)
 
+# config.json's fields as each broken directory holds them (None: the field left out)
+CONFIG_EDITS = {
+    "hidden_size a string": {"hidden_size": "64"}, "layers a float": {"num_hidden_layers": 2.5},
+    "tie a string": {"tie_word_embeddings": "yes"}, "eps negative": {"rms_norm_eps": -1},
+    "rope_theta too large for a float": {"rope_theta": 10 ** 400,
+                                         "rope_parameters": {"rope_type": "default", "rope_theta": 10 ** 400}},
+    "eos a string": {"eos_token_id": "</s>"}, "sliding window": {"use_sliding_window": True},
+    "sliding layer": {"layer_types": ["sliding_attention"] * 2}, "hidden_act gelu": {"hidden_act": "gelu"},
+    "rope a list": {"rope_parameters": [1]}, "heads not a multiple": {"num_key_value_heads": 3},
+    "no vocab_size": {"vocab_size": None}, "hidden size not the weights'": {"hidden_size": 32, "head_dim": 8},
+    "vocab not the weights'": {"vocab_size": 98}, "mlp not the weights'": {"intermediate_size": 64}}
+SHARD_INDEXES = {"index not json": "{", "index without weight_map": "{}", "index weight_map a list": '{"weight_map": []}',
+                 "index names a missing shard": '{"weight_map": {"x": "model-00009.safetensors"}}'}
+OTHER_BREAKS = ["config list", "config string", "config not utf-8", "truncated", "header only", "empty weights",
+                "garbage weights", "integer weights"]
+BROKEN = [*CONFIG_EDITS, *SHARD_INDEXES, *OTHER_BREAKS]
+
+
 def broken_dir(src, dst, case):
     """A copy of model directory `src` in `dst`, broken as `case` says."""
     import shutil
     from safetensors.torch import load_file, save_file
     shutil.copytree(src, dst)
     cfg, weights = dst / "config.json", dst / "model.safetensors"
-    config = json.loads(cfg.read_text())
-    data = weights.read_bytes()
-    edit = {"config list": lambda: cfg.write_text(json.dumps([config])),
-            "config string": lambda: cfg.write_text('"qwen3"'),
-            "config not utf-8": lambda: cfg.write_bytes(b'{"model_type": "\xff"}'),
-            "hidden_size a string": lambda: cfg.write_text(json.dumps({**config, "hidden_size": "64"})),
-            "layers a float": lambda: cfg.write_text(json.dumps({**config, "num_hidden_layers": 2.5})),
-            "tie a string": lambda: cfg.write_text(json.dumps({**config, "tie_word_embeddings": "yes"})),
-            "eps negative": lambda: cfg.write_text(json.dumps({**config, "rms_norm_eps": -1})),
-            "rope_theta too large for a float": lambda: cfg.write_text(
-                json.dumps({**config, "rope_theta": 10 ** 400, "rope_parameters": {"rope_type": "default",
-                                                                                    "rope_theta": 10 ** 400}})),
-            "eos a string": lambda: cfg.write_text(json.dumps({**config, "eos_token_id": "</s>"})),
-            "sliding window": lambda: cfg.write_text(json.dumps({**config, "use_sliding_window": True})),
-            "sliding layer": lambda: cfg.write_text(json.dumps({**config, "layer_types": ["sliding_attention"] * 2})),
-            "hidden_act gelu": lambda: cfg.write_text(json.dumps({**config, "hidden_act": "gelu"})),
-            "rope a list": lambda: cfg.write_text(json.dumps({**config, "rope_parameters": [1]})),
-            "heads not a multiple": lambda: cfg.write_text(json.dumps({**config, "num_key_value_heads": 3})),
-            "no vocab_size": lambda: cfg.write_text(json.dumps({k: v for k, v in config.items() if k != "vocab_size"})),
-            "hidden size not the weights'": lambda: cfg.write_text(json.dumps({**config, "hidden_size": 32,
-                                                                                "head_dim": 8})),
-            "vocab not the weights'": lambda: cfg.write_text(json.dumps({**config, "vocab_size": 98})),
-            "mlp not the weights'": lambda: cfg.write_text(json.dumps({**config, "intermediate_size": 64})),
-            "truncated": lambda: weights.write_bytes(data[:len(data) // 2]),
-            "header only": lambda: weights.write_bytes(data[:8]),
-            "empty weights": lambda: weights.write_bytes(b""),
-            "garbage weights": lambda: weights.write_bytes(b"\x00\x01garbage" * 100),
-            "integer weights": lambda: save_file({k: v.long() if "embed" in k else v
-                                                  for k, v in load_file(weights).items()}, weights)}
-    index = dst / "model.safetensors.index.json"
-    shards = {"index not json": "{", "index without weight_map": "{}", "index weight_map a list": '{"weight_map": []}',
-              "index names a missing shard": '{"weight_map": {"x": "model-00009.safetensors"}}'}
-    if case in shards:
+    config, data = json.loads(cfg.read_text()), weights.read_bytes()
+    if case in CONFIG_EDITS:
+        cfg.write_text(json.dumps({k: v for k, v in {**config, **CONFIG_EDITS[case]}.items() if v is not None}))
+    elif case in SHARD_INDEXES:
         weights.unlink()
-        index.write_text(shards[case])
+        (dst / "model.safetensors.index.json").write_text(SHARD_INDEXES[case])
     else:
-        edit[case]()
+        {"config list": lambda: cfg.write_text(json.dumps([config])),
+         "config string": lambda: cfg.write_text('"qwen3"'),
+         "config not utf-8": lambda: cfg.write_bytes(b'{"model_type": "\xff"}'),
+         "truncated": lambda: weights.write_bytes(data[:len(data) // 2]),
+         "header only": lambda: weights.write_bytes(data[:8]),
+         "empty weights": lambda: weights.write_bytes(b""),
+         "garbage weights": lambda: weights.write_bytes(b"\x00\x01garbage" * 100),
+         "integer weights": lambda: save_file({k: v.long() if "embed" in k else v
+                                               for k, v in load_file(weights).items()}, weights)}[case]()
     return dst
-
-
-BROKEN = ["config list", "config string", "config not utf-8", "hidden_size a string", "layers a float",
-          "tie a string", "eps negative", "rope_theta too large for a float", "eos a string", "sliding window",
-          "sliding layer", "hidden_act gelu", "rope a list", "heads not a multiple", "no vocab_size",
-          "hidden size not the weights'", "vocab not the weights'", "mlp not the weights'", "truncated", "header only",
-          "empty weights", "garbage weights", "integer weights", "index not json", "index without weight_map",
-          "index weight_map a list", "index names a missing shard"]
 
 
 @pytest.mark.parametrize("case", BROKEN)
