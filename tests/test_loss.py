@@ -431,7 +431,9 @@ def covariance_picks(method, hp, t, out):
     mean_a, mean_logp = sum(t.advantages[c].item() for c in cells) / len(cells), sum(logp.values()) / len(cells)
     cov = {c: (t.advantages[c].item() - mean_a) * (logp[c] - mean_logp) for c in cells}
     ratio = hp["clip_cov_ratio"] if method == "clip-cov" else hp["kl_cov_ratio"]
-    k = max(1, math.floor(ratio * len(cells)))
+    x = ratio * len(cells)  # away from just below an integer, where the float32 product rounds up
+    assume(x == round(x) or abs(x - round(x)) > 1e-5 * x)
+    k = max(1, math.floor(x))
     if method == "clip-cov":
         candidates = [c for c in cells if not any(out[c[0]][c[1]][2:4]) and hp["clip_cov_lb"] < cov[c] < hp["clip_cov_ub"]]
         for i, j in sorted(candidates, key=lambda c: t.noise[c].item())[:k]:
