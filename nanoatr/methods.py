@@ -215,7 +215,7 @@ def soft_gate(t: Tokens, tau_pos: float = 1.0, tau_neg: float = 1.05):
     Gao et al. 2025 (arXiv 2511.20347); verl compute_policy_loss_sapo; TRL loss_type="sapo".
     Flags: tau_pos, tau_neg.
     """
-    tau = torch.where(t.advantages > 0, tau_pos, tau_neg).to(t.ratio.dtype)
+    tau = torch.full_like(t.ratio, tau_neg).masked_fill(t.advantages > 0, tau_pos)  # w's dtype, not float32
     s = torch.sigmoid(tau * (t.ratio - 1))
     loss = -s * (4 / tau) * t.advantages
     return loss, no_cut(t), no_cut(t), {"gate": (4 * s * (1 - s)).detach()}

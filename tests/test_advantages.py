@@ -75,6 +75,17 @@ def test_fp32_residue_is_not_amplified():
         f"(std ~4e-9) count as all equal, {rewards.tolist()}")
 
 
+@pytest.mark.parametrize("mean", [0.01, -0.5, 300.0])
+def test_equal_means_a_spread_within_the_tolerance(mean):
+    """"All equal" is std <= EQUAL_RTOL * max(1, |mean|): a group of std half that has no advantage, one of twice
+    that has, near a small mean (where the tolerance is absolute, 1e-5) and a large one (relative)."""
+    for share, equal in ((0.5, True), (2.0, False)):
+        std = share * 1e-5 * max(1.0, abs(mean))
+        rewards = mean + std * torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64) / math.sqrt(4 / 3)
+        out = group_advantages(rewards, 4, normalize_std=True)
+        assert out.eq(0).all() == equal, f"mean {mean}, std {std:.3g}: {short(out)}"
+
+
 def test_bool_and_int_rewards_become_float32():
     out = group_advantages(torch.tensor([True, False, False, False]), 4)
     assert out.dtype == torch.float32

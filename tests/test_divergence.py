@@ -157,9 +157,9 @@ def test_lambert_w_inverts_x_exp_x(z):
 
 
 def test_lambert_w_rejects_outside_real_domain():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not real below -1/e"):
         d.lambert_w(-0.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="W_-1 is real only for"):
         d.lambert_w(0.5, -1)
 
 
@@ -245,8 +245,15 @@ def test_trgppo_bounds_match_reference(delta):
 
 
 def test_trgppo_bounds_are_where_the_extremal_kl_reaches_delta():
-    p = torch.tensor([0.001, 0.2, 0.7, 0.99], dtype=torch.float64)
-    for r in d.trgppo_ratio_range(p.log(), 0.05):
+    """The extremal pi's KL is delta at each bound; a token of probability e^-50 or 1 (float32 rounds a confident
+    one's log-prob to 0) gets the bounds of p = 1e-6 or 1 - 1e-6, where p is held. Left out: the two bounds
+    whose extremal pi(a) = r p rounds to 0 or 1 (p = 1e-6's lower bound, below e^-(delta + 1) / p, and
+    1 - 1e-6's upper one, within e^-(delta / (1 - p)) of 1 / p), where the KL's float64 value is infinite."""
+    old_logp = torch.tensor([-50.0, math.log(0.001), math.log(0.2), math.log(0.7), math.log(0.99), 0.0],
+                            dtype=torch.float64)
+    p = torch.tensor([1e-6, 0.001, 0.2, 0.7, 0.99, 1 - 1e-6], dtype=torch.float64)
+    for r in d.trgppo_ratio_range(old_logp, 0.05):
         q = r * p  # the extremal pi: a gets r p, the rest shrinks or grows in proportion
         kl = p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()  # KL(pi_old || pi) of (a, rest)
+        kl = kl[(q > 0) & (q < 1)]
         torch.testing.assert_close(kl, torch.full_like(kl, 0.05), atol=1e-10, rtol=0)

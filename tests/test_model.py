@@ -23,26 +23,55 @@ def padded_batch(vocab, lengths, left, seed=0):
     return ids * mask, mask
 
 
+# Every config.json field the model reads, each away from the value Qwen3 ships (a field read wrongly, or not
+# at all, moves the logits): rope_theta, rms_norm_eps (0.5 dominates the mean square of these activations),
+# head_dim unlike hidden_size / heads, key-value heads 1 (MQA), 2 (GQA) and 4 (MHA), tied embeddings,
+# attention biases, the number of layers, max_position_embeddings (RoPE has no limit: carried, never read);
+# and a config.json without the optional fields ("drop"), where each side takes its defaults.
+OPTIONAL = ("rms_norm_eps", "rope_parameters", "attention_bias", "tie_word_embeddings")
+CONFIGS = {"tiny": dict(), "defaults": dict(drop=OPTIONAL),
+           "theta-eps-tied": dict(theta=30.0, rms_norm_eps=0.5, tie=True),
+           "head_dim-mqa-bias": dict(head_dim=24, num_key_value_heads=1, attention_bias=True),
+           "mha-3-layers": dict(head_dim=8, num_key_value_heads=4, rms_norm_eps=0.05, theta=1e6, num_hidden_layers=3,
+                                max_position_embeddings=8, intermediate_size=48)}
+
+
 @pytest.mark.parametrize("left", [False, True], ids=["right-pad", "left-pad"])
-def test_logits_match_transformers(hf_dir, left):
-    """In float64 (rounding.qwen3_float64: transformers' RMSNorm is other float32 code than ours)."""
-    path, hf = hf_dir
-    ours, hf = Qwen3.from_pretrained(path, dtype=torch.float64).eval(), copy.deepcopy(hf).double()
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_config_field_gives_transformers_logits(tmp_path, config, left):
+    """transformers' Qwen3ForCausalLM of each config, saved, loaded by us: the same logits (in float64:
+    rounding.qwen3_float64, transformers' RMSNorm is other float32 code than ours), tied storage where the
+    config ties; and the checkpoint we save of it loads in transformers with the same config and logits."""
+    from conftest import make_hf_model
+    from transformers import Qwen3ForCausalLM
+    config_kw = dict(CONFIGS[config])
+    drop = config_kw.pop("drop", ())
+    hf = make_hf_model(**config_kw).double()
+    with torch.no_grad():  # transformers zero-inits the biases: make them matter
+        for name, p in hf.named_parameters():
+            if name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    hf.save_pretrained(tmp_path / "hf")
+    if drop:
+        saved = strict_file(tmp_path / "hf/config.json")
+        (tmp_path / "hf/config.json").write_text(json.dumps({k: v for k, v in saved.items() if k not in drop}))
+        hf = Qwen3ForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float64).eval()
+    ours = Qwen3.from_pretrained(tmp_path / "hf", dtype=torch.float64).eval()
+    tied = ours.lm_head.weight.data_ptr() == ours.model.embed_tokens.weight.data_ptr()
+    assert tied == hf.config.tie_word_embeddings
     ids, mask = padded_batch(ours.config.vocab_size, [11, 7, 3], left)
-    # transformers counts positions from 0 at slot 0; ours counts real tokens. Pass the same to both.
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # transformers counts from slot 0, ours real tokens: pass the same
+    ours.save_pretrained(tmp_path / "ours")
+    again = Qwen3ForCausalLM.from_pretrained(tmp_path / "ours", dtype=torch.float64).eval()
+    fields = ("head_dim", "num_key_value_heads", "rms_norm_eps", "tie_word_embeddings", "attention_bias",
+              "num_hidden_layers", "max_position_embeddings", "rope_parameters")
+    assert {k: getattr(again.config, k) for k in fields} == {k: getattr(hf.config, k) for k in fields}
+    real, tol = mask.bool(), qwen3_float64(ours.config, same_code=False)
     with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-        out = ours(ids, attention_mask=mask)
-    real = mask.bool()
-    within(out[real], ref[real], qwen3_float64(ours.config, same_code=False) * ref[real].abs().max(), "vs HF")
-
-
-def test_tied_embeddings_share_storage(hf_dir):
-    path, hf = hf_dir
-    ours = Qwen3.from_pretrained(path)
-    tied = ours.config.tie_word_embeddings
-    assert (ours.lm_head.weight.data_ptr() == ours.model.embed_tokens.weight.data_ptr()) == tied
+        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits[real]
+        within(ours(ids, attention_mask=mask)[real], ref, tol * ref.abs().max(), f"{config} vs HF")
+        within(again(input_ids=ids, attention_mask=mask, position_ids=pos).logits[real], ref, tol * ref.abs().max(),
+               f"{config}, saved by us, in HF")
 
 
 def test_padding_does_not_change_real_tokens(tiny_model):
@@ -52,12 +81,6 @@ def test_padding_does_not_change_real_tokens(tiny_model):
         batched = model(ids, attention_mask=mask)
         alone = model(ids[1:, -4:])
     within(batched[1, -4:], alone[0], qwen3_float64(model.config) * alone.abs().max(), "padded vs alone")
-
-
-def test_kv_cache_prefill_then_decode_equals_full_forward(tiny_model):
-    model = copy.deepcopy(tiny_model).double()  # compared in float64 (rounding.qwen3_float64)
-    inc, full = cached_then_full(model, *padded_batch(model.config.vocab_size, [8, 5], left=True))
-    within(inc, full, qwen3_float64(model.config) * full.abs().max(), "cached vs full")
 
 
 def cached_then_full(model, ids, mask, plant=contextlib.nullcontext):
@@ -96,18 +119,6 @@ def test_save_and_reload_roundtrip(tiny_model, tmp_path):
     ids = torch.randint(0, tiny_model.config.vocab_size, (2, 6))
     with torch.no_grad():
         assert torch.equal(tiny_model(ids), again(ids))
-
-
-def test_our_checkpoint_loads_in_transformers(tiny_model, tmp_path):
-    from transformers import Qwen3ForCausalLM
-    tiny_model.save_pretrained(tmp_path)
-    hf = Qwen3ForCausalLM.from_pretrained(tmp_path, dtype=torch.float64).eval()  # float64: qwen3_float64
-    ours = copy.deepcopy(tiny_model).double()
-    ids = torch.randint(0, tiny_model.config.vocab_size, (2, 6))
-    with torch.no_grad():
-        expected = ours(ids)
-        within(hf(ids).logits, expected, qwen3_float64(ours.config, same_code=False) * expected.abs().max(),
-               "HF vs ours")
 
 
 def test_sharded_checkpoint(hf_dir, tmp_path):
@@ -181,54 +192,47 @@ def test_logits_in_vocabulary_blocks_equal_lm_head():
 # ----------------------------------------------------------------------------
 # Unusable directories: one ModelError line naming the file, never a traceback (issue 15)
 
+# config.json's fields as each broken directory holds them (None: the field left out)
+CONFIG_EDITS = {
+    "hidden_size a string": {"hidden_size": "64"}, "layers a float": {"num_hidden_layers": 2.5},
+    "tie a string": {"tie_word_embeddings": "yes"}, "eps negative": {"rms_norm_eps": -1},
+    "rope_theta too large for a float": {"rope_theta": 10 ** 400,
+                                         "rope_parameters": {"rope_type": "default", "rope_theta": 10 ** 400}},
+    "eos a string": {"eos_token_id": "</s>"}, "sliding window": {"use_sliding_window": True},
+    "sliding layer": {"layer_types": ["sliding_attention"] * 2}, "hidden_act gelu": {"hidden_act": "gelu"},
+    "rope a list": {"rope_parameters": [1]}, "heads not a multiple": {"num_key_value_heads": 3},
+    "no vocab_size": {"vocab_size": None}, "hidden size not the weights'": {"hidden_size": 32, "head_dim": 8},
+    "vocab not the weights'": {"vocab_size": 98}, "mlp not the weights'": {"intermediate_size": 64}}
+SHARD_INDEXES = {"index not json": "{", "index without weight_map": "{}", "index weight_map a list": '{"weight_map": []}',
+                 "index names a missing shard": '{"weight_map": {"x": "model-00009.safetensors"}}'}
+OTHER_BREAKS = ["config list", "config string", "config not utf-8", "truncated", "header only", "empty weights",
+                "garbage weights", "integer weights"]
+BROKEN = [*CONFIG_EDITS, *SHARD_INDEXES, *OTHER_BREAKS]
+
+
 def broken_dir(src, dst, case):
     """A copy of model directory `src` in `dst`, broken as `case` says."""
     import shutil
     from safetensors.torch import load_file, save_file
     shutil.copytree(src, dst)
     cfg, weights = dst / "config.json", dst / "model.safetensors"
-    config = strict_file(cfg)
-    data = weights.read_bytes()
-    edit = {"config list": lambda: cfg.write_text(json.dumps([config])),
-            "config string": lambda: cfg.write_text('"qwen3"'),
-            "config not utf-8": lambda: cfg.write_bytes(b'{"model_type": "\xff"}'),
-            "hidden_size a string": lambda: cfg.write_text(json.dumps({**config, "hidden_size": "64"})),
-            "layers a float": lambda: cfg.write_text(json.dumps({**config, "num_hidden_layers": 2.5})),
-            "tie a string": lambda: cfg.write_text(json.dumps({**config, "tie_word_embeddings": "yes"})),
-            "eps negative": lambda: cfg.write_text(json.dumps({**config, "rms_norm_eps": -1})),
-            "rope_theta too large for a float": lambda: cfg.write_text(
-                json.dumps({**config, "rope_theta": 10 ** 400, "rope_parameters": {"rope_type": "default",
-                                                                                    "rope_theta": 10 ** 400}})),
-            "eos a string": lambda: cfg.write_text(json.dumps({**config, "eos_token_id": "</s>"})),
-            "rope a list": lambda: cfg.write_text(json.dumps({**config, "rope_parameters": [1]})),
-            "heads not a multiple": lambda: cfg.write_text(json.dumps({**config, "num_key_value_heads": 3})),
-            "no vocab_size": lambda: cfg.write_text(json.dumps({k: v for k, v in config.items() if k != "vocab_size"})),
-            "hidden size not the weights'": lambda: cfg.write_text(json.dumps({**config, "hidden_size": 32,
-                                                                                "head_dim": 8})),
-            "vocab not the weights'": lambda: cfg.write_text(json.dumps({**config, "vocab_size": 98})),
-            "mlp not the weights'": lambda: cfg.write_text(json.dumps({**config, "intermediate_size": 64})),
-            "truncated": lambda: weights.write_bytes(data[:len(data) // 2]),
-            "header only": lambda: weights.write_bytes(data[:8]),
-            "empty weights": lambda: weights.write_bytes(b""),
-            "garbage weights": lambda: weights.write_bytes(b"\x00\x01garbage" * 100),
-            "integer weights": lambda: save_file({k: v.long() if "embed" in k else v
-                                                  for k, v in load_file(weights).items()}, weights)}
-    index = dst / "model.safetensors.index.json"
-    shards = {"index not json": "{", "index without weight_map": "{}", "index weight_map a list": '{"weight_map": []}',
-              "index names a missing shard": '{"weight_map": {"x": "model-00009.safetensors"}}'}
-    if case in shards:
+    config, data = strict_file(cfg), weights.read_bytes()
+    if case in CONFIG_EDITS:
+        cfg.write_text(json.dumps({k: v for k, v in {**config, **CONFIG_EDITS[case]}.items() if v is not None}))
+    elif case in SHARD_INDEXES:
         weights.unlink()
-        index.write_text(shards[case])
+        (dst / "model.safetensors.index.json").write_text(SHARD_INDEXES[case])
     else:
-        edit[case]()
+        {"config list": lambda: cfg.write_text(json.dumps([config])),
+         "config string": lambda: cfg.write_text('"qwen3"'),
+         "config not utf-8": lambda: cfg.write_bytes(b'{"model_type": "\xff"}'),
+         "truncated": lambda: weights.write_bytes(data[:len(data) // 2]),
+         "header only": lambda: weights.write_bytes(data[:8]),
+         "empty weights": lambda: weights.write_bytes(b""),
+         "garbage weights": lambda: weights.write_bytes(b"\x00\x01garbage" * 100),
+         "integer weights": lambda: save_file({k: v.long() if "embed" in k else v
+                                               for k, v in load_file(weights).items()}, weights)}[case]()
     return dst
-
-
-BROKEN = ["config list", "config string", "config not utf-8", "hidden_size a string", "layers a float",
-          "tie a string", "eps negative", "rope_theta too large for a float", "eos a string", "rope a list", "heads not a multiple", "no vocab_size",
-          "hidden size not the weights'", "vocab not the weights'", "mlp not the weights'", "truncated", "header only",
-          "empty weights", "garbage weights", "integer weights", "index not json", "index without weight_map",
-          "index weight_map a list", "index names a missing shard"]
 
 
 @pytest.mark.parametrize("case", BROKEN)
@@ -311,3 +315,18 @@ def test_bf16_prefill_of_prompts_of_different_lengths_with_float32_weights(tiny_
         full = tiny_model.hidden(ids, attention_mask=mask.bool())
     assert h.dtype == torch.float32
     assert (h[mask.bool()] - full[mask.bool()]).abs().max() < 0.1  # bf16 rounding, same real tokens
+
+
+def test_init_weights_is_gpt2s():
+    """N(0, std^2) matrices (std 0.02 by default), norms at 1, the residual projections (o_proj, down_proj) scaled
+    by 1 / sqrt(2 L). Each matrix's sample std is within 5 of its standard errors, std / sqrt(2 n), of that."""
+    from nanoatr.model import Qwen3Config, init_weights
+    model = Qwen3(Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16))
+    init_weights(model, seed=0)
+    for name, p in model.named_parameters():
+        if p.dim() == 1:
+            assert (p == 1).all(), name
+            continue
+        std = 0.02 / (6 ** 0.5 if name.endswith(("o_proj.weight", "down_proj.weight")) else 1)
+        assert abs(p.std().item() - std) <= 5 * std / (2 * p.numel()) ** 0.5, name

@@ -162,6 +162,7 @@ EQUATIONS = [
     ("y = x^2", "y - x^2 = 0", True), ("y = x^2", "y = x^3", False), ("f(x) = 3x - 1", "3x - 1", True),
     ("x = 2, y = -1", "(2, -1)", True), ("(x, y) = (2, -1)", "(2, -1)", True), ("x = -1, y = 2", "(2, -1)", False),
     ("2 \\cdot 3 = 6", "6", True), ("5 = 6", "6", False), ("x + y = 5", "5", False), ("2 = 2", "x = 2", False),
+    ("y = \\sqrt{2} x + \\pi", "2y = 2\\sqrt{2} x + 2\\pi", True),  # proportional, irrational: numerically only
 ]
 
 MATRICES = [

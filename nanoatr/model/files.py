@@ -86,11 +86,16 @@ def config_fields(d) -> dict:
     if rope.get("rope_type", rope.get("type", "default")) != "default":
         raise ModelError(f"rope type {rope.get('rope_type', rope.get('type'))!r} is not supported (only "
                          "default RoPE)")
+    layers = d.get("layer_types")  # transformers 5 writes each layer's attention there
+    if d.get("use_sliding_window") or (isinstance(layers, list) and "sliding_attention" in layers):
+        raise ModelError("uses sliding-window attention (use_sliding_window), which nanoatr's Qwen3 lacks")
+    if d.get("hidden_act", "silu") != "silu":
+        raise ModelError(f"has hidden_act {d.get('hidden_act')!r}; nanoatr's Qwen3 has SiLU ('silu') only")
     missing = [k for k in SIZES if d.get(k) is None]
     if missing:
         raise ModelError(f"lacks the Qwen3 field {missing[0]!r}")
     values = {k: d[k] for k in (*SIZES, *OPTIONAL) if d.get(k) is not None}
-    values["rope_theta"] = rope.get("rope_theta", d.get("rope_theta", 1_000_000.0))
+    values["rope_theta"] = rope.get("rope_theta", d.get("rope_theta", 10_000.0))  # transformers' default
     values.setdefault("head_dim", d["hidden_size"] // d["num_attention_heads"]
                       if is_count(d["hidden_size"]) and is_count(d["num_attention_heads"]) else None)
     for k, v in values.items():
