@@ -123,6 +123,9 @@ def main(argv=None):
                for v in ("chunked", "naive")}
     for v, r in results.items():
         print(f"   {v:8s} peak +{r['peak_mb']:8.0f} MB   {r['seconds']:6.2f} s")
+    if min(r["peak_mb"] for r in results.values()) <= 0:  # in a process that held the memory already
+        print("   chunked / naive peak = n/a: a peak did not rise above the memory the process held")
+        return
     ratio = results["chunked"]["peak_mb"] / results["naive"]["peak_mb"]
     print(f"   chunked / naive peak = {ratio:.3f} (1/{1 / ratio:.1f}); the naive (B, T, V) float32 logits "
           f"alone would be {args.batch * args.length * args.vocab * 4 / 2**30:.1f} GiB "

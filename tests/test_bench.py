@@ -2,9 +2,8 @@
 tool nothing runs breaks unseen (bench/trl_step.py ended in an AttributeError for a renamed attribute). The
 GPU benchmarks' CPU paths are in tests/test_gpu_smoke.py, bench/step_memory.py's in tests/test_memory.py.
 Here: a tiny rollout comparison ends with its ratio line, the TRL benchmark says how to install TRL when it
-is missing (and times our side alone), its 58M model's 32,000-token tokenizer decodes; attention,
-checkpoint hashing, contention, the loss, SFT packing, the GRPO step and the verifier's speed and agreement
-each run."""
+is missing (and times our side alone), its 58M model's 32,000-token tokenizer decodes; checkpoint
+hashing, contention, the loss, the GRPO step and the verifier's speed and agreement each run."""
 import importlib.util
 import json
 import re
@@ -102,25 +101,6 @@ def test_trl_step_runs_one_short_step_of_each_side(capsys):
     assert (torch.Tensor.backward, train.generate, train.policy_loss) == before  # its timers are removed
 
 
-# ----------------------------------------------------------------------------
-# The other benchmarks: a tiny run each, its output's shape checked
-
-def test_attention_runs_every_variant_on_a_tiny_cache(monkeypatch, capsys):
-    """torch.compile is made the identity: the two compiled variants run their formula eagerly (compiling
-    takes minutes; each variant's agreement with SDPA is printed either way)."""
-    import torch
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
-    load("attention").main(["--presets", "tiny", "--batch", "4", "--context", "16", "--max-len", "24",
-                            "--repeats", "1", "--threads", "0"])
-    out = capsys.readouterr().out
-    variants = ["sdpa, enable_gqa", "sdpa, heads packed", "sdpa, copy first", "bmm", "compiled",
-                "flex_attention"]
-    diffs = [float(line.rsplit(" ", 1)[1]) for line in out.splitlines() if "max |diff|" in line]
-    assert len(diffs) == len(variants) and max(diffs) < 1e-4, out  # float32 SDPA over 16 keys: ~1e-7
-    summary = out.strip().splitlines()[-1]
-    assert summary.startswith("summary: time over the memory floor: tiny/T16/enable_gqa "), summary
-
-
 def test_checkpoint_hash_times_a_tiny_checkpoint(tmp_path, capsys):
     load("checkpoint_hash").main(["--tiny", "--layers", "1", "--dir", str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()
@@ -160,22 +140,6 @@ def test_loss_benchmark_times_the_loss_and_measures_both_scorings(monkeypatch, c
     assert re.search(r"kl3 +eager +\d+\.\d\d ms +compiled +\d+\.\d\d ms +speed-up", out), out
     assert re.search(r"chunked +peak \+ *\d+ MB", out) and re.search(r"naive +peak \+ *\d+ MB", out), out
     assert "chunked / naive peak = " in out
-
-
-def test_sft_packing_compares_the_three_layouts(capsys):
-    load("sft_packing").main(["--batch", "4", "--repeats", "1"])
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["arithmetic", "countdown"], lines
-    assert all(re.search(r"padding \d+ ms/step .* packed into 256 .* masked \d+ ms/step = ", line)
-               for line in lines), lines
-
-
-def test_sft_packing_refuses_a_row_shorter_than_an_example(capsys):
-    """A countdown example of 67 tokens does not fit rows of 64: one error line (was a RuntimeError)."""
-    with pytest.raises(SystemExit) as e:
-        load("sft_packing").main(["--batch", "4", "--pack-len", "64", "--repeats", "1"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and err == ["error: --pack-len 64 is shorter than an example (67 tokens)"], err
 
 
 def test_step_benchmark_times_ours_and_transformers(capsys):
@@ -220,15 +184,3 @@ def test_measure_task_prints_the_tasks_starting_figures(monkeypatch, capsys):
     assert re.fullmatch(r".*tiny-qwen3 on .*heldout\.jsonl \(2 problems x 2 samples, T=1\.0\): "
                         r"entropy \d\.\d{3} nats/token  Mean@2 \d+\.\d%  Pass@2 \d+\.\d%  length \d+\.\d  "
                         r"truncated \d+\.\d%", lines[1]), lines[1]
-
-
-def test_countdown_breakdown_prints_a_line_per_file(monkeypatch, capsys):
-    """The warm start on the first 3 problems of each evaluated file (the script reads them all)."""
-    script = load("countdown_breakdown", "scripts")
-    real = script.load_problems
-    monkeypatch.setattr(script, "load_problems", lambda path, **kw: real(path, **kw)[:3])
-    monkeypatch.setattr(sys, "argv", ["countdown_breakdown.py", "--k", "1"])
-    script.main()
-    rows = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
-    assert [r["file"] for r in rows] == [Path(p).name for p in script.TASKS["countdown"].eval_data], rows
-    assert all({"policy", "Mean@1", "Pass@1", "length"} <= r.keys() for r in rows), rows

@@ -27,6 +27,8 @@ NOT_IN_THE_REPOSITORY = {
     "nanoatr/stats.py": "history: where scripts/stats.py was before it moved (docs/results.md says so)",
     "data/dapo-math-17k.parquet": "a file of the hub's dataset repository (data/get_paper_data.py)",
     "data/x.parquet": "an example name (data/get_paper_data.py)",
+    **{path: "history: a tool removed on 2026-12-02 (issue 56), `git show a64b28a:PATH` has it" for path in (
+        "bench/attention.py", "bench/sft_packing.py", "scripts/countdown_breakdown.py")},
 }
 
 # A dotted reference (`loss.check_finite`, `machinery.session.Session.steps`) whose first name is a module of
