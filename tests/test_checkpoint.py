@@ -12,7 +12,7 @@ import shutil
 import pytest
 import torch
 
-from nanoatr.machinery import checkpoint, folder, metrics_log, resume
+from nanoatr.machinery import checkpoint, folder, resume
 from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.machinery.flags import ConfigError
 from nanoatr.machinery.metrics_log import RunLog
@@ -235,16 +235,6 @@ def test_a_fresh_log_and_an_untouched_log_with_null_for_a_number_not_finite(tmp_
     with RunLog.open(tmp_path, resume_step=1) as log:
         assert log.rows == jsonl(tmp_path / "metrics.jsonl") == [{"step": 1, "loss": None, "w": [None, 1.0]}]
     assert (tmp_path / "metrics.jsonl").stat().st_mtime_ns == before  # not rewritten
-
-
-def test_read_metrics_skips_bad_lines_with_one_warning(tmp_path, capsys):
-    path = tmp_path / "metrics.jsonl"
-    path.write_bytes(b'{"step": 1}\n{"step": 2, "lo{"step": 3}\n\n[1]\n\xff\xfe\n{"step": 4}\n{"st')
-    assert metrics_log.read_metrics(path) == [{"step": 1}, {"step": 4}]
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"warning: {path}: skipped 4 unreadable line(s) (line 2, 4, 5, ...)"]
-    with pytest.raises(CheckpointError, match="no metrics.jsonl"):
-        metrics_log.read_metrics(tmp_path / "nope" / "metrics.jsonl")
 
 
 def test_write_json_atomic(tmp_path, monkeypatch):

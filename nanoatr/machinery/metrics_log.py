@@ -235,15 +235,3 @@ def repair_jsonl(path: Path, max_step: int | None = None) -> list[dict]:
                  "redone)"] if len(kept) < len(rows) else [])
         warn(f"{'warning' if bad else 'note'}: {path}: " + "; ".join(done))
     return [row for _, row in kept]
-
-
-def read_metrics(path) -> list[dict]:
-    """The JSON objects of a metrics.jsonl, for readers (plot, sweep): bad lines skipped with one warning."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path.parent}: no {path.name} (is it a run directory?)")
-    rows, bad, _ = jsonl_rows(path)
-    if bad:
-        warn(f"warning: {path}: skipped {len(bad)} unreadable line(s) (line {', '.join(map(str, bad[:3]))}"
-             f"{', ...' if len(bad) > 3 else ''})")
-    return [row for _, row in rows]

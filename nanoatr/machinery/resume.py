@@ -265,12 +265,6 @@ def settings_now(saved: dict, where, at_step: int | None = None) -> dict:
     return settings
 
 
-def change_lines(saved: dict, where) -> list[str]:
-    """'at step 32: --steps 32 -> 64, --eval-every 0 -> 8': each recorded change with its step (the notes
-    under scripts/runs_table.py's and scripts/sweep_report.py's tables)."""
-    return [f"at step {c['step']}: {change_text(c)}" for c in recorded_changes(saved, where)]
-
-
 def change_text(change: dict, arrow: str = " -> ") -> str:
     """'--steps 32 -> 64, --eval-every 0 -> 8': one recorded change's flags (without its step)."""
     def shown(v):
