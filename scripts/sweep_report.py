@@ -36,8 +36,8 @@ from nanoatr.methods import defaults  # noqa: E402
 from nanoatr.machinery.metrics_log import finite  # noqa: E402
 from nanoatr.machinery.flags import TrainConfig  # noqa: E402
 # scripts/plot.py
-from plot import (COLORS, TRAIN_PANELS, Line, Panel, change_lines, draw, moving_average, read_metrics,  # noqa: E402
-                  series)
+from plot import (COLORS, TRAIN_PANELS, Line, Panel, change_lines, draw, moving_average,  # noqa: E402
+                  read_metrics, series)
 from runs_table import code_note  # noqa: E402
 import stats  # noqa: E402  (scripts/stats.py)
 from contrasts import (Claim, Contrast, Hypothesis, Questions, difference, digits, effect_text,  # noqa: E402

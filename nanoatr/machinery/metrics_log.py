@@ -11,7 +11,6 @@ from pathlib import Path
 from nanoatr.machinery.checkpoint import CheckpointError, reason, replace_bytes, warn
 
 
-
 class RunLog:
     """metrics.jsonl and samples.jsonl of a run. `rows`: the metrics rows in the file (kept and written);
     `past`: the steps of those past a resume's checkpoint (dropped); `logged`: the rows this process wrote;

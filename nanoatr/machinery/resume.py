@@ -10,7 +10,6 @@ from nanoatr.machinery.flags import ConfigError, flag
 from nanoatr.data import located
 
 
-
 # ----------------------------------------------------------------------------
 # Resuming: what each flag given on --resume does, and the record of what changed
 

@@ -27,7 +27,6 @@ from nanoatr.machinery.folder import RunFolder, reward_code, run_name, unique_na
 from nanoatr.tokenizer import TokenizerError
 
 
-
 START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
                 distributed.DeviceError, BudgetError, RewardError)
 
