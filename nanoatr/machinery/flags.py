@@ -246,9 +246,6 @@ class EvalFlags:
     eval_limit: int = arg(0, "evaluate on the first N problems of each file (0 = all)", EVAL, ">=0")
 
 
-REPORTERS = ("tensorboard", "wandb")  # --report-to's destinations (metrics_log.py), one package each
-
-
 @dataclass
 class RunFlags:
     """The run folder of train.py and sft.py (machinery/folder.py), its checkpoints and seed."""
@@ -264,7 +261,7 @@ class RunFlags:
                                "step) and the run's settings go: tensorboard (<run>/tensorboard/), wandb "
                                "(Weights & Biases), or both; each is an optional package (pip install "
                                "tensorboard / wandb). metrics.jsonl stays the record", RUN,
-                               choices=["none", *REPORTERS])
+                               choices=["none", "tensorboard", "wandb"])  # metrics_log.py's
     wandb_project: str | None = arg(None, "the wandb project of --report-to wandb (default: WANDB_PROJECT, "
                                     "else nanoatr; the wandb run is named after the run folder unless "
                                     "WANDB_NAME is set; wandb's other WANDB_* settings apply)", RUN)
@@ -284,8 +281,7 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
                     "--max-new-tokens (nanoatr/data.py TASKS)", DATA, choices=sorted(TASK_NAMES))
     model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer), "
                      "or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched into or read from its cache", DATA)
-    revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is a hub "
-                               "id", DATA)
+    revision: str | None = override(ModelFlags, "revision")
     data: str = arg("data/arith/train.jsonl", "training problems: .jsonl, .json or .parquet rows with a "
                     "prompt (text or chat messages: TRL, DAPO, verl) or problem/question, and an answer "
                     "(--answer-field)", DATA)
@@ -449,12 +445,14 @@ def names_meant(word: str, names: list[str]) -> list[str]:
 
 
 def add_fields(parser: argparse.ArgumentParser, cls):
-    """One flag per field, in its --help section (one of SECTIONS, listed in their order)."""
-    sections = {name: parser.add_argument_group(name) for name in SECTIONS}  # argparse shows no empty one
+    """One flag per field, in --help sections (SECTIONS' order, then any other in the order met)."""
+    fields = [f for f in in_reading_order(cls) if f.metadata.get("cli") is not False]
+    named = [f.metadata.get("section") or "options" for f in fields]
+    order = sorted(dict.fromkeys(named), key=lambda s: SECTIONS.index(s) if s in SECTIONS else len(SECTIONS))
+    sections = {name: parser.add_argument_group(name) for name in order}
     hints = typing.get_type_hints(cls)
-    for f in in_reading_order(cls):
-        if f.metadata.get("cli") is not False:
-            add_flag(sections[f.metadata["section"]], f, hints[f.name])
+    for f, section in sorted(zip(fields, named), key=lambda pair: order.index(pair[1])):
+        add_flag(sections[section], f, hints[f.name])
 
 
 def add_flag(group, f: dataclasses.Field, tp):

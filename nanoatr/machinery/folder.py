@@ -53,7 +53,7 @@ class RunFolder:
     def open_log(self):
         """metrics.jsonl and samples.jsonl; resumed, without the rows past the checkpoint's step. A resume
         with no checkpoint left would drop every step the log holds: refused (CheckpointError)."""
-        self.log = RunLog.open(self.path, resume_step=self.state["step"] if self.resuming else None)
+        self.log = RunLog(self.path, resume_step=self.state["step"] if self.resuming else None)
         if self.resuming and self.checkpoint is None and self.log.past:
             raise CheckpointError(f"{self.path} has no checkpoint, but its metrics.jsonl logs steps up to "
                                   f"{max(self.log.past)}: a resume would start again at step 0 and drop "

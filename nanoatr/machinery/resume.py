@@ -134,8 +134,9 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None, at
                                         for k in PATH_FIELDS if hasattr(run, k)})
     check_files(found, saved.get("sha256"), saved_file)
     names = [f.name for f in dataclasses.fields(cfg) if f.name in given]
-    differ = [k for k in names if getattr(cfg, k) != getattr(run, k) and
-              not (k in PATH_FIELDS and same_files(k, getattr(cfg, k), getattr(found, k)))]
+    # a path flag given again naming the files the run's own value names (`found`: from_start's): no change
+    differ = [k for k in names if getattr(cfg, k) != getattr(run, k) and not (k in PATH_FIELDS and
+              paths(k, getattr(cfg, k), real_path) == paths(k, getattr(found, k), real_path))]
     refused = [(as_given(k, getattr(cfg, k)), k) for k in differ if isinstance(rules[k], Refused)]
     refused += [(as_given(k, v), "hparams") for k, v in sorted((hparams or {}).items())
                 if v is not None and (run.hparams or {}).get(k) != v]
@@ -220,11 +221,6 @@ def from_start(path: str, workdir: str) -> str:
         return path
     there = Path(workdir, path) if workdir else Path(located(path))
     return str(there) if there.exists() and there.resolve() != Path(path).resolve() else path
-
-
-def same_files(name: str, given, found) -> bool:
-    """A path flag given on --resume names the files the run's own value names (`found`: from_start's)."""
-    return paths(name, given, real_path) == paths(name, found, real_path)
 
 
 def real_path(path: str) -> str:
