@@ -236,7 +236,7 @@ def fast_plan(device) -> DecodePlan:
     """The device's plan; on the CPU the GPU's habits (windows, looks, compaction) without compiling it,
     which takes minutes there."""
     return decode_plan(device) if device.type == "cuda" else \
-        DecodePlan("eager", 8, CHECK_EVERY, True, False, decoding.StepRunner)
+        DecodePlan("eager", 8, CHECK_EVERY, True, False, decoding.run_steps)
 
 
 def check_against_eager(device, sizes: Sizes):

@@ -24,7 +24,7 @@ EAGER = rollout.EAGER  # the CPU's plan, the one rollout.py reads: exact windows
 
 def fast(*fields) -> DecodePlan:
     """A plan whose steps machinery/decoding.py runs (a StepRunner), as decode_plan's are on a GPU."""
-    return DecodePlan(*fields, decoding.StepRunner)
+    return DecodePlan(*fields, decoding.run_steps)
 
 
 GPU_LIKE = fast("eager", 8, 4, True, False)  # the GPU's habits, without the graphs

@@ -22,8 +22,12 @@ def decode_plan(device, sampler: str = "inverse-cdf", temperature: float = 1.0) 
         steady_cpu_allocator()
         return EAGER
     replayable = sampler == "inverse-cdf" or temperature <= 0
-    return DecodePlan("compiled" if replayable else "eager", WINDOW, CHECK_EVERY, replayable, True,
-                      StepRunner)
+    return DecodePlan("compiled" if replayable else "eager", WINDOW, CHECK_EVERY, replayable, True, run_steps)
+
+
+def run_steps(step, model, sampling, generator, plan: DecodePlan):
+    """A fast plan's runner (DecodePlan.runner): a StepRunner, looked up when called (tests replace it)."""
+    return StepRunner(step, model, sampling, generator, plan)
 
 
 @functools.cache
@@ -39,9 +43,9 @@ def steady_cpu_allocator() -> bool:
 
 
 class StepRunner:
-    """A fast plan's runner (DecodePlan.runner): runs one decode step as the plan says, eagerly, compiled, or
-    compiled and replayed from CUDA graphs. A failed recording or replay falls back to the compiled step, a
-    failed compile to the eager step, each with one warning: the same tokens either way."""
+    """Runs one decode step as the plan says: eagerly, compiled, or compiled and replayed from CUDA graphs.
+    A failed recording or replay falls back to the compiled step, a failed compile to the eager step, each
+    with one warning: the same tokens either way."""
     use_graphs = True  # False once a recording or a replay has failed in this process
 
     def __init__(self, step, model, sampling, generator, plan: DecodePlan, graphs=None):

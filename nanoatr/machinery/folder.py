@@ -136,13 +136,6 @@ def reward_code(rewards, n: int) -> dict[str, str | None]:
     return {name: _sha256(getattr(m, "__file__", None) or "") for m, name in zip(modules, rewards.names)}
 
 
-def run_name(name: str) -> str:
-    """--name as given: a folder's name, never a path ('/', '.' or '..': a ConfigError)."""
-    if "/" in name or name in (".", ".."):
-        raise ConfigError(f"--name {name}: a run folder's name, not a path: --out-dir says where it goes")
-    return name
-
-
 def record(cfg) -> dict:
     """What config.json records of a new run (and --report-to shows): its settings, and the SHA-256 of its
     problem files, which a resume checks (check_files)."""
