@@ -100,8 +100,8 @@ class Session:
             raise ConfigError("--resume was given an empty path (an unset shell variable?): name the run "
                               "folder")
         if "/" in self.cfg.name or self.cfg.name in (".", ".."):  # a folder's name, never a path
-            raise ConfigError(f"--name {self.cfg.name}: a run folder's name, not a path: --out-dir says where it "
-                              "goes")
+            raise ConfigError(f"--name {self.cfg.name}: a run folder's name, not a path: --out-dir says "
+                              "where it goes")
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
             run_dir, chosen = named_checkpoint(self.cfg.resume) if self.branches else (self.cfg.resume, None)
             branch, at = self.branch_folder(run_dir, chosen) or (None, None)  # at: the step it goes on from
