@@ -1,5 +1,4 @@
 """nanoatr.sweep: methods x seeds of train.py, Table 3, Figure 2, the delta ablation (Figure 3)."""
-import argparse
 import json
 import math
 import os
@@ -16,7 +15,7 @@ import stats  # noqa: E402  (scripts/stats.py)
 import sweep  # noqa: E402  (scripts/sweep.py)
 import sweep_report  # noqa: E402  (scripts/sweep_report.py)
 import contrasts  # noqa: E402  (scripts/contrasts.py)
-from nanoatr.machinery.flags import PRESETS, ConfigError, TrainConfig, apply_preset, hparam_flags, parse  # noqa: E402
+from nanoatr.machinery.flags import PRESETS, TrainConfig, apply_preset, hparam_flags, parse  # noqa: E402
 from conftest import strict_file  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
 TINY = ["--eval-limit", "4", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40"]
@@ -585,12 +584,3 @@ def test_the_report_notes_runs_that_ran_other_code(tmp_path, commits, note):
     notes = [line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("code:")]
     assert notes == ([] if note is None else [f"code: not one commit without changes: {note} (+dirty: with changes "
                                               "not committed; unknown: not recorded, or not a git checkout)"])
-
-
-def test_check_numbers_checks_each_given_attribute_and_skips_an_unset_one():
-    ns = argparse.Namespace(steps=0, lr=1e-4, budget=None)
-    sweep.check_numbers(ns, {"steps": ">=0", "lr": ">0", "budget": ">=1"})   # budget unset: not checked
-    with pytest.raises(ConfigError, match=r"^--steps must be >= 1 \(got 0\)$"):
-        sweep.check_numbers(ns, {"lr": ">0", "steps": ">=1"})
-    with pytest.raises(ConfigError, match=r"^--lr must be a finite number \(got nan\)$"):
-        sweep.check_numbers(argparse.Namespace(lr=float("nan")), {"lr": ">0"})
