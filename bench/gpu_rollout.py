@@ -24,6 +24,7 @@ one call of under 8 minutes; this script is for a wider matrix.
 rollout (the default) and unmerged, against the plain model, at the first shape.
 """
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -33,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nanoatr import lora  # noqa: E402
-from nanoatr.model import Qwen3, Qwen3Config  # noqa: E402
+from nanoatr.model import Qwen3, Qwen3Config, files  # noqa: E402
 from nanoatr.machinery.decoding import decode_plan
 from nanoatr.rollout import EAGER  # noqa: E402 (the CPU's plan: every step launched op by op)
 from nanoatr.rollout import generate  # noqa: E402
@@ -88,7 +89,7 @@ def hf_generate(hf, prompts, n, device, **kw):
 
 def to_hf(model: Qwen3):
     from transformers import Qwen3Config as HFConfig, Qwen3ForCausalLM
-    cfg = HFConfig(**{k: v for k, v in model.config.to_hf().items()
+    cfg = HFConfig(**{k: v for k, v in files.config_json(dataclasses.asdict(model.config)).items()
                       if k not in ("architectures", "model_type")})
     with torch.device(model.lm_head.weight.device):
         hf = Qwen3ForCausalLM(cfg).to(model.lm_head.weight.dtype)

@@ -100,7 +100,8 @@ def build(preset: str, tmp: str, seed: int = 0):
 def big_char_tokenizer(vocab_size: int):
     """The embedded model's character tokenizer (its special tokens, characters and "\\boxed{"), grown to
     `vocab_size` tokens with CJK / Hangul filler characters, one token each: every id decodes."""
-    from nanoatr.tokenizer import char_tokenizer
+    sys.path.insert(0, str(ROOT / "data"))
+    from make_default import char_tokenizer
     tiny = json.loads((ROOT / "data/tiny-qwen3/tokenizer.json").read_text())
     added = tiny["added_tokens"]
     specials = [t["content"] for t in sorted(added, key=lambda t: t["id"]) if t["special"]]

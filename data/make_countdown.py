@@ -86,11 +86,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from anywhere without installing
 sys.path.insert(0, str(HERE))
 
-from make_default import TOKENIZER_CONFIG, build_tokenizer  # noqa: E402
+from make_default import TOKENIZER_CONFIG, build_tokenizer, save_problems  # noqa: E402
 from countdown_puzzle import Spec, integer_reachable, make_problem, reachable, solutions  # noqa: E402
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
 from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
-from nanoatr.data import TASKS, DataError, Problem, countdown_key, load_problems, save_problems  # noqa: E402
+from nanoatr.data import TASKS, DataError, Problem, countdown_key, load_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
 from nanoatr.rewards import Rewards  # noqa: E402

@@ -41,15 +41,16 @@ import sys
 from pathlib import Path
 
 import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere without installing
 
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
 from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
-from nanoatr.data import Problem, arith_key, save_problems  # noqa: E402
+from nanoatr.data import Problem, arith_key  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
-from nanoatr.tokenizer import char_tokenizer, load_tokenizer  # noqa: E402
+from nanoatr.tokenizer import load_tokenizer  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SIZES = {"heldout": 256, "val": 128, "train": 4096}  # problems per task file
@@ -69,6 +70,15 @@ EVALUATION = ("heldout", "val")                       # the evaluation splits, d
 CHARS = "0123456789+-*/=;:.,()[]{}\\ "
 BOXED = "\\boxed{"
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}="  # the prompt is "question="
+
+
+def save_problems(path: str | Path, problems: list[Problem]) -> None:
+    """Write problems as jsonl rows ``{"problem": ..., "answer": ...}`` (chat messages are not kept)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for p in problems:
+            f.write(json.dumps({"problem": p.question, "answer": p.answer}, ensure_ascii=False) + "\n")
 
 
 def add_sub(rng: random.Random) -> tuple[str, int, str]:
@@ -139,6 +149,19 @@ def sft_stream(seed: int, excluded: set):
         question, answer, solution = make_problem(rng)
         if arith_key(Problem(question, answer)) not in excluded:
             yield question, solution
+
+
+def char_tokenizer(chars: str, special=("<|pad|>", "<|endoftext|>", "<|unk|>"), words=()) -> Tokenizer:
+    """A character-level tokenizer (a BPE model with no merges) that transformers loads: the special
+    tokens, then one token per character, then whole `words` (e.g. "\\boxed{") as single tokens. The
+    embedded tasks' models use it (data/make_*.py); so do the tests' tiny model directories."""
+    vocab = {t: i for i, t in enumerate(special)}
+    vocab.update({c: len(special) + i for i, c in enumerate(chars)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=special[-1]))
+    tok.decoder = decoders.Fuse()  # characters join without spaces
+    tok.add_special_tokens([AddedToken(t, special=True) for t in special])
+    tok.add_tokens([AddedToken(w, normalized=False) for w in words])
+    return tok
 
 
 def build_tokenizer():

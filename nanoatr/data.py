@@ -180,15 +180,6 @@ def not_held_out(file: str, problems: list[Problem], evaluated: list[Problem], t
         "(--data's, up to the order of their numbers): its scores are not held out" if shared else None
 
 
-def save_problems(path: str | Path, problems: list[Problem]) -> None:
-    """Write problems as jsonl rows ``{"problem": ..., "answer": ...}`` (chat messages are not kept)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for p in problems:
-            f.write(json.dumps({"problem": p.question, "answer": p.answer}, ensure_ascii=False) + "\n")
-
-
 # Some AIME 2025 copies were written with single backslashes: a JSON decoder read "\frac" as form feed +
 # "rac". Undone where the result never occurs in real text: \f and \b always; \t and \r before a lowercase
 # letter (\triangle, \times, \right); "\n" + letter (\neq) cannot be told from a line break: left alone.

@@ -211,14 +211,6 @@ def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int]) -> dict:
     return out | {"correct": [sum(v) for v in verdicts]}
 
 
-def default_ks(n: int) -> list[int]:
-    """K values for a Pass@K-vs-K curve from n samples: 1, 2, 4, ... up to n, and n itself."""
-    if n < 1:
-        raise ValueError(f"need at least one sample per problem, got {n}")
-    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
-    return ks if ks[-1] == n else ks + [n]
-
-
 def verdicts_by_problem(rows: Iterable[dict]) -> list[list[bool]]:
     """Eval rows ``{"problem_id", "sample", "correct"}`` as per-problem verdict lists, problems sorted by id,
     samples by index; a repeated (problem_id, sample) is an error (two files or benchmarks mixed, usually)."""

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import torch
-from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import AutoTokenizer
 
 # What a model directory carries besides its weights and config: copied into every checkpoint.
@@ -19,19 +18,6 @@ DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final a
 
 class TokenizerError(ValueError):
     """A tokenizer that cannot be used; the message is one line for the user."""
-
-
-def char_tokenizer(chars: str, special=("<|pad|>", "<|endoftext|>", "<|unk|>"), words=()) -> Tokenizer:
-    """A character-level tokenizer (a BPE model with no merges) that transformers loads: the special
-    tokens, then one token per character, then whole `words` (e.g. "\\boxed{") as single tokens. The
-    embedded tasks' models use it (data/make_*.py); so do the tests' tiny model directories."""
-    vocab = {t: i for i, t in enumerate(special)}
-    vocab.update({c: len(special) + i for i, c in enumerate(chars)})
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=special[-1]))
-    tok.decoder = decoders.Fuse()  # characters join without spaces
-    tok.add_special_tokens([AddedToken(t, special=True) for t in special])
-    tok.add_tokens([AddedToken(w, normalized=False) for w in words])
-    return tok
 
 
 def load_tokenizer(path):

@@ -20,7 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from anywhere without installing
 
-from nanoatr.machinery.flags import ConfigError, Parser, check_numbers, die  # noqa: E402
+from nanoatr.machinery.flags import ConfigError, Parser, check_number, die  # noqa: E402
 from nanoatr.data import TASKS, load_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
@@ -67,8 +67,10 @@ def main():
     ap.add_argument("--show", type=int, default=0, help="print this many sampled completions")
     args = ap.parse_args()
     try:
-        check_numbers(args, {"k": ">=1", "limit": ">=0", "max_new_tokens": ">=1", "temperature": ">0",
-                             "show": ">=0"})
+        for name, allowed in {"k": ">=1", "limit": ">=0", "max_new_tokens": ">=1", "temperature": ">0",
+                              "show": ">=0"}.items():
+            if getattr(args, name) is not None:  # --max-new-tokens unset: the task's
+                check_number(name, getattr(args, name), allowed)
     except ConfigError as e:
         die(str(e))
     task = TASKS[args.task]

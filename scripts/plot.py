@@ -31,9 +31,10 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
 from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
-from nanoatr.machinery.resume import change_text, recorded_changes
-from nanoatr.machinery.metrics_log import read_metrics  # noqa: E402
-from nanoatr.evaluate import default_ks, summarize, verdicts_by_problem  # noqa: E402
+from nanoatr.machinery.checkpoint import CheckpointError, warn  # noqa: E402
+from nanoatr.machinery.resume import change_text, recorded_changes  # noqa: E402
+from nanoatr.machinery.metrics_log import jsonl_rows  # noqa: E402
+from nanoatr.evaluate import summarize, verdicts_by_problem  # noqa: E402
 
 TRAIN_PANELS = (("(a) return", "reward_mean"), ("(b) entropy", "entropy"),
                 ("(c) completion length", "completion_len"))
@@ -105,6 +106,32 @@ def draw(panels: list[Panel], out, xlabel: str, cols: int = 2, log2x: bool = Fal
     fig.savefig(out.with_suffix(".png"), dpi=110, bbox_inches="tight")
     plt.close(fig)
     return out.with_suffix(".svg")
+
+
+def read_metrics(path) -> list[dict]:
+    """The JSON objects of a metrics.jsonl, for readers (plot, sweep): bad lines skipped with one warning."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path.parent}: no {path.name} (is it a run directory?)")
+    rows, bad, _ = jsonl_rows(path)
+    if bad:
+        warn(f"warning: {path}: skipped {len(bad)} unreadable line(s) (line {', '.join(map(str, bad[:3]))}"
+             f"{', ...' if len(bad) > 3 else ''})")
+    return [row for _, row in rows]
+
+
+def change_lines(saved: dict, where) -> list[str]:
+    """'at step 32: --steps 32 -> 64, --eval-every 0 -> 8': each recorded change with its step (the notes
+    under scripts/runs_table.py's and scripts/sweep_report.py's tables)."""
+    return [f"at step {c['step']}: {change_text(c)}" for c in recorded_changes(saved, where)]
+
+
+def default_ks(n: int) -> list[int]:
+    """K values for a Pass@K-vs-K curve from n samples: 1, 2, 4, ... up to n, and n itself."""
+    if n < 1:
+        raise ValueError(f"need at least one sample per problem, got {n}")
+    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    return ks if ks[-1] == n else ks + [n]
 
 
 def moving_average(values, window: int) -> list[float]:

@@ -21,15 +21,14 @@ from typing import NamedTuple
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
 import sft  # noqa: E402  (the commands' flags: a run from before a flag ran with its default)
 from eval import grid, model_name  # noqa: E402  (eval.py's table layout and its name for a run)
-from nanoatr.machinery import distributed  # noqa: E402
 from nanoatr.machinery.checkpoint import CheckpointError  # noqa: E402
 from nanoatr.machinery.flags import ConfigError, Parser, TrainConfig, die, flag  # noqa: E402
-from nanoatr.machinery.metrics_log import read_metrics  # noqa: E402
-from nanoatr.machinery.resume import (PATH_FIELDS, change_lines, from_start, paths, real_path,  # noqa: E402
+from nanoatr.machinery.resume import (PATH_FIELDS, from_start, paths, real_path,  # noqa: E402
                                       settings_now)
 from nanoatr.tokenizer import TokenizerError, read_json  # noqa: E402
 
 import stats  # noqa: E402  (scripts/stats.py: the t-interval)
+from plot import change_lines, read_metrics  # noqa: E402
 
 # What a run's logged evaluations depend on (config.json of train.py and sft.py): runs that differ in one are
 # in different tables, each with its own base-model row.
@@ -187,8 +186,24 @@ def seed_table(runs: list[LoggedRun]) -> str:
         if isinstance(steps, int) and last < steps:
             notes.append(f"{run.name}: last evaluation at step {last} of {steps} (not finished)")
         notes += [f"{run.name}: changed on resume {change}" for change in run.changes]
-    notes += filter(None, [distributed.code_note({run.name: run.provenance for run in runs})])
+    notes += filter(None, [code_note({run.name: run.provenance for run in runs})])
     return grid("Method", names, k, rows, before=("n",)) + "\n" + "\n".join(notes)
+
+
+def code_note(runs: dict[str, list]) -> str | None:
+    """A line when runs (name: config.json's "provenance") did not all run one commit without changes, saying
+    which ran which (a run whose first sitting is not recorded, from before provenance, ran unknown code)."""
+    def code(sitting: dict) -> str:
+        return f"{str(sitting.get('commit', 'unknown'))[:12]}{'+dirty' * (sitting.get('dirty') is True)}"
+    runs = {name: [s for s in p if isinstance(s, dict)] if isinstance(p, list) else [] 
+            for name, p in runs.items()}  # a config.json as found
+    codes = {name: sorted({*map(code, p), *(["unknown"] if not p or p[0].get("step") != 0 else [])})
+             for name, p in runs.items()}
+    every = {c for cs in codes.values() for c in cs}
+    if len(every) > 1 or any(c == "unknown" or c.endswith("+dirty") for c in every):
+        listed = "; ".join(f"{name} {' '.join(c)}" for name, c in codes.items())
+        return f"code: not one commit without changes: {listed} (+dirty: with changes not committed; " \
+            "unknown: not recorded, or not a git checkout)"
 
 
 def runs_table(run_dirs: list[str]) -> str:

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a clone without installing
 import torch  # noqa: E402
 from nanoatr.machinery.flags import (PRESETS, ConfigError, Parser, TrainConfig, apply_preset,  # noqa: E402
-                                     check_hparams, check_numbers, check_ranges, flag, hparam_flags,
+                                     check_hparams, check_number, check_ranges, flag, hparam_flags,
                                      names_meant, parse, resolve)
 from nanoatr.methods import METHODS, defaults  # noqa: E402
 # the report: scripts/sweep_report.py, and the questions it answers: scripts/contrasts.py
@@ -299,6 +299,14 @@ def make_parser() -> argparse.ArgumentParser:
                         "comparisons and the figures from the runs finished so far (a sweep in progress is "
                         "left alone)")
     return parser
+
+
+def check_numbers(args, ranges: dict[str, str]) -> None:
+    """A command's own counts and rates, each given attribute of `args` (an argparse namespace) inside its
+    RANGES name, e.g. {"steps": ">=0", "lr": ">0"}; one left unset (None) is not checked."""
+    for name, allowed in ranges.items():
+        if getattr(args, name) is not None:
+            check_number(name, getattr(args, name), allowed)
 
 
 def check_counts(args, parser: argparse.ArgumentParser):

@@ -31,13 +31,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
-from nanoatr.machinery import distributed, flags  # noqa: E402
+from nanoatr.machinery import flags  # noqa: E402
 from nanoatr.methods import defaults  # noqa: E402
-from nanoatr.machinery.resume import change_lines  # noqa: E402
-from nanoatr.machinery.metrics_log import finite, read_metrics  # noqa: E402
+from nanoatr.machinery.metrics_log import finite  # noqa: E402
 from nanoatr.machinery.flags import TrainConfig  # noqa: E402
 # scripts/plot.py
-from plot import COLORS, TRAIN_PANELS, Line, Panel, draw, moving_average, series  # noqa: E402
+from plot import (COLORS, TRAIN_PANELS, Line, Panel, change_lines, draw, moving_average,  # noqa: E402
+                  read_metrics, series)
+from runs_table import code_note  # noqa: E402
 import stats  # noqa: E402  (scripts/stats.py)
 from contrasts import (Claim, Contrast, Hypothesis, Questions, difference, digits, effect_text,  # noqa: E402
                        measured)
@@ -206,7 +207,7 @@ def table(results: list[dict], arms: dict[str, Run], seeds: int, steps: int) -> 
                      " | ".join(pm([r[key] for r in rs]) for key, _ in cols) +
                      f" | {low + high:.2f} ({low:.2f} + {high:.2f}) | {entropy} |" +
                      "".join(f" {pm([r.get(key, math.nan) for r in rs], 3)} |" for key, _ in evaluated))
-    code = distributed.code_note({r["dir"]: r.get("provenance", []) for r in done})
+    code = code_note({r["dir"]: r.get("provenance", []) for r in done})
     return "\n".join(lines) + "\n" + changed_on_resume(done) + (f"\n{code}\n" if code else "")
 
 

@@ -8,11 +8,12 @@ import json
 import math
 import os
 import shutil
+from contextlib import closing
 
 import pytest
 import torch
 
-from nanoatr.machinery import checkpoint, folder, metrics_log, resume
+from nanoatr.machinery import checkpoint, folder, resume
 from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.machinery.flags import ConfigError
 from nanoatr.machinery.metrics_log import RunLog
@@ -198,7 +199,7 @@ def test_resume_cuts_a_torn_line_and_drops_rows_past_the_checkpoint(tmp_path, ca
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 6, "lo')
     (tmp_path / "samples.jsonl").write_text('{"step": 0, "eval": "a"}\n{"step": 4, "eval": "a"}\n')
     before = metrics.read_bytes()
-    with RunLog.open(tmp_path, resume_step=3) as log:
+    with closing(RunLog(tmp_path, resume_step=3)) as log:
         assert log.rows == rows[:4] and log.past == [4, 5]
         assert metrics.read_bytes() == before and capsys.readouterr().err == ""  # until the first write
         for s in (4, 5):
@@ -215,36 +216,26 @@ def test_resume_cuts_a_torn_line_and_drops_rows_past_the_checkpoint(tmp_path, ca
 def test_repair_keeps_a_whole_row_missing_only_its_newline_and_leaves_a_sound_log_as_it_is(tmp_path, capsys):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text('{"step": 1}\n{"step": 2}')
-    with RunLog.open(tmp_path, resume_step=2) as log:
+    with closing(RunLog(tmp_path, resume_step=2)) as log:
         log.write({"step": 3})
     assert metrics.read_text() == '{"step": 1}\n{"step": 2}\n{"step": 3}\n'
     assert capsys.readouterr().err == ""  # nothing was lost
     before = metrics.stat().st_mtime_ns
-    with RunLog.open(tmp_path, resume_step=3) as log:
+    with closing(RunLog(tmp_path, resume_step=3)) as log:
         assert log.rows == [{"step": 1}, {"step": 2}, {"step": 3}]
     assert metrics.stat().st_mtime_ns == before  # not rewritten
 
 
 def test_a_fresh_log_and_an_untouched_log_with_null_for_a_number_not_finite(tmp_path):
     """JSON has no NaN or Infinity (json.dumps writes them, other parsers refuse them): both logs write null."""
-    with RunLog.open(tmp_path) as log:
+    with closing(RunLog(tmp_path)) as log:
         log.write({"step": 1, "loss": math.nan, "w": [math.inf, 1.0]})
         log.samples(1, "a", [{"reward": -math.inf}])
     assert jsonl(tmp_path / "samples.jsonl") == [{"step": 1, "eval": "a", "reward": None}]
     before = (tmp_path / "metrics.jsonl").stat().st_mtime_ns
-    with RunLog.open(tmp_path, resume_step=1) as log:
+    with closing(RunLog(tmp_path, resume_step=1)) as log:
         assert log.rows == jsonl(tmp_path / "metrics.jsonl") == [{"step": 1, "loss": None, "w": [None, 1.0]}]
     assert (tmp_path / "metrics.jsonl").stat().st_mtime_ns == before  # not rewritten
-
-
-def test_read_metrics_skips_bad_lines_with_one_warning(tmp_path, capsys):
-    path = tmp_path / "metrics.jsonl"
-    path.write_bytes(b'{"step": 1}\n{"step": 2, "lo{"step": 3}\n\n[1]\n\xff\xfe\n{"step": 4}\n{"st')
-    assert metrics_log.read_metrics(path) == [{"step": 1}, {"step": 4}]
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"warning: {path}: skipped 4 unreadable line(s) (line 2, 4, 5, ...)"]
-    with pytest.raises(CheckpointError, match="no metrics.jsonl"):
-        metrics_log.read_metrics(tmp_path / "nope" / "metrics.jsonl")
 
 
 def test_write_json_atomic(tmp_path, monkeypatch):

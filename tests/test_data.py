@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nanoatr.data import DataError, Problem, load_problems, repair_latex_escapes, save_problems
+from nanoatr.data import DataError, Problem, load_problems, repair_latex_escapes
+from tiny import make_default
 
 TEMPLATE = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
@@ -179,5 +180,5 @@ text = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1).fil
 def test_save_load_round_trip(tmp_path_factory, pairs):
     path = tmp_path_factory.mktemp("rt") / "sub" / "p.jsonl"
     problems = [Problem(q, a) for q, a in pairs]
-    save_problems(path, problems)
+    make_default.save_problems(path, problems)
     assert load_problems(path, dedupe=False) == problems

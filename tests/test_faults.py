@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 import time
 import traceback
+from contextlib import closing
 
 import pytest
 import torch
@@ -393,7 +394,7 @@ def _train_forever(run, tiny, out_dir, steps, save_every):
     lock = folder.resume_run(run) if run.exists() else folder.create_run(out_dir, run.name)
     found = checkpoint.latest(run)
     start = checkpoint.load_state(found)["step"] if found else 0
-    log = RunLog.open(run, resume_step=start if found else None)
+    log = RunLog(run, resume_step=start if found else None)
     for step in range(start + 1, steps + 1):
         log.write({"step": step, "loss": 1.0 / step, "pad": "x" * 2000})  # long rows: kills land mid-row too
         if step % save_every == 0:
@@ -438,7 +439,7 @@ def test_sigkill_at_random_times_loses_nothing(tmp_path, tiny):
 @pytest.mark.parametrize("partial", [0, 7], ids=["nothing-written", "half-written"])
 def test_disk_full_while_logging_leaves_whole_lines(tmp_path, monkeypatch, partial):
     real = os.write
-    with RunLog.open(tmp_path) as log:
+    with closing(RunLog(tmp_path)) as log:
         log.write({"step": 1})
         calls = []
 

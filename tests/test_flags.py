@@ -1,6 +1,5 @@
 """nanoatr/machinery/flags.py: the one range table at its endpoints, shared groups defined once and composed into each
 command's config, a command's own default for a shared field, and --help's sections in one order."""
-import argparse
 import dataclasses
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import sample
 import sft
 from nanoatr import methods
 from nanoatr.machinery import flags
-from nanoatr.machinery.flags import (RANGES, SECTIONS, ConfigError, TrainConfig, check_number, check_numbers,
+from nanoatr.machinery.flags import (RANGES, SECTIONS, ConfigError, TrainConfig, check_number,
                                      in_reading_order, parse)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,15 +134,6 @@ def test_a_prefix_of_several_flags_names_them_and_a_word_near_none_names_none(ar
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: unrecognized arguments: {' '.join(argv)} (see --help){hint}")
     assert err.count("did you mean") == hint.count("did you mean")
-
-
-def test_check_numbers_checks_each_given_attribute_and_skips_an_unset_one():
-    ns = argparse.Namespace(steps=0, lr=1e-4, budget=None)
-    check_numbers(ns, {"steps": ">=0", "lr": ">0", "budget": ">=1"})   # budget unset: not checked
-    with pytest.raises(ConfigError, match=r"^--steps must be >= 1 \(got 0\)$"):
-        check_numbers(ns, {"lr": ">0", "steps": ">=1"})
-    with pytest.raises(ConfigError, match=r"^--lr must be a finite number \(got nan\)$"):
-        check_numbers(argparse.Namespace(lr=float("nan")), {"lr": ">0"})
 
 
 @pytest.mark.parametrize("argv, named", [

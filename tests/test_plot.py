@@ -8,8 +8,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from plot import (default_ks, main, moving_average, pass_at_k_curves, plot_pass_at_k, plot_runs,  # noqa: E402
-                  series)
+                  read_metrics, series)
 from conftest import strict_file  # noqa: E402
+from nanoatr.machinery.checkpoint import CheckpointError  # noqa: E402
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -218,3 +219,13 @@ def test_without_matplotlib_the_command_says_how_to_install_it(tmp_path, monkeyp
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     with pytest.raises(SystemExit, match="pip install matplotlib"):
         main([str(make_run(tmp_path, "r", "kl3"))])
+
+
+def test_read_metrics_skips_bad_lines_with_one_warning(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\n{"step": 2, "lo{"step": 3}\n\n[1]\n\xff\xfe\n{"step": 4}\n{"st')
+    assert read_metrics(path) == [{"step": 1}, {"step": 4}]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"warning: {path}: skipped 4 unreadable line(s) (line 2, 4, 5, ...)"]
+    with pytest.raises(CheckpointError, match="no metrics.jsonl"):
+        read_metrics(tmp_path / "nope" / "metrics.jsonl")

@@ -7,6 +7,7 @@ import struct
 import sys
 import types
 from pathlib import Path
+from contextlib import closing
 
 import numpy as np
 import pytest
@@ -413,7 +414,7 @@ class Recorder:
 
 
 def test_only_numbers_are_reported_and_a_reporter_first_gets_the_rows_after_its_resend_after(tmp_path):
-    with RunLog.open(tmp_path) as log:
+    with closing(RunLog(tmp_path)) as log:
         log.write({"step": 0, "eval/mean@2": 50.0})
         log.write({"step": 1, "loss": 0.25})
         log.write({"step": 1, "eval/mean@2": 75.0})

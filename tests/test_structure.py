@@ -49,7 +49,9 @@ MAX_CORE_UNITS = 12
 MAX_CORE_LINES = 5_700
 # The whole library, core and machinery: 8.2k lines when issue 45 asked for no growth (8.3k at most); +90
 # in the machinery for resuming from a chosen checkpoint into a new folder (issue 49: folder.branch_run).
-MAX_LIBRARY_LINES = 8_400
+# 8,506 after flags.py's merge; 8,388 when issue 56 moved what only tools and tests use beside them
+# (scripts/plot.py, runs_table.py, sweep.py, data/make_default.py) and dropped plumbing nothing used.
+MAX_LIBRARY_LINES = 8_388
 # A function is read at once when it fits an editor window without scrolling: about 60 lines on a laptop.
 # Counted from `def` to its last line, docstring and comments included. When the cap was set (issue 39) the
 # 509 functions had a median of 8 lines and a 99th percentile of 52; the two over 60 (eval.py's main at 85,

@@ -26,7 +26,7 @@ def decode_plan(device, sampler: str = "inverse-cdf", temperature: float = 1.0) 
 
 
 def run_steps(step, model, sampling, generator, plan: DecodePlan):
-    """A fast plan's runner (DecodePlan.runner): a StepRunner."""
+    """A fast plan's runner (DecodePlan.runner): a StepRunner, looked up when called (tests replace it)."""
     return StepRunner(step, model, sampling, generator, plan)
 
 

@@ -233,19 +233,3 @@ def provenance(step: int) -> dict:
                      "gpus": [torch.cuda.get_device_name(i) for i in gpus], "cores": os.cpu_count()},
             "python": platform.python_version(), "torch": torch.__version__,
             "transformers": importlib.metadata.version("transformers")}
-
-
-def code_note(runs: dict[str, list]) -> str | None:
-    """A line when runs (name: config.json's "provenance") did not all run one commit without changes, saying
-    which ran which (a run whose first sitting is not recorded, from before provenance, ran unknown code)."""
-    def code(sitting: dict) -> str:
-        return f"{str(sitting.get('commit', 'unknown'))[:12]}{'+dirty' * (sitting.get('dirty') is True)}"
-    runs = {name: [s for s in p if isinstance(s, dict)] if isinstance(p, list) else [] 
-            for name, p in runs.items()}  # a config.json as found
-    codes = {name: sorted({*map(code, p), *(["unknown"] if not p or p[0].get("step") != 0 else [])})
-             for name, p in runs.items()}
-    every = {c for cs in codes.values() for c in cs}
-    if len(every) > 1 or any(c == "unknown" or c.endswith("+dirty") for c in every):
-        listed = "; ".join(f"{name} {' '.join(c)}" for name, c in codes.items())
-        return f"code: not one commit without changes: {listed} (+dirty: with changes not committed; " \
-            "unknown: not recorded, or not a git checkout)"

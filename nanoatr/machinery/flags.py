@@ -52,14 +52,6 @@ def check_number(name: str, value, range: str | None = None):
         raise ConfigError(f"{flag(name)} must be {RANGES[range][1]} (got {value})")
 
 
-def check_numbers(args, ranges: dict[str, str]) -> None:
-    """A command's own counts and rates, each given attribute of `args` (an argparse namespace) inside its
-    RANGES name, e.g. {"steps": ">=0", "lr": ">0"}; one left unset (None) is not checked."""
-    for name, allowed in ranges.items():
-        if getattr(args, name) is not None:
-            check_number(name, getattr(args, name), allowed)
-
-
 def check_ranges(cfg) -> None:
     """Every numeric field inside its declared range, every float finite; ConfigError names the flag."""
     for f in dataclasses.fields(cfg):
@@ -124,12 +116,14 @@ def arg(default, help: str, section: str = "", range: str | None = None, **kw):
     return field(default=default, metadata=meta)
 
 
-def override(group, name: str, default=dataclasses.MISSING, help: str | None = None):
-    """A command's own default (or help) for a field of a shared group; section and range stay the group's."""
+def override(group, name: str, default=dataclasses.MISSING, help: str | None = None, section: str = ""):
+    """A command's own default, help or --help section for a field of a shared group; its range stays the
+    group's."""
     shared = {f.name: f for f in dataclasses.fields(group)}[name]
     if default is dataclasses.MISSING:
         default = shared.default_factory() if callable(shared.default_factory) else shared.default
-    return arg(default, **{**shared.metadata, "help": help or shared.metadata["help"]})
+    return arg(default, **{**shared.metadata, "help": help or shared.metadata["help"],
+                           "section": section or shared.metadata["section"]})
 
 
 def in_reading_order(cls) -> list:
@@ -147,13 +141,6 @@ def in_reading_order(cls) -> list:
 # Groups of fields that several commands share
 
 DTYPES = ["float32", "bfloat16"]
-
-
-def sampler_field(section: str):
-    """The --sampler field, defined once: SamplingFlags' (eval.py, sample.py) and TrainConfig's (rollouts)
-    differ only in their --help section."""
-    return arg(SAMPLERS[0], "how tokens are drawn (rollout.draw): inverse-cdf is the same distribution, much "
-               "cheaper on CPU at large vocabularies, with other draws for a seed", section, choices=SAMPLERS)
 
 
 @dataclass
@@ -215,7 +202,9 @@ class SamplingFlags:
                               "(0,1]")
     top_k: int | None = arg(None, "top-k sampling: draw only from the k most likely tokens (0 = off). "
                             "Default: the model's generation_config.json, else 0", SAMPLING, ">=0")
-    sampler: str = sampler_field(SAMPLING)
+    sampler: str = arg(SAMPLERS[0], "how tokens are drawn (rollout.draw): inverse-cdf is the same "
+                       "distribution, much cheaper on CPU at large vocabularies, with other draws for a seed",
+                       SAMPLING, choices=SAMPLERS)
     seed: int = arg(0, "sampling seed", SAMPLING, ">=0")
 
 
@@ -257,9 +246,6 @@ class EvalFlags:
     eval_limit: int = arg(0, "evaluate on the first N problems of each file (0 = all)", EVAL, ">=0")
 
 
-REPORTERS = ("tensorboard", "wandb")  # --report-to's destinations (metrics_log.py), one package each
-
-
 @dataclass
 class RunFlags:
     """The run folder of train.py and sft.py (machinery/folder.py), its checkpoints and seed."""
@@ -275,7 +261,7 @@ class RunFlags:
                                "step) and the run's settings go: tensorboard (<run>/tensorboard/), wandb "
                                "(Weights & Biases), or both; each is an optional package (pip install "
                                "tensorboard / wandb). metrics.jsonl stays the record", RUN,
-                               choices=["none", *REPORTERS])
+                               choices=["none", "tensorboard", "wandb"])  # metrics_log.py's
     wandb_project: str | None = arg(None, "the wandb project of --report-to wandb (default: WANDB_PROJECT, "
                                     "else nanoatr; the wandb run is named after the run folder unless "
                                     "WANDB_NAME is set; wandb's other WANDB_* settings apply)", RUN)
@@ -295,8 +281,7 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
                     "--max-new-tokens (nanoatr/data.py TASKS)", DATA, choices=sorted(TASK_NAMES))
     model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer), "
                      "or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched into or read from its cache", DATA)
-    revision: str | None = arg(None, "the hub revision (branch, tag or commit) of --model when it is a hub "
-                               "id", DATA)
+    revision: str | None = override(ModelFlags, "revision")
     data: str = arg("data/arith/train.jsonl", "training problems: .jsonl, .json or .parquet rows with a "
                     "prompt (text or chat messages: TRL, DAPO, verl) or problem/question, and an answer "
                     "(--answer-field)", DATA)
@@ -324,7 +309,7 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
                              ROLLOUT, ">0")
     top_p: float = arg(1.0, "nucleus sampling of rollouts", ROLLOUT, "(0,1]")
     top_k: int = arg(0, "top-k sampling of rollouts (0 = off)", ROLLOUT, ">=0")
-    sampler: str = sampler_field(ROLLOUT)
+    sampler: str = override(SamplingFlags, "sampler", section=ROLLOUT)
     stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base "
                           "models; special tokens such as <|im_end|> work too)", ROLLOUT)
     rollout_batch: int = arg(0, "prompts sampled together, each such chunk with its own seed (0 = a rank's "
@@ -530,14 +515,11 @@ def read(cls, argv=None, description: str = "", add_flags=None, **kw):
 
 
 def train_flags(argv=None, doc: str = ""):
-    """train.py's command line: (TrainConfig, the method's knobs given, the flags given)."""
-    return read(TrainConfig, argv, doc, hparam_flags, epilog=preset_help())
-
-
-def preset_help() -> str:
-    lines = [f"  {k.replace('_', '-'):<22} {v}" for k, v in PRESETS["paper"].items()]
-    return "--preset paper (Appendix B, Table 4; every flag given explicitly overrides it):\n" + \
-        "\n".join(lines)
+    """train.py's command line: (TrainConfig, the method's knobs given, the flags given); --help ends with
+    the values --preset paper sets."""
+    preset = "".join(f"\n  {k.replace('_', '-'):<22} {v}" for k, v in PRESETS["paper"].items())
+    epilog = "--preset paper (Appendix B, Table 4; every flag given explicitly overrides it):" + preset
+    return read(TrainConfig, argv, doc, hparam_flags, epilog=epilog)
 
 
 def hparam_flags(parser):
@@ -703,12 +685,10 @@ def resolve(cfg: TrainConfig, given_hparams: dict, world: int = 1, given=frozens
         raise ConfigError(f"--minibatches {cfg.minibatches} must divide the {chunk * cfg.group_size} "
                           f"completions of a rollout chunk (--rollout-batch {chunk} x --group-size "
                           f"{cfg.group_size})")
-    if cfg.merge and not cfg.lora_rank:
-        raise ConfigError("--merge needs a LoRA run (--lora-rank > 0); a full fine-tuning checkpoint is "
-                          "already whole")
-    if cfg.base_name and not cfg.lora_rank:
-        raise ConfigError("--base-name needs a LoRA run (--lora-rank > 0): it is what the adapter records as "
-                          "its base")
+    for name, why in (("merge", "; a full fine-tuning checkpoint is already whole"),
+                      ("base_name", ": it is what the adapter records as its base")):
+        if getattr(cfg, name) and not cfg.lora_rank:
+            raise ConfigError(f"{flag(name)} needs a LoRA run (--lora-rank > 0){why}")
     cfg.lora_alpha = cfg.lora_alpha or 2.0 * cfg.lora_rank
     check_schedule(cfg, given)
     check_overlong(cfg, given)

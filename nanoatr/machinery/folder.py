@@ -53,7 +53,7 @@ class RunFolder:
     def open_log(self):
         """metrics.jsonl and samples.jsonl; resumed, without the rows past the checkpoint's step. A resume
         with no checkpoint left would drop every step the log holds: refused (CheckpointError)."""
-        self.log = RunLog.open(self.path, resume_step=self.state["step"] if self.resuming else None)
+        self.log = RunLog(self.path, resume_step=self.state["step"] if self.resuming else None)
         if self.resuming and self.checkpoint is None and self.log.past:
             raise CheckpointError(f"{self.path} has no checkpoint, but its metrics.jsonl logs steps up to "
                                   f"{max(self.log.past)}: a resume would start again at step 0 and drop "
@@ -134,13 +134,6 @@ def reward_code(rewards, n: int) -> dict[str, str | None]:
     """Which code grades: {name: the SHA-256 of its module's file} of the first n functions (--reward's)."""
     modules = [sys.modules.get(getattr(fn, "__module__", "")) for fn in rewards.functions[:n]]
     return {name: _sha256(getattr(m, "__file__", None) or "") for m, name in zip(modules, rewards.names)}
-
-
-def run_name(name: str) -> str:
-    """--name as given: a folder's name, never a path ('/', '.' or '..': a ConfigError)."""
-    if "/" in name or name in (".", ".."):
-        raise ConfigError(f"--name {name}: a run folder's name, not a path: --out-dir says where it goes")
-    return name
 
 
 def record(cfg) -> dict:

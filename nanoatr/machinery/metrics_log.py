@@ -11,26 +11,21 @@ from pathlib import Path
 from nanoatr.machinery.checkpoint import CheckpointError, reason, replace_bytes, warn
 
 
-
 class RunLog:
     """metrics.jsonl and samples.jsonl of a run. `rows`: the metrics rows in the file (kept and written);
     `past`: the steps of those past a resume's checkpoint (dropped); `logged`: the rows this process wrote;
     `reporters`: the --report-to destinations each row also goes to (send_to)."""
 
-    def __init__(self, run_dir: Path, rows: list[dict], fsync: bool, cut: int | None = None):
-        self.run_dir, self.fsync, self.cut, self.logged = run_dir, fsync, cut, 0
-        self.rows = [r for r in rows if not past(r, cut)]
-        self.past = [r["step"] for r in rows if past(r, cut)]
-        self.files, self.reporters = {}, []
-
-    @classmethod
-    def open(cls, run_dir, resume_step: int | None = None, fsync: bool = True) -> "RunLog":
+    def __init__(self, run_dir, resume_step: int | None = None):
         """Resuming from a checkpoint of step s (resume_step=s): rows past s are dropped and a torn line cut
         at the first write (_open_files), not now: a start that fails before it leaves the files as they
         were."""
-        path = Path(run_dir) / "metrics.jsonl"
+        self.run_dir, self.cut, self.logged = Path(run_dir), resume_step, 0
+        path = self.run_dir / "metrics.jsonl"
         rows = [row for _, row in jsonl_rows(path)[0]] if path.is_file() else []
-        return cls(Path(run_dir), rows, fsync, resume_step)
+        self.rows = [r for r in rows if not past(r, resume_step)]
+        self.past = [r["step"] for r in rows if past(r, resume_step)]
+        self.files, self.reporters = {}, []
 
     def _open_files(self):
         for name in ("metrics.jsonl", "samples.jsonl"):
@@ -89,8 +84,7 @@ class RunLog:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            if self.fsync:
-                os.fsync(fd)
+            os.fsync(fd)
         except OSError as e:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, start)
@@ -112,12 +106,6 @@ class RunLog:
         except Exception as e:
             warn(f"warning: --report-to {reporter.name} did not close cleanly ({type(e).__name__}: {e})")
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 # ----------------------------------------------------------------------------
 # --report-to: each metrics row also sent to TensorBoard or Weights & Biases. A reporter has `name`,
@@ -128,14 +116,12 @@ class TensorBoard:
     """--report-to tensorboard: event files in <run>/tensorboard/ (`tensorboard --logdir runs` shows every
     run), each number of a row a scalar under its metrics.jsonl name, the settings a text entry "config".
     Every start resends metrics.jsonl whole, marking step 0 a restart (docs/library.md#metrics-log)."""
-    FOLDER = "tensorboard"
     name = "tensorboard"
     resend_after = -1
 
     def __init__(self, run_dir: Path, config: dict):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
-        folder = run_dir / self.FOLDER
-        self.writer = SummaryWriter(folder, purge_step=0)
+        self.writer = SummaryWriter(run_dir / "tensorboard", purge_step=0)
         text = json.dumps(config, indent=2)  # indented 4: a code block in TensorBoard's markdown
         self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)
 
@@ -153,13 +139,11 @@ class Wandb:
     WANDB_NAME (else after the run folder), the settings as its config, each number of a row logged at its
     step. WANDB_ENTITY, WANDB_MODE, WANDB_DIR and the rest of wandb's own settings apply. How a resume goes
     on in the same wandb run: docs/library.md#metrics-log"""
-    ID_FILE = "wandb-id"
-    STEP_FILE = "wandb-step"
     name = "wandb"
 
     def __init__(self, run_dir: Path, config: dict, project: str | None):
         import wandb
-        id_file, self.step_file = run_dir / self.ID_FILE, run_dir / self.STEP_FILE
+        id_file, self.step_file = run_dir / "wandb-id", run_dir / "wandb-step"
         if not id_file.is_file():  # a new wandb run: no step sent to it yet
             self.step_file.unlink(missing_ok=True)
             replace_bytes(id_file, secrets.token_hex(4).encode())
@@ -220,11 +204,11 @@ def jsonl_rows(path: Path) -> tuple[list[tuple[bytes, dict]], list[int], bool]:
     return rows, bad, bool(last)
 
 
-def repair_jsonl(path: Path, max_step: int | None = None) -> list[dict]:
-    """The rows of a JSONL log, after cutting a torn last line, unreadable lines and rows whose
-    "step" is past max_step; the file is rewritten (atomically) when anything was cut."""
+def repair_jsonl(path: Path, max_step: int | None = None):
+    """Cut a torn last line, unreadable lines and rows whose "step" is past max_step off a JSONL log; the
+    file is rewritten (atomically) when anything was cut."""
     if not path.is_file():
-        return []
+        return
     rows, bad, torn = jsonl_rows(path)
     kept = [(line, row) for line, row in rows if not past(row, max_step)]
     if bad or torn or len(kept) < len(rows):
@@ -234,16 +218,3 @@ def repair_jsonl(path: Path, max_step: int | None = None) -> list[dict]:
                ([f"dropped {len(rows) - len(kept)} row(s) past step {max_step}, the checkpoint's (they are "
                  "redone)"] if len(kept) < len(rows) else [])
         warn(f"{'warning' if bad else 'note'}: {path}: " + "; ".join(done))
-    return [row for _, row in kept]
-
-
-def read_metrics(path) -> list[dict]:
-    """The JSON objects of a metrics.jsonl, for readers (plot, sweep): bad lines skipped with one warning."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path.parent}: no {path.name} (is it a run directory?)")
-    rows, bad, _ = jsonl_rows(path)
-    if bad:
-        warn(f"warning: {path}: skipped {len(bad)} unreadable line(s) (line {', '.join(map(str, bad[:3]))}"
-             f"{', ...' if len(bad) > 3 else ''})")
-    return [row for _, row in rows]

@@ -10,7 +10,6 @@ from nanoatr.machinery.flags import ConfigError, flag
 from nanoatr.data import located
 
 
-
 # ----------------------------------------------------------------------------
 # Resuming: what each flag given on --resume does, and the record of what changed
 
@@ -135,8 +134,9 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None, at
                                         for k in PATH_FIELDS if hasattr(run, k)})
     check_files(found, saved.get("sha256"), saved_file)
     names = [f.name for f in dataclasses.fields(cfg) if f.name in given]
-    differ = [k for k in names if getattr(cfg, k) != getattr(run, k) and
-              not (k in PATH_FIELDS and same_files(k, getattr(cfg, k), getattr(found, k)))]
+    # a path flag given again naming the files the run's own value names (`found`: from_start's): no change
+    differ = [k for k in names if getattr(cfg, k) != getattr(run, k) and not (k in PATH_FIELDS and
+              paths(k, getattr(cfg, k), real_path) == paths(k, getattr(found, k), real_path))]
     refused = [(as_given(k, getattr(cfg, k)), k) for k in differ if isinstance(rules[k], Refused)]
     refused += [(as_given(k, v), "hparams") for k, v in sorted((hparams or {}).items())
                 if v is not None and (run.hparams or {}).get(k) != v]
@@ -223,11 +223,6 @@ def from_start(path: str, workdir: str) -> str:
     return str(there) if there.exists() and there.resolve() != Path(path).resolve() else path
 
 
-def same_files(name: str, given, found) -> bool:
-    """A path flag given on --resume names the files the run's own value names (`found`: from_start's)."""
-    return paths(name, given, real_path) == paths(name, found, real_path)
-
-
 def real_path(path: str) -> str:
     """An existing file's or folder's absolute path, symbolic links resolved; anything else as it is."""
     return str(Path(path).resolve()) if Path(path).exists() else path
@@ -263,12 +258,6 @@ def settings_now(saved: dict, where, at_step: int | None = None) -> dict:
         if at_step is None or change["step"] <= at_step:
             settings.update({k: v["to"] for k, v in change.items() if k != "step"})
     return settings
-
-
-def change_lines(saved: dict, where) -> list[str]:
-    """'at step 32: --steps 32 -> 64, --eval-every 0 -> 8': each recorded change with its step (the notes
-    under scripts/runs_table.py's and scripts/sweep_report.py's tables)."""
-    return [f"at step {c['step']}: {change_text(c)}" for c in recorded_changes(saved, where)]
 
 
 def change_text(change: dict, arrow: str = " -> ") -> str:

@@ -23,9 +23,8 @@ from nanoatr.machinery.resume import RESUME_RULES, change_text, named_checkpoint
 from nanoatr.machinery.flags import (ConfigError, apply_preset, band, check_schedule_kept, delta_warning, die,
                                      resolve, train_flags)
 from nanoatr.machinery.reward_loader import load_rewards
-from nanoatr.machinery.folder import RunFolder, reward_code, run_name, unique_name
+from nanoatr.machinery.folder import RunFolder, reward_code, unique_name
 from nanoatr.tokenizer import TokenizerError
-
 
 
 START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.AdapterError, CheckpointError,
@@ -100,7 +99,9 @@ class Session:
         if "resume" in self.given and not self.cfg.resume.strip():  # --resume "$UNSET": not a new run
             raise ConfigError("--resume was given an empty path (an unset shell variable?): name the run "
                               "folder")
-        run_name(self.cfg.name)  # a folder's name, not a path
+        if "/" in self.cfg.name or self.cfg.name in (".", ".."):  # a folder's name, never a path
+            raise ConfigError(f"--name {self.cfg.name}: a run folder's name, not a path: --out-dir says "
+                              "where it goes")
         if self.cfg.resume:  # the run's settings and hyper-parameters; a flag that may change is recorded
             run_dir, chosen = named_checkpoint(self.cfg.resume) if self.branches else (self.cfg.resume, None)
             branch, at = self.branch_folder(run_dir, chosen) or (None, None)  # at: the step it goes on from

@@ -83,7 +83,6 @@ def group_shares(rewards: torch.Tensor, G: int, right: torch.Tensor) -> dict:
             "groups_zero_std": len(uniform_groups(rewards, G)) / groups.shape[0]}
 
 
-
 def throughput(sampled: float, trained: float, times: dict) -> dict:
     """Completion tokens per second over every rank (prompt tokens are not counted):
       tokens_per_s_rollout  tokens sampled (with --dynamic-sampling, of every round) / time_rollout

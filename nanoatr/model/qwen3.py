@@ -5,7 +5,7 @@ RMSNorm -> lm_head; and the KV cache the rollout decodes with.
 Parameter names mirror transformers' Qwen3ForCausalLM, so a Hugging Face checkpoint loads with a plain
 `load_state_dict` (docs/library.md#qwen3). Three CPU speed variants are named functions below:
 real_tokens, decode_attention, blocked_lm_head (docs/speed.md)."""
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import math
@@ -38,10 +38,6 @@ class Qwen3Config:
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     pad_token_id: int | None = None
-
-    def to_hf(self) -> dict:
-        """The config.json that transformers' Qwen3ForCausalLM loads."""
-        return files.config_json(asdict(self))
 
 
 # ----------------------------------------------------------------------------
