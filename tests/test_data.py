@@ -9,23 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hub_fixtures import DAPO_TEMPLATE as TEMPLATE, dapo_row
 from nanoatr.data import DataError, Problem, load_problems, repair_latex_escapes, save_problems
-
-TEMPLATE = (
-    "Solve the following math problem step by step. The last line of your response should be of the form "
-    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{}\n\n"
-    'Remember to put your answer on its own line after "Answer:".'
-)
-
-
-def dapo_row(problem, answer):
-    return {
-        "data_source": "math_dapo",
-        "prompt": [{"content": TEMPLATE.format(problem), "role": "user"}],
-        "ability": "MATH",
-        "reward_model": {"ground_truth": answer, "style": "rule-lighteval/MATH_v2"},
-        "extra_info": {"index": 0, "raw_problem": problem, "split": None},
-    }
 
 
 def write(tmp_path, rows, name="data.jsonl"):

@@ -17,18 +17,7 @@ from nanoatr.data import load_problems  # noqa: E402
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 from conftest import jsonl, strict_file  # noqa: E402
-from hub_fixtures import omr_row  # noqa: E402
-
-TEMPLATE = ("Solve the following math problem step by step. The last line of your response should be of the form "
-            "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{}\n\n"
-            'Remember to put your answer on its own line after "Answer:".')
-
-
-def dapo_row(problem, truth, index):
-    return {"data_source": "math_dapo", "prompt": [{"content": TEMPLATE.format(problem), "role": "user"}],
-            "ability": "MATH", "reward_model": {"ground_truth": truth, "style": "rule-lighteval/MATH_v2"},
-            "extra_info": {"index": index}}
-
+from hub_fixtures import DAPO_TEMPLATE as TEMPLATE, dapo_row, omr_row  # noqa: E402
 
 def solved(answer, worked="We add the two numbers and simplify the result step by step"):
     return f"<think>\nLet me think. Maybe {answer}? Yes.\n</think>\n{worked}, so the answer is $\\boxed{{{answer}}}$."
