@@ -58,7 +58,7 @@ def lines_of(svg: Path) -> dict[str, int]:
 
 
 @draws
-def test_training_figure_has_one_line_per_run_and_metric(tmp_path):
+def test_training_figure_has_one_line_per_run_and_metric(tmp_path, capsys):
     runs = [make_run(tmp_path, "kl3-d0.07", "kl3"), make_run(tmp_path, "a&b <clip>", "clip", eval_every=5)]
     out = plot_runs(runs, tmp_path / "out" / "curves.svg", window=5)
     got = lines_of(out)
@@ -75,6 +75,9 @@ def test_training_figure_has_one_line_per_run_and_metric(tmp_path):
     # runs shows no change
     again = plot_runs(runs, tmp_path / "again" / "curves.svg", window=5)
     assert "<dc:date>" not in text and again.read_text() == text
+    main([str(runs[0]), "--window", "3"])  # by default curves.svg and .png inside the run
+    assert (runs[0] / "curves.svg").is_file() and (runs[0] / "curves.png").is_file()
+    assert "wrote" in capsys.readouterr().out
 
 
 @draws
@@ -148,13 +151,6 @@ def test_missing_run_dir_is_one_error_line(tmp_path):
     assert str(e.value).startswith("error: ") and "nope" in str(e.value) and "\n" not in str(e.value)
 
 
-@draws
-def test_cli_writes_default_output_inside_the_run(tmp_path, capsys):
-    run = make_run(tmp_path, "solo", "kl3")
-    main([str(run), "--window", "3"])
-    assert (run / "curves.svg").is_file() and (run / "curves.png").is_file() and "wrote" in capsys.readouterr().out
-
-
 def write_completions(path, correct_counts, n):
     rows = [{"problem_id": p, "sample": j, "correct": j < c, "completion": "..."} for p, c in enumerate(correct_counts)
             for j in range(n)]
@@ -193,25 +189,19 @@ def test_pass_at_k_curves_key_problems_by_benchmark(tmp_path):
 
 
 @draws
-def test_pass_at_k_figure_has_one_line_per_benchmark(tmp_path, capsys):
-    path = write_benchmarks(tmp_path / "e.jsonl", {"amc23": [0, 4], "aime24": [2, 2, 4], "aime25": [1]}, n=4)
-    main(["--passk", str(path)])
-    got = lines_of(tmp_path / "passk.svg")
-    label = "/".join(path.parts[-2:])
-    assert got == {f"{label}: {b}|{m}": 3 for b in ("amc23", "aime24", "aime25") for m in ("mean@k", "pass@k")}
-    assert "wrote" in capsys.readouterr().out
-
-
-@draws
-def test_pass_at_k_figure_has_one_line_per_file_and_metric(tmp_path):
+def test_pass_at_k_figure_has_one_line_per_file_benchmark_and_metric(tmp_path, capsys):
     files = [write_completions(tmp_path / "kl3.jsonl", [0, 3, 16], 16),
              write_completions(tmp_path / "clip.jsonl", [1, 2], 12)]
     got = lines_of(plot_pass_at_k(files, tmp_path / "fig.svg"))
     assert {k.split("/")[-1]: v for k, v in got.items()} == {
         "clip.jsonl|mean@k": 5, "clip.jsonl|pass@k": 5,  # K = 1, 2, 4, 8, 12
         "kl3.jsonl|mean@k": 5, "kl3.jsonl|pass@k": 5}    # K = 1, 2, 4, 8, 16
-    main(["--passk", str(files[0])])
-    assert (tmp_path / "passk.svg").is_file() and (tmp_path / "passk.png").is_file()
+    path = write_benchmarks(tmp_path / "e.jsonl", {"amc23": [0, 4], "aime24": [2, 2, 4], "aime25": [1]}, n=4)
+    main(["--passk", str(path)])  # by default passk.svg and .png beside the file
+    got = lines_of(tmp_path / "passk.svg")
+    label = "/".join(path.parts[-2:])
+    assert got == {f"{label}: {b}|{m}": 3 for b in ("amc23", "aime24", "aime25") for m in ("mean@k", "pass@k")}
+    assert (tmp_path / "passk.png").is_file() and "wrote" in capsys.readouterr().out
 
 
 def test_without_matplotlib_the_command_says_how_to_install_it(tmp_path, monkeypatch):
