@@ -174,8 +174,9 @@ def test_special_token_stop_string_in_sample_and_eval(dirs, data, tmp_path, caps
     assert out == text + "\n" and f"({CHAT.index(end)} tokens, stopped)" in err
     eval_cli.main(["--model", str(dirs["base"]), "--data", data, "--k", "2", "--max-new-tokens", "20",
                    "--out", str(tmp_path / "e.jsonl"), *stop])
-    assert {(r["completion"], r["length"], r["correct"], r["truncated"]) for r in jsonl(tmp_path / "e.jsonl")[1:]} \
-        == {(text, CHAT.index(end), correct, False)}
+    rows = jsonl(tmp_path / "e.jsonl")[1:]
+    assert {(r["completion"], r["length"], r["correct"], r["truncated"]) for r in rows} == \
+        {(text, CHAT.index(end), correct, False)}
 
 
 def test_special_token_stop_string_in_training(dirs, data, tmp_path):
