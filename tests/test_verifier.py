@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from nanoatr.verifier import extract_answer, verify
+from nanoatr.verifier import verify
 
 
 def boxed(ans: str) -> str:
@@ -307,13 +307,6 @@ def test_non_string_and_numeric_golds():
     assert verify(boxed("34"), 34) is True
     assert verify(None, "1") is False
     assert verify(boxed("1"), None) is False
-
-
-def test_extract_answer():
-    assert extract_answer("so \\boxed{\\frac{1}{2}}.") == "\\frac{1}{2}"
-    assert extract_answer("\\boxed{1}\\boxed{2}") == "1, 2"
-    assert extract_answer("\\boxed{1") is None
-    assert extract_answer("no marker 42") is None
 
 
 # property tests ---------------------------------------------------------------------------
