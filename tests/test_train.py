@@ -422,13 +422,15 @@ def fake_rounds(monkeypatch, rewards_by_round):
     return calls
 
 
-def fake_run(k):
+def fake_run(k, prompts=3, **flags):
+    """A train.Run of no model: --dynamic-sampling k, `prompts` prompts a step in groups of 2, and flags."""
     from nanoatr.machinery.flags import TrainConfig
     from nanoatr.machinery.distributed import Dist
-    cfg = TrainConfig(prompts_per_step=3, group_size=2, dynamic_sampling=k)
+    cfg = TrainConfig(prompts_per_step=prompts, group_size=2, dynamic_sampling=k, **flags)
     tok = type("Tok", (), {"pad_token_id": 0})()
     return train.Run(cfg, model=None, scorer=None, opt=None, trained=[], tok=tok, eos_ids=[], stopper=None,
-                     rewards=None, shard=Shard(cfg.seed, 3, 3, 2), d=Dist(0, 1, torch.device("cpu")), precision=None)
+                     rewards=None, shard=Shard(cfg.seed, prompts, prompts, 2), d=Dist(0, 1, torch.device("cpu")),
+                     precision=None)
 
 
 def test_dynamic_sampling_replaces_uniform_groups_in_order(monkeypatch):
