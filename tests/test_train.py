@@ -346,6 +346,7 @@ def test_a_signal_stops_after_the_step_and_saves_it(tmp_path, sig, code):
     ("not qwen3", "model_type 'llama'; nanoatr runs 'qwen3' models"),
     ("missing shard", "shard model-00002-of-00002.safetensors named in model.safetensors.index.json is missing"),
     ("no eos", "has no EOS token"),
+    ("truncated weights", "model.safetensors is not a readable"),
 ])
 @pytest.mark.parametrize("command", ["train", "eval"])
 def test_bad_model_directory_is_one_line(tmp_path, capsys, case, message, command):
@@ -362,6 +363,8 @@ def test_bad_model_directory_is_one_line(tmp_path, capsys, case, message, comman
         (path / "model.safetensors").unlink()
         index = {n: f"model-0000{1 if i < 5 else 2}-of-00002.safetensors" for i, n in enumerate(names)}
         (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": index}))
+    elif case == "truncated weights":
+        (path / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes()[:-100])
     import eval as eval_cli
     with pytest.raises(SystemExit) as e:
         if command == "train":
