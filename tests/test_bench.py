@@ -33,7 +33,7 @@ def test_rollout_help():
     assert "--presets" in out.stdout and "--threads" in out.stdout and "--profile" in out.stdout
 
 
-def test_rollout_smoke_run_ends_with_the_ratio(capsys):
+def test_rollout_smoke_run_ends_with_the_ratio_and_an_unknown_preset_is_refused(capsys):
     rollout = load("rollout")
     assert {"nano", "small", "tiny", "100m"} <= set(rollout.PRESETS)
     assert rollout.main(["--presets", "nano", "--batches", "4", "--new-tokens", "4", "--repeats", "1",
@@ -41,11 +41,8 @@ def test_rollout_smoke_run_ends_with_the_ratio(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert re.fullmatch(r"rollout ours/transformers: nano \d+\.\d\dx", lines[-1]), lines[-1]
     assert f"default = {rollout.DEFAULT_SAMPLER}" in lines[0]  # generate's own default, whatever it is
-
-
-def test_rollout_rejects_an_unknown_preset():
     with pytest.raises(SystemExit):
-        load("rollout").main(["--presets", "huge"])
+        rollout.main(["--presets", "huge"])  # an unknown preset
 
 
 def test_trl_step_without_trl_prints_how_to_install_it(monkeypatch, capsys):
@@ -162,16 +159,13 @@ def test_loss_benchmark_times_the_loss_and_measures_both_scorings(monkeypatch, c
     assert "chunked / naive peak = " in out
 
 
-def test_sft_packing_compares_the_three_layouts(capsys):
+def test_sft_packing_compares_the_three_layouts_and_refuses_a_row_shorter_than_an_example(capsys):
+    """A countdown example of 67 tokens does not fit rows of 64: one error line (was a RuntimeError)."""
     load("sft_packing").main(["--batch", "4", "--repeats", "1"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["arithmetic", "countdown"], lines
     assert all(re.search(r"padding \d+ ms/step .* packed into 256 .* masked \d+ ms/step = ", line)
                for line in lines), lines
-
-
-def test_sft_packing_refuses_a_row_shorter_than_an_example(capsys):
-    """A countdown example of 67 tokens does not fit rows of 64: one error line (was a RuntimeError)."""
     with pytest.raises(SystemExit) as e:
         load("sft_packing").main(["--batch", "4", "--pack-len", "64", "--repeats", "1"])
     err = capsys.readouterr().err.strip().splitlines()
