@@ -97,10 +97,11 @@ def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, 
     assert "(0 new)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case", ["missing model", "bad data line", "k > n", "adapter", "exists", "bad resume file",
-                                  "budget"])
+@pytest.mark.parametrize("case", ["missing model", "bad data line", "k > n", "adapter", "exists",
+                                  "bad resume file", "budget"])
 def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
-    """One line each; --max-new-tokens 100000000 was an out-of-memory traceback (the KV cache is sized by it)."""
+    """One line each; --max-new-tokens 100000000 was an out-of-memory traceback (the KV cache is sized by
+    it)."""
     args = {"--model": str(model_dir), "--data": data[0], "--k": str(K), "--out": str(tmp_path / "o.jsonl")}
     if case == "missing model":
         args["--model"] = str(tmp_path / "nope")
@@ -123,8 +124,9 @@ def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
-    assert {"adapter": "is not a LoRA adapter directory", "budget": "error: --max-new-tokens 100000000 does not "
-            "fit the model's"}.get(case, "error: ") in err
+    named = {"adapter": "is not a LoRA adapter directory",
+             "budget": "error: --max-new-tokens 100000000 does not fit the model's"}
+    assert named.get(case, "error: ") in err
 
 
 def test_output_starts_with_the_settings(model_dir, full_run):

@@ -70,7 +70,8 @@ def test_preset_needs_a_model_data_and_its_evaluation_files_or_none(capsys, tmp_
     with pytest.raises(SystemExit) as e:
         train.main(["--preset", "paper", *given, "--out-dir", str(tmp_path)])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and err.startswith(f"error: --preset paper needs {needed}") and err.count("\n") == 1
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: --preset paper needs {needed}")
     assert resolved("--preset", "paper", "--model", "m", "--data", "d.jsonl", "--eval-data").eval_data == []
     assert resolved(*REQUIRED).eval_data == ["aime24.jsonl"]
     assert resolved("--model", "m").eval_data == ["data/arith/heldout.jsonl"]  # no preset: the embedded default

@@ -55,7 +55,8 @@ def test_text_is_written_token_by_token_and_ends_after_a_stop_string(loaded):
     assert [w for w in writes if w] == list(text)  # one character per token with this tokenizer
     writes.clear()
     consumed = []
-    text, tokens, by_stop = sample.print_stream(tok, (consumed.append(i) or i for i in ids), out, stop=["=3;", "+5"])
+    text, tokens, by_stop = sample.print_stream(tok, (consumed.append(i) or i for i in ids), out,
+                                                stop=["=3;", "+5"])
     assert text == "1+2=3;" == "".join(writes) and by_stop  # "=3;" ends before "+5" does
     assert tokens == consumed == ids[:6]  # sampling stopped with the token that completed it
 

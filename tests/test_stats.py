@@ -94,7 +94,7 @@ ACROSS = {s: (-1.0) ** s * (1 + s) for s in range(10)}  # both signs: the interv
     (UP, +1, "confirmed"), (UP, -1, "refuted"),
     (DOWN, -1, "confirmed"), (DOWN, +1, "refuted"),   # "A < B" (e.g. entropy lower): confirmed below 0
     (ACROSS, +1, "undecided"), (ACROSS, -1, "undecided"),
-    (UP, 0, "confirmed"), (DOWN, 0, "confirmed"), (ACROSS, 0, "undecided"),  # "differs": either side, never refuted
+    (UP, 0, "confirmed"), (DOWN, 0, "confirmed"), (ACROSS, 0, "undecided"),  # "differs": never refuted
 ])
 def test_verdict_reads_the_interval_for_either_predicted_side(diffs, predicted, expected):
     p = stats.paired(diffs, {s: 0.0 for s in range(10)})

@@ -276,7 +276,7 @@ def test_warm_start_row_counts_each_seed_once(tmp_path):
     table = (tmp_path / "table.md").read_text()
     assert "| warm start (step 0), one value per seed | | 2 seeds | 35.00 ± 5.00 | 65.00 ± 5.00 | | |" in table
     assert "| kl3 | delta=0.07 | 1/2 | 50.00 |" in table
-    assert not (tmp_path / "kl3-s1").exists() and not (tmp_path / "sweep.json").exists()  # --report trains none
+    assert not (tmp_path / "kl3-s1").exists() and not (tmp_path / "sweep.json").exists()  # --report: no run
 
 
 def test_the_settings_line_shows_each_flag_as_train_py_took_it(tmp_path):

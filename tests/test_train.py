@@ -432,8 +432,8 @@ def fake_run(k, prompts=3, **flags):
     cfg = TrainConfig(prompts_per_step=prompts, group_size=2, dynamic_sampling=k, **flags)
     tok = type("Tok", (), {"pad_token_id": 0})()
     return train.Run(cfg, model=None, scorer=None, opt=None, trained=[], tok=tok, eos_ids=[], stopper=None,
-                     rewards=None, shard=Shard(cfg.seed, prompts, prompts, 2), d=Dist(0, 1, torch.device("cpu")),
-                     precision=None)
+                     rewards=None, shard=Shard(cfg.seed, prompts, prompts, 2),
+                     d=Dist(0, 1, torch.device("cpu")), precision=None)
 
 
 def test_dynamic_sampling_replaces_uniform_groups_in_order(monkeypatch):
