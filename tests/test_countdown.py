@@ -111,14 +111,11 @@ def test_text_around_the_box():
 # adversarial: never raises, bounded time
 
 
-def test_malformed_answers_score_zero():
+def test_malformed_answers_and_non_string_completions_score_zero():
     for answer in ["", ":", "3,5", "3,5:", ":19", "a,b:c", "3,,5:8", "3,5:8:9", "3;5:8", None, 19, "1" * 300,
                    ",".join(["1"] * 20) + ":20", "3,5:99999999999", "-3,5:2"]:
         assert reward(box("3+5"), answer) == 0.0, answer
-
-
-def test_non_string_completions():
-    for c in [None, 123, b"\\boxed{3+5}", ["\\boxed{3+5}"]]:
+    for c in [None, 123, b"\\boxed{3+5}", ["\\boxed{3+5}"]]:  # completions that are not text
         assert reward(c, "3,5:8") == 0.0
 
 

@@ -29,11 +29,13 @@ def error(path, **kw):
 
 def test_aime24_zero_padding_amc23_float_answers_question_field_int_answer_and_extra_fields(tmp_path):
     rows = [{"id": 68, "problem": "Find $x$.", "solution": "...", "answer": "025", "url": "u",
-             "question": "Find $x$."}, {"id": 0, "problem": "Cities?", "answer": 27.0, "url": "u", "question": "Cities?"},
+             "question": "Find $x$."},
+            {"id": 0, "problem": "Cities?", "answer": 27.0, "url": "u", "question": "Cities?"},
             {"problem": "Neg?", "answer": -1.0}, {"question": "Q1", "answer": 70, "id": "x"},
             {"problem": "", "question": "Q2", "answer": "5"}]
-    assert load_problems(write(tmp_path, rows)) == [Problem("Find $x$.", "025"), Problem("Cities?", "27.0"),
-                                                    Problem("Neg?", "-1.0"), Problem("Q1", "70"), Problem("Q2", "5")]
+    assert load_problems(write(tmp_path, rows)) == [
+        Problem("Find $x$.", "025"), Problem("Cities?", "27.0"), Problem("Neg?", "-1.0"), Problem("Q1", "70"),
+        Problem("Q2", "5")]
 
 
 def test_dapo_format_keeps_messages_and_dedupes(tmp_path):

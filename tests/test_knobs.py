@@ -165,13 +165,11 @@ def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
 # ----------------------------------------------------------------------------
 # Tokens per second
 
-def test_throughput_is_tokens_over_seconds():
+def test_each_step_logs_its_tokens_per_second(cosine_run):
+    """Tokens over seconds; 16 completions a step, trained once per epoch (1): sampled = trained = 16 x
+    completion_len."""
     assert step_metrics.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
         {"tokens_per_s_rollout": 60.0, "tokens_per_s_update": 80.0}
-
-
-def test_each_step_logs_its_tokens_per_second(cosine_run):
-    """16 completions a step, trained once per epoch (1): sampled = trained = 16 x completion_len."""
     for row in metrics(cosine_run / "part"):
         tokens = 16 * row["completion_len"]
         assert row["tokens_per_s_rollout"] * row["time_rollout"] == pytest.approx(tokens, rel=1e-9)

@@ -132,12 +132,9 @@ def test_a_run_whose_config_json_cannot_be_read_is_one_error_line(tmp_path, brok
     assert not (tmp_path / "c.svg").exists()
 
 
-def test_series_sorts_steps_and_keeps_the_last_value_of_a_repeated_step():
+def test_series_sorts_steps_and_keeps_the_last_value_of_a_repeated_step_moving_average_and_ks():
     rows = [{"step": 2, "x": 1.0}, {"step": 1, "x": 5}, {"step": 2, "x": 3.0}, {"step": 3, "x": True}, {"step": 4}]
     assert series(rows, "x") == ([1.0, 2.0], [5.0, 3.0])
-
-
-def test_moving_average_and_ks():
     assert moving_average([1, 2, 3, 4, 5], 3) == pytest.approx([1, 1.5, 2, 3, 4])
     assert moving_average([1, 2], 1) == [1, 2] and moving_average([], 5) == []
     with pytest.raises(ValueError):

@@ -108,10 +108,6 @@ def test_the_table_shows_the_delta_the_runs_used(tmp_path):
     assert "| kl3:delta=0.2 | delta=0.2 | 1 |" in table
 
 
-def test_std_is_the_population_std_as_in_table_3():
-    assert sweep_report.mean_std([20.0, 23.33, 23.33]) == pytest.approx((22.22, 1.57), abs=0.01)
-
-
 # Each bad command line, arm, hypothesis and effect: exit 2, one `error:` line, before any run.
 ARMS, SAME = ["--clip", "clip", "kl3"], ["d", "+1", "kl3", "-1", "clip"]
 
@@ -233,6 +229,9 @@ def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
     assert (contrasts.score_key("heldout/entropy", "--score"), contrasts.score_key("entropy", "--score")) == \
         ("heldout/entropy", "entropy_end")
     table = sweep_report.table([res], {"kl3": run}, 1, 31)
+    # the spread over seeds is the population std, as in Table 3
+    assert sweep_report.mean_std([20.0, 23.33, 23.33]) == pytest.approx((22.22, 1.57), abs=0.01)
+
     assert "| kl3 | delta=0.07 | 1 | 32.00 | 42.00 | 3.00 | 4.00 |" in table      # one seed: no ± 0.00
     assert "heldout Mean@8 (%) | heldout Pass@8 (%) | transfer Mean@8 (%) | transfer Pass@8 (%)" in table
     # the evaluation policy's entropy (T = 1), a column for each file it was logged on; nats to 3 decimals
