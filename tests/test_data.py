@@ -57,11 +57,6 @@ def test_limit_counts_unique_problems_and_stops_reading(tmp_path):
     assert load_problems(path, limit=0) == []
 
 
-def test_blank_lines_skipped_and_line_numbers_stay_true(tmp_path):
-    path = write(tmp_path, [{"problem": "A", "answer": "1"}, "", "   ", '{"problem": "B", "answer": '])
-    assert error(path) == f"{path}:4: invalid JSON: Expecting value (column 27)"
-
-
 GOOD = '{"problem": "A", "answer": "1"}'
 HOSTILE = [  # what json reads but Python cannot take as text and numbers, and its error line
     ('{"problem": "\\ud800 B", "answer": "2"}', "a lone surrogate \\ud800 is no character"),
@@ -89,7 +84,7 @@ def test_a_surrogate_pair_and_a_row_nested_64_deep_are_read(tmp_path):
     assert rows[0].question == "\U0001f600 A" and rows[1].fields["x"]["a"]["a"]["a"] is not None
 
 
-def test_error_messages_name_file_and_line(tmp_path):
+def test_error_messages_name_file_and_line_counting_blank_lines(tmp_path):
     assert error(tmp_path / "nope.jsonl") == f"{tmp_path / 'nope.jsonl'}: file not found"
     assert error(tmp_path / "nope.jsonl", limit=0).endswith("file not found")
     path = write(tmp_path, [{"problem": "A", "answer": "1"}, {"problem": "B", "answer": "2"}, {"foo": 1, "bar": 2}])
@@ -99,34 +94,33 @@ def test_error_messages_name_file_and_line(tmp_path):
     )
     assert "empty" in error(write(tmp_path, [], "empty.jsonl"))
     assert "empty" in error(write(tmp_path, ["", "  "], "blank.jsonl"))
+    path = write(tmp_path, [{"problem": "A", "answer": "1"}, "", "   ", '{"problem": "B", "answer": '])
+    assert error(path) == f"{path}:4: invalid JSON: Expecting value (column 27)"  # blank lines are counted
 
 
-@pytest.mark.parametrize(
-    "row, expected",
-    [
-        ({"problem": "A"}, ":1: missing answer: no 'answer': found columns ['problem']; --answer-field names "
-                           "the answer's column"),
-        ({"problem": "A", "answer": None}, ":1: missing answer: 'answer' is null; --answer-field names"),
-        ({"problem": "A", "answer": float("nan")}, ":1: missing answer: 'answer' is NaN, a missing value"),
-        ({"problem": "A", "answer": "  "}, ":1: empty answer 'answer'"),
-        ({"problem": "A", "answer": True},
-         ":1: the answer 'answer' must be a string or a number, found bool"),
-        ({"problem": "  ", "answer": "1"}, ":1: 'problem' must be non-empty text"),
-        ({"prompt": [], "reward_model": {"ground_truth": "1"}},
-         ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content', one of them "
-         "from the user; found []"),
-        ({"prompt": [{"role": "system", "content": "S"}], "answer": "1"},
-         ":1: 'prompt' must be text or a list"),  # no user message
-        ({"prompt": None, "answer": "1"}, ":1: 'prompt' must be text or a list of chat messages"),
-        ({"prompt": [{"role": "user", "content": "A"}], "reward_model": {}},
-         ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' has keys []"),
-        ({"prompt": "A", "reward_model": None},
-         ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' is null"),
-        ({"prompt": "A", "reward_model": "7"},
-         ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' is not a struct (found str)"),
-        ([1, 2], ":1: expected a JSON object per row, found list"),
-    ],
-)
+@pytest.mark.parametrize("row, expected", [
+    ({"problem": "A"}, ":1: missing answer: no 'answer': found columns ['problem']; --answer-field names "
+                       "the answer's column"),
+    ({"problem": "A", "answer": None}, ":1: missing answer: 'answer' is null; --answer-field names"),
+    ({"problem": "A", "answer": float("nan")}, ":1: missing answer: 'answer' is NaN, a missing value"),
+    ({"problem": "A", "answer": "  "}, ":1: empty answer 'answer'"),
+    ({"problem": "A", "answer": True},
+     ":1: the answer 'answer' must be a string or a number, found bool"),
+    ({"problem": "  ", "answer": "1"}, ":1: 'problem' must be non-empty text"),
+    ({"prompt": [], "reward_model": {"ground_truth": "1"}},
+     ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content', one of them "
+     "from the user; found []"),
+    ({"prompt": [{"role": "system", "content": "S"}], "answer": "1"},
+     ":1: 'prompt' must be text or a list"),  # no user message
+    ({"prompt": None, "answer": "1"}, ":1: 'prompt' must be text or a list of chat messages"),
+    ({"prompt": [{"role": "user", "content": "A"}], "reward_model": {}},
+     ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' has keys []"),
+    ({"prompt": "A", "reward_model": None},
+     ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' is null"),
+    ({"prompt": "A", "reward_model": "7"},
+     ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' is not a struct (found str)"),
+    ([1, 2], ":1: expected a JSON object per row, found list"),
+])
 def test_bad_rows(tmp_path, row, expected):
     path = write(tmp_path, [row])
     assert error(path).startswith(f"{path}{expected}")
