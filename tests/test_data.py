@@ -104,8 +104,7 @@ def test_error_messages_name_file_and_line_counting_blank_lines(tmp_path):
     ({"problem": "A", "answer": None}, ":1: missing answer: 'answer' is null; --answer-field names"),
     ({"problem": "A", "answer": float("nan")}, ":1: missing answer: 'answer' is NaN, a missing value"),
     ({"problem": "A", "answer": "  "}, ":1: empty answer 'answer'"),
-    ({"problem": "A", "answer": True},
-     ":1: the answer 'answer' must be a string or a number, found bool"),
+    ({"problem": "A", "answer": True}, ":1: the answer 'answer' must be a string or a number, found bool"),
     ({"problem": "  ", "answer": "1"}, ":1: 'problem' must be non-empty text"),
     ({"prompt": [], "reward_model": {"ground_truth": "1"}},
      ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content', one of them "

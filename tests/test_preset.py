@@ -43,7 +43,7 @@ def test_paper_preset_is_table_4():
     assert cfg.prompts_per_step * cfg.group_size == 8 * 4 and cfg.micro_batch == 8
 
 
-def test_explicit_flags_override_the_preset():
+def test_explicit_flags_override_the_preset_and_list_flags_given_twice_keep_every_value():
     cfg = resolved("--preset", "paper", *REQUIRED, "--lr", "1e-5", "--lora-rank", "16", "--minibatches", "4",
                    "--clip", "clip-higher")
     assert (cfg.lr, cfg.lora_rank, cfg.minibatches, cfg.clip) == (1e-5, 16, 4, "clip-higher")
@@ -51,6 +51,9 @@ def test_explicit_flags_override_the_preset():
     assert resolved("--preset", "paper", *REQUIRED, "--delta", "0.1").hparams == {"delta": 0.1}
     plain = resolved(*REQUIRED)
     assert (plain.lora_rank, plain.lr) == (0, 1e-4)  # no preset: the embedded default's values
+    twice = parse(TrainConfig, ["--stop", "a", "--stop", "b", "--eval-data", "x.jsonl", "--eval-data", "y.jsonl"],
+                  "", hparam_flags)[0]
+    assert twice.stop == ["a", "b"] and twice.eval_data == ["x.jsonl", "y.jsonl"]  # a list flag twice: both
 
 
 def test_help_lists_the_preset(capsys):
@@ -90,12 +93,6 @@ def test_flags_that_would_be_ignored_are_errors(argv, message):
     cfg, extra, given = parse(TrainConfig, argv, "", hparam_flags)
     with pytest.raises(ValueError, match=message):
         resolve(apply_preset(cfg, given), extra, 1, given)
-
-
-def test_list_flags_given_twice_keep_every_value():
-    cfg, _, _ = parse(TrainConfig, ["--stop", "a", "--stop", "b", "--eval-data", "x.jsonl", "--eval-data", "y.jsonl"],
-                      "", hparam_flags)
-    assert cfg.stop == ["a", "b"] and cfg.eval_data == ["x.jsonl", "y.jsonl"]
 
 
 @pytest.mark.parametrize("trl, ours", sorted(TRL_NAMES.items()))
