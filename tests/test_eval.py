@@ -75,10 +75,9 @@ def test_rows_and_table(model_dir, full_run):
     assert lines[0].split() == ["Model", "alpha", "beta", "Average"]
     assert lines[1].split() == [f"Mean@{K}", "(%)", f"Pass@{K}", "(%)"] * 3
     assert lines[2].split() == [model_dir.name] + [f"{v:.2f}" for v in expected]
-    # the row's name: a model's folder, or a kept checkpoint's run (its default --out too)
-    assert eval_cli.model_name("runs/kl3-x/checkpoint") == eval_cli.model_name("runs/kl3-x/checkpoint-step000040")
-    assert eval_cli.model_name("runs/kl3-x/checkpoint") == "kl3-x"
-    assert eval_cli.model_name("models/Qwen3-1.7B") == "Qwen3-1.7B"
+    name = eval_cli.model_name  # the row's name: a model's folder, or a kept checkpoint's run (its --out too)
+    assert name("runs/kl3-x/checkpoint") == name("runs/kl3-x/checkpoint-step000040") == "kl3-x"
+    assert name("models/Qwen3-1.7B") == "Qwen3-1.7B"
     assert eval_cli.default_out("runs/kl3-x/checkpoint-step000040/").name.startswith("kl3-x-")
     # `python eval.py ... 2>&1 | tee log`: tqdm draws only on a terminal, so no bar in the table's stream
     assert "\r" not in err and "compl/s" not in err and "compl]" not in err

@@ -166,8 +166,7 @@ def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
 # Tokens per second
 
 def test_each_step_logs_its_tokens_per_second(cosine_run):
-    """Tokens over seconds; 16 completions a step, trained once per epoch (1): sampled = trained = 16 x
-    completion_len."""
+    """Tokens over seconds: 16 completions a step, trained once (1 epoch): sampled = trained = 16 x length."""
     assert step_metrics.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
         {"tokens_per_s_rollout": 60.0, "tokens_per_s_update": 80.0}
     for row in metrics(cosine_run / "part"):

@@ -51,8 +51,8 @@ def test_explicit_flags_override_the_preset_and_list_flags_given_twice_keep_ever
     assert resolved("--preset", "paper", *REQUIRED, "--delta", "0.1").hparams == {"delta": 0.1}
     plain = resolved(*REQUIRED)
     assert (plain.lora_rank, plain.lr) == (0, 1e-4)  # no preset: the embedded default's values
-    twice = parse(TrainConfig, ["--stop", "a", "--stop", "b", "--eval-data", "x.jsonl", "--eval-data", "y.jsonl"],
-                  "", hparam_flags)[0]
+    argv = ["--stop", "a", "--stop", "b", "--eval-data", "x.jsonl", "--eval-data", "y.jsonl"]
+    twice = parse(TrainConfig, argv, "", hparam_flags)[0]
     assert twice.stop == ["a", "b"] and twice.eval_data == ["x.jsonl", "y.jsonl"]  # a list flag twice: both
 
 
