@@ -35,6 +35,19 @@ def omr_row(problem: str, solution: str, answer: str, kind: str = "has_answer_ex
             "generated_solution": solution, "inference_mode": "cot", "used_in_kaggle": False}
 
 
+DAPO_TEMPLATE = ("Solve the following math problem step by step. The last line of your response should be of "
+                 "the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+                 '{}\n\nRemember to put your answer on its own line after "Answer:".')
+
+
+def dapo_row(problem: str, truth: str, index: str = "0") -> dict:
+    """A DAPO-Math-17k row as the hub's file holds it: the problem inside its answer-format template."""
+    prompt = [{"content": DAPO_TEMPLATE.format(problem), "role": "user"}]
+    return {"data_source": "math_dapo", "prompt": prompt,
+            "ability": "MATH", "reward_model": {"ground_truth": truth, "style": "rule-lighteval/MATH_v2"},
+            "extra_info": {"index": index}}
+
+
 def write_hub(root, sft_rows: int = 2000, prompts: int = 1000) -> Path:
     root = Path(root)
     train = load_problems(ROOT / "data/arith/train.jsonl")[:prompts]

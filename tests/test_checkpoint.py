@@ -56,6 +56,7 @@ def names(run_dir):
 
 
 def test_save_keeps_the_newest_k_and_latest_is_checkpoint(tmp_path, tiny):
+    assert checkpoint.latest(tmp_path) is None and checkpoint.latest(tmp_path / "missing") is None  # none yet
     for step in range(1, 5):
         assert save(tmp_path, tiny, step) == tmp_path / "checkpoint"
     assert names(tmp_path) == ["checkpoint", "checkpoint-step000003"]
@@ -70,11 +71,6 @@ def test_save_keeps_the_newest_k_and_latest_is_checkpoint(tmp_path, tiny):
     assert names(tmp_path) == ["checkpoint"]
     with pytest.raises(CheckpointError, match="keep must be >= 1"):
         save(tmp_path, tiny, 8, keep=0)
-
-
-def test_empty_run_has_no_checkpoint(tmp_path):
-    assert checkpoint.latest(tmp_path) is None
-    assert checkpoint.latest(tmp_path / "missing") is None
 
 
 def test_tokenizer_comes_from_memory_not_from_a_deleted_folder(tmp_path, tiny):

@@ -32,14 +32,11 @@ def test_make_train_sets_up_then_trains_the_embedded_default(tmp_path):
     assert planned("train", tmp_path, "ARGS=--steps 5")[-1] == ".venv/bin/python train.py --steps 5"
 
 
-def test_make_test_sets_up_then_runs_the_suite(tmp_path):
+def test_make_test_sets_up_then_runs_the_suite_and_test_core_the_cores_tests_alone(tmp_path):
     venv, install, stamp, test = planned("test", tmp_path)
     assert venv == "python3 -m venv .venv" and stamp == "touch .venv/.test .venv/.train"
     assert install == ".venv/bin/python -m pip install -q -r requirements-dev.txt"
     assert test == ".venv/bin/python -m pytest -q -n auto --dist loadfile"
-
-
-def test_make_test_core_runs_the_cores_tests_alone(tmp_path):
     assert planned("test-core", tmp_path)[-1] == ".venv/bin/python -m pytest -q -m core"
 
 

@@ -29,25 +29,29 @@ def box(expr: str) -> str:
 # hand-checked
 
 
-@pytest.mark.parametrize("expr", [
-    "(8*3)-5",          # 24-5
-    "8*3-5",            # precedence: * before -
-    "3*8-5",
-    "(3*8)-5",
-    "3*(8)-5",          # redundant parentheses
-    " 8 * 3 - 5 ",      # spaces
-    "((8*3)-5)",
-])
-def test_correct_expressions_score(expr):
-    assert reward(box(expr), "3,5,8:19") == 1.0
+T = "3,5,8:19"  # the numbers 3, 5, 8 and the target 19
 
 
 @pytest.mark.parametrize("expr, answer", [
+    ("(8*3)-5", T),                        # 24-5
+    ("8*3-5", T),                          # precedence: * before -
+    ("3*8-5", T),
+    ("(3*8)-5", T),
+    ("3*(8)-5", T),                        # redundant parentheses
+    (" 8 * 3 - 5 ", T),                    # spaces
+    ("((8*3)-5)", T),
     ("(7*3)+5", "7,3,5:26"),
     ("(5+(1+7))*7", "7,7,1,5:91"),        # repeated number used as often as listed
+    ("2*2+5", "2,2,5:9"),
     ("(8-5)*(10+6)", "10,6,8,5:48"),
     ("8/(3-8/3)", "3,3,8,8:24"),          # the classic: a fraction on the way, 8/(1/3) = 24
     ("(6/4)*16", "4,6,16:24"),            # 3/2 * 16
+    ("8/2+1", "1,2,8:5"),
+    ("1/2*8", "1,2,8:4"),                 # exact fractions, no float rounding
+    ("1/3*3*1", "1,1,3,3:1"),
+    ("(2-2)/8", "2,2,8:0"),               # 0/8 is fine
+    ("5-5", "5,5:0"),                     # target zero
+    ("3-5", "3,5:-2"),                    # target negative
     ("100-1", "1,100:99"),
     ("7", "7:7"),                         # one number
 ])
@@ -55,39 +59,37 @@ def test_hand_checked_solutions(expr, answer):
     assert reward(box(expr), answer) == 1.0
 
 
-@pytest.mark.parametrize("expr, why", [
-    ("8*3+5", "wrong value (29)"),
-    ("8*3", "number 5 not used"),
-    ("8*3-5-5", "5 used twice"),
-    ("8*3-4", "4 is not one of the numbers"),
-    ("8*3-5+0", "0 is not one of the numbers"),
-    ("24-5", "24 is not one of the numbers"),
-    ("19", "the target alone"),
-    ("83-5", "digits glued into a new number"),
-    ("-5+8*3", "unary minus"),
-    ("8*-3-5", "unary minus inside"),
-    ("8*3-(5)(1)", "implicit product"),
-    ("8^3-5", "power"),
-    ("8**3-5", "python power"),
-    ("8*3-5.0", "decimal"),
-    ("(8*3-5", "unbalanced"),
-    ("8*3-5)", "unbalanced"),
-    ("8*3-5=19", "an equation, not an expression"),
-    ("", "empty"),
-    ("x", "a variable"),
-    ("8×3-5", "unicode times"),
-    ("８*3-5", "fullwidth digit"),
-    ("²*3-5", "superscript digit"),
+@pytest.mark.parametrize("expr, answer, why", [
+    ("8*3+5", T, "wrong value (29)"),
+    ("8*3", T, "number 5 not used"),
+    ("8*3-5-5", T, "5 used twice"),
+    ("8*3-4", T, "4 is not one of the numbers"),
+    ("8*3-5+0", T, "0 is not one of the numbers"),
+    ("24-5", T, "24 is not one of the numbers"),
+    ("19", T, "the target alone"),
+    ("83-5", T, "digits glued into a new number"),
+    ("-5+8*3", T, "unary minus"),
+    ("8*-3-5", T, "unary minus inside"),
+    ("8*3-(5)(1)", T, "implicit product"),
+    ("8^3-5", T, "power"),
+    ("8**3-5", T, "python power"),
+    ("8*3-5.0", T, "decimal"),
+    ("(8*3-5", T, "unbalanced"),
+    ("8*3-5)", T, "unbalanced"),
+    ("8*3-5=19", T, "an equation, not an expression"),
+    ("", T, "empty"),
+    ("x", T, "a variable"),
+    ("8×3-5", T, "unicode times"),
+    ("８*3-5", T, "fullwidth digit"),
+    ("²*3-5", T, "superscript digit"),
+    ("2*4+1", "2,2,5:9", "4 is not one of the numbers"),
+    ("2+2+5", "2,5:9", "2 given once, used twice"),
+    ("9", "2,2,5:9", "the target alone"),
+    ("8/(2-2)", "2,2,8:0", "division by zero scores 0, never raises"),
+    ("8/(2-2)*0", "0,2,2,8:0", "division by zero, even times 0"),
 ])
-def test_wrong_expressions_score_zero(expr, why):
-    assert reward(box(expr), "3,5,8:19") == 0.0, why
-
-
-def test_numbers_must_match_as_a_multiset():
-    assert reward(box("2*2+5"), "2,2,5:9") == 1.0
-    assert reward(box("2*4+1"), "2,2,5:9") == 0.0
-    assert reward(box("2+2+5"), "2,5:9") == 0.0  # 2 given once, used twice
-    assert reward(box("9"), "2,2,5:9") == 0.0
+def test_wrong_expressions_score_zero(expr, answer, why):
+    assert reward(box(expr), answer) == 0.0, why
 
 
 def test_only_the_last_box_counts():
@@ -105,32 +107,17 @@ def test_text_around_the_box():
     assert reward(f"{B}{{(8*3)-5}}}}", "3,5,8:19") == 0.0  # braces are not parentheses
 
 
-def test_division():
-    assert reward(box("8/2+1"), "1,2,8:5") == 1.0
-    assert reward(box("1/2*8"), "1,2,8:4") == 1.0  # exact fractions, no float rounding
-    assert reward(box("1/3*3*1"), "1,1,3,3:1") == 1.0
-    assert reward(box("8/(2-2)"), "2,2,8:0") == 0.0  # division by zero scores 0, never raises
-    assert reward(box("8/(2-2)*0"), "0,2,2,8:0") == 0.0
-    assert reward(box("(2-2)/8"), "2,2,8:0") == 1.0  # 0/8 is fine
-
-
-def test_target_zero_and_negative():
-    assert reward(box("5-5"), "5,5:0") == 1.0
-    assert reward(box("3-5"), "3,5:-2") == 1.0
-
-
 # ---------------------------------------------------------------------------------------------
 # adversarial: never raises, bounded time
 
 
-def test_malformed_answers_score_zero():
+def test_malformed_answers_and_non_string_completions_score_zero():
+    assert parse_answer("3,8,5,2:19") == ([3, 8, 5, 2], 19) and parse_answer(" 3,5:8 ") == ([3, 5], 8)
+    assert parse_answer("3,5") is None and parse_answer("x:1") is None
     for answer in ["", ":", "3,5", "3,5:", ":19", "a,b:c", "3,,5:8", "3,5:8:9", "3;5:8", None, 19, "1" * 300,
                    ",".join(["1"] * 20) + ":20", "3,5:99999999999", "-3,5:2"]:
         assert reward(box("3+5"), answer) == 0.0, answer
-
-
-def test_non_string_completions():
-    for c in [None, 123, b"\\boxed{3+5}", ["\\boxed{3+5}"]]:
+    for c in [None, 123, b"\\boxed{3+5}", ["\\boxed{3+5}"]]:  # completions that are not text
         assert reward(c, "3,5:8") == 0.0
 
 
@@ -180,12 +167,6 @@ def test_random_expressions_never_raise():
         assert reward(box(expr), "1,2,3:6") in (0.0, 1.0)
         r = evaluate_expression(expr)
         assert r is None or isinstance(r[0], Fraction)
-
-
-def test_parse_answer():
-    assert parse_answer("3,8,5,2:19") == ([3, 8, 5, 2], 19)
-    assert parse_answer(" 3,5:8 ") == ([3, 5], 8)
-    assert parse_answer("3,5") is None and parse_answer("x:1") is None
 
 
 # ---------------------------------------------------------------------------------------------

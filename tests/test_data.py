@@ -9,24 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hub_fixtures import DAPO_TEMPLATE as TEMPLATE, dapo_row
 from nanoatr.data import DataError, Problem, load_problems, repair_latex_escapes
 from tiny import make_default
-
-TEMPLATE = (
-    "Solve the following math problem step by step. The last line of your response should be of the form "
-    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{}\n\n"
-    'Remember to put your answer on its own line after "Answer:".'
-)
-
-
-def dapo_row(problem, answer):
-    return {
-        "data_source": "math_dapo",
-        "prompt": [{"content": TEMPLATE.format(problem), "role": "user"}],
-        "ability": "MATH",
-        "reward_model": {"ground_truth": answer, "style": "rule-lighteval/MATH_v2"},
-        "extra_info": {"index": 0, "raw_problem": problem, "split": None},
-    }
 
 
 def write(tmp_path, rows, name="data.jsonl"):
@@ -43,20 +28,15 @@ def error(path, **kw):
     return msg
 
 
-def test_aime24_qwen_format_keeps_zero_padding(tmp_path):
-    row = {"id": 68, "problem": "Find $x$.", "solution": "...", "answer": "025", "url": "u", "question": "Find $x$."}
-    assert load_problems(write(tmp_path, [row])) == [Problem("Find $x$.", "025")]
-
-
-def test_amc23_float_answer_becomes_str(tmp_path):
-    rows = [{"id": 0, "problem": "Cities?", "answer": 27.0, "url": "u", "question": "Cities?"},
-            {"problem": "Neg?", "answer": -1.0}]
-    assert [p.answer for p in load_problems(write(tmp_path, rows))] == ["27.0", "-1.0"]
-
-
-def test_question_field_int_answer_and_extra_fields(tmp_path):
-    rows = [{"question": "Q1", "answer": 70, "id": "x"}, {"problem": "", "question": "Q2", "answer": "5"}]
-    assert load_problems(write(tmp_path, rows)) == [Problem("Q1", "70"), Problem("Q2", "5")]
+def test_aime24_zero_padding_amc23_float_answers_question_field_int_answer_and_extra_fields(tmp_path):
+    rows = [{"id": 68, "problem": "Find $x$.", "solution": "...", "answer": "025", "url": "u",
+             "question": "Find $x$."},
+            {"id": 0, "problem": "Cities?", "answer": 27.0, "url": "u", "question": "Cities?"},
+            {"problem": "Neg?", "answer": -1.0}, {"question": "Q1", "answer": 70, "id": "x"},
+            {"problem": "", "question": "Q2", "answer": "5"}]
+    assert load_problems(write(tmp_path, rows)) == [
+        Problem("Find $x$.", "025"), Problem("Cities?", "27.0"), Problem("Neg?", "-1.0"), Problem("Q1", "70"),
+        Problem("Q2", "5")]
 
 
 def test_dapo_format_keeps_messages_and_dedupes(tmp_path):
@@ -76,11 +56,6 @@ def test_limit_counts_unique_problems_and_stops_reading(tmp_path):
     assert [p.question for p in load_problems(path, limit=2)] == ["A", "B"]  # never reaches the broken line
     assert len(load_problems(path, limit=2, dedupe=False)) == 2
     assert load_problems(path, limit=0) == []
-
-
-def test_blank_lines_skipped_and_line_numbers_stay_true(tmp_path):
-    path = write(tmp_path, [{"problem": "A", "answer": "1"}, "", "   ", '{"problem": "B", "answer": '])
-    assert error(path) == f"{path}:4: invalid JSON: Expecting value (column 27)"
 
 
 GOOD = '{"problem": "A", "answer": "1"}'
@@ -110,7 +85,7 @@ def test_a_surrogate_pair_and_a_row_nested_64_deep_are_read(tmp_path):
     assert rows[0].question == "\U0001f600 A" and rows[1].fields["x"]["a"]["a"]["a"] is not None
 
 
-def test_error_messages_name_file_and_line(tmp_path):
+def test_error_messages_name_file_and_line_counting_blank_lines(tmp_path):
     assert error(tmp_path / "nope.jsonl") == f"{tmp_path / 'nope.jsonl'}: file not found"
     assert error(tmp_path / "nope.jsonl", limit=0).endswith("file not found")
     path = write(tmp_path, [{"problem": "A", "answer": "1"}, {"problem": "B", "answer": "2"}, {"foo": 1, "bar": 2}])
@@ -120,34 +95,32 @@ def test_error_messages_name_file_and_line(tmp_path):
     )
     assert "empty" in error(write(tmp_path, [], "empty.jsonl"))
     assert "empty" in error(write(tmp_path, ["", "  "], "blank.jsonl"))
+    path = write(tmp_path, [{"problem": "A", "answer": "1"}, "", "   ", '{"problem": "B", "answer": '])
+    assert error(path) == f"{path}:4: invalid JSON: Expecting value (column 27)"  # blank lines are counted
 
 
-@pytest.mark.parametrize(
-    "row, expected",
-    [
-        ({"problem": "A"}, ":1: missing answer: no 'answer': found columns ['problem']; --answer-field names "
-                           "the answer's column"),
-        ({"problem": "A", "answer": None}, ":1: missing answer: 'answer' is null; --answer-field names"),
-        ({"problem": "A", "answer": float("nan")}, ":1: missing answer: 'answer' is NaN, a missing value"),
-        ({"problem": "A", "answer": "  "}, ":1: empty answer 'answer'"),
-        ({"problem": "A", "answer": True},
-         ":1: the answer 'answer' must be a string or a number, found bool"),
-        ({"problem": "  ", "answer": "1"}, ":1: 'problem' must be non-empty text"),
-        ({"prompt": [], "reward_model": {"ground_truth": "1"}},
-         ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content', one of them "
-         "from the user; found []"),
-        ({"prompt": [{"role": "system", "content": "S"}], "answer": "1"},
-         ":1: 'prompt' must be text or a list"),  # no user message
-        ({"prompt": None, "answer": "1"}, ":1: 'prompt' must be text or a list of chat messages"),
-        ({"prompt": [{"role": "user", "content": "A"}], "reward_model": {}},
-         ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' has keys []"),
-        ({"prompt": "A", "reward_model": None},
-         ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' is null"),
-        ({"prompt": "A", "reward_model": "7"},
-         ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' is not a struct (found str)"),
-        ([1, 2], ":1: expected a JSON object per row, found list"),
-    ],
-)
+@pytest.mark.parametrize("row, expected", [
+    ({"problem": "A"}, ":1: missing answer: no 'answer': found columns ['problem']; --answer-field names "
+                       "the answer's column"),
+    ({"problem": "A", "answer": None}, ":1: missing answer: 'answer' is null; --answer-field names"),
+    ({"problem": "A", "answer": float("nan")}, ":1: missing answer: 'answer' is NaN, a missing value"),
+    ({"problem": "A", "answer": "  "}, ":1: empty answer 'answer'"),
+    ({"problem": "A", "answer": True}, ":1: the answer 'answer' must be a string or a number, found bool"),
+    ({"problem": "  ", "answer": "1"}, ":1: 'problem' must be non-empty text"),
+    ({"prompt": [], "reward_model": {"ground_truth": "1"}},
+     ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content', one of them "
+     "from the user; found []"),
+    ({"prompt": [{"role": "system", "content": "S"}], "answer": "1"},
+     ":1: 'prompt' must be text or a list"),  # no user message
+    ({"prompt": None, "answer": "1"}, ":1: 'prompt' must be text or a list of chat messages"),
+    ({"prompt": [{"role": "user", "content": "A"}], "reward_model": {}},
+     ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' has keys []"),
+    ({"prompt": "A", "reward_model": None},
+     ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' is null"),
+    ({"prompt": "A", "reward_model": "7"},
+     ":1: missing answer: no 'reward_model.ground_truth': 'reward_model' is not a struct (found str)"),
+    ([1, 2], ":1: expected a JSON object per row, found list"),
+])
 def test_bad_rows(tmp_path, row, expected):
     path = write(tmp_path, [row])
     assert error(path).startswith(f"{path}{expected}")

@@ -17,8 +17,9 @@ import pytest
 import eval as eval_cli
 import train
 from nanoatr import data
-from nanoatr.data import DataError, Problem, load_problems
+from nanoatr.data import Problem, load_problems
 from conftest import jsonl as read_jsonl, strict_file  # this file's jsonl writes one
+from test_data import error  # the one line a bad file gives, naming the file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,13 +32,6 @@ def parquet(path: Path, rows: list[dict], **kw) -> Path:
 def jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
-
-
-def error(path, **kw) -> str:
-    with pytest.raises(DataError) as e:
-        load_problems(path, **kw)
-    assert "\n" not in str(e.value)
-    return str(e.value)
 
 
 def chat(system: str, user: str) -> list[dict]:

@@ -75,6 +75,10 @@ def test_rows_and_table(model_dir, full_run):
     assert lines[0].split() == ["Model", "alpha", "beta", "Average"]
     assert lines[1].split() == [f"Mean@{K}", "(%)", f"Pass@{K}", "(%)"] * 3
     assert lines[2].split() == [model_dir.name] + [f"{v:.2f}" for v in expected]
+    name = eval_cli.model_name  # the row's name: a model's folder, or a kept checkpoint's run (its --out too)
+    assert name("runs/kl3-x/checkpoint") == name("runs/kl3-x/checkpoint-step000040") == "kl3-x"
+    assert name("models/Qwen3-1.7B") == "Qwen3-1.7B"
+    assert eval_cli.default_out("runs/kl3-x/checkpoint-step000040/").name.startswith("kl3-x-")
     # `python eval.py ... 2>&1 | tee log`: tqdm draws only on a terminal, so no bar in the table's stream
     assert "\r" not in err and "compl/s" not in err and "compl]" not in err
 
@@ -97,8 +101,11 @@ def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, 
     assert "(0 new)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case", ["missing model", "bad data line", "k > n", "adapter", "exists", "bad resume file"])
+@pytest.mark.parametrize("case", ["missing model", "bad data line", "k > n", "adapter", "exists",
+                                  "bad resume file", "budget"])
 def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
+    """One line each; --max-new-tokens 100000000 was an out-of-memory traceback (the KV cache is sized by
+    it)."""
     args = {"--model": str(model_dir), "--data": data[0], "--k": str(K), "--out": str(tmp_path / "o.jsonl")}
     if case == "missing model":
         args["--model"] = str(tmp_path / "nope")
@@ -111,6 +118,8 @@ def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
         args["--adapter"] = str(tmp_path)
     elif case == "exists":
         (tmp_path / "o.jsonl").write_text("")
+    elif case == "budget":
+        args["--max-new-tokens"] = "100000000"
     else:
         (tmp_path / "o.jsonl").write_text('{"not": "a row"}\n{}\n')
         args["--skip-done"] = None
@@ -119,8 +128,9 @@ def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
-    if case == "adapter":
-        assert "is not a LoRA adapter directory" in err
+    named = {"adapter": "is not a LoRA adapter directory",
+             "budget": "error: --max-new-tokens 100000000 does not fit the model's"}
+    assert named.get(case, "error: ") in err
 
 
 def test_output_starts_with_the_settings(model_dir, full_run):
@@ -171,13 +181,6 @@ def test_unwritable_out_is_one_line_before_the_model_loads(capsys, monkeypatch, 
     assert e.value.code == 2 and err.startswith(f"error: cannot write --out {out}") and err.count("\n") == 1, err
 
 
-def test_a_kept_checkpoint_is_named_after_its_run():
-    assert eval_cli.model_name("runs/kl3-x/checkpoint") == "kl3-x"
-    assert eval_cli.model_name("runs/kl3-x/checkpoint-step000040") == "kl3-x"
-    assert eval_cli.model_name("models/Qwen3-1.7B") == "Qwen3-1.7B"
-    assert eval_cli.default_out("runs/kl3-x/checkpoint-step000040/").name.startswith("kl3-x-")
-
-
 @pytest.mark.parametrize("flag, value", [("--k", "0"), ("--n", "-1"), ("--temperature", "-1"), ("--top-p", "0"),
                                          ("--top-p", "1.5"), ("--top-k", "-1"), ("--max-new-tokens", "0"),
                                          ("--batch-size", "0"), ("--seed", "-1"), ("--limit", "-1"),
@@ -187,14 +190,6 @@ def test_every_flag_is_range_checked(capsys, flag, value):
         eval_cli.main([flag, value])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith(f"error: {flag} must be") and err.count("\n") == 1, err
-
-
-def test_a_budget_past_the_model_positions_is_one_line(model_dir, data, tmp_path, capsys):
-    """--max-new-tokens 100000000 was an out-of-memory traceback: the KV cache is sized by it."""
-    with pytest.raises(SystemExit):
-        run(model_dir, data, tmp_path / "o.jsonl", "--max-new-tokens", "100000000")
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("error: --max-new-tokens 100000000 does not fit the model's") and "positions" in err
 
 
 @pytest.mark.parametrize("line", ['{"benchmark": "b", "problem_id": ' + "9" * 5000 + "}", "[" * 5000 + "]" * 5000])

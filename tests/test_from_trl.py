@@ -25,7 +25,6 @@ import train
 from nanoatr.machinery import folder
 from nanoatr.machinery.flags import TrainConfig, apply_preset, hparam_flags, parse, resolve
 from rounding import U32, within
-from test_knobs import transformers_rates
 from test_report import assert_same, events, metrics, scalars
 from conftest import jsonl, strict_file
 
@@ -136,16 +135,6 @@ def test_the_event_file_holds_every_number_of_metrics_jsonl(runs, name):
     shown = scalars(events(runs / name))
     assert_same(shown, rows)
     assert [step for step, _ in shown["lr"]] == [1, 2, 3, 4]
-
-
-def test_lr_is_transformers_cosine_schedule_with_warmup(runs):
-    """4 steps x 2 minibatches = 8 optimizer steps, warmup ceil(0.1 x 8) = 1; a step logs its first
-    update's rate."""
-    cfg = TrainConfig(**{k: v for k, v in strict_file(runs / "arith/config.json").items()
-                         if k in {"steps", "minibatches", "epochs", "lr", "lr_scheduler", "warmup_ratio"}})
-    assert (cfg.optimizer_steps, cfg.warmup) == (8, 1)
-    expected = transformers_rates("cosine", 1, 8, 1e-4)[::2]
-    assert [r["lr"] for r in metrics(runs / "arith") if "lr" in r] == expected
 
 
 def test_the_trl_script_is_the_same_run_by_the_pages_arithmetic():

@@ -17,18 +17,7 @@ from nanoatr.data import load_problems  # noqa: E402
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 from conftest import jsonl, strict_file  # noqa: E402
-from hub_fixtures import omr_row  # noqa: E402
-
-TEMPLATE = ("Solve the following math problem step by step. The last line of your response should be of the form "
-            "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{}\n\n"
-            'Remember to put your answer on its own line after "Answer:".')
-
-
-def dapo_row(problem, truth, index):
-    return {"data_source": "math_dapo", "prompt": [{"content": TEMPLATE.format(problem), "role": "user"}],
-            "ability": "MATH", "reward_model": {"ground_truth": truth, "style": "rule-lighteval/MATH_v2"},
-            "extra_info": {"index": index}}
-
+from hub_fixtures import DAPO_TEMPLATE as TEMPLATE, dapo_row, omr_row  # noqa: E402
 
 def solved(answer, worked="We add the two numbers and simplify the result step by step"):
     return f"<think>\nLet me think. Maybe {answer}? Yes.\n</think>\n{worked}, so the answer is $\\boxed{{{answer}}}$."
@@ -169,19 +158,6 @@ def test_jsonl_row_and_missing_column_errors(capsys, tmp_path):
     assert "train-00000-of-00001.parquet: no column 'problem' (it has id, question)" in one_error(err)
 
 
-def test_unknown_dataset_and_bad_source_are_one_line(capsys, hub, tmp_path):
-    code, _, err = run(capsys, "--from-dir", str(hub), "--datasets", "aime23")
-    assert code == 2 and "invalid choice: 'aime23'" in one_error(err)
-    code, _, err = run(capsys, "--from-dir", str(hub), "--source", "aime23=x/y")
-    assert code == 2 and one_error(err).startswith("error: --source aime23=x/y: expected NAME=REPO[@REVISION]")
-
-
-def test_a_copy_without_the_files_is_one_line(capsys, hub, tmp_path):
-    code, _, err = run(capsys, "--from-dir", str(hub), "--out", str(tmp_path / "o"), "--datasets", "aime24",
-                       "--source", "aime24=someone/aime")
-    assert code == 2 and "someone/aime: no data file matches 'data/train-*.parquet'" in one_error(err)
-
-
 def test_no_network_is_one_line(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # what an unreachable hub gives, without waiting for its retries
     import huggingface_hub.constants as constants
@@ -217,12 +193,6 @@ def test_an_interrupted_run_leaves_the_previous_files(capsys, monkeypatch, hub, 
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temp file left, nothing half-written
 
 
-def test_a_missing_from_dir_is_one_line_saying_so(capsys, tmp_path):
-    code, _, err = run(capsys, "--from-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"))
-    assert code == 2 and one_error(err) == f"error: --from-dir {tmp_path / 'nowhere'}: no such directory"
-    assert not (tmp_path / "o").exists()
-
-
 def test_a_flat_folder_lists_its_files_and_the_expected_layout(capsys, hub, tmp_path):
     """The files straight in DIR (not DIR/REPO/PATH): the line names what is there and where it should be;
     --source, which names another repository, cannot fix a layout and is not offered."""
@@ -242,11 +212,22 @@ def test_a_flat_folder_lists_its_files_and_the_expected_layout(capsys, hub, tmp_
     assert "--source" not in line
 
 
-def test_an_empty_folder_says_it_is_empty(capsys, tmp_path):
+@pytest.mark.parametrize("argv, said", [
+    (["--from-dir", "{hub}", "--datasets", "aime23"], "invalid choice: 'aime23'"),
+    (["--from-dir", "{hub}", "--source", "aime23=x/y"],
+     "error: --source aime23=x/y: expected NAME=REPO[@REVISION]"),
+    (["--from-dir", "{hub}", "--datasets", "aime24", "--source", "aime24=someone/aime"],  # a copy, no files
+     "someone/aime: no data file matches 'data/train-*.parquet'"),
+    (["--from-dir", "{tmp}/nowhere"], "error: --from-dir {tmp}/nowhere: no such directory"),
+    (["--from-dir", "{tmp}/empty", "--datasets", "aime25"], "{tmp}/empty holds no file"),
+], ids=["unknown dataset", "bad source", "no files", "no folder", "empty folder"])
+def test_a_bad_dataset_source_or_folder_is_one_line(capsys, hub, tmp_path, argv, said):
     (tmp_path / "empty").mkdir()
-    code, _, err = run(capsys, "--from-dir", str(tmp_path / "empty"), "--datasets", "aime25", "--out",
-                       str(tmp_path / "o"))
-    assert code == 2 and one_error(err).endswith(f"{tmp_path / 'empty'} holds no file")
+    argv = [a.format(hub=hub, tmp=tmp_path) for a in argv]
+    code, _, err = run(capsys, *argv, "--out", str(tmp_path / "o"))
+    assert code == 2 and said.format(tmp=tmp_path) in one_error(err)
+    if argv[1].endswith("nowhere"):  # refused before --out is made
+        assert not (tmp_path / "o").exists()
 
 
 def test_a_dapo_jsonl_in_the_documented_layout_is_read_as_the_parquet(capsys, hub, tmp_path):

@@ -165,13 +165,10 @@ def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
 # ----------------------------------------------------------------------------
 # Tokens per second
 
-def test_throughput_is_tokens_over_seconds():
+def test_each_step_logs_its_tokens_per_second(cosine_run):
+    """Tokens over seconds: 16 completions a step, trained once (1 epoch): sampled = trained = 16 x length."""
     assert step_metrics.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
         {"tokens_per_s_rollout": 60.0, "tokens_per_s_update": 80.0}
-
-
-def test_each_step_logs_its_tokens_per_second(cosine_run):
-    """16 completions a step, trained once per epoch (1): sampled = trained = 16 x completion_len."""
     for row in metrics(cosine_run / "part"):
         tokens = 16 * row["completion_len"]
         assert row["tokens_per_s_rollout"] * row["time_rollout"] == pytest.approx(tokens, rel=1e-9)
@@ -261,19 +258,11 @@ def test_the_overlong_penalty_is_verls_up_to_the_budget():
         assert overlong_penalty(lengths, L_max, L_cache, factor).tolist() == pytest.approx(verl, abs=1e-6)
 
 
-def fake_run(**flags):
-    from nanoatr.data import Shard
-    from nanoatr.machinery.distributed import Dist
-    cfg = TrainConfig(prompts_per_step=2, group_size=2, **flags)
-    tok = type("Tok", (), {"pad_token_id": 0})()
-    return train.Run(cfg, model=None, scorer=None, opt=None, trained=[], tok=tok, eos_ids=[], stopper=None,
-                     rewards=None, shard=Shard(cfg.seed, 2, 2, 2), d=Dist(0, 1, torch.device("cpu")), precision=None)
-
-
 def test_the_penalty_moves_the_advantages_not_the_rewards(monkeypatch):
     """Two groups of 2, all wrong (reward 0), of 3 and 8 tokens, and right, of 8 and 8 tokens; budget 8,
     buffer 4: penalties 0, -1 and -1, -1. The first group gets advantages +0.5 / -0.5; the second none;
     batch.rewards (accuracy, dynamic sampling) stay the task's."""
+    from test_train import fake_run
     lengths, rewards = [3, 8, 8, 8], [0.0, 0.0, 1.0, 1.0]
 
     def sample_round(run, problems, step, r, n):
@@ -282,10 +271,10 @@ def test_the_penalty_moves_the_advantages_not_the_rewards(monkeypatch):
         return Rollout(torch.ones(4, 1, dtype=torch.long), torch.ones(4, 1, dtype=torch.bool), tokens,
                        torch.zeros(4, 8), mask, torch.ones(4, dtype=torch.bool), torch.tensor(rewards))
     monkeypatch.setattr(train, "sample_round", sample_round)
-    batch, _ = train.rollout(fake_run(max_new_tokens=8, overlong_buffer=4), None, 0)
+    batch, _ = train.rollout(fake_run(0, 2, max_new_tokens=8, overlong_buffer=4), None, 0)
     assert batch.rewards.tolist() == rewards
     assert batch.advantages.tolist() == [0.5, -0.5, 0.0, 0.0]
-    batch, _ = train.rollout(fake_run(max_new_tokens=8), None, 0)  # off: no signal in either group
+    batch, _ = train.rollout(fake_run(0, 2, max_new_tokens=8), None, 0)  # off: no signal in either group
     assert batch.advantages.tolist() == [0.0, 0.0, 0.0, 0.0]
 
 

@@ -13,14 +13,11 @@ def brute_pass_at_k(n, c, k):
     return sum(any(i < c for i in s) for s in subsets) / len(subsets)
 
 
-def test_pass_at_k_matches_enumeration_of_all_subsets():
+def test_pass_at_k_matches_enumeration_of_all_subsets_and_holds_at_large_n():
     for n in range(1, 9):
         for c in range(n + 1):
             for k in range(1, n + 1):
                 assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k), abs=1e-12), (n, c, k)
-
-
-def test_pass_at_k_at_large_n():
     assert pass_at_k(16, 4, 1) == pytest.approx(4 / 16)  # pass@1 is the plain accuracy
     assert pass_at_k(2000, 1, 1000) == pytest.approx(0.5)  # C(2000, 1000) would overflow a float
     assert math.isfinite(pass_at_k(10_000, 3, 64))

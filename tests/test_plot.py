@@ -59,7 +59,7 @@ def lines_of(svg: Path) -> dict[str, int]:
 
 
 @draws
-def test_training_figure_has_one_line_per_run_and_metric(tmp_path):
+def test_training_figure_has_one_line_per_run_and_metric(tmp_path, capsys):
     runs = [make_run(tmp_path, "kl3-d0.07", "kl3"), make_run(tmp_path, "a&b <clip>", "clip", eval_every=5)]
     out = plot_runs(runs, tmp_path / "out" / "curves.svg", window=5)
     got = lines_of(out)
@@ -76,6 +76,9 @@ def test_training_figure_has_one_line_per_run_and_metric(tmp_path):
     # runs shows no change
     again = plot_runs(runs, tmp_path / "again" / "curves.svg", window=5)
     assert "<dc:date>" not in text and again.read_text() == text
+    main([str(runs[0]), "--window", "3"])  # by default curves.svg and .png inside the run
+    assert (runs[0] / "curves.svg").is_file() and (runs[0] / "curves.png").is_file()
+    assert "wrote" in capsys.readouterr().out
 
 
 @draws
@@ -130,12 +133,9 @@ def test_a_run_whose_config_json_cannot_be_read_is_one_error_line(tmp_path, brok
     assert not (tmp_path / "c.svg").exists()
 
 
-def test_series_sorts_steps_and_keeps_the_last_value_of_a_repeated_step():
+def test_series_sorts_steps_and_keeps_the_last_value_of_a_repeated_step_moving_average_and_ks():
     rows = [{"step": 2, "x": 1.0}, {"step": 1, "x": 5}, {"step": 2, "x": 3.0}, {"step": 3, "x": True}, {"step": 4}]
     assert series(rows, "x") == ([1.0, 2.0], [5.0, 3.0])
-
-
-def test_moving_average_and_ks():
     assert moving_average([1, 2, 3, 4, 5], 3) == pytest.approx([1, 1.5, 2, 3, 4])
     assert moving_average([1, 2], 1) == [1, 2] and moving_average([], 5) == []
     with pytest.raises(ValueError):
@@ -147,13 +147,6 @@ def test_missing_run_dir_is_one_error_line(tmp_path):
     with pytest.raises(SystemExit) as e:
         main([str(tmp_path / "nope")])
     assert str(e.value).startswith("error: ") and "nope" in str(e.value) and "\n" not in str(e.value)
-
-
-@draws
-def test_cli_writes_default_output_inside_the_run(tmp_path, capsys):
-    run = make_run(tmp_path, "solo", "kl3")
-    main([str(run), "--window", "3"])
-    assert (run / "curves.svg").is_file() and (run / "curves.png").is_file() and "wrote" in capsys.readouterr().out
 
 
 def write_completions(path, correct_counts, n):
@@ -194,25 +187,19 @@ def test_pass_at_k_curves_key_problems_by_benchmark(tmp_path):
 
 
 @draws
-def test_pass_at_k_figure_has_one_line_per_benchmark(tmp_path, capsys):
-    path = write_benchmarks(tmp_path / "e.jsonl", {"amc23": [0, 4], "aime24": [2, 2, 4], "aime25": [1]}, n=4)
-    main(["--passk", str(path)])
-    got = lines_of(tmp_path / "passk.svg")
-    label = "/".join(path.parts[-2:])
-    assert got == {f"{label}: {b}|{m}": 3 for b in ("amc23", "aime24", "aime25") for m in ("mean@k", "pass@k")}
-    assert "wrote" in capsys.readouterr().out
-
-
-@draws
-def test_pass_at_k_figure_has_one_line_per_file_and_metric(tmp_path):
+def test_pass_at_k_figure_has_one_line_per_file_benchmark_and_metric(tmp_path, capsys):
     files = [write_completions(tmp_path / "kl3.jsonl", [0, 3, 16], 16),
              write_completions(tmp_path / "clip.jsonl", [1, 2], 12)]
     got = lines_of(plot_pass_at_k(files, tmp_path / "fig.svg"))
     assert {k.split("/")[-1]: v for k, v in got.items()} == {
         "clip.jsonl|mean@k": 5, "clip.jsonl|pass@k": 5,  # K = 1, 2, 4, 8, 12
         "kl3.jsonl|mean@k": 5, "kl3.jsonl|pass@k": 5}    # K = 1, 2, 4, 8, 16
-    main(["--passk", str(files[0])])
-    assert (tmp_path / "passk.svg").is_file() and (tmp_path / "passk.png").is_file()
+    path = write_benchmarks(tmp_path / "e.jsonl", {"amc23": [0, 4], "aime24": [2, 2, 4], "aime25": [1]}, n=4)
+    main(["--passk", str(path)])  # by default passk.svg and .png beside the file
+    got = lines_of(tmp_path / "passk.svg")
+    label = "/".join(path.parts[-2:])
+    assert got == {f"{label}: {b}|{m}": 3 for b in ("amc23", "aime24", "aime25") for m in ("mean@k", "pass@k")}
+    assert (tmp_path / "passk.png").is_file() and "wrote" in capsys.readouterr().out
 
 
 def test_without_matplotlib_the_command_says_how_to_install_it(tmp_path, monkeypatch):

@@ -43,7 +43,7 @@ def test_paper_preset_is_table_4():
     assert cfg.prompts_per_step * cfg.group_size == 8 * 4 and cfg.micro_batch == 8
 
 
-def test_explicit_flags_override_the_preset():
+def test_explicit_flags_override_the_preset_and_list_flags_given_twice_keep_every_value():
     cfg = resolved("--preset", "paper", *REQUIRED, "--lr", "1e-5", "--lora-rank", "16", "--minibatches", "4",
                    "--clip", "clip-higher")
     assert (cfg.lr, cfg.lora_rank, cfg.minibatches, cfg.clip) == (1e-5, 16, 4, "clip-higher")
@@ -51,6 +51,9 @@ def test_explicit_flags_override_the_preset():
     assert resolved("--preset", "paper", *REQUIRED, "--delta", "0.1").hparams == {"delta": 0.1}
     plain = resolved(*REQUIRED)
     assert (plain.lora_rank, plain.lr) == (0, 1e-4)  # no preset: the embedded default's values
+    argv = ["--stop", "a", "--stop", "b", "--eval-data", "x.jsonl", "--eval-data", "y.jsonl"]
+    twice = parse(TrainConfig, argv, "", hparam_flags)[0]
+    assert twice.stop == ["a", "b"] and twice.eval_data == ["x.jsonl", "y.jsonl"]  # a list flag twice: both
 
 
 def test_help_lists_the_preset(capsys):
@@ -63,31 +66,18 @@ def test_help_lists_the_preset(capsys):
         assert any(line.split() == [flag, value] for line in out.splitlines()), flag
 
 
-def test_preset_needs_a_model_and_data(capsys, tmp_path):
-    with pytest.raises(SystemExit) as e:
-        train.main(["--preset", "paper", "--out-dir", str(tmp_path)])
-    assert e.value.code == 2
-    assert capsys.readouterr().err.startswith("error: --preset paper needs --model")
-
-
-def test_preset_needs_its_evaluation_files_or_none(capsys, tmp_path):
+@pytest.mark.parametrize("given, needed", [([], "--model"),
+                                           (["--model", "m", "--data", "d.jsonl"], "--eval-data")])
+def test_preset_needs_a_model_data_and_its_evaluation_files_or_none(capsys, tmp_path, given, needed):
     """Never the embedded arithmetic file at a 32,768-token budget: --eval-data FILES, or --eval-data alone."""
     with pytest.raises(SystemExit) as e:
-        train.main(["--preset", "paper", "--model", "m", "--data", "d.jsonl", "--out-dir", str(tmp_path)])
-    assert e.value.code == 2
+        train.main(["--preset", "paper", *given, "--out-dir", str(tmp_path)])
     err = capsys.readouterr().err
-    assert err.startswith("error: --preset paper needs --eval-data") and err.count("\n") == 1
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: --preset paper needs {needed}")
     assert resolved("--preset", "paper", "--model", "m", "--data", "d.jsonl", "--eval-data").eval_data == []
     assert resolved(*REQUIRED).eval_data == ["aime24.jsonl"]
     assert resolved("--model", "m").eval_data == ["data/arith/heldout.jsonl"]  # no preset: the embedded default
-
-
-def test_no_evaluation_trains_and_logs_no_eval_rows(tmp_path):
-    import json
-    train.main(["--eval-data", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--no-compile",
-                "--out-dir", str(tmp_path), "--name", "r"])
-    rows = jsonl(tmp_path / "r/metrics.jsonl")
-    assert [r["step"] for r in rows] == [1] and not any(k.startswith("eval/") for r in rows for k in r)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -103,12 +93,6 @@ def test_flags_that_would_be_ignored_are_errors(argv, message):
     cfg, extra, given = parse(TrainConfig, argv, "", hparam_flags)
     with pytest.raises(ValueError, match=message):
         resolve(apply_preset(cfg, given), extra, 1, given)
-
-
-def test_list_flags_given_twice_keep_every_value():
-    cfg, _, _ = parse(TrainConfig, ["--stop", "a", "--stop", "b", "--eval-data", "x.jsonl", "--eval-data", "y.jsonl"],
-                      "", hparam_flags)
-    assert cfg.stop == ["a", "b"] and cfg.eval_data == ["x.jsonl", "y.jsonl"]
 
 
 @pytest.mark.parametrize("trl, ours", sorted(TRL_NAMES.items()))

@@ -161,31 +161,22 @@ def test_config_eos_list_without_generation_config_stops_sample(dirs, capsys):
     assert out == " Hi there\n" and "(3 tokens, stopped)" in err
 
 
-def test_special_token_stop_string_in_sample(dirs, capsys):
-    """--stop "<|im_end|>" on a base model (eos <|endoftext|>): the invented next turn is never printed.
-    The prompt comes after --stop and is still a prompt (--stop takes one string)."""
-    sample.main(["--model", str(dirs["base"]), "--temperature", "0", "--max-new-tokens", "20", "--stop",
-                 "<|im_end|>", "What is 2+2?"])
+@pytest.mark.parametrize("stop, text, end, correct", [
+    (["--stop", "<|im_end|>"], " The answer is 4", IM_END, False),  # the invented turn's \\boxed{2} unseen
+    ([], " The answer is 4 \\boxed{2}", ENDOFTEXT, True)], ids=["stop", "own-eos"])
+def test_special_token_stop_string_in_sample_and_eval(dirs, data, tmp_path, capsys, stop, text, end, correct):
+    """--stop "<|im_end|>" on a base model (eos <|endoftext|>): the invented next turn is neither printed nor
+    graded; the length counts the tokens kept (the special token included), never the text re-encoded without
+    it. sample.py's prompt comes after --stop and is still a prompt (--stop takes one string)."""
+    sample.main(["--model", str(dirs["base"]), "--temperature", "0", "--max-new-tokens", "20", *stop,
+                 "What is 2+2?"])
     out, err = capsys.readouterr()
-    assert out == " The answer is 4\n" and "(6 tokens, stopped)" in err
-    sample.main(["--model", str(dirs["base"]), "--temperature", "0", "--max-new-tokens", "20", "What is 2+2?"])
-    out, err = capsys.readouterr()
-    assert out == " The answer is 4 \\boxed{2}\n" and "(12 tokens, stopped)" in err  # its own EOS
-
-
-def test_special_token_stop_string_in_eval(dirs, data, tmp_path):
-    """Graded text and length end at <|im_end|>: the length counts the tokens kept (the special token
-    included), never the text re-encoded without it; the invented turn's \\boxed{2} is not graded."""
-    rows = {}
-    for name, flags in [("stop", ["--stop", "<|im_end|>"]), ("none", [])]:
-        out = tmp_path / f"{name}.jsonl"
-        eval_cli.main(["--model", str(dirs["base"]), "--data", data, "--k", "2", "--max-new-tokens", "20",
-                       "--out", str(out), *flags])
-        rows[name] = jsonl(out)[1:]
-    assert {(r["completion"], r["length"], r["correct"], r["truncated"]) for r in rows["stop"]} == \
-        {(" The answer is 4", CHAT.index(IM_END), False, False)}
-    assert {(r["completion"], r["length"], r["correct"], r["truncated"]) for r in rows["none"]} == \
-        {(" The answer is 4 \\boxed{2}", CHAT.index(ENDOFTEXT), True, False)}
+    assert out == text + "\n" and f"({CHAT.index(end)} tokens, stopped)" in err
+    eval_cli.main(["--model", str(dirs["base"]), "--data", data, "--k", "2", "--max-new-tokens", "20",
+                   "--out", str(tmp_path / "e.jsonl"), *stop])
+    rows = jsonl(tmp_path / "e.jsonl")[1:]
+    assert {(r["completion"], r["length"], r["correct"], r["truncated"]) for r in rows} == \
+        {(text, CHAT.index(end), correct, False)}
 
 
 def test_special_token_stop_string_in_training(dirs, data, tmp_path):

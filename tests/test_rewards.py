@@ -147,15 +147,6 @@ def test_a_function_that_empties_its_lists_then_raises_is_one_line_naming_the_ro
         score(vandal, [STANDARD, STANDARD], ["a", "b"])
 
 
-def test_sys_exit_in_a_function_is_a_reward_error_naming_the_row():
-    def quits(completions, **kwargs):
-        if "b" in completions:
-            sys.exit(0)
-        return [0.0] * len(completions)
-    with pytest.raises(RewardError, match=r"quits raised SystemExit: 0 on row 1 of 2 "):
-        score(quits, [STANDARD, STANDARD], ["a", "b"])
-
-
 def test_a_conversational_file_gives_completions_as_assistant_messages(tmp_path):
     """A DAPO / TRL conversational file, through the loader: the prompt is the chat, each completion one
     assistant message; the built-in reward reads either shape."""

@@ -72,13 +72,10 @@ def test_prompt_is_train_pys_and_the_think_block_follows_the_switch(qtok, thinki
         assert qtok.decode(prompt).endswith("<|im_start|>assistant\n") and text == SOLUTION
 
 
-def test_completion_text():
+def test_completion_text_and_pad_batch_masks_the_completion_only():
     assert sft.completion_text(SOLUTION, "...<think>\n\n</think>\n\n") == SOLUTION.split("</think>\n\n")[1]
     assert sft.completion_text(SOLUTION, "...assistant\n") == SOLUTION
     assert sft.completion_text("no block", "...</think>\n\n") == "no block"
-
-
-def test_pad_batch_masks_the_completion_only():
     ids, mask = sft.pad_batch([([5, 6], [7, 8, 1]), ([5], [9, 1])], pad_id=0)
     assert ids.tolist() == [[5, 6, 7, 8, 1], [5, 9, 1, 0, 0]]
     assert mask.tolist() == [[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]]

@@ -43,11 +43,8 @@ def test_match_brace_finds_the_closing_brace():
     assert match_brace(r"{a\{b}", 0) == 5
     assert match_brace("{\\\\}", 0) == 3  # "\\" is an escaped backslash: the brace after it closes
     assert match_brace("{a{b}", 0) == -1
-
-
-def test_match_brace_gives_up_past_the_longest_answer():
-    """It never scans past MAX_ANSWER_CHARS of content (longer answers are rejected anyway): the
-    bound that keeps a box search linear on hostile input."""
+    # it never scans past MAX_ANSWER_CHARS of content (longer answers are rejected anyway): the bound that
+    # keeps a box search linear on hostile input
     assert match_brace("{" + "a" * MAX_ANSWER_CHARS + "}", 0) == MAX_ANSWER_CHARS + 1
     assert match_brace("{" + "a" * (MAX_ANSWER_CHARS + 1) + "}", 0) == -1
 
@@ -102,9 +99,10 @@ def test_canonical_shapes(answer, kind):
     assert canonical(answer).kind == kind
 
 
-def test_canonical_details_of_choices_percent_and_tuples():
+def test_canonical_details_of_choices_percent_tuples_and_lists():
     """A choice keeps its letter and, with "(B) 27", the value 27 (extra); a percentage is its number
-    marked "%"; a tuple keeps its brackets; a letter past E is not a choice."""
+    marked "%"; a tuple keeps its brackets; a letter past E is not a choice; list_of's text joins its
+    answers' texts."""
     b27 = canonical("(B) 27")
     assert (b27.value, b27.extra.kind, b27.extra.value.exact) == ("B", "num", Fraction(27))
     assert canonical("(B)").extra is None and canonical("B").value == "B"
@@ -114,6 +112,9 @@ def test_canonical_details_of_choices_percent_and_tuples():
     assert canonical("[1, 2)").extra == "[)"
     rel = canonical("x = 5")
     assert rel.extra == (("=",), (True, False))  # the operators, and which sides are names
+    assert canonical("3/4 + x") is canonical("3/4 + x")  # pure and cached: golds and answers repeat in a run
+    items = [canonical("1"), canonical("x")]  # list_of: several answers (different final boxes) as one Canon
+    assert (list_of(items).kind, list_of(items).text, list_of(items).value) == ("list", "1, x", tuple(items))
 
 
 def test_canonical_bounds_make_text():
@@ -122,18 +123,6 @@ def test_canonical_bounds_make_text():
     assert canonical(", ".join(map(str, range(MAX_ITEMS)))).kind == "list"
     assert canonical(", ".join(map(str, range(MAX_ITEMS + 1)))).kind == "text"
     assert canonical("1" * (MAX_ANSWER_CHARS + 1)).kind == "text"
-
-
-def test_canonical_is_cached():
-    """Pure and cached: golds and common answers repeat across a run."""
-    assert canonical("3/4 + x") is canonical("3/4 + x")
-
-
-def test_list_of():
-    """list_of: the Canon of several answers (different final boxes), its text their texts joined."""
-    items = [canonical("1"), canonical("x")]
-    c = list_of(items)
-    assert (c.kind, c.text, c.value) == ("list", "1, x", tuple(items))
 
 
 def _iv(lo, hi, lo_closed, hi_closed):
