@@ -52,6 +52,11 @@ MAX_CORE_LINES = 5_700
 # 8,506 after flags.py's merge; 8,388 when issue 56 moved what only tools and tests use beside them
 # (scripts/plot.py, runs_table.py, sweep.py, data/make_default.py) and dropped plumbing nothing used.
 MAX_LIBRARY_LINES = 8_388
+# The suite and the whole house (every .py of the repository, tests included), counted as the library is. Issue
+# 56 found the house grown by accretion (29.4k -> 32.6k lines in one turn; tests 15.2k) and set 31,000 as the
+# goal; these caps are the counts when it landed, lowered as code leaves, never raised to fit a feature.
+MAX_TEST_LINES = 15_156
+MAX_PYTHON_LINES = 32_445
 # A function is read at once when it fits an editor window without scrolling: about 60 lines on a laptop.
 # Counted from `def` to its last line, docstring and comments included. When the cap was set (issue 39) the
 # 509 functions had a median of 8 lines and a 99th percentile of 52; the two over 60 (eval.py's main at 85,
@@ -124,6 +129,20 @@ def test_about_a_dozen_units_in_front_and_no_tool_code_or_main_in_the_library():
         tree = ast.parse(path.read_text())
         assert not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), \
             f"{path.relative_to(ROOT)} has a main(): a command belongs at the top level"
+
+
+def python_files() -> list[Path]:
+    """Every .py file of the repository: not the virtual environment, build outputs or hidden folders."""
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build", "dist", "__pycache__")]
+        found += [Path(folder) / f for f in files if f.endswith(".py")]
+    return found
+
+
+def test_the_suite_and_the_house_stop_growing():
+    assert lines(sorted((ROOT / "tests").glob("*.py"))) <= MAX_TEST_LINES, "tests/ grew: sharper, not bigger"
+    assert lines(python_files()) <= MAX_PYTHON_LINES, f"the house has {lines(python_files())} lines of Python"
 
 
 def test_the_core_tests_are_files_and_test_the_core():
