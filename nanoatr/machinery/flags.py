@@ -412,29 +412,21 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message):
+        """One line: argparse's message, then for each unknown word TRL's name told ours (trl_names), where
+        a flag moved, or else the flags it may have meant (names_meant)."""
         unknown = message.split()[2:] if message.startswith("unrecognized arguments:") else []
-        trl = dict(self.trl_flags(unknown))
+        line = CommandLine(self.argv, self.field_defaults, METHOD_KNOBS)
+        trl = {w.split("=")[0]: told for w in unknown
+               if (told := hint(w, line, self._option_string_actions)) is not None}
         trl_text = f"; {'; '.join(trl.values())} (docs/real-scale.md maps TRL's and verl's names)" \
             if trl else ""
-        moved = [self.moved[word.split("=")[0]] for word in unknown if word.split("=")[0] in self.moved]
-        hints = "".join(f"; {word}: did you mean {meant}?" for word, meant in self.meant_flags(unknown)
-                        if word not in trl and word not in self.moved)
-        die(f"{message} (see --help){trl_text}{''.join(f'; {m}' for m in moved)}{hints}")
-
-    def meant_flags(self, words):
-        """(word, 'flag or flag') for each unknown --word of `words` that names_meant() finds a flag for."""
+        names = [word.split("=")[0] for word in unknown]
+        moved = "".join(f"; {self.moved[name]}" for name in names if name in self.moved)
         flags = [f for f in self._option_string_actions if f.startswith("--")]
-        for word in words:
-            name = word.split("=")[0]
-            if name.startswith("--") and name not in flags and (meant := names_meant(name, flags)):
-                yield name, " or ".join(meant)
-
-    def trl_flags(self, words):
-        """(flag, hint) for each of `words` that is a TRL name of one of this command's flags (trl_names)."""
-        line = CommandLine(self.argv, self.field_defaults, METHOD_KNOBS)
-        for word in words:
-            if (told := hint(word, line, self._option_string_actions)) is not None:
-                yield word.split("=")[0], told
+        hints = "".join(f"; {name}: did you mean {' or '.join(meant)}?" for name in names
+                        if name.startswith("--") and name not in trl and name not in self.moved
+                        and name not in flags and (meant := names_meant(name, flags)))
+        die(f"{message} (see --help){trl_text}{moved}{hints}")
 
 
 def names_meant(word: str, names: list[str]) -> list[str]:
@@ -484,8 +476,7 @@ def parse(cls, argv=None, description: str = "", add_flags=None, epilog: str = "
     parser = Parser(description=description, epilog=epilog, usage=usage, moved=moved,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fields(parser, cls)
-    parser.field_defaults = {f.name: f.default_factory() if callable(f.default_factory) else f.default
-                             for f in dataclasses.fields(cls)}
+    parser.field_defaults = vars(cls())
     if add_flags:
         add_flags(parser)
     ns = vars(parser.parse_args(argv))
@@ -574,15 +565,15 @@ def check_flags(cfg, given=frozenset()) -> None:
 def check_report_to(cfg: RunFlags, given=frozenset()) -> None:
     """--report-to: none, or destinations whose package is installed (found now, imported only when the run
     starts); --wandb-project only with wandb. ConfigError names the flag and what to install."""
-    if "none" in cfg.report_to and len(cfg.report_to) > 1:
-        others = " ".join(r for r in cfg.report_to if r != "none")
-        raise ConfigError(f"--report-to none cannot go with {others}")
+    others = [r for r in cfg.report_to if r != "none"]
+    if "none" in cfg.report_to and others:
+        raise ConfigError(f"--report-to none cannot go with {' '.join(others)}")
     if "wandb_project" in given and "wandb" not in cfg.report_to:
         raise ConfigError("--wandb-project would be ignored: without --report-to wandb there is no wandb run")
-    for name in cfg.report_to:
-        spec = importlib.util.find_spec(name) if name != "none" else None
+    for name in others:
+        spec = importlib.util.find_spec(name)
         # a folder of that name with no package in it (wandb's own ./wandb output) is not the package
-        if name != "none" and (spec is None or spec.origin in (None, "namespace")):
+        if spec is None or spec.origin in (None, "namespace"):
             raise ConfigError(f"--report-to {name} needs the {name} package: pip install {name}")
 
 
