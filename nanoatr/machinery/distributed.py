@@ -102,9 +102,7 @@ def accumulating(scorer: nn.Module, sync: bool):
     """Context of one micro-batch's backward through `scorer` (train.Run's, DDP-wrapped): gradients are
     all-reduced only when `sync` (the last micro-batch of an optimizer step); before that they
     accumulate locally."""
-    if sync or not hasattr(scorer, "no_sync"):
-        return contextlib.nullcontext()
-    return scorer.no_sync()
+    return contextlib.nullcontext() if sync or not hasattr(scorer, "no_sync") else scorer.no_sync()
 
 
 def all_gather(items: list, d: Dist) -> list:

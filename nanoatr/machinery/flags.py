@@ -121,7 +121,7 @@ def override(group, name: str, default=dataclasses.MISSING, help: str | None = N
     group's."""
     shared = {f.name: f for f in dataclasses.fields(group)}[name]
     if default is dataclasses.MISSING:
-        default = shared.default_factory() if callable(shared.default_factory) else shared.default
+        default = getattr(group(), name)
     return arg(default, **{**shared.metadata, "help": help or shared.metadata["help"],
                            "section": section or shared.metadata["section"]})
 
