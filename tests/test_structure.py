@@ -50,8 +50,8 @@ MAX_CORE_LINES = 5_700
 # The whole library, core and machinery: 8.2k lines when issue 45 asked for no growth (8.3k at most); +90
 # in the machinery for resuming from a chosen checkpoint into a new folder (issue 49: folder.branch_run).
 # 8,506 after flags.py's merge; 8,388 when issue 56 moved what only tools and tests use beside them
-# (scripts/plot.py, runs_table.py, sweep.py, data/make_default.py) and dropped plumbing nothing used.
-MAX_LIBRARY_LINES = 8_388
+# (scripts/plot.py, runs_table.py, sweep.py, data/make_default.py) and dropped plumbing; 8,377 by h2-lib.
+MAX_LIBRARY_LINES = 8_377
 # The suite and the whole house (every .py of the repository, tests included), counted as the library is. Issue
 # 56 found the house grown by accretion (29.4k -> 32.6k lines in one turn; tests 15.2k) and set 31,000 as the
 # goal; these caps are the counts when it landed, lowered as code leaves, never raised to fit a feature.
