@@ -44,15 +44,12 @@ from nanoatr.scoring import Scorer  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
 from nanoatr.rollout import generate  # noqa: E402
 from nanoatr.machinery.decoding import decode_plan  # noqa: E402
+import rollout  # noqa: E402  (bench/rollout.py: its presets)
 
-# Qwen3-0.6B's config.json (hidden 1024, 28 layers, 16 query / 8 key-value heads of 128, tied embeddings).
-QWEN3_0_6B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
-                  rope_theta=1_000_000.0)
-TINY = dict(QWEN3_0_6B, vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16)
-QWEN3_1_7B = dict(QWEN3_0_6B, hidden_size=2048, intermediate_size=6144)  # Qwen3-1.7B's config.json sizes
-SHAPES = {"0.6b": QWEN3_0_6B, "1.7b": QWEN3_1_7B, "tiny": TINY}
+# Qwen3-0.6B's and 1.7B's config.json sizes (bench/rollout.py's presets), and a tiny one
+SHAPES = {"0.6b": rollout.PRESETS["0.6b"], "1.7b": rollout.PRESETS["1.7b"],
+          "tiny": dict(rollout.PRESETS["0.6b"], vocab_size=1000, hidden_size=64, intermediate_size=128,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16)}
 
 
 def main(argv=None):

@@ -1,9 +1,9 @@
 """Every benchmark in bench/ (and the measuring scripts of scripts/) runs here on a tiny shape, in seconds: a
 tool nothing runs breaks unseen (bench/trl_step.py ended in an AttributeError for a renamed attribute). The
 GPU benchmarks' CPU paths are in tests/test_gpu_smoke.py, bench/step_memory.py's in tests/test_memory.py.
-Here: a tiny rollout comparison ends with its ratio line, the TRL benchmark says how to install TRL when it
-is missing (and times our side alone), its 58M model's 32,000-token tokenizer decodes; the loss and
-the verifier's speed and agreement each run."""
+Here: a tiny rollout comparison (every side the GPU's matrix has but hf-static) ends with its ratio line, the
+TRL benchmark says how to install TRL when it is missing (and times our side alone), its 58M model's
+32,000-token tokenizer decodes; the loss and the verifier's speed and agreement each run."""
 import importlib.util
 import json
 import re
@@ -33,13 +33,17 @@ def test_rollout_help():
 
 
 def test_rollout_smoke_run_ends_with_the_ratio_and_an_unknown_preset_is_refused(capsys):
+    """Every side of the GPU's matrix but hf-static (transformers' compiled path), on the CPU: ours, the eager
+    plan, transformers' generate, LoRA merged or not."""
     rollout = load("rollout")
-    assert {"nano", "small", "tiny", "100m"} <= set(rollout.PRESETS)
+    assert {"nano", "small", "tiny", "100m", "0.6b", "1.7b"} <= set(rollout.PRESETS)
     assert rollout.main(["--presets", "nano", "--batches", "4", "--new-tokens", "4", "--repeats", "1",
-                         "--warmup", "0", "--no-ceiling"]) == 0
+                         "--warmup", "0", "--no-ceiling", "--against", "eager,hf", "--lora"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert re.fullmatch(r"rollout ours/transformers: nano \d+\.\d\dx", lines[-1]), lines[-1]
     assert f"default = {rollout.DEFAULT_SAMPLER}" in lines[0]  # generate's own default, whatever it is
+    for side in ("ours: ", "eager: ", "hf: ", "LoRA r32 on every projection: merged"):
+        assert any(side in line for line in lines), (side, lines)
     with pytest.raises(SystemExit):
         rollout.main(["--presets", "huge"])  # an unknown preset
 
