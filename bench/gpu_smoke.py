@@ -178,13 +178,24 @@ def train_steps(args):
     model = run.model
     say = print if d.main else (lambda *a, **k: None)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    phases = collections.defaultdict(float)  # seconds per phase of the step, the GPU synchronised around each
-    for name, attr in (("pi_old", "old_logprobs"), ("update", "update")):
-        setattr(train, attr, timed_phase(getattr(train, attr), name, phases, d.device))
     say(f"{args.shape or ('tiny' if args.tiny else '0.6b')}-shaped random model, "
         f"{model.num_parameters() / 1e6:.0f}M parameters ({trained / 1e6:.1f}M trained), {args.dtype}, "
         f"{d.world} x {d.device}, compile={cfg.compile}", flush=True)
+    phases = collections.defaultdict(float)  # seconds per phase of the step, the GPU synchronised around each
+    originals = train.old_logprobs, train.update
+    train.old_logprobs = timed_phase(train.old_logprobs, "pi_old", phases, d.device)
+    train.update = timed_phase(train.update, "update", phases, d.device)
+    try:
+        yield from timed_steps(args, run, shape, phases, say)
+    finally:  # train's own functions again: the process (a test's) goes on with them
+        train.old_logprobs, train.update = originals
+    say("ok")
+    distributed.shutdown()
 
+
+def timed_steps(args, run: train.Run, shape: dict, phases: dict, say):
+    """train_steps' loop: each step's rollout and update, checked, printed, its figures yielded."""
+    d = run.d
     G, share = args.group_size, args.prompts // d.world
     g = torch.Generator(device=d.device).manual_seed(d.rank)
     for step in range(args.steps):
@@ -201,8 +212,6 @@ def train_steps(args):
                      optimizer=t_train - phases["pi_old"] - phases["update"], step=t_rollout + t_train)
         print_step(say, step, row, tokens, t_train, times, peak)
         yield {**times, "tokens": tokens, "peak_gib": peak}
-    say("ok")
-    distributed.shutdown()
 
 
 def timed_phase(fn, name, phases, device):

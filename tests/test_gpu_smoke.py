@@ -10,10 +10,12 @@ import gpu_smoke  # noqa: E402
 
 
 def test_runs_on_cpu_with_a_tiny_model(capsys):
+    before = (gpu_smoke.train.old_logprobs, gpu_smoke.train.update)  # timed during the run, then train's again
     assert gpu_smoke.main(["--device", "cpu", "--tiny", "--steps", "2", "--prompts", "1", "--group-size", "4",
                            "--prompt-len", "8", "--max-new-tokens", "16", "--micro-batch", "2"]) == 0
     out = capsys.readouterr().out
     assert "step 2:" in out and out.endswith("ok\n")
+    assert (gpu_smoke.train.old_logprobs, gpu_smoke.train.update) == before
 
 
 def test_the_paper_step_phases_on_cpu_with_a_tiny_model(capsys):
