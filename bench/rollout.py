@@ -206,7 +206,8 @@ def sides(model, hf, prompts, n, samplers=("default",), against=("hf",), eager_t
 def time_sides(runs: dict, batch: int, n: int, device, warmup=1, repeats=5, figures=None) -> dict:
     """Time each side's calls (seeded 0, 1, ...): interleaved call by call on the CPU, one side after another
     on CUDA, a side's line printed as soon as its calls are done. Adds to `figures` {side: tokens/s,
-    "<side> first": the first call's seconds}; a side out of memory or failing is said and left out."""
+    "<side> first": the first call's seconds, with a warm-up}; a side out of memory or failing is said and
+    left out."""
     figures = {} if figures is None else figures
     calls = [(i, name) for i in range(warmup + repeats) for name in runs]
     if device.type == "cuda":
@@ -226,7 +227,8 @@ def time_sides(runs: dict, batch: int, n: int, device, warmup=1, repeats=5, figu
             print(f"  batch {batch} x {n} new, {name}: {why}", flush=True)
             del times[name]
             continue
-        figures.setdefault(f"{name} first", t)
+        if warmup:
+            figures.setdefault(f"{name} first", t)
         times[name] += [t] if i >= warmup else []
         if len(times[name]) == repeats:
             s = statistics.median(times[name])
@@ -234,7 +236,7 @@ def time_sides(runs: dict, batch: int, n: int, device, warmup=1, repeats=5, figu
             mine = figures.get("ours", figures.get(next(iter(runs))))  # ours, or ours with the first sampler
             print(f"  batch {batch} x {n} new, {name}: {speed:.0f} tok/s"
                   + (f" over {m} tokens" if m < n else "")
-                  + f" ({s:.2f} s; first call {figures[f'{name} first']:.1f} s"
+                  + f" ({s:.2f} s" + (f"; first call {figures[f'{name} first']:.1f} s" if warmup else "")
                   + (f"; ours x{mine / speed:.2f}" if mine and not name.startswith("ours") else "") + ")",
                   flush=True)
     return figures
