@@ -45,8 +45,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-import gpu_rollout  # noqa: E402  (random_model, ragged_prompts, timed, to_hf, time_ours, time_hf)
-import gpu_smoke  # noqa: E402  (parse_args and train_steps: the --preset paper step)
+import gpu_smoke  # noqa: E402  (SHAPES; parse_args and train_steps: the --preset paper step)
+import rollout  # noqa: E402  (random_model, ragged_prompts, timed, to_hf; sides and time_sides: part b)
 from nanoatr import lora  # noqa: E402
 from nanoatr.machinery import decoding  # noqa: E402
 from nanoatr.machinery.flags import PRESETS  # noqa: E402
@@ -242,8 +242,8 @@ def fast_plan(device) -> DecodePlan:
 def check_against_eager(device, sizes: Sizes):
     """Part a: the rollout that crashed on the GPU (rows end at EOS at different steps, and leave the
     batch)."""
-    model = gpu_rollout.random_model("tiny", torch.float32, device)
-    prompts = gpu_rollout.ragged_prompts(24, (3, 40), model.config.vocab_size, seed=1)
+    model = rollout.random_model(gpu_smoke.SHAPES["tiny"], torch.float32, device)
+    prompts = rollout.ragged_prompts(24, (3, 40), model.config.vocab_size, seed=1)
     eos = list(range(0, 1000, 25))  # 40 of 1000 tokens end a row: rows finish at different steps
     batches = []
 
@@ -285,16 +285,15 @@ def check_against_eager(device, sizes: Sizes):
 
 def rollout_speed(shape: str, device, sizes: Sizes):
     """Parts b: ours against transformers' generate, static cache then dynamic, at batch x new tokens."""
-    model = gpu_rollout.random_model(shape, torch.bfloat16, device)
+    model = rollout.random_model(gpu_smoke.SHAPES[shape], torch.bfloat16, device)
     print(f"{shape}: {model.num_parameters() / 1e9:.2f}B parameters, bf16, prompts 64-256 tokens", flush=True)
-    prompts = gpu_rollout.ragged_prompts(sizes.batch, (64, 256), model.config.vocab_size)
-    figures = gpu_rollout.time_ours(model, prompts, sizes.new, device)
-    report(**figures, compiles=compiles())
-    if "ours" not in figures:
-        return
-    hf = gpu_rollout.to_hf(model)
-    for kind, tokens in (("hf-static", 0), ("hf", sizes.hf_tokens)):
-        report(**gpu_rollout.time_hf(hf, kind, prompts, sizes.new, device, figures["ours"], tokens))
+    prompts = rollout.ragged_prompts(sizes.batch, (64, 256), model.config.vocab_size)
+    runs = rollout.sides(model, rollout.to_hf(model), prompts, sizes.new, against=("hf-static", "hf"),
+                         hf_tokens=sizes.hf_tokens)
+    figures = {}
+    for name, run in runs.items():  # one side at a time, reported as soon as measured; hf compiles nothing
+        rollout.time_sides({name: run}, sizes.batch, sizes.new, device, int(name != "hf"), 1, figures)
+        report(**figures, compiles=compiles())
 
 
 def paper_steps(device, sizes: Sizes):
@@ -318,13 +317,13 @@ def evaluation_batch(device, sizes: Sizes):
     """Part c-eval: the decode step of an evaluation batch (8 rows) at a short context and at the middle
     of a batch held to its longest, from two rollouts' times each (n tokens less 1 token: the prefill)."""
     preset = PRESETS["paper"]
-    model = gpu_rollout.random_model(sizes.paper_shape, torch.bfloat16, device)
+    model = rollout.random_model(gpu_smoke.SHAPES[sizes.paper_shape], torch.bfloat16, device)
     lora.add_adapters(model, preset["lora_rank"], preset["lora_alpha"], lora.TARGETS, "random")
     vocab, rows = model.config.vocab_size, PAPER_RUN["rows"]
     amp = torch.autocast(device.type, torch.bfloat16)
 
     def sample(prompt_len: int, n: int):
-        prompts = gpu_rollout.ragged_prompts(rows, (prompt_len, prompt_len), vocab)
+        prompts = rollout.ragged_prompts(rows, (prompt_len, prompt_len), vocab)
         g = torch.Generator(device=device).manual_seed(0)
         with amp:
             generate(model, prompts, n, temperature=preset["eval_temperature"], top_p=preset["eval_top_p"],
@@ -335,8 +334,8 @@ def evaluation_batch(device, sizes: Sizes):
     middle = sizes.eval_prompt + sizes.eval_tokens // 2  # the mean context of a batch held to its longest
     for name, prompt_len in (("short", sizes.eval_prompt), ("long", middle)):
         n = sizes.eval_steps
-        total = gpu_rollout.timed(lambda: sample(prompt_len, n), device)
-        prefill = gpu_rollout.timed(lambda: sample(prompt_len, 1), device)
+        total = rollout.timed(lambda: sample(prompt_len, n), device)
+        prefill = rollout.timed(lambda: sample(prompt_len, 1), device)
         per_step[name] = (total - prefill) / (n - 1)
         print(f"c-eval: {rows} rows, context {prompt_len:,}-{prompt_len + n:,} tokens: "
               f"{per_step[name] * 1e3:.2f} ms per decode step (prefill {prefill:.2f} s)", flush=True)
@@ -351,9 +350,9 @@ def evaluation_batch(device, sizes: Sizes):
 def teacher_forced_gap(device, sizes: Sizes):
     """Part e: transformers' log-probs (teacher forcing: one forward over prompt + completion) of the
     tokens our rollout drew, against the log-probs it drew them with."""
-    model = gpu_rollout.random_model(sizes.e_shape, torch.bfloat16, device)
-    hf = gpu_rollout.to_hf(model)
-    prompts = gpu_rollout.ragged_prompts(8, (64, 256), model.config.vocab_size, seed=2)
+    model = rollout.random_model(gpu_smoke.SHAPES[sizes.e_shape], torch.bfloat16, device)
+    hf = rollout.to_hf(model)
+    prompts = rollout.ragged_prompts(8, (64, 256), model.config.vocab_size, seed=2)
     g = torch.Generator(device=device).manual_seed(0)
     out = generate(model, prompts, sizes.e_new, temperature=1.0, generator=g, plan=decode_plan(device))
     ids, mask = torch.cat([out.prompt_ids, out.tokens], 1), torch.cat([out.prompt_mask, out.mask], 1).long()

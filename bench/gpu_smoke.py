@@ -44,15 +44,12 @@ from nanoatr.scoring import Scorer  # noqa: E402
 from nanoatr.model import Qwen3, Qwen3Config, init_weights  # noqa: E402
 from nanoatr.rollout import generate  # noqa: E402
 from nanoatr.machinery.decoding import decode_plan  # noqa: E402
+import rollout  # noqa: E402  (bench/rollout.py: its presets)
 
-# Qwen3-0.6B's config.json (hidden 1024, 28 layers, 16 query / 8 key-value heads of 128, tied embeddings).
-QWEN3_0_6B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
-                  rope_theta=1_000_000.0)
-TINY = dict(QWEN3_0_6B, vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16)
-QWEN3_1_7B = dict(QWEN3_0_6B, hidden_size=2048, intermediate_size=6144)  # Qwen3-1.7B's config.json sizes
-SHAPES = {"0.6b": QWEN3_0_6B, "1.7b": QWEN3_1_7B, "tiny": TINY}
+# Qwen3-0.6B's and 1.7B's config.json sizes (bench/rollout.py's presets), and a tiny one
+SHAPES = {"0.6b": rollout.PRESETS["0.6b"], "1.7b": rollout.PRESETS["1.7b"],
+          "tiny": dict(rollout.PRESETS["0.6b"], vocab_size=1000, hidden_size=64, intermediate_size=128,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16)}
 
 
 def main(argv=None):
@@ -181,13 +178,24 @@ def train_steps(args):
     model = run.model
     say = print if d.main else (lambda *a, **k: None)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    phases = collections.defaultdict(float)  # seconds per phase of the step, the GPU synchronised around each
-    for name, attr in (("pi_old", "old_logprobs"), ("update", "update")):
-        setattr(train, attr, timed_phase(getattr(train, attr), name, phases, d.device))
     say(f"{args.shape or ('tiny' if args.tiny else '0.6b')}-shaped random model, "
         f"{model.num_parameters() / 1e6:.0f}M parameters ({trained / 1e6:.1f}M trained), {args.dtype}, "
         f"{d.world} x {d.device}, compile={cfg.compile}", flush=True)
+    phases = collections.defaultdict(float)  # seconds per phase of the step, the GPU synchronised around each
+    originals = train.old_logprobs, train.update
+    train.old_logprobs = timed_phase(train.old_logprobs, "pi_old", phases, d.device)
+    train.update = timed_phase(train.update, "update", phases, d.device)
+    try:
+        yield from timed_steps(args, run, shape, phases, say)
+    finally:  # train's own functions again: the process (a test's) goes on with them
+        train.old_logprobs, train.update = originals
+    say("ok")
+    distributed.shutdown()
 
+
+def timed_steps(args, run: train.Run, shape: dict, phases: dict, say):
+    """train_steps' loop: each step's rollout and update, checked, printed, its figures yielded."""
+    d = run.d
     G, share = args.group_size, args.prompts // d.world
     g = torch.Generator(device=d.device).manual_seed(d.rank)
     for step in range(args.steps):
@@ -204,8 +212,6 @@ def train_steps(args):
                      optimizer=t_train - phases["pi_old"] - phases["update"], step=t_rollout + t_train)
         print_step(say, step, row, tokens, t_train, times, peak)
         yield {**times, "tokens": tokens, "peak_gib": peak}
-    say("ok")
-    distributed.shutdown()
 
 
 def timed_phase(fn, name, phases, device):

@@ -1,26 +1,32 @@
-"""Rollout throughput: nanoatr.rollout.generate vs transformers' generate, same weights, same prompts.
+"""Rollout throughput: nanoatr.rollout.generate against transformers' generate, same weights, same prompts.
 
     python bench/rollout.py                          # the issue's setting: nano and small,
-                                                     # batch 64 x 64 new tokens
+                                                     # batch 64 x 64 new tokens, on the CPU
     python bench/rollout.py --presets nano --repeats 1 --new-tokens 4       # a smoke run, seconds
     python bench/rollout.py --threads 1 --profile --presets tiny,100m --batches 8,64 --new-tokens 128 \\
         --samplers multinomial,inverse-cdf          # docs/speed.md's table (before issue 19's defaults)
+    python bench/rollout.py --device cuda            # one GPU: 0.6b and 1.7b in bf16, batch 64 and 256 x 512
+                                                     # and 2048 new tokens, against eager, hf and hf-static
+    python bench/rollout.py --device cuda --presets 0.6b --batches 256 --new-tokens 512 --lora
 
-By default it runs at the defaults a user runs: torch's own thread count (--threads N to change it)
-and nanoatr's default sampler (generate() called without `sampler=`, so whatever rollout.generate's
-default is when this runs; --samplers names others), on the two shapes of issue 19 ("nano", "small"),
-64 prompts x 64 new tokens at temperature 1. Its last line is the ratio of tokens per second, ours
-over transformers', e.g. `rollout ours/transformers: nano 1.52x, small 1.31x`.
-
-A random transformers Qwen3ForCausalLM is saved to a temporary directory and loaded by
-nanoatr.model.Qwen3.from_pretrained, so both sides run the very same float32 weights. Prompts have
-random lengths (left-padded, with an attention mask for transformers); both sample at temperature 1
-(no top-k / top-p) with EOS suppressed, so every run produces exactly batch x new-tokens tokens.
-Timings are medians over --repeats, after --warmup untimed runs, with ours and transformers'
-interleaved so that a change in machine load hits both alike. Ours runs once per --samplers entry:
-"default" (generate's default sampler, named in the output), "multinomial" (torch.multinomial, as
-transformers samples) or "inverse-cdf" (rollout.draw's one-uniform-per-row sampler, which matters at
-large vocabularies).
+Ours is generate() as train.py calls it (decoding.decode_plan: on the CPU eager with the steady allocator,
+on CUDA compiled and replayed from CUDA graphs), with nanoatr's default sampler (generate() called without
+`sampler=`; --samplers names others: "multinomial" as transformers samples, "inverse-cdf" one uniform per
+row). Against it (--against; the device's default set):
+  hf          transformers' generate, its default dynamic cache (--hf-tokens: timed over fewer tokens)
+  hf-static   transformers' generate with cache_implementation="static" (transformers compiles it)
+  eager       ours with plan=EAGER, every step launched op by op (the GPU's path before issue 27), timed
+              over --eager-tokens tokens only (it is slow; tokens/s hardly depend on the length)
+A random Qwen3 of the preset's shape (--dtype: float32 on the CPU, bf16 on CUDA) is shared by both sides:
+transformers' Qwen3ForCausalLM is given our very tensors. Prompts have random lengths (left-padded, with an
+attention mask for transformers); every row samples exactly its new tokens at temperature 1 (no top-k /
+top-p, EOS suppressed). Tokens/s is batch x new tokens over the wall time of the whole call, prefill
+included: the median of --repeats calls after --warmup untimed ones, the first call's seconds (on CUDA the
+compiling and recording) printed apart. On the CPU the sides are interleaved call by call, so that a change
+in machine load hits all alike; on CUDA each side runs in turn, its figures printed as soon as measured.
+The last line is ours' tokens/s over the first transformers side's, e.g. `rollout ours/transformers: nano
+1.52x, small 1.31x`. --lora (CUDA's matrix) also times ours with rank-32 LoRA on every projection, merged for
+the rollout (the default) and unmerged, against the plain model, at the first shape.
 
 Presets (--presets):
   nano   issue 19's small-vocabulary shape: the embedded model's layers (hidden 128, 4 layers, 4 heads,
@@ -31,28 +37,27 @@ Presets (--presets):
          head_dim 32, FFN 384, vocabulary 31 (0.79M parameters): per-token overhead dominates
   100m   hidden 768, 12 layers, 12 heads, 4 kv heads, head_dim 64, FFN 2048, vocabulary 32,000,
          tied embeddings (100M parameters): matrix products dominate
+  0.6b, 1.7b   Qwen3-0.6B's and Qwen3-1.7B's config.json sizes (bench/gpu_smoke.py's shapes)
 
-With --profile, also where each side's time goes (matrix products, attention, sampling, KV-cache
-concatenation, the rest) and the bound that sets on the speed-up: the same kernels do the matrix
-products and the attention on both sides, so ours cannot beat transformers by more than transformers'
-time over ours' matmul-plus-attention time. Also: the speed-up ours would have if its attention ran
-at memory speed (the cached keys and values streamed once per step at the rate measured below) and
-everything else took the time it takes now -- what a perfect decode-attention kernel could give.
-
-Also printed: the FLOP/s the rollout achieves (model FLOPs: 2 per multiply-add of every matrix
-product, attention included, lm_head only where a token is sampled) against the FLOP/s of a large
-float32 matrix product on the same machine in the same run -- the ceiling.
+CPU only: the FLOP/s the rollout achieves (model FLOPs: 2 per multiply-add of every matrix product,
+attention included, lm_head only where a token is sampled) against a large float32 matrix product's on the
+same machine in the same run, the ceiling (--no-ceiling skips it); with --profile, where each side's time
+goes (matrix products, attention, sampling, KV-cache concatenation, the rest) and the bound that sets on the
+speed-up: the same kernels do the matrix products and the attention on both sides, so ours cannot beat
+transformers by more than transformers' time over ours' matmul-plus-attention time. Also the speed-up ours
+would have if its attention ran at memory speed (the cached keys and values streamed once per step at the
+rate measured) and everything else took the time it takes now: what a perfect decode-attention kernel gives.
 
 On a shared machine, measure when `uptime` shows a load below 1.5: two torch threads waiting for a
 busy core make every small operation erratic (--threads 1 is steadier, but not the default setup).
 """
 import argparse
+import dataclasses
 import inspect
 import json
 import logging
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -60,11 +65,13 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from nanoatr.rollout import SAMPLERS  # noqa: E402
-from nanoatr.model import Qwen3  # noqa: E402
-from nanoatr.rollout import generate  # noqa: E402
+from nanoatr import lora  # noqa: E402
 from nanoatr.machinery.decoding import decode_plan  # noqa: E402
+from nanoatr.model import Qwen3, Qwen3Config, files  # noqa: E402
+from nanoatr.rollout import EAGER, SAMPLERS, generate  # noqa: E402
 
+QWEN3_0_6B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)
 PRESETS = {
     "nano": dict(vocab_size=512, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True),
@@ -74,27 +81,39 @@ PRESETS = {
                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True),
     "100m": dict(vocab_size=32_000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
                  num_attention_heads=12, num_key_value_heads=4, head_dim=64, tie_word_embeddings=True),
+    "0.6b": QWEN3_0_6B, "1.7b": dict(QWEN3_0_6B, hidden_size=2048, intermediate_size=6144),
 }
+# Each device's defaults: the CPU's as a user's run, CUDA's a GPU loan's wider matrix.
+DEFAULTS = {"cpu": dict(presets="nano,small", batches="64", new_tokens="64", prompt_len="16,32", against="hf",
+                        dtype="float32", repeats=5),
+            "cuda": dict(presets="0.6b,1.7b", batches="64,256", new_tokens="512,2048", prompt_len="64,256",
+                         against="eager,hf,hf-static", dtype="bfloat16", repeats=1)}
+AGAINST = ("hf", "hf-static", "eager")
 # generate()'s own default sampler, read from its signature when this runs (never assumed here).
 DEFAULT_SAMPLER = inspect.signature(generate).parameters["sampler"].default
 
 
-def random_qwen3(preset: str, seed: int = 0):
-    """A transformers Qwen3ForCausalLM of the preset's shape with random weights (seeded)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def random_model(shape: dict, dtype=torch.float32, device="cpu", seed: int = 0) -> Qwen3:
+    """Our Qwen3 of `shape` with random weights (seeded): norms 1, the rest N(0, 0.02), as transformers'."""
     torch.manual_seed(seed)
-    cfg = Qwen3Config(**PRESETS[preset], max_position_embeddings=4096,
-                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-    return Qwen3ForCausalLM(cfg)
+    with torch.device(device):
+        model = Qwen3(Qwen3Config(**shape))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.ones_like(p) if p.dim() == 1 else torch.randn_like(p) * 0.02)
+    return model.to(dtype).eval()
 
 
-def build(preset: str, tmp: str, seed: int = 0):
-    """(transformers model, our model) with the same random weights."""
-    hf = random_qwen3(preset, seed).eval()
-    hf.generation_config.eos_token_id = None  # EOS suppressed: every row runs the whole budget
-    hf.generation_config.pad_token_id = 0
-    hf.save_pretrained(tmp)
-    return hf, Qwen3.from_pretrained(tmp).eval()
+def to_hf(model: Qwen3):
+    """transformers' Qwen3ForCausalLM on our model's very tensors (no second copy); no EOS (ours has none)."""
+    from transformers import Qwen3Config as HFConfig, Qwen3ForCausalLM
+    cfg = HFConfig(**{k: v for k, v in files.config_json(dataclasses.asdict(model.config)).items()
+                      if k not in ("architectures", "model_type")})
+    with torch.device(model.lm_head.weight.device):
+        hf = Qwen3ForCausalLM(cfg).to(model.lm_head.weight.dtype)
+    hf.load_state_dict(model.state_dict(), assign=True, strict=False)
+    hf.tie_weights()
+    return hf.eval()
 
 
 def big_char_tokenizer(vocab_size: int):
@@ -123,25 +142,104 @@ def build_58m(out: Path, seed: int = 0):
     big_char_tokenizer(PRESETS["small"]["vocab_size"]).save(str(out / "tokenizer.json"))
     tok_cfg = json.loads((ROOT / "data/tiny-qwen3/tokenizer_config.json").read_text())
     (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2))
-    random_qwen3("small", seed).save_pretrained(out)
+    to_hf(random_model(PRESETS["small"], seed=seed)).save_pretrained(out)
     return out
 
 
-def random_prompts(batch: int, vocab: int, lo: int, hi: int, seed: int = 0) -> list[list[int]]:
+def ragged_prompts(batch: int, lengths: tuple[int, int], vocab: int, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(lo, hi + 1, (batch,), generator=g).tolist()
-    return [torch.randint(1, vocab, (n,), generator=g).tolist() for n in lengths]
+    sizes = torch.randint(lengths[0], lengths[1] + 1, (batch,), generator=g).tolist()
+    return [torch.randint(1, vocab, (n,), generator=g).tolist() for n in sizes]
 
 
-def hf_inputs(prompts):
-    """Left-padded ids and attention mask, as transformers' generate wants them for a decoder."""
-    P = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), P, dtype=torch.long)
-    mask = torch.zeros(len(prompts), P, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p):] = torch.tensor(p)
-        mask[i, P - len(p):] = 1
-    return ids, mask
+def timed(fn, device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
+
+
+def ours(model, prompts, n, seed=0, sampler="default", plan=None):
+    """Our rollout at temperature 1, EOS suppressed, under `plan` (None: the device's, as train.py runs it);
+    sampler "default" passes no `sampler=` at all."""
+    kw = {} if sampler == "default" else {"sampler": sampler}
+    device = model.lm_head.weight.device
+    g = torch.Generator(device=device).manual_seed(seed)
+    return generate(model, prompts, n, temperature=1.0, generator=g,
+                    plan=plan or decode_plan(device, kw.get("sampler", SAMPLERS[0])), **kw)
+
+
+def hf_generate(hf, prompts, n, seed=0, **kw):
+    """transformers' generate on the prompts, left-padded with an attention mask: exactly n new tokens."""
+    device, P = hf.lm_head.weight.device, max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (P - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts], device=device)
+    torch.manual_seed(seed)
+    return hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=True,
+                       temperature=1.0, top_k=0, top_p=1.0, pad_token_id=0, use_cache=True, **kw)
+
+
+def sampler_name(sampler: str) -> str:
+    return f"default = {DEFAULT_SAMPLER}" if sampler == "default" else sampler
+
+
+def sides(model, hf, prompts, n, samplers=("default",), against=("hf",), eager_tokens=32,
+          hf_tokens=0) -> dict:
+    """{name: (a call of that side with a seed, its new tokens)}: ours with each sampler, then `against`."""
+    out = {}
+    for s in samplers:
+        name = "ours" if len(samplers) == 1 else f"ours ({sampler_name(s)})"
+        out[name] = (lambda seed, s=s: ours(model, prompts, n, seed, s), n)
+    if "eager" in against:
+        m = min(n, eager_tokens)
+        out["eager"] = (lambda seed: ours(model, prompts, m, seed, plan=EAGER), m)
+    for kind in [a for a in against if a.startswith("hf")]:
+        m = min(n, hf_tokens or n) if kind == "hf" else n
+        kw = {"cache_implementation": "static"} if kind == "hf-static" else {}
+        out[kind] = (lambda seed, m=m, kw=kw: hf_generate(hf, prompts, m, seed, **kw), m)
+    return out
+
+
+def time_sides(runs: dict, batch: int, n: int, device, warmup=1, repeats=5, figures=None) -> dict:
+    """Time each side's calls (seeded 0, 1, ...): interleaved call by call on the CPU, one side after another
+    on CUDA, a side's line printed as soon as its calls are done. Adds to `figures` {side: tokens/s,
+    "<side> first": the first call's seconds, with a warm-up}; a side out of memory or failing is said and
+    left out."""
+    figures = {} if figures is None else figures
+    calls = [(i, name) for i in range(warmup + repeats) for name in runs]
+    if device.type == "cuda":
+        calls.sort(key=lambda call: list(runs).index(call[1]))
+    times = {name: [] for name in runs}
+    for i, name in calls:
+        if name not in times:
+            continue
+        run, m = runs[name]
+        try:
+            t = timed(lambda: run(i), device)
+        except Exception as e:  # out of memory, a transformers without this mode, a failed compile: go on
+            if name.startswith("ours") and not isinstance(e, torch.OutOfMemoryError):
+                raise
+            why = "out of memory" if isinstance(e, torch.OutOfMemoryError) else \
+                f"failed ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+            print(f"  batch {batch} x {n} new, {name}: {why}", flush=True)
+            del times[name]
+            continue
+        if warmup:
+            figures.setdefault(f"{name} first", t)
+        times[name] += [t] if i >= warmup else []
+        if len(times[name]) == repeats:
+            s = statistics.median(times[name])
+            figures[name] = speed = batch * m / s
+            mine = figures.get("ours", figures.get(next(iter(runs))))  # ours, or ours with the first sampler
+            print(f"  batch {batch} x {n} new, {name}: {speed:.0f} tok/s"
+                  + (f" over {m} tokens" if m < n else "")
+                  + f" ({s:.2f} s" + (f"; first call {figures[f'{name} first']:.1f} s" if warmup else "")
+                  + (f"; ours x{mine / speed:.2f}" if mine and not name.startswith("ours") else "") + ")",
+                  flush=True)
+    return figures
 
 
 def rollout_flops(cfg, prompts, new_tokens: int) -> float:
@@ -166,65 +264,26 @@ def cache_bytes_read(cfg, prompts, new_tokens: int) -> float:
     return 2 * cfg.num_hidden_layers * len(prompts) * cfg.num_key_value_heads * cfg.head_dim * 4 * slots
 
 
-def matmul_flops_per_s(n: int = 2048, repeats: int = 5) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t0)
-    return 2 * n ** 3 / statistics.median(times)
+def median_seconds(fn, repeats: int = 5) -> float:
+    fn()
+    return statistics.median(timed(fn, torch.device("cpu")) for _ in range(repeats))
 
 
-def memory_bytes_per_s(n: int = 1 << 27, repeats: int = 5) -> float:
-    """Bytes per second of summing a 512 MB float32 tensor: how fast this core streams memory."""
-    x = torch.ones(n)
-    x.sum()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - t0)
-    return 4 * n / statistics.median(times)
+def matmul_flops_per_s() -> float:
+    a = torch.randn(2048, 2048)
+    return 2 * 2048 ** 3 / median_seconds(lambda: a @ a)
 
 
-def ours_generate(ours, prompts, new_tokens, sampler, generator=None):
-    """Our rollout at temperature 1 with EOS suppressed, under the device's plan as train.py runs it
-    (decode_plan: on the CPU, the steady allocator); sampler "default" passes no `sampler=` at all."""
-    kw = {} if sampler == "default" else {"sampler": sampler}
-    plan = decode_plan(ours.lm_head.weight.device, kw.get("sampler", SAMPLERS[0]))
-    return generate(ours, prompts, new_tokens, temperature=1.0, eos_token_id=None, generator=generator,
-                    plan=plan, **kw)
-
-
-def sampler_name(sampler: str) -> str:
-    return f"default = {DEFAULT_SAMPLER}" if sampler == "default" else sampler
-
-
-def time_all(hf, ours, prompts, new_tokens, warmup, repeats, samplers):
-    """Median seconds of transformers' generate and of ours with each sampler, interleaved."""
-    ids, mask = hf_inputs(prompts)
-
-    def run_ours(seed, sampler):
-        out = ours_generate(ours, prompts, new_tokens, sampler, generator=torch.Generator().manual_seed(seed))
-        assert out.tokens.shape == (len(prompts), new_tokens)
-
-    def run_hf(seed):
-        torch.manual_seed(seed)
-        out = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
-                          temperature=1.0, top_k=0, top_p=1.0, use_cache=True)
-        assert out.shape == (len(prompts), ids.shape[1] + new_tokens)
-
-    runs = {"transformers": run_hf, **{s: (lambda seed, s=s: run_ours(seed, s)) for s in samplers}}
-    times = {k: [] for k in runs}
-    for i in range(warmup + repeats):
-        for name, run in runs.items():
-            t0 = time.perf_counter()
-            run(i)
-            if i >= warmup:
-                times[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+def measure_ceilings(args) -> tuple[float | None, float | None]:
+    """Measure and print the CPU's ceilings: a 2048^3 float32 matmul's FLOP/s (not with --no-ceiling), and
+    the bytes per second of summing a 512 MB tensor, how fast this core streams memory (--profile)."""
+    ceiling = matmul_flops_per_s() if args.ceiling else None
+    stream = 4 * (1 << 27) / median_seconds(torch.ones(1 << 27).sum) if args.profile else None
+    if ceiling or stream:
+        print("ceiling: "
+              + "; ".join(([f"2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s"] if ceiling else [])
+                          + ([f"streaming memory {stream / 1e9:.1f} GB/s"] if stream else [])), flush=True)
+    return ceiling, stream
 
 
 GROUPS = {"matmul": ("aten::mm", "aten::addmm", "aten::bmm"), "attention": ("scaled_dot_product",),
@@ -243,114 +302,145 @@ def profile_seconds(run) -> dict:
     return out | {"total": sum(times.values())}
 
 
-def make_parser() -> argparse.ArgumentParser:
-    """The benchmark's flags: the shapes, batches and samplers to time, threads, ceiling and profile."""
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
-    ap.add_argument("--presets", default="nano,small", help="comma-separated: " + ", ".join(PRESETS))
-    ap.add_argument("--batches", default="64", help="comma-separated batch sizes")
-    ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row")
-    ap.add_argument("--prompt-len", default="16,32", help="min,max prompt length (uniform)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each side first")
-    ap.add_argument("--repeats", type=int, default=5, help="timed runs of each side; medians are reported")
-    ap.add_argument("--samplers", default="default",
-                    help="comma-separated samplers to time ours with: default (generate's own, now "
-                         f"{DEFAULT_SAMPLER!r}), multinomial, inverse-cdf")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
-    ap.add_argument("--no-ceiling", dest="ceiling", action="store_false",
-                    help="skip measuring the matmul ceiling (seconds; for smoke runs): "
-                         "no %% of matmul column")
-    ap.add_argument("--profile", action="store_true",
-                    help="also profile one run of each side: where the time goes, and the speed-up over "
-                         "transformers that ours could reach if everything but its matrix products and "
-                         "attention took no time")
-    return ap
-
-
-def measure_ceilings(args) -> tuple[float | None, float | None]:
-    """Measure and print the ceilings: a float32 matmul's FLOP/s (not with --no-ceiling), memory speed."""
-    ceiling = matmul_flops_per_s() if args.ceiling else None
-    stream = memory_bytes_per_s() if args.profile else None  # only --profile's attention bound uses it
-    if ceiling or stream:
-        print("ceiling: "
-              + "; ".join(([f"2048^3 float32 matmul {ceiling / 1e9:.1f} GFLOP/s"] if ceiling else [])
-                          + ([f"streaming memory {stream / 1e9:.1f} GB/s"] if stream else [])), flush=True)
-    return ceiling, stream
-
-
-def print_profile(hf, ours, prompts, t: dict, sampler: str, new_tokens: int, stream: float):
-    """--profile: where each side's time goes, and the bounds that sets on ours' speed-up."""
-    ids, mask = hf_inputs(prompts)
-    secs = {
-        "ours": profile_seconds(lambda: ours_generate(ours, prompts, new_tokens, sampler)),
-        "transformers": profile_seconds(lambda: hf.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
-            temperature=1.0, top_k=0, top_p=1.0, use_cache=True))}
+def print_profile(model, prompts, runs: dict, ref: str, seconds: dict, stream: float):
+    """--profile: where ours' (the first side) and the reference's time goes, and the bounds that sets on
+    ours' speed-up; `seconds` each side's median."""
+    (mine, (run_ours, n)), run_ref = next(iter(runs.items())), runs[ref][0]
+    secs = {mine: profile_seconds(lambda: run_ours(0)), ref: profile_seconds(lambda: run_ref(0))}
     for side, sec in secs.items():
         print(f"             {side:12s} time in " + ", ".join(
             f"{k} {100 * sec[k] / sec['total']:.0f}%" for k in [*GROUPS, "other"]))
     # The profiler slows small operations; the matmul and attention kernels it barely touches.
-    floor = secs["ours"]["matmul"] + secs["ours"]["attention"]
+    floor = secs[mine]["matmul"] + secs[mine]["attention"]
     print(f"             bound: ours with only its matmuls and attention left would be "
-          f"{t['transformers'] / floor:.2f}x transformers")
+          f"{seconds[ref] / floor:.2f}x {ref}")
     # Attention at memory speed: the cache streamed once per step, the rest of ours as measured.
-    ideal = (t[sampler] - secs["ours"]["attention"]
-             + cache_bytes_read(ours.config, prompts, new_tokens) / stream)
+    ideal = seconds[mine] - secs[mine]["attention"] + cache_bytes_read(model.config, prompts, n) / stream
     print(f"             with attention at memory speed (and all else as now) ours would be "
-          f"{t['transformers'] / ideal:.2f}x transformers")
+          f"{seconds[ref] / ideal:.2f}x {ref}")
 
 
-def bench_preset(preset: str, batches: list[int], samplers: list[str], lo: int, hi: int, args,
-                 ceiling: float | None, stream: float | None) -> list[str]:
-    """Time one preset at each batch size and print each side's tokens/s; returns ours' ratios, labelled."""
+def lora_row(model, prompts, n):
+    """Ours with rank-32 LoRA on every projection (random, nonzero B), merged for the rollout or not."""
+    device = model.lm_head.weight.device
+    peft_model = lora.add_adapters(model, 32, 64.0, lora.TARGETS, "random")
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn_like(p) * 0.01)
+    plain_plan = decode_plan(device)
+    times = {}
+    for label, plan in (("merged", plain_plan), ("unmerged", plain_plan._replace(merge_adapters=False))):
+        ours(model, prompts, n, plan=plan)  # compiles and records for this model
+        times[label] = statistics.median(timed(lambda: ours(model, prompts, n, plan=plan), device)
+                                         for _ in range(2))
+    peft_model.unload()  # the plain model again, for the shapes that follow
+    plain = min(timed(lambda: ours(model, prompts, n), device) for _ in range(2))
+    print(f"    LoRA r32 on every projection: merged {times['merged']:.2f} s "
+          f"({times['merged'] / plain - 1:+.0%} over the plain model's {plain:.2f} s), "
+          f"unmerged {times['unmerged']:.2f} s ({times['unmerged'] / plain - 1:+.0%})", flush=True)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The benchmark's flags; those the device sets default to None (DEFAULTS)."""
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--presets", help="comma-separated: " + ", ".join(PRESETS))
+    ap.add_argument("--batches", help="comma-separated batch sizes")
+    ap.add_argument("--new-tokens", help="comma-separated: tokens generated per row")
+    ap.add_argument("--prompt-len", help="MIN,MAX prompt length (uniform)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"])
+    ap.add_argument("--against", help="comma-separated, of " + ", ".join(AGAINST))
+    ap.add_argument("--samplers", default="default",
+                    help="comma-separated samplers to time ours with: default (generate's own, now "
+                         f"{DEFAULT_SAMPLER!r}), multinomial, inverse-cdf")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed calls of each side first")
+    ap.add_argument("--repeats", type=int, help="timed calls of each side, their median kept (CPU 5, CUDA 1)")
+    ap.add_argument("--eager-tokens", type=int, default=32, help="new tokens of the eager side's timing")
+    ap.add_argument("--hf-tokens", type=int, default=0, help="new tokens of the hf side's timing (0: all)")
+    ap.add_argument("--lora", action="store_true", help="also LoRA merged / unmerged at the first shape")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--no-ceiling", dest="ceiling", action="store_false",
+                    help="skip measuring the CPU's matmul ceiling (seconds; for smoke runs)")
+    ap.add_argument("--profile", action="store_true",
+                    help="CPU: also profile one call of ours and the reference: where the time goes, and the "
+                         "speed-up ours could reach if everything but its matrix products and attention took "
+                         "no time")
+    return ap
+
+
+def parse_args(argv=None):
+    """The flags, the device's defaults filled in, the lists split; an unknown name is one error line."""
+    ap = make_parser()
+    args = ap.parse_args(argv)
+    args.device = torch.device(args.device)
+    for k, v in DEFAULTS["cuda" if args.device.type == "cuda" else "cpu"].items():
+        setattr(args, k, v if getattr(args, k) is None else getattr(args, k))
+    for k in ("presets", "samplers", "against", "batches", "new_tokens", "prompt_len"):
+        setattr(args, k, [int(x) if k in ("batches", "new_tokens", "prompt_len") else x
+                          for x in getattr(args, k).split(",") if x])
+    for name, given, known in (("--presets", args.presets, PRESETS), ("--against", args.against, AGAINST),
+                               ("--samplers", args.samplers, ("default", *SAMPLERS))):
+        if unknown := [x for x in given if x not in known]:
+            ap.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    if args.profile and args.device.type != "cpu":
+        ap.error("--profile: the CPU's only (torch.profiler's CPU times)")
+    args.ceiling &= args.device.type == "cpu"
+    return args
+
+
+def bench_preset(preset: str, args, ceiling: float | None, stream: float | None) -> list[str]:
+    """Time one preset at each batch size and length, printing each side; returns ours' ratios, labelled."""
+    model = random_model(PRESETS[preset], getattr(torch, args.dtype), args.device)
+    hf = to_hf(model) if any(a.startswith("hf") for a in args.against) else None
+    print(f"\n{preset}: {model.num_parameters() / 1e6:.2f}M parameters, vocabulary "
+          f"{model.config.vocab_size}, {args.dtype}", flush=True)
     ratios = []
-    with tempfile.TemporaryDirectory() as tmp:
-        hf, ours = build(preset, tmp)
-    print(f"\n{preset}: {ours.num_parameters() / 1e6:.2f}M parameters, "
-          f"vocabulary {ours.config.vocab_size}")
-    for B in batches:
-        prompts = random_prompts(B, ours.config.vocab_size, lo, hi)
-        t = time_all(hf, ours, prompts, args.new_tokens, args.warmup, args.repeats, samplers)
-        n = B * args.new_tokens
-        flops = rollout_flops(ours.config, prompts, args.new_tokens)
-        print(f"  batch {B:3d}: transformers {n / t['transformers']:8.0f} tok/s")
-        for sampler in samplers:
-            ratio = t["transformers"] / t[sampler]
-            print(f"             ours ({sampler_name(sampler):11s}) {n / t[sampler]:8.0f} tok/s   ratio "
-                  f"{ratio:4.2f}x   {flops / t[sampler] / 1e9:6.2f} GFLOP/s"
-                  + (f" = {100 * flops / t[sampler] / ceiling:4.1f}% of matmul" if ceiling else ""),
-                  flush=True)
-            label = (preset + (f"/b{B}" if len(batches) > 1 else "")
-                     + (f"/{sampler}" if len(samplers) > 1 else ""))
-            ratios.append(f"{label} {ratio:.2f}x")
-        if args.profile:
-            print_profile(hf, ours, prompts, t, samplers[0], args.new_tokens, stream)
+    for B in args.batches:
+        prompts = ragged_prompts(B, args.prompt_len, model.config.vocab_size)
+        for n in args.new_tokens:
+            runs = sides(model, hf, prompts, n, args.samplers, args.against, args.eager_tokens,
+                         args.hf_tokens)
+            speed = time_sides(runs, B, n, args.device, args.warmup, args.repeats)
+            mine = [k for k in runs if k.startswith("ours")]
+            ref = next((a for a in args.against if a.startswith("hf")), list(runs)[-1])  # the first hf side
+            for name in [k for k in mine if ceiling and k in speed]:
+                flops = rollout_flops(model.config, prompts, n) * speed[name] / (B * n)
+                print(f"             {name}: {flops / 1e9:.2f} GFLOP/s = {100 * flops / ceiling:.1f}% of "
+                      "matmul")
+            label = (preset + (f"/b{B}" if len(args.batches) > 1 else "")
+                     + (f"/n{n}" if len(args.new_tokens) > 1 else ""))
+            ratios += [label + (f"/{s}" if len(mine) > 1 else "") + f" {speed[k] / speed[ref]:.2f}x"
+                       for s, k in zip(args.samplers, mine) if k in speed and ref in speed]
+            if args.profile:
+                print_profile(model, prompts, runs, ref, {k: B * m / speed[k] for k, (_, m) in runs.items()},
+                              stream)
+            if args.lora and B == args.batches[0] and n == args.new_tokens[0]:
+                lora_row(model, prompts, n)
+            torch.cuda.empty_cache() if args.device.type == "cuda" else None
     return ratios
 
 
 def main(argv=None):
-    ap = make_parser()
-    args = ap.parse_args(argv)
-    presets, batches, samplers = (args.presets.split(","), [int(b) for b in args.batches.split(",")],
-                                  args.samplers.split(","))
-    for name, given, known in (("--presets", presets, PRESETS),
-                               ("--samplers", samplers, ("default", *SAMPLERS))):
-        if unknown := [x for x in given if x not in known]:
-            ap.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    args = parse_args(argv)
+    if args.device.type == "cuda" and not torch.cuda.is_available():
+        print("skipped: no CUDA")
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     logging.getLogger("transformers").setLevel(logging.ERROR)
     import transformers
     transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar
-    lo, hi = map(int, args.prompt_len.split(","))
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"{torch.get_num_threads()} threads ({'--threads' if args.threads else 'torch default'}); "
-          f"{args.new_tokens} new tokens, prompts {lo}-{hi} tokens, sampling T=1, "
-          f"ours with sampler {', '.join(map(sampler_name, samplers))}; medians of "
-          f"{args.repeats} after {args.warmup} warm-up", flush=True)
+    threads = f"{torch.get_num_threads()} threads ({'--threads' if args.threads else 'torch default'})"
+    where = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else f"cpu, {threads}"
+    lo, hi = args.prompt_len
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {where}; prompts {lo}-{hi} "
+          f"tokens, sampling T=1, ours with sampler {', '.join(map(sampler_name, args.samplers))}; medians "
+          f"of {args.repeats} after {args.warmup} warm-up", flush=True)
     ceiling, stream = measure_ceilings(args)
     ratios = []
-    for preset in presets:
-        ratios += bench_preset(preset, batches, samplers, lo, hi, args, ceiling, stream)
+    for preset in args.presets:
+        ratios += bench_preset(preset, args, ceiling, stream)
     if ceiling:
         print(f"\nceiling again: {matmul_flops_per_s() / 1e9:.1f} GFLOP/s "
               "(a large drift means the load changed)")

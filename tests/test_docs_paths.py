@@ -29,6 +29,8 @@ NOT_IN_THE_REPOSITORY = {
     "data/x.parquet": "an example name (data/get_paper_data.py)",
     **{path: "history: a tool removed on 2026-12-02 (issue 56), `git show a64b28a:PATH` has it" for path in (
         "bench/attention.py", "bench/sft_packing.py", "scripts/countdown_breakdown.py")},
+    **{path: "history: a bench removed on 2026-12-03 (issue 56), `git show dc96213:PATH` has it" for path in (
+        "bench/contention.py", "bench/checkpoint_hash.py", "bench/step.py", "bench/gpu_rollout.py")},
 }
 
 # A dotted reference (`loss.check_finite`, `machinery.session.Session.steps`) whose first name is a module of
@@ -49,7 +51,7 @@ FILE_ENDINGS = {"py", "md", "json", "jsonl", "txt", "csv", "svg", "png", "parque
 REFERENCE = re.compile(r"(?<![\w./@-])([A-Za-z_]\w*)((?:\.[A-Za-z_]\w*)+)")
 NOT_A_REFERENCE = {  # a variable named like a module, or another tool's keys
     "rewards.view": "a tensor's method (docs/exercises.md)", "loss.item": "a tensor's (docs/exercises.md)",
-    "loss.backward": "a tensor's (bench/step.py)", "rewards.append": "a list's (docs/from-trl.md)",
+    "rewards.append": "a list's (docs/from-trl.md)",
     "data.": "verl's configuration keys (docs/real-scale.md)",
 }
 

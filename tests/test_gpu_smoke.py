@@ -1,4 +1,4 @@
-"""bench/gpu_smoke.py: skips cleanly without CUDA, and its code path runs on CPU with a tiny model."""
+"""bench/gpu_smoke.py and gpu_check.py: skip cleanly without CUDA; their code paths run on CPU, tiny models."""
 import sys
 from pathlib import Path
 
@@ -10,10 +10,12 @@ import gpu_smoke  # noqa: E402
 
 
 def test_runs_on_cpu_with_a_tiny_model(capsys):
+    before = (gpu_smoke.train.old_logprobs, gpu_smoke.train.update)  # timed during the run, then train's again
     assert gpu_smoke.main(["--device", "cpu", "--tiny", "--steps", "2", "--prompts", "1", "--group-size", "4",
                            "--prompt-len", "8", "--max-new-tokens", "16", "--micro-batch", "2"]) == 0
     out = capsys.readouterr().out
     assert "step 2:" in out and out.endswith("ok\n")
+    assert (gpu_smoke.train.old_logprobs, gpu_smoke.train.update) == before
 
 
 def test_the_paper_step_phases_on_cpu_with_a_tiny_model(capsys):
@@ -21,18 +23,6 @@ def test_the_paper_step_phases_on_cpu_with_a_tiny_model(capsys):
     assert gpu_smoke.main(["--device", "cpu", "--paper", "--shape", "tiny", "--steps", "1", "--max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
     assert "phases: rollout" in out and "pi_old" in out and out.endswith("ok\n")
-
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-import gpu_rollout  # noqa: E402
-
-
-def test_the_gpu_rollout_benchmark_runs_on_cpu(capsys):
-    """bench/gpu_rollout.py's code path (ours, eager, transformers' generate, LoRA merged or not) on a tiny model."""
-    assert gpu_rollout.main(["--device", "cpu", "--models", "tiny", "--batches", "3", "--new-tokens", "8",
-                             "--prompt-len", "2:6", "--against", "eager,hf", "--lora"]) == 0
-    out = capsys.readouterr().out
-    assert "ours" in out and "eager" in out and "hf" in out and "LoRA r32" in out
 
 
 # ----------------------------------------------------------------------------
@@ -63,6 +53,7 @@ def test_the_smoke_test_and_the_check_skip_without_cuda(capsys):
     assert gpu_smoke.main([]) == 0
     assert capsys.readouterr().out == "skipped: no CUDA\n"
     assert gpu_check_lines(capsys) == ["skipped: no CUDA"]
+    assert gpu_check.rollout.main(["--device", "cuda"]) == 0 and capsys.readouterr().out == "skipped: no CUDA\n"
 
 
 def test_a_part_past_its_share_is_stopped_and_the_next_part_runs(capsys):
