@@ -29,7 +29,7 @@ NOT_IN_THE_REPOSITORY = {
     "data/x.parquet": "an example name (data/get_paper_data.py)",
     **{path: "history: a tool removed on 2026-12-02 (issue 56), `git show a64b28a:PATH` has it" for path in (
         "bench/attention.py", "bench/sft_packing.py", "scripts/countdown_breakdown.py")},
-    **{path: "history: a bench removed on 2026-12-03 (issue 56), `git show dc96213:PATH` has it" for path in (
+    **{path: "history: a bench removed on 2026-12-02 (issue 56), `git show dc96213:PATH` has it" for path in (
         "bench/contention.py", "bench/checkpoint_hash.py", "bench/step.py", "bench/gpu_rollout.py")},
 }
 
