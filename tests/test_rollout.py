@@ -3,8 +3,7 @@ import copy
 import pytest
 import torch
 
-from nanoatr.rollout import SAMPLERS
-from nanoatr.rollout import STOP_EVERY, draw, filter_logits, generate, sampling_logprobs
+from nanoatr.rollout import SAMPLERS, STOP_EVERY, Rollout, draw, filter_logits, generate, sampling_logprobs
 from rounding import sampled_logprob_error, within
 
 PROMPTS = [[5, 17, 3, 9, 22, 41, 8], [11, 2], [30, 31, 32, 33]]
@@ -186,6 +185,19 @@ def test_rollout_tensors_can_be_saved_for_backward(tiny_model):
     logp = score(tiny_model, ids, mask, out.tokens, 1.0).logp
     logp.sum().backward()
     tiny_model.zero_grad(set_to_none=True)
+
+
+def test_unpadded_cuts_only_the_padding_the_rows_share():
+    """Rows 0 and 2: prompts of 2 and 1 tokens (left-padded to 4), completions of 2 and 3 (right-padded to
+    5): cut to 2 prompt and 3 completion columns; rows without a completion token keep one column."""
+    prompt_mask = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1], [0, 0, 0, 1]], dtype=torch.bool)
+    mask = torch.tensor([[1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    ids, tokens = torch.arange(12).view(3, 4), torch.arange(15).view(3, 5)
+    r = Rollout(ids, prompt_mask, tokens, mask * 0.5, mask, mask[:, 0])
+    ids, pmask, tokens, tmask = r.unpadded([0, 2])
+    assert (ids.tolist(), pmask.tolist()) == ([[2, 3], [10, 11]], [[True, True], [False, True]])
+    assert (tokens.tolist(), tmask.tolist()) == ([[0, 1, 2], [10, 11, 12]], [[True, True, False], [True] * 3])
+    assert r._replace(mask=mask & False).unpadded([0, 2])[2].tolist() == [[0], [10]]
 
 
 @pytest.mark.parametrize("V", [50, 128, 1000, 1024])  # one level, one full block, zero-padded blocks, unpadded blocks

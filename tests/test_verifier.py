@@ -68,7 +68,7 @@ RADICALS_AND_PI = [
     ("\\frac{\\pi}{3}", "\\frac{\\pi}{6}", False), ("\\pi", "3", False), ("4\\pi", "4 \\pi", True),
     ("\\frac{4\\pi}{3}", "\\frac43\\pi", True), ("\\sqrt{2}", "2", False), ("\\infty", "\\infty", True),
     ("-\\infty", "\\infty", False), ("5\\sqrt{2}", "\\sqrt{50}", True), ("\\sqrt{8}", "2\\sqrt{2}", True),
-    ("\\frac\\pi2", "\\pi/2", True), ("\\sqrt x", "x^{1/2}", True),  # an argument that is one command or letter
+    ("\\frac\\pi2", "\\pi/2", True), ("\\sqrt x", "x^{1/2}", True),  # an argument of one command, one letter
 ]
 
 PERCENT_DEGREES_UNITS = [

@@ -19,8 +19,8 @@ from nanoatr.verifier import verify
 from nanoatr.verifier.equal import OutOfBudget, equivalent, sympy_budget, values_equal
 from nanoatr.verifier.extract import MAX_BOXES, MAX_GAP, MAX_STATEMENTS, MAX_TAIL, extract_answer, extract_answers
 from nanoatr.verifier.parse import parse
-from nanoatr.verifier.shapes import (MAX_ANSWER_CHARS, MAX_ITEMS, MAX_NESTING, Interval, as_intervals, canonical,
-                                     list_of, match_brace, normalize)
+from nanoatr.verifier.shapes import (MAX_ANSWER_CHARS, MAX_ITEMS, MAX_NESTING, Interval, as_intervals,
+                                     canonical, list_of, match_brace, normalize)
 
 
 def eq(a: str, b: str) -> bool:
@@ -74,8 +74,8 @@ def test_normalize_removes_presentation(raw, normalized):
 
 @pytest.mark.parametrize("raw, normalized", [
     (r"34\text{ or 35}", "34 or 35"), (r"5 \text{ not}", "5 not"), (r"5 \text{ or more}", "5 or more"),
-    ("7 or more", "7 or more"), ("5 or 6", "5 or 6"), ("2 and 3", "2 and 3"), ("1,2", "1,2"), ("12,34", "12,34"),
-    (r"\neg p", r"\neg p"), (r"\nexists x", r"\nexists x")])
+    ("7 or more", "7 or more"), ("5 or 6", "5 or 6"), ("2 and 3", "2 and 3"), ("1,2", "1,2"),
+    ("12,34", "12,34"), (r"\neg p", r"\neg p"), (r"\nexists x", r"\nexists x")])
 def test_normalize_keeps_what_changes_the_answer(raw, normalized):
     r"""What is not a unit stays: words like "or" / "not" after a number ("7 or more" is not 7 of a
     unit "or more"), commas that are not thousands separators (a list), and commands that only begin
