@@ -247,6 +247,16 @@ def test_write_json_atomic(tmp_path, monkeypatch):
     assert strict_file(path) == {"a": 1} and names(tmp_path) == ["config.json"]
 
 
+def test_an_error_is_named_by_its_own_os_error():
+    """reason(): an OSError in a phrase, also one torch.save wraps in a RuntimeError; another error raised
+    while handling one (a bug, Ctrl-C) is none (None: it is re-raised as it is)."""
+    full, read_only = OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EROFS, "Read-only file system")
+    wrapped, bug = RuntimeError("unexpected pos"), KeyError("x")
+    for e in (wrapped, bug, read_only):
+        e.__context__ = full
+    assert [checkpoint.reason(e) for e in (wrapped, bug, read_only)] == ["disk full", None, "read-only file system"]
+
+
 # ----------------------------------------------------------------------------
 # Runs
 

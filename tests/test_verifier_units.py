@@ -19,8 +19,8 @@ from nanoatr.verifier import verify
 from nanoatr.verifier.equal import OutOfBudget, equivalent, sympy_budget, values_equal
 from nanoatr.verifier.extract import MAX_BOXES, MAX_GAP, MAX_STATEMENTS, MAX_TAIL, extract_answer, extract_answers
 from nanoatr.verifier.parse import parse
-from nanoatr.verifier.shapes import (MAX_ANSWER_CHARS, MAX_ITEMS, MAX_NESTING, Interval, as_intervals,
-                                     canonical, list_of, match_brace, normalize)
+from nanoatr.verifier.shapes import (MAX_ANSWER_CHARS, MAX_ITEMS, Interval, as_intervals, canonical, list_of,
+                                     match_brace, normalize)
 
 
 def eq(a: str, b: str) -> bool:
@@ -121,8 +121,8 @@ def test_canonical_details_of_choices_percent_tuples_and_lists():
 
 def test_canonical_bounds_make_text():
     """Over the bounds an answer is text (compared as a string), never parsed: more than MAX_ITEMS
-    entries, more than MAX_ANSWER_CHARS characters, an entry inside more than MAX_NESTING tuples."""
-    for k, kind in ((MAX_NESTING, "num"), (MAX_NESTING + 1, "text")):  # "1" inside k tuples: ((1, 2), 2)
+    entries, more than MAX_ANSWER_CHARS characters, an entry inside more than MAX_NESTING (4) tuples."""
+    for k, kind in ((4, "num"), (5, "text")):  # "1" inside k tuples: ((1, 2), 2) for k = 2
         c = canonical("(" * k + "1" + ", 2)" * k)
         for _ in range(k):
             c = c.value[0]
