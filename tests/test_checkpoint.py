@@ -130,19 +130,14 @@ def test_unusable_checkpoint_falls_back_with_a_warning(tmp_path, tiny, capsys, d
     assert_loads(tmp_path / "checkpoint", 3)
 
 
-def test_the_manifest_records_each_files_sha256(tmp_path, tiny):
+def test_the_manifest_records_each_files_sha256_and_an_older_one_only_sizes(tmp_path, tiny, capsys):
+    """A checkpoint of an older nanoatr (sizes only) still loads; nothing can tell a changed byte there."""
     path = save(tmp_path, tiny, 1)
     manifest = strict_file(path / "manifest.json")
     files = sorted(p.name for p in path.iterdir() if p.name != "manifest.json")
     assert sorted(manifest["files"]) == sorted(manifest["sha256"]) == files
     for name in files:  # what sha256sum prints
         assert manifest["sha256"][name] == hashlib.sha256((path / name).read_bytes()).hexdigest()
-
-
-def test_an_older_manifest_without_hashes_is_checked_by_size(tmp_path, tiny, capsys):
-    """A checkpoint of an older nanoatr (sizes only) still loads; nothing can tell a changed byte there."""
-    path = save(tmp_path, tiny, 1)
-    manifest = strict_file(path / "manifest.json")
     del manifest["sha256"]
     (path / "manifest.json").write_text(json.dumps(manifest))
     assert_loads(path, 1)
@@ -235,7 +230,7 @@ def test_a_fresh_log_and_an_untouched_log_with_null_for_a_number_not_finite(tmp_
     assert (tmp_path / "metrics.jsonl").stat().st_mtime_ns == before  # not rewritten
 
 
-def test_write_json_atomic(tmp_path, monkeypatch):
+def test_write_json_atomic_and_the_reason_it_names(tmp_path, monkeypatch):
     path = tmp_path / "config.json"
     folder.write_json_atomic(path, {"a": 1})
     assert strict_file(path) == {"a": 1}
@@ -246,11 +241,8 @@ def test_write_json_atomic(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match=rf"cannot write {path} \(disk full\)"):
         folder.write_json_atomic(path, {"a": 2})
     assert strict_file(path) == {"a": 1} and names(tmp_path) == ["config.json"]
-
-
-def test_an_error_is_named_by_its_own_os_error():
-    """reason(): an OSError in a phrase, also one torch.save wraps in a RuntimeError; another error raised
-    while handling one (a bug, Ctrl-C) is none (None: it is re-raised as it is)."""
+    # reason(), the phrase: an OSError's, also one torch.save wraps in a RuntimeError; another error raised
+    # while handling one (a bug, Ctrl-C) has none (None: it is re-raised as it is)
     full, read_only = OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EROFS, "Read-only file system")
     wrapped, bug = RuntimeError("unexpected pos"), KeyError("x")
     for e in (wrapped, bug, read_only):
