@@ -148,15 +148,9 @@ def test_the_manifest_records_each_files_sha256_and_an_older_one_only_sizes(tmp_
     assert capsys.readouterr().err == ""
 
 
-def test_no_usable_checkpoint_is_one_line_naming_the_run(tmp_path, tiny):
-    save(tmp_path, tiny, 1, keep=1)
-    _truncate(tmp_path / "checkpoint/model.safetensors")
-    with pytest.raises(CheckpointError, match=rf"{tmp_path} has no usable checkpoint: .*model.safetensors has"):
-        checkpoint.latest(tmp_path)
-
-
 def test_a_save_with_a_newer_stale_checkpoint_beside_it(tmp_path, tiny):
-    """Resumed from step 2 because step 3 (kept) was damaged, saving step 3 replaces it."""
+    """Resumed from step 2 because step 3 (kept) was damaged, saving step 3 replaces it. With every
+    checkpoint damaged, latest() is one line naming the run."""
     for step in (1, 2, 3, 4):
         save(tmp_path, tiny, step, keep=3)
     _truncate(tmp_path / "checkpoint/model.safetensors")
@@ -165,6 +159,10 @@ def test_a_save_with_a_newer_stale_checkpoint_beside_it(tmp_path, tiny):
     save(tmp_path, tiny, 3, keep=3)
     assert names(tmp_path) == ["checkpoint", "checkpoint-step000002"]  # step 1 went at step 4's save
     assert_loads(tmp_path / "checkpoint", 3)
+    for name in names(tmp_path):
+        _truncate(tmp_path / name / "model.safetensors")
+    with pytest.raises(CheckpointError, match=rf"{tmp_path} has no usable checkpoint: .*model.safetensors has"):
+        checkpoint.latest(tmp_path)
 
 
 def test_lora_checkpoint_is_a_peft_adapter(tmp_path, tiny):
