@@ -85,6 +85,8 @@ def test_tokenizer_comes_from_memory_not_from_a_deleted_folder(tmp_path, tiny):
     for step in (1, 2, 3):
         checkpoint.save(run, tiny[0], tok, state(step))
         assert_loads(run / "checkpoint", step)
+    only_config = checkpoint.save(run, tiny[0], {"tokenizer_config.json": tok["tokenizer_config.json"]}, state(4))
+    assert checkpoint.check(only_config) == (4, None)  # either file is a tokenizer: no tokenizer.json is fine
 
 
 def _truncate(f, header_only=False):
