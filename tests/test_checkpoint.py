@@ -89,9 +89,8 @@ def test_tokenizer_comes_from_memory_not_from_a_deleted_folder(tmp_path, tiny):
     assert checkpoint.check(only_config) == (4, None)  # either file is a tokenizer: no tokenizer.json is fine
 
 
-def _truncate(f, header_only=False):
-    """The last 10 bytes cut, or (header_only) all after a safetensors file's header: the header whole."""
-    os.truncate(f, 8 + int.from_bytes(f.read_bytes()[:8], "little") if header_only else f.stat().st_size - 10)
+def _truncate(f):
+    os.truncate(f, f.stat().st_size - 10)
 
 
 def _garble(f):
@@ -106,7 +105,7 @@ def _flip(f):
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda c: _truncate(c / "model.safetensors", header_only=True), "bytes but its header says"),
+    (lambda c: _truncate(c / "model.safetensors"), "model.safetensors has"),
     (lambda c: _garble(c / "model.safetensors"), "model.safetensors has no valid safetensors header"),
     (lambda c: (c / "config.json").write_text("{" + " " * 200), "config.json"),
     (lambda c: (c / "tokenizer.json").unlink(), "tokenizer.json is missing"),
