@@ -85,6 +85,8 @@ def test_tokenizer_comes_from_memory_not_from_a_deleted_folder(tmp_path, tiny):
     for step in (1, 2, 3):
         checkpoint.save(run, tiny[0], tok, state(step))
         assert_loads(run / "checkpoint", step)
+    only_config = checkpoint.save(run, tiny[0], {"tokenizer_config.json": tok["tokenizer_config.json"]}, state(4))
+    assert checkpoint.check(only_config) == (4, None)  # either file is a tokenizer: no tokenizer.json is fine
 
 
 def _truncate(f):
@@ -129,19 +131,14 @@ def test_unusable_checkpoint_falls_back_with_a_warning(tmp_path, tiny, capsys, d
     assert_loads(tmp_path / "checkpoint", 3)
 
 
-def test_the_manifest_records_each_files_sha256(tmp_path, tiny):
+def test_the_manifest_records_each_files_sha256_and_an_older_one_only_sizes(tmp_path, tiny, capsys):
+    """A checkpoint of an older nanoatr (sizes only) still loads; nothing can tell a changed byte there."""
     path = save(tmp_path, tiny, 1)
     manifest = strict_file(path / "manifest.json")
     files = sorted(p.name for p in path.iterdir() if p.name != "manifest.json")
     assert sorted(manifest["files"]) == sorted(manifest["sha256"]) == files
     for name in files:  # what sha256sum prints
         assert manifest["sha256"][name] == hashlib.sha256((path / name).read_bytes()).hexdigest()
-
-
-def test_an_older_manifest_without_hashes_is_checked_by_size(tmp_path, tiny, capsys):
-    """A checkpoint of an older nanoatr (sizes only) still loads; nothing can tell a changed byte there."""
-    path = save(tmp_path, tiny, 1)
-    manifest = strict_file(path / "manifest.json")
     del manifest["sha256"]
     (path / "manifest.json").write_text(json.dumps(manifest))
     assert_loads(path, 1)
@@ -152,15 +149,9 @@ def test_an_older_manifest_without_hashes_is_checked_by_size(tmp_path, tiny, cap
     assert capsys.readouterr().err == ""
 
 
-def test_no_usable_checkpoint_is_one_line_naming_the_run(tmp_path, tiny):
-    save(tmp_path, tiny, 1, keep=1)
-    _truncate(tmp_path / "checkpoint/model.safetensors")
-    with pytest.raises(CheckpointError, match=rf"{tmp_path} has no usable checkpoint: .*model.safetensors has"):
-        checkpoint.latest(tmp_path)
-
-
 def test_a_save_with_a_newer_stale_checkpoint_beside_it(tmp_path, tiny):
-    """Resumed from step 2 because step 3 (kept) was damaged, saving step 3 replaces it."""
+    """Resumed from step 2 because step 3 (kept) was damaged, saving step 3 replaces it. With every
+    checkpoint damaged, latest() is one line naming the run."""
     for step in (1, 2, 3, 4):
         save(tmp_path, tiny, step, keep=3)
     _truncate(tmp_path / "checkpoint/model.safetensors")
@@ -169,6 +160,10 @@ def test_a_save_with_a_newer_stale_checkpoint_beside_it(tmp_path, tiny):
     save(tmp_path, tiny, 3, keep=3)
     assert names(tmp_path) == ["checkpoint", "checkpoint-step000002"]  # step 1 went at step 4's save
     assert_loads(tmp_path / "checkpoint", 3)
+    for name in names(tmp_path):
+        _truncate(tmp_path / name / "model.safetensors")
+    with pytest.raises(CheckpointError, match=rf"{tmp_path} has no usable checkpoint: .*model.safetensors has"):
+        checkpoint.latest(tmp_path)
 
 
 def test_lora_checkpoint_is_a_peft_adapter(tmp_path, tiny):
@@ -234,7 +229,7 @@ def test_a_fresh_log_and_an_untouched_log_with_null_for_a_number_not_finite(tmp_
     assert (tmp_path / "metrics.jsonl").stat().st_mtime_ns == before  # not rewritten
 
 
-def test_write_json_atomic(tmp_path, monkeypatch):
+def test_write_json_atomic_and_the_reason_it_names(tmp_path, monkeypatch):
     path = tmp_path / "config.json"
     folder.write_json_atomic(path, {"a": 1})
     assert strict_file(path) == {"a": 1}
@@ -245,6 +240,13 @@ def test_write_json_atomic(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match=rf"cannot write {path} \(disk full\)"):
         folder.write_json_atomic(path, {"a": 2})
     assert strict_file(path) == {"a": 1} and names(tmp_path) == ["config.json"]
+    # reason(), the phrase: an OSError's, also one torch.save wraps in a RuntimeError; another error raised
+    # while handling one (a bug, Ctrl-C) has none (None: it is re-raised as it is)
+    full, read_only = OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EROFS, "Read-only file system")
+    wrapped, bug = RuntimeError("unexpected pos"), KeyError("x")
+    for e in (wrapped, bug, read_only):
+        e.__context__ = full
+    assert [checkpoint.reason(e) for e in (wrapped, bug, read_only)] == ["disk full", None, "read-only file system"]
 
 
 # ----------------------------------------------------------------------------

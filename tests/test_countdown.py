@@ -112,8 +112,8 @@ def test_text_around_the_box():
 
 
 def test_malformed_answers_and_non_string_completions_score_zero():
-    assert parse_answer("3,8,5,2:19") == ([3, 8, 5, 2], 19) and parse_answer(" 3,5:8 ") == ([3, 5], 8)
-    assert parse_answer("3,5") is None and parse_answer("x:1") is None
+    assert parse_answer(" 3,8,5,2,1,1,1,1:9 ") == ([3, 8, 5, 2, 1, 1, 1, 1], 9)  # MAX_NUMBERS, not one more:
+    assert parse_answer("3,5") is parse_answer("x:1") is parse_answer("3,8,5,2,1,1,1,1,1:9") is None
     for answer in ["", ":", "3,5", "3,5:", ":19", "a,b:c", "3,,5:8", "3,5:8:9", "3;5:8", None, 19, "1" * 300,
                    ",".join(["1"] * 20) + ":20", "3,5:99999999999", "-3,5:2"]:
         assert reward(box("3+5"), answer) == 0.0, answer

@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 import train
 from nanoatr.data import Shard
+from nanoatr.machinery import distributed
 from rounding import U64, sum_orders, within
 from conftest import jsonl, strict_file
 
@@ -111,37 +112,35 @@ def test_sampling_does_not_depend_on_the_number_of_ranks():
     rows = one.minibatches(5, 2, 2)
     per_rank = [s.minibatches(5, 2, 2) for s in ranks]
     assert all(torch.equal(rows[m], torch.cat([per_rank[0][m], per_rank[1][m] + 4])) for m in range(4))
-    assert torch.distributed.is_available()
 
 
 def test_cpu_threads_take_the_cores_others_leave_idle(monkeypatch):
-    from nanoatr.machinery.distributed import CpuThreads
+    import io
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:
-        t = CpuThreads(0)
+        t = distributed.CpuThreads(0)
         t.cores = [0, 1, 2, 3]
+        stat = "cpu  9 9 9 9 9 9 9 9\ncpu1 1 2 3 100 200 6 7 8 9 9\ncpu4 50 0 0 0 0 0 0 0\n"  # 4: not ours
+        monkeypatch.setattr(distributed, "open", lambda path: io.StringIO(stat), raising=False)
+        assert t._sample()[1] == (1 + 2 + 3 + 6 + 7 + 8) / os.sysconf("SC_CLK_TCK")  # busy: all but idle, iowait
         samples = iter([(10.0, 100.0, 5.0), (11.0, 103.0, 6.0), (12.0, 104.0, 7.0), (13.0, 108.0, 8.0)])
         monkeypatch.setattr(t, "_sample", lambda: next(samples))
         t.last = t._sample()
         assert t.adjust() == 2 and torch.get_num_threads() == 2  # 3 busy core-s in 1 s, 1 of them ours: 2 others
         assert t.adjust() == 4  # 1 busy, all ours: nobody else
         assert t.adjust() == 1  # 4 busy, 1 ours: 3 others, at least one thread stays
-        assert CpuThreads(3).adjust() == 3  # --threads N is kept
+        assert distributed.CpuThreads(3).adjust() == 3  # --threads N is kept
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert CpuThreads(0).fixed == torch.get_num_threads()  # the user's explicit choice wins
+        assert distributed.CpuThreads(0).fixed == torch.get_num_threads()  # the user's explicit choice wins
     finally:
         torch.set_num_threads(before)
 
 
 def test_cpu_threads_see_a_busy_process_on_our_cores(monkeypatch):
     """A real busy loop pinned to one of our cores shows up as about one core used by others."""
-    import os
-    import subprocess
-    import sys
     import time
-    from nanoatr.machinery.distributed import CpuThreads
     if not os.path.exists("/proc/stat"):
         pytest.skip("no /proc/stat")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -149,7 +148,7 @@ def test_cpu_threads_see_a_busy_process_on_our_cores(monkeypatch):
     core = sorted(os.sched_getaffinity(0))[0]
     busy = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
     try:
-        t = CpuThreads(0)
+        t = distributed.CpuThreads(0)
         time.sleep(0.5)
         assert t.others() > 0.5
     finally:
@@ -183,12 +182,11 @@ def test_a_device_that_is_not_cpu_or_cuda_is_one_line_in_every_command(tmp_path,
     ("cuda", 2, 2, "--device cuda: rank 2 needs GPU 2, but there are 2"),
 ])
 def test_a_device_this_machine_lacks_is_one_line(monkeypatch, device, gpus, rank, expected):
-    from nanoatr.machinery.distributed import DeviceError, pick_device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     try:
-        got = str(pick_device(device, rank))
-    except DeviceError as e:
+        got = str(distributed.pick_device(device, rank))
+    except distributed.DeviceError as e:
         got = str(e)
     assert got.startswith(expected), got
 
@@ -218,7 +216,6 @@ def test_every_sitting_of_a_run_records_the_code_host_and_versions_it_ran(tmp_pa
 def test_provenance_is_unknown_without_git_or_outside_its_own_checkout(tmp_path, monkeypatch):
     """git missing or past its timeout, or the package installed inside some other repository (a virtual
     environment in a project): the commit is unknown, and the run goes on."""
-    from nanoatr.machinery import distributed
 
     def no_git(*args, **kwargs):
         raise FileNotFoundError("git")

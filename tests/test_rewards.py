@@ -250,8 +250,9 @@ PROBLEMS = [Problem(f"q{i}", str(i)) for i in range(3)]
     ("return [1.0 / (c != 'boom') for c in completions]",
      "reward function bad raised ZeroDivisionError: float division by zero on row 1 of 3 (problem 'q1', "
      "completion 'boom')"),
-    ("raise ValueError('on two\\nlines')",
-     "reward function bad raised ValueError: on two lines on row 0 of 3"),
+    # one line: a word over 100 characters cut to its first 40, the whole error to 300 characters
+    ("raise ValueError('on two\\nlines ' + 'a' * 101 + (' ' + 'b' * 100) * 3)",
+     f"bad raised ValueError: on two lines {'a' * 40}... {'b' * 100} {'b' * 100} {'b' * 29} on row 0 of 3"),
     ("return [1.0, 2.0]", "reward function bad returned 2 rewards for 3 completions"),
     ("return 1.0", "reward function bad returned a float, not a list of one reward per completion (3)"),
     ("return 'abc'", "reward function bad returned a str, not a list"),
@@ -308,7 +309,9 @@ def test_what_trl_takes_is_taken_numpy_and_torch_values_and_async_functions():
     ("def f(completions, answer):", "reward function f has no **kwargs, but this batch would pass it prompts, "
      "completion_ids, trainer_state (TRL passes every column): add **kwargs to its parameters"),
     ("def f(completions, /, **kwargs):", "reward function f takes 'completions' by position only; it is "
-     "passed by name")])
+     "passed by name"),
+    ("def f(scale):", "reward function f takes no `completions` argument: is it a factory that makes the reward "
+     "function? Name the function it returns (my_reward = f(...) in a file, then --reward FILE.py:my_reward)")])
 def test_a_signature_that_cannot_take_the_batch_is_one_line_naming_no_row(write, source, message):
     path = write("user_reward_signature.py", source + "\n    return [0.0] * len(completions)\n")
     with pytest.raises(RewardError) as e:

@@ -3,8 +3,7 @@ import copy
 import pytest
 import torch
 
-from nanoatr.rollout import SAMPLERS
-from nanoatr.rollout import STOP_EVERY, draw, filter_logits, generate, sampling_logprobs
+from nanoatr.rollout import SAMPLERS, STOP_EVERY, Rollout, draw, filter_logits, generate, sampling_logprobs
 from rounding import sampled_logprob_error, within
 
 PROMPTS = [[5, 17, 3, 9, 22, 41, 8], [11, 2], [30, 31, 32, 33]]
@@ -62,7 +61,7 @@ def test_logprobs_equal_one_full_forward(tiny64, temperature, sampler):
         within(out.sampler_logp[i], ref, tol, "sampler vs full forward")
 
 
-def test_rows_that_stop_are_masked(tiny_model):
+def test_rows_that_stop_are_masked_and_decoding_ends_when_all_have(tiny_model):
     free = generate(tiny_model, PROMPTS, max_new_tokens=10, temperature=0)
     eos = int(free.tokens[0, 3])  # make row 0 stop at step 3 (or earlier if the token came sooner)
     out = generate(tiny_model, PROMPTS, max_new_tokens=10, temperature=0, eos_token_id=eos, pad_id=0)
@@ -77,17 +76,14 @@ def test_rows_that_stop_are_masked(tiny_model):
         else:
             assert out.mask[i].all()
     assert eos in out.tokens[0].tolist()
-
-
-def test_stops_early_when_all_rows_finish(tiny_model):
-    free = generate(tiny_model, [PROMPTS[0]], max_new_tokens=10, temperature=0)
-    out = generate(tiny_model, [PROMPTS[0]], max_new_tokens=10, temperature=0, eos_token_id=int(free.tokens[0, 2]))
-    assert out.tokens.shape[1] <= 3
+    alone = generate(tiny_model, PROMPTS[:1], max_new_tokens=10, temperature=0, eos_token_id=eos)
+    assert alone.tokens.shape[1] <= 4  # every row finished: decoding stops early
 
 
 def test_stop_callable_ends_decoding_sooner_and_changes_no_token(tiny_model):
     """A row is done once the stop callable says so (checked every STOP_EVERY tokens); the batch ends
-    when every row is, and what was drawn is the prefix of what is drawn without the callable."""
+    when every row is, and what was drawn is the prefix of what is drawn without the callable (the same
+    seed, the same draws). One that finds nothing changes nothing: a row ended by an EOS stays finished."""
     n = 3 * STOP_EVERY
     free = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5))
     seen = []
@@ -109,32 +105,11 @@ def test_stop_callable_ends_decoding_sooner_and_changes_no_token(tiny_model):
     class Never(Stop):
         def holds(self, rows):
             return [False] * len(rows)
-    never = generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), stopper=Never())
-    assert torch.equal(never.tokens, free.tokens) and not never.finished.any()
-
-
-def test_a_row_ended_by_eos_stays_finished_when_stop_strings_are_given(tiny_model):
-    """finished is an EOS or a stop string: a stop callable that finds nothing must not unset a row's EOS."""
-    free = generate(tiny_model, PROMPTS, 10, temperature=0)
     eos = int(free.tokens[0, 2])  # row 0 ends at an EOS by step 2
-
-    class Nothing:  # no row ever holds a stop string
-        def holds(self, rows):
-            return [False] * len(rows)
-
-        def cut(self, tokens, mask):
-            return mask, torch.zeros(len(mask), dtype=torch.bool)
-
-    plain = generate(tiny_model, PROMPTS, 10, temperature=0, eos_token_id=eos)
-    out = generate(tiny_model, PROMPTS, 10, temperature=0, eos_token_id=eos, stopper=Nothing())
-    assert out.finished[0] and torch.equal(out.finished, plain.finished)
-    assert torch.equal(out.mask, plain.mask)
-
-
-def test_sampling_is_reproducible_with_a_generator(tiny_model):
-    a = generate(tiny_model, PROMPTS, 8, generator=torch.Generator().manual_seed(3))
-    b = generate(tiny_model, PROMPTS, 8, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(a.tokens, b.tokens)
+    plain, never = (generate(tiny_model, PROMPTS, n, generator=torch.Generator().manual_seed(5), eos_token_id=eos,
+                             stopper=stopper) for stopper in (None, Never()))
+    assert never.finished[0] and torch.equal(never.finished, plain.finished)
+    assert torch.equal(never.tokens, plain.tokens) and torch.equal(never.mask, plain.mask)
 
 
 def test_top_k_and_top_p_filters():
@@ -186,6 +161,19 @@ def test_rollout_tensors_can_be_saved_for_backward(tiny_model):
     logp = score(tiny_model, ids, mask, out.tokens, 1.0).logp
     logp.sum().backward()
     tiny_model.zero_grad(set_to_none=True)
+
+
+def test_unpadded_cuts_only_the_padding_the_rows_share():
+    """Rows 0 and 2: prompts of 2 and 1 tokens (left-padded to 4), completions of 2 and 3 (right-padded to
+    5): cut to 2 prompt and 3 completion columns; rows without a completion token keep one column."""
+    prompt_mask = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1], [0, 0, 0, 1]], dtype=torch.bool)
+    mask = torch.tensor([[1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    ids, tokens = torch.arange(12).view(3, 4), torch.arange(15).view(3, 5)
+    r = Rollout(ids, prompt_mask, tokens, mask * 0.5, mask, mask[:, 0])
+    ids, pmask, tokens, tmask = r.unpadded([0, 2])
+    assert (ids.tolist(), pmask.tolist()) == ([[2, 3], [10, 11]], [[True, True], [False, True]])
+    assert (tokens.tolist(), tmask.tolist()) == ([[0, 1, 2], [10, 11, 12]], [[True, True, False], [True] * 3])
+    assert r._replace(mask=mask & False).unpadded([0, 2])[2].tolist() == [[0], [10]]
 
 
 @pytest.mark.parametrize("V", [50, 128, 1000, 1024])  # one level, one full block, zero-padded blocks, unpadded blocks

@@ -68,6 +68,7 @@ RADICALS_AND_PI = [
     ("\\frac{\\pi}{3}", "\\frac{\\pi}{6}", False), ("\\pi", "3", False), ("4\\pi", "4 \\pi", True),
     ("\\frac{4\\pi}{3}", "\\frac43\\pi", True), ("\\sqrt{2}", "2", False), ("\\infty", "\\infty", True),
     ("-\\infty", "\\infty", False), ("5\\sqrt{2}", "\\sqrt{50}", True), ("\\sqrt{8}", "2\\sqrt{2}", True),
+    ("\\frac\\pi2", "\\pi/2", True), ("\\sqrt x", "x^{1/2}", True),  # an argument of one command, one letter
 ]
 
 PERCENT_DEGREES_UNITS = [
@@ -212,6 +213,7 @@ def test_boxed_equivalence(answer, gold, expected):
 
 # (full completion, gold, expected): extraction --------------------------------------------
 COMPLETIONS = [
+    (boxed("27"), 27.0, True), (boxed("34"), 34, True), (None, "1", False), (boxed("1"), None, False),  # non-str
     ("The sum is 34.\nAnswer: 34", "34", True),                         # DAPO's required last line
     ("Lots of work...\nAnswer: $34$", "34", True),
     ("answer: 34", "34", True),
@@ -300,13 +302,6 @@ BOX_GROUPS = [
 @pytest.mark.parametrize("completion,gold,expected", COMPLETIONS + STATEMENTS + BOX_GROUPS)
 def test_extraction(completion, gold, expected):
     assert verify(completion, gold) is expected
-
-
-def test_non_string_and_numeric_golds():
-    assert verify(boxed("27"), 27.0) is True
-    assert verify(boxed("34"), 34) is True
-    assert verify(None, "1") is False
-    assert verify(boxed("1"), None) is False
 
 
 # property tests ---------------------------------------------------------------------------

@@ -74,10 +74,12 @@ def test_normalize_removes_presentation(raw, normalized):
 
 @pytest.mark.parametrize("raw, normalized", [
     (r"34\text{ or 35}", "34 or 35"), (r"5 \text{ not}", "5 not"), (r"5 \text{ or more}", "5 or more"),
-    ("7 or more", "7 or more"), ("5 or 6", "5 or 6"), ("2 and 3", "2 and 3"), ("1,2", "1,2"), ("12,34", "12,34")])
+    ("7 or more", "7 or more"), ("5 or 6", "5 or 6"), ("2 and 3", "2 and 3"), ("1,2", "1,2"),
+    ("12,34", "12,34"), (r"\neg p", r"\neg p"), (r"\nexists x", r"\nexists x")])
 def test_normalize_keeps_what_changes_the_answer(raw, normalized):
-    """What is not a unit stays: words like "or" / "not" after a number ("7 or more" is not 7 of a
-    unit "or more"), and commas that are not thousands separators (a list)."""
+    r"""What is not a unit stays: words like "or" / "not" after a number ("7 or more" is not 7 of a
+    unit "or more"), commas that are not thousands separators (a list), and commands that only begin
+    like a symbol's (\neg is not \ne)."""
     assert normalize(raw) == normalized
 
 
@@ -119,7 +121,12 @@ def test_canonical_details_of_choices_percent_tuples_and_lists():
 
 def test_canonical_bounds_make_text():
     """Over the bounds an answer is text (compared as a string), never parsed: more than MAX_ITEMS
-    entries, more than MAX_ANSWER_CHARS characters."""
+    entries, more than MAX_ANSWER_CHARS characters, an entry inside more than MAX_NESTING (4) tuples."""
+    for k, kind in ((4, "num"), (5, "text")):  # "1" inside k tuples: ((1, 2), 2) for k = 2
+        c = canonical("(" * k + "1" + ", 2)" * k)
+        for _ in range(k):
+            c = c.value[0]
+        assert c.kind == kind
     assert canonical(", ".join(map(str, range(MAX_ITEMS)))).kind == "list"
     assert canonical(", ".join(map(str, range(MAX_ITEMS + 1)))).kind == "text"
     assert canonical("1" * (MAX_ANSWER_CHARS + 1)).kind == "text"
@@ -227,11 +234,14 @@ def test_brackets_at_infinity_are_ignored():
 
 def test_relations_equal_up_to_a_factor():
     """Equations are equal up to a nonzero factor, inequalities up to a positive one; variables must
-    agree; "x = 3" is the answer 3, and every non-name side of an equation must match."""
+    agree; "x = 3" is the answer 3, and every non-name side of an equation must match; chains side by side,
+    either way round, with the same operators."""
     assert eq(r"y = -\frac12 x + \frac34", "2x + 4y - 3 = 0") and not eq("2x + 4y = 3", "2x + 4y = -3")
     assert eq("y > 2x + 1", "4x + 2 < 2y") and not eq("y > 2x + 1", "-y > -2x - 1")
     assert not eq("x = 3", "y = 3") and not eq("x > 2", "t > 2")
     assert eq("x = 3", "3") and eq(r"2 \cdot 3 = 6", "6") and not eq("5 = 6", "6")
+    assert eq("0 < x + y < 1", "0 < y + x < 1") and eq("0 < x + y < 1", "1 > x + y > 0")
+    assert not eq("0 < x + y < 1", r"0 \le x + y < 1")
 
 
 EQUIVALENCE_TABLE = ["5", "(A) 5", "A", r"5\%", "0.05", "x = 5", r"\{5\}", "5, 5", "(5)", r"\{5, 6\}", "5, 6",
@@ -270,6 +280,7 @@ EXTRACTIONS = [  # (completion, the final answer(s)): the package docstring's EX
     ("Answer: The number of ways is 120.", ["120"]),
     ("The answer is correct.", []), ("the answer is $12$, or maybe $13$", []),  # chatter; a hedge voids
     ("Answer: 5\nAnswer: 6", ["5", "6"]), ("The answer is 12. The answer is 13.", ["12", "13"]),
+    ("Answer: Monday\nMonday\nAnswer: Friday", ["Friday"]),  # a word between: its answer only is removed
     ("Answer: 5. Hmm, let me reconsider the whole problem carefully. Answer: 6", ["6"]),
     ("We get 5 and 6 and 7", []),  # no marker, no answer: no "last number" fallback
     # a line starting "Answer:" after the last box replaces it; a mid-line remark does not
@@ -280,15 +291,10 @@ EXTRACTIONS = [  # (completion, the final answer(s)): the package docstring's EX
 
 @pytest.mark.parametrize("completion, answers", EXTRACTIONS)
 def test_extract_answers(completion, answers):
-    """extract_answers: the final answer(s) of a completion, by the EXTRACTION rules; [] for none."""
+    """extract_answers: the final answer(s) of a completion, by the EXTRACTION rules; [] for none.
+    extract_answer: them as one string, several joined by ", "; None for none."""
     assert extract_answers(completion) == answers
-
-
-def test_extract_answer_joins_the_final_answers():
-    """extract_answer: the answers as one string, several joined by ", "; None without an answer."""
-    assert extract_answer(r"\boxed{2}. \boxed{3}.") == "2, 3"
-    assert extract_answer(r"\boxed{2}") == "2"
-    assert extract_answer("no marker here: 5") is None
+    assert extract_answer(completion) == (", ".join(answers) if answers else None)
 
 
 def test_extraction_bounds():

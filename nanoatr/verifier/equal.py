@@ -247,7 +247,7 @@ def _same_interval(x: Interval, y: Interval) -> bool:
             and (x.hi_closed == y.hi_closed or not finite(x.hi)))
 
 
-_FLIP = {"<": ">", "≤": "≥"}
+_FLIP = {"<": ">", "≤": "≥", ">": "<", "≥": "≤"}  # an operator with its sides swapped
 
 
 def _relations_equal(a: Canon, b: Canon) -> bool:
@@ -267,7 +267,7 @@ def _difference(c: Canon):
     (op,), (lhs, rhs) = c.extra[0], c.value
     if lhs.kind != "num" or rhs.kind != "num":
         return None
-    if op in _FLIP:
+    if op in ("<", "≤"):
         op, lhs, rhs = _FLIP[op], rhs, lhs
     return op, add(lhs.value, neg(rhs.value))
 
