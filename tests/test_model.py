@@ -192,8 +192,8 @@ CONFIG_EDITS = {
     "model_type llama": {"model_type": "llama"}}
 SHARD_INDEXES = {"index not json": "{", "index without weight_map": "{}", "index weight_map a list": '{"weight_map": []}',
                  "index names a missing shard": '{"weight_map": {"x": "model-00009.safetensors"}}'}
-OTHER_BREAKS = ["no directory", "no config.json", "no weights", "config list", "config string", "config not utf-8", "truncated", "header only", "empty weights",
-                "garbage weights", "integer weights"]
+OTHER_BREAKS = ["no directory", "no config.json", "no weights", "config list", "config string", "config not utf-8",
+                "truncated", "header only", "empty weights", "garbage weights", "integer weights"]
 BROKEN = [*CONFIG_EDITS, *SHARD_INDEXES, *OTHER_BREAKS]
 
 
