@@ -18,7 +18,6 @@ import eval as eval_cmd
 import sft as sft_cmd
 import train
 import sft
-from nanoatr import lora
 from nanoatr.data import Problem, load_solutions
 from nanoatr.model import Qwen3, init_weights
 from nanoatr.tokenizer import encode_prompts, format_prompt, load_tokenizer
@@ -306,21 +305,12 @@ def test_lora_sft_model_loads_in_train_eval_and_transformers(tmp_path, qwen3, ca
                         "--eval-max-new-tokens", "4", "--max-len", "128")
     model = run / "model"
     assert strict_file(run / "config.json")["thinking"] is False
-    # transformers and peft: the adapter on its base gives our logits, the merged model is base + adapter and
-    # gives our logits too. In float64, the weights as stored: rounding.qwen3_float64 apart (other norm code)
+    # the merged model is base + adapter, and transformers and peft take both (with our logits: test_lora's
+    # round trips of lora.merge and of a run's adapter checkpoint)
     from test_lora import assert_merged_is_base_plus_adapter
     assert_merged_is_base_plus_adapter(qwen3, run / "checkpoint", model)
-    ids = torch.tensor([[1, 2, 3, 151645]])
-    f64 = torch.float64
-    with torch.no_grad():
-        merged = AutoModelForCausalLM.from_pretrained(model, dtype=f64).eval()(input_ids=ids).logits
-        base = AutoModelForCausalLM.from_pretrained(qwen3, dtype=f64).eval()
-        adapted = PeftModel.from_pretrained(base, str(run / "checkpoint")).eval()(input_ids=ids).logits
-        ours_merged = Qwen3.from_pretrained(model, dtype=f64).eval()(ids)
-        ours_adapted = lora.load_model(run / "checkpoint")[0].double().eval()(ids)
-    bound = qwen3_float64(base.config, same_code=False)
-    within(adapted, ours_adapted, bound * float(ours_adapted.abs().max()), "peft adapter vs ours")
-    within(merged, ours_merged, bound * float(ours_merged.abs().max()), "merged: transformers vs ours")
+    PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(qwen3), str(run / "checkpoint"))
+    AutoModelForCausalLM.from_pretrained(model)
     assert (model / "tokenizer.json").is_file() and (model / "generation_config.json").is_file()
     # train.py starts RL from it; eval.py evaluates it (and the adapter directory as it is)
     train.main(["--model", str(model), "--data", data, "--eval-data", "--steps", "1", "--prompts-per-step", "2",
