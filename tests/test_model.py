@@ -192,8 +192,9 @@ CONFIG_EDITS = {
     "model_type llama": {"model_type": "llama"}}
 SHARD_INDEXES = {"index not json": "{", "index without weight_map": "{}", "index weight_map a list": '{"weight_map": []}',
                  "index names a missing shard": '{"weight_map": {"x": "model-00009.safetensors"}}'}
-OTHER_BREAKS = ["no directory", "no config.json", "no weights", "config list", "config string", "config not utf-8",
-                "truncated", "header only", "empty weights", "garbage weights", "integer weights"]
+OTHER_BREAKS = ["no directory", "no config.json", "no weights", "config list", "config string",
+                "config not utf-8", "truncated", "header only", "empty weights", "garbage weights",
+                "integer weights"]
 BROKEN = [*CONFIG_EDITS, *SHARD_INDEXES, *OTHER_BREAKS]
 
 
@@ -210,7 +211,8 @@ def broken_dir(src, dst, case):
         weights.unlink()
         (dst / "model.safetensors.index.json").write_text(SHARD_INDEXES[case])
     else:
-        {"no directory": lambda: shutil.rmtree(dst), "no config.json": cfg.unlink, "no weights": weights.unlink,
+        {"no directory": lambda: shutil.rmtree(dst), "no config.json": cfg.unlink,
+         "no weights": weights.unlink,
          "config list": lambda: cfg.write_text(json.dumps([config])),
          "config string": lambda: cfg.write_text('"qwen3"'),
          "config not utf-8": lambda: cfg.write_bytes(b'{"model_type": "\xff"}'),
@@ -233,7 +235,8 @@ def test_unusable_directory_is_one_model_error_naming_the_file(hf_dir, tmp_path,
     message = str(e.value)
     assert "\n" not in message and str(path) in message, message
     named = {"directory": "does not exist", "no weights": "has no weights: expected model.safetensors",
-             "index": "model.safetensors.index", "weights": "model.safetensors", "truncated": "model.safetensors",
+             "index": "model.safetensors.index", "weights": "model.safetensors",
+             "truncated": "model.safetensors",
              "header only": "model.safetensors", "not the weights'": "config.json"}
     expected = next((v for k, v in named.items() if k in case), "config.json")
     assert expected in message, message
