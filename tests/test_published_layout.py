@@ -19,7 +19,7 @@ from nanoatr.rollout import generate
 from nanoatr.tokenizer import encode_prompts, load_tokenizer, eos_token_ids
 from qwen3_dirs import CHAT, ENDOFTEXT, IM_END, NO_THINKING, hf_model, script, write_dir
 from rounding import qwen3_float64, within
-from conftest import jsonl, strict_file
+from conftest import error_line, jsonl, strict_file
 
 PROBLEMS = [("What is 1+1?", "2"), ("Compute 7 - 5, please, and explain every step of it carefully.", "2")]
 
@@ -118,10 +118,8 @@ def test_ignored_prompt_flags_are_errors(dirs, capsys):
     for argv, message in [(["--thinking", "--prompt-template", "Q: {question}"], "--thinking has no effect with "
                                                                                  "--prompt-template"),
                           (["--system-prompt", "S", "--raw"], "--system-prompt has no effect with --raw")]:
-        with pytest.raises(SystemExit) as e:
-            sample.main(["--model", str(dirs["instruct"]), *argv, "hi"])
-        err = capsys.readouterr().err
-        assert e.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
+        assert error_line(capsys, sample.main, ["--model", str(dirs["instruct"]), *argv, "hi"]).startswith(
+            f"error: {message}")
     with pytest.raises(SystemExit):
         train.main(["--model", str(dirs["instruct"]), "--no-thinking", "--prompt-template", "Q: {question}"])
     assert "--no-thinking has no effect with --prompt-template" in capsys.readouterr().err
@@ -258,10 +256,8 @@ def test_lora_step_in_bf16_records_the_base_name(dirs, data, tok, tmp_path, monk
     assert strict_file(merged / "config.json")["eos_token_id"] == IM_END
     assert strict_file(merged / "generation_config.json")["eos_token_id"] == [IM_END, ENDOFTEXT]
     capsys.readouterr()
-    with pytest.raises(SystemExit):  # the recorded base is a name, not a directory here
-        sample.main(["--model", str(ckpt), "hi"])
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"pass --model BASE --adapter {ckpt}" in err
+    err = error_line(capsys, sample.main, ["--model", str(ckpt), "hi"])  # its base is a name, not a directory
+    assert f"pass --model BASE --adapter {ckpt}" in err
     sample.main(["--model", str(dirs["instruct"]), "--adapter", str(ckpt), "--max-new-tokens", "3", "hi"])
     assert "temperature 0.6, top-k 20, top-p 0.95 (from " in capsys.readouterr().err  # the checkpoint's copy
 
