@@ -98,12 +98,15 @@ def metrics(run_dir) -> list:
     return jsonl(Path(run_dir) / "metrics.jsonl")
 
 
-def error_line(capsys, main, argv, code: int = 2) -> str:
+def error_line(capsys, main, argv, code: int = 2, mid_run: bool = False) -> str:
     """main(argv) exits with `code` (2: a bad flag or file) after one line on stderr, "error: ...", and
-    nothing else there (no traceback): that line."""
+    nothing else there (no traceback; mid_run: but the run's progress bar before it): that line."""
     with pytest.raises(SystemExit) as e:
         main(argv)
     err = capsys.readouterr().err
+    if mid_run:
+        bar, _, err = err.partition("\n")
+        assert bar.startswith("\rtrain: "), bar
     assert e.value.code == code and err.count("\n") == 1 and err.startswith("error: "), (e.value.code, err)
     return err.rstrip("\n")
 

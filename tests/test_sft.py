@@ -24,7 +24,7 @@ from nanoatr.tokenizer import encode_prompts, format_prompt, load_tokenizer
 from qwen3_dirs import hf_model, write_dir
 from rounding import U32, U64, log_softmax_error, qwen3_float64, sum_orders, within
 from tiny import make_default, make_model_dir
-from conftest import jsonl, strict_file
+from conftest import error_line, jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = "<think>\nAdd them.\n</think>\n\nWe add: $1+1=2$, so the answer is $\\boxed{2}$."
@@ -338,31 +338,24 @@ def test_resume_continues_as_the_uninterrupted_run(tmp_path, arith):
     assert load_file(whole / "model/model.safetensors").keys() == load_file(part / "model/model.safetensors").keys()
 
 
-def one_error(capsys, argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        sft_cmd.main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
-
-
 def test_bad_input_is_one_line_and_leaves_no_run(tmp_path, arith, capsys):
+    def one_error(argv):
+        return error_line(capsys, sft_cmd.main, argv)
     model = make_model_dir(tmp_path / "m", seed=0)
     base = ["--model", str(model), "--out-dir", str(tmp_path / "runs"), "--name", "x", "--lora-rank", "0"]
     no_solution = write_jsonl(tmp_path / "ns.jsonl", [{"problem": "1+1", "solution": "1+1=2;\\boxed{2}",
                                                        "answer": "2"}, {"problem": "2+2", "answer": "4"}])
-    assert one_error(capsys, base + ["--data", no_solution]).endswith(
+    assert one_error(base + ["--data", no_solution]).endswith(
         "ns.jsonl:2: no 'solution' (an SFT row needs problem, solution and answer)")
     no_answer = write_jsonl(tmp_path / "na.jsonl", [{"problem": "2+2", "solution": "\\boxed{4}"}])
-    assert "na.jsonl:1: missing answer" in one_error(capsys, base + ["--data", no_answer])
-    line = one_error(capsys, base + ["--data", arith[0], "--max-len", "20"])
+    assert "na.jsonl:1: missing answer" in one_error(base + ["--data", no_answer])
+    line = one_error(base + ["--data", arith[0], "--max-len", "20"])
     assert "sft.jsonl:" in line and "over --max-len 20;" in line and "of 48 rows are: --skip-long drops them" in line
-    assert one_error(capsys, ["--data", arith[0]]).startswith("error: sft.py needs --model DIR")
-    assert "--eval-k would be ignored" in one_error(capsys, base + ["--data", arith[0], "--eval-k", "2"])
-    assert "--lora-alpha" in one_error(capsys, base + ["--data", arith[0], "--lora-alpha", "8"])
-    assert "--lr must be > 0" in one_error(capsys, base + ["--data", arith[0], "--lr", "0"])
-    assert "--thinking would be ignored" in one_error(capsys, base + ["--data", arith[0], "--thinking"])
+    assert one_error(["--data", arith[0]]).startswith("error: sft.py needs --model DIR")
+    assert "--eval-k would be ignored" in one_error(base + ["--data", arith[0], "--eval-k", "2"])
+    assert "--lora-alpha" in one_error(base + ["--data", arith[0], "--lora-alpha", "8"])
+    assert "--lr must be > 0" in one_error(base + ["--data", arith[0], "--lr", "0"])
+    assert "--thinking would be ignored" in one_error(base + ["--data", arith[0], "--thinking"])
     assert not (tmp_path / "runs/x").exists()
 
 
