@@ -136,8 +136,8 @@ def test_a_folder_a_killed_start_left_is_taken_by_a_new_start_and_explained_to_a
     for name in (".lock", "metrics.jsonl", "samples.jsonl"):
         (run / name).write_text("")
     assert error_line(capsys, train.main, ["--resume", str(run)]) == (
-        f"error: --resume {run}: no config.json there: not a run folder, or one whose start never finished (start "
-        "it again, without --resume)")
+        f"error: --resume {run}: no config.json there: not a run folder, or one whose start never finished "
+        "(start it again, without --resume)")
     train.main([*tiny_args(tmp_path), "--name", "r", "--steps", "1"])
     assert (run / "checkpoint").is_dir()
 
