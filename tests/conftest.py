@@ -98,6 +98,19 @@ def metrics(run_dir) -> list:
     return jsonl(Path(run_dir) / "metrics.jsonl")
 
 
+def error_line(capsys, main, argv, code: int = 2, mid_run: bool = False) -> str:
+    """main(argv) exits with `code` (2: a bad flag or file) after one line on stderr, "error: ...", and
+    nothing else there (no traceback; mid_run: but the run's progress bar before it): that line."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    if mid_run:
+        bar, _, err = err.partition("\n")
+        assert bar.startswith("\rtrain: "), bar
+    assert e.value.code == code and err.count("\n") == 1 and err.startswith("error: "), (e.value.code, err)
+    return err.rstrip("\n")
+
+
 TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
             max_position_embeddings=256)

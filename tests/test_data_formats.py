@@ -18,7 +18,7 @@ import eval as eval_cli
 import train
 from nanoatr import data
 from nanoatr.data import Problem, load_problems
-from conftest import jsonl as read_jsonl, strict_file  # this file's jsonl writes one
+from conftest import error_line, jsonl as read_jsonl, strict_file  # this file's jsonl writes one
 from test_data import error  # the one line a bad file gives, naming the file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -229,21 +229,16 @@ def test_train_on_a_conversational_parquet_runs_as_on_the_jsonl(tmp_path):
 
 def test_train_and_eval_bad_answer_field_is_one_line(tmp_path, capsys):
     conv = parquet(tmp_path / "c.parquet", [{"prompt": chat("S", "1+1"), "solution": "2"}])
-    with pytest.raises(SystemExit) as e:
-        train.main([*TINY, "--data", str(conv), "--eval-data", "--out-dir", str(tmp_path), "--name", "r",
-                    "--answer-field", "gold"])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.count("\n") == 1 and not (tmp_path / "r").exists()
-    assert err == f"error: {conv}:1: missing answer: no 'gold': found columns ['prompt', 'solution']\n"
-    with pytest.raises(SystemExit):
-        eval_cli.main(["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(conv), "--answer-field", "",
-                       "--out", str(tmp_path / "e.jsonl")])
-    assert capsys.readouterr().err == "error: --answer-field: empty column name\n"
-    with pytest.raises(SystemExit):
-        eval_cli.main(["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(conv), "--out",
-                       str(tmp_path / "e.jsonl")])
-    assert capsys.readouterr().err == (f"error: {conv}:1: missing answer: no 'answer': found columns "
-                                       "['prompt', 'solution']; --answer-field names the answer's column\n")
+    argv = [*TINY, "--data", str(conv), "--eval-data", "--out-dir", str(tmp_path), "--name", "r"]
+    assert error_line(capsys, train.main, [*argv, "--answer-field", "gold"]) == \
+        f"error: {conv}:1: missing answer: no 'gold': found columns ['prompt', 'solution']"
+    assert not (tmp_path / "r").exists()
+    argv = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(conv), "--out", str(tmp_path / "e.jsonl")]
+    assert error_line(capsys, eval_cli.main, [*argv, "--answer-field", ""]) == \
+        "error: --answer-field: empty column name"
+    assert error_line(capsys, eval_cli.main, argv) == (f"error: {conv}:1: missing answer: no 'answer': found "
+                                                       "columns ['prompt', 'solution']; --answer-field names "
+                                                       "the answer's column")
     eval_cli.main(["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(conv), "--answer-field",
                    "solution", "--k", "1", "--max-new-tokens", "8", "--out", str(tmp_path / "e.jsonl")])
     rows = read_jsonl(tmp_path / "e.jsonl")

@@ -10,7 +10,7 @@ import pytest
 import eval as eval_cli
 from nanoatr.data import TASKS
 from nanoatr.evaluate import summarize, verdicts_by_problem
-from conftest import jsonl
+from conftest import error_line, jsonl
 from tiny import make_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,11 +123,7 @@ def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
     else:
         (tmp_path / "o.jsonl").write_text('{"not": "a row"}\n{}\n')
         args["--skip-done"] = None
-    with pytest.raises(SystemExit) as e:
-        eval_cli.main([x for kv in args.items() for x in kv if x is not None])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and err.startswith("error: ")
+    err = error_line(capsys, eval_cli.main, [x for kv in args.items() for x in kv if x is not None])
     named = {"adapter": "is not a LoRA adapter directory",
              "budget": "error: --max-new-tokens 100000000 does not fit the model's"}
     assert named.get(case, "error: ") in err
@@ -161,11 +157,8 @@ def test_resume_with_other_settings_is_refused(capsys, model_dir, data, full_run
             *([] if flags == ["other model"] else flags)]
     if "--max-new-tokens" in flags:
         del argv[argv.index("--max-new-tokens"):argv.index("--max-new-tokens") + 2]
-    with pytest.raises(SystemExit) as e:
-        eval_cli.main(argv)
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.startswith("error: --skip-done: ") and err.count("\n") == 1, err
-    assert named in err
+    err = error_line(capsys, eval_cli.main, argv)
+    assert err.startswith("error: --skip-done: ") and named in err
     assert out.read_bytes() == full_run[0].read_bytes()
 
 
@@ -174,11 +167,9 @@ def test_unwritable_out_is_one_line_before_the_model_loads(capsys, monkeypatch, 
     monkeypatch.setattr(eval_cli.lora, "load_model", lambda *a, **k: pytest.fail("loaded the model first"))
     (tmp_path / "file").write_text("")
     out = tmp_path if where == "a directory" else tmp_path / "file" / "o.jsonl"
-    with pytest.raises(SystemExit) as e:
-        eval_cli.main(["--model", str(model_dir), "--data", *data, "--out", str(out)] +
-                      (["--skip-done"] if where == "a directory" else []))
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.startswith(f"error: cannot write --out {out}") and err.count("\n") == 1, err
+    err = error_line(capsys, eval_cli.main, ["--model", str(model_dir), "--data", *data, "--out", str(out)] +
+                     (["--skip-done"] if where == "a directory" else []))
+    assert err.startswith(f"error: cannot write --out {out}")
 
 
 @pytest.mark.parametrize("flag, value", [("--k", "0"), ("--n", "-1"), ("--temperature", "-1"), ("--top-p", "0"),
@@ -186,10 +177,7 @@ def test_unwritable_out_is_one_line_before_the_model_loads(capsys, monkeypatch, 
                                          ("--batch-size", "0"), ("--seed", "-1"), ("--limit", "-1"),
                                          ("--temperature", "nan")])
 def test_every_flag_is_range_checked(capsys, flag, value):
-    with pytest.raises(SystemExit) as e:
-        eval_cli.main([flag, value])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.startswith(f"error: {flag} must be") and err.count("\n") == 1, err
+    assert error_line(capsys, eval_cli.main, [flag, value]).startswith(f"error: {flag} must be")
 
 
 @pytest.mark.parametrize("line", ['{"benchmark": "b", "problem_id": ' + "9" * 5000 + "}", "[" * 5000 + "]" * 5000])
@@ -198,6 +186,4 @@ def test_an_out_file_row_json_cannot_read_into_python_is_one_line(tmp_path, caps
     the file and line, as any row that is not eval.py's."""
     out = tmp_path / "e.jsonl"
     out.write_text('{"settings": {}}\n' + line + "\n" + '{"settings": {}}\n')
-    with pytest.raises(SystemExit) as e:
-        eval_cli.read_done(out)
-    assert e.value.code == 2 and capsys.readouterr().err.startswith(f"error: {out}:2: not an eval.py row")
+    assert error_line(capsys, eval_cli.read_done, out).startswith(f"error: {out}:2: not an eval.py row")

@@ -26,7 +26,7 @@ from nanoatr.machinery import folder
 from nanoatr.machinery.flags import TrainConfig, apply_preset, hparam_flags, parse, resolve
 from rounding import U32, within
 from test_report import assert_same, events, metrics, scalars
-from conftest import jsonl, strict_file
+from conftest import error_line, jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs/from-trl.md").read_text()
@@ -204,10 +204,7 @@ def test_each_bad_input_is_the_one_line_the_page_shows(tmp_path, capsys, monkeyp
         assert case.startswith("--warmup-steps 20")
         argv += ["--warmup-steps", "20"]
     monkeypatch.chdir(folder)
-    with pytest.raises(SystemExit) as e:
-        train.main([*argv, *SHORT])
-    assert e.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines() == [error_lines()[case]]
+    assert error_line(capsys, train.main, [*argv, *SHORT]) == error_lines()[case]
     assert not (folder / "runs/arith").exists()
 
 
@@ -240,18 +237,14 @@ def test_each_trl_setting_of_the_page_typed_as_a_flag_is_told_ours_in_our_units(
         words = [str(v) for v in value] if isinstance(value, list) else [str(value)]
         typed = [f"--{key}", *words] + ["--steps_per_generation", "4", "--gradient_accumulation_steps", "2"] * \
             (key in ("steps_per_generation", "gradient_accumulation_steps"))
-        with pytest.raises(SystemExit) as e:
-            parse(TrainConfig, [*argv, *typed], "", hparam_flags)
-        err = capsys.readouterr().err
-        assert e.value.code == 2 and err.count("\n") == 1 and f"TRL's --{key}" in err, err
-        assert TOLD.get(key, "") in err, err
-    assert "--num_train_epochs 3 has no flag here" in told(["--num_train_epochs", "3"], capsys)
+        err = error_line(capsys, parse_flags, [*argv, *typed])
+        assert f"TRL's --{key}" in err and TOLD.get(key, "") in err, err
+    err = error_line(capsys, parse_flags, ["--num_train_epochs", "3"])
+    assert "--num_train_epochs 3 has no flag here" in err
 
 
-def told(argv: list[str], capsys) -> str:
-    with pytest.raises(SystemExit):
-        parse(TrainConfig, argv, "", hparam_flags)
-    return capsys.readouterr().err
+def parse_flags(argv: list[str]):
+    return parse(TrainConfig, argv, "", hparam_flags)
 
 
 def test_a_checkpoint_is_resumed_in_place_when_newest_and_else_into_a_new_folder(runs, capsys, monkeypatch):
@@ -264,13 +257,10 @@ def test_a_checkpoint_is_resumed_in_place_when_newest_and_else_into_a_new_folder
     with pytest.raises(SystemExit) as e:
         train.main(["--resume", "runs/arith/checkpoint"])
     assert e.value.code == 0 and "run runs/arith is finished (step 4 of 4" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as e:
-        train.main(["--resume", "runs/arith/checkpoint-step000002"])
-    assert e.value.code == 2
     line = ("error: --resume runs/arith/checkpoint-step000002 holds step 2, and runs/arith's newest checkpoint "
             "step 4: the run keeps its later steps; give --name NEW to go on from step 2 in a new run folder "
             "(beside it, its record up to step 2 copied)")
-    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert error_line(capsys, train.main, ["--resume", "runs/arith/checkpoint-step000002"]) == line
     assert line in " ".join(PAGE.split())
     sys.modules.pop("my_rewards", None)
     train.main(["--resume", "runs/arith/checkpoint-step000002", "--name", "from2"])

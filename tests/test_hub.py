@@ -15,7 +15,7 @@ from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 from nanoatr.model import ModelError, Qwen3
 from nanoatr.model import files
 from tiny import make_model_dir
-from conftest import strict_file
+from conftest import error_line, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 REPO = "tiny-org/tiny-qwen3"
@@ -135,10 +135,8 @@ def test_sft_takes_a_hub_id_and_names_a_missing_directory(offline, tmp_path, cap
     assert (tmp_path / "s/model/model.safetensors").is_file()
     capsys.readouterr()
     missing = tmp_path / "models/Qwen3-1.7B"
-    with pytest.raises(SystemExit) as e:
-        sft.main(["--model", str(missing), "--data", str(data), "--out-dir", str(tmp_path), "--name", "m"])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err == f"error: --model {missing}: no such directory\n"
+    argv = ["--model", str(missing), "--data", str(data), "--out-dir", str(tmp_path), "--name", "m"]
+    assert error_line(capsys, sft.main, argv) == f"error: --model {missing}: no such directory"
     assert not (tmp_path / "m").exists()
 
 

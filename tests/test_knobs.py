@@ -16,7 +16,7 @@ from nanoatr.machinery.flags import ConfigError, TrainConfig, check_schedule_kep
 from nanoatr.loss import overlong_penalty
 from nanoatr.rollout import Rollout
 from nanoatr.machinery import step_metrics
-from conftest import metrics
+from conftest import error_line, metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data",
@@ -84,10 +84,8 @@ def test_a_warmup_ratio_rounds_up_as_transformers_does():
     (["--overlong-buffer", "4", "--overlong-penalty", "-1"], "--overlong-penalty must be >= 0"),
 ])
 def test_a_bad_knob_is_one_line(tmp_path, capsys, args, message):
-    with pytest.raises(SystemExit) as e:
-        train.main([*QUICK, "--steps", "2", "--out-dir", str(tmp_path), "--name", "bad", *args])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert message in error_line(capsys, train.main, [*QUICK, "--steps", "2", "--out-dir", str(tmp_path),
+                                                      "--name", "bad", *args])
     assert not (tmp_path / "bad").exists()
 
 
@@ -123,10 +121,7 @@ def test_each_optimizer_step_runs_at_its_rate(tmp_path, monkeypatch):
 ])
 def test_a_resume_keeps_its_schedule(cosine_run, capsys, args, message):
     before = (cosine_run / "part/metrics.jsonl").read_bytes()
-    with pytest.raises(SystemExit) as e:
-        train.main(["--resume", str(cosine_run / "part"), *args])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1 and message in err[0], err
+    assert message in error_line(capsys, train.main, ["--resume", str(cosine_run / "part"), *args])
     assert (cosine_run / "part/metrics.jsonl").read_bytes() == before
 
 

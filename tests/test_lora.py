@@ -19,7 +19,7 @@ from tiny import make_model_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import merge_adapter  # noqa: E402  (scripts/merge_adapter.py)
-from conftest import jsonl, strict_file  # noqa: E402
+from conftest import error_line, jsonl, strict_file  # noqa: E402
 from same_run import wall_clock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -271,11 +271,7 @@ def test_bad_adapter_input_is_one_line(case, tmp_path, capsys, hf_dir):
         main, args = train.main, [*args, "--out-dir", str(tmp_path), "--steps", "1"]
         message = {"lm_head target": "lm_head is not supported", "adapter as --model": "is a LoRA adapter",
                    "merge without lora": "--merge needs a LoRA run"}[case]
-    with pytest.raises(SystemExit) as e:
-        main(args)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and err[-1].startswith("error: ") and message in err[-1], err
-    assert "Traceback" not in "\n".join(err)
+    assert message in error_line(capsys, main, args)
 
 
 def test_adapter_records_the_model_as_given_and_a_moved_base_says_what_to_pass(tmp_path, monkeypatch, capsys):
@@ -294,11 +290,8 @@ def test_adapter_records_the_model_as_given_and_a_moved_base_says_what_to_pass(t
     for main, args in [(eval_cli.main, ["--model", str(ckpt), *data, "--out", str(tmp_path / "o.jsonl")]),
                        (sample.main, ["--model", str(ckpt), "1+1"]),
                        (merge_adapter.main, ["--adapter", str(ckpt), "--out", str(tmp_path / "m")])]:
-        with pytest.raises(SystemExit) as e:
-            main(args)
-        err = capsys.readouterr().err
-        assert e.value.code == 2 and err.count("\n") == 1 and "trained on data/tiny-qwen3" in err, err
-        assert f"pass --model BASE --adapter {ckpt}" in err
+        err = error_line(capsys, main, args)
+        assert "trained on data/tiny-qwen3" in err and f"pass --model BASE --adapter {ckpt}" in err
     eval_cli.main(["--model", str(TINY_QWEN3), "--adapter", str(ckpt), *data, "--out", str(tmp_path / "o.jsonl")])
     merge_adapter.main(["--adapter", str(ckpt), "--model", str(TINY_QWEN3), "--out", str(tmp_path / "m")])
     assert (tmp_path / "m/model.safetensors").is_file()

@@ -137,20 +137,6 @@ def test_sharded_checkpoint(hf_dir, tmp_path):
         Qwen3.from_pretrained(tmp_path)
 
 
-def test_bad_directories(tmp_path, hf_dir):
-    with pytest.raises(ModelError, match="does not exist"):
-        Qwen3.from_pretrained(tmp_path / "nope")
-    with pytest.raises(ModelError, match="config.json is missing"):
-        Qwen3.from_pretrained(tmp_path)
-    cfg = strict_file(hf_dir[0] / "config.json")
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ModelError, match="no weights"):
-        Qwen3.from_pretrained(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "llama"}))
-    with pytest.raises(ModelError, match="model_type 'llama'"):
-        Qwen3.from_pretrained(tmp_path)
-
-
 def test_decode_without_attention_mask_means_real_tokens(tiny_model):
     """Decoding with attention_mask=None (the rollout's path: the mask comes from the cache's validity)
     equals passing a mask of ones, and both equal the full forward (in float64: rounding.qwen3_float64)."""
@@ -202,11 +188,13 @@ CONFIG_EDITS = {
     "sliding layer": {"layer_types": ["sliding_attention"] * 2}, "hidden_act gelu": {"hidden_act": "gelu"},
     "rope a list": {"rope_parameters": [1]}, "heads not a multiple": {"num_key_value_heads": 3},
     "no vocab_size": {"vocab_size": None}, "hidden size not the weights'": {"hidden_size": 32, "head_dim": 8},
-    "vocab not the weights'": {"vocab_size": 98}, "mlp not the weights'": {"intermediate_size": 64}}
+    "vocab not the weights'": {"vocab_size": 98}, "mlp not the weights'": {"intermediate_size": 64},
+    "model_type llama": {"model_type": "llama"}}
 SHARD_INDEXES = {"index not json": "{", "index without weight_map": "{}", "index weight_map a list": '{"weight_map": []}',
                  "index names a missing shard": '{"weight_map": {"x": "model-00009.safetensors"}}'}
-OTHER_BREAKS = ["config list", "config string", "config not utf-8", "truncated", "header only", "empty weights",
-                "garbage weights", "integer weights"]
+OTHER_BREAKS = ["no directory", "no config.json", "no weights", "config list", "config string",
+                "config not utf-8", "truncated", "header only", "empty weights", "garbage weights",
+                "integer weights"]
 BROKEN = [*CONFIG_EDITS, *SHARD_INDEXES, *OTHER_BREAKS]
 
 
@@ -223,7 +211,9 @@ def broken_dir(src, dst, case):
         weights.unlink()
         (dst / "model.safetensors.index.json").write_text(SHARD_INDEXES[case])
     else:
-        {"config list": lambda: cfg.write_text(json.dumps([config])),
+        {"no directory": lambda: shutil.rmtree(dst), "no config.json": cfg.unlink,
+         "no weights": weights.unlink,
+         "config list": lambda: cfg.write_text(json.dumps([config])),
          "config string": lambda: cfg.write_text('"qwen3"'),
          "config not utf-8": lambda: cfg.write_bytes(b'{"model_type": "\xff"}'),
          "truncated": lambda: weights.write_bytes(data[:len(data) // 2]),
@@ -244,7 +234,9 @@ def test_unusable_directory_is_one_model_error_naming_the_file(hf_dir, tmp_path,
         Qwen3.from_pretrained(path)
     message = str(e.value)
     assert "\n" not in message and str(path) in message, message
-    named = {"index": "model.safetensors.index", "weights": "model.safetensors", "truncated": "model.safetensors",
+    named = {"directory": "does not exist", "no weights": "has no weights: expected model.safetensors",
+             "index": "model.safetensors.index", "weights": "model.safetensors",
+             "truncated": "model.safetensors",
              "header only": "model.safetensors", "not the weights'": "config.json"}
     expected = next((v for k, v in named.items() if k in case), "config.json")
     assert expected in message, message

@@ -7,7 +7,7 @@ import pytest
 import train
 from nanoatr.machinery.flags import PRESETS, TrainConfig, apply_preset, delta_warning, hparam_flags, parse, resolve
 from nanoatr.machinery.trl_names import TRL_NAMES
-from conftest import jsonl
+from conftest import error_line, jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["--model", "m", "--data", "d.jsonl", "--eval-data", "aime24.jsonl"]
@@ -70,10 +70,7 @@ def test_help_lists_the_preset(capsys):
                                            (["--model", "m", "--data", "d.jsonl"], "--eval-data")])
 def test_preset_needs_a_model_data_and_its_evaluation_files_or_none(capsys, tmp_path, given, needed):
     """Never the embedded arithmetic file at a 32,768-token budget: --eval-data FILES, or --eval-data alone."""
-    with pytest.raises(SystemExit) as e:
-        train.main(["--preset", "paper", *given, "--out-dir", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.count("\n") == 1
+    err = error_line(capsys, train.main, ["--preset", "paper", *given, "--out-dir", str(tmp_path)])
     assert err.startswith(f"error: --preset paper needs {needed}")
     assert resolved("--preset", "paper", "--model", "m", "--data", "d.jsonl", "--eval-data").eval_data == []
     assert resolved(*REQUIRED).eval_data == ["aime24.jsonl"]

@@ -4,7 +4,6 @@ Qwen3 directories laid out as Qwen3-1.7B (tied), Qwen3-8B (untied, sharded) and 
 stops, at EOS ids from every place it reads them, and at special-token stop strings; greedy ids equal
 transformers.generate; LoRA adapters and merges round-trip through peft and transformers; full
 fine-tuning and LoRA steps run in bfloat16 on CPU; checkpoints keep the special-token ids."""
-import copy
 import json
 
 import pytest
@@ -20,7 +19,7 @@ from nanoatr.rollout import generate
 from nanoatr.tokenizer import encode_prompts, load_tokenizer, eos_token_ids
 from qwen3_dirs import CHAT, ENDOFTEXT, IM_END, NO_THINKING, hf_model, script, write_dir
 from rounding import qwen3_float64, within
-from conftest import jsonl, strict_file
+from conftest import error_line, jsonl, strict_file
 
 PROBLEMS = [("What is 1+1?", "2"), ("Compute 7 - 5, please, and explain every step of it carefully.", "2")]
 
@@ -119,10 +118,8 @@ def test_ignored_prompt_flags_are_errors(dirs, capsys):
     for argv, message in [(["--thinking", "--prompt-template", "Q: {question}"], "--thinking has no effect with "
                                                                                  "--prompt-template"),
                           (["--system-prompt", "S", "--raw"], "--system-prompt has no effect with --raw")]:
-        with pytest.raises(SystemExit) as e:
-            sample.main(["--model", str(dirs["instruct"]), *argv, "hi"])
-        err = capsys.readouterr().err
-        assert e.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
+        assert error_line(capsys, sample.main, ["--model", str(dirs["instruct"]), *argv, "hi"]).startswith(
+            f"error: {message}")
     with pytest.raises(SystemExit):
         train.main(["--model", str(dirs["instruct"]), "--no-thinking", "--prompt-template", "Q: {question}"])
     assert "--no-thinking has no effect with --prompt-template" in capsys.readouterr().err
@@ -203,35 +200,24 @@ def test_greedy_ids_equal_transformers_generate(layout, dirs, tok):
 
 @pytest.mark.parametrize("layout", ["instruct", "instruct-8b"])
 def test_lora_adapter_and_merge_round_trip_through_peft(layout, dirs, tmp_path):
-    from peft import PeftModel
+    """test_lora's round trip on the published layouts (the 8B's: untied and sharded), the base recorded by
+    its hub name; the merge keeps generation_config.json and config.json's special-token ids."""
+    from test_lora import assert_merged_is_base_plus_adapter, hf_logits, ours64, randomize_lora_b, vs_hf
     base = dirs[layout]
     ours = Qwen3.from_pretrained(base)
     peft_model = lora.add_adapters(ours, 4, 8.0, lora.TARGETS, base="Qwen/Qwen3-1.7B")
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+    randomize_lora_b(peft_model)
     lora.save_adapter(peft_model, tmp_path / "adapter")
     assert strict_file(tmp_path / "adapter/adapter_config.json")["base_model_name_or_path"] == \
         "Qwen/Qwen3-1.7B"
-    ids = torch.randint(0, 151_000, (2, 9), generator=g)
-    # In float64, the weights as stored: transformers' logits within rounding.qwen3_float64 of ours (its
-    # norms are other float32 code); our merge is base + adapter to float32's rounding (test_lora's check)
-    from test_lora import assert_merged_is_base_plus_adapter
-    with torch.no_grad():
-        expected = copy.deepcopy(ours).double().eval()(ids)
-        bound = qwen3_float64(ours.config, same_code=False) * float(expected.abs().max())
-        theirs = PeftModel.from_pretrained(hf(base, torch.float64), str(tmp_path / "adapter")).eval()
-        within(theirs(input_ids=ids).logits, expected, bound, "peft adapter")
+    ids = torch.randint(0, 151_000, (2, 9), generator=torch.Generator().manual_seed(0))
+    expected = ours64(ours, ids)
+    within(hf_logits(base, tmp_path / "adapter", ids), expected, vs_hf(expected, ours.config), "peft adapter")
     lora.merge(base, tmp_path / "adapter", tmp_path / "merged")
     assert_merged_is_base_plus_adapter(base, tmp_path / "adapter", tmp_path / "merged")
-    merged = hf(tmp_path / "merged", torch.float64)
-    with torch.no_grad():
-        ours_merged = Qwen3.from_pretrained(tmp_path / "merged", dtype=torch.float64)(ids)
-        bound = qwen3_float64(ours.config, same_code=False) * float(ours_merged.abs().max())
-        within(merged(input_ids=ids).logits, ours_merged, bound, "merged")
-    assert merged.generation_config.eos_token_id == [IM_END, ENDOFTEXT]  # generation_config.json came along
+    merged = ours64(Qwen3.from_pretrained(tmp_path / "merged"), ids)
+    within(hf_logits(tmp_path / "merged", None, ids), merged, vs_hf(merged, ours.config), "merged")
+    assert hf(tmp_path / "merged").generation_config.eos_token_id == [IM_END, ENDOFTEXT]
     config = strict_file(tmp_path / "merged/config.json")
     assert (config["bos_token_id"], config["eos_token_id"]) == (ENDOFTEXT, IM_END)
 
@@ -270,10 +256,8 @@ def test_lora_step_in_bf16_records_the_base_name(dirs, data, tok, tmp_path, monk
     assert strict_file(merged / "config.json")["eos_token_id"] == IM_END
     assert strict_file(merged / "generation_config.json")["eos_token_id"] == [IM_END, ENDOFTEXT]
     capsys.readouterr()
-    with pytest.raises(SystemExit):  # the recorded base is a name, not a directory here
-        sample.main(["--model", str(ckpt), "hi"])
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"pass --model BASE --adapter {ckpt}" in err
+    err = error_line(capsys, sample.main, ["--model", str(ckpt), "hi"])  # its base is a name, not a directory
+    assert f"pass --model BASE --adapter {ckpt}" in err
     sample.main(["--model", str(dirs["instruct"]), "--adapter", str(ckpt), "--max-new-tokens", "3", "hi"])
     assert "temperature 0.6, top-k 20, top-p 0.95 (from " in capsys.readouterr().err  # the checkpoint's copy
 

@@ -8,6 +8,7 @@ from nanoatr.data import Problem
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
 from nanoatr.tokenizer import format_prompt, load_tokenizer, eos_token_ids
+from conftest import error_line
 
 PROMPT = "12+34-5"
 
@@ -79,10 +80,9 @@ def test_prompts_from_stdin(capsys, monkeypatch, model_dir):
 
 
 def test_a_folder_that_is_not_an_adapter_is_one_line(capsys, model_dir, tmp_path):
-    with pytest.raises(SystemExit) as e:
-        sample.main(["--model", str(model_dir), "--adapter", str(tmp_path), PROMPT])
-    assert e.value.code == 2
-    assert capsys.readouterr().err == f"error: {tmp_path} is not a LoRA adapter directory (adapter_config.json is missing)\n"
+    argv = ["--model", str(model_dir), "--adapter", str(tmp_path), PROMPT]
+    assert error_line(capsys, sample.main, argv) == \
+        f"error: {tmp_path} is not a LoRA adapter directory (adapter_config.json is missing)"
 
 
 @pytest.mark.parametrize("text, why", [("9" * 5000, "Exceeds the limit (4300 digits)"),
@@ -96,10 +96,9 @@ def test_a_model_file_json_cannot_read_into_python_is_one_line_naming_it(capsys,
     shutil.copytree(model_dir, folder)
     (folder / name).write_text(text)
     adapter = ["--adapter", str(folder)] if name == "adapter_config.json" else []
-    with pytest.raises(SystemExit) as e:
-        sample.main(["--model", str(model_dir if adapter else folder), *adapter, PROMPT])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.count("\n") == 1 and f"{folder / name}" in err and why in err, err
+    err = error_line(capsys, sample.main, ["--model", str(model_dir if adapter else folder), *adapter,
+                                           PROMPT])
+    assert f"{folder / name}" in err and why in err, err
 
 
 def test_stop_is_repeatable_and_never_takes_the_prompt(capsys, model_dir, loaded):
@@ -135,10 +134,8 @@ def test_sampling_defaults_without_generation_config(capsys, model_dir):
     (["--adapter", "x"], "--adapter x: no such directory"),
 ])
 def test_bad_flags_are_one_line(capsys, model_dir, argv, message):
-    with pytest.raises(SystemExit) as e:
-        sample.main(["--model", str(model_dir), *argv, PROMPT])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    err = error_line(capsys, sample.main, ["--model", str(model_dir), *argv, PROMPT])
+    assert err.startswith(f"error: {message}")
 
 
 def test_the_help_examples_default_budget_fits_the_model(capsys):

@@ -18,14 +18,13 @@ import eval as eval_cmd
 import sft as sft_cmd
 import train
 import sft
-from nanoatr import lora
 from nanoatr.data import Problem, load_solutions
 from nanoatr.model import Qwen3, init_weights
 from nanoatr.tokenizer import encode_prompts, format_prompt, load_tokenizer
 from qwen3_dirs import hf_model, write_dir
 from rounding import U32, U64, log_softmax_error, qwen3_float64, sum_orders, within
 from tiny import make_default, make_model_dir
-from conftest import jsonl, strict_file
+from conftest import error_line, jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = "<think>\nAdd them.\n</think>\n\nWe add: $1+1=2$, so the answer is $\\boxed{2}$."
@@ -306,21 +305,12 @@ def test_lora_sft_model_loads_in_train_eval_and_transformers(tmp_path, qwen3, ca
                         "--eval-max-new-tokens", "4", "--max-len", "128")
     model = run / "model"
     assert strict_file(run / "config.json")["thinking"] is False
-    # transformers and peft: the adapter on its base gives our logits, the merged model is base + adapter and
-    # gives our logits too. In float64, the weights as stored: rounding.qwen3_float64 apart (other norm code)
+    # the merged model is base + adapter, and transformers and peft take both (with our logits: test_lora's
+    # round trips of lora.merge and of a run's adapter checkpoint)
     from test_lora import assert_merged_is_base_plus_adapter
     assert_merged_is_base_plus_adapter(qwen3, run / "checkpoint", model)
-    ids = torch.tensor([[1, 2, 3, 151645]])
-    f64 = torch.float64
-    with torch.no_grad():
-        merged = AutoModelForCausalLM.from_pretrained(model, dtype=f64).eval()(input_ids=ids).logits
-        base = AutoModelForCausalLM.from_pretrained(qwen3, dtype=f64).eval()
-        adapted = PeftModel.from_pretrained(base, str(run / "checkpoint")).eval()(input_ids=ids).logits
-        ours_merged = Qwen3.from_pretrained(model, dtype=f64).eval()(ids)
-        ours_adapted = lora.load_model(run / "checkpoint")[0].double().eval()(ids)
-    bound = qwen3_float64(base.config, same_code=False)
-    within(adapted, ours_adapted, bound * float(ours_adapted.abs().max()), "peft adapter vs ours")
-    within(merged, ours_merged, bound * float(ours_merged.abs().max()), "merged: transformers vs ours")
+    PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(qwen3), str(run / "checkpoint"))
+    AutoModelForCausalLM.from_pretrained(model)
     assert (model / "tokenizer.json").is_file() and (model / "generation_config.json").is_file()
     # train.py starts RL from it; eval.py evaluates it (and the adapter directory as it is)
     train.main(["--model", str(model), "--data", data, "--eval-data", "--steps", "1", "--prompts-per-step", "2",
@@ -348,31 +338,24 @@ def test_resume_continues_as_the_uninterrupted_run(tmp_path, arith):
     assert load_file(whole / "model/model.safetensors").keys() == load_file(part / "model/model.safetensors").keys()
 
 
-def one_error(capsys, argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        sft_cmd.main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
-
-
 def test_bad_input_is_one_line_and_leaves_no_run(tmp_path, arith, capsys):
+    def one_error(argv):
+        return error_line(capsys, sft_cmd.main, argv)
     model = make_model_dir(tmp_path / "m", seed=0)
     base = ["--model", str(model), "--out-dir", str(tmp_path / "runs"), "--name", "x", "--lora-rank", "0"]
     no_solution = write_jsonl(tmp_path / "ns.jsonl", [{"problem": "1+1", "solution": "1+1=2;\\boxed{2}",
                                                        "answer": "2"}, {"problem": "2+2", "answer": "4"}])
-    assert one_error(capsys, base + ["--data", no_solution]).endswith(
+    assert one_error(base + ["--data", no_solution]).endswith(
         "ns.jsonl:2: no 'solution' (an SFT row needs problem, solution and answer)")
     no_answer = write_jsonl(tmp_path / "na.jsonl", [{"problem": "2+2", "solution": "\\boxed{4}"}])
-    assert "na.jsonl:1: missing answer" in one_error(capsys, base + ["--data", no_answer])
-    line = one_error(capsys, base + ["--data", arith[0], "--max-len", "20"])
+    assert "na.jsonl:1: missing answer" in one_error(base + ["--data", no_answer])
+    line = one_error(base + ["--data", arith[0], "--max-len", "20"])
     assert "sft.jsonl:" in line and "over --max-len 20;" in line and "of 48 rows are: --skip-long drops them" in line
-    assert one_error(capsys, ["--data", arith[0]]).startswith("error: sft.py needs --model DIR")
-    assert "--eval-k would be ignored" in one_error(capsys, base + ["--data", arith[0], "--eval-k", "2"])
-    assert "--lora-alpha" in one_error(capsys, base + ["--data", arith[0], "--lora-alpha", "8"])
-    assert "--lr must be > 0" in one_error(capsys, base + ["--data", arith[0], "--lr", "0"])
-    assert "--thinking would be ignored" in one_error(capsys, base + ["--data", arith[0], "--thinking"])
+    assert one_error(["--data", arith[0]]).startswith("error: sft.py needs --model DIR")
+    assert "--eval-k would be ignored" in one_error(base + ["--data", arith[0], "--eval-k", "2"])
+    assert "--lora-alpha" in one_error(base + ["--data", arith[0], "--lora-alpha", "8"])
+    assert "--lr must be > 0" in one_error(base + ["--data", arith[0], "--lr", "0"])
+    assert "--thinking would be ignored" in one_error(base + ["--data", arith[0], "--thinking"])
     assert not (tmp_path / "runs/x").exists()
 
 

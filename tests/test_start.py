@@ -17,7 +17,7 @@ import train
 from nanoatr.machinery.resume import checked_settings, settings_now
 from nanoatr.machinery.flags import TrainConfig
 from test_diverge import digests, tiny_args
-from conftest import jsonl, strict_file
+from conftest import error_line, jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,15 +55,6 @@ def rewards(tmp_path: Path, name: str) -> list[str]:
     path = tmp_path / f"rewards_{''.join(c if c.isalnum() else '_' for c in tmp_path.name)}.py"
     path.write_text(REWARDS)
     return ["--reward", f"{path}:{name}"]
-
-
-def exit_and_error(capsys, argv) -> tuple[int, str]:
-    """train.main's exit code and its one line on stderr (no traceback)."""
-    with pytest.raises(SystemExit) as e:
-        train.main(argv)
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    return e.value.code, err.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +95,7 @@ def test_a_start_that_fails_after_the_folder_is_made_leaves_no_folder(tmp_path, 
         argv += ["--eval-data", str(bad)]
     else:
         argv += rewards(tmp_path, kind)
-    got, error = exit_and_error(capsys, argv)
-    assert got == code and error.startswith(line), error
+    assert error_line(capsys, train.main, argv, code).startswith(line)
     assert not (tmp_path / "r").exists()
 
 
@@ -128,9 +118,10 @@ def test_sigterm_in_the_step_0_evaluation_is_one_line_and_leaves_no_folder(tmp_p
 
 
 def test_sys_exit_in_a_reward_function_mid_run_is_no_success(tmp_path, capsys):
-    code, error = exit_and_error(capsys, [*tiny_args(tmp_path), "--name", "r", "--steps", "3",
-                                          "--save-every", "5", *rewards(tmp_path, "exits_at_step_2")])
-    assert code == 1 and error.startswith("error: reward function exits_at_step_2 raised SystemExit: 0 on row 0 ")
+    error = error_line(capsys, train.main, [*tiny_args(tmp_path), "--name", "r", "--steps", "3",
+                                            "--save-every", "5", *rewards(tmp_path, "exits_at_step_2")], 1,
+                       mid_run=True)
+    assert error.startswith("error: reward function exits_at_step_2 raised SystemExit: 0 on row 0 ")
     assert error.endswith(f"; the checkpoint holds step 1 (continue with --resume {tmp_path / 'r'} once the "
                           "reward is fixed)")  # rewards.call names the function and the row
     rows = jsonl(tmp_path / "r/metrics.jsonl")
@@ -144,9 +135,9 @@ def test_a_folder_a_killed_start_left_is_taken_by_a_new_start_and_explained_to_a
     run.mkdir()
     for name in (".lock", "metrics.jsonl", "samples.jsonl"):
         (run / name).write_text("")
-    code, error = exit_and_error(capsys, ["--resume", str(run)])
-    assert code == 2 and error == (f"error: --resume {run}: no config.json there: not a run folder, or one whose "
-                                   "start never finished (start it again, without --resume)")
+    assert error_line(capsys, train.main, ["--resume", str(run)]) == (
+        f"error: --resume {run}: no config.json there: not a run folder, or one whose start never finished "
+        "(start it again, without --resume)")
     train.main([*tiny_args(tmp_path), "--name", "r", "--steps", "1"])
     assert (run / "checkpoint").is_dir()
 
@@ -155,9 +146,8 @@ def test_a_folder_a_killed_start_left_is_taken_by_a_new_start_and_explained_to_a
 # Refused resumes leave the folder as it was
 
 def test_an_empty_resume_path_is_one_line_and_starts_no_run(tmp_path, capsys):
-    code, error = exit_and_error(capsys, [*tiny_args(tmp_path), "--resume", "", "--steps", "1"])
-    assert code == 2 and error == "error: --resume was given an empty path (an unset shell variable?): name the " \
-                                  "run folder"
+    assert error_line(capsys, train.main, [*tiny_args(tmp_path), "--resume", "", "--steps", "1"]) == \
+        "error: --resume was given an empty path (an unset shell variable?): name the run folder"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train16.jsonl"]
 
 
@@ -208,8 +198,7 @@ def test_a_refused_resume_is_one_line_and_leaves_the_folder_byte_for_byte(finish
     try:
         extra = case(run, monkeypatch)
         before = digests(run)
-        code, error = exit_and_error(capsys, ["--resume", str(run), "--steps", "3", *extra])
-        assert code == 2 and message in error, error
+        assert message in error_line(capsys, train.main, ["--resume", str(run), "--steps", "3", *extra])
         assert digests(run) == before  # the lock file's "99999" too
     finally:
         data.write_bytes(kept)
