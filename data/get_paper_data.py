@@ -75,8 +75,6 @@ SOURCES = {
     "amc23": Source("math-ai/amc23", "*test-*.parquet"),
     "openmathreasoning": Source("nvidia/OpenMathReasoning", "data/cot-*.parquet"),
 }
-OUTPUTS = {"dapo-math-17k": ["dapo-math-17k.jsonl"], "aime24": ["aime24.jsonl"], "aime25": ["aime25.jsonl"],
-           "amc23": ["amc23.jsonl"], "openmathreasoning": ["omr-sft.jsonl", "omr-heldout.jsonl"]}
 
 
 @dataclass

@@ -86,7 +86,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from anywhere without installing
 sys.path.insert(0, str(HERE))
 
-from make_default import TOKENIZER_CONFIG, build_tokenizer, save_problems  # noqa: E402
+from make_default import (evaluation_keys, evaluation_problem, save_problems, sft_stream,  # noqa: E402
+                          training_pool, write_tokenizer)
 from countdown_puzzle import Spec, integer_reachable, make_problem, reachable, solutions  # noqa: E402
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
 from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
@@ -106,27 +107,9 @@ FILTER_SAMPLES, FILTER_SEED = 8, 12345  # the pass-rate filter: samples per prob
 # The splits: problems of the puzzle's law (data/countdown_puzzle.py), evaluation first
 
 
-def evaluation_problem(rng: random.Random, spec: Spec, taken: set) -> Problem:
-    """A problem of make_problem's law whose key (countdown_key) is not in `taken`, then added to it: a key
-    drawn before is drawn again, so the evaluation splits are a sample of the task's law without repeats."""
-    while True:
-        question, answer, _ = make_problem(rng, spec)
-        problem = Problem(question, answer)
-        if countdown_key(problem) not in taken:
-            taken.add(countdown_key(problem))
-            return problem
-
-
-def training_pool(rng: random.Random, n: int, spec: Spec, excluded: set) -> list[Problem]:
-    """n problems of make_problem's law, distinct as questions, none whose key is in `excluded`."""
-    seen, pool = set(), []
-    while len(pool) < n:
-        question, answer, _ = make_problem(rng, spec)
-        problem = Problem(question, answer)
-        if question not in seen and countdown_key(problem) not in excluded:
-            seen.add(question)
-            pool.append(problem)
-    return pool
+def law(spec: Spec):
+    """The task's law as make_default.py's split helpers draw it: rng -> (question, answer, solution)."""
+    return lambda rng: make_problem(rng, spec)
 
 
 def task_splits(seed: int, spec: Spec) -> dict[str, list[Problem]]:
@@ -135,28 +118,16 @@ def task_splits(seed: int, spec: Spec) -> dict[str, list[Problem]]:
     then the training pool from the first generator, clear of all three up to the key."""
     rng, taken, splits = random.Random(seed), set(), {}
     for name in ("heldout", "val"):
-        splits[name] = [evaluation_problem(rng, spec, taken) for _ in range(SIZES[name])]
+        splits[name] = [evaluation_problem(rng, taken, law(spec), countdown_key) for _ in range(SIZES[name])]
     splits["transfer"] = make_transfer(TRANSFER_SEED, SIZES["transfer"], spec, taken)
     taken |= {countdown_key(p) for p in splits["transfer"]}
-    splits["train"] = training_pool(rng, SIZES["train"], spec, taken)
+    splits["train"] = training_pool(rng, SIZES["train"], taken, law(spec), countdown_key)
     return splits
 
 
-def evaluation_keys(splits: dict[str, list[Problem]]) -> set:
-    """The keys of every evaluation split: what the pool, the RL prompts and the warm-start's stream never
-    hold."""
-    return {countdown_key(p) for name in EVALUATION for p in splits[name]}
-
-
-def sft_stream(seed: int, excluded: set, spec: Spec):
-    """Endless (question, random worked solution) pairs of make_problem's law, skipping every problem whose
-    key (countdown_key) is in `excluded` (the evaluation keys: the warm-start never sees an evaluation
-    problem)."""
-    rng = random.Random(seed)
-    while True:
-        question, answer, solution = make_problem(rng, spec)
-        if countdown_key(Problem(question, answer)) not in excluded:
-            yield question, solution
+def warm_start_stream(seed: int, splits: dict[str, list[Problem]], spec: Spec):
+    """The warm-start's search traces (make_default.sft_stream, seed `seed`), every evaluation key skipped."""
+    return sft_stream(seed, evaluation_keys(splits, EVALUATION, countdown_key), law(spec), countdown_key)
 
 
 def make_transfer(seed: int, size: int, spec: Spec, excluded: set) -> list[Problem]:
@@ -268,14 +239,6 @@ def describe_splits(data: Path, max_value: int):
                              "python data/make_countdown.py --only-splits)")
 
 
-def write_tokenizer(out: Path):
-    """Write OUT's tokenizer (tokenizer.json, tokenizer_config.json) and load it back."""
-    out.mkdir(parents=True, exist_ok=True)
-    build_tokenizer().save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
-    return load_tokenizer(out)
-
-
 def train_warm_start(args, tok, spec: Spec, splits: dict[str, list[Problem]], out: Path) -> Qwen3:
     """The tiny Qwen3's supervised warm-start on worked solutions, saved to OUT; prints its held-out score."""
     task = TASKS["countdown"]
@@ -283,7 +246,7 @@ def train_warm_start(args, tok, spec: Spec, splits: dict[str, list[Problem]], ou
     init_weights(model, seed=args.seed)
     print(f"warm-start of a {model.num_parameters() / 1e6:.2f}M-parameter Qwen3 on Countdown ({vars(spec)}; "
           f"{args.steps} steps)", flush=True)
-    stream = sft_stream(args.seed + 1, evaluation_keys(splits), spec)  # no evaluation problem, up to its key
+    stream = warm_start_stream(args.seed + 1, splits, spec)  # no evaluation problem, up to its key
     steps = sft.warm_start(model, tok, stream, splits["val"], sft.Recipe(lr=args.lr),
                            batch_size=args.batch_size, max_steps=args.steps, check_every=args.check_every,
                            max_new_tokens=task.max_new_tokens, done=lambda step, acc: step >= args.steps,

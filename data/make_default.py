@@ -102,24 +102,26 @@ def make_problem(rng: random.Random) -> tuple[str, str, str]:
     return question, str(answer), solution
 
 
-def evaluation_problem(rng: random.Random, taken: set) -> Problem:
-    """A problem of make_problem's law whose key (arith_key) is not in `taken`, then added to it: a key
-    drawn again is drawn again, so the evaluation splits are a sample of the task's law without repeats."""
+def evaluation_problem(rng: random.Random, taken: set, draw=make_problem, key=arith_key) -> Problem:
+    """A problem of `draw`'s law (this task's make_problem; make_countdown.py passes its own, with its key)
+    whose key is not in `taken`, then added to it: a key drawn again is drawn again, so the evaluation
+    splits are a sample of the task's law without repeats."""
     while True:
-        question, answer, _ = make_problem(rng)
+        question, answer, _ = draw(rng)
         problem = Problem(question, answer)
-        if arith_key(problem) not in taken:
-            taken.add(arith_key(problem))
+        if key(problem) not in taken:
+            taken.add(key(problem))
             return problem
 
 
-def training_pool(rng: random.Random, n: int, excluded: set) -> list[Problem]:
-    """n problems of make_problem's law, distinct as questions, none whose key is in `excluded`."""
+def training_pool(rng: random.Random, n: int, excluded: set, draw=make_problem,
+                  key=arith_key) -> list[Problem]:
+    """n problems of `draw`'s law, distinct as questions, none whose key is in `excluded`."""
     seen, pool = set(), []
     while len(pool) < n:
-        question, answer, _ = make_problem(rng)
+        question, answer, _ = draw(rng)
         problem = Problem(question, answer)
-        if question not in seen and arith_key(problem) not in excluded:
+        if question not in seen and key(problem) not in excluded:
             seen.add(question)
             pool.append(problem)
     return pool
@@ -135,19 +137,18 @@ def task_splits(seed: int) -> dict[str, list[Problem]]:
     return splits
 
 
-def evaluation_keys(splits: dict[str, list[Problem]]) -> set:
+def evaluation_keys(splits: dict[str, list[Problem]], names=EVALUATION, key=arith_key) -> set:
     """The keys of every evaluation split: what the training pool and the warm-start's stream never hold."""
-    return {arith_key(p) for name in EVALUATION for p in splits[name]}
+    return {key(p) for name in names for p in splits[name]}
 
 
-def sft_stream(seed: int, excluded: set):
-    """An endless stream of (question, worked solution) of make_problem's law, skipping every problem whose
-    key (arith_key) is in `excluded` (the evaluation keys: the warm-start never sees an evaluation
-    problem)."""
+def sft_stream(seed: int, excluded: set, draw=make_problem, key=arith_key):
+    """An endless stream of (question, worked solution) of `draw`'s law, skipping every problem whose key
+    is in `excluded` (the evaluation keys: the warm-start never sees an evaluation problem)."""
     rng = random.Random(seed)
     while True:
-        question, answer, solution = make_problem(rng)
-        if arith_key(Problem(question, answer)) not in excluded:
+        question, answer, solution = draw(rng)
+        if key(Problem(question, answer)) not in excluded:
             yield question, solution
 
 
@@ -177,6 +178,14 @@ TOKENIZER_CONFIG = {
     "chat_template": CHAT_TEMPLATE,
     "model_max_length": 256,
 }
+
+
+def write_tokenizer(out: Path):
+    """Write OUT's tokenizer (tokenizer.json, tokenizer_config.json) and load it back."""
+    out.mkdir(parents=True, exist_ok=True)
+    build_tokenizer().save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
+    return load_tokenizer(out)
 
 
 def tiny_config(vocab_size: int) -> Qwen3Config:
@@ -215,10 +224,7 @@ def main():
     if args.only_splits:
         return
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    build_tokenizer().save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
-    tok = load_tokenizer(out)
+    tok = write_tokenizer(out)
 
     model = Qwen3(tiny_config(len(tok)))
     init_weights(model, seed=args.seed)
