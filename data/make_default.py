@@ -16,10 +16,8 @@ then the validation problems from the task's law, drawing again a problem whose 
 law with no key twice. It then draws the training problems, distinct as questions, skipping every
 evaluation key; and the warm-start's stream of worked solutions (sft_stream, seed --seed + 1) skips
 every evaluation key too. So neither RL nor the warm-start sees an evaluation problem, up to the order
-of its numbers (tests/test_splits.py; scripts/split_overlap.py counts, for any copy of the files).
-Before issue 38 the splits were disjoint only as strings (26 of the 256 held-out problems were training
-problems up to the key) and the warm-start's stream skipped the evaluation questions only as strings:
-the policy shipped then had seen 137 of the 256 held-out problems of the first fix up to the key.
+of its numbers (tests/test_splits.py; scripts/split_overlap.py counts, for any copy of the files; before
+issue 38 they were disjoint only as strings: docs/results.md, "Held out").
 
 The policy is a ~0.8M-parameter Qwen3 trained by supervised learning on worked solutions (the
 paper's formatting SFT; the loop is sft.py's, the one sft.py runs on real checkpoints) until its accuracy
@@ -30,9 +28,7 @@ gain: accuracy jumps late in this training, so a fixed step count over- or under
 The shipped files are this build's (one thread): it stopped at step 725 (validation Mean@4 31.2%, from
 23.6% at step 700) and printed held-out Mean@8 28.7%, Pass@8 68.8%. `python scripts/measure_task.py`
 (train.py's step-0 evaluation): held-out Mean@8 28.7%, Pass@8 68.8%, 0.087 nats/token; validation
-(--data data/arith/val.jsonl) 31.0%, 68.0%, 0.090. The policy shipped before issue 38 (commit a129ecd)
-on these same files: held-out 27.2%, 66.8%, 0.081; validation 31.0%, 67.2%, 0.082; its stream held 125
-of these 256 held-out problems and 62 of the 128 validation ones, up to the key.
+(--data data/arith/val.jsonl) 31.0%, 68.0%, 0.090.
 """
 import argparse
 import json

@@ -301,19 +301,13 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_numbers(args, ranges: dict[str, str]) -> None:
-    """A command's own counts and rates, each given attribute of `args` (an argparse namespace) inside its
-    RANGES name, e.g. {"steps": ">=0", "lr": ">0"}; one left unset (None) is not checked."""
-    for name, allowed in ranges.items():
-        if getattr(args, name) is not None:
-            check_number(name, getattr(args, name), allowed)
-
-
 def check_counts(args, parser: argparse.ArgumentParser):
-    """The sweep's counts in their ranges: one error line naming the flag."""
+    """The sweep's counts in their ranges (those given): one error line naming the flag."""
     try:
-        check_numbers(args, {"seeds": ">=1", "steps": ">=1", "first_seed": ">=0", "jobs": ">=0",
-                                    "threads": ">=0"})
+        for name, allowed in {"seeds": ">=1", "steps": ">=1", "first_seed": ">=0", "jobs": ">=0",
+                              "threads": ">=0"}.items():
+            if getattr(args, name) is not None:
+                check_number(name, getattr(args, name), allowed)
     except ConfigError as e:
         parser.error(str(e))
 
