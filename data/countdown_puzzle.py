@@ -84,16 +84,6 @@ def solutions(numbers: list[int], target: int, max_value: int) -> list[str]:
     return out
 
 
-def random_solution(rng: random.Random, numbers: list[int], target: int, max_value: int,
-                    tries: int = 10_000) -> str | None:
-    """A random solution with the same law as random_path conditioned on reaching target (rejection)."""
-    for _ in range(tries):
-        path = random_path(rng, numbers, max_value)
-        if path is not None and path[0] == target:
-            return path[1]
-    return None
-
-
 def _attempt(rng: random.Random, numbers: list[int], target: int, max_value: int):
     """One attempt of a search trace: random steps until two values are left, then the step that
     makes the target if some operation does (a one-step look-ahead); if none does, the attempt is

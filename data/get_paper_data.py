@@ -75,8 +75,6 @@ SOURCES = {
     "amc23": Source("math-ai/amc23", "*test-*.parquet"),
     "openmathreasoning": Source("nvidia/OpenMathReasoning", "data/cot-*.parquet"),
 }
-OUTPUTS = {"dapo-math-17k": ["dapo-math-17k.jsonl"], "aime24": ["aime24.jsonl"], "aime25": ["aime25.jsonl"],
-           "amc23": ["amc23.jsonl"], "openmathreasoning": ["omr-sft.jsonl", "omr-heldout.jsonl"]}
 
 
 @dataclass
@@ -253,15 +251,6 @@ def dapo(read) -> tuple[list[dict], str]:
     return out, f"{len(out)} prompts ({total} rows: {total - len(out)} repeats dropped)"
 
 
-def benchmark(text_key: str, extra=()):
-    """Rows {"problem", "answer"} from a benchmark's text column and its answer column."""
-    def convert(read) -> tuple[list[dict], str]:
-        out = [{"problem": text(row, text_key, where), "answer": answer(row["answer"], where)}
-               for where, row in read([text_key, "answer", *extra])]
-        return out, f"{len(out)} problems"
-    return convert
-
-
 THINK_END = "</think>"
 
 
@@ -335,9 +324,10 @@ def get(name: str, src: Source, files: Files, cfg) -> tuple[dict[str, list[dict]
     if name == "openmathreasoning":
         sft, held, note = openmathreasoning(read, cfg.sft_size, cfg.sft_heldout)
         return {"omr-sft.jsonl": sft, "omr-heldout.jsonl": held}, note
-    convert = benchmark("question") if name == "amc23" else benchmark("problem")
-    out, note = convert(read)
-    return {f"{name}.jsonl": out}, note
+    key = "question" if name == "amc23" else "problem"  # a benchmark: its text and answer columns
+    out = [{"problem": text(row, key, where), "answer": answer(row["answer"], where)}
+           for where, row in read([key, "answer"])]
+    return {f"{name}.jsonl": out}, f"{len(out)} problems"
 
 
 def peek_columns(path: Path) -> list[str]:
@@ -389,14 +379,10 @@ def main(argv=None):
         die("interrupted: the files written before are complete, the others as they were", 130)
     previous = (json.loads((out_dir / "sources.json").read_text()) if (out_dir / "sources.json").is_file()
                 else {})
-    write_json(out_dir / "sources.json", {**previous, **record})
+    tmp = out_dir / f".sources.json.tmp{os.getpid()}"  # all or nothing, as write_jsonl
+    tmp.write_text(json.dumps({**previous, **record}, indent=2) + "\n")
+    os.replace(tmp, out_dir / "sources.json")
     print(f"wrote {len(written)} files: " + ", ".join(written))
-
-
-def write_json(path: Path, obj):
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

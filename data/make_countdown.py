@@ -24,14 +24,10 @@ questions, skipping every evaluation key; rl.jsonl is a subset of the pool; and 
 of search traces (sft_stream, seed --seed + 1) skips every evaluation key too. So neither RL nor the
 warm-start sees an evaluation problem, up to the order of its numbers (tests/test_splits.py;
 scripts/split_overlap.py counts, for any copy of the files).
-Before issue 38 the splits were disjoint only as strings: 119 of the 256 held-out problems (95 of them
-RL prompts) were pool problems up to the key, and the warm-start's stream, which skipped the evaluation
-questions only as strings, held 225 of the 256 held-out problems of the first fix. That fix drew the
-held-out split from what the pool left, which holds the law's most frequent problems (those with many
-solutions), so its held-out problems were harder than the law's (a median of 56 solutions against 74,
-targets above 50 25.4% against 11.7%; the old warm-start's Mean@8 10.0% against 20.3%). Drawing the
-evaluation splits first keeps them a sample of the law: here a median of 74 solutions, 11.7% of targets
-above 50 (--describe; the transfer split 16 and 29.3%).
+Before issue 38 the splits were disjoint only as strings (119 of the 256 held-out problems were pool
+problems up to the key, and the warm-start's stream held 225 of them), and that fix's held-out split, drawn
+from what the pool left, was harder than the law (a median of 56 solutions against 74, the old warm-start's
+Mean@8 10.0% against 20.3%): drawing the evaluation splits first keeps them a sample of the law.
 
 The task (`--task countdown`; the reward is nanoatr/verifier/countdown.py): reach the target from four
 numbers 1-10 with + - * /, each number used exactly once; the prompt is "3,8,5,2:19=" and any correct
@@ -39,39 +35,23 @@ expression in the last \boxed{} scores. A problem has many solutions, and the wa
 spread its probability over them: that is the regime the paper is about, where a token's probability
 can move a lot between rollout and update, so the choice of trust region matters.
 
-The warm-start is supervised learning (sft.py, as make_default.py's) on a RANDOM search trace, drawn afresh
-each time a problem comes up: attempts separated by ';', the steps of one attempt by ','. An attempt
-combines two values at a time at random until two are left, then takes the step that makes the target
-if one does (a one-step look-ahead), else it is abandoned and the next one starts; the attempt that
-reaches the target is written out as an expression (4 numbers 6,2,8,2, target 18):
-
-    2*8=16,6*16=96;2+8=10,10+6=16,2+16=18;\boxed{2+((2+8)+6)}
-
-Why this format (measured before issue 38, on the splits and stream of then, 0.79M-parameter Qwen3,
-validation Mean@4 and completion-token entropy at temperature 1 during the warm-start): a single random
-solution per problem ("expr": "7+7=14;2*14=28;28-2=26;\boxed{(2*(7+7))-2}") loses its spread before it
-learns: 10.5% Mean@4 at 0.22 nats/token after 1000 steps. Search traces keep both: 21.7% at 0.32 nats
-after 1050 steps. The warm-start stops at a fixed step count (--steps), the measured snapshot, rather
-than at a validation target as the arithmetic one does: validation accuracy is noisy here and entropy
-falls as training goes on.
+The warm-start is supervised learning (sft.py, as make_default.py's) on a random search trace, drawn afresh
+each time a problem comes up (data/countdown_puzzle.py: attempts until one reaches the target, then the
+expression in \boxed{}). A single random solution per problem ("--format expr") loses its spread before
+it learns, search traces keep both (docs/results.md, "Countdown: where the trust region has more to do").
+It stops at a fixed step count (--steps), not at a validation target as the arithmetic one does:
+validation accuracy is noisy here and entropy falls as training goes on.
 
 The shipped files are this build's (one thread). Validation Mean@4 at steps 150-1050: 0.4, 1.6, 2.7,
 7.4, 11.1, 16.0, 14.8%; held-out Mean@8 18.1%, Pass@8 61.3% at the end. `python scripts/measure_task.py
 --task countdown [--data FILE]` (train.py's step-0 evaluation; entropy in nats/token at T = 1):
-held-out 18.1% / 61.3% / 0.326, validation 16.7% / 58.6% / 0.323, transfer 2.9% / 16.0% / 0.336. The
-policy shipped before issue 38 (its stream not clean) on these same files: held-out 21.2% / 62.5% /
-0.311, validation 20.3% / 67.2% / 0.312, transfer 3.2% / 14.5% / 0.328; its stream held 237 of these
-256 held-out problems, 121 of the 128 validation and 110 of the 256 transfer ones, up to the key.
+held-out 18.1% / 61.3% / 0.326, validation 16.7% / 58.6% / 0.323, transfer 2.9% / 16.0% / 0.336.
 
 Last, the pass-rate filter (as DAPO and most RL recipes filter their prompts): the warm-start samples
-8 completions for every pool problem and rl.jsonl keeps those it solves 1-7 times. A group whose 8
-rewards are equal has zero advantage everywhere, so it costs a rollout and a backward and teaches
-nothing; this warm-start never solves 43.0% of the pool (1762 of 4096) and always solves 2 problems, so
-rl.jsonl keeps 2332. Measured before issue 38 (the old warm-start and splits) over the first 10 steps of
-Clip at the sweep's settings (seed 0): groups with all 8 wrong fall from 48% to 28% of the rollout and
-the training accuracy is 35% instead of 17%; held-out Mean@8 after 10 steps 25.2 against 23.5 (one run
-each: within the noise). The held-out file is NOT filtered: it measures the whole task.
-`--only-filter` redoes this step alone from the shipped files (about 2.5 minutes on one core).
+8 completions for every pool problem and rl.jsonl keeps those it solves 1-7 times (2332 of 4096; a group
+whose 8 rewards are equal has zero advantage everywhere: a rollout and a backward that teach nothing;
+measured effect: docs/results.md, "The RL prompts"). The held-out file is NOT filtered: it measures the
+whole task. `--only-filter` redoes this step alone from the shipped files (about 2.5 minutes on one core).
 """
 import argparse
 import json
@@ -86,7 +66,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from anywhere without installing
 sys.path.insert(0, str(HERE))
 
-from make_default import TOKENIZER_CONFIG, build_tokenizer, save_problems  # noqa: E402
+from make_default import (evaluation_keys, evaluation_problem, save_problems, sft_stream,  # noqa: E402
+                          training_pool, write_tokenizer)
 from countdown_puzzle import Spec, integer_reachable, make_problem, reachable, solutions  # noqa: E402
 import sft  # noqa: E402  (the repository's sft.py: the SFT step)
 from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
@@ -106,27 +87,9 @@ FILTER_SAMPLES, FILTER_SEED = 8, 12345  # the pass-rate filter: samples per prob
 # The splits: problems of the puzzle's law (data/countdown_puzzle.py), evaluation first
 
 
-def evaluation_problem(rng: random.Random, spec: Spec, taken: set) -> Problem:
-    """A problem of make_problem's law whose key (countdown_key) is not in `taken`, then added to it: a key
-    drawn before is drawn again, so the evaluation splits are a sample of the task's law without repeats."""
-    while True:
-        question, answer, _ = make_problem(rng, spec)
-        problem = Problem(question, answer)
-        if countdown_key(problem) not in taken:
-            taken.add(countdown_key(problem))
-            return problem
-
-
-def training_pool(rng: random.Random, n: int, spec: Spec, excluded: set) -> list[Problem]:
-    """n problems of make_problem's law, distinct as questions, none whose key is in `excluded`."""
-    seen, pool = set(), []
-    while len(pool) < n:
-        question, answer, _ = make_problem(rng, spec)
-        problem = Problem(question, answer)
-        if question not in seen and countdown_key(problem) not in excluded:
-            seen.add(question)
-            pool.append(problem)
-    return pool
+def law(spec: Spec):
+    """The task's law as make_default.py's split helpers draw it: rng -> (question, answer, solution)."""
+    return lambda rng: make_problem(rng, spec)
 
 
 def task_splits(seed: int, spec: Spec) -> dict[str, list[Problem]]:
@@ -135,28 +98,16 @@ def task_splits(seed: int, spec: Spec) -> dict[str, list[Problem]]:
     then the training pool from the first generator, clear of all three up to the key."""
     rng, taken, splits = random.Random(seed), set(), {}
     for name in ("heldout", "val"):
-        splits[name] = [evaluation_problem(rng, spec, taken) for _ in range(SIZES[name])]
+        splits[name] = [evaluation_problem(rng, taken, law(spec), countdown_key) for _ in range(SIZES[name])]
     splits["transfer"] = make_transfer(TRANSFER_SEED, SIZES["transfer"], spec, taken)
     taken |= {countdown_key(p) for p in splits["transfer"]}
-    splits["train"] = training_pool(rng, SIZES["train"], spec, taken)
+    splits["train"] = training_pool(rng, SIZES["train"], taken, law(spec), countdown_key)
     return splits
 
 
-def evaluation_keys(splits: dict[str, list[Problem]]) -> set:
-    """The keys of every evaluation split: what the pool, the RL prompts and the warm-start's stream never
-    hold."""
-    return {countdown_key(p) for name in EVALUATION for p in splits[name]}
-
-
-def sft_stream(seed: int, excluded: set, spec: Spec):
-    """Endless (question, random worked solution) pairs of make_problem's law, skipping every problem whose
-    key (countdown_key) is in `excluded` (the evaluation keys: the warm-start never sees an evaluation
-    problem)."""
-    rng = random.Random(seed)
-    while True:
-        question, answer, solution = make_problem(rng, spec)
-        if countdown_key(Problem(question, answer)) not in excluded:
-            yield question, solution
+def warm_start_stream(seed: int, splits: dict[str, list[Problem]], spec: Spec):
+    """The warm-start's search traces (make_default.sft_stream, seed `seed`), every evaluation key skipped."""
+    return sft_stream(seed, evaluation_keys(splits, EVALUATION, countdown_key), law(spec), countdown_key)
 
 
 def make_transfer(seed: int, size: int, spec: Spec, excluded: set) -> list[Problem]:
@@ -268,14 +219,6 @@ def describe_splits(data: Path, max_value: int):
                              "python data/make_countdown.py --only-splits)")
 
 
-def write_tokenizer(out: Path):
-    """Write OUT's tokenizer (tokenizer.json, tokenizer_config.json) and load it back."""
-    out.mkdir(parents=True, exist_ok=True)
-    build_tokenizer().save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
-    return load_tokenizer(out)
-
-
 def train_warm_start(args, tok, spec: Spec, splits: dict[str, list[Problem]], out: Path) -> Qwen3:
     """The tiny Qwen3's supervised warm-start on worked solutions, saved to OUT; prints its held-out score."""
     task = TASKS["countdown"]
@@ -283,7 +226,7 @@ def train_warm_start(args, tok, spec: Spec, splits: dict[str, list[Problem]], ou
     init_weights(model, seed=args.seed)
     print(f"warm-start of a {model.num_parameters() / 1e6:.2f}M-parameter Qwen3 on Countdown ({vars(spec)}; "
           f"{args.steps} steps)", flush=True)
-    stream = sft_stream(args.seed + 1, evaluation_keys(splits), spec)  # no evaluation problem, up to its key
+    stream = warm_start_stream(args.seed + 1, splits, spec)  # no evaluation problem, up to its key
     steps = sft.warm_start(model, tok, stream, splits["val"], sft.Recipe(lr=args.lr),
                            batch_size=args.batch_size, max_steps=args.steps, check_every=args.check_every,
                            max_new_tokens=task.max_new_tokens, done=lambda step, acc: step >= args.steps,

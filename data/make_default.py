@@ -16,10 +16,8 @@ then the validation problems from the task's law, drawing again a problem whose 
 law with no key twice. It then draws the training problems, distinct as questions, skipping every
 evaluation key; and the warm-start's stream of worked solutions (sft_stream, seed --seed + 1) skips
 every evaluation key too. So neither RL nor the warm-start sees an evaluation problem, up to the order
-of its numbers (tests/test_splits.py; scripts/split_overlap.py counts, for any copy of the files).
-Before issue 38 the splits were disjoint only as strings (26 of the 256 held-out problems were training
-problems up to the key) and the warm-start's stream skipped the evaluation questions only as strings:
-the policy shipped then had seen 137 of the 256 held-out problems of the first fix up to the key.
+of its numbers (tests/test_splits.py; scripts/split_overlap.py counts, for any copy of the files; before
+issue 38 they were disjoint only as strings: docs/results.md, "Held out").
 
 The policy is a ~0.8M-parameter Qwen3 trained by supervised learning on worked solutions (the
 paper's formatting SFT; the loop is sft.py's, the one sft.py runs on real checkpoints) until its accuracy
@@ -30,9 +28,7 @@ gain: accuracy jumps late in this training, so a fixed step count over- or under
 The shipped files are this build's (one thread): it stopped at step 725 (validation Mean@4 31.2%, from
 23.6% at step 700) and printed held-out Mean@8 28.7%, Pass@8 68.8%. `python scripts/measure_task.py`
 (train.py's step-0 evaluation): held-out Mean@8 28.7%, Pass@8 68.8%, 0.087 nats/token; validation
-(--data data/arith/val.jsonl) 31.0%, 68.0%, 0.090. The policy shipped before issue 38 (commit a129ecd)
-on these same files: held-out 27.2%, 66.8%, 0.081; validation 31.0%, 67.2%, 0.082; its stream held 125
-of these 256 held-out problems and 62 of the 128 validation ones, up to the key.
+(--data data/arith/val.jsonl) 31.0%, 68.0%, 0.090.
 """
 import argparse
 import json
@@ -102,24 +98,26 @@ def make_problem(rng: random.Random) -> tuple[str, str, str]:
     return question, str(answer), solution
 
 
-def evaluation_problem(rng: random.Random, taken: set) -> Problem:
-    """A problem of make_problem's law whose key (arith_key) is not in `taken`, then added to it: a key
-    drawn again is drawn again, so the evaluation splits are a sample of the task's law without repeats."""
+def evaluation_problem(rng: random.Random, taken: set, draw=make_problem, key=arith_key) -> Problem:
+    """A problem of `draw`'s law (this task's make_problem; make_countdown.py passes its own, with its key)
+    whose key is not in `taken`, then added to it: a key drawn again is drawn again, so the evaluation
+    splits are a sample of the task's law without repeats."""
     while True:
-        question, answer, _ = make_problem(rng)
+        question, answer, _ = draw(rng)
         problem = Problem(question, answer)
-        if arith_key(problem) not in taken:
-            taken.add(arith_key(problem))
+        if key(problem) not in taken:
+            taken.add(key(problem))
             return problem
 
 
-def training_pool(rng: random.Random, n: int, excluded: set) -> list[Problem]:
-    """n problems of make_problem's law, distinct as questions, none whose key is in `excluded`."""
+def training_pool(rng: random.Random, n: int, excluded: set, draw=make_problem,
+                  key=arith_key) -> list[Problem]:
+    """n problems of `draw`'s law, distinct as questions, none whose key is in `excluded`."""
     seen, pool = set(), []
     while len(pool) < n:
-        question, answer, _ = make_problem(rng)
+        question, answer, _ = draw(rng)
         problem = Problem(question, answer)
-        if question not in seen and arith_key(problem) not in excluded:
+        if question not in seen and key(problem) not in excluded:
             seen.add(question)
             pool.append(problem)
     return pool
@@ -135,19 +133,18 @@ def task_splits(seed: int) -> dict[str, list[Problem]]:
     return splits
 
 
-def evaluation_keys(splits: dict[str, list[Problem]]) -> set:
+def evaluation_keys(splits: dict[str, list[Problem]], names=EVALUATION, key=arith_key) -> set:
     """The keys of every evaluation split: what the training pool and the warm-start's stream never hold."""
-    return {arith_key(p) for name in EVALUATION for p in splits[name]}
+    return {key(p) for name in names for p in splits[name]}
 
 
-def sft_stream(seed: int, excluded: set):
-    """An endless stream of (question, worked solution) of make_problem's law, skipping every problem whose
-    key (arith_key) is in `excluded` (the evaluation keys: the warm-start never sees an evaluation
-    problem)."""
+def sft_stream(seed: int, excluded: set, draw=make_problem, key=arith_key):
+    """An endless stream of (question, worked solution) of `draw`'s law, skipping every problem whose key
+    is in `excluded` (the evaluation keys: the warm-start never sees an evaluation problem)."""
     rng = random.Random(seed)
     while True:
-        question, answer, solution = make_problem(rng)
-        if arith_key(Problem(question, answer)) not in excluded:
+        question, answer, solution = draw(rng)
+        if key(Problem(question, answer)) not in excluded:
             yield question, solution
 
 
@@ -177,6 +174,14 @@ TOKENIZER_CONFIG = {
     "chat_template": CHAT_TEMPLATE,
     "model_max_length": 256,
 }
+
+
+def write_tokenizer(out: Path):
+    """Write OUT's tokenizer (tokenizer.json, tokenizer_config.json) and load it back."""
+    out.mkdir(parents=True, exist_ok=True)
+    build_tokenizer().save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
+    return load_tokenizer(out)
 
 
 def tiny_config(vocab_size: int) -> Qwen3Config:
@@ -215,10 +220,7 @@ def main():
     if args.only_splits:
         return
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    build_tokenizer().save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
-    tok = load_tokenizer(out)
+    tok = write_tokenizer(out)
 
     model = Qwen3(tiny_config(len(tok)))
     init_weights(model, seed=args.seed)

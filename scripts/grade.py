@@ -250,17 +250,15 @@ def changed_outside(student: Path, reference: Path, exercises: dict, numbers: li
 
 def exercises_to_grade(student: Path, exercises: dict, numbers: list | None) -> tuple[list, list]:
     """(the exercises to grade: `numbers`, or by default the assignment's; every exercise assigned)."""
-    if numbers is None:
-        meta = student / "assignment.json"
-        if not meta.is_file():
-            raise ValueError(f"{student}: no assignment.json; say which exercises with --exercises")
-        numbers = json.loads(meta.read_text())["exercises"]
+    meta = student / "assignment.json"
+    given = json.loads(meta.read_text())["exercises"] if meta.is_file() else []
+    if numbers is None and not meta.is_file():
+        raise ValueError(f"{student}: no assignment.json; say which exercises with --exercises")
+    numbers = given if numbers is None else numbers
     unknown = [n for n in numbers if n not in exercises]
     if unknown:
         raise ValueError(f"no exercise {unknown[0]} in {MA.DOC}")
-    meta = student / "assignment.json"
-    assigned = sorted(set(numbers) | set(json.loads(meta.read_text())["exercises"] if meta.is_file() else []))
-    return numbers, assigned
+    return numbers, sorted(set(numbers) | set(given))
 
 
 def preload():

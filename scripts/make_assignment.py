@@ -174,14 +174,21 @@ def blank_function(source: str, ex: Exercise, name: str, path: str = "") -> str:
 # ----------------------------------------------------------------------------
 # Copies
 
+def git(repo: Path, *args, env: dict | None = None, check: bool = False) -> str | None:
+    """`git ARGS` run in repo: its output; None where it fails (not a checkout, no git) unless `check`."""
+    try:
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True,
+                              check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        if check:
+            raise
+        return None
+
+
 def _git_files(root: Path, *args) -> list | None:
     """`git ls-files -z ARGS` in root (existing files only), or None where root is not a git checkout."""
-    try:
-        out = subprocess.run(["git", "ls-files", "-z", *args], cwd=root, capture_output=True,
-                             check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return sorted({f for f in out.decode().split("\0") if f and (Path(root) / f).is_file()})
+    out = git(root, "ls-files", "-z", *args)
+    return None if out is None else sorted({f for f in out.split("\0") if f and (Path(root) / f).is_file()})
 
 
 def source_files(root: Path = ROOT, untracked: bool = False) -> list:
@@ -222,17 +229,11 @@ def git_commit(repo: Path, message: str) -> str:
     """A fresh repository at `repo` with one commit of everything in it; returns the commit id."""
     env = {**os.environ, "GIT_AUTHOR_NAME": "nanoatr course", "GIT_AUTHOR_EMAIL": "course@nanoatr.invalid",
            "GIT_COMMITTER_NAME": "nanoatr course", "GIT_COMMITTER_EMAIL": "course@nanoatr.invalid"}
-
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True,
-                              check=True).stdout
-
-    git("init", "-q")
-    git("checkout", "-q", "-b", "main")
-    git("add", "-A")
-    git("-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify",
-        "-m", message)
-    return git("rev-parse", "HEAD").strip()
+    for args in (["init", "-q"], ["checkout", "-q", "-b", "main"], ["add", "-A"],
+                 ["-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q",
+                  "--no-verify", "-m", message]):
+        git(repo, *args, env=env, check=True)
+    return git(repo, "rev-parse", "HEAD", env=env, check=True).strip()
 
 
 def student_order(exercises: dict, numbers: list, root: Path = ROOT) -> str:
@@ -329,12 +330,7 @@ def make_grader_bundle(grader: Path, numbers: list, root: Path = ROOT) -> None:
     copy_files(root, grader / "reference", source_files(root))
     for script in ("grade.py", "make_assignment.py", "function_spans.py"):
         shutil.copy2(Path(__file__).resolve().parent / script, grader / script)
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    meta = {"exercises": numbers, "reference_commit": commit}
+    meta = {"exercises": numbers, "reference_commit": (git(root, "rev-parse", "HEAD") or "").strip() or None}
     (grader / "assignment.json").write_text(json.dumps(meta, indent=1) + "\n")
     (grader / "README.md").write_text(
         f"# Grader for exercises {', '.join(map(str, numbers))} "

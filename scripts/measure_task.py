@@ -11,8 +11,8 @@ tokens (token-weighted, as train.py's `entropy` metric), from a second draw of t
 how much probability the policy spreads over different continuations. The arithmetic warm-start has
 about 0.07 nats per token (one right answer, written one way); the Countdown one is made for >= 0.3.
 """
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,7 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from anywhere without installing
 
-from nanoatr.machinery.flags import ConfigError, Parser, check_number, die  # noqa: E402
+from nanoatr.machinery.flags import arg, read  # noqa: E402
 from nanoatr.data import TASKS, load_problems  # noqa: E402
 from nanoatr.evaluate import evaluate  # noqa: E402
 from nanoatr.model import Qwen3  # noqa: E402
@@ -52,27 +52,21 @@ def mean_entropy(model, tok, problems, n: int, max_new_tokens: int, temperature:
     return total / max(count, 1.0)
 
 
-def main():
-    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", default="math", choices=sorted(TASKS), help="the task (train.py --task)")
-    ap.add_argument("--model", help="model directory (default: the task's warm-start)")
-    ap.add_argument("--data", help="problems (default: the task's held-out file)")
-    ap.add_argument("--k", type=int, default=8, help="samples per problem, k of Mean@k / Pass@k")
-    ap.add_argument("--limit", type=int, default=0,
-                    help="only the first N problems (0 = all; train.py --eval-limit)")
-    ap.add_argument("--max-new-tokens", type=int, help="completion budget (default: the task's)")
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0,
-                    help="train.py's --seed (its step-0 evaluation draws these samples)")
-    ap.add_argument("--show", type=int, default=0, help="print this many sampled completions")
-    args = ap.parse_args()
-    try:
-        for name, allowed in {"k": ">=1", "limit": ">=0", "max_new_tokens": ">=1", "temperature": ">0",
-                              "show": ">=0"}.items():
-            if getattr(args, name) is not None:  # --max-new-tokens unset: the task's
-                check_number(name, getattr(args, name), allowed)
-    except ConfigError as e:
-        die(str(e))
+@dataclass
+class MeasureConfig:
+    task: str = arg("math", "the task (train.py --task)", choices=sorted(TASKS))
+    model: str | None = arg(None, "model directory (default: the task's warm-start)")
+    data: str | None = arg(None, "problems (default: the task's held-out file)")
+    k: int = arg(8, "samples per problem, k of Mean@k / Pass@k", range=">=1")
+    limit: int = arg(0, "only the first N problems (0 = all; train.py --eval-limit)", range=">=0")
+    max_new_tokens: int | None = arg(None, "completion budget (default: the task's)", range=">=1")
+    temperature: float = arg(1.0, "sampling temperature", range=">0")
+    seed: int = arg(0, "train.py's --seed (its step-0 evaluation draws these samples)")
+    show: int = arg(0, "print this many sampled completions", range=">=0")
+
+
+def main(argv=None):
+    args = read(MeasureConfig, argv, __doc__)[0]  # a bad flag or value: one error line
     task = TASKS[args.task]
     model_dir = args.model or str(ROOT / task.model)
     data = args.data or str(ROOT / task.eval_data[0])

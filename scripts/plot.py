@@ -60,7 +60,7 @@ class Panel(NamedTuple):
     lines: list[Line]
 
 
-def draw(panels: list[Panel], out, xlabel: str, cols: int = 2, log2x: bool = False, xs_label=None) -> Path:
+def draw(panels: list[Panel], out, xlabel: str, cols: int = 2, log2x: bool = False) -> Path:
     """Write the panels side by side to `out` (.svg) and the same figure as .png beside it; returns out."""
     try:
         import matplotlib

@@ -39,9 +39,7 @@ def warm_start_stream(task: str):
     the evaluation keys of the splits it writes skipped)."""
     if task == "arith":
         return make_default.sft_stream(1, make_default.evaluation_keys(make_default.task_splits(0)))
-    spec = Spec()
-    return make_countdown.sft_stream(1, make_countdown.evaluation_keys(make_countdown.task_splits(0, spec)),
-                                     spec)
+    return make_countdown.warm_start_stream(1, make_countdown.task_splits(0, Spec()), Spec())
 
 
 def sft_keys(task: str, steps: int) -> set:

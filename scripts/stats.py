@@ -1,41 +1,28 @@
 """Statistics over seeds: the 95% t-interval of a mean, and seed-paired comparisons of methods.
 
-scripts/runs_table.py (Table 2 over seeds) prints each method's mean with the half-width of its
-t-interval (`half_width`: t(0.975, n-1) sd / sqrt(n)); scripts/sweep.py's report (scripts/sweep_report.py)
-draws the same intervals as the bands of its figures (`mean_interval`) and prints, under its table, the
-comparisons below.
+scripts/runs_table.py prints each method's mean with the half-width of its t-interval (`half_width`);
+scripts/sweep_report.py draws the same intervals as its figures' bands (`mean_interval`) and prints, under its
+table, the comparisons below.
 
 Runs of one seed share their prompts, their first completions and their evaluation draws, so methods are
 compared seed by seed. A comparison is a contrast: on each seed s its value is d_s = sum_i w_i X_i(s) over
 the methods X_i it weighs (weights summing to 0), over the seeds where every one of them finished (paired
 by seed, never by order). A - B is the contrast +1 A - 1 B; the main effect of one factor of a 2 x 2 is
-1/2 (A2 - A1) + 1/2 (B2 - B1). For the mean of the n values d_s (sd = their sample standard deviation,
-se = sd / sqrt(n)) we give
+1/2 (A2 - A1) + 1/2 (B2 - B1). For the mean of the n values d_s (`contrast`) we give the 95% paired
+t-interval (the verdict's interval: a percentile bootstrap over 10 seeds covers only about 91% of the time),
+the paired t-test's p of a predicted side (`p_value`), the two-sided exact sign test (`sign_test`), the
+minimal detectable effect (`detectable`, the usual t-based approximation; `exact_detectable` integrates the
+noncentral t: the approximation is 2.3% below it at 4 seeds, 0.3% at 8), the seeds a decision would need
+(`seeds_needed`) and, on request, a one-sided test against a stated effect (`reject`): "a gain of 3.67 or
+more is rejected" when the one-sided 95% upper bound of the mean difference lies below 3.67.
 
-- the 95% paired t-interval, mean -+ t(0.975, n-1) se. It is the verdict's interval: a percentile
-  bootstrap over 10 seeds covers only about 91% of the time;
-- the paired t-test's p of a predicted side (`p_value`): one-sided, P(T >= t) with t = mean / se for a
-  prediction "above 0" and P(T <= t) for "below 0"; two-sided for "differs from 0";
-- the two-sided exact sign test: how often d_s > 0 among the seeds where it is not 0, against a fair coin;
-- the minimal detectable effect: the mean difference a paired t-test at the 5% level (two-sided) finds
-  with 80% power at this n and spread, (t(0.975, n-1) + t(0.8, n-1)) se. This is the usual t-based
-  approximation (central t quantiles in place of the noncentral t); `exact_detectable` integrates the
-  noncentral t instead (`exact_power`): the approximation is 2.3% below it at 4 seeds, 0.3% at 8;
-- the seeds a decision would need: the smallest n at which that minimal detectable effect reaches the
-  observed |mean|, and never fewer than 6, since over 5 seeds even a 5 : 0 sign test has p = 0.0625;
-- on request, a one-sided test against a stated effect (`reject`): "a gain of 3.67 or more is rejected"
-  when the one-sided 95% upper bound of the mean difference lies below 3.67.
-
-A hypothesis predicts the side of the mean (+1: above 0, -1: below 0, 0: differs from 0). By its own
-interval (`verdict`) it is "confirmed" when the interval lies wholly on the predicted side of 0 (either
-side for "differs"), "refuted" when wholly on the other side, "undecided" otherwise.
-
-Pre-registered hypotheses are one family (`family`): each one's p on its predicted side goes through Holm's
-step-down procedure at FAMILY_ALPHA (`holm`); those it rejects are "confirmed". The same procedure over the
-p-values of the opposite sides (1 - p) marks the "refuted" ones; the rest, and every "differs" the first
-pass leaves, are "undecided". Each pass holds its family-wise error at FAMILY_ALPHA; a wrong call of either
-kind (a false confirmation or a false refutation) has at most twice that chance, approached only when some
-true differences lie at 0 and others just on the predicted side of it.
+A hypothesis predicts the side of the mean (+1: above 0, -1: below 0, 0: differs from 0); its own interval
+gives its `verdict`. Pre-registered hypotheses are one family (`family`): each one's p on its predicted
+side goes through Holm's step-down procedure at FAMILY_ALPHA (`holm`); those it rejects are "confirmed".
+The same procedure over the p-values of the opposite sides (1 - p) marks the "refuted" ones; the rest, and
+every "differs" the first pass leaves, are "undecided". Each pass holds its family-wise error at
+FAMILY_ALPHA; a wrong call of either kind (a false confirmation or a false refutation) has at most twice
+that chance, approached only when some true differences lie at 0 and others just on the predicted side.
 
 The t distribution is computed here (no scipy): its CDF for integer degrees of freedom in closed form
 (Abramowitz & Stegun 26.7.3-4), its quantiles by bisection of the CDF.

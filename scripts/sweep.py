@@ -17,13 +17,11 @@ Each run has --threads torch threads (default: the cores shared out, e.g. 2 jobs
 
     python scripts/sweep.py --gpus 0,1,2,3 --clip clip kl3 --seeds 8 -- --preset paper --model ... --data ...
 
-Writes OUT/table.md (final held-out Mean@k / Pass@k, mean +- std over seeds, the fraction of tokens
-whose gradient was cut, the training tokens' entropy and the evaluation policy's on each file; then the
-pre-registered family of --hypothesis and --reject, each with its interval, its p and Holm's decision over
-the family, and the seed-paired comparisons: scripts/stats.py), OUT/curves.svg (Figure 2, one colour per
-method), OUT/results.json, and with --ablate-delta OUT/ablation.svg (Figure 3: Mean@k and Pass@k against
-delta), by scripts/sweep_report.py.  A comparison is A/B, or an --effect of more than two arms, e.g. the
-main effects of a 2 x 2 (edges of a trust band: clip, two hybrids, kl3):
+Writes OUT/table.md (Table 3, then the pre-registered --hypothesis and --reject family and the seed-paired
+comparisons), OUT/curves.svg (Figure 2), OUT/results.json, and with --ablate-delta OUT/ablation.svg
+(Figure 3): scripts/sweep_report.py says what each holds, scripts/stats.py how it is computed.  A
+comparison is A/B, or an --effect of more than two arms, e.g. the main effects of a 2 x 2 (edges of a trust
+band: clip, two hybrids, kl3):
 
     python scripts/sweep.py --clip clip LOWHYB HIGHHYB kl3 --seeds 10 \\
         --effect low +0.5 LOWHYB -0.5 clip +0.5 kl3 -0.5 HIGHHYB \\
@@ -301,19 +299,13 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_numbers(args, ranges: dict[str, str]) -> None:
-    """A command's own counts and rates, each given attribute of `args` (an argparse namespace) inside its
-    RANGES name, e.g. {"steps": ">=0", "lr": ">0"}; one left unset (None) is not checked."""
-    for name, allowed in ranges.items():
-        if getattr(args, name) is not None:
-            check_number(name, getattr(args, name), allowed)
-
-
 def check_counts(args, parser: argparse.ArgumentParser):
-    """The sweep's counts in their ranges: one error line naming the flag."""
+    """The sweep's counts in their ranges (those given): one error line naming the flag."""
     try:
-        check_numbers(args, {"seeds": ">=1", "steps": ">=1", "first_seed": ">=0", "jobs": ">=0",
-                                    "threads": ">=0"})
+        for name, allowed in {"seeds": ">=1", "steps": ">=1", "first_seed": ">=0", "jobs": ">=0",
+                              "threads": ">=0"}.items():
+            if getattr(args, name) is not None:
+                check_number(name, getattr(args, name), allowed)
     except ConfigError as e:
         parser.error(str(e))
 

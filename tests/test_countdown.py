@@ -194,31 +194,6 @@ def test_solutions_are_many_and_all_correct():
     sols = puzzle.solutions(numbers, target, 100)
     assert len(sols) >= 10 and len(set(sols)) == len(sols)
     assert all(reward(s, "3,5,8,2:19") == 1.0 for s in sols)
-    rng = random.Random(0)
-    drawn = {puzzle.random_solution(rng, numbers, target, 100) for _ in range(200)}
-    assert drawn <= set(sols) and len(drawn) >= 5  # random solutions spread over many of them
-
-
-def test_a_key_drawn_before_is_drawn_again():
-    """With the keys of a generator's first 20 problems taken, the same generator's evaluation problems are
-    its problems 21-60 (those 60 have distinct keys): each of the first 20 is drawn again, nothing else is
-    skipped, and every key drawn is taken. The training pool skips the excluded keys the same way."""
-    rng = random.Random(0)
-    first = [Problem(q, a) for q, a, _ in (puzzle.make_problem(rng, SPEC) for _ in range(60))]
-    assert len({countdown_key(p) for p in first}) == 60
-    taken = {countdown_key(p) for p in first[:20]}
-    rng = random.Random(0)
-    assert [countdown.evaluation_problem(rng, SPEC, taken) for _ in range(40)] == first[20:]
-    assert taken == {countdown_key(p) for p in first}
-    excluded = {countdown_key(p) for p in first[:20]}
-    assert countdown.training_pool(random.Random(0), 40, SPEC, excluded) == first[20:]
-
-
-def test_the_training_pool_has_distinct_questions_and_no_excluded_key():
-    rng = random.Random(1)
-    excluded = {countdown_key(countdown.evaluation_problem(rng, SPEC, set())) for _ in range(100)}
-    pool = countdown.training_pool(random.Random(1), 300, SPEC, excluded)
-    assert len({p.question for p in pool}) == 300 and not {countdown_key(p) for p in pool} & excluded
 
 
 # ---------------------------------------------------------------------------------------------
