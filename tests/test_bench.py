@@ -134,16 +134,6 @@ def test_verifier_benchmark_verifies_its_cases():
                         lines[-1]), lines[-1]
 
 
-def test_verifier_compare_prints_our_accuracy_without_math_verify(tmp_path, capsys):
-    cases = (ROOT / "tests/data/verifier_cases.jsonl").read_text().splitlines()[:6]
-    (tmp_path / "cases.jsonl").write_text("\n".join(cases) + "\n")
-    compare = load("verifier_compare")
-    compare.main(["--cases", str(tmp_path / "cases.jsonl"), "--show", "all"])
-    out = capsys.readouterr().out
-    assert ("math-verify is not installed" in out) == (compare.mv_verify is None)
-    assert "slowest case (ours): " in out and out.count("label=") == 6, out
-
-
 # ----------------------------------------------------------------------------
 # The measuring scripts of scripts/ (their main reads sys.argv)
 

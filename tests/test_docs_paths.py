@@ -31,6 +31,7 @@ NOT_IN_THE_REPOSITORY = {
         "bench/attention.py", "bench/sft_packing.py", "scripts/countdown_breakdown.py")},
     **{path: "history: a bench removed on 2026-12-02 (issue 56), `git show dc96213:PATH` has it" for path in (
         "bench/contention.py", "bench/checkpoint_hash.py", "bench/step.py", "bench/gpu_rollout.py")},
+    "bench/verifier_compare.py": "history: removed on 2026-12-02 with its figure in docs/library.md (Shapes)",
 }
 
 # A dotted reference (`loss.check_finite`, `machinery.session.Session.steps`) whose first name is a module of
