@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from plot import run_legend  # noqa: E402
 import runs_table  # noqa: E402
-from conftest import jsonl, strict, strict_file  # noqa: E402
+from conftest import error_line, jsonl, strict, strict_file  # noqa: E402
 
 HOW = ("classify it in {table}: Refused(\"why\") when continuing with another value would "
        "make the run something it was not started as, RECORDED when that is a legitimate experiment (the "
@@ -128,15 +128,6 @@ def refused_line(run: Path, field: str, argv: list[str], rules: dict) -> str:
             f"{json.dumps(saved)}): {rules[field].why}")
 
 
-def one_error(capsys, main, argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
-
-
 @pytest.mark.parametrize("kind", ["full", "lora"])
 @pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if isinstance(r, Refused)))
 def test_train_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, kind, train_runs, tmp_path,
@@ -144,49 +135,35 @@ def test_train_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, 
     run = copy_of(train_runs[kind], tmp_path)
     before = files(run)
     argv = TRAIN_VALUES[field]
-    assert one_error(capsys, train.main, ["--resume", str(run), "--steps", "2", *argv]) == \
+    assert error_line(capsys, train.main, ["--resume", str(run), "--steps", "2", *argv]) == \
         refused_line(run, field, argv, RESUME_RULES)
     assert files(run) == before  # config.json, logs and checkpoints byte for byte
 
 
 # What a run is, pinned by name. The test above takes its list from RESUME_RULES itself, so a flag moved out of
-# the refused ones there (seed made RECORDED, say) leaves it untested instead of failing it. These flags are
-# named here, each with a value other than the tiny run's, and must stay refused whatever the table says:
-# a resume that took one would continue the run as something it was not started as, under its name.
-WHAT_A_RUN_IS = [
+# the refused ones there (seed made RECORDED, say) would leave it untested instead of failing it. These must
+# stay refused whatever the table says: a resume that took one would continue the run as something it was not
+# started as, under its name.
+WHAT_A_RUN_IS = {
     # which run: its seed (scripts/runs_table.py pools one run per seed), task, weights and training file
     # (prompt order)
-    ["--seed", "1"], ["--task", "countdown"], ["--model", str(ROOT / "data/tiny-qwen3-countdown")],
-    ["--revision", "main"], ["--data", str(ROOT / "data/arith/val.jsonl")],
+    "seed", "task", "model", "revision", "data",
     # the method compared: the clipping rule and its hyper-parameter, the loss, the updates per rollout
-    ["--clip", "clip"], ["--delta", "0.1"], ["--aggregation", "seq-mean-token-mean"], ["--std-normalize"],
-    ["--beta", "0.01"], ["--minibatches", "4"], ["--epochs", "2"], ["--mask-truncated"],
+    "clip", "hparams", "aggregation", "std_normalize", "beta", "minibatches", "epochs", "mask_truncated",
     # the rollouts it trains on
-    ["--group-size", "2"], ["--prompts-per-step", "2"], ["--max-new-tokens", "30"], ["--temperature", "0.7"],
-    ["--top-p", "0.9"], ["--top-k", "5"], ["--sampler", "multinomial"], ["--stop", "="],
-    ["--dynamic-sampling", "1"],
+    "group_size", "prompts_per_step", "max_new_tokens", "temperature", "top_p", "top_k", "sampler", "stop",
+    "dynamic_sampling",
     # the rewards, and the prompts they are earned on
-    ["--reward", "mine.py:f"], ["--reward-weights", "2.0"], ["--answer-field", "solution"],
-    ["--overlong-buffer", "4"], ["--overlong-penalty", "0.5"], ["--system-prompt", "Be brief."],
-    ["--prompt-template", "Q: {question}"], ["--no-thinking"],
+    "reward", "reward_weights", "answer_field", "overlong_buffer", "overlong_penalty", "system_prompt",
+    "prompt_template", "thinking",
     # how it is measured: its evaluations are compared across its steps and with other runs
-    ["--eval-data", str(ROOT / "data/arith/val.jsonl")], ["--eval-k", "3"], ["--eval-temperature", "0.5"],
-    ["--eval-top-p", "0.9"], ["--eval-max-new-tokens", "20"], ["--eval-limit", "3"],
+    "eval_data", "eval_k", "eval_temperature", "eval_top_p", "eval_max_new_tokens", "eval_limit",
     # the size and schedule of its updates, and the precision it trained in
-    ["--lr", "0.5"], ["--weight-decay", "0.1"], ["--grad-clip", "0.5"], ["--lr-scheduler", "cosine"],
-    ["--warmup-steps", "1"], ["--warmup-ratio", "0.5"], ["--dtype", "bfloat16"], ["--preset", "paper"],
-]
+    "lr", "weight_decay", "grad_clip", "lr_scheduler", "warmup_steps", "warmup_ratio", "dtype", "preset"}
 
 
-@pytest.mark.parametrize("argv", WHAT_A_RUN_IS, ids=lambda argv: argv[0])
-def test_a_resume_refuses_to_change_what_the_run_is(argv, train_runs, tmp_path, capsys):
-    """One `error:` line naming the flag as given (exit 2), and the run folder byte for byte as it was; its
-    wording beyond that is RESUME_RULES' own (checked above)."""
-    run = copy_of(train_runs["full"], tmp_path)
-    before = files(run)
-    line = one_error(capsys, train.main, ["--resume", str(run), "--steps", "2", *argv])
-    assert line.startswith(f"error: {' '.join(argv)} cannot change on --resume ({run / 'config.json'} has "), line
-    assert files(run) == before
+def test_what_a_run_is_stays_refused():
+    assert sorted(f for f in WHAT_A_RUN_IS if not isinstance(RESUME_RULES[f], Refused)) == []
 
 
 def test_a_flag_at_the_runs_own_value_is_no_error_and_no_change(train_runs, tmp_path):
@@ -235,14 +212,14 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     assert after["provenance"][:1] == config["provenance"] and [s["step"] for s in after["provenance"]] == [0, 1, 2, 3]
     assert [list(c) for c in after["changes"]] == [["step", "steps"]] * 3
     assert "has changed since the last sitting" not in capsys.readouterr().err  # the same reward code
-    assert one_error(capsys, train.main, ["--resume", str(run), "--steps", "5", "--data",
+    assert error_line(capsys, train.main, ["--resume", str(run), "--steps", "5", "--data",
                                           f"{start}/data/other.jsonl"]).startswith(
         f"error: --data {start}/data/other.jsonl cannot change on --resume")
     (elsewhere / "data").mkdir()  # the run's bytes here, under its relative path; its own file changed
     (elsewhere / "data/t.jsonl").write_text("".join(lines[:16]))
     (start / "data/t.jsonl").write_text("".join(lines[:15]))
     for argv in (["--resume", str(run)], ["--resume", f"{run}/checkpoint-step000003", "--name", "b"]):
-        assert one_error(capsys, train.main, [*argv, "--steps", "5"]).startswith(
+        assert error_line(capsys, train.main, [*argv, "--steps", "5"]).startswith(
             f"error: {start / 'data/t.jsonl'} has changed since the run started")
 
 
@@ -368,7 +345,7 @@ def test_a_malformed_record_is_one_line(changes, train_runs, tmp_path, capsys):
     (run / "config.json").write_text(json.dumps({**config, "changes": changes}))
     for main in (train.main, runs_table.main):
         argv = ["--resume", str(run), "--steps", "2"] if main is train.main else [str(run)]
-        assert one_error(capsys, main, argv) == f'error: {run / "config.json"}: "changes" is not a list of ' \
+        assert error_line(capsys, main, argv) == f'error: {run / "config.json"}: "changes" is not a list of ' \
             '{"step": S, "<flag>": {"from": A, "to": B}}'
 
 
@@ -402,7 +379,7 @@ def sft_argv(field: str, sft_runs) -> list[str]:
 def test_sft_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, kind, sft_runs, tmp_path, capsys):
     run = copy_of(sft_runs[kind], tmp_path)
     before, argv = files(run), sft_argv(field, sft_runs)
-    assert one_error(capsys, sft_cli.main, ["--resume", str(run), "--steps", "2", *argv]) == \
+    assert error_line(capsys, sft_cli.main, ["--resume", str(run), "--steps", "2", *argv]) == \
         refused_line(run, field, argv, SFT_RESUME_RULES)
     assert files(run) == before
 
@@ -410,7 +387,7 @@ def test_sft_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, ki
 def test_sft_takes_the_run_folder_not_a_checkpoint_in_it(sft_runs, tmp_path, capsys):
     run = copy_of(sft_runs["full"], tmp_path)
     before = files(run)
-    assert one_error(capsys, sft_cli.main, ["--resume", str(run / "checkpoint")]) == (
+    assert error_line(capsys, sft_cli.main, ["--resume", str(run / "checkpoint")]) == (
         f"error: --resume {run / 'checkpoint'} is a checkpoint of the run folder {run}: --resume takes the run "
         f"folder (--resume {run}), and goes on from its newest usable checkpoint")
     assert files(run) == before
