@@ -330,56 +330,36 @@ def test_graphs_replayed_through_compaction_give_the_eager_rollout(small_vocab_m
     assert step.calls == graphs.records + graphs.replays == n, "each step ran once: warmed up, or replayed"
 
 
-@pytest.mark.parametrize("failing", ["record", "replay"])
-def test_a_failed_recording_or_replay_falls_back_to_the_step_without_graphs(small_vocab_model, monkeypatch, failing):
+RECORDING = "recording the decode step's CUDA graph failed"
+FAILURES = {  # what fails: (StandInGraphs' and CountedStep's arguments), the warnings' first words
+    "record": ({"fail_record": 3}, {}, [RECORDING]),
+    "replay": ({"fail_replay": 3}, {}, ["replaying the decode step's CUDA graph failed"]),
+    "unrecordable": ({}, {"fail_recording": True}, [RECORDING]),
+    "compile": ({"fail_record": 2}, {"fail_at": 9}, [RECORDING, "torch.compile of the decode step failed"])}
+
+
+@pytest.mark.parametrize("failing", FAILURES)
+def test_a_failed_graph_or_compile_falls_back_and_gives_the_eager_rollout(small_vocab_model, monkeypatch, failing):
     """A recording runs nothing (the step ran just before it): after a failed one the step must not run
-    again. A failed replay ran nothing: the step runs without it. One warning, then no graphs; the
-    tokens of the eager loop either way."""
+    again. A failed replay ran nothing: the step runs without it. A failure inside the recording
+    (unrecordable) is the graph's, not the compile's: the compiled step goes on without graphs. A failed
+    compile ran nothing: the eager step from then on, never the compiled one again. One warning each; no
+    graph after the failure, in the rest of the process either; the tokens of the eager loop always."""
     prompts = ragged(24)
     ref = rollout_with(small_vocab_model, EAGER, prompts)
     n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
-    graphs = StandInGraphs(**{f"fail_{failing}": 3})
-    step = CountedStep(graphs)
-    with_graphs(monkeypatch, graphs, step)
-    with pytest.warns(UserWarning, match=f"{'recording' if failing == 'record' else 'replaying'} the decode step's "
-                      "CUDA graph failed .*injected.*without CUDA graphs") as caught:
-        out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
-    assert len(caught) == 1
-    assert_same(ref, out, small_vocab_model)
-    assert graphs.failed and graphs.after_failure == 0, "no graph after the failure"
-    assert step.calls == n, "every step ran once, by the compiled step"
-    assert not decoding.StepRunner.use_graphs, "the rest of the process decodes without graphs"
-
-
-def test_a_failed_compile_after_failed_graphs_falls_back_to_eager(small_vocab_model, monkeypatch):
-    prompts = ragged(24)
-    ref = rollout_with(small_vocab_model, EAGER, prompts)
-    graphs = StandInGraphs(fail_record=2)
-    step = CountedStep(graphs, fail_at=9)
+    fail_graphs, fail_step, warned = FAILURES[failing]
+    graphs = StandInGraphs(**fail_graphs)
+    step = CountedStep(graphs, **fail_step)
     with_graphs(monkeypatch, graphs, step)
     with pytest.warns(UserWarning) as caught:
         out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
-    assert [str(w.message).split(" (")[0] for w in caught] == [
-        "recording the decode step's CUDA graph failed", "torch.compile of the decode step failed"]
+    assert [str(w.message).split(" (")[0] for w in caught] == warned
+    assert all("injected" in str(w.message) for w in caught) and "without CUDA graphs" in str(caught[0].message)
     assert_same(ref, out, small_vocab_model)
-    assert step.calls == 9, "the compiled step's failure ran nothing, and it was not called again"
-    assert decoding.COMPILED[rollout.decode_step] is rollout.decode_step, "the eager step from now on"
-
-
-def test_a_step_that_cannot_be_recorded_keeps_its_compile(small_vocab_model, monkeypatch):
-    """A failure inside the recording is the graph's, not the compile's (the step compiled and ran just
-    before it): one warning, and the compiled step without graphs, not the eager one."""
-    prompts = ragged(24)
-    ref = rollout_with(small_vocab_model, EAGER, prompts)
-    n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
-    graphs = StandInGraphs()
-    step = CountedStep(graphs, fail_recording=True)
-    with_graphs(monkeypatch, graphs, step)
-    with pytest.warns(UserWarning) as caught:
-        out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
-    assert [str(w.message).split(" (")[0] for w in caught] == ["recording the decode step's CUDA graph failed"]
-    assert_same(ref, out, small_vocab_model)
-    assert step.calls == n and rollout.decode_step not in decoding.COMPILED, "compiled to the end"
+    assert graphs.after_failure == 0 and not decoding.StepRunner.use_graphs, "no graph after the failure"
+    assert step.calls == (9 if failing == "compile" else n), "every step ran once; a failed compile ran nothing"
+    assert decoding.COMPILED.get(rollout.decode_step) is (rollout.decode_step if failing == "compile" else None)
 
 
 @pytest.mark.slow
