@@ -21,7 +21,7 @@ from nanoatr import rewards as rewards_module
 from nanoatr.rewards import RewardError, Rewards, countdown_reward, math_reward
 from nanoatr.machinery.reward_loader import from_flags
 from nanoatr.verifier import countdown, verify
-from conftest import jsonl, metrics, strict_file
+from conftest import error_line, jsonl, metrics, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -147,25 +147,6 @@ def test_a_function_that_empties_its_lists_then_raises_is_one_line_naming_the_ro
         score(vandal, [STANDARD, STANDARD], ["a", "b"])
 
 
-def test_a_conversational_file_gives_completions_as_assistant_messages(tmp_path):
-    """A DAPO / TRL conversational file, through the loader: the prompt is the chat, each completion one
-    assistant message; the built-in reward reads either shape."""
-    chat = [{"role": "user", "content": "Compute 2+3. Put the answer in \\boxed{}."}]
-    (tmp_path / "chat.jsonl").write_text(json.dumps({"prompt": chat, "reward_model": {"ground_truth": "5"},
-                                                     "data_source": "toy"}) + "\n")
-    problems = load_problems(tmp_path / "chat.jsonl") * 2
-    seen = {}
-
-    def spy(prompts, completions, data_source, **kwargs):
-        seen.update(prompts=prompts, completions=completions, data_source=data_source)
-        return math_reward(completions, **kwargs)
-    scores = score(spy, problems, ["\\boxed{5}", "\\boxed{6}"])
-    assert seen["prompts"] == [chat, chat] and seen["data_source"] == ["toy", "toy"]
-    assert seen["completions"] == [[{"role": "assistant", "content": "\\boxed{5}"}],
-                                   [{"role": "assistant", "content": "\\boxed{6}"}]]
-    assert scores.tolist() == [[1.0], [0.0]]
-
-
 def test_the_built_in_rewards_are_the_verifiers():
     texts = ["so \\boxed{5}", "\\boxed{5.0}", "\\boxed{6}", "no answer", "\\boxed{(8*3)-5}", "\\boxed{8*3-4}"]
     golds = ["5", "5", "5", "5", "3,5,8:19", "3,5,8:19"]
@@ -270,6 +251,8 @@ PROBLEMS = [Problem(f"q{i}", str(i)) for i in range(3)]
      "reward function bad returned a ndarray, not a list of one reward per completion (3)"),
     ("import numpy\n    return numpy.ones((3, 1))",
      "reward function bad returned a ndarray (array([1.])) for row 0"),
+    ("if len(completions) > 1:\n        raise MemoryError('too many')\n    return [0.0]",  # each row alone is fine
+     "reward function bad raised MemoryError: too many on a batch of 3 completions (on none of them alone)"),
 ])
 def test_a_bad_return_is_one_line_naming_the_function_and_the_row(write, body, message):
     path = write("user_reward_bad.py", f"def bad(completions, **kwargs):\n    {body}\n")
@@ -288,17 +271,13 @@ def test_what_trl_takes_is_taken_numpy_and_torch_values_and_async_functions():
     class Graded:  # a callable instance whose __call__ is async
         async def __call__(self, completions, **kwargs):
             return (0.0, 1.0, 2.0)
-    returns = {
-        "numpy array": np.array([1.0, 0.0, 0.5]), "tensor": torch.tensor([1.0, 0.0, 0.5]),
-        "numpy scalars": [np.float32(1.0), np.bool_(False), np.int64(2)],
-        "0-d tensors": [torch.tensor(1.0), torch.tensor(True), torch.tensor(0.5, dtype=torch.bfloat16)],
-        "generator": (x for x in [1.0, 0.0, 0.5]),
-    }
-    expected = {"numpy array": [1.0, 0.0, 0.5], "tensor": [1.0, 0.0, 0.5], "numpy scalars": [1.0, 0.0, 2.0],
-                "0-d tensors": [1.0, 1.0, 0.5], "generator": [1.0, 0.0, 0.5]}
-    for kind, value in returns.items():
+    for value, expected in [  # a numpy array, a tensor, numpy scalars, 0-d tensors, a generator
+            (np.array([1.0, 0.0, 0.5]), [1.0, 0.0, 0.5]), (torch.tensor([1.0, 0.0, 0.5]), [1.0, 0.0, 0.5]),
+            ([np.float32(1.0), np.bool_(False), np.int64(2)], [1.0, 0.0, 2.0]),
+            ([torch.tensor(1.0), torch.tensor(True), torch.tensor(0.5, dtype=torch.bfloat16)], [1.0, 1.0, 0.5]),
+            ((x for x in [1.0, 0.0, 0.5]), [1.0, 0.0, 0.5])]:
         got = score(lambda completions, value=value, **kwargs: value, PROBLEMS, ["a", "b", "c"])
-        assert got[:, 0].tolist() == expected[kind], kind
+        assert got[:, 0].tolist() == expected, value
     assert score(later, PROBLEMS, ["a", "b", "c"])[:, 0].tolist()[::2] == [1.0, 0.5]
     assert math.isnan(score(later, PROBLEMS, ["a", "b", "c"])[1, 0])  # None: unscored
     graded = Rewards((Graded(),), ("graded",), (1.0,))
@@ -354,16 +333,6 @@ def test_the_signature_check_accepts_exactly_what_pythons_call_accepts(source):
     problem = rewards_module.signature_problem(space["f"], "f", BATCH, "x.jsonl")
     assert (problem is None) == accepted, (source, problem)
     assert accepted or (problem.startswith("reward function f ") and "\n" not in problem)
-
-
-def test_a_batch_that_fails_only_whole_says_so():
-    def batch_only(completions, **kwargs):
-        if len(completions) > 1:
-            raise MemoryError("too many")
-        return [0.0]
-    with pytest.raises(RewardError, match=r"raised MemoryError: too many on a batch of 3 completions \(on none "
-                                          r"of them alone\)$"):
-        score(batch_only, PROBLEMS, ["a", "b", "c"])
 
 
 def test_a_column_named_like_an_argument_is_refused():
@@ -487,33 +456,11 @@ def test_a_reward_failing_mid_run_keeps_the_steps_done_and_the_run_resumes(write
 def test_a_reward_file_that_calls_sys_exit_is_one_line_exit_2(write, tmp_path, capsys, command):
     """sys.exit(0) in a --reward file is no success: one line naming the file, exit 2, no run folder."""
     path = write("user_reward_quits.py", "import sys\nsys.exit(0)\n")
-    with pytest.raises(SystemExit) as e:
-        if command == "train":
-            train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--reward", f"{path}:f"])
-        else:
-            eval_cli.main(["--k", "1", "--out", str(tmp_path / "e.jsonl"), "--reward", f"{path}:f"])
-    assert e.value.code == 2 and capsys.readouterr().err.splitlines() == [
-        f"error: --reward {path}:f: importing {path} raised SystemExit: 0"]
+    main, argv = (train.main, [*TINY, "--out-dir", str(tmp_path), "--name", "r"]) if command == "train" else \
+        (eval_cli.main, ["--k", "1", "--out", str(tmp_path / "e.jsonl")])
+    assert error_line(capsys, main, [*argv, "--reward", f"{path}:f"]) == \
+        f"error: --reward {path}:f: importing {path} raised SystemExit: 0"
     assert not (tmp_path / "r").exists()
-
-
-def test_eval_py_counts_a_completion_correct_when_the_weighted_total_is_positive_under_correct_reward_total(
-        write, tmp_path, capsys):
-    path = write("user_reward_eval.py", """
-        def even(completions, **kwargs):
-            return [float(len(c) % 2 == 0) for c in completions]
-        """)
-    out = tmp_path / "eval.jsonl"
-    common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "4", "--k", "2", "--out", str(out)]
-    eval_cli.main([*common, "--reward", f"{path}:even", "--reward-weights", "0.5", "--correct-reward", "total"])
-    settings, *rows = jsonl(out)
-    assert (settings["settings"]["reward"], settings["settings"]["reward_weights"]) == ([f"{path}:even"], [0.5])
-    assert len(rows) == 8 and {r["reward"] for r in rows} == {0.0, 0.5}  # both kinds met
-    assert all(r["reward"] == 0.5 * (len(r["completion"]) % 2 == 0) and r["correct"] == (r["reward"] > 0)
-               for r in rows)
-    with pytest.raises(SystemExit) as e:  # another grading is refused on --skip-done: one table, one grading
-        eval_cli.main([*common, "--skip-done"])
-    assert e.value.code == 2 and f"--reward ['{path}:even'] (now [])" in capsys.readouterr().err
 
 
 def test_what_is_correct_is_the_built_in_verifier_beside_your_rewards_unless_correct_reward_names_one(
@@ -541,23 +488,30 @@ def test_what_is_correct_is_the_built_in_verifier_beside_your_rewards_unless_cor
     assert not all(r["correct"] for r in rows)
 
 
-def test_eval_py_resumes_with_its_reward_file_however_spelled_and_from_anywhere(write, tmp_path, monkeypatch):
-    """The settings line holds a --reward's FILE.py as an absolute path: --skip-done takes ./r.py:f, r.py:f and
-    /abs/r.py:f for one another, and from another directory too."""
-    write("user_reward_where.py", """
+def test_eval_py_grades_by_your_rewards_and_resumes_with_their_file_however_spelled(write, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """Under --correct-reward total a completion is correct when the weighted total is positive. The settings
+    line holds a --reward's FILE.py as an absolute path: --skip-done takes ./r.py:f, r.py:f and /abs/r.py:f for
+    one another, and from another directory too; another grading (no --reward) it refuses: one table, one grading."""
+    write("user_reward_eval.py", """
         def even(completions, **kwargs):
             return [float(len(c) % 2 == 0) for c in completions]
         """)
-    out = tmp_path / "eval.jsonl"
-    common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--k", "1", "--out", str(out)]
+    out, path = tmp_path / "eval.jsonl", f"{tmp_path}/user_reward_eval.py:even"
+    common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--k", "2", "--out", str(out)]
+    grading = ["--reward-weights", "0.5", "--correct-reward", "total"]
     monkeypatch.chdir(tmp_path)
-    eval_cli.main([*common, "--limit", "2", "--reward", "user_reward_where.py:even"])
-    settings = jsonl(out)[0]["settings"]
-    assert settings["reward"] == [f"{tmp_path}/user_reward_where.py:even"]
-    eval_cli.main([*common, "--limit", "3", "--reward", "./user_reward_where.py:even", "--skip-done"])
+    eval_cli.main([*common, "--limit", "2", "--reward", "user_reward_eval.py:even", *grading])
+    eval_cli.main([*common, "--limit", "3", "--reward", "./user_reward_eval.py:even", *grading, "--skip-done"])
     monkeypatch.chdir(ROOT)
-    eval_cli.main([*common, "--limit", "4", "--reward", f"{tmp_path}/user_reward_where.py:even", "--skip-done"])
-    assert len(out.read_text().splitlines()) == 1 + 4
+    eval_cli.main([*common, "--limit", "4", "--reward", path, *grading, "--skip-done"])
+    settings, *rows = jsonl(out)
+    assert (settings["settings"]["reward"], settings["settings"]["reward_weights"]) == ([path], [0.5])
+    assert len(rows) == 8 and {r["reward"] for r in rows} == {0.0, 0.5}  # both kinds met
+    assert all(r["reward"] == 0.5 * (len(r["completion"]) % 2 == 0) and r["correct"] == (r["reward"] > 0)
+               for r in rows)
+    capsys.readouterr()
+    assert f"--reward ['{path}'] (now [])" in error_line(capsys, eval_cli.main, [*common, "--skip-done"])
 
 
 def test_eval_py_with_a_failing_reward_is_one_line_and_keeps_what_was_sampled(write, tmp_path, capsys):
