@@ -15,7 +15,8 @@ import train
 from nanoatr.machinery.flags import ConfigError, TrainConfig, check_schedule_kept
 from nanoatr.loss import overlong_penalty
 from nanoatr.rollout import Rollout
-from nanoatr.machinery import step_metrics
+from nanoatr.machinery import distributed, step_metrics
+from nanoatr.machinery.distributed import Dist
 from conftest import error_line, metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,30 +161,37 @@ def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
 # ----------------------------------------------------------------------------
 # Tokens per second
 
-def test_each_step_logs_its_tokens_per_second(cosine_run):
-    """Tokens over seconds: 16 completions a step, trained once (1 epoch): sampled = trained = 16 x length."""
+def test_each_step_logs_its_tokens_per_second(cosine_run, tmp_path):
+    """Tokens over seconds: 16 completions a step, sampled = 16 x length, trained so many once per epoch. With
+    --dynamic-sampling the rollout also sampled the groups it dropped: tokens_per_s_rollout counts them
+    (sampling_rounds > 1 then means more tokens than the batch's)."""
     assert step_metrics.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
         {"tokens_per_s_rollout": 60.0, "tokens_per_s_update": 80.0}
-    for row in metrics(cosine_run / "part"):
-        tokens = 16 * row["completion_len"]
-        assert row["tokens_per_s_rollout"] * row["time_rollout"] == pytest.approx(tokens, rel=1e-9)
-        assert row["tokens_per_s_update"] * row["time_train"] == pytest.approx(tokens, rel=1e-9)
-
-
-def test_dynamic_sampling_counts_the_tokens_of_every_round(tmp_path):
-    """With --dynamic-sampling the rollout also sampled the groups it dropped: tokens_per_s_rollout counts
-    them (sampling_rounds > 1 then means more tokens than the batch's); --epochs 2 trains each twice."""
     train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "ds", "--steps", "2", "--dynamic-sampling", "3",
                 "--epochs", "2"])
-    rows = metrics(tmp_path / "ds")
-    for row in rows:
-        batch_tokens = 16 * row["completion_len"]
-        sampled = row["tokens_per_s_rollout"] * row["time_rollout"]
-        if row["sampling_rounds"] == 1:
-            assert sampled == pytest.approx(batch_tokens, rel=1e-9)
-        else:  # each further round sampled at least one group of at least one token each
-            assert sampled > batch_tokens + 1
-        assert row["tokens_per_s_update"] * row["time_train"] == pytest.approx(2 * batch_tokens, rel=1e-9)
+    for run, epochs in ((cosine_run / "part", 1), (tmp_path / "ds", 2)):
+        for row in metrics(run):
+            batch_tokens = 16 * row["completion_len"]
+            sampled = row["tokens_per_s_rollout"] * row["time_rollout"]
+            if row.get("sampling_rounds", 1) == 1:
+                assert sampled == pytest.approx(batch_tokens, rel=1e-9)
+            else:  # each further round sampled at least one group of at least one token each
+                assert sampled > batch_tokens + 1
+            assert row["tokens_per_s_update"] * row["time_train"] == pytest.approx(epochs * batch_tokens, rel=1e-9)
+
+
+def test_two_ranks_log_the_mean_of_their_sampling_rounds(monkeypatch):
+    """Each of two ranks drew 3 rounds (test_train's three-round rollout, on every rank alike: all_gather
+    repeats this rank's lists): sampling_rounds is 3, their mean, not the 6 rounds of both."""
+    from test_train import fake_rounds, fake_run
+    fake_rounds(monkeypatch, [[1, 1, 0, 1, 0, 0], [0, 0, 1, 0, 1, 1], [1, 0, 0, 1, 0, 0], [0, 1] * 3])
+    run = fake_run(5)
+    batch, draws = train.rollout(run, None, 0)
+    run.d = Dist(0, 2, torch.device("cpu"))
+    monkeypatch.setattr(distributed, "all_gather", lambda items, d: list(items) * d.world)
+    update = {"grad_norm": 1.0, "losses": [0.5], "stats": [{"_tokens": 6.0}], "lr": 1e-6}
+    row = step_metrics.metrics_line(run, batch, [update], draws, {"time_rollout": 1.0, "time_train": 1.0})
+    assert (row["sampling_rounds"], row["reward_mean"], row["reward_mean_first_round"]) == (3, 0.5, 0.5)
 
 
 # ----------------------------------------------------------------------------
