@@ -34,45 +34,29 @@ HOW = ("classify it in {table}: Refused(\"why\") when continuing with another va
        "record says from which step), FREE when it does not change what is trained; then give it a value "
        "in tests/test_resume.py {values}")
 
-# A value other than the tiny runs' own, for every flag of train.py (--resume itself aside).
-TRAIN_VALUES = {
-    "system_prompt": ["--system-prompt", "Be brief."], "prompt_template": ["--prompt-template", "Q: {question}"],
-    "thinking": ["--no-thinking"], "micro_batch": ["--micro-batch", "4"], "lr": ["--lr", "0.5"],
-    "weight_decay": ["--weight-decay", "0.1"], "grad_clip": ["--grad-clip", "0.5"],
-    "lora_rank": ["--lora-rank", "4"], "lora_alpha": ["--lora-alpha", "3.0"], "lora_targets": ["--lora-targets",
-                                                                                              "q_proj"],
-    "dtype": ["--dtype", "bfloat16"], "grad_checkpoint": ["--grad-checkpoint"],
-    "eval_every": ["--eval-every", "1"], "eval_k": ["--eval-k", "3"], "eval_temperature": ["--eval-temperature",
-                                                                                            "0.5"],
-    "eval_top_p": ["--eval-top-p", "0.9"], "eval_max_new_tokens": ["--eval-max-new-tokens", "20"],
-    "eval_limit": ["--eval-limit", "3"], "eval_batch_size": ["--eval-batch-size", "3"],
-    "out_dir": ["--out-dir", "/x"], "name": ["--name", "other"], "save_every": ["--save-every", "7"],
-    "seed": ["--seed", "1"], "device": ["--device", "cpu"], "preset": ["--preset", "paper"],
-    "task": ["--task", "countdown"], "model": ["--model", "Qwen/Qwen3-1.7B"], "revision": ["--revision", "main"],
-    "data": ["--data", str(ROOT / "data/arith/val.jsonl")],
-    "eval_data": ["--eval-data", str(ROOT / "data/arith/val.jsonl")],
-    "clip": ["--clip", "clip"], "hparams": ["--delta", "0.1"], "aggregation": ["--aggregation",
-                                                                               "seq-mean-token-mean"],
-    "std_normalize": ["--std-normalize"], "beta": ["--beta", "0.01"], "minibatches": ["--minibatches", "4"],
-    "epochs": ["--epochs", "2"], "prompts_per_step": ["--prompts-per-step", "2"],
-    "group_size": ["--group-size", "2"], "max_new_tokens": ["--max-new-tokens", "30"],
-    "temperature": ["--temperature", "0.7"], "top_p": ["--top-p", "0.9"], "top_k": ["--top-k", "5"],
-    "sampler": ["--sampler", "multinomial"], "stop": ["--stop", "="], "dynamic_sampling": ["--dynamic-sampling",
-                                                                                           "1"],
-    "rollout_batch": ["--rollout-batch", "2"], "steps": ["--steps", "2"],
-    "base_name": ["--base-name", "Qwen/Qwen3-tiny"], "merge": ["--merge"], "compile": ["--compile"],
-    "keep_checkpoints": ["--keep-checkpoints", "3"], "threads": ["--threads", "1"],
-    "reward": ["--reward", "mine.py:f"], "reward_weights": ["--reward-weights", "2.0"],
-    "answer_field": ["--answer-field", "solution"], "overlong_buffer": ["--overlong-buffer", "4"],
-    "overlong_penalty": ["--overlong-penalty", "0.5"], "mask_truncated": ["--mask-truncated"],
-    "lr_scheduler": ["--lr-scheduler", "cosine"], "warmup_steps": ["--warmup-steps", "1"],
-    "warmup_ratio": ["--warmup-ratio", "0.5"], "report_to": ["--report-to", "tensorboard"],
+# A value other than the tiny runs' own, for every flag of train.py (--resume itself aside): the words
+# --field-name VALUE (True: the switch alone), or the words themselves where they differ.
+TRAIN_VALUES = {field: words if isinstance(words, list) else
+                [f"--{field.replace('_', '-')}", *([] if words is True else [words])] for field, words in {
+    "system_prompt": "Be brief.", "prompt_template": "Q: {question}", "thinking": ["--no-thinking"],
+    "micro_batch": "4", "lr": "0.5", "weight_decay": "0.1", "grad_clip": "0.5", "lora_rank": "4",
+    "lora_alpha": "3.0", "lora_targets": "q_proj", "dtype": "bfloat16", "grad_checkpoint": True,
+    "eval_every": "1", "eval_k": "3", "eval_temperature": "0.5", "eval_top_p": "0.9",
+    "eval_max_new_tokens": "20", "eval_limit": "3", "eval_batch_size": "3", "out_dir": "/x", "name": "other",
+    "save_every": "7", "seed": "1", "device": "cpu", "preset": "paper", "task": "countdown",
+    "model": "Qwen/Qwen3-1.7B", "revision": "main", "data": str(ROOT / "data/arith/val.jsonl"),
+    "eval_data": str(ROOT / "data/arith/val.jsonl"), "clip": "clip", "hparams": ["--delta", "0.1"],
+    "aggregation": "seq-mean-token-mean", "std_normalize": True, "beta": "0.01", "minibatches": "4",
+    "epochs": "2", "prompts_per_step": "2", "group_size": "2", "max_new_tokens": "30", "temperature": "0.7",
+    "top_p": "0.9", "top_k": "5", "sampler": "multinomial", "stop": "=", "dynamic_sampling": "1",
+    "rollout_batch": "2", "steps": "2", "base_name": "Qwen/Qwen3-tiny", "merge": True, "compile": True,
+    "keep_checkpoints": "3", "threads": "1", "reward": "mine.py:f", "reward_weights": "2.0",
+    "answer_field": "solution", "overlong_buffer": "4", "overlong_penalty": "0.5", "mask_truncated": True,
+    "lr_scheduler": "cosine", "warmup_steps": "1", "warmup_ratio": "0.5", "report_to": "tensorboard",
     "wandb_project": ["--report-to", "wandb", "--wandb-project", "p"],  # offline (the test sets WANDB_MODE)
     "workdir": [],  # not a flag: where the run started (test_a_run_resumes_from_anywhere_and_...)
-    "correct_reward": ["--correct-reward", "total"], "adam_beta1": ["--adam-beta1", "0.8"],
-    "adam_beta2": ["--adam-beta2", "0.999"],
-    "log_completions": ["--log-completions", "2"],
-}
+    "correct_reward": "total", "adam_beta1": "0.8", "adam_beta2": "0.999", "log_completions": "2",
+}.items()}
 LORA_ONLY = {"base_name", "merge"}  # train.py refuses them on a full fine-tuning run (no adapter)
 
 # The same for sft.py.
