@@ -165,11 +165,8 @@ def test_the_total_is_the_weighted_sum_with_none_left_out_as_trl_does():
     function scores gets 0. By hand, weights 1 and 0.5:
       row 0: 1.0 + 0.5 x 0.5 = 1.25   row 1: (None) + 0.5 x 2 = 1.0   row 2: None, None: 0
       row 3: -1 + 0.5 x True (1) = -0.5"""
-    def f(completions, **kwargs):
-        return [1.0, None, None, -1]
-
-    def g(completions, **kwargs):
-        return (0.5, 2, None, True)  # any sequence; a bool is 1 or 0, as TRL's tensor makes it
+    f = lambda completions, **kwargs: [1.0, None, None, -1]
+    g = lambda completions, **kwargs: (0.5, 2, None, True)  # any sequence; a bool is 1 or 0, as in TRL
     rewards = Rewards((f, g), ("f", "g"), (1.0, 0.5))
     scores = rewards.per_function([STANDARD] * 4, ["a", "b", "c", "d"], [[1]] * 4)
     assert scores.shape == (4, 2) and scores.dtype == torch.float32
@@ -182,11 +179,8 @@ def test_a_total_that_overflows_is_not_finite_rather_than_unscored():
     """A reward finite as a Python float can overflow float32 (1e300: inf); weight 0 times it is NaN, which
     a nansum would drop as if unscored, a silent 0. The total keeps it (loss.check_finite stops the run on
     it); a None, unscored, is still left out."""
-    def f(completions, **kwargs):
-        return [1e300, None, 1.0]
-
-    def g(completions, **kwargs):
-        return [1.0, 2.0, 1e300]
+    f = lambda completions, **kwargs: [1e300, None, 1.0]
+    g = lambda completions, **kwargs: [1.0, 2.0, 1e300]
     rewards = Rewards((f, g), ("f", "g"), (0.0, 1.0))
     total = rewards.total(rewards.per_function([STANDARD] * 3, ["a", "b", "c"], [[1]] * 3))
     assert math.isnan(total[0]) and total[1] == 2.0 and total[2] == math.inf
