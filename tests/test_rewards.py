@@ -186,7 +186,7 @@ def test_a_total_that_overflows_is_not_finite_rather_than_unscored():
     assert math.isnan(total[0]) and total[1] == 2.0 and total[2] == math.inf
 
 
-def test_weights_and_names_come_from_the_flags(write):
+def test_weights_and_names_come_from_the_flags_functions_from_a_file_or_a_module(write, monkeypatch):
     path = write("user_reward_two.py", """
         def short(completions, **kwargs):
             return [1.0 if len(c) < 3 else 0.0 for c in completions]
@@ -194,25 +194,18 @@ def test_weights_and_names_come_from_the_flags(write):
         def has_five(completions, answer, **kwargs):
             return [1.0 if a in c else None for c, a in zip(completions, answer)]
         """)
-    rewards = from_flags([f"{path}:short", f"{path}:has_five"], [2.0, -0.5], math_reward)
-    assert rewards.names == ("short", "has_five") and rewards.weights == (2.0, -0.5)
+    write("user_reward_module.py", "def exact(completions, answer, **kwargs):\n"
+                                   "    return [float(c.strip() == a) for c, a in zip(completions, answer)]\n")
+    monkeypatch.syspath_prepend(str(path.parent))  # MODULE:FUNCTION, a module on the path
+    rewards = from_flags([f"{path}:short", f"{path}:has_five", "user_reward_module:exact"], [2.0, -0.5, 1.0],
+                         math_reward)
+    assert rewards.names == ("short", "has_five", "exact") and rewards.weights == (2.0, -0.5, 1.0)
     assert rewards.functions[0].__module__ == rewards.functions[1].__module__  # the file imported once
-    totals = rewards.total(rewards.per_function([STANDARD] * 4, ["5", "15 is it", "x", "five"], [[1]] * 4))
-    assert totals.tolist() == [2 - 0.5, -0.5, 2.0, 0.0]  # 2 x short - 0.5 x has_five, its None left out
+    totals = rewards.total(rewards.per_function([STANDARD] * 4, [" 5", "15 is it", "x", "five"], [[1]] * 4))
+    assert totals.tolist() == [2 - 0.5 + 1, -0.5, 2.0, 0.0]  # 2 x short - 0.5 x has_five (None left out) + exact
     default = from_flags([], [], math_reward)
     assert (default.functions, default.names, default.weights) == ((math_reward,), ("math_reward",), (1.0,))
     assert from_flags([], [3.0], countdown_reward).weights == (3.0,)
-
-
-def test_a_reward_from_a_module(write, monkeypatch):
-    path = write("user_reward_module.py", """
-        def exact(completions, answer, **kwargs):
-            return [float(c.strip() == a) for c, a in zip(completions, answer)]
-        """)
-    monkeypatch.syspath_prepend(str(path.parent))
-    rewards = from_flags(["user_reward_module:exact"], [], math_reward)
-    assert rewards.names == ("exact",)
-    assert rewards.per_function([STANDARD] * 2, [" 5", "6"], [[1]] * 2).tolist() == [[1.0], [0.0]]
 
 
 # ----------------------------------------------------------------------------
@@ -353,29 +346,22 @@ def test_a_column_named_like_an_argument_is_refused():
      "one each, in the order of --reward"),
     ("{dir}/user_reward_ok.py:good", [math.nan], "--reward-weights must be a finite number (got nan)"),
     ("{dir}/user_reward_ok.py:good", [1e300], "--reward-weights: 1e+300 is too large for float32"),
+    ("{dir}/user_reward_ok.py:good {dir}/user_reward_ok2.py:good", [], "--reward: two functions named good; "
+     "metrics.jsonl logs each by its "),
+    ("{dir}/json.py:good", [], "a module named json is already loaded ("),  # a file named like a loaded module
+    ("{dir}/json.py:good", [], "): rename {dir}/json.py"),
 ])
 def test_a_bad_reward_flag_is_one_line_before_any_step(write, tmp_path, monkeypatch, spec, weights,
                                                         message):
-    write("user_reward_ok.py", "LIMIT = 3\n\n"
-          "def good(completions, **kwargs):\n    return [1.0] * len(completions)\n")
-    write("user_reward_broken.py", "import not_installed_xyz\n")
-    write("user_reward_syntax.py", "def f(:\n")
-    write("user_reward_exits.py", "import sys\nsys.exit(0)\n")
+    good = "LIMIT = 3\n\ndef good(completions, **kwargs):\n    return [1.0] * len(completions)\n"
+    for name, source in [("user_reward_ok.py", good), ("user_reward_ok2.py", good), ("json.py", good),
+                         ("user_reward_broken.py", "import not_installed_xyz\n"),
+                         ("user_reward_syntax.py", "def f(:\n"), ("user_reward_exits.py", "import sys\nsys.exit(0)\n")]:
+        write(name, source)
     monkeypatch.syspath_prepend(tmp_path)  # user_reward_exits as a module too
     with pytest.raises(ConfigError) as e:
-        from_flags([spec.format(dir=tmp_path)], weights, math_reward)
+        from_flags(spec.format(dir=tmp_path).split(), weights, math_reward)
     assert message.format(dir=tmp_path) in str(e.value) and "\n" not in str(e.value), str(e.value)
-
-
-def test_two_functions_of_one_name_and_a_file_named_like_a_loaded_module_are_refused(write, tmp_path):
-    a = write("user_reward_a.py", "def f(c, **k): return c\n")
-    b = write("user_reward_b.py", "def f(c, **k): return c\n")
-    with pytest.raises(ConfigError, match=r"--reward: two functions named f; metrics.jsonl logs each by its "):
-        from_flags([f"{a}:f", f"{b}:f"], [], math_reward)
-    shadow = write("json.py", "def f(c, **k): return c\n")
-    with pytest.raises(ConfigError, match=rf"a module named json is already loaded \(.*json.*\): rename "
-                                          rf"{shadow}$"):
-        from_flags([f"{shadow}:f"], [], math_reward)
 
 
 # ----------------------------------------------------------------------------
