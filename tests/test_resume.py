@@ -150,20 +150,11 @@ def test_what_a_run_is_stays_refused():
     assert sorted(f for f in WHAT_A_RUN_IS if not isinstance(RESUME_RULES[f], Refused)) == []
 
 
-def test_a_flag_at_the_runs_own_value_is_no_error_and_no_change(train_runs, tmp_path):
-    run = copy_of(train_runs["full"], tmp_path)
-    train.main(["--resume", str(run), "--steps", "2", "--name", "full", "--lr", "1e-4", "--clip", "kl3",
-                "--delta", "0.07", "--eval-every", "0", "--group-size", "4"])
-    rows = jsonl(run / "metrics.jsonl")
-    assert [r["step"] for r in rows if "loss" in r] == [1, 2]
-    assert strict_file(run / "config.json")["changes"] == [{"step": 1, "steps": {"from": 1, "to": 2}}]
-
-
 def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp_path, monkeypatch, capsys):
     """Relative --data, --eval-data, --reward and --model, as given in the directory the run started in
     (config.json's workdir): found from there on a resume from another directory; given again as ./x, as
-    an absolute path or as written, they are the run's own (no error, no change), and another file is
-    refused. config.json keeps them as given."""
+    an absolute path or as written, they are the run's own (no error, no change, as any flag at the run's
+    value), and another file is refused. config.json keeps them as given."""
     start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
     (start / "data").mkdir(parents=True)
     elsewhere.mkdir()
@@ -183,7 +174,8 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     assert [config[k] for k in ("model", "data", "eval_data", "reward", "workdir")] == \
         ["model", "data/t.jsonl", ["data/t.jsonl"], ["rew.py:digits"], str(start)]
     train.main(["--resume", "runs/r", "--steps", "2", "--data", "./data/t.jsonl", "--reward", "./rew.py:digits",
-                "--model", str(start / "model"), "--eval-data", "data/../data/t.jsonl"])
+                "--model", str(start / "model"), "--eval-data", "data/../data/t.jsonl", "--name", "r", "--lr",
+                "1e-4", "--clip", "kl3", "--delta", "0.07", "--eval-every", "0", "--group-size", "2"])  # as it was
     monkeypatch.chdir(elsewhere)
     train.main(["--resume", str(run), "--steps", "3"])  # every relative path found from where it started
     train.main(["--resume", str(run), "--steps", "4", "--data", "data/t.jsonl",  # as written: the run's own
