@@ -148,14 +148,19 @@ def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
 # ----------------------------------------------------------------------------
 # Tokens per second
 
-def test_each_step_logs_its_tokens_per_second(cosine_run, tmp_path):
+def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_run, tmp_path):
     """Tokens over seconds: 16 completions a step, sampled = 16 x length, trained so many once per epoch. With
     --dynamic-sampling the rollout also sampled the groups it dropped: tokens_per_s_rollout counts them
-    (sampling_rounds > 1 then means more tokens than the batch's)."""
+    (sampling_rounds > 1 then means more tokens than the batch's). A buffer of 23 of the 24 tokens: every
+    completion (1 token or more) is in it, so the mean penalty is 0.5 (1 - mean length) / 23, linear in the
+    mean length the line also logs. Off (cosine_run), it is not logged."""
     assert step_metrics.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
         {"tokens_per_s_rollout": 60.0, "tokens_per_s_update": 80.0}
     train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "ds", "--steps", "2", "--dynamic-sampling", "3",
-                "--epochs", "2"])
+                "--epochs", "2", "--overlong-buffer", "23", "--overlong-penalty", "0.5"])
+    assert not any("reward/overlong" in r for r in metrics(cosine_run / "part"))
+    for row in metrics(tmp_path / "ds"):
+        assert row["reward/overlong"] == pytest.approx(0.5 * (1 - row["completion_len"]) / 23, rel=1e-6)
     for run, epochs in ((cosine_run / "part", 1), (tmp_path / "ds", 2)):
         for row in metrics(run):
             batch_tokens = 16 * row["completion_len"]
@@ -266,13 +271,3 @@ def test_the_penalty_moves_the_advantages_not_the_rewards(monkeypatch):
     assert batch.advantages.tolist() == [0.5, -0.5, 0.0, 0.0]
     batch, _ = train.rollout(fake_run(0, 2, max_new_tokens=8), None, 0)  # off: no signal in either group
     assert batch.advantages.tolist() == [0.0, 0.0, 0.0, 0.0]
-
-
-def test_the_overlong_penalty_is_logged(tmp_path, cosine_run):
-    """A buffer of 23 of the 24 tokens: every completion (1 token or more) is in it, so the mean penalty is
-    0.5 (1 - mean length) / 23, linear in the mean length the line also logs. Off, it is not logged."""
-    train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "ol", "--steps", "1", "--overlong-buffer", "23",
-                "--overlong-penalty", "0.5"])
-    row = metrics(tmp_path / "ol")[0]
-    assert row["reward/overlong"] == pytest.approx(0.5 * (1 - row["completion_len"]) / 23, rel=1e-6)
-    assert not any("reward/overlong" in r for r in metrics(cosine_run / "part"))
