@@ -204,10 +204,6 @@ def settings(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in ("changes", "provenance")}
 
 
-def given_value(field: str, argv: list[str]):
-    return getattr(parse(TrainConfig, argv, add_flags=hparam_flags)[0], field)
-
-
 @pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if r in (RECORDED, FREE) and k != "resume"))
 def test_train_records_a_change_and_takes_a_free_flag_without_one(field, train_runs, tmp_path, monkeypatch):
     """config.json keeps the start: a recorded flag's change is under "changes", at the step it took effect
@@ -220,7 +216,8 @@ def test_train_records_a_change_and_takes_a_free_flag_without_one(field, train_r
     assert settings(config) == settings(start) and config["provenance"][:-1] == start["provenance"]
     change = {"steps": {"from": 1, "to": 2}}
     if RESUME_RULES[field] == RECORDED:
-        change[field] = {"from": start[field], "to": given_value(field, TRAIN_VALUES[field])}
+        given = parse(TrainConfig, TRAIN_VALUES[field], add_flags=hparam_flags)[0]
+        change[field] = {"from": start[field], "to": getattr(given, field)}
     assert config["changes"] == [{"step": 1, **change}]
     assert [r["step"] for r in jsonl(run / "metrics.jsonl") if "loss" in r] == [1, 2]
     assert (run / "merged/model.safetensors").is_file() == (field == "merge")
