@@ -71,9 +71,13 @@ def test_the_device_chooses_the_plan_in_one_place():
 
 
 @pytest.mark.parametrize("plan", [GPU_LIKE, fast("eager", 1, 3, True, False), fast("eager", 16, 1, False, False),
-                                  fast("eager", 5, CHECK_EVERY, True, False)],
-                         ids=["windows-looks-compaction", "compaction", "windows", "gpu-look-interval"])
+                                  fast("eager", 5, CHECK_EVERY, True, False), fast("compiled", 8, 4, False, False),
+                                  fast("compiled", 8, 4, True, False)],
+                         ids=["windows-looks-compaction", "compaction", "windows", "gpu-look-interval", "compiled",
+                              "compiled-compaction"])
 def test_every_plan_gives_the_eager_rollout(small_vocab_model, plan):
+    """The compiled plans: torch.compile of decode_step (what the GPU replays as CUDA graphs), on the CPU: the
+    same tokens for the same seed, log-probs to float rounding (fused kernels round differently)."""
     prompts = ragged(24)
     ref = rollout_with(small_vocab_model, EAGER, prompts)
     assert ref.mask.sum(1).min() < 10 and 40 < ref.mask.sum(1).max() <= 60, "rows end at different steps"
@@ -186,16 +190,6 @@ def counting_runner(cls, steps, rows=False):
             steps.append((len(s.rows), window) if rows else window)
             return super().__call__(s, window)
     return Counting
-
-
-@pytest.mark.parametrize("compaction", [False, True])
-def test_the_compiled_step_gives_the_eager_tokens_and_logprobs(small_vocab_model, compaction):
-    """torch.compile of decode_step (what the GPU replays as CUDA graphs), on the CPU: the same tokens for
-    the same seed, log-probs to float rounding (fused kernels round differently)."""
-    prompts = ragged(12, seed=2)
-    ref = rollout_with(small_vocab_model, EAGER, prompts, n=40)
-    compiled = rollout_with(small_vocab_model, fast("compiled", 8, 4, compaction, False), prompts, n=40)
-    assert_same(ref, compiled, small_vocab_model)
 
 
 def test_lora_is_merged_for_the_rollout_and_the_base_weights_come_back_bit_for_bit(small_vocab_model):
@@ -313,73 +307,42 @@ def steps_of(model, plan, prompts, monkeypatch) -> int:
     return len(steps)
 
 
-def test_graphs_replayed_through_compaction_give_the_eager_rollout(small_vocab_model, monkeypatch):
-    """Rows end at EOS at different steps and leave the batch; every shape is recorded once, replayed
-    after, and dropped when the batch shrinks: the tokens of the eager loop."""
+RECORDING = "recording the decode step's CUDA graph failed"
+FAILURES = {  # what fails: (StandInGraphs' and CountedStep's arguments), the warnings' first words
+    "nothing": ({}, {}, []),
+    "record": ({"fail_record": 3}, {}, [RECORDING]),
+    "replay": ({"fail_replay": 3}, {}, ["replaying the decode step's CUDA graph failed"]),
+    "unrecordable": ({}, {"fail_recording": True}, [RECORDING]),
+    "compile": ({"fail_record": 2}, {"fail_at": 9}, [RECORDING, "torch.compile of the decode step failed"])}
+
+
+@pytest.mark.parametrize("failing", FAILURES)
+def test_graphs_and_their_fallbacks_give_the_eager_rollout(small_vocab_model, monkeypatch, failing):
+    """Rows end at EOS at different steps and leave the batch; every shape is recorded once, replayed after,
+    and dropped when the batch shrinks. A recording runs nothing (the step ran just before it): after a
+    failed one the step must not run again. A failed replay ran nothing: the step runs without it. A failure
+    inside the recording (unrecordable) is the graph's, not the compile's: the compiled step goes on without
+    graphs. A failed compile ran nothing: the eager step from then on. One warning each; no graph after the
+    failure, in the rest of the process either; the tokens of the eager loop always."""
     prompts = ragged(24)
     ref = rollout_with(small_vocab_model, EAGER, prompts)
     n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
-    graphs = StandInGraphs()
-    step = CountedStep(graphs)
+    fail_graphs, fail_step, warned = FAILURES[failing]
+    graphs = StandInGraphs(**fail_graphs)
+    step = CountedStep(graphs, **fail_step)
     with_graphs(monkeypatch, graphs, step)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no fallback may happen
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
+    said = [str(w.message) for w in caught]
+    assert [m.split(" (")[0] for m in said] == warned and all("injected" in m for m in said)
+    assert all("without CUDA graphs" in m for m in said[:1])
     assert_same(ref, out, small_vocab_model)
-    assert graphs.replays > graphs.records > 3 and graphs.drops >= 2
-    assert step.calls == graphs.records + graphs.replays == n, "each step ran once: warmed up, or replayed"
-
-
-@pytest.mark.parametrize("failing", ["record", "replay"])
-def test_a_failed_recording_or_replay_falls_back_to_the_step_without_graphs(small_vocab_model, monkeypatch, failing):
-    """A recording runs nothing (the step ran just before it): after a failed one the step must not run
-    again. A failed replay ran nothing: the step runs without it. One warning, then no graphs; the
-    tokens of the eager loop either way."""
-    prompts = ragged(24)
-    ref = rollout_with(small_vocab_model, EAGER, prompts)
-    n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
-    graphs = StandInGraphs(**{f"fail_{failing}": 3})
-    step = CountedStep(graphs)
-    with_graphs(monkeypatch, graphs, step)
-    with pytest.warns(UserWarning, match=f"{'recording' if failing == 'record' else 'replaying'} the decode step's "
-                      "CUDA graph failed .*injected.*without CUDA graphs") as caught:
-        out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
-    assert len(caught) == 1
-    assert_same(ref, out, small_vocab_model)
-    assert graphs.failed and graphs.after_failure == 0, "no graph after the failure"
-    assert step.calls == n, "every step ran once, by the compiled step"
-    assert not decoding.StepRunner.use_graphs, "the rest of the process decodes without graphs"
-
-
-def test_a_failed_compile_after_failed_graphs_falls_back_to_eager(small_vocab_model, monkeypatch):
-    prompts = ragged(24)
-    ref = rollout_with(small_vocab_model, EAGER, prompts)
-    graphs = StandInGraphs(fail_record=2)
-    step = CountedStep(graphs, fail_at=9)
-    with_graphs(monkeypatch, graphs, step)
-    with pytest.warns(UserWarning) as caught:
-        out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
-    assert [str(w.message).split(" (")[0] for w in caught] == [
-        "recording the decode step's CUDA graph failed", "torch.compile of the decode step failed"]
-    assert_same(ref, out, small_vocab_model)
-    assert step.calls == 9, "the compiled step's failure ran nothing, and it was not called again"
-    assert decoding.COMPILED[rollout.decode_step] is rollout.decode_step, "the eager step from now on"
-
-
-def test_a_step_that_cannot_be_recorded_keeps_its_compile(small_vocab_model, monkeypatch):
-    """A failure inside the recording is the graph's, not the compile's (the step compiled and ran just
-    before it): one warning, and the compiled step without graphs, not the eager one."""
-    prompts = ragged(24)
-    ref = rollout_with(small_vocab_model, EAGER, prompts)
-    n = steps_of(small_vocab_model, GPU_LIKE, prompts, monkeypatch)
-    graphs = StandInGraphs()
-    step = CountedStep(graphs, fail_recording=True)
-    with_graphs(monkeypatch, graphs, step)
-    with pytest.warns(UserWarning) as caught:
-        out = rollout_with(small_vocab_model, GPU_COMPILED, prompts)
-    assert [str(w.message).split(" (")[0] for w in caught] == ["recording the decode step's CUDA graph failed"]
-    assert_same(ref, out, small_vocab_model)
-    assert step.calls == n and rollout.decode_step not in decoding.COMPILED, "compiled to the end"
+    assert graphs.after_failure == 0 and decoding.StepRunner.use_graphs == (failing == "nothing")
+    assert step.calls == (9 if failing == "compile" else n), "every step ran once; a failed compile ran nothing"
+    assert decoding.COMPILED.get(rollout.decode_step) is (rollout.decode_step if failing == "compile" else None)
+    if failing == "nothing":  # each step warmed up (the first of its shape) or replayed
+        assert graphs.replays > graphs.records > 3 and graphs.drops >= 2 and graphs.records + graphs.replays == n
 
 
 @pytest.mark.slow

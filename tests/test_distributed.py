@@ -13,7 +13,7 @@ import train
 from nanoatr.data import Shard
 from nanoatr.machinery import distributed
 from rounding import U64, sum_orders, within
-from conftest import jsonl, strict_file
+from conftest import error_line, jsonl, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 # --rollout-batch 2: both runs sample the same two chunks of 2 prompts with the same seeds (one chunk
@@ -162,13 +162,11 @@ def test_cpu_threads_see_a_busy_process_on_our_cores(monkeypatch):
 def test_a_device_that_is_not_cpu_or_cuda_is_one_line_in_every_command(tmp_path, capsys, command, device):
     import eval as eval_cli
     import sample
-    argv = {"train": lambda: train.main([*ARGS, "--out-dir", str(tmp_path), "--name", "r", "--device", device]),
-            "eval": lambda: eval_cli.main(["--k", "1", "--out", str(tmp_path / "e.jsonl"), "--device", device]),
-            "sample": lambda: sample.main(["--device", device, "1+1"])}
-    with pytest.raises(SystemExit) as e:
-        argv[command]()
-    assert e.value.code == 2 and capsys.readouterr().err.splitlines() == [
-        f"error: --device {device!r}: expected cpu, cuda, cuda:N (a GPU's number) or auto"]
+    main, argv = {"train": (train.main, [*ARGS, "--out-dir", str(tmp_path), "--name", "r"]),
+                  "eval": (eval_cli.main, ["--k", "1", "--out", str(tmp_path / "e.jsonl")]),
+                  "sample": (sample.main, ["1+1"])}[command]
+    assert error_line(capsys, main, [*argv, "--device", device]) == \
+        f"error: --device {device!r}: expected cpu, cuda, cuda:N (a GPU's number) or auto"
     assert list(tmp_path.iterdir()) == []  # no run folder, no --out file
 
 

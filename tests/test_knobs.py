@@ -15,7 +15,8 @@ import train
 from nanoatr.machinery.flags import ConfigError, TrainConfig, check_schedule_kept
 from nanoatr.loss import overlong_penalty
 from nanoatr.rollout import Rollout
-from nanoatr.machinery import step_metrics
+from nanoatr.machinery import distributed, step_metrics
+from nanoatr.machinery.distributed import Dist
 from conftest import error_line, metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,10 +44,11 @@ def transformers_rates(name: str, warmup: int, total: int, lr: float) -> list[fl
     return rates
 
 
-@pytest.mark.parametrize("warmup, steps", [({}, 0), ({"warmup_steps": 3}, 3), ({"warmup_ratio": 0.25}, 5)])
+@pytest.mark.parametrize("warmup, steps", [({}, 0), ({"warmup_steps": 3}, 3), ({"warmup_ratio": 0.21}, 5)])
 @pytest.mark.parametrize("name", ["constant", "linear", "cosine"])
 def test_the_learning_rate_is_transformers_at_every_optimizer_step(name, warmup, steps):
-    """5 steps x 2 minibatches x 2 epochs = 20 optimizer steps: every rate equal to transformers' (bit for bit)."""
+    """5 steps x 2 minibatches x 2 epochs = 20 optimizer steps: every rate equal to transformers' (bit for bit).
+    A warmup ratio rounds up, as transformers' TrainingArguments.get_warmup_steps does: 0.21 x 20 = 4.2 -> 5."""
     cfg = TrainConfig(steps=5, minibatches=2, epochs=2, lr=3e-4, lr_scheduler=name, **warmup)
     assert cfg.optimizer_steps == 20 and cfg.warmup == steps
     assert [train.learning_rate(cfg, k) for k in range(20)] == transformers_rates(name, cfg.warmup, 20, 3e-4)
@@ -62,15 +64,6 @@ def test_the_learning_rate_by_hand():
     assert rates("linear") == [0, 0.5, 1, 0.75, 0.5, 0.25]
     r = 0.5 ** 0.5
     assert rates("cosine") == pytest.approx([0, 0.5, 1, (1 + r) / 2, 0.5, (1 - r) / 2], abs=1e-15)
-
-
-def test_a_warmup_ratio_rounds_up_as_transformers_does():
-    from transformers import TrainingArguments
-    names = {f.name for f in dataclasses.fields(TrainingArguments)}  # transformers 5: warmup_steps < 1 is a ratio
-    ratio = {"warmup_ratio": 0.3} if "warmup_ratio" in names else {"warmup_steps": 0.3}
-    args = TrainingArguments(output_dir="unused", report_to=[], **ratio)
-    cfg = TrainConfig(steps=7, minibatches=2, warmup_ratio=0.3)  # 14 optimizer steps: 4.2 -> 5
-    assert cfg.warmup == args.get_warmup_steps(14) == 5
 
 
 @pytest.mark.parametrize("args, message", [
@@ -119,23 +112,18 @@ def test_each_optimizer_step_runs_at_its_rate(tmp_path, monkeypatch):
     (["--lr-scheduler", "linear"], "--lr-scheduler linear cannot change on --resume"),
     (["--warmup-steps", "1"], "--warmup-steps 1 cannot change on --resume"),
 ])
-def test_a_resume_keeps_its_schedule(cosine_run, capsys, args, message):
-    before = (cosine_run / "part/metrics.jsonl").read_bytes()
-    assert message in error_line(capsys, train.main, ["--resume", str(cosine_run / "part"), *args])
-    assert (cosine_run / "part/metrics.jsonl").read_bytes() == before
-
-
-def test_a_resume_reads_the_runs_config_once(cosine_run, monkeypatch):
-    """Session.open takes the run's settings and this resume's change from one read of config.json."""
-    saved, reads, read_text = cosine_run / "part/config.json", [], Path.read_text
+def test_a_resume_keeps_its_schedule(cosine_run, capsys, monkeypatch, args, message):
+    """Refused before the run folder is opened; Session.open takes the run's settings and this resume's change
+    from one read of config.json."""
+    run, reads, read_text = cosine_run / "part", [], Path.read_text
+    before = (run / "metrics.jsonl").read_bytes()
 
     def counting_read(path, *a, **kw):
-        reads.extend([path] if path == saved else [])
+        reads.extend([path] if path == run / "config.json" else [])
         return read_text(path, *a, **kw)
     monkeypatch.setattr(Path, "read_text", counting_read)
-    with pytest.raises(SystemExit):  # refused by check_schedule_kept, before the run folder is opened
-        train.main(["--resume", str(cosine_run / "part"), "--steps", "5"])
-    assert len(reads) == 1
+    assert message in error_line(capsys, train.main, ["--resume", str(run), *args])
+    assert (run / "metrics.jsonl").read_bytes() == before and len(reads) == 1
 
 
 @pytest.mark.parametrize("schedule, changed, refused", [
@@ -160,30 +148,42 @@ def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
 # ----------------------------------------------------------------------------
 # Tokens per second
 
-def test_each_step_logs_its_tokens_per_second(cosine_run):
-    """Tokens over seconds: 16 completions a step, trained once (1 epoch): sampled = trained = 16 x length."""
+def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_run, tmp_path):
+    """Tokens over seconds: 16 completions a step, sampled = 16 x length, trained so many once per epoch. With
+    --dynamic-sampling the rollout also sampled the groups it dropped: tokens_per_s_rollout counts them
+    (sampling_rounds > 1 then means more tokens than the batch's). A buffer of 23 of the 24 tokens: every
+    completion (1 token or more) is in it, so the mean penalty is 0.5 (1 - mean length) / 23, linear in the
+    mean length the line also logs. Off (cosine_run), it is not logged."""
     assert step_metrics.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
         {"tokens_per_s_rollout": 60.0, "tokens_per_s_update": 80.0}
-    for row in metrics(cosine_run / "part"):
-        tokens = 16 * row["completion_len"]
-        assert row["tokens_per_s_rollout"] * row["time_rollout"] == pytest.approx(tokens, rel=1e-9)
-        assert row["tokens_per_s_update"] * row["time_train"] == pytest.approx(tokens, rel=1e-9)
-
-
-def test_dynamic_sampling_counts_the_tokens_of_every_round(tmp_path):
-    """With --dynamic-sampling the rollout also sampled the groups it dropped: tokens_per_s_rollout counts
-    them (sampling_rounds > 1 then means more tokens than the batch's); --epochs 2 trains each twice."""
     train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "ds", "--steps", "2", "--dynamic-sampling", "3",
-                "--epochs", "2"])
-    rows = metrics(tmp_path / "ds")
-    for row in rows:
-        batch_tokens = 16 * row["completion_len"]
-        sampled = row["tokens_per_s_rollout"] * row["time_rollout"]
-        if row["sampling_rounds"] == 1:
-            assert sampled == pytest.approx(batch_tokens, rel=1e-9)
-        else:  # each further round sampled at least one group of at least one token each
-            assert sampled > batch_tokens + 1
-        assert row["tokens_per_s_update"] * row["time_train"] == pytest.approx(2 * batch_tokens, rel=1e-9)
+                "--epochs", "2", "--overlong-buffer", "23", "--overlong-penalty", "0.5"])
+    assert not any("reward/overlong" in r for r in metrics(cosine_run / "part"))
+    for row in metrics(tmp_path / "ds"):
+        assert row["reward/overlong"] == pytest.approx(0.5 * (1 - row["completion_len"]) / 23, rel=1e-6)
+    for run, epochs in ((cosine_run / "part", 1), (tmp_path / "ds", 2)):
+        for row in metrics(run):
+            batch_tokens = 16 * row["completion_len"]
+            sampled = row["tokens_per_s_rollout"] * row["time_rollout"]
+            if row.get("sampling_rounds", 1) == 1:
+                assert sampled == pytest.approx(batch_tokens, rel=1e-9)
+            else:  # each further round sampled at least one group of at least one token each
+                assert sampled > batch_tokens + 1
+            assert row["tokens_per_s_update"] * row["time_train"] == pytest.approx(epochs * batch_tokens, rel=1e-9)
+
+
+def test_two_ranks_log_the_mean_of_their_sampling_rounds(monkeypatch):
+    """Each of two ranks drew 3 rounds (test_train's three-round rollout, on every rank alike: all_gather
+    repeats this rank's lists): sampling_rounds is 3, their mean, not the 6 rounds of both."""
+    from test_train import fake_rounds, fake_run
+    fake_rounds(monkeypatch, [[1, 1, 0, 1, 0, 0], [0, 0, 1, 0, 1, 1], [1, 0, 0, 1, 0, 0], [0, 1] * 3])
+    run = fake_run(5)
+    batch, draws = train.rollout(run, None, 0)
+    run.d = Dist(0, 2, torch.device("cpu"))
+    monkeypatch.setattr(distributed, "all_gather", lambda items, d: list(items) * d.world)
+    update = {"grad_norm": 1.0, "losses": [0.5], "stats": [{"_tokens": 6.0}], "lr": 1e-6}
+    row = step_metrics.metrics_line(run, batch, [update], draws, {"time_rollout": 1.0, "time_train": 1.0})
+    assert (row["sampling_rounds"], row["reward_mean"], row["reward_mean_first_round"]) == (3, 0.5, 0.5)
 
 
 # ----------------------------------------------------------------------------
@@ -229,8 +229,8 @@ def test_a_step_with_every_completion_truncated_trains_nothing_and_says_so(tmp_p
 def test_merging_the_stats_of_micro_batches_without_tokens():
     stats = [{"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf, "ratio_max": -math.inf}] * 2
     assert step_metrics.merge_stats(stats) == {"ratio_p99": 1.0, "ratio_min": 1.0, "ratio_max": 1.0}
-    stats = [{"_tokens": 3.0, "ratio_p99": 2.0, "ratio_min": 0.5}, {"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf}]
-    assert step_metrics.merge_stats(stats) == {"ratio_p99": 2.0, "ratio_min": 0.5}  # weighted by tokens
+    stats = [{"_tokens": 1.0, "ratio_p99": 2.0, "ratio_min": 0.5}, {"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf}]
+    assert step_metrics.merge_stats(stats) == {"ratio_p99": 2.0, "ratio_min": 0.5}  # by tokens: 1 trained
 
 
 # ----------------------------------------------------------------------------
@@ -271,13 +271,3 @@ def test_the_penalty_moves_the_advantages_not_the_rewards(monkeypatch):
     assert batch.advantages.tolist() == [0.5, -0.5, 0.0, 0.0]
     batch, _ = train.rollout(fake_run(0, 2, max_new_tokens=8), None, 0)  # off: no signal in either group
     assert batch.advantages.tolist() == [0.0, 0.0, 0.0, 0.0]
-
-
-def test_the_overlong_penalty_is_logged(tmp_path, cosine_run):
-    """A buffer of 23 of the 24 tokens: every completion (1 token or more) is in it, so the mean penalty is
-    0.5 (1 - mean length) / 23, linear in the mean length the line also logs. Off, it is not logged."""
-    train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "ol", "--steps", "1", "--overlong-buffer", "23",
-                "--overlong-penalty", "0.5"])
-    row = metrics(tmp_path / "ol")[0]
-    assert row["reward/overlong"] == pytest.approx(0.5 * (1 - row["completion_len"]) / 23, rel=1e-6)
-    assert not any("reward/overlong" in r for r in metrics(cosine_run / "part"))

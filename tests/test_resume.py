@@ -27,52 +27,36 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from plot import run_legend  # noqa: E402
 import runs_table  # noqa: E402
-from conftest import jsonl, strict, strict_file  # noqa: E402
+from conftest import error_line, jsonl, strict, strict_file  # noqa: E402
 
 HOW = ("classify it in {table}: Refused(\"why\") when continuing with another value would "
        "make the run something it was not started as, RECORDED when that is a legitimate experiment (the "
        "record says from which step), FREE when it does not change what is trained; then give it a value "
        "in tests/test_resume.py {values}")
 
-# A value other than the tiny runs' own, for every flag of train.py (--resume itself aside).
-TRAIN_VALUES = {
-    "system_prompt": ["--system-prompt", "Be brief."], "prompt_template": ["--prompt-template", "Q: {question}"],
-    "thinking": ["--no-thinking"], "micro_batch": ["--micro-batch", "4"], "lr": ["--lr", "0.5"],
-    "weight_decay": ["--weight-decay", "0.1"], "grad_clip": ["--grad-clip", "0.5"],
-    "lora_rank": ["--lora-rank", "4"], "lora_alpha": ["--lora-alpha", "3.0"], "lora_targets": ["--lora-targets",
-                                                                                              "q_proj"],
-    "dtype": ["--dtype", "bfloat16"], "grad_checkpoint": ["--grad-checkpoint"],
-    "eval_every": ["--eval-every", "1"], "eval_k": ["--eval-k", "3"], "eval_temperature": ["--eval-temperature",
-                                                                                            "0.5"],
-    "eval_top_p": ["--eval-top-p", "0.9"], "eval_max_new_tokens": ["--eval-max-new-tokens", "20"],
-    "eval_limit": ["--eval-limit", "3"], "eval_batch_size": ["--eval-batch-size", "3"],
-    "out_dir": ["--out-dir", "/x"], "name": ["--name", "other"], "save_every": ["--save-every", "7"],
-    "seed": ["--seed", "1"], "device": ["--device", "cpu"], "preset": ["--preset", "paper"],
-    "task": ["--task", "countdown"], "model": ["--model", "Qwen/Qwen3-1.7B"], "revision": ["--revision", "main"],
-    "data": ["--data", str(ROOT / "data/arith/val.jsonl")],
-    "eval_data": ["--eval-data", str(ROOT / "data/arith/val.jsonl")],
-    "clip": ["--clip", "clip"], "hparams": ["--delta", "0.1"], "aggregation": ["--aggregation",
-                                                                               "seq-mean-token-mean"],
-    "std_normalize": ["--std-normalize"], "beta": ["--beta", "0.01"], "minibatches": ["--minibatches", "4"],
-    "epochs": ["--epochs", "2"], "prompts_per_step": ["--prompts-per-step", "2"],
-    "group_size": ["--group-size", "2"], "max_new_tokens": ["--max-new-tokens", "30"],
-    "temperature": ["--temperature", "0.7"], "top_p": ["--top-p", "0.9"], "top_k": ["--top-k", "5"],
-    "sampler": ["--sampler", "multinomial"], "stop": ["--stop", "="], "dynamic_sampling": ["--dynamic-sampling",
-                                                                                           "1"],
-    "rollout_batch": ["--rollout-batch", "2"], "steps": ["--steps", "2"],
-    "base_name": ["--base-name", "Qwen/Qwen3-tiny"], "merge": ["--merge"], "compile": ["--compile"],
-    "keep_checkpoints": ["--keep-checkpoints", "3"], "threads": ["--threads", "1"],
-    "reward": ["--reward", "mine.py:f"], "reward_weights": ["--reward-weights", "2.0"],
-    "answer_field": ["--answer-field", "solution"], "overlong_buffer": ["--overlong-buffer", "4"],
-    "overlong_penalty": ["--overlong-penalty", "0.5"], "mask_truncated": ["--mask-truncated"],
-    "lr_scheduler": ["--lr-scheduler", "cosine"], "warmup_steps": ["--warmup-steps", "1"],
-    "warmup_ratio": ["--warmup-ratio", "0.5"], "report_to": ["--report-to", "tensorboard"],
+# A value other than the tiny runs' own, for every flag of train.py (--resume itself aside): the words
+# --field-name VALUE (True: the switch alone), or the words themselves where they differ.
+TRAIN_VALUES = {field: words if isinstance(words, list) else
+                [f"--{field.replace('_', '-')}", *([] if words is True else [words])] for field, words in {
+    "system_prompt": "Be brief.", "prompt_template": "Q: {question}", "thinking": ["--no-thinking"],
+    "micro_batch": "4", "lr": "0.5", "weight_decay": "0.1", "grad_clip": "0.5", "lora_rank": "4",
+    "lora_alpha": "3.0", "lora_targets": "q_proj", "dtype": "bfloat16", "grad_checkpoint": True,
+    "eval_every": "1", "eval_k": "3", "eval_temperature": "0.5", "eval_top_p": "0.9",
+    "eval_max_new_tokens": "20", "eval_limit": "3", "eval_batch_size": "3", "out_dir": "/x", "name": "other",
+    "save_every": "7", "seed": "1", "device": "cpu", "preset": "paper", "task": "countdown",
+    "model": "Qwen/Qwen3-1.7B", "revision": "main", "data": str(ROOT / "data/arith/val.jsonl"),
+    "eval_data": str(ROOT / "data/arith/val.jsonl"), "clip": "clip", "hparams": ["--delta", "0.1"],
+    "aggregation": "seq-mean-token-mean", "std_normalize": True, "beta": "0.01", "minibatches": "4",
+    "epochs": "2", "prompts_per_step": "2", "group_size": "2", "max_new_tokens": "30", "temperature": "0.7",
+    "top_p": "0.9", "top_k": "5", "sampler": "multinomial", "stop": "=", "dynamic_sampling": "1",
+    "rollout_batch": "2", "steps": "2", "base_name": "Qwen/Qwen3-tiny", "merge": True, "compile": True,
+    "keep_checkpoints": "3", "threads": "1", "reward": "mine.py:f", "reward_weights": "2.0",
+    "answer_field": "solution", "overlong_buffer": "4", "overlong_penalty": "0.5", "mask_truncated": True,
+    "lr_scheduler": "cosine", "warmup_steps": "1", "warmup_ratio": "0.5", "report_to": "tensorboard",
     "wandb_project": ["--report-to", "wandb", "--wandb-project", "p"],  # offline (the test sets WANDB_MODE)
     "workdir": [],  # not a flag: where the run started (test_a_run_resumes_from_anywhere_and_...)
-    "correct_reward": ["--correct-reward", "total"], "adam_beta1": ["--adam-beta1", "0.8"],
-    "adam_beta2": ["--adam-beta2", "0.999"],
-    "log_completions": ["--log-completions", "2"],
-}
+    "correct_reward": "total", "adam_beta1": "0.8", "adam_beta2": "0.999", "log_completions": "2",
+}.items()}
 LORA_ONLY = {"base_name", "merge"}  # train.py refuses them on a full fine-tuning run (no adapter)
 
 # The same for sft.py.
@@ -128,15 +112,6 @@ def refused_line(run: Path, field: str, argv: list[str], rules: dict) -> str:
             f"{json.dumps(saved)}): {rules[field].why}")
 
 
-def one_error(capsys, main, argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
-
-
 @pytest.mark.parametrize("kind", ["full", "lora"])
 @pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if isinstance(r, Refused)))
 def test_train_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, kind, train_runs, tmp_path,
@@ -144,65 +119,42 @@ def test_train_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, 
     run = copy_of(train_runs[kind], tmp_path)
     before = files(run)
     argv = TRAIN_VALUES[field]
-    assert one_error(capsys, train.main, ["--resume", str(run), "--steps", "2", *argv]) == \
+    assert error_line(capsys, train.main, ["--resume", str(run), "--steps", "2", *argv]) == \
         refused_line(run, field, argv, RESUME_RULES)
     assert files(run) == before  # config.json, logs and checkpoints byte for byte
 
 
 # What a run is, pinned by name. The test above takes its list from RESUME_RULES itself, so a flag moved out of
-# the refused ones there (seed made RECORDED, say) leaves it untested instead of failing it. These flags are
-# named here, each with a value other than the tiny run's, and must stay refused whatever the table says:
-# a resume that took one would continue the run as something it was not started as, under its name.
-WHAT_A_RUN_IS = [
+# the refused ones there (seed made RECORDED, say) would leave it untested instead of failing it. These must
+# stay refused whatever the table says: a resume that took one would continue the run as something it was not
+# started as, under its name.
+WHAT_A_RUN_IS = {
     # which run: its seed (scripts/runs_table.py pools one run per seed), task, weights and training file
     # (prompt order)
-    ["--seed", "1"], ["--task", "countdown"], ["--model", str(ROOT / "data/tiny-qwen3-countdown")],
-    ["--revision", "main"], ["--data", str(ROOT / "data/arith/val.jsonl")],
+    "seed", "task", "model", "revision", "data",
     # the method compared: the clipping rule and its hyper-parameter, the loss, the updates per rollout
-    ["--clip", "clip"], ["--delta", "0.1"], ["--aggregation", "seq-mean-token-mean"], ["--std-normalize"],
-    ["--beta", "0.01"], ["--minibatches", "4"], ["--epochs", "2"], ["--mask-truncated"],
+    "clip", "hparams", "aggregation", "std_normalize", "beta", "minibatches", "epochs", "mask_truncated",
     # the rollouts it trains on
-    ["--group-size", "2"], ["--prompts-per-step", "2"], ["--max-new-tokens", "30"], ["--temperature", "0.7"],
-    ["--top-p", "0.9"], ["--top-k", "5"], ["--sampler", "multinomial"], ["--stop", "="],
-    ["--dynamic-sampling", "1"],
+    "group_size", "prompts_per_step", "max_new_tokens", "temperature", "top_p", "top_k", "sampler", "stop",
+    "dynamic_sampling",
     # the rewards, and the prompts they are earned on
-    ["--reward", "mine.py:f"], ["--reward-weights", "2.0"], ["--answer-field", "solution"],
-    ["--overlong-buffer", "4"], ["--overlong-penalty", "0.5"], ["--system-prompt", "Be brief."],
-    ["--prompt-template", "Q: {question}"], ["--no-thinking"],
+    "reward", "reward_weights", "answer_field", "overlong_buffer", "overlong_penalty", "system_prompt",
+    "prompt_template", "thinking",
     # how it is measured: its evaluations are compared across its steps and with other runs
-    ["--eval-data", str(ROOT / "data/arith/val.jsonl")], ["--eval-k", "3"], ["--eval-temperature", "0.5"],
-    ["--eval-top-p", "0.9"], ["--eval-max-new-tokens", "20"], ["--eval-limit", "3"],
+    "eval_data", "eval_k", "eval_temperature", "eval_top_p", "eval_max_new_tokens", "eval_limit",
     # the size and schedule of its updates, and the precision it trained in
-    ["--lr", "0.5"], ["--weight-decay", "0.1"], ["--grad-clip", "0.5"], ["--lr-scheduler", "cosine"],
-    ["--warmup-steps", "1"], ["--warmup-ratio", "0.5"], ["--dtype", "bfloat16"], ["--preset", "paper"],
-]
+    "lr", "weight_decay", "grad_clip", "lr_scheduler", "warmup_steps", "warmup_ratio", "dtype", "preset"}
 
 
-@pytest.mark.parametrize("argv", WHAT_A_RUN_IS, ids=lambda argv: argv[0])
-def test_a_resume_refuses_to_change_what_the_run_is(argv, train_runs, tmp_path, capsys):
-    """One `error:` line naming the flag as given (exit 2), and the run folder byte for byte as it was; its
-    wording beyond that is RESUME_RULES' own (checked above)."""
-    run = copy_of(train_runs["full"], tmp_path)
-    before = files(run)
-    line = one_error(capsys, train.main, ["--resume", str(run), "--steps", "2", *argv])
-    assert line.startswith(f"error: {' '.join(argv)} cannot change on --resume ({run / 'config.json'} has "), line
-    assert files(run) == before
-
-
-def test_a_flag_at_the_runs_own_value_is_no_error_and_no_change(train_runs, tmp_path):
-    run = copy_of(train_runs["full"], tmp_path)
-    train.main(["--resume", str(run), "--steps", "2", "--name", "full", "--lr", "1e-4", "--clip", "kl3",
-                "--delta", "0.07", "--eval-every", "0", "--group-size", "4"])
-    rows = jsonl(run / "metrics.jsonl")
-    assert [r["step"] for r in rows if "loss" in r] == [1, 2]
-    assert strict_file(run / "config.json")["changes"] == [{"step": 1, "steps": {"from": 1, "to": 2}}]
+def test_what_a_run_is_stays_refused():
+    assert sorted(f for f in WHAT_A_RUN_IS if not isinstance(RESUME_RULES[f], Refused)) == []
 
 
 def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp_path, monkeypatch, capsys):
     """Relative --data, --eval-data, --reward and --model, as given in the directory the run started in
     (config.json's workdir): found from there on a resume from another directory; given again as ./x, as
-    an absolute path or as written, they are the run's own (no error, no change), and another file is
-    refused. config.json keeps them as given."""
+    an absolute path or as written, they are the run's own (no error, no change, as any flag at the run's
+    value), and another file is refused. config.json keeps them as given."""
     start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
     (start / "data").mkdir(parents=True)
     elsewhere.mkdir()
@@ -222,7 +174,8 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     assert [config[k] for k in ("model", "data", "eval_data", "reward", "workdir")] == \
         ["model", "data/t.jsonl", ["data/t.jsonl"], ["rew.py:digits"], str(start)]
     train.main(["--resume", "runs/r", "--steps", "2", "--data", "./data/t.jsonl", "--reward", "./rew.py:digits",
-                "--model", str(start / "model"), "--eval-data", "data/../data/t.jsonl"])
+                "--model", str(start / "model"), "--eval-data", "data/../data/t.jsonl", "--name", "r", "--lr",
+                "1e-4", "--clip", "kl3", "--delta", "0.07", "--eval-every", "0", "--group-size", "2"])  # as it was
     monkeypatch.chdir(elsewhere)
     train.main(["--resume", str(run), "--steps", "3"])  # every relative path found from where it started
     train.main(["--resume", str(run), "--steps", "4", "--data", "data/t.jsonl",  # as written: the run's own
@@ -235,14 +188,14 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     assert after["provenance"][:1] == config["provenance"] and [s["step"] for s in after["provenance"]] == [0, 1, 2, 3]
     assert [list(c) for c in after["changes"]] == [["step", "steps"]] * 3
     assert "has changed since the last sitting" not in capsys.readouterr().err  # the same reward code
-    assert one_error(capsys, train.main, ["--resume", str(run), "--steps", "5", "--data",
+    assert error_line(capsys, train.main, ["--resume", str(run), "--steps", "5", "--data",
                                           f"{start}/data/other.jsonl"]).startswith(
         f"error: --data {start}/data/other.jsonl cannot change on --resume")
     (elsewhere / "data").mkdir()  # the run's bytes here, under its relative path; its own file changed
     (elsewhere / "data/t.jsonl").write_text("".join(lines[:16]))
     (start / "data/t.jsonl").write_text("".join(lines[:15]))
     for argv in (["--resume", str(run)], ["--resume", f"{run}/checkpoint-step000003", "--name", "b"]):
-        assert one_error(capsys, train.main, [*argv, "--steps", "5"]).startswith(
+        assert error_line(capsys, train.main, [*argv, "--steps", "5"]).startswith(
             f"error: {start / 'data/t.jsonl'} has changed since the run started")
 
 
@@ -251,38 +204,23 @@ def settings(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in ("changes", "provenance")}
 
 
-def given_value(field: str, argv: list[str]):
-    return getattr(parse(TrainConfig, argv, add_flags=hparam_flags)[0], field)
-
-
-@pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if r == RECORDED))
-def test_train_records_the_change_and_config_json_keeps_the_start(field, train_runs, tmp_path):
+@pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if r in (RECORDED, FREE) and k != "resume"))
+def test_train_records_a_change_and_takes_a_free_flag_without_one(field, train_runs, tmp_path, monkeypatch):
+    """config.json keeps the start: a recorded flag's change is under "changes", at the step it took effect
+    from; a free one is taken and not recorded. The run trains on under it."""
+    monkeypatch.setattr(loss, "_compiled_loss", lambda: loss._fused_loss)  # --compile: no minute of compiling
     run = copy_of(train_runs["lora" if field in LORA_ONLY else "full"], tmp_path)
     start = strict_file(run / "config.json")
-    more = [] if field == "steps" else ["--steps", "2"]
-    train.main(["--resume", str(run), *more, *TRAIN_VALUES[field]])
+    train.main(["--resume", str(run), *([] if field == "steps" else ["--steps", "2"]), *TRAIN_VALUES[field]])
     config = strict_file(run / "config.json")
     assert settings(config) == settings(start) and config["provenance"][:-1] == start["provenance"]
-    change = {"steps": {"from": 1, "to": 2},
-              field: {"from": start[field], "to": given_value(field, TRAIN_VALUES[field])}}
+    change = {"steps": {"from": 1, "to": 2}}
+    if RESUME_RULES[field] == RECORDED:
+        given = parse(TrainConfig, TRAIN_VALUES[field], add_flags=hparam_flags)[0]
+        change[field] = {"from": start[field], "to": getattr(given, field)}
     assert config["changes"] == [{"step": 1, **change}]
-    rows = jsonl(run / "metrics.jsonl")
-    assert [r["step"] for r in rows if "loss" in r] == [1, 2]  # it trained on under the change
-
-
-@pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if r == FREE and k != "resume"))
-def test_train_takes_a_free_flag_without_a_record(field, train_runs, tmp_path, monkeypatch):
-    monkeypatch.setattr(loss, "_compiled_loss", lambda: loss._fused_loss)  # --compile: no minute of compiling
-    for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}.items():
-        monkeypatch.setenv(name, value)  # --report-to wandb: nothing leaves the machine
-    run = copy_of(train_runs["lora" if field in LORA_ONLY else "full"], tmp_path)
-    start = strict_file(run / "config.json")
-    train.main(["--resume", str(run), "--steps", "2", *TRAIN_VALUES[field]])
-    config = strict_file(run / "config.json")
-    assert config == {**start, "changes": [{"step": 1, "steps": {"from": 1, "to": 2}}],
-                      "provenance": [*start["provenance"], config["provenance"][-1]]}
-    if field == "merge":
-        assert (run / "merged/model.safetensors").is_file()
+    assert [r["step"] for r in jsonl(run / "metrics.jsonl") if "loss" in r] == [1, 2]
+    assert (run / "merged/model.safetensors").is_file() == (field == "merge")
 
 
 def test_resumes_add_up_and_one_that_changes_nothing_adds_nothing(train_runs, tmp_path, capsys):
@@ -368,7 +306,7 @@ def test_a_malformed_record_is_one_line(changes, train_runs, tmp_path, capsys):
     (run / "config.json").write_text(json.dumps({**config, "changes": changes}))
     for main in (train.main, runs_table.main):
         argv = ["--resume", str(run), "--steps", "2"] if main is train.main else [str(run)]
-        assert one_error(capsys, main, argv) == f'error: {run / "config.json"}: "changes" is not a list of ' \
+        assert error_line(capsys, main, argv) == f'error: {run / "config.json"}: "changes" is not a list of ' \
             '{"step": S, "<flag>": {"from": A, "to": B}}'
 
 
@@ -402,7 +340,7 @@ def sft_argv(field: str, sft_runs) -> list[str]:
 def test_sft_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, kind, sft_runs, tmp_path, capsys):
     run = copy_of(sft_runs[kind], tmp_path)
     before, argv = files(run), sft_argv(field, sft_runs)
-    assert one_error(capsys, sft_cli.main, ["--resume", str(run), "--steps", "2", *argv]) == \
+    assert error_line(capsys, sft_cli.main, ["--resume", str(run), "--steps", "2", *argv]) == \
         refused_line(run, field, argv, SFT_RESUME_RULES)
     assert files(run) == before
 
@@ -410,7 +348,7 @@ def test_sft_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, ki
 def test_sft_takes_the_run_folder_not_a_checkpoint_in_it(sft_runs, tmp_path, capsys):
     run = copy_of(sft_runs["full"], tmp_path)
     before = files(run)
-    assert one_error(capsys, sft_cli.main, ["--resume", str(run / "checkpoint")]) == (
+    assert error_line(capsys, sft_cli.main, ["--resume", str(run / "checkpoint")]) == (
         f"error: --resume {run / 'checkpoint'} is a checkpoint of the run folder {run}: --resume takes the run "
         f"folder (--resume {run}), and goes on from its newest usable checkpoint")
     assert files(run) == before

@@ -21,7 +21,7 @@ from nanoatr import rewards as rewards_module
 from nanoatr.rewards import RewardError, Rewards, countdown_reward, math_reward
 from nanoatr.machinery.reward_loader import from_flags
 from nanoatr.verifier import countdown, verify
-from conftest import jsonl, metrics, strict_file
+from conftest import error_line, jsonl, metrics, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -147,25 +147,6 @@ def test_a_function_that_empties_its_lists_then_raises_is_one_line_naming_the_ro
         score(vandal, [STANDARD, STANDARD], ["a", "b"])
 
 
-def test_a_conversational_file_gives_completions_as_assistant_messages(tmp_path):
-    """A DAPO / TRL conversational file, through the loader: the prompt is the chat, each completion one
-    assistant message; the built-in reward reads either shape."""
-    chat = [{"role": "user", "content": "Compute 2+3. Put the answer in \\boxed{}."}]
-    (tmp_path / "chat.jsonl").write_text(json.dumps({"prompt": chat, "reward_model": {"ground_truth": "5"},
-                                                     "data_source": "toy"}) + "\n")
-    problems = load_problems(tmp_path / "chat.jsonl") * 2
-    seen = {}
-
-    def spy(prompts, completions, data_source, **kwargs):
-        seen.update(prompts=prompts, completions=completions, data_source=data_source)
-        return math_reward(completions, **kwargs)
-    scores = score(spy, problems, ["\\boxed{5}", "\\boxed{6}"])
-    assert seen["prompts"] == [chat, chat] and seen["data_source"] == ["toy", "toy"]
-    assert seen["completions"] == [[{"role": "assistant", "content": "\\boxed{5}"}],
-                                   [{"role": "assistant", "content": "\\boxed{6}"}]]
-    assert scores.tolist() == [[1.0], [0.0]]
-
-
 def test_the_built_in_rewards_are_the_verifiers():
     texts = ["so \\boxed{5}", "\\boxed{5.0}", "\\boxed{6}", "no answer", "\\boxed{(8*3)-5}", "\\boxed{8*3-4}"]
     golds = ["5", "5", "5", "5", "3,5,8:19", "3,5,8:19"]
@@ -184,11 +165,8 @@ def test_the_total_is_the_weighted_sum_with_none_left_out_as_trl_does():
     function scores gets 0. By hand, weights 1 and 0.5:
       row 0: 1.0 + 0.5 x 0.5 = 1.25   row 1: (None) + 0.5 x 2 = 1.0   row 2: None, None: 0
       row 3: -1 + 0.5 x True (1) = -0.5"""
-    def f(completions, **kwargs):
-        return [1.0, None, None, -1]
-
-    def g(completions, **kwargs):
-        return (0.5, 2, None, True)  # any sequence; a bool is 1 or 0, as TRL's tensor makes it
+    f = lambda completions, **kwargs: [1.0, None, None, -1]
+    g = lambda completions, **kwargs: (0.5, 2, None, True)  # any sequence; a bool is 1 or 0, as in TRL
     rewards = Rewards((f, g), ("f", "g"), (1.0, 0.5))
     scores = rewards.per_function([STANDARD] * 4, ["a", "b", "c", "d"], [[1]] * 4)
     assert scores.shape == (4, 2) and scores.dtype == torch.float32
@@ -201,17 +179,14 @@ def test_a_total_that_overflows_is_not_finite_rather_than_unscored():
     """A reward finite as a Python float can overflow float32 (1e300: inf); weight 0 times it is NaN, which
     a nansum would drop as if unscored, a silent 0. The total keeps it (loss.check_finite stops the run on
     it); a None, unscored, is still left out."""
-    def f(completions, **kwargs):
-        return [1e300, None, 1.0]
-
-    def g(completions, **kwargs):
-        return [1.0, 2.0, 1e300]
+    f = lambda completions, **kwargs: [1e300, None, 1.0]
+    g = lambda completions, **kwargs: [1.0, 2.0, 1e300]
     rewards = Rewards((f, g), ("f", "g"), (0.0, 1.0))
     total = rewards.total(rewards.per_function([STANDARD] * 3, ["a", "b", "c"], [[1]] * 3))
     assert math.isnan(total[0]) and total[1] == 2.0 and total[2] == math.inf
 
 
-def test_weights_and_names_come_from_the_flags(write):
+def test_weights_and_names_come_from_the_flags_functions_from_a_file_or_a_module(write, monkeypatch):
     path = write("user_reward_two.py", """
         def short(completions, **kwargs):
             return [1.0 if len(c) < 3 else 0.0 for c in completions]
@@ -219,25 +194,18 @@ def test_weights_and_names_come_from_the_flags(write):
         def has_five(completions, answer, **kwargs):
             return [1.0 if a in c else None for c, a in zip(completions, answer)]
         """)
-    rewards = from_flags([f"{path}:short", f"{path}:has_five"], [2.0, -0.5], math_reward)
-    assert rewards.names == ("short", "has_five") and rewards.weights == (2.0, -0.5)
+    write("user_reward_module.py", "def exact(completions, answer, **kwargs):\n"
+                                   "    return [float(c.strip() == a) for c, a in zip(completions, answer)]\n")
+    monkeypatch.syspath_prepend(str(path.parent))  # MODULE:FUNCTION, a module on the path
+    rewards = from_flags([f"{path}:short", f"{path}:has_five", "user_reward_module:exact"], [2.0, -0.5, 1.0],
+                         math_reward)
+    assert rewards.names == ("short", "has_five", "exact") and rewards.weights == (2.0, -0.5, 1.0)
     assert rewards.functions[0].__module__ == rewards.functions[1].__module__  # the file imported once
-    totals = rewards.total(rewards.per_function([STANDARD] * 4, ["5", "15 is it", "x", "five"], [[1]] * 4))
-    assert totals.tolist() == [2 - 0.5, -0.5, 2.0, 0.0]  # 2 x short - 0.5 x has_five, its None left out
+    totals = rewards.total(rewards.per_function([STANDARD] * 4, [" 5", "15 is it", "x", "five"], [[1]] * 4))
+    assert totals.tolist() == [2 - 0.5 + 1, -0.5, 2.0, 0.0]  # 2 x short - 0.5 x has_five (None left out) + exact
     default = from_flags([], [], math_reward)
     assert (default.functions, default.names, default.weights) == ((math_reward,), ("math_reward",), (1.0,))
     assert from_flags([], [3.0], countdown_reward).weights == (3.0,)
-
-
-def test_a_reward_from_a_module(write, monkeypatch):
-    path = write("user_reward_module.py", """
-        def exact(completions, answer, **kwargs):
-            return [float(c.strip() == a) for c, a in zip(completions, answer)]
-        """)
-    monkeypatch.syspath_prepend(str(path.parent))
-    rewards = from_flags(["user_reward_module:exact"], [], math_reward)
-    assert rewards.names == ("exact",)
-    assert rewards.per_function([STANDARD] * 2, [" 5", "6"], [[1]] * 2).tolist() == [[1.0], [0.0]]
 
 
 # ----------------------------------------------------------------------------
@@ -270,6 +238,8 @@ PROBLEMS = [Problem(f"q{i}", str(i)) for i in range(3)]
      "reward function bad returned a ndarray, not a list of one reward per completion (3)"),
     ("import numpy\n    return numpy.ones((3, 1))",
      "reward function bad returned a ndarray (array([1.])) for row 0"),
+    ("if len(completions) > 1:\n        raise MemoryError('too many')\n    return [0.0]",  # each row alone is fine
+     "reward function bad raised MemoryError: too many on a batch of 3 completions (on none of them alone)"),
 ])
 def test_a_bad_return_is_one_line_naming_the_function_and_the_row(write, body, message):
     path = write("user_reward_bad.py", f"def bad(completions, **kwargs):\n    {body}\n")
@@ -288,17 +258,13 @@ def test_what_trl_takes_is_taken_numpy_and_torch_values_and_async_functions():
     class Graded:  # a callable instance whose __call__ is async
         async def __call__(self, completions, **kwargs):
             return (0.0, 1.0, 2.0)
-    returns = {
-        "numpy array": np.array([1.0, 0.0, 0.5]), "tensor": torch.tensor([1.0, 0.0, 0.5]),
-        "numpy scalars": [np.float32(1.0), np.bool_(False), np.int64(2)],
-        "0-d tensors": [torch.tensor(1.0), torch.tensor(True), torch.tensor(0.5, dtype=torch.bfloat16)],
-        "generator": (x for x in [1.0, 0.0, 0.5]),
-    }
-    expected = {"numpy array": [1.0, 0.0, 0.5], "tensor": [1.0, 0.0, 0.5], "numpy scalars": [1.0, 0.0, 2.0],
-                "0-d tensors": [1.0, 1.0, 0.5], "generator": [1.0, 0.0, 0.5]}
-    for kind, value in returns.items():
+    for value, expected in [  # a numpy array, a tensor, numpy scalars, 0-d tensors, a generator
+            (np.array([1.0, 0.0, 0.5]), [1.0, 0.0, 0.5]), (torch.tensor([1.0, 0.0, 0.5]), [1.0, 0.0, 0.5]),
+            ([np.float32(1.0), np.bool_(False), np.int64(2)], [1.0, 0.0, 2.0]),
+            ([torch.tensor(1.0), torch.tensor(True), torch.tensor(0.5, dtype=torch.bfloat16)], [1.0, 1.0, 0.5]),
+            ((x for x in [1.0, 0.0, 0.5]), [1.0, 0.0, 0.5])]:
         got = score(lambda completions, value=value, **kwargs: value, PROBLEMS, ["a", "b", "c"])
-        assert got[:, 0].tolist() == expected[kind], kind
+        assert got[:, 0].tolist() == expected, value
     assert score(later, PROBLEMS, ["a", "b", "c"])[:, 0].tolist()[::2] == [1.0, 0.5]
     assert math.isnan(score(later, PROBLEMS, ["a", "b", "c"])[1, 0])  # None: unscored
     graded = Rewards((Graded(),), ("graded",), (1.0,))
@@ -356,16 +322,6 @@ def test_the_signature_check_accepts_exactly_what_pythons_call_accepts(source):
     assert accepted or (problem.startswith("reward function f ") and "\n" not in problem)
 
 
-def test_a_batch_that_fails_only_whole_says_so():
-    def batch_only(completions, **kwargs):
-        if len(completions) > 1:
-            raise MemoryError("too many")
-        return [0.0]
-    with pytest.raises(RewardError, match=r"raised MemoryError: too many on a batch of 3 completions \(on none "
-                                          r"of them alone\)$"):
-        score(batch_only, PROBLEMS, ["a", "b", "c"])
-
-
 def test_a_column_named_like_an_argument_is_refused():
     with pytest.raises(RewardError, match="the data has a column 'completions'"):
         score(math_reward, [Problem("q", "1", fields={"completions": 3})], ["a"])
@@ -390,29 +346,22 @@ def test_a_column_named_like_an_argument_is_refused():
      "one each, in the order of --reward"),
     ("{dir}/user_reward_ok.py:good", [math.nan], "--reward-weights must be a finite number (got nan)"),
     ("{dir}/user_reward_ok.py:good", [1e300], "--reward-weights: 1e+300 is too large for float32"),
+    ("{dir}/user_reward_ok.py:good {dir}/user_reward_ok2.py:good", [], "--reward: two functions named good; "
+     "metrics.jsonl logs each by its "),
+    ("{dir}/json.py:good", [], "a module named json is already loaded ("),  # a file named like a loaded module
+    ("{dir}/json.py:good", [], "): rename {dir}/json.py"),
 ])
 def test_a_bad_reward_flag_is_one_line_before_any_step(write, tmp_path, monkeypatch, spec, weights,
                                                         message):
-    write("user_reward_ok.py", "LIMIT = 3\n\n"
-          "def good(completions, **kwargs):\n    return [1.0] * len(completions)\n")
-    write("user_reward_broken.py", "import not_installed_xyz\n")
-    write("user_reward_syntax.py", "def f(:\n")
-    write("user_reward_exits.py", "import sys\nsys.exit(0)\n")
+    good = "LIMIT = 3\n\ndef good(completions, **kwargs):\n    return [1.0] * len(completions)\n"
+    for name, source in [("user_reward_ok.py", good), ("user_reward_ok2.py", good), ("json.py", good),
+                         ("user_reward_broken.py", "import not_installed_xyz\n"),
+                         ("user_reward_syntax.py", "def f(:\n"), ("user_reward_exits.py", "import sys\nsys.exit(0)\n")]:
+        write(name, source)
     monkeypatch.syspath_prepend(tmp_path)  # user_reward_exits as a module too
     with pytest.raises(ConfigError) as e:
-        from_flags([spec.format(dir=tmp_path)], weights, math_reward)
+        from_flags(spec.format(dir=tmp_path).split(), weights, math_reward)
     assert message.format(dir=tmp_path) in str(e.value) and "\n" not in str(e.value), str(e.value)
-
-
-def test_two_functions_of_one_name_and_a_file_named_like_a_loaded_module_are_refused(write, tmp_path):
-    a = write("user_reward_a.py", "def f(c, **k): return c\n")
-    b = write("user_reward_b.py", "def f(c, **k): return c\n")
-    with pytest.raises(ConfigError, match=r"--reward: two functions named f; metrics.jsonl logs each by its "):
-        from_flags([f"{a}:f", f"{b}:f"], [], math_reward)
-    shadow = write("json.py", "def f(c, **k): return c\n")
-    with pytest.raises(ConfigError, match=rf"a module named json is already loaded \(.*json.*\): rename "
-                                          rf"{shadow}$"):
-        from_flags([f"{shadow}:f"], [], math_reward)
 
 
 # ----------------------------------------------------------------------------
@@ -487,33 +436,11 @@ def test_a_reward_failing_mid_run_keeps_the_steps_done_and_the_run_resumes(write
 def test_a_reward_file_that_calls_sys_exit_is_one_line_exit_2(write, tmp_path, capsys, command):
     """sys.exit(0) in a --reward file is no success: one line naming the file, exit 2, no run folder."""
     path = write("user_reward_quits.py", "import sys\nsys.exit(0)\n")
-    with pytest.raises(SystemExit) as e:
-        if command == "train":
-            train.main([*TINY, "--out-dir", str(tmp_path), "--name", "r", "--reward", f"{path}:f"])
-        else:
-            eval_cli.main(["--k", "1", "--out", str(tmp_path / "e.jsonl"), "--reward", f"{path}:f"])
-    assert e.value.code == 2 and capsys.readouterr().err.splitlines() == [
-        f"error: --reward {path}:f: importing {path} raised SystemExit: 0"]
+    main, argv = (train.main, [*TINY, "--out-dir", str(tmp_path), "--name", "r"]) if command == "train" else \
+        (eval_cli.main, ["--k", "1", "--out", str(tmp_path / "e.jsonl")])
+    assert error_line(capsys, main, [*argv, "--reward", f"{path}:f"]) == \
+        f"error: --reward {path}:f: importing {path} raised SystemExit: 0"
     assert not (tmp_path / "r").exists()
-
-
-def test_eval_py_counts_a_completion_correct_when_the_weighted_total_is_positive_under_correct_reward_total(
-        write, tmp_path, capsys):
-    path = write("user_reward_eval.py", """
-        def even(completions, **kwargs):
-            return [float(len(c) % 2 == 0) for c in completions]
-        """)
-    out = tmp_path / "eval.jsonl"
-    common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--limit", "4", "--k", "2", "--out", str(out)]
-    eval_cli.main([*common, "--reward", f"{path}:even", "--reward-weights", "0.5", "--correct-reward", "total"])
-    settings, *rows = jsonl(out)
-    assert (settings["settings"]["reward"], settings["settings"]["reward_weights"]) == ([f"{path}:even"], [0.5])
-    assert len(rows) == 8 and {r["reward"] for r in rows} == {0.0, 0.5}  # both kinds met
-    assert all(r["reward"] == 0.5 * (len(r["completion"]) % 2 == 0) and r["correct"] == (r["reward"] > 0)
-               for r in rows)
-    with pytest.raises(SystemExit) as e:  # another grading is refused on --skip-done: one table, one grading
-        eval_cli.main([*common, "--skip-done"])
-    assert e.value.code == 2 and f"--reward ['{path}:even'] (now [])" in capsys.readouterr().err
 
 
 def test_what_is_correct_is_the_built_in_verifier_beside_your_rewards_unless_correct_reward_names_one(
@@ -541,23 +468,30 @@ def test_what_is_correct_is_the_built_in_verifier_beside_your_rewards_unless_cor
     assert not all(r["correct"] for r in rows)
 
 
-def test_eval_py_resumes_with_its_reward_file_however_spelled_and_from_anywhere(write, tmp_path, monkeypatch):
-    """The settings line holds a --reward's FILE.py as an absolute path: --skip-done takes ./r.py:f, r.py:f and
-    /abs/r.py:f for one another, and from another directory too."""
-    write("user_reward_where.py", """
+def test_eval_py_grades_by_your_rewards_and_resumes_with_their_file_however_spelled(write, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """Under --correct-reward total a completion is correct when the weighted total is positive. The settings
+    line holds a --reward's FILE.py as an absolute path: --skip-done takes ./r.py:f, r.py:f and /abs/r.py:f for
+    one another, and from another directory too; another grading (no --reward) it refuses: one table, one grading."""
+    write("user_reward_eval.py", """
         def even(completions, **kwargs):
             return [float(len(c) % 2 == 0) for c in completions]
         """)
-    out = tmp_path / "eval.jsonl"
-    common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--k", "1", "--out", str(out)]
+    out, path = tmp_path / "eval.jsonl", f"{tmp_path}/user_reward_eval.py:even"
+    common = ["--data", str(ROOT / "data/arith/heldout.jsonl"), "--k", "2", "--out", str(out)]
+    grading = ["--reward-weights", "0.5", "--correct-reward", "total"]
     monkeypatch.chdir(tmp_path)
-    eval_cli.main([*common, "--limit", "2", "--reward", "user_reward_where.py:even"])
-    settings = jsonl(out)[0]["settings"]
-    assert settings["reward"] == [f"{tmp_path}/user_reward_where.py:even"]
-    eval_cli.main([*common, "--limit", "3", "--reward", "./user_reward_where.py:even", "--skip-done"])
+    eval_cli.main([*common, "--limit", "2", "--reward", "user_reward_eval.py:even", *grading])
+    eval_cli.main([*common, "--limit", "3", "--reward", "./user_reward_eval.py:even", *grading, "--skip-done"])
     monkeypatch.chdir(ROOT)
-    eval_cli.main([*common, "--limit", "4", "--reward", f"{tmp_path}/user_reward_where.py:even", "--skip-done"])
-    assert len(out.read_text().splitlines()) == 1 + 4
+    eval_cli.main([*common, "--limit", "4", "--reward", path, *grading, "--skip-done"])
+    settings, *rows = jsonl(out)
+    assert (settings["settings"]["reward"], settings["settings"]["reward_weights"]) == ([path], [0.5])
+    assert len(rows) == 8 and {r["reward"] for r in rows} == {0.0, 0.5}  # both kinds met
+    assert all(r["reward"] == 0.5 * (len(r["completion"]) % 2 == 0) and r["correct"] == (r["reward"] > 0)
+               for r in rows)
+    capsys.readouterr()
+    assert f"--reward ['{path}'] (now [])" in error_line(capsys, eval_cli.main, [*common, "--skip-done"])
 
 
 def test_eval_py_with_a_failing_reward_is_one_line_and_keeps_what_was_sampled(write, tmp_path, capsys):

@@ -15,9 +15,6 @@ import pytest
 from nanoatr.verifier import canonical, verify
 
 CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "verifier_cases.jsonl").open()]
-# Cases we get wrong on purpose or have not fixed: id -> the reason. Each is a strict xfail, so a
-# case that starts passing fails the suite (XPASS(strict)) until it is removed from here.
-KNOWN = {}
 
 
 def test_case_file_is_well_formed():
@@ -27,26 +24,12 @@ def test_case_file_is_well_formed():
     assert set(tiers) == {"core", "hard", "adversarial"} and min(tiers.values()) >= 50
     for c in CASES:
         assert isinstance(c["label"], bool) and c["completion"] and c["gold"] and c["category"]
-    # a KNOWN entry whose id is not in the case file would be a strict xfail that never runs
-    assert set(KNOWN) <= {c["id"] for c in CASES}
 
 
-def _param(case):
-    known = KNOWN.get(case["id"])
-    marks = [pytest.mark.xfail(reason=known, strict=True)] if known else []
-    return pytest.param(case, marks=marks, id=f"{case['id']}-{case['category']}")
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['id']}-{c['category']}" for c in CASES])
 def test_case(case):
-    """Every labelled case gets its label; a KNOWN case must still get it wrong (strict xfail)."""
+    """Every labelled case gets its label (the adversarial tier's false ones: no reward hacking)."""
     assert verify(case["completion"], case["gold"]) is case["label"]
-
-
-def test_no_false_positive_on_adversarial_cases():
-    wrong = [c["id"] for c in CASES if c["tier"] == "adversarial" and not c["label"]
-             and verify(c["completion"], c["gold"])]
-    assert wrong == []
 
 
 def test_every_case_is_fast_from_a_cold_cache():

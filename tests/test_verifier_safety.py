@@ -95,23 +95,16 @@ ADVERSARIAL += [
 
 @pytest.mark.parametrize("completion", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
 def test_adversarial(completion, tmp_path, monkeypatch):
+    """Hostile text as the completion (against five golds), and as the gold (its box read as a gold's is):
+    False, within a CPU second (a busy machine's waits aside), nothing written."""
     monkeypatch.chdir(tmp_path)
-    for gold in ("1", "2", "\\sqrt{2}", "x = 1", "(1, 2)"):  # CPU seconds: a busy machine's waits aside
+    golds = ("1", "2", "\\sqrt{2}", "x = 1", "(1, 2)")
+    for text, gold in [(completion, g) for g in golds] + [("\\boxed{1}", completion)]:
         start = time.process_time()
-        result = verify(completion, gold)
+        result = verify(text, gold)
         elapsed = time.process_time() - start
         assert result is False
         assert elapsed < 1.0, elapsed
-    assert os.listdir(tmp_path) == []
-
-
-def test_hostile_gold_is_also_safe(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    start = time.process_time()
-    assert verify("\\boxed{1}", "9^{9^{9^{9}}}") is False
-    assert verify("\\boxed{1}", "__import__('os').system('touch PWNED')") is False
-    assert verify("\\boxed{1}", "1000000!") is False
-    assert time.process_time() - start < 1.0
     assert os.listdir(tmp_path) == []
 
 
