@@ -92,25 +92,6 @@ def test_runs_table_pools_seeds_per_method(tmp_path, capsys):
     assert "95% t-interval over the n seeds" in out and "Table 1 of" not in out
 
 
-def test_runs_from_before_a_flag_and_runs_reporting_elsewhere_are_one_method(tmp_path, capsys):
-    """A run from before a flag existed (its config.json lacks the flag: it ran with the default) and runs
-    that differ only in where they also sent their metrics, or where they were started, pool as one method:
-    kl3's seeds 0-2 one row of n = 3 (results/ holds runs from before today's flags)."""
-    runs = seed_runs(tmp_path)
-    old = strict_file(Path(runs[0], "config.json"))
-    for flag in ("lr_scheduler", "warmup_steps", "mask_truncated", "reward", "report_to", "workdir"):
-        del old[flag]  # seed 0 from before these flags
-    Path(runs[0], "config.json").write_text(json.dumps(old))
-    new = strict_file(Path(runs[1], "config.json"))  # seed 1 reported to TensorBoard, elsewhere
-    new |= {"report_to": ["tensorboard"], "workdir": "/b"}
-    Path(runs[1], "config.json").write_text(json.dumps(new))
-    runs_table.main([*runs])
-    rows = table_rows(capsys.readouterr().out)
-    assert list(rows) == ["Base model (step 0)", "kl3 (delta=0.07) final", "kl3 (delta=0.07) best",
-                          "clip (eps=0.2) final", "clip (eps=0.2) best"]
-    assert rows["kl3 (delta=0.07) final"][0] == "3"
-
-
 def test_runs_table_of_three_benchmarks_averages_per_seed(tmp_path, capsys):
     """The Average columns: per seed the files' average (eval/mean@k), then over seeds; final and best."""
     run = fake_run(tmp_path, "atr", {0: [(28.0, 48.0), (6.0, 13.0), (4.0, 20.0)],
@@ -176,25 +157,6 @@ def test_a_training_setting_that_differs_is_named_in_the_label(tmp_path, capsys)
         "kl3 (delta=0.1, lr=0.0001) final": ["1", "7.00"], "kl3 (delta=0.1, lr=0.0001) best": ["1", "7.00"]}
 
 
-def test_two_runs_of_one_method_and_seed_are_refused(tmp_path, capsys):
-    a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 5: [(3.0, 4.0)]}, names=("amc23",))
-    b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)], 5: [(5.0, 6.0)]}, names=("amc23",), device="cuda:1")
-    with pytest.raises(SystemExit):
-        runs_table.main([a, b])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: a and b are both kl3 (delta=0.07) at seed 0: each method's rows pool one run per seed"]
-
-
-@pytest.mark.parametrize("spelled", ["{a}", "{a}/", "{parent}/../{parent_name}/a"])
-def test_one_folder_given_twice_is_named_as_such(tmp_path, capsys, spelled):
-    a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 5: [(3.0, 4.0)]}, names=("amc23",))
-    again = spelled.format(a=a, parent=tmp_path, parent_name=tmp_path.name)
-    with pytest.raises(SystemExit):
-        runs_table.main([a, again])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: {again} is given twice (as {a} too): one run per folder"]
-
-
 def test_changes_on_resume_and_unfinished_runs_are_in_the_notes(tmp_path, capsys):
     """config.json's "changes" (nanoatr/machinery/folder.py) under the table; each run as it last ran: a, started with
     --steps 10 and resumed to 20, is finished; b (20 steps) is not. Both ran 20 steps: one method, n = 2."""
@@ -219,6 +181,7 @@ def test_changes_on_resume_and_unfinished_runs_are_in_the_notes(tmp_path, capsys
 
 def test_runs_table_errors_are_one_line(tmp_path, capsys):
     a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)] * 3})
+    twin = fake_run(tmp_path, "twin", {0: [(1.0, 2.0)] * 3}, device="cuda:1")  # kl3 at seed 0 too
     (tmp_path / "noconfig").mkdir()
     (tmp_path / "noconfig/metrics.jsonl").write_text("")
     b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)] * 3})
@@ -229,12 +192,16 @@ def test_runs_table_errors_are_one_line(tmp_path, capsys):
                           ([], "the following arguments are required: RUN_DIR"),
                           ([str(tmp_path / "none")], "no metrics.jsonl"),
                           ([str(tmp_path / "noconfig")], "noconfig: no config.json"),
-                          ([b], "the evaluation of step 0 has no number eval/aime24/pass@8")]:
+                          ([b], "the evaluation of step 0 has no number eval/aime24/pass@8"),
+                          ([a, twin], "error: a and twin are both kl3 (delta=0.07) at seed 0: each method's rows "
+                                      "pool one run per seed"),
+                          *(([a, again], f"error: {again} is given twice (as {a} too): one run per folder")
+                            for again in (a, f"{a}/", f"{tmp_path}/../{tmp_path.name}/a"))]:
         with pytest.raises(SystemExit) as e:
             runs_table.main(argv)
         assert e.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and message in err[0], err
+        assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
 
 def test_runs_table_from_tiny_train_runs(tmp_path, capsys):
@@ -261,16 +228,21 @@ def test_runs_table_from_tiny_train_runs(tmp_path, capsys):
            "--eval-max-new-tokens 8, top-k off\n" in out
 
 
-def test_runs_naming_one_file_two_ways_are_one_method_in_one_table(tmp_path, capsys):
-    """Seed 0 started in the repository with relative paths, seed 1 elsewhere with absolute ones, seed 2 with
-    ./-prefixed ones: the same files, so one table and one kl3 row of n = 3 (compared by file, not spelling)."""
+def test_runs_that_differ_only_where_and_how_they_ran_are_one_method_in_one_table(tmp_path, capsys):
+    """Seed 0 ran before a few flags existed (its config.json lacks them: it ran with the defaults) and was
+    started in the repository with relative paths; seed 1 also sent its metrics to TensorBoard and was started
+    elsewhere with absolute paths; seed 2 with ./-prefixed ones: the same files (compared by file, not
+    spelling), so one table and one kl3 row of n = 3 (results/ holds runs from before today's flags)."""
     runs = seed_runs(tmp_path)
     spellings = [(str(ROOT), "data/arith/train.jsonl", "data/arith/heldout.jsonl"),
                  ("/elsewhere", str(ROOT / "data/arith/train.jsonl"), str(ROOT / "data/arith/heldout.jsonl")),
                  (str(ROOT), "./data/arith/train.jsonl", "./data/arith/heldout.jsonl")]
-    for run, (workdir, data, held_out) in zip(runs, spellings):
+    for seed, (run, (workdir, data, held_out)) in enumerate(zip(runs, spellings)):
         config = strict_file(Path(run, "config.json"))
         config |= {"workdir": workdir, "data": data, "eval_data": [held_out]}
+        for flag in ("lr_scheduler", "warmup_steps", "mask_truncated", "reward", "report_to") if seed == 0 else ():
+            del config[flag]
+        config |= {"report_to": ["tensorboard"]} if seed == 1 else {}
         Path(run, "config.json").write_text(json.dumps(config))
         metrics = Path(run, "metrics.jsonl").read_text().replace("eval/amc23/", "eval/heldout/")
         Path(run, "metrics.jsonl").write_text(metrics)
