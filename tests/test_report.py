@@ -311,27 +311,22 @@ def test_a_wandb_step_file_that_holds_no_step_is_one_line(tmp_path, capsys):
 # ----------------------------------------------------------------------------
 # Errors: one line at start; a destination failing mid-run is turned off
 
-@pytest.mark.parametrize("package", ["tensorboard", "wandb"])
-def test_a_missing_package_is_one_line_before_anything_runs(tmp_path, capsys, monkeypatch, package):
-    monkeypatch.setitem(sys.modules, package, None)  # as if not installed: import and find_spec both fail
+@pytest.mark.parametrize("args, missing, message", [
+    *((["--report-to", p], p, f"--report-to {p} needs the {p} package: pip install {p}")
+      for p in ("tensorboard", "wandb")),
+    (["--report-to", "none", "wandb"], None, "--report-to none cannot go with wandb"),
+    (["--wandb-project", "x"], None, "--wandb-project would be ignored: without --report-to wandb there is "
+                                     "no wandb run"),
+    (["--report-to", "mlflow"], None, "argument --report-to: invalid choice: 'mlflow'")])
+def test_a_bad_report_flag_or_missing_package_is_one_line_before_any_run(tmp_path, capsys, monkeypatch, args,
+                                                                         missing, message):
+    if missing:  # as if not installed: import and find_spec both fail
+        monkeypatch.setitem(sys.modules, missing, None)
     with pytest.raises(SystemExit) as e:
-        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "m", "--steps", "1", "--report-to", package])
-    assert e.value.code == 2
+        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "m", "--steps", "1", *args])
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: --report-to {package} needs the {package} package: pip install {package}"]
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
     assert not (tmp_path / "m").exists()
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--report-to", "none", "wandb"], "--report-to none cannot go with wandb"),
-    (["--wandb-project", "x"], "--wandb-project would be ignored: without --report-to wandb there is no "
-                               "wandb run"),
-    (["--report-to", "mlflow"], "argument --report-to: invalid choice: 'mlflow'")])
-def test_bad_report_flags_are_one_line(tmp_path, capsys, args, message):
-    with pytest.raises(SystemExit):
-        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "m", *args])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
 
 
 @pytest.mark.parametrize("raised, said", [  # what wandb raises (WANDB_MODE=bogus; a 300-character project)
