@@ -17,7 +17,7 @@ from nanoatr.machinery.flags import TrainConfig
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import runs_table  # noqa: E402
-from conftest import jsonl, strict_file  # noqa: E402
+from conftest import error_line, jsonl, strict_file  # noqa: E402
 
 NAMES = ("amc23", "aime24", "aime25")
 
@@ -197,11 +197,7 @@ def test_runs_table_errors_are_one_line(tmp_path, capsys):
                                       "pool one run per seed"),
                           *(([a, again], f"error: {again} is given twice (as {a} too): one run per folder")
                             for again in (a, f"{a}/", f"{tmp_path}/../{tmp_path.name}/a"))]:
-        with pytest.raises(SystemExit) as e:
-            runs_table.main(argv)
-        assert e.value.code == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+        assert message in error_line(capsys, runs_table.main, argv)
 
 
 def test_runs_table_from_tiny_train_runs(tmp_path, capsys):
@@ -282,12 +278,9 @@ def test_runs_table_notes_runs_that_ran_other_code(tmp_path, capsys, second, not
 
 def test_eval_runs_says_where_table_2_went(capsys):
     """eval.py scores a model; its old --runs is one line naming the script that prints Table 2 now."""
-    with pytest.raises(SystemExit) as e:
-        eval_cli.main(["--runs", "runs/kl3-s0", "runs/kl3-s1"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1, err
-    assert err[0].startswith("error: unrecognized arguments: --runs runs/kl3-s0 runs/kl3-s1 (see --help)")
-    assert "is now python scripts/runs_table.py RUN_DIR..." in err[0] and "did you mean" not in err[0]
+    line = error_line(capsys, eval_cli.main, ["--runs", "runs/kl3-s0", "runs/kl3-s1"])
+    assert line.startswith("error: unrecognized arguments: --runs runs/kl3-s0 runs/kl3-s1 (see --help)")
+    assert "is now python scripts/runs_table.py RUN_DIR..." in line and "did you mean" not in line
 
 
 def test_the_script_runs_from_anywhere(tmp_path):
