@@ -45,11 +45,12 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     assert capsys.readouterr().out.count("(finished before)") == 2
 
 
-def fake_run(run, steps, mean, cut=0.01, start=30.0, entropy=0.1):
-    """A finished run directory as train.py leaves it: config.json and metrics.jsonl."""
+def fake_run(run, steps, mean, cut=0.01, start=30.0, entropy=0.1, **config):
+    """A finished run directory as train.py leaves it: config.json (with `config`) and metrics.jsonl (without
+    the evaluation at step 0 where start is None)."""
     run.dir.mkdir(parents=True)
-    (run.dir / "config.json").write_text(json.dumps({"clip": run.clip, "eval_k": 8, "seed": run.seed}))
-    rows = [{"step": 0, "eval/mean@8": start, "eval/pass@8": start + 30}]
+    (run.dir / "config.json").write_text(json.dumps({"clip": run.clip, "eval_k": 8, "seed": run.seed, **config}))
+    rows = [{"step": 0, "eval/mean@8": start, "eval/pass@8": start + 30}] if start is not None else []
     rows += [{"step": s, "reward_mean": 0.3 + s / 100, "entropy": entropy - s / 100, "completion_len": 30 + s, "clip_frac_low": cut,
               "clip_frac_high": cut / 2} for s in range(1, steps + 1)]
     rows += [{"step": steps, "eval/mean@8": mean, "eval/pass@8": mean + 30}]
@@ -288,14 +289,9 @@ def test_the_settings_line_shows_each_flag_as_train_py_took_it(tmp_path):
 
 def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
     """The runs changed on resume are named; results.json has null, not NaN, for what a run lacks (its step 0)."""
-    runs = sweep.plan(["clip", "kl3"], 1, tmp_path.resolve())
-    for run in runs:
-        fake_run(run, 3, mean=31.0)
-    metrics = runs[0].dir / "metrics.jsonl"
-    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[1:]))
-    config = strict_file(runs[1].dir / "config.json")
     changes = [{"step": 2, "eval_every": {"from": 0, "to": 1}, "save_every": {"from": 50, "to": 1}}]
-    (runs[1].dir / "config.json").write_text(json.dumps({**config, "changes": changes}))
+    for run in sweep.plan(["clip", "kl3"], 1, tmp_path.resolve()):  # clip without step 0, kl3 changed on resume
+        fake_run(run, 3, mean=31.0, **({"start": None} if run.method == "clip" else {"changes": changes}))
     table = report(tmp_path, ["clip", "kl3"], 1)
     assert "\nChanged on resume (config.json's \"changes\"):\n- kl3-s0: at step 2: --eval-every 0 -> 1, " \
            "--save-every 50 -> 1\n" in table
@@ -539,10 +535,8 @@ def test_a_finished_run_without_a_readable_config_is_one_line_before_any_trainin
 def test_the_report_notes_runs_that_ran_other_code(tmp_path, commits, note):
     runs = sweep.plan(["kl3"], 2, tmp_path.resolve())
     for run, commit in zip(runs, commits):
-        fake_run(run, 3, mean=31.0)
-        config = strict_file(run.dir / "config.json")
         sittings = {"provenance": [{"step": 0, "commit": commit, "dirty": False}]} if commit else {}
-        (run.dir / "config.json").write_text(json.dumps({**config, **sittings}))
+        fake_run(run, 3, mean=31.0, **sittings)
     notes = [line for line in report(tmp_path, ["kl3"], 2).splitlines() if line.startswith("code:")]
     assert notes == ([] if note is None else [f"code: not one commit without changes: {note} (+dirty: with changes "
                                               "not committed; unknown: not recorded, or not a git checkout)"])
