@@ -16,11 +16,11 @@ LOW = "clip-higher:eps_low=0.329,eps_high=0.2"
 HIGH = "clip-higher:eps_low=0.2,eps_high=0.422"
 
 
-def sweep(folder: Path, scores: dict) -> Path:
-    """A sweep folder whose results.json holds {(method, seed): heldout Mean@k}."""
+def sweep(folder: Path, scores: dict, **fields) -> Path:
+    """A sweep folder whose results.json holds {(method, seed): heldout Mean@k} (None: null), and `fields`."""
     folder.mkdir()
-    runs = [{"method": m, "seed": s, "heldout/mean@k": v, "heldout/entropy": v / 100}
-            for (m, s), v in scores.items()]
+    runs = [{"method": m, "seed": s, "heldout/mean@k": v, "heldout/entropy": None if v is None else v / 100,
+             **fields} for (m, s), v in scores.items()]
     (folder / "results.json").write_text(json.dumps(runs))
     return folder
 
@@ -79,11 +79,9 @@ def test_an_effect_pairs_by_seed_over_the_seeds_both_sweeps_finished(tmp_path, c
 def test_the_change_of_a_gain_over_the_warm_start(tmp_path, capsys):
     """kl3/warm-start reads each run's own step 0 (heldout/mean@k_start): the gains 1, 1 (first sweep) and
     2, 4 (second) change by 1 and 3: mean 2, sd sqrt(2), se 1, t(0.975, 1) = 12.706 -> 2 -+ 12.71."""
-    a, b = sweep(tmp_path / "a", {("kl3", 0): 11.0, ("kl3", 1): 11.0}), \
-        sweep(tmp_path / "b", {("kl3", 0): 12.0, ("kl3", 1): 14.0})
-    for folder in (a, b):
-        runs = json.loads((folder / "results.json").read_text())
-        (folder / "results.json").write_text(json.dumps([{**r, "heldout/mean@k_start": 10.0} for r in runs]))
+    start = {"heldout/mean@k_start": 10.0}
+    a = sweep(tmp_path / "a", {("kl3", 0): 11.0, ("kl3", 1): 11.0}, **start)
+    b = sweep(tmp_path / "b", {("kl3", 0): 12.0, ("kl3", 1): 14.0}, **start)
     (row,) = rows(capsys, a, b, "--compare", "kl3/warm-start")
     assert row == ["kl3 − warm-start", "heldout/mean@k", "2", "+1.00", "+3.00", "+2.00 [-10.71, +14.71]",
                    "2 : 0"]
@@ -93,12 +91,8 @@ def test_a_score_that_is_null_or_nan_leaves_its_seed_out(tmp_path, capsys):
     """A run whose score is null (a hand-edited results.json) or NaN (an evaluation that logged none) is not a
     number: its seed drops out of the pairing, as a missing run's does, instead of ending in a traceback."""
     a = sweep(tmp_path / "a", {("clip", s): 10.0 for s in range(3)} | {("kl3", s): 11.0 for s in range(3)})
-    b = sweep(tmp_path / "b", {("clip", s): 10.0 for s in range(3)} | {("kl3", s): 12.0 + s for s in range(3)})
-    runs = json.loads((b / "results.json").read_text())
-    for r in runs:
-        if r["method"] == "kl3" and r["seed"] in (1, 2):
-            r["heldout/mean@k"] = None if r["seed"] == 1 else float("nan")
-    (b / "results.json").write_text(json.dumps(runs))
+    b = sweep(tmp_path / "b", {("clip", s): 10.0 for s in range(3)} | {("kl3", 0): 12.0, ("kl3", 1): None,
+                                                                       ("kl3", 2): float("nan")})
     (row,) = rows(capsys, a, b, "--compare", "kl3/clip")
     assert row == ["kl3 − clip", "heldout/mean@k", "1", "+1.00", "+2.00", "+1.00", "1 : 0"]
 

@@ -18,7 +18,7 @@ import sft
 import train
 from nanoatr.machinery import metrics_log
 from nanoatr.machinery.metrics_log import RunLog
-from conftest import metrics, strict, strict_file
+from conftest import error_line, metrics, strict, strict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(ROOT / "data/arith/train.jsonl"),
@@ -300,38 +300,29 @@ def test_a_wandb_step_file_that_holds_no_step_is_one_line(tmp_path, capsys):
     (tmp_path / "s/wandb-id").write_text("abcd1234")
     (tmp_path / "s/wandb-step").write_text("x")
     capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        train.main(["--resume", str(tmp_path / "s"), "--steps", "2", "--report-to", "wandb"])
-    assert e.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        f"error: --report-to wandb could not start (ValueError: {tmp_path / 's/wandb-step'} holds 'x', not a "
-        "step: remove it to resend every row)"]
+    line = error_line(capsys, train.main, ["--resume", str(tmp_path / "s"), "--steps", "2", "--report-to",
+                                           "wandb"])
+    assert line == (f"error: --report-to wandb could not start (ValueError: {tmp_path / 's/wandb-step'} "
+                    "holds 'x', not a step: remove it to resend every row)")
 
 
 # ----------------------------------------------------------------------------
 # Errors: one line at start; a destination failing mid-run is turned off
 
-@pytest.mark.parametrize("package", ["tensorboard", "wandb"])
-def test_a_missing_package_is_one_line_before_anything_runs(tmp_path, capsys, monkeypatch, package):
-    monkeypatch.setitem(sys.modules, package, None)  # as if not installed: import and find_spec both fail
-    with pytest.raises(SystemExit) as e:
-        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "m", "--steps", "1", "--report-to", package])
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: --report-to {package} needs the {package} package: pip install {package}"]
+@pytest.mark.parametrize("args, missing, message", [
+    *((["--report-to", p], p, f"--report-to {p} needs the {p} package: pip install {p}")
+      for p in ("tensorboard", "wandb")),
+    (["--report-to", "none", "wandb"], None, "--report-to none cannot go with wandb"),
+    (["--wandb-project", "x"], None, "--wandb-project would be ignored: without --report-to wandb there is "
+                                     "no wandb run"),
+    (["--report-to", "mlflow"], None, "argument --report-to: invalid choice: 'mlflow'")])
+def test_a_bad_report_flag_or_missing_package_is_one_line_before_any_run(tmp_path, capsys, monkeypatch, args,
+                                                                         missing, message):
+    if missing:  # as if not installed: import and find_spec both fail
+        monkeypatch.setitem(sys.modules, missing, None)
+    argv = [*FAST, "--out-dir", str(tmp_path), "--name", "m", "--steps", "1", *args]
+    assert error_line(capsys, train.main, argv).startswith(f"error: {message}")
     assert not (tmp_path / "m").exists()
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--report-to", "none", "wandb"], "--report-to none cannot go with wandb"),
-    (["--wandb-project", "x"], "--wandb-project would be ignored: without --report-to wandb there is no "
-                               "wandb run"),
-    (["--report-to", "mlflow"], "argument --report-to: invalid choice: 'mlflow'")])
-def test_bad_report_flags_are_one_line(tmp_path, capsys, args, message):
-    with pytest.raises(SystemExit):
-        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "m", *args])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
 
 
 @pytest.mark.parametrize("raised, said", [  # what wandb raises (WANDB_MODE=bogus; a 300-character project)
@@ -344,12 +335,10 @@ def test_a_destination_that_cannot_start_is_one_line_and_leaves_no_folder(tmp_pa
     def offline(*args):
         raise RuntimeError(raised)
     monkeypatch.setattr(metrics_log.Wandb, "__init__", offline)
-    with pytest.raises(SystemExit) as e:
-        train.main([*FAST, "--out-dir", str(tmp_path), "--name", "n", "--steps", "1",
-                    "--report-to", "tensorboard", "wandb"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: --report-to wandb could not start (RuntimeError: {said})"]
+    argv = [*FAST, "--out-dir", str(tmp_path), "--name", "n", "--steps", "1", "--report-to", "tensorboard",
+            "wandb"]
+    line = error_line(capsys, train.main, argv)
+    assert line == f"error: --report-to wandb could not start (RuntimeError: {said})"
     assert not (tmp_path / "n").exists()  # tensorboard/, opened first, went with the folder
 
 
@@ -368,11 +357,8 @@ def test_a_destination_that_cannot_start_on_resume_leaves_the_run_as_it_was(tmp_
     (run / "tensorboard").write_text("in the way")
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     capsys.readouterr()  # the first run's output
-    with pytest.raises(SystemExit) as e:
-        main(["--resume", str(run), "--steps", "3", "--report-to", "tensorboard"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --report-to tensorboard could not start"), err
+    line = error_line(capsys, main, ["--resume", str(run), "--steps", "3", "--report-to", "tensorboard"])
+    assert line.startswith("error: --report-to tensorboard could not start")
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
 
 

@@ -17,7 +17,7 @@ from nanoatr.machinery.flags import TrainConfig
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import runs_table  # noqa: E402
-from conftest import jsonl, strict_file  # noqa: E402
+from conftest import error_line, jsonl, strict_file  # noqa: E402
 
 NAMES = ("amc23", "aime24", "aime25")
 
@@ -27,8 +27,8 @@ def fake_run(root, name, evals: dict, names=NAMES, k=8, seed=0, clip="kl3", hpar
     metrics.jsonl with step rows and eval/ rows. evals: {step: [(mean, pass) per benchmark]}."""
     run = root / name
     run.mkdir(parents=True)
-    cfg = dataclasses.asdict(TrainConfig(eval_data=[f"data/{n}.jsonl" for n in names], eval_k=k, seed=seed,
-                                         clip=clip, name=name, steps=max(evals), **config))
+    cfg = dataclasses.asdict(TrainConfig(**{"eval_data": [f"data/{n}.jsonl" for n in names], "eval_k": k,
+                                            "seed": seed, "clip": clip, "name": name, "steps": max(evals), **config}))
     cfg["hparams"] = hparams if hparams is not None else {"kl3": {"delta": 0.07}, "clip": {"eps": 0.2}}[clip]
     (run / "config.json").write_text(json.dumps(cfg))
     lines = []
@@ -92,25 +92,6 @@ def test_runs_table_pools_seeds_per_method(tmp_path, capsys):
     assert "95% t-interval over the n seeds" in out and "Table 1 of" not in out
 
 
-def test_runs_from_before_a_flag_and_runs_reporting_elsewhere_are_one_method(tmp_path, capsys):
-    """A run from before a flag existed (its config.json lacks the flag: it ran with the default) and runs
-    that differ only in where they also sent their metrics, or where they were started, pool as one method:
-    kl3's seeds 0-2 one row of n = 3 (results/ holds runs from before today's flags)."""
-    runs = seed_runs(tmp_path)
-    old = strict_file(Path(runs[0], "config.json"))
-    for flag in ("lr_scheduler", "warmup_steps", "mask_truncated", "reward", "report_to", "workdir"):
-        del old[flag]  # seed 0 from before these flags
-    Path(runs[0], "config.json").write_text(json.dumps(old))
-    new = strict_file(Path(runs[1], "config.json"))  # seed 1 reported to TensorBoard, elsewhere
-    new |= {"report_to": ["tensorboard"], "workdir": "/b"}
-    Path(runs[1], "config.json").write_text(json.dumps(new))
-    runs_table.main([*runs])
-    rows = table_rows(capsys.readouterr().out)
-    assert list(rows) == ["Base model (step 0)", "kl3 (delta=0.07) final", "kl3 (delta=0.07) best",
-                          "clip (eps=0.2) final", "clip (eps=0.2) best"]
-    assert rows["kl3 (delta=0.07) final"][0] == "3"
-
-
 def test_runs_table_of_three_benchmarks_averages_per_seed(tmp_path, capsys):
     """The Average columns: per seed the files' average (eval/mean@k), then over seeds; final and best."""
     run = fake_run(tmp_path, "atr", {0: [(28.0, 48.0), (6.0, 13.0), (4.0, 20.0)],
@@ -140,13 +121,9 @@ def test_runs_evaluated_otherwise_get_their_own_table(tmp_path, capsys, setting,
     """A run evaluated at temperature 0.3 was put beside one at 1.0 without a word: now each evaluation has
     its own table (and base-model row), headed by the settings that differ."""
     first = fake_run(tmp_path, "a", {0: [(30.0, 50.0)], 10: [(40.0, 60.0)]}, names=("amc23",))
-    other = {"eval_data": value} if setting == "eval_data" else {setting: value}
     k = value if setting == "eval_k" else 8
     second = fake_run(tmp_path, "b", {0: [(20.0, 40.0)], 10: [(25.0, 45.0)]}, names=("amc23",), k=k,
-                      **({} if setting in ("eval_k", "eval_data") else other))
-    if setting == "eval_data":
-        config = strict_file(tmp_path / "b/config.json")
-        (tmp_path / "b/config.json").write_text(json.dumps({**config, **other}))
+                      **({} if setting == "eval_k" else {setting: value}))
     runs_table.main([first, second])
     out = capsys.readouterr().out
     tables = out.split("\n\n")
@@ -176,25 +153,6 @@ def test_a_training_setting_that_differs_is_named_in_the_label(tmp_path, capsys)
         "kl3 (delta=0.1, lr=0.0001) final": ["1", "7.00"], "kl3 (delta=0.1, lr=0.0001) best": ["1", "7.00"]}
 
 
-def test_two_runs_of_one_method_and_seed_are_refused(tmp_path, capsys):
-    a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 5: [(3.0, 4.0)]}, names=("amc23",))
-    b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)], 5: [(5.0, 6.0)]}, names=("amc23",), device="cuda:1")
-    with pytest.raises(SystemExit):
-        runs_table.main([a, b])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: a and b are both kl3 (delta=0.07) at seed 0: each method's rows pool one run per seed"]
-
-
-@pytest.mark.parametrize("spelled", ["{a}", "{a}/", "{parent}/../{parent_name}/a"])
-def test_one_folder_given_twice_is_named_as_such(tmp_path, capsys, spelled):
-    a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)], 5: [(3.0, 4.0)]}, names=("amc23",))
-    again = spelled.format(a=a, parent=tmp_path, parent_name=tmp_path.name)
-    with pytest.raises(SystemExit):
-        runs_table.main([a, again])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: {again} is given twice (as {a} too): one run per folder"]
-
-
 def test_changes_on_resume_and_unfinished_runs_are_in_the_notes(tmp_path, capsys):
     """config.json's "changes" (nanoatr/machinery/folder.py) under the table; each run as it last ran: a, started with
     --steps 10 and resumed to 20, is finished; b (20 steps) is not. Both ran 20 steps: one method, n = 2."""
@@ -219,6 +177,7 @@ def test_changes_on_resume_and_unfinished_runs_are_in_the_notes(tmp_path, capsys
 
 def test_runs_table_errors_are_one_line(tmp_path, capsys):
     a = fake_run(tmp_path, "a", {0: [(1.0, 2.0)] * 3})
+    twin = fake_run(tmp_path, "twin", {0: [(1.0, 2.0)] * 3}, device="cuda:1")  # kl3 at seed 0 too
     (tmp_path / "noconfig").mkdir()
     (tmp_path / "noconfig/metrics.jsonl").write_text("")
     b = fake_run(tmp_path, "b", {0: [(1.0, 2.0)] * 3})
@@ -229,12 +188,12 @@ def test_runs_table_errors_are_one_line(tmp_path, capsys):
                           ([], "the following arguments are required: RUN_DIR"),
                           ([str(tmp_path / "none")], "no metrics.jsonl"),
                           ([str(tmp_path / "noconfig")], "noconfig: no config.json"),
-                          ([b], "the evaluation of step 0 has no number eval/aime24/pass@8")]:
-        with pytest.raises(SystemExit) as e:
-            runs_table.main(argv)
-        assert e.value.code == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and message in err[0], err
+                          ([b], "the evaluation of step 0 has no number eval/aime24/pass@8"),
+                          ([a, twin], "error: a and twin are both kl3 (delta=0.07) at seed 0: each method's rows "
+                                      "pool one run per seed"),
+                          *(([a, again], f"error: {again} is given twice (as {a} too): one run per folder")
+                            for again in (a, f"{a}/", f"{tmp_path}/../{tmp_path.name}/a"))]:
+        assert message in error_line(capsys, runs_table.main, argv)
 
 
 def test_runs_table_from_tiny_train_runs(tmp_path, capsys):
@@ -261,16 +220,21 @@ def test_runs_table_from_tiny_train_runs(tmp_path, capsys):
            "--eval-max-new-tokens 8, top-k off\n" in out
 
 
-def test_runs_naming_one_file_two_ways_are_one_method_in_one_table(tmp_path, capsys):
-    """Seed 0 started in the repository with relative paths, seed 1 elsewhere with absolute ones, seed 2 with
-    ./-prefixed ones: the same files, so one table and one kl3 row of n = 3 (compared by file, not spelling)."""
+def test_runs_that_differ_only_where_and_how_they_ran_are_one_method_in_one_table(tmp_path, capsys):
+    """Seed 0 ran before a few flags existed (its config.json lacks them: it ran with the defaults) and was
+    started in the repository with relative paths; seed 1 also sent its metrics to TensorBoard and was started
+    elsewhere with absolute paths; seed 2 with ./-prefixed ones: the same files (compared by file, not
+    spelling), so one table and one kl3 row of n = 3 (results/ holds runs from before today's flags)."""
     runs = seed_runs(tmp_path)
     spellings = [(str(ROOT), "data/arith/train.jsonl", "data/arith/heldout.jsonl"),
                  ("/elsewhere", str(ROOT / "data/arith/train.jsonl"), str(ROOT / "data/arith/heldout.jsonl")),
                  (str(ROOT), "./data/arith/train.jsonl", "./data/arith/heldout.jsonl")]
-    for run, (workdir, data, held_out) in zip(runs, spellings):
+    for seed, (run, (workdir, data, held_out)) in enumerate(zip(runs, spellings)):
         config = strict_file(Path(run, "config.json"))
         config |= {"workdir": workdir, "data": data, "eval_data": [held_out]}
+        for flag in ("lr_scheduler", "warmup_steps", "mask_truncated", "reward", "report_to") if seed == 0 else ():
+            del config[flag]
+        config |= {"report_to": ["tensorboard"]} if seed == 1 else {}
         Path(run, "config.json").write_text(json.dumps(config))
         metrics = Path(run, "metrics.jsonl").read_text().replace("eval/amc23/", "eval/heldout/")
         Path(run, "metrics.jsonl").write_text(metrics)
@@ -310,12 +274,9 @@ def test_runs_table_notes_runs_that_ran_other_code(tmp_path, capsys, second, not
 
 def test_eval_runs_says_where_table_2_went(capsys):
     """eval.py scores a model; its old --runs is one line naming the script that prints Table 2 now."""
-    with pytest.raises(SystemExit) as e:
-        eval_cli.main(["--runs", "runs/kl3-s0", "runs/kl3-s1"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1, err
-    assert err[0].startswith("error: unrecognized arguments: --runs runs/kl3-s0 runs/kl3-s1 (see --help)")
-    assert "is now python scripts/runs_table.py RUN_DIR..." in err[0] and "did you mean" not in err[0]
+    line = error_line(capsys, eval_cli.main, ["--runs", "runs/kl3-s0", "runs/kl3-s1"])
+    assert line.startswith("error: unrecognized arguments: --runs runs/kl3-s0 runs/kl3-s1 (see --help)")
+    assert "is now python scripts/runs_table.py RUN_DIR..." in line and "did you mean" not in line
 
 
 def test_the_script_runs_from_anywhere(tmp_path):

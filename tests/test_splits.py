@@ -14,72 +14,68 @@ DATA = ROOT / "data"
 sys.path.insert(0, str(ROOT / "scripts"))
 import split_overlap  # noqa: E402  (scripts/split_overlap.py)
 
-# (directory, key, the splits trained on, the evaluation splits); countdown's rl.jsonl is a subset of
-# train.jsonl (the pool the SFT warm-start's pass-rate filter chose from), both are listed
-SPLITS = {
-    "arith": (arith_key, ("train",), ("heldout", "val")),
-    "countdown": (countdown_key, ("train", "rl"), ("heldout", "val", "transfer")),
-}
+# task: (directory, key, the splits trained on, the evaluation splits, the warm-start's steps); countdown's
+# rl.jsonl is a subset of train.jsonl (the pool the SFT warm-start's pass-rate filter chose from): both listed
+TASKS = split_overlap.TASKS
 
 
 def keys(task: str, split: str) -> list:
-    key = SPLITS[task][0]
-    return [key(p) for p in load_problems(DATA / f"{task}/{split}.jsonl", dedupe=False)]
+    folder, key = TASKS[task][:2]
+    return [key(p) for p in load_problems(DATA / f"{folder}/{split}.jsonl", dedupe=False)]
 
 
-@pytest.mark.parametrize("task", SPLITS)
+@pytest.mark.parametrize("task", TASKS)
 def test_no_evaluation_problem_is_a_training_problem(task):
-    _, trained, evaluated = SPLITS[task]
+    trained, evaluated = TASKS[task][2:4]
     training = {k for split in trained for k in keys(task, split)}
     shared = {split: sum(k in training for k in keys(task, split)) for split in evaluated}
-    assert shared == {split: 0 for split in evaluated}, f"{task}: evaluation problems that are training problems, per split: {shared}"
+    assert shared == {split: 0 for split in evaluated}, f"{task}: evaluation problems trained on: {shared}"
 
 
-@pytest.mark.parametrize("task", SPLITS)
+@pytest.mark.parametrize("task", TASKS)
 def test_no_evaluation_problem_comes_twice(task):
-    _, _, evaluated = SPLITS[task]
+    evaluated = TASKS[task][3]
     seen, repeats = set(), []
     for split in evaluated:
         for k in keys(task, split):
             if k in seen:
                 repeats.append((split, k))
             seen.add(k)
-    assert not repeats, f"{task}: {len(repeats)} evaluation problems repeat an earlier one, e.g. {repeats[:3]}"
+    assert not repeats, f"{task}: {len(repeats)} evaluation problems repeat an earlier one: {repeats[:3]}"
 
 
-def test_arith_key_is_the_numbers_and_the_answer():
-    assert arith_key(Problem("63*15", "945")) == ((15, 63), 945)
-    assert arith_key(Problem("15*63", "945")) == arith_key(Problem("63*15", "945"))      # a*b against b*a
-    assert arith_key(Problem("75-72-61", "-58")) == ((61, 72, 75), -58)
-    assert arith_key(Problem("75-61-72", "-58")) == arith_key(Problem("75-72-61", "-58"))  # reordered terms
-    assert arith_key(Problem("75-72+61", "64")) != arith_key(Problem("75-72-61", "-58"))   # another answer
-    assert arith_key(Problem("63*16", "1008")) != arith_key(Problem("63*15", "945"))       # another number
-
-
-def test_countdown_key_is_the_numbers_and_the_target():
-    assert countdown_key(Problem("3,8,5,2:19", "3,8,5,2:19")) == ((2, 3, 5, 8), 19)
-    assert countdown_key(Problem("2,5,8,3:19", "2,5,8,3:19")) == countdown_key(Problem("3,8,5,2:19", "3,8,5,2:19"))
-    assert countdown_key(Problem("3,8,5,2:20", "3,8,5,2:20")) != countdown_key(Problem("3,8,5,2:19", "3,8,5,2:19"))
-    # a multiset, not a set: two 2s are not one
-    assert countdown_key(Problem("2,2,5,8:19", "2,2,5,8:19")) != countdown_key(Problem("2,5,8,8:19", "2,5,8,8:19"))
+@pytest.mark.parametrize("key, a, b, same", [  # same None: b is a's key, by hand
+    (arith_key, "75-72-61=-58", ((61, 72, 75), -58), None),
+    (arith_key, "63*15=945", "15*63=945", True),                 # a*b against b*a
+    (arith_key, "75-72-61=-58", "75-61-72=-58", True),           # reordered terms
+    (arith_key, "75-72+61=64", "75-72-61=-58", False),           # another answer
+    (arith_key, "63*16=1008", "63*15=945", False),               # another number
+    (countdown_key, "3,8,5,2:19", ((2, 3, 5, 8), 19), None),
+    (countdown_key, "2,5,8,3:19", "3,8,5,2:19", True),
+    (countdown_key, "3,8,5,2:20", "3,8,5,2:19", False),          # another target
+    (countdown_key, "2,2,5,8:19", "2,5,8,8:19", False),          # a multiset, not a set: two 2s are not one
+])
+def test_a_key_is_the_numbers_and_the_answer_or_target(key, a, b, same):
+    problem = lambda text: Problem(*text.split("=")) if key is arith_key else Problem(text, text)  # noqa
+    assert key(problem(a)) == b if same is None else (key(problem(a)) == key(problem(b))) == same
     with pytest.raises(ValueError, match="not a Countdown problem"):
         countdown_key(Problem("63*15", "945"))
 
 
 # items of the warm-start's stream checked: arithmetic, all that the shipped build consumed (its steps x 64);
 # Countdown, the first 250 x 64 of the 1050 x 64 (the whole is 35 s of search traces; these 8 s)
-STREAM_STEPS = {"arith": split_overlap.TASKS["arith"][4], "countdown": 250}
+STREAM_STEPS = {"arith": TASKS["arith"][4], "countdown": 250}
 
 
-@pytest.mark.parametrize("task", SPLITS)
+@pytest.mark.parametrize("task", TASKS)
 def test_the_warm_start_never_saw_an_evaluation_problem(task):
     """The SFT stream as data/make_*.py draws it (scripts/split_overlap.py regenerates it) holds no key of
     the shipped evaluation files (issue 38: the old stream, which skipped held-out and validation questions
     only as strings, held 137 of the 256 arithmetic held-out problems' keys and 225 of Countdown's)."""
-    _, _, evaluated = SPLITS[task]
+    evaluated = TASKS[task][3]
     evaluation = {k for split in evaluated for k in keys(task, split)}
     seen = split_overlap.sft_keys(task, STREAM_STEPS[task])
-    assert len(seen) > 1000 and not seen & evaluation, f"{task}: {len(seen & evaluation)} evaluation keys in the stream"
+    assert len(seen) > 1000 and not seen & evaluation, f"{task}: {len(seen & evaluation)} keys seen"
 
 
 def test_split_overlap_prints_the_documented_figures(capsys):
@@ -87,15 +83,19 @@ def test_split_overlap_prints_the_documented_figures(capsys):
     shared, nothing repeated."""
     steps = STREAM_STEPS["arith"]
     split_overlap.main(["--task", "arith", "--sft-steps", str(steps)])
-    lines = capsys.readouterr().out.splitlines()
-    assert lines == [f"arith {split}: {n} problems; sharing a key with train 0; repeats 0; sharing a key with "
-                     f"the warm-start's stream ({steps} x 64) 0" for split, n in (("heldout", 256), ("val", 128))]
+    expected = [f"arith {split}: {n} problems; sharing a key with train 0; repeats 0; sharing a key with the "
+                f"warm-start's stream ({steps} x 64) 0" for split, n in (("heldout", 256), ("val", 128))]
+    assert capsys.readouterr().out.splitlines() == expected
+
+
+NOT_HELD_OUT = ("--eval-data {}: {} of its {} problems evaluated are training problems (--data's, up to the "
+                "order of their numbers): its scores are not held out")
 
 
 @pytest.mark.parametrize("task, trained, evaluated, shared", [
     ("math", ["63*15", "75-72-61"], ["15*63", "75-61-72", "63*16"], 2),  # the same problem up to its key
     ("countdown", ["3,8,5,2:19"], ["2,3,5,8:19", "3,8,5,2:20"], 1),
-    ("math", ["What is two plus two?"], ["What is two plus two?", "What is 2+2?"], 1),  # no numbers: as written
+    ("math", ["What is two plus two?"], ["What is two plus two?", "What is 2+2?"], 1),  # no numbers: as is
     ("math", ["63*15"], ["64*15"], 0),
 ])
 def test_an_evaluation_file_sharing_training_problems_is_said_not_held_out(task, trained, evaluated, shared):
@@ -106,18 +106,16 @@ def test_an_evaluation_file_sharing_training_problems_is_said_not_held_out(task,
                    "64*15": "960"}
         return [Problem(t, answers.get(t, "4")) for t in texts]
     line = not_held_out("e.jsonl", problems(trained), problems(evaluated), task)
-    assert line == (f"--eval-data e.jsonl: {shared} of its {len(evaluated)} problems evaluated are training problems "
-                    "(--data's, up to the order of their numbers): its scores are not held out" if shared else None)
+    assert line == (NOT_HELD_OUT.format("e.jsonl", shared, len(evaluated)) if shared else None)
 
 
 def test_train_py_with_its_training_file_as_eval_data_says_it_is_not_held_out(tmp_path, capsys):
-    """--eval-data equal to --data: said at the start, and each evaluation named by its file, never held-out."""
+    """--eval-data equal to --data: said at the start, each evaluation named by its file, never held-out."""
     import train
     data = str(DATA / "arith/train.jsonl")
     train.main(["--model", str(DATA / "tiny-qwen3"), "--data", data, "--eval-data", data, "--eval-limit", "4",
                 "--eval-k", "1", "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8",
                 "--no-compile", "--steps", "1", "--out-dir", str(tmp_path), "--name", "r"])
     out = capsys.readouterr().out
-    assert f"--eval-data {data}: 4 of its 4 problems evaluated are training problems (--data's, up to the order " \
-        "of their numbers): its scores are not held out\n" in out
+    assert NOT_HELD_OUT.format(data, 4, 4) + "\n" in out
     assert "held-out" not in out and "step 0: train Mean@1 " in out

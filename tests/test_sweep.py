@@ -16,7 +16,7 @@ import sweep  # noqa: E402  (scripts/sweep.py)
 import sweep_report  # noqa: E402  (scripts/sweep_report.py)
 import contrasts  # noqa: E402  (scripts/contrasts.py)
 from nanoatr.machinery.flags import PRESETS, TrainConfig, apply_preset, hparam_flags, parse  # noqa: E402
-from conftest import strict_file  # noqa: E402
+from conftest import error_line, strict_file  # noqa: E402
 from test_plot import HAS_MATPLOTLIB, lines_of  # noqa: E402
 TINY = ["--eval-limit", "4", "--eval-k", "2", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "40"]
 
@@ -45,15 +45,22 @@ def test_one_method_two_seeds_end_to_end(tmp_path, capsys):
     assert capsys.readouterr().out.count("(finished before)") == 2
 
 
-def fake_run(run, steps, mean, cut=0.01, start=30.0, entropy=0.1):
-    """A finished run directory as train.py leaves it: config.json and metrics.jsonl."""
+def fake_run(run, steps, mean, cut=0.01, start=30.0, entropy=0.1, **config):
+    """A finished run directory as train.py leaves it: config.json (with `config`) and metrics.jsonl (without
+    the evaluation at step 0 where start is None)."""
     run.dir.mkdir(parents=True)
-    (run.dir / "config.json").write_text(json.dumps({"clip": run.clip, "eval_k": 8, "seed": run.seed}))
-    rows = [{"step": 0, "eval/mean@8": start, "eval/pass@8": start + 30}]
+    (run.dir / "config.json").write_text(json.dumps({"clip": run.clip, "eval_k": 8, "seed": run.seed, **config}))
+    rows = [{"step": 0, "eval/mean@8": start, "eval/pass@8": start + 30}] if start is not None else []
     rows += [{"step": s, "reward_mean": 0.3 + s / 100, "entropy": entropy - s / 100, "completion_len": 30 + s, "clip_frac_low": cut,
               "clip_frac_high": cut / 2} for s in range(1, steps + 1)]
     rows += [{"step": steps, "eval/mean@8": mean, "eval/pass@8": mean + 30}]
     (run.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def report(out: Path, arms: list[str], seeds: int, *more: str) -> str:
+    """`sweep.py --report` over runs of 3 steps finished already: its table.md."""
+    sweep.main(["--clip", *arms, "--seeds", str(seeds), "--steps", "3", "--out", str(out), "--report", *more])
+    return (out / "table.md").read_text()
 
 
 def test_delta_ablation_table_and_figure(tmp_path):
@@ -101,9 +108,7 @@ def test_the_table_shows_the_delta_the_runs_used(tmp_path):
     """--delta 0.1 reaches kl3 (which did not set one) and its row says 0.1, not kl3's default 0.07."""
     for run in sweep.plan(["clip", "kl3", "kl3:delta=0.2"], 1, tmp_path.resolve(), delta=0.1):
         fake_run(run, 3, mean=30.0)
-    sweep.main(["--clip", "clip", "kl3", "kl3:delta=0.2", "--delta", "0.1", "--seeds", "1", "--steps", "3",
-                "--out", str(tmp_path), "--report"])
-    table = (tmp_path / "table.md").read_text()
+    table = report(tmp_path, ["clip", "kl3", "kl3:delta=0.2"], 1, "--delta", "0.1")
     assert "| clip | eps=0.2 | 1 |" in table and "| kl3 | delta=0.1 | 1 |" in table
     assert "| kl3:delta=0.2 | delta=0.2 | 1 |" in table
 
@@ -159,17 +164,12 @@ ARMS, SAME = ["--clip", "clip", "kl3"], ["d", "+1", "kl3", "-1", "clip"]
     ([*ARMS, "--compare", "kl3"], "--compare kl3: write A/B"),
 ])
 def test_a_bad_command_line_is_one_error_line(argv, message, tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        sweep.main(["--out", str(tmp_path), "--dry-run", *argv])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert message in error_line(capsys, sweep.main, ["--out", str(tmp_path), "--dry-run", *argv])
 
 
 def test_a_report_needs_a_sweep_folder(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        sweep.main(["--clip", "kl3", "--report", "--out", str(tmp_path / "nothing")])
-    err = capsys.readouterr().err
-    assert f"error: --report: {tmp_path / 'nothing'} holds no sweep (no such folder)" in err
+    line = error_line(capsys, sweep.main, ["--clip", "kl3", "--report", "--out", str(tmp_path / "nothing")])
+    assert line.startswith(f"error: --report: {tmp_path / 'nothing'} holds no sweep (no such folder)")
     assert not (tmp_path / "nothing").exists()
 
 
@@ -202,10 +202,8 @@ def test_flags_that_would_fail_the_runs_are_one_error_line_before_any_run(own, t
                                                                          capsys):
     """train.py's own checks (each value's range, how the flags fit together) run on every new run's command
     line first: one line naming the flag, exit 2, nothing started."""
-    with pytest.raises(SystemExit) as e:
-        sweep.main([*own, "--seeds", "1", "--out", str(tmp_path / "sweep"), "--", *train])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    argv = [*own, "--seeds", "1", "--out", str(tmp_path / "sweep"), "--", *train]
+    assert message in error_line(capsys, sweep.main, argv)
     assert not (tmp_path / "sweep").exists()
 
 
@@ -255,9 +253,7 @@ def test_train_prints_each_evaluated_file():
 def test_compare_against_the_warm_start(tmp_path):
     for i, run in enumerate(sweep.plan(["clip", "kl3"], 2, tmp_path.resolve())):
         fake_run(run, 3, mean=31.0 + i)   # step 0 logs 30.0: every run ends 1-4 points above its start
-    sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path),
-                "--compare", "kl3/warm-start", "kl3/clip"])
-    table = (tmp_path / "table.md").read_text()
+    table = report(tmp_path, ["clip", "kl3"], 2, "--compare", "kl3/warm-start", "kl3/clip")
     # d = 3, 4: mean 3.5, se 0.5, t(0.975, 1) = 12.706: 3.5 -+ 6.35
     assert "| kl3 − warm-start | Mean@8 | 2 | +3.50 [-2.85, +9.85] | contains 0 | 2 : 0 | 0.500 |" in table
     assert "| kl3 − clip | Mean@8 | 2 | +2.00 [+2.00, +2.00] | above 0 | 2 : 0 |" in table
@@ -271,8 +267,7 @@ def test_warm_start_row_counts_each_seed_once(tmp_path):
     for run in sweep.plan(["clip", "kl3"], 2, tmp_path.resolve()):
         if run.method == "clip" or run.seed == 0:
             fake_run(run, 3, mean=50.0, start=30.0 + 10 * run.seed)
-    sweep.main(["--clip", "clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--report"])
-    table = (tmp_path / "table.md").read_text()
+    table = report(tmp_path, ["clip", "kl3"], 2)
     assert "| warm start (step 0), one value per seed | | 2 seeds | 35.00 ± 5.00 | 65.00 ± 5.00 | | |" in table
     assert "| kl3 | delta=0.07 | 1/2 | 50.00 |" in table
     assert not (tmp_path / "kl3-s1").exists() and not (tmp_path / "sweep.json").exists()  # --report: no run
@@ -294,16 +289,10 @@ def test_the_settings_line_shows_each_flag_as_train_py_took_it(tmp_path):
 
 def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
     """The runs changed on resume are named; results.json has null, not NaN, for what a run lacks (its step 0)."""
-    runs = sweep.plan(["clip", "kl3"], 1, tmp_path.resolve())
-    for run in runs:
-        fake_run(run, 3, mean=31.0)
-    metrics = runs[0].dir / "metrics.jsonl"
-    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[1:]))
-    config = strict_file(runs[1].dir / "config.json")
     changes = [{"step": 2, "eval_every": {"from": 0, "to": 1}, "save_every": {"from": 50, "to": 1}}]
-    (runs[1].dir / "config.json").write_text(json.dumps({**config, "changes": changes}))
-    sweep.main(["--clip", "clip", "kl3", "--seeds", "1", "--steps", "3", "--out", str(tmp_path), "--report"])
-    table = (tmp_path / "table.md").read_text()
+    for run in sweep.plan(["clip", "kl3"], 1, tmp_path.resolve()):  # clip without step 0, kl3 changed on resume
+        fake_run(run, 3, mean=31.0, **({"start": None} if run.method == "clip" else {"changes": changes}))
+    table = report(tmp_path, ["clip", "kl3"], 1)
     assert "\nChanged on resume (config.json's \"changes\"):\n- kl3-s0: at step 2: --eval-every 0 -> 1, " \
            "--save-every 50 -> 1\n" in table
     assert "clip-s0:" not in table
@@ -352,10 +341,8 @@ def test_arms_set_train_flags_and_keep_one_name_per_run(tmp_path):
     cfg, hparams = train_config(sweep.command(runs[1], 32, ["--compile"]))
     assert (cfg.compile, cfg.lr, hparams["delta"]) == (False, TrainConfig.lr, 0.05)
     fake_run(runs[0], 3, mean=31.0)
-    sweep.main(["--clip", arm, "--seeds", "1", "--steps", "3", "--out", str(tmp_path), "--report"])
-    assert f"| {arm} | delta=0.07, aggregation=seq-mean-token-mean, lr=0.0002 | 1 | 31.00 |" in \
-        (tmp_path / "table.md").read_text()
-
+    assert f"| {arm} | delta=0.07, aggregation=seq-mean-token-mean, lr=0.0002 | 1 | 31.00 |" in report(tmp_path,
+                                                                                                     [arm], 1)
 
 
 # ----------------------------------------------------------------------------
@@ -401,9 +388,8 @@ def test_the_gpus_by_default_are_the_visible_ones(monkeypatch, tmp_path, capsys)
         in capsys.readouterr().out
     for argv, message in [(["--jobs", "2"], "--jobs with GPUs (4,6): one run per GPU at a time"),
                           (["--gpus", "0,0"], "--gpus 0,0: name each GPU once")]:
-        with pytest.raises(SystemExit):
-            sweep.main(["--clip", "kl3", "--out", str(tmp_path), "--dry-run", *argv])
-        assert message in capsys.readouterr().err
+        assert message in error_line(capsys, sweep.main, ["--clip", "kl3", "--out", str(tmp_path), "--dry-run",
+                                                          *argv])
     monkeypatch.setattr(sweep.torch.cuda, "is_available", lambda: False)
     assert sweep.visible_gpus() == []
 
@@ -440,11 +426,10 @@ def test_hypotheses_verdicts_and_a_rejected_gain(tmp_path):
             fake_run(run, 3, mean=30.0 + run.seed)
         elif run.seed in d:
             fake_run(run, 3, mean=30.0 + run.seed + d[run.seed], entropy=0.08)
-    sweep.main(["--clip", "clip", "kl3", "--seeds", "6", "--steps", "3", "--out", str(tmp_path), "--report",
-                "--hypothesis", "kl3/clip", "mean", "above", "--hypothesis", "kl3/clip", "entropy", "below",
-                "--hypothesis", "kl3/clip", "entropy", "above", "--hypothesis", "kl3/clip", "heldout/mean", "above",
-                "--reject", "kl3/clip", "mean", "3.67", "--reject", "kl3/clip", "mean", "1"])
-    table = (tmp_path / "table.md").read_text()
+    table = report(tmp_path, ["clip", "kl3"], 6, "--hypothesis", "kl3/clip", "mean", "above",
+                   "--hypothesis", "kl3/clip", "entropy", "below", "--hypothesis", "kl3/clip", "entropy", "above",
+                   "--hypothesis", "kl3/clip", "heldout/mean", "above",
+                   "--reject", "kl3/clip", "mean", "3.67", "--reject", "kl3/clip", "mean", "1")
     # p: one-sided on the predicted side, t = 0 (p 0.5) and t = -inf (no spread: 0 below, 1 above). Holm over the
     # six (the score that is not one of these runs counts, untested): 0 <= 0.05/6, then 0.0033 (3.67) <= 0.05/5,
     # then 0.12 (1) > 0.05/4 stops; over the other sides: 0 (entropy above) <= 0.05/6, then 0.5 > 0.05/5
@@ -463,9 +448,6 @@ def test_hypotheses_verdicts_and_a_rejected_gain(tmp_path):
     assert "Seed-paired differences, exploratory: no correction for multiple comparisons" in table
 
 
-
-
-
 # ----------------------------------------------------------------------------
 # Effects of more than two arms, Holm's procedure over the pre-registered family (issue 38)
 
@@ -476,28 +458,20 @@ HIGH = ["high", "+0.5", HIGHHYB, "-0.5", "clip", "+0.5", "kl3", "-0.5", LOWHYB]
 
 
 def test_main_effects_of_a_2x2_with_holm_over_the_family(tmp_path):
-    """Mean@8 per seed (clip, low hybrid, high hybrid, kl3): seed 0 30, 32, 31, 35; seed 1 28, 29, 30, 33; seed 2
-    31, 35, 31, 36; seed 3 30, 40, -, 36 (no high-hybrid run: not in the effects, in kl3 − clip).
-    low = 1/2 [(lowhyb - clip) + (kl3 - highhyb)] = 3, 2, 4.5: mean 19/6, se^2 = 19/36 (variance 19/12 over 3 seeds);
-    high = 1/2 [(highhyb - clip) + (kl3 - lowhyb)] = 2, 3, 0.5: mean 11/6, the same se. t(0.975, 2) = 4.303:
-    low 3.17 -+ 3.13 = [+0.04, +6.29], high 1.83 -+ 3.13 = [-1.29, +4.96]. kl3 − clip = 5, 5, 5, 6: mean 5.25,
-    sd 0.5, se 0.25, t(0.975, 3) 3.182: [+4.45, +6.05], t = 21.
-    p (df 2: P(T <= t) = 1/2 + t / (2 sqrt(2 + t^2))): low above, t^2 = 19: 1/2 (1 - sqrt(19/21)) = 0.0244;
-    high differs, t^2 = 121/19: 1 - sqrt(121/159) = 0.128; a gain of 10 in low, t = (19/6 - 10) / sqrt(19/36) =
-    -9.41, t^2 = 1681/19: 1/2 (1 - sqrt(1681/1719)) = 0.0056; kl3 − clip below: P(T <= 21, df 3) ~ 1 (other
-    side 1.1e-4).
-    Holm, m = 4: 0.0056 <= 0.0125, then 0.0244 > 0.0167: only the gain of 10 is ruled out (low's interval
-    alone confirms it: Holm does not); the other sides 1.1e-4 <= 0.0125, then 0.976 > 0.0167: kl3 − clip
-    below 0 refuted."""
+    """tests/test_stats.py's 2 x 2 of Mean@8 per seed (seed 3 has no high-hybrid run: not in the effects, in
+    kl3 − clip) through the sweep; by hand there: low 3.17 -+ 3.13 = [+0.04, +6.29], p above 0.0244; high
+    1.83 -+ 3.13 = [-1.29, +4.96], p two-sided 0.128; a gain of 10 in low, t = -9.41, p 0.0056. kl3 − clip =
+    5, 5, 5, 6: mean 5.25, sd 0.5, se 0.25, t(0.975, 3) 3.182: [+4.45, +6.05], t = 21: below, p ~ 1 (other
+    side 1.1e-4). Holm, m = 4: 0.0056 <= 0.0125, then 0.0244 > 0.0167: only the gain of 10 is ruled out (low's
+    interval alone confirms it: Holm does not); the other sides 1.1e-4 <= 0.0125, then 0.976 > 0.0167: kl3 −
+    clip below 0 refuted."""
     scores = {"clip": [30, 28, 31, 30], LOWHYB: [32, 29, 35, 40], HIGHHYB: [31, 30, 31, None], "kl3": [35, 33, 36, 36]}
     for run in sweep.plan(EDGES, 4, tmp_path.resolve()):
         if scores[run.method][run.seed] is not None:
             fake_run(run, 3, mean=float(scores[run.method][run.seed]))
-    sweep.main(["--clip", *EDGES, "--seeds", "4", "--steps", "3", "--out", str(tmp_path), "--report",
-                "--effect", *LOW, "--effect", *HIGH,
-                "--hypothesis", "low", "mean", "above", "--hypothesis", "high", "mean", "differs",
-                "--hypothesis", "kl3/clip", "mean", "below", "--reject", "low", "mean", "10"])
-    table = (tmp_path / "table.md").read_text()
+    table = report(tmp_path, EDGES, 4, "--effect", *LOW, "--effect", *HIGH,
+                   "--hypothesis", "low", "mean", "above", "--hypothesis", "high", "mean", "differs",
+                   "--hypothesis", "kl3/clip", "mean", "below", "--reject", "low", "mean", "10")
     assert f"- low = 0.5 {LOWHYB} − 0.5 clip + 0.5 kl3 − 0.5 {HIGHHYB}\n" in table
     assert f"- high = 0.5 {HIGHHYB} − 0.5 clip + 0.5 kl3 − 0.5 {LOWHYB}\n" in table
     assert "| low | Mean@8 | > 0 | 3 | +3.17 [+0.04, +6.29] | 3 : 0 | 0.250 | confirmed | 0.024 | **undecided** | — | — |" \
@@ -545,13 +519,11 @@ def test_a_finished_run_without_a_readable_config_is_one_line_before_any_trainin
     fake_run(runs[0], 3, mean=31.0)
     config_file = runs[0].dir / "config.json"
     config_file.unlink() if content is None else config_file.write_text(content)
-    with pytest.raises(SystemExit) as e:
-        sweep.main(["--clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), *report])
-    err = capsys.readouterr().err.splitlines()
     why = {None: "no such file or directory", "{": "not JSON"}.get(content, "no eval_k")
-    assert e.value.code == 2 and err == [f"error: {config_file}: {why}: kl3-s0 logged its last evaluation, but "
-                                         "without the settings it ran with it cannot be reported; remove "
-                                         f"{runs[0].dir} to run it again"]
+    line = error_line(capsys, sweep.main, ["--clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path),
+                                           *report])
+    assert line == (f"error: {config_file}: {why}: kl3-s0 logged its last evaluation, but without the settings it "
+                    f"ran with it cannot be reported; remove {runs[0].dir} to run it again")
     assert not runs[1].dir.exists()
 
 
@@ -563,11 +535,8 @@ def test_a_finished_run_without_a_readable_config_is_one_line_before_any_trainin
 def test_the_report_notes_runs_that_ran_other_code(tmp_path, commits, note):
     runs = sweep.plan(["kl3"], 2, tmp_path.resolve())
     for run, commit in zip(runs, commits):
-        fake_run(run, 3, mean=31.0)
-        config = strict_file(run.dir / "config.json")
         sittings = {"provenance": [{"step": 0, "commit": commit, "dirty": False}]} if commit else {}
-        (run.dir / "config.json").write_text(json.dumps({**config, **sittings}))
-    sweep.main(["--clip", "kl3", "--seeds", "2", "--steps", "3", "--out", str(tmp_path), "--report"])
-    notes = [line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("code:")]
+        fake_run(run, 3, mean=31.0, **sittings)
+    notes = [line for line in report(tmp_path, ["kl3"], 2).splitlines() if line.startswith("code:")]
     assert notes == ([] if note is None else [f"code: not one commit without changes: {note} (+dirty: with changes "
                                               "not committed; unknown: not recorded, or not a git checkout)"])
