@@ -19,7 +19,7 @@ import train
 from nanoatr import loss
 from nanoatr.machinery import folder
 from nanoatr.machinery.flags import TrainConfig, hparam_flags, parse
-from nanoatr.machinery.resume import FREE, RECORDED, RESUME_RULES, Refused
+from nanoatr.machinery.resume import FREE, RECORDED, RESUME_RULES, Refused, paths
 from test_train import FAST
 from tiny import make_default, make_model_dir
 
@@ -154,7 +154,7 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     """Relative --data, --eval-data, --reward and --model, as given in the directory the run started in
     (config.json's workdir): found from there on a resume from another directory; given again as ./x, as
     an absolute path or as written, they are the run's own (no error, no change, as any flag at the run's
-    value), and another file is refused. config.json keeps them as given."""
+    value), and another file is refused. config.json keeps them as given; a value holding no path as it is."""
     start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
     (start / "data").mkdir(parents=True)
     elsewhere.mkdir()
@@ -197,6 +197,8 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
     for argv in (["--resume", str(run)], ["--resume", f"{run}/checkpoint-step000003", "--name", "b"]):
         assert error_line(capsys, train.main, [*argv, "--steps", "5"]).startswith(
             f"error: {start / 'data/t.jsonl'} has changed since the run started")
+    at = [paths(k, v, "x/".__add__) for k, v in [("data", ""), ("eval_data", ["a", None]), ("reward", "m:f")]]
+    assert at == ["", ["x/a", None], "m:f"]  # fn on each path held: none in "", None, MODULE:FUNCTION
 
 
 def settings(config: dict) -> dict:

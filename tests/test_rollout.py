@@ -147,9 +147,10 @@ def test_rollout_tensors_can_be_saved_for_backward(tiny_model):
     tiny_model.zero_grad(set_to_none=True)
 
 
-def test_unpadded_cuts_only_the_padding_the_rows_share():
+def test_unpadded_cuts_only_the_padding_the_rows_share_and_cat_pads_it_back():
     """Rows 0 and 2: prompts of 2 and 1 tokens (left-padded to 4), completions of 2 and 3 (right-padded to
-    5): cut to 2 prompt and 3 completion columns; rows without a completion token keep one column."""
+    5): cut to 2 prompt and 3 completion columns; rows without a completion token keep one column. Rollout.cat
+    pads row 2 alone (1 and 3 columns) back under row 0: prompts on the left, completions on the right."""
     prompt_mask = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1], [0, 0, 0, 1]], dtype=torch.bool)
     mask = torch.tensor([[1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]], dtype=torch.bool)
     ids, tokens = torch.arange(12).view(3, 4), torch.arange(15).view(3, 5)
@@ -158,6 +159,10 @@ def test_unpadded_cuts_only_the_padding_the_rows_share():
     assert (ids.tolist(), pmask.tolist()) == ([[2, 3], [10, 11]], [[True, True], [False, True]])
     assert (tokens.tolist(), tmask.tolist()) == ([[0, 1, 2], [10, 11, 12]], [[True, True, False], [True] * 3])
     assert r._replace(mask=mask & False).unpadded([0, 2])[2].tolist() == [[0], [10]]
+    p, pm, t, m = r.unpadded([2])
+    c = Rollout.cat([r.select([0]), Rollout(p, pm, t, m * 0.5, m, m[:, 0])], pad_id=-1)
+    assert (c.prompt_ids[1].tolist(), c.tokens[1].tolist()) == ([-1, -1, -1, 11], [10, 11, 12, -1, -1])
+    assert c.prompt_mask.equal(prompt_mask[[0, 2]]) and c.mask.equal(mask[[0, 2]])
 
 
 @pytest.mark.parametrize("V", [50, 128, 1000, 1024])  # one level, one full block, zero-padded blocks, unpadded blocks
