@@ -54,9 +54,10 @@ MAX_CORE_LINES = 5_700
 MAX_LIBRARY_LINES = 8_377
 # The suite and the whole house (every .py of the repository, tests included), counted as the library is. Issue
 # 56 found the house grown by accretion (29.4k -> 32.6k lines in one turn; tests 15.2k) and set 31,000 as the
-# goal; these caps are the counts when it landed, lowered as code leaves, never raised to fit a feature.
-MAX_TEST_LINES = 15_155
-MAX_PYTHON_LINES = 32_444
+# goal; these caps are the counts as its second pass landed (benches, tools and tests consolidated: 15,155 and
+# 32,444 before it), lowered as code leaves, never raised to fit a feature.
+MAX_TEST_LINES = 14_636
+MAX_PYTHON_LINES = 31_099
 # A function is read at once when it fits an editor window without scrolling: about 60 lines on a laptop.
 # Counted from `def` to its last line, docstring and comments included. When the cap was set (issue 39) the
 # 509 functions had a median of 8 lines and a 99th percentile of 52; the two over 60 (eval.py's main at 85,
