@@ -19,7 +19,7 @@ from nanoatr.machinery.flags import ConfigError
 from nanoatr.data import TASKS, Problem, load_problems
 from nanoatr import rewards as rewards_module
 from nanoatr.rewards import RewardError, Rewards, countdown_reward, math_reward
-from nanoatr.machinery.reward_loader import from_flags
+from nanoatr.machinery.reward_loader import from_flags, judged
 from nanoatr.verifier import countdown, verify
 from conftest import error_line, jsonl, metrics, strict_file
 
@@ -512,7 +512,8 @@ def test_eval_py_with_a_failing_reward_is_one_line_and_keeps_what_was_sampled(wr
 
 def test_a_file_without_gold_answers_trains_on_a_reward_that_reads_its_own_column(write, tmp_path):
     """Your reward may need no gold: rows with a prompt and a `target` column (no answer) train under
-    --reward, which reads `target`; without --reward the same file is one line naming the missing column."""
+    --reward, which reads `target`; without --reward the same file is one line naming the missing column.
+    Gold in some rows only is no gold: the weighted total, not the verifier, says what is correct."""
     rows = [{"prompt": [{"role": "user", "content": f"What is {a}+{b}?"}], "target": str(a + b)}
             for a, b in [(2, 3), (4, 4), (7, 1), (6, 3)]]
     data = tmp_path / "chat.jsonl"
@@ -528,6 +529,8 @@ def test_a_file_without_gold_answers_trains_on_a_reward_that_reads_its_own_colum
     with pytest.raises(SystemExit):
         train.main([*flags, "--name", "no-reward"])
     assert not (tmp_path / "no-reward").exists()
+    some = [Problem("What is 2+3?", "5"), Problem("What is 4+4?", None)]
+    assert judged(Rewards.of(countdown_reward), "", math_reward, some).correct is None
 
 
 def test_a_function_that_scores_none_of_a_batch_is_warned_about_once(capsys, monkeypatch):
