@@ -156,8 +156,7 @@ def call(fn: Callable, name: str, kwargs: dict, problems: list) -> list[float]:
     values = [scalar(v) for v in values]
     warn_if_unscored(name, values)
     for i, v in enumerate(values):
-        wrong = not_a_reward(v)
-        if wrong:
+        if wrong := not_a_reward(v):
             shown, why = wrong
             raise RewardError(f"reward function {name} returned {shown} for {row(i, kwargs, problems)}: "
                               f"{why}")
@@ -195,33 +194,24 @@ def scalar(value):
     return value.item() if getattr(value, "shape", None) == () and hasattr(value, "item") else value
 
 
-def binding_error(fn: Callable, names) -> str | None:
-    """Why fn(name=..., ...) with these keyword `names` would fail (None: it would not, or Python cannot read
-    the signature), by Python's binding rules: inspect's bind, but a keyword named like a positional-only
+def signature_problem(fn: Callable, name: str, arguments: list[str], file: str) -> str | None:
+    """None when `fn` can be called with the keyword `arguments` of `file`'s batches (or Python cannot read
+    its signature); else what stops it, as an error line's words (no `completions`: a factory of reward
+    functions; a parameter taken by position only; a required one no column gives; others it has no parameter
+    and no **kwargs for). Python's binding rules: inspect's bind, but a keyword named like a positional-only
     parameter with a default goes to **kwargs, as the call does (Python 3.11's bind refuses it)."""
     try:
-        params = inspect.signature(fn).parameters.values()
+        params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return None
-    if only := [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]:
-        return f"{only[0]!r} is a positional-only parameter without a default"
+    if only := [p.name for p in params.values() if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]:
+        return f"reward function {name} takes {only[0]!r} by position only; it is passed by name"
     try:
-        inspect.Signature([p for p in params if p.kind is not p.POSITIONAL_ONLY]).bind(**dict.fromkeys(names))
-    except TypeError as e:
-        return str(e)
-    return None
-
-
-def signature_problem(fn: Callable, name: str, arguments: list[str], file: str) -> str | None:
-    """None when `fn` can be called with the keyword `arguments` of `file`'s batches (binding_error: Python's
-    rules); else what stops it, as an error line's words (no `completions`: a factory of reward functions; a
-    parameter taken by position only; a required one no column gives; others it has no parameter and no
-    **kwargs for)."""
-    if (why := binding_error(fn, arguments)) is None:
+        by_name = [p for p in params.values() if p.kind is not p.POSITIONAL_ONLY]
+        inspect.Signature(by_name).bind(**dict.fromkeys(arguments))
         return None
-    params = inspect.signature(fn).parameters
-    if why.endswith(" is a positional-only parameter without a default"):  # binding_error's own words
-        return f"reward function {name} takes {why.split()[0]} by position only; it is passed by name"
+    except TypeError as e:
+        why = str(e)
     if "completions" not in params and inspect.Parameter.VAR_KEYWORD not in {p.kind for p in params.values()}:
         return (f"reward function {name} takes no `completions` argument: is it a factory that makes the "
                 f"reward function? Name the function it returns (my_reward = {name}(...) in a file, then "
