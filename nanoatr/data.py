@@ -115,8 +115,6 @@ def load_problems(path: str | Path, limit: int | None = None, dedupe: bool = Tru
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     path = Path(path)
-    if not path.is_file():  # checked here, not in the lazy reader, so limit=0 still reports it
-        raise DataError(f"{path}: file not found")
     problems = (_parse_row(row, where, answer_field, need_answer) for where, row in _rows(path))
     if dedupe:
         problems = _unique(problems)
@@ -141,8 +139,6 @@ def load_solutions(path: str | Path) -> list[Solved]:
     order, every row kept (a second solution of a question is more data, not a repeat). A row without a
     question, a solution or an answer is a DataError naming the file and line."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
     out = []
     for where, row in _rows(path):
         problem = _parse_row(row, where)  # the question and the answer, checked as for any problem file
@@ -256,13 +252,18 @@ def shuffle(n_problems: int, seed: int, epoch: int) -> list[int]:
 
 
 def _rows(path: Path) -> Iterator[tuple[str, object]]:
-    """(``file:row`` for messages, decoded row), lazily. A parquet file is opened here, at once, so that a
-    missing pyarrow or a file that is not parquet is reported before the first row is asked for."""
+    """(``file:row`` for messages, decoded row), lazily. The file is looked at here, at once (a parquet
+    file opened), so that a missing file, a missing pyarrow or a file that is not parquet is reported before
+    the first row is asked for (with limit=0 too)."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
     if path.suffix == ".parquet":
         return _parquet_rows(path, _open_parquet(path))
-    if path.suffix == ".json" and _holds_a_list(path):
-        return _json_list_rows(path)
-    return _jsonl_rows(path)  # .jsonl, any other name, and a .json of JSON lines (datasets' to_json)
+    if path.suffix == ".json":  # one JSON list of rows ('[' first), or JSON lines (datasets' to_json)
+        with open(path, "rb") as f:
+            if f.read(4096).removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"["):
+                return _json_list_rows(path)
+    return _jsonl_rows(path)  # .jsonl, any other name, and a .json of JSON lines
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, object]]:
@@ -277,12 +278,6 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, object]]:
             if not line.strip():
                 continue
             yield where, _loads(line.rstrip(), where)  # rstrip: an error at the end points into the line
-
-
-def _holds_a_list(path: Path) -> bool:
-    """Whether a .json file starts with '[' (one JSON list of rows) rather than with a row."""
-    with open(path, "rb") as f:
-        return f.read(4096).removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"[")
 
 
 def _json_list_rows(path: Path) -> Iterator[tuple[str, object]]:
@@ -434,8 +429,6 @@ def _gold(row: dict, where: str, answer_field: str | None, need_answer: bool) ->
     needed or named."""
     name = answer_field or ("reward_model.ground_truth" if "reward_model" in row else "answer")
     value, absent = _column(row, name)
-    if absent is None and _missing(value):
-        absent = f"{name!r} is {'NaN, a missing value' if value is not None else 'null'}"
     if absent is None:
         return _answer(value, where, name)
     if answer_field is None and not need_answer:
@@ -447,11 +440,10 @@ def _gold(row: dict, where: str, answer_field: str | None, need_answer: bool) ->
 def _column(row: dict, name: str) -> tuple[object, str | None]:
     """(the value of column `name`, None), a dotted name reaching into structs: reward_model.ground_truth
     is the key ground_truth of the column reward_model (a column whose own name has the dot is taken
-    first). Without such a value: (None, why, naming what was found)."""
-    if name in row:
-        return row[name], None
+    first). Without such a value, or with null or NaN (pandas' missing value, written so to parquet):
+    (None, why, naming what was found)."""
     value, walked = row, []
-    for key in name.split("."):
+    for key in [name] if name in row else name.split("."):
         inside = repr(".".join(walked))
         if not isinstance(value, dict):
             kind = "null" if value is None else f"not a struct (found {type(value).__name__})"
@@ -461,12 +453,9 @@ def _column(row: dict, name: str) -> tuple[object, str | None]:
                                              f"found columns {list(value)}")
         value = value[key]
         walked.append(key)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None, f"{name!r} is {'NaN, a missing value' if value is not None else 'null'}"
     return value, None
-
-
-def _missing(value: object) -> bool:
-    """None, or NaN (pandas' missing value, written so to parquet)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _text(value: object, where: str, key: str) -> str:
