@@ -26,9 +26,9 @@ from nanoatr.tokenizer import completion_ids, completion_texts, encode_prompts, 
 
 def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int, temperature: float = 1.0,
                      top_p: float = 1.0, top_k: int = 0, eos_ids=None, batch_size: int = 256, seed: int = 0,
-                     prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(),
-                     desc: str = "sampling", stop=(), sampler: str = SAMPLERS[0],
-                     rewards: Rewards | None = None, with_entropy: bool = False, plan: DecodePlan = EAGER):
+                     prompt_kw: dict | None = None, progress: bool = True, skip=frozenset(), stop=(),
+                     sampler: str = SAMPLERS[0], rewards: Rewards | None = None, with_entropy: bool = False,
+                     plan: DecodePlan = EAGER):
     """Yield one dict per completion: problem_id, sample, completion, gold, reward, correct, length,
     truncated, and with_entropy its entropy (completion_entropies: the mean over its tokens, nats).
 
@@ -45,7 +45,7 @@ def sample_and_grade(model, tokenizer, problems, n: int, *, max_new_tokens: int,
     was_training = model.training
     model.eval()
     # disable=None: tqdm draws only on a terminal, never into a pipe or file
-    bar = tqdm(total=sum(p not in skip for p in pairs), desc=desc, unit="compl", leave=False,
+    bar = tqdm(total=sum(p not in skip for p in pairs), desc="sampling", unit="compl", leave=False,
                disable=None if progress else True)
     try:
         for start in range(0, len(pairs), batch_size):
@@ -187,18 +187,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
-def mean_at_k(verdicts: Sequence[Sequence[bool]]) -> float:
-    """Mean accuracy (a fraction): per problem over its samples, then over problems."""
-    _check(verdicts, 1)
-    return sum(sum(v) / len(v) for v in verdicts) / len(verdicts)
-
-
-def mean_pass_at_k(verdicts: Sequence[Sequence[bool]], k: int) -> float:
-    """Pass@k (a fraction) averaged over problems."""
-    _check(verdicts, k)
-    return sum(pass_at_k(len(v), sum(v), k) for v in verdicts) / len(verdicts)
-
-
 def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int]) -> dict:
     """``{"mean@k": ..., "pass@k": ...}`` in percent for every k in ``ks``, then "correct": how many samples
     of each problem were right, in problem order (256 small integers for 256 problems). With n, the samples
@@ -206,8 +194,9 @@ def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int]) -> dict:
     evaluations pair problem by problem."""
     out = {}
     for k in ks:
-        out[f"mean@{k}"] = 100 * mean_at_k(verdicts)
-        out[f"pass@{k}"] = 100 * mean_pass_at_k(verdicts, k)
+        _check(verdicts, k)
+        out[f"mean@{k}"] = 100 * (sum(sum(v) / len(v) for v in verdicts) / len(verdicts))
+        out[f"pass@{k}"] = 100 * (sum(pass_at_k(len(v), sum(v), k) for v in verdicts) / len(verdicts))
     return out | {"correct": [sum(v) for v in verdicts]}
 
 

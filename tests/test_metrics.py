@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from nanoatr.evaluate import mean_at_k, pass_at_k, summarize, verdicts_by_problem
+from nanoatr.evaluate import pass_at_k, summarize, verdicts_by_problem
 
 
 def brute_pass_at_k(n, c, k):
@@ -39,11 +39,11 @@ def test_summarize_by_hand():
             "mean@4": 43.75, "pass@4": 75.0}
     got = summarize(VERDICTS, [1, 2, 4])
     assert got.pop("correct") == [1, 4, 0, 2] and got == pytest.approx(want)
-    assert mean_at_k([[True], [True, False, False, False]]) == pytest.approx((1 + 0.25) / 2)  # n may differ
+    assert summarize([[True], [True, False, False, False]], [1])["mean@1"] == 62.5  # n may differ
     with pytest.raises(ValueError, match="@8 needs at least 8 samples per problem; problem 0 has 4"):
         summarize(VERDICTS, [8])
     with pytest.raises(ValueError):
-        mean_at_k([])
+        summarize([], [1])
 
 
 def test_verdicts_by_problem_groups_and_sorts():
