@@ -75,11 +75,6 @@ def is_adapter_dir(path) -> bool:
     return (Path(path) / CONFIG).is_file()
 
 
-def adapter_base(path) -> str | None:
-    """The base model directory an adapter was trained on (its base_model_name_or_path)."""
-    return read_config(path).get("base_model_name_or_path")
-
-
 def read_config(path) -> dict:
     path = Path(path)
     try:
@@ -163,7 +158,7 @@ def locate(model_dir, adapter=None, revision: str | None = None) -> Dirs:
     model_dir = local_dir(model_dir, revision)
     adapter = None if adapter is None else local_dir(adapter, what="--adapter")
     if adapter is None and is_adapter_dir(model_dir):
-        adapter, base = model_dir, adapter_base(model_dir)
+        adapter, base = model_dir, read_config(model_dir).get("base_model_name_or_path")
         if not base:
             raise AdapterError(f"adapter {adapter} does not name its base model: pass --model BASE "
                                f"--adapter {adapter}")

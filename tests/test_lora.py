@@ -282,7 +282,7 @@ def test_adapter_records_the_model_as_given_and_a_moved_base_says_what_to_pass(t
     argv = [*LORA_RUN[:i], "--model", "data/tiny-qwen3", *LORA_RUN[i + 2:]]
     train.main([*argv, "--out-dir", str(tmp_path), "--name", "rel", "--steps", "1", "--eval-data"])
     ckpt = tmp_path / "rel/checkpoint"
-    assert lora.adapter_base(ckpt) == "data/tiny-qwen3"
+    assert lora.read_config(ckpt)["base_model_name_or_path"] == "data/tiny-qwen3"
     assert lora.locate(ckpt).base == Path("data/tiny-qwen3")
     monkeypatch.chdir(tmp_path)  # elsewhere, the relative base is not there
     capsys.readouterr()
