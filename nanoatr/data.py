@@ -336,13 +336,11 @@ PARQUET_BATCH = 1024  # rows decoded at a time: a `limit` of a few rows reads on
 
 def _parquet_rows(path: Path, parquet) -> Iterator[tuple[str, dict]]:
     """(``file:N``, row) of the N-th row (from 1), every value as JSON would hold it (_plain)."""
-    n = 0
     try:
-        for batch in _batches(path, parquet):
-            for row in batch.to_pylist():
-                n += 1
-                where = f"{path}:{n}"
-                yield where, {column: _plain(value, where, column) for column, value in row.items()}
+        rows = (row for batch in _batches(path, parquet) for row in batch.to_pylist())
+        for n, row in enumerate(rows, 1):
+            where = f"{path}:{n}"
+            yield where, {column: _plain(value, where, column) for column, value in row.items()}
     finally:
         parquet.close()
 

@@ -165,8 +165,7 @@ def check_budgets(tokenizer, files: list[tuple], positions: int, prompt_kw: dict
     """`fits` for each (file name, problems, budget, flag); the first problem found raises a ValueError,
     one line."""
     for name, problems, budget, flag in files:
-        problem = fits(tokenizer, problems, budget, positions, name, flag, prompt_kw)
-        if problem:
+        if problem := fits(tokenizer, problems, budget, positions, name, flag, prompt_kw):
             raise BudgetError(problem)
 
 
