@@ -112,8 +112,6 @@ def load_problems(path: str | Path, limit: int | None = None, dedupe: bool = Tru
     as it is reached. ``answer_field`` names the gold answer's column (None: the default, ``answer`` or
     ``reward_model.ground_truth``). A row without it is an error, unless the caller needs no gold
     (``need_answer=False``) and named no column: its answer is then None."""
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
     path = Path(path)
     problems = (_parse_row(row, where, answer_field, need_answer) for where, row in _rows(path))
     if dedupe:

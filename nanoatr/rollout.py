@@ -163,7 +163,7 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
     B, P = ids.shape
     uniforms = sampling.sampler == "inverse-cdf" and sampling.temperature > 0
     s = prefill(model, ids, prompt_mask, max_new_tokens, sampling, generator, plan, uniforms)
-    steps = (plan.runner or Eager)(decode_step, model, sampling, generator, plan)
+    steps = plan.runner(decode_step, model, sampling, generator, plan)
 
     # step-major: a row per step
     tokens = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, device=device)
@@ -335,15 +335,13 @@ class DecodePlan(NamedTuple):
     check_every: int      # decode steps between two looks at which rows have finished (each waits)
     compact: bool         # finished rows leave the batch when the live ones fit a batch half the size
     merge_adapters: bool  # LoRA adapters folded into the weights for the rollout (one product per projection)
-    runner: Callable | None = None  # runner(step, model, sampling, generator, plan); None: Eager
+    runner: Callable      # runner(step, model, sampling, generator, plan): what runs the steps (Eager)
 
 
 class Eager:
-    """Runs each decode step as written."""
+    """EAGER's runner: each decode step as written."""
 
     def __init__(self, step, model, sampling, generator, plan: DecodePlan):
-        if plan.decoding != "eager":
-            raise ValueError(f"a {plan.decoding} plan needs its runner (machinery/decoding.py's decode_plan)")
         self.step, self.model, self.sampling, self.generator = step, model, sampling, generator
 
     def __call__(self, s, window: int):
@@ -353,7 +351,7 @@ class Eager:
         pass
 
 
-EAGER = DecodePlan("eager", 1, 1, False, False)
+EAGER = DecodePlan("eager", 1, 1, False, False, Eager)
 
 
 def bucket(n: int) -> int:

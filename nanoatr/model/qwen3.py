@@ -5,10 +5,9 @@ RMSNorm -> lm_head; and the KV cache the rollout decodes with.
 Parameter names mirror transformers' Qwen3ForCausalLM, so a Hugging Face checkpoint loads with a plain
 `load_state_dict` (docs/library.md#qwen3). Three CPU speed variants are named functions below:
 real_tokens, decode_attention, blocked_lm_head (docs/speed.md)."""
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
-
-import math
 
 import torch
 import torch.nn.functional as F
