@@ -425,12 +425,19 @@ def _gold(row: dict, where: str, answer_field: str | None, need_answer: bool) ->
     needed or named."""
     name = answer_field or ("reward_model.ground_truth" if "reward_model" in row else "answer")
     value, absent = _column(row, name)
-    if absent is None:
-        return _answer(value, where, name)
-    if answer_field is None and not need_answer:
-        return None
-    hint = "" if answer_field else "; --answer-field names the answer's column"
-    raise DataError(f"{where}: missing answer: {absent}{hint}")
+    if absent is not None:
+        if answer_field is None and not need_answer:
+            return None
+        hint = "" if answer_field else "; --answer-field names the answer's column"
+        raise DataError(f"{where}: missing answer: {absent}{hint}")
+    # bool is an int subclass, but a true/false gold is a broken row, not the number 1
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise DataError(f"{where}: the answer {name!r} must be a string or a number, found "
+                        f"{type(value).__name__}")
+    answer = repair_latex_escapes(str(value))
+    if not answer.strip():
+        raise DataError(f"{where}: empty answer {name!r}")
+    return answer
 
 
 def _column(row: dict, name: str) -> tuple[object, str | None]:
@@ -458,14 +465,3 @@ def _text(value: object, where: str, key: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise DataError(f"{where}: '{key}' must be non-empty text, found {value!r:.40}")
     return repair_latex_escapes(value)
-
-
-def _answer(value: object, where: str, name: str) -> str:
-    # bool is an int subclass, but a true/false gold is a broken row, not the number 1
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise DataError(f"{where}: the answer {name!r} must be a string or a number, found "
-                        f"{type(value).__name__}")
-    answer = repair_latex_escapes(str(value))
-    if not answer.strip():
-        raise DataError(f"{where}: empty answer {name!r}")
-    return answer

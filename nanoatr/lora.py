@@ -29,8 +29,7 @@ class AdapterError(ValueError):
 def check_targets(targets) -> str | None:
     """What is wrong with --lora-targets, as one line, or None."""
     if "lm_head" in targets:
-        # scoring.token_logprobs multiplies the hidden states by lm_head.weight itself, chunk by chunk,
-        # so a LoRA on lm_head would be trained by nothing and silently ignored.
+        # scoring.token_logprobs reads lm_head.weight itself: a LoRA on lm_head would be silently ignored.
         return ("--lora-targets: lm_head is not supported (log-probs use lm_head.weight directly, chunk by "
                 "chunk)")
     unknown = sorted(set(targets) - set(TARGETS) - {"embed_tokens"})
@@ -132,8 +131,7 @@ def load_adapter(model, path, trainable: bool = False, model_dir=None, base: str
     from peft import LoraConfig, PeftModel
     check_adapter(model, path, model_dir)
     config = LoraConfig.from_pretrained(str(path))
-    # Saved as CAUSAL_LM for transformers users; on our Qwen3 (no HF generation helpers) use the plain
-    # PeftModel.
+    # Saved as CAUSAL_LM for transformers users; our Qwen3 (no HF generation helpers) takes a plain PeftModel.
     config.task_type = None
     config.inference_mode = not trainable
     if base:
