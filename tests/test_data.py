@@ -1,8 +1,5 @@
-"""Tests for nanoatr.data: every benchmark format, dedup, errors, the AIME25 escape repair.
-
-Run: python -m pytest tests/test_data.py -q
-The rows below copy the real files' shapes (problem texts shortened).
-"""
+"""Tests for nanoatr.data: every benchmark format, dedup, errors, the AIME25 escape repair. The rows below
+copy the real files' shapes (problem texts shortened)."""
 import json
 
 import pytest

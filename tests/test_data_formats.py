@@ -1,9 +1,6 @@
 """nanoatr.data on the data a TRL user brings: TRL's standard (prompt text) and conversational (prompt chat)
 formats in jsonl, json and parquet files, --answer-field (dotted names into structs), Problem.fields as a
-reward function's keyword arguments, the one-line errors, and train.py / eval.py reading such a file.
-
-Run: python -m pytest tests/test_data_formats.py -q
-"""
+reward function's keyword arguments, the one-line errors, and train.py / eval.py reading such a file."""
 import datetime
 import decimal
 import json
