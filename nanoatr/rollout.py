@@ -175,14 +175,13 @@ def decode(model, ids, prompt_mask, max_new_tokens, sampling: Sampling, generato
     while True:
         tokens[t].index_copy_(0, s.rows, s.tok[:, 0])
         logprobs[t].index_copy_(0, s.rows, s.logp[:, 0])
-        looked = False
-        if stopper is not None and (t + 1) % STOP_EVERY == 0:
+        looked = stopper is not None and (t + 1) % STOP_EVERY == 0
+        if looked:
             live = (~s.done).nonzero()[:, 0]
             hit = torch.tensor(stopper.holds(tokens[:t + 1, s.rows[live]].T.tolist()), dtype=torch.bool,
                                device=device)
             s.done[live[hit]] = True
             stop_at[s.rows[live[hit]]] = t
-            looked = True
         if ends and (looked or (t + 1) % plan.check_every == 0):
             live = int((~s.done).sum())
             if live == 0:

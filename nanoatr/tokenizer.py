@@ -178,11 +178,10 @@ class StopStrings:
         lengths: a prefix that holds one, every longer prefix does too)."""
         mask = mask.clone()
         stopped = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
-        for row, (ids, n) in enumerate(zip(tokens.tolist(), mask.sum(-1).tolist())):
-            ids = ids[:n]
+        for row, ids in enumerate(completion_ids(tokens, mask)):
             if find_stop(self.text(ids), self.stop) is None:
                 continue
-            lo, hi = 1, n  # the shortest prefix holding a stop string has length in [lo, hi]
+            lo, hi = 1, len(ids)  # the shortest prefix holding a stop string has length in [lo, hi]
             while lo < hi:
                 mid = (lo + hi) // 2
                 if find_stop(self.text(ids[:mid]), self.stop) is None:
