@@ -217,10 +217,9 @@ def load_policy(cfg, model_dir: Path, ckpt: Path | None, device):
 
 def save_adapter(peft_model, path):
     """adapter_config.json + adapter_model.safetensors, as peft writes them for transformers' models."""
-    config = peft_model.peft_config["default"]
     # CAUSAL_LM: PeftModel.from_pretrained on Qwen3ForCausalLM gives the usual PeftModelForCausalLM, and
     # peft does not record our class as the base (its auto_mapping) for AutoPeftModel to import.
-    config.task_type = "CAUSAL_LM"
+    peft_model.peft_config["default"].task_type = "CAUSAL_LM"
     peft_model.save_pretrained(str(path), save_embedding_layers=False)
 
 
