@@ -125,8 +125,8 @@ OPTIMIZER = Refused("the checkpoint's optimizer state has its own")
 ADAPTER = Refused("the checkpoint holds full weights or an adapter of the run's shape")
 REWARDS = Refused("a run keeps the rewards it trains on; start a new run for another")
 # Each optimizer step's rate is a function of its index in the run (train.learning_rate): a resume follows
-# the schedule exactly. A linear or cosine one (or a --warmup-ratio) also keeps --steps, and any schedule
-# --minibatches and --epochs: the numbering of the optimizer steps (check_schedule_kept).
+# the schedule exactly. A linear or cosine one (or a --warmup-ratio) also keeps --steps (check_schedule_kept);
+# --minibatches and --epochs, the numbering of the optimizer steps, no resume changes (ONE_METHOD).
 SCHEDULE = Refused("the learning rates so far followed the run's schedule; the resumed steps go on with it")
 
 # ----------------------------------------------------------------------------
@@ -772,21 +772,18 @@ def check_overlong(cfg: TrainConfig, given) -> None:
 
 
 def check_schedule_kept(cfg: TrainConfig, change: dict) -> None:
-    """A resumed run keeps the learning rates it has followed: under a schedule, --minibatches and --epochs
-    and (when the schedule spans the run) --steps stay as they were. cfg: the resumed config; change: this
-    resume's, {field: {"from": the run's, "to": cfg's}} (resume.resumed_config)."""
+    """A resumed run keeps the learning rates it has followed: under a schedule that spans the run (a decay,
+    or a warmup ratio) --steps stays as it was (--minibatches and --epochs, which number the optimizer steps,
+    are refused on any resume: ONE_METHOD). cfg: the resumed config; change: this resume's, {field: {"from":
+    the run's, "to": cfg's}} (resume.resumed_config)."""
     saved = dataclasses.replace(cfg, **{name: c["from"] for name, c in change.items()})
-    if saved.lr_scheduler == "constant" and not saved.warmup:
-        return
-    names = ("steps", "minibatches", "epochs") if saved.schedule_spans_run else ("minibatches", "epochs")
-    for name in names:
-        if getattr(cfg, name) != getattr(saved, name):
-            raise ConfigError(
-                f"{flag(name)} {getattr(cfg, name)} would change the learning-rate schedule the run has "
-                f"followed (--lr-scheduler {saved.lr_scheduler}, warmup {saved.warmup} of "
-                f"{saved.optimizer_steps} optimizer steps = --steps x --minibatches x --epochs; "
-                f'{Path(cfg.resume) / "config.json"} has "{name}": {getattr(saved, name)}): a resumed run '
-                "keeps its schedule; start a new run to train under another")
+    if saved.schedule_spans_run and cfg.steps != saved.steps:
+        raise ConfigError(
+            f"--steps {cfg.steps} would change the learning-rate schedule the run has followed "
+            f"(--lr-scheduler {saved.lr_scheduler}, warmup {saved.warmup} of {saved.optimizer_steps} "
+            f'optimizer steps = --steps x --minibatches x --epochs; {Path(cfg.resume) / "config.json"} has '
+            f'"steps": {saved.steps}): a resumed run keeps its schedule; start a new run to train under '
+            "another")
 
 
 PLAUSIBLE_DELTA = 1.0  # above it KL3's band is already [0.159, 3.146]: no trust region anyone sets on purpose
