@@ -430,11 +430,6 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
         transformers' TrainingArguments.get_warmup_steps)."""
         return self.warmup_steps or math.ceil(self.warmup_ratio * self.optimizer_steps)
 
-    @property
-    def schedule_spans_run(self) -> bool:
-        """The learning rate of an optimizer step depends on the run's length (a decay, or a warmup ratio)."""
-        return self.lr_scheduler != "constant" or self.warmup_ratio > 0
-
 
 # The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags,
 # with --minibatches 4 (each group of 8 its own optimizer step) so that the ratio moves and clipping acts:
@@ -777,7 +772,7 @@ def check_schedule_kept(cfg: TrainConfig, change: dict) -> None:
     are refused on any resume: ONE_METHOD). cfg: the resumed config; change: this resume's, {field: {"from":
     the run's, "to": cfg's}} (resume.resumed_config)."""
     saved = dataclasses.replace(cfg, **{name: c["from"] for name, c in change.items()})
-    if saved.schedule_spans_run and cfg.steps != saved.steps:
+    if (saved.lr_scheduler != "constant" or saved.warmup_ratio > 0) and cfg.steps != saved.steps:
         raise ConfigError(
             f"--steps {cfg.steps} would change the learning-rate schedule the run has followed "
             f"(--lr-scheduler {saved.lr_scheduler}, warmup {saved.warmup} of {saved.optimizer_steps} "

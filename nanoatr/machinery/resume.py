@@ -54,8 +54,7 @@ def resumed_config(cfg, given: set, hparams: dict | None = None, at_step: int | 
                           "start never finished (start it again, without --resume)")
     try:
         saved = json.loads(saved_file.read_text())
-        run = type(cfg)(**checked_settings(type(cfg), settings_now(saved, saved_file, at_step),
-                                                    saved_file))
+        run = type(cfg)(**checked_settings(type(cfg), settings_now(saved, saved_file, at_step), saved_file))
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as e:
         raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
     found = dataclasses.replace(run, **{k: paths(k, getattr(run, k), lambda p: from_start(p, run.workdir))
