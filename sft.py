@@ -37,8 +37,9 @@ at Qwen3's vocabulary one (8, 2048, V) float32 tensor would be 10 GB.
 """
 from dataclasses import dataclass
 
-from nanoatr.machinery.flags import (DATA, OPTIM, ConfigError, EvalFlags, PromptFlags, RunFlags,
-                                     TrainingFlags, arg, check_flags, override, read)
+from nanoatr.machinery.flags import (DATA, EVALUATION, OPTIM, RECORDED, WEIGHTS, ConfigError, EvalFlags,
+                                     PromptFlags, Refused, RunFlags, TrainingFlags, arg, check_flags,
+                                     override, read)
 
 
 @dataclass
@@ -46,19 +47,25 @@ class SFTConfig(PromptFlags, TrainingFlags, EvalFlags, RunFlags):
     """sft.py's flags: its own, then where it differs from train.py in the shared groups."""
     model: str | None = arg(None, "the Qwen3 model directory to fine-tune (HF format: config.json, "
                             "safetensors, tokenizer), or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched "
-                            "into or read from its cache", DATA)
+                            "into or read from its cache", DATA, resume=WEIGHTS)
     data: str | None = arg(None, "SFT rows, jsonl {problem, solution, answer} (data/get_paper_data.py: "
-                           "omr-sft.jsonl)", DATA)
+                           "omr-sft.jsonl)", DATA,
+                           resume=Refused("the run's batches are drawn from its own file"))
     eval_data: list[str] = arg([], "held-out problem files whose Mean@k is measured every --eval-every steps "
-                               "(e.g. omr-heldout.jsonl; none: no evaluation)", DATA, nargs="*")
+                               "(e.g. omr-heldout.jsonl; none: no evaluation)", DATA, nargs="*",
+                               resume=EVALUATION)
     max_len: int = arg(2048, "longest example, prompt + solution + EOS, in tokens; a longer one is an error "
-                       "naming it, unless --skip-long", DATA, ">=1")
+                       "naming it, unless --skip-long", DATA, ">=1",
+                       resume=Refused("it changes which examples are trained (and the evaluation's budget)"))
     skip_long: bool = arg(False, "drop the examples longer than --max-len (counted and reported) instead of "
-                          "stopping", DATA)
-    epochs: float = arg(1.0, "passes over --data (each in its own shuffle)", OPTIM, ">0")
-    steps: int = arg(0, "optimizer steps (0 = --epochs x rows / --batch-size)", OPTIM, ">=0")
-    batch_size: int = arg(16, "examples per optimizer step", OPTIM, ">=1")
-    warmup: int = arg(20, "steps of linear learning-rate warm-up", OPTIM, ">=0")
+                          "stopping", DATA, resume=Refused("it changes which examples are trained"))
+    # --epochs and --steps: train further (or stop sooner): each epoch has its own shuffle
+    epochs: float = arg(1.0, "passes over --data (each in its own shuffle)", OPTIM, ">0", resume=RECORDED)
+    steps: int = arg(0, "optimizer steps (0 = --epochs x rows / --batch-size)", OPTIM, ">=0", resume=RECORDED)
+    batch_size: int = arg(16, "examples per optimizer step", OPTIM, ">=1",
+                          resume=Refused("the run's data order is drawn per batch size"))
+    warmup: int = arg(20, "steps of linear learning-rate warm-up", OPTIM, ">=0",
+                      resume=Refused("it changes the run's learning-rate schedule"))
     thinking: bool | None = override(PromptFlags, "thinking", help="Qwen3's enable_thinking switch in the "
                                      "chat template (default: the template's own). --no-thinking trains on "
                                      "the written solution after a <think> block; thinking keeps the block")
@@ -102,24 +109,9 @@ from nanoatr.machinery import checkpoint, distributed
 from nanoatr.machinery.decoding import decode_plan
 from nanoatr.data import DataError, Problem, load_problems, load_solutions
 from nanoatr.evaluate import evaluate, fits
-from nanoatr.machinery.resume import EVALUATION, RECORDED, SHARED_RESUME_RULES, WEIGHTS, Refused
 from nanoatr.machinery.session import Session
 from nanoatr.scoring import token_logprobs
 from nanoatr.tokenizer import eos_token_ids, format_prompt, ignored_prompt_flags, load_tokenizer
-
-# What a resume may change: every field of SFTConfig, as resume.py's RESUME_RULES classifies train.py's.
-SFT_RESUME_RULES = {
-    **SHARED_RESUME_RULES,
-    "model": WEIGHTS,
-    "data": Refused("the run's batches are drawn from its own file"),
-    "eval_data": EVALUATION,
-    "max_len": Refused("it changes which examples are trained (and the evaluation's budget)"),
-    "skip_long": Refused("it changes which examples are trained"),
-    "batch_size": Refused("the run's data order is drawn per batch size"),
-    "warmup": Refused("it changes the run's learning-rate schedule"),
-    "epochs": RECORDED, "steps": RECORDED,  # train further (or stop sooner): each epoch has its own shuffle
-}
-
 
 def check(cfg: SFTConfig, given: set) -> None:
     """The flags checked, the first thing wrong a ConfigError."""
@@ -205,7 +197,7 @@ def check_lengths(cfg: SFTConfig, tok, sets: dict, positions: int, prompt_kw: di
 class SFTSession(Session):
     """sft.py's run: its flags and what a resume may change; made or resumed, checkpointed, stopped by a
     signal and closed as train.py's (machinery/session.py)."""
-    RULES, branches, prefix = SFT_RESUME_RULES, False, "sft"  # --resume takes the run folder only
+    branches, prefix = False, "sft"  # --resume takes the run folder only
 
     def read_flags(self, argv, doc: str):
         return read_flags(argv)

@@ -213,7 +213,7 @@ def table(results: list[dict], arms: dict[str, Run], seeds: int, steps: int) -> 
 
 def changed_on_resume(done: list[dict]) -> str:
     """Under the table, the runs whose config.json records changes made on a resume (train.py --resume with
-    --steps, --eval-every, ...: machinery/resume.py RESUME_RULES), each change with its step; "" when none."""
+    --steps, --eval-every, ...: machinery/flags.py's resume=), each change with its step; "" when none."""
     lines = [f"- {r['dir']}: {change}" for r in done for change in r.get("changes", [])]
     return "\nChanged on resume (config.json's \"changes\"):\n" + "\n".join(lines) + "\n" if lines else ""
 

@@ -290,16 +290,16 @@ def test_a_resume_takes_the_saved_config_with_the_flags_given_on_top(tmp_path):
     run.mkdir()
     folder.write_json_atomic(run / "config.json", dataclasses.asdict(TrainConfig(steps=4, lr=3e-4, group_size=4)))
     now = TrainConfig(resume=str(run), steps=8, lr=3e-4)  # group_size not given: the run's 4, not the default 8
-    cfg, change = resume.resumed_config(now, {"resume", "steps", "lr"}, resume.RESUME_RULES)
+    cfg, change = resume.resumed_config(now, {"resume", "steps", "lr"})
     assert (cfg.steps, cfg.lr, cfg.group_size, cfg.resume) == (8, 3e-4, 4, str(run))
     assert change == {"steps": {"from": 4, "to": 8}}  # lr at the run's own value: no change, no error
     other_lr = TrainConfig(resume=str(run), lr=1e-3)
     with pytest.raises(ConfigError, match=r'^--lr 0.001 cannot change on --resume \(.*config.json has "lr": '
                                           r'0.0003\): the checkpoint\'s optimizer state has its own$'):
-        resume.resumed_config(other_lr, {"resume", "lr"}, resume.RESUME_RULES)
+        resume.resumed_config(other_lr, {"resume", "lr"})
     with pytest.raises(ConfigError, match=rf"^--resume {tmp_path}: no config.json there: not a run folder, or one "
                                           r"whose start never finished \(start it again, without --resume\)$"):
-        resume.resumed_config(TrainConfig(resume=str(tmp_path)), {"resume"}, resume.RESUME_RULES)
+        resume.resumed_config(TrainConfig(resume=str(tmp_path)), {"resume"})
     (run / "config.json").write_text('["not", "a", "dict"]')
     with pytest.raises(ConfigError, match=r"config.json is not a run's config.json \(AttributeError: "):
-        resume.resumed_config(now, {"resume"}, resume.RESUME_RULES)
+        resume.resumed_config(now, {"resume"})

@@ -225,7 +225,7 @@ def test_what_the_flags_read_of_the_core_is_the_cores_own():
     (["--clip", "clip", "--epsilon", "0.2"], "TRL's --epsilon 0.2 is --eps 0.2 here"),
     (["--clip", "dual-clip", "--epsilon_high=0.3"], "--eps-high 0.3 with --clip clip-higher here"),
     (["--fp16"], "TRL's --fp16 has no flag here: float16 is not supported"),
-    (["--max_prompt_length", "512"], "TRL's --max_prompt_length has no flag here: prompts are never cut"),
+    (["--max_prompt_length", "512"], "TRL's --max_prompt_length 512 has no flag here: prompts are never cut"),
     (["--resume_from_checkpoint", "out/checkpoint-500"], "TRL's --resume_from_checkpoint is --resume here"),
     (["--lr", "-1e-4"], "error: --lr must be > 0 (got -0.0001)"),    # not "expected one argument"
     (["--delta", "-.5"], "error: --delta must be > 0 (got -0.5)"),

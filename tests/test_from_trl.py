@@ -217,7 +217,7 @@ TOLD = {"max_steps": "TRL's --max_steps 200 is --steps 100 here at --minibatches
                                 "--gradient_accumulation_steps 2",
         "gradient_accumulation_steps": "with --steps_per_generation 4, --minibatches 2",
         "warmup_steps": "TRL's --warmup_steps 0.1 is --warmup-ratio 0.1 here",
-        "bf16": "TRL's --bf16 is --dtype float32 (our default) here",
+        "bf16": "TRL's --bf16 False is --dtype float32 (our default) here",
         "logging_steps": "metrics.jsonl logs every rollout step, 2 optimizer steps at --minibatches 2",
         "loss_type": "TRL's --loss_type dr_grpo is --aggregation dr-grpo here",
         "scale_rewards": "TRL's --scale_rewards none is --no-std-normalize here",

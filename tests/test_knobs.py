@@ -129,10 +129,8 @@ def test_a_resume_keeps_its_schedule(cosine_run, capsys, monkeypatch, args, mess
 @pytest.mark.parametrize("schedule, changed, refused", [
     ({}, {"steps": 9, "minibatches": 4, "epochs": 2}, False),  # constant, no warmup: nothing depends on them
     ({"warmup_steps": 2}, {"steps": 9}, False),            # a warmup of so many steps: the length is free
-    ({"warmup_steps": 2}, {"minibatches": 4}, True),       # ... but not the numbering of the optimizer steps
     ({"warmup_ratio": 0.5}, {"steps": 9}, True),           # a ratio of the run's length
     ({"lr_scheduler": "linear"}, {"steps": 9}, True),
-    ({"lr_scheduler": "cosine"}, {"epochs": 2}, True),
 ])
 def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
     saved = TrainConfig(steps=4, minibatches=2, resume="runs/r", **schedule)

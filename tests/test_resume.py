@@ -1,4 +1,4 @@
-"""A resume never rewrites what a run was (nanoatr/machinery/resume.py RESUME_RULES, sft.py's SFT_RESUME_RULES): every flag of
+"""A resume never rewrites what a run was (each field's resume=, nanoatr/machinery/flags.py): every flag of
 train.py and sft.py is classified, and each is run through the command's own argument path with --resume on
 a tiny finished run: a refused flag is one `error:` line naming it, the saved value and why, and leaves the
 folder byte for byte; a recorded one takes effect and config.json keeps the start, the change under
@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 
 import sft as sft_cli
-from sft import SFT_RESUME_RULES
 import train
 from nanoatr import loss
 from nanoatr.machinery import folder
-from nanoatr.machinery.flags import TrainConfig, hparam_flags, parse
-from nanoatr.machinery.resume import FREE, RECORDED, RESUME_RULES, Refused, paths
+from nanoatr.machinery.flags import FREE, RECORDED, ModelFlags, Refused, TrainConfig, hparam_flags, parse
+from nanoatr.machinery.resume import paths, resume_rules
 from test_train import FAST
 from tiny import make_default, make_model_dir
 
@@ -29,10 +28,7 @@ from plot import run_legend  # noqa: E402
 import runs_table  # noqa: E402
 from conftest import error_line, jsonl, strict, strict_file  # noqa: E402
 
-HOW = ("classify it in {table}: Refused(\"why\") when continuing with another value would "
-       "make the run something it was not started as, RECORDED when that is a legitimate experiment (the "
-       "record says from which step), FREE when it does not change what is trained; then give it a value "
-       "in tests/test_resume.py {values}")
+TRAIN_RULES, SFT_RULES = resume_rules(TrainConfig), resume_rules(sft_cli.SFTConfig)  # each field's resume=
 
 # A value other than the tiny runs' own, for every flag of train.py (--resume itself aside): the words
 # --field-name VALUE (True: the switch alone), or the words themselves where they differ.
@@ -61,25 +57,20 @@ LORA_ONLY = {"base_name", "merge"}  # train.py refuses them on a full fine-tunin
 
 # The same for sft.py.
 SFT_VALUES = {
-    **{k: v for k, v in TRAIN_VALUES.items() if k in SFT_RESUME_RULES},
+    **{k: v for k, v in TRAIN_VALUES.items() if k in SFT_RULES},
     "data": ["--data", "OTHER"], "eval_data": ["--eval-data", "OTHER"],  # OTHER: the fixture's other file
     "max_len": ["--max-len", "60"], "skip_long": ["--skip-long"], "batch_size": ["--batch-size", "4"],
     "warmup": ["--warmup", "3"], "epochs": ["--epochs", "2.0"],
 }
 
 
-@pytest.mark.parametrize("config, table, rules, values", [
-    (TrainConfig, "nanoatr/machinery/resume.py RESUME_RULES", RESUME_RULES, TRAIN_VALUES),
-    (sft_cli.SFTConfig, "sft.py SFT_RESUME_RULES", SFT_RESUME_RULES, SFT_VALUES)])
-def test_every_flag_is_classified_and_has_a_test_value(config, table, rules, values):
-    fields = {f.name for f in dataclasses.fields(config)}
-    missing = sorted(fields - rules.keys())
-    assert not missing, f"{config.__name__}'s {missing} not classified for --resume: " + \
-        HOW.format(table=table, values="TRAIN_VALUES" if config is TrainConfig else "SFT_VALUES")
-    assert rules.keys() == fields, f"{table} classifies what {config.__name__} no longer has: " \
-                                   f"{sorted(rules.keys() - fields)}"
-    assert all(isinstance(r, Refused) or r in (RECORDED, FREE) for r in rules.values())
-    assert values.keys() == fields - {"resume"}, sorted(values.keys() ^ (fields - {"resume"}))
+@pytest.mark.parametrize("config, values", [(TrainConfig, TRAIN_VALUES), (sft_cli.SFTConfig, SFT_VALUES)])
+def test_every_flag_is_classified_and_has_a_test_value(config, values):
+    assert all(isinstance(r, Refused) or r in (RECORDED, FREE) for r in resume_rules(config).values())
+    fields = {f.name for f in dataclasses.fields(config)} - {"resume"}
+    assert values.keys() == fields, f"give each flag a value above: {sorted(values.keys() ^ fields)}"
+    with pytest.raises(TypeError, match=r"^ModelFlags's model, adapter, revision: no resume= \(flags.py"):
+        resume_rules(ModelFlags)  # a field declared without resume= is named
 
 
 # ----------------------------------------------------------------------------
@@ -113,18 +104,18 @@ def refused_line(run: Path, field: str, argv: list[str], rules: dict) -> str:
 
 
 @pytest.mark.parametrize("kind", ["full", "lora"])
-@pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if isinstance(r, Refused)))
+@pytest.mark.parametrize("field", sorted(k for k, r in TRAIN_RULES.items() if isinstance(r, Refused)))
 def test_train_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, kind, train_runs, tmp_path,
                                                                          capsys):
     run = copy_of(train_runs[kind], tmp_path)
     before = files(run)
     argv = TRAIN_VALUES[field]
     assert error_line(capsys, train.main, ["--resume", str(run), "--steps", "2", *argv]) == \
-        refused_line(run, field, argv, RESUME_RULES)
+        refused_line(run, field, argv, TRAIN_RULES)
     assert files(run) == before  # config.json, logs and checkpoints byte for byte
 
 
-# What a run is, pinned by name. The test above takes its list from RESUME_RULES itself, so a flag moved out of
+# What a run is, pinned by name. The test above takes its list from TRAIN_RULES itself, so a flag moved out of
 # the refused ones there (seed made RECORDED, say) would leave it untested instead of failing it. These must
 # stay refused whatever the table says: a resume that took one would continue the run as something it was not
 # started as, under its name.
@@ -147,7 +138,7 @@ WHAT_A_RUN_IS = {
 
 
 def test_what_a_run_is_stays_refused():
-    assert sorted(f for f in WHAT_A_RUN_IS if not isinstance(RESUME_RULES[f], Refused)) == []
+    assert sorted(f for f in WHAT_A_RUN_IS if not isinstance(TRAIN_RULES[f], Refused)) == []
 
 
 def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp_path, monkeypatch, capsys):
@@ -206,7 +197,7 @@ def settings(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in ("changes", "provenance")}
 
 
-@pytest.mark.parametrize("field", sorted(k for k, r in RESUME_RULES.items() if r in (RECORDED, FREE) and k != "resume"))
+@pytest.mark.parametrize("field", sorted(k for k, r in TRAIN_RULES.items() if r in (RECORDED, FREE) and k != "resume"))
 def test_train_records_a_change_and_takes_a_free_flag_without_one(field, train_runs, tmp_path, monkeypatch):
     """config.json keeps the start: a recorded flag's change is under "changes", at the step it took effect
     from; a free one is taken and not recorded. The run trains on under it."""
@@ -217,7 +208,7 @@ def test_train_records_a_change_and_takes_a_free_flag_without_one(field, train_r
     config = strict_file(run / "config.json")
     assert settings(config) == settings(start) and config["provenance"][:-1] == start["provenance"]
     change = {"steps": {"from": 1, "to": 2}}
-    if RESUME_RULES[field] == RECORDED:
+    if TRAIN_RULES[field] == RECORDED:
         given = parse(TrainConfig, TRAIN_VALUES[field], add_flags=hparam_flags)[0]
         change[field] = {"from": start[field], "to": getattr(given, field)}
     assert config["changes"] == [{"step": 1, **change}]
@@ -338,12 +329,12 @@ def sft_argv(field: str, sft_runs) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", ["full", "lora"])
-@pytest.mark.parametrize("field", sorted(k for k, r in SFT_RESUME_RULES.items() if isinstance(r, Refused)))
+@pytest.mark.parametrize("field", sorted(k for k, r in SFT_RULES.items() if isinstance(r, Refused)))
 def test_sft_refuses_the_flag_in_one_line_and_leaves_the_run_as_it_was(field, kind, sft_runs, tmp_path, capsys):
     run = copy_of(sft_runs[kind], tmp_path)
     before, argv = files(run), sft_argv(field, sft_runs)
     assert error_line(capsys, sft_cli.main, ["--resume", str(run), "--steps", "2", *argv]) == \
-        refused_line(run, field, argv, SFT_RESUME_RULES)
+        refused_line(run, field, argv, SFT_RULES)
     assert files(run) == before
 
 
@@ -356,7 +347,7 @@ def test_sft_takes_the_run_folder_not_a_checkpoint_in_it(sft_runs, tmp_path, cap
     assert files(run) == before
 
 
-@pytest.mark.parametrize("field", sorted(k for k, r in SFT_RESUME_RULES.items() if r in (RECORDED, FREE) and
+@pytest.mark.parametrize("field", sorted(k for k, r in SFT_RULES.items() if r in (RECORDED, FREE) and
                                          k != "resume"))
 def test_sft_records_a_change_and_takes_a_free_flag_without_one(field, sft_runs, tmp_path):
     run = copy_of(sft_runs["lora"], tmp_path)
@@ -366,7 +357,7 @@ def test_sft_records_a_change_and_takes_a_free_flag_without_one(field, sft_runs,
     config = strict_file(run / "config.json")
     assert settings(config) == settings(start) and config["provenance"][:-1] == start["provenance"]
     change = {"steps": {"from": 1, "to": 2}}
-    if SFT_RESUME_RULES[field] == RECORDED:
+    if SFT_RULES[field] == RECORDED:
         change[field] = {"from": start[field], "to": getattr(parse(sft_cli.SFTConfig, argv)[0], field)}
     assert config["changes"] == [{"step": 1, **change}]
     assert [r["step"] for r in jsonl(run / "metrics.jsonl") if "loss" in r] == [1, 2]

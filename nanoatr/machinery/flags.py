@@ -98,6 +98,38 @@ SAMPLERS = ast.literal_eval(core_source("rollout")["SAMPLERS"])     # the first 
 LORA_TARGETS = ast.literal_eval(core_source("lora")["TARGETS"])
 
 # ----------------------------------------------------------------------------
+# What a resume does with a flag given again with another value (resume.resumed_config): each train.py and
+# sft.py field's `resume=`. Refused("why") when going on with it would make the run something it was not
+# started as; RECORDED when that is a legitimate experiment (config.json's "changes" says from which step);
+# FREE when it does not change what is trained.
+
+@dataclass(frozen=True)
+class Refused:
+    """A flag a resume may not change (given with the run's own value it is no error), and why."""
+    why: str
+
+
+RECORDED = "recorded"  # takes effect from the resumed step on; config.json's "changes" says so
+FREE = "free"          # where or how the run computes, not what it trains: taken, not recorded
+
+WEIGHTS = Refused("the checkpoint holds the run's weights (full fine-tuning) or its adapter for that base "
+                  "model (LoRA); start a new run from another model")
+PROMPTS = Refused("it changes the prompts the policy is trained and evaluated on")
+EVALUATION = Refused("the run's evaluations are compared across its steps and with other runs "
+                     "(scripts/runs_table.py) under one setting")
+ONE_METHOD = Refused("the run is one method of a comparison; start a new run for another")
+ROLLOUTS = Refused("it changes the rollouts the run trains on, part of its setting; start a new run")
+FOLDER = Refused("a resumed run stays in its folder (to go on in a new one, name a checkpoint: --resume "
+                 "RUN/checkpoint --name NEW)")
+OPTIMIZER = Refused("the checkpoint's optimizer state has its own")
+ADAPTER = Refused("the checkpoint holds full weights or an adapter of the run's shape")
+REWARDS = Refused("a run keeps the rewards it trains on; start a new run for another")
+# Each optimizer step's rate is a function of its index in the run (train.learning_rate): a resume follows
+# the schedule exactly. A linear or cosine one (or a --warmup-ratio) also keeps --steps (check_schedule_kept);
+# --minibatches and --epochs, the numbering of the optimizer steps, no resume changes (ONE_METHOD).
+SCHEDULE = Refused("the learning rates so far followed the run's schedule; the resumed steps go on with it")
+
+# ----------------------------------------------------------------------------
 # Declaring fields
 
 # The --help sections, in the order --help lists them (a command has some of them).
@@ -108,22 +140,23 @@ SECTIONS = (DATA, METHOD, ROLLOUT, SAMPLING, OPTIM, EVAL, OUTPUT, RUN)
 
 def arg(default, help: str, section: str = "", range: str | None = None, **kw):
     """A config field with its --help text, --help section and accepted range (a list default is copied per
-    instance). kw: choices (a list, or a function giving it when the parser is built), nargs, repeat
-    (one value per flag: --stop A --stop B), cli=False (not a flag)."""
+    instance). kw: choices (a list, or a function giving it when the parser is built), nargs, repeat (one
+    value per flag: --stop A --stop B), cli=False (not a flag), resume (train.py's and sft.py's: above)."""
     meta = {"help": help, "section": section, "range": range, **kw}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
-def override(group, name: str, default=dataclasses.MISSING, help: str | None = None, section: str = ""):
-    """A command's own default, help or --help section for a field of a shared group; its range stays the
-    group's."""
+def override(group, name: str, default=dataclasses.MISSING, help: str | None = None, section: str = "",
+             **kw):
+    """A command's own default, help or --help section (or kw: arg's) for a field of a shared group; its range
+    stays the group's."""
     shared = {f.name: f for f in dataclasses.fields(group)}[name]
     if default is dataclasses.MISSING:
         default = getattr(group(), name)
     return arg(default, **{**shared.metadata, "help": help or shared.metadata["help"],
-                           "section": section or shared.metadata["section"]})
+                           "section": section or shared.metadata["section"], **kw})
 
 
 def in_reading_order(cls) -> list:
@@ -146,12 +179,12 @@ DTYPES = ["float32", "bfloat16"]
 @dataclass
 class PromptFlags:
     """How a problem becomes the prompt (every command; tokenizer.format_prompt)."""
-    system_prompt: str | None = arg(None, "system message for chat-template models", DATA)
+    system_prompt: str | None = arg(None, "system message for chat-template models", DATA, resume=PROMPTS)
     prompt_template: str | None = arg(None, "prompt text with a {question} field, used instead of the chat "
                                       "template (base models; default: the chat template when the tokenizer "
-                                      "has one)", DATA)
+                                      "has one)", DATA, resume=PROMPTS)
     thinking: bool | None = arg(None, "Qwen3's enable_thinking switch in the chat template (default: the "
-                                "template's own)", DATA)
+                                "template's own)", DATA, resume=PROMPTS)
 
 
 @dataclass
@@ -160,7 +193,7 @@ class DataFlags:
     answer_field: str | None = arg(None, "the column holding the gold answer, in every problem file; a "
                                    "dotted name reaches into a struct (reward_model.ground_truth). Default: "
                                    "answer, or reward_model.ground_truth in rows that have a reward_model "
-                                   "(DAPO, verl)", DATA)
+                                   "(DAPO, verl)", DATA, resume=REWARDS)
 
 
 @dataclass
@@ -169,15 +202,19 @@ class RewardFlags:
     reward: list[str] = arg([], "reward functions, FILE.py:FUNCTION or MODULE:FUNCTION, of TRL's shape: "
                             "fn(completions, **columns) -> a list of one float (or None) per completion "
                             "(nanoatr/rewards.py). They run in this process, unsandboxed, on untrusted model "
-                            "output. Default: the --task's built-in (the verifier, for math)", DATA)
+                            "output. Default: the --task's built-in (the verifier, for math)", DATA,
+                            resume=REWARDS)
     reward_weights: list[float] = arg([], "the weight of each --reward function, in its order (default: 1 "
-                                      "each); a completion's reward is the weighted sum, None left out", DATA)
+                                      "each); a completion's reward is the weighted sum, None left out", DATA,
+                                      resume=REWARDS)
     correct_reward: str = arg("", "the reward function whose reward > 0 makes a completion correct, by "
                               "its function name: what accuracy (and groups_all_correct/_wrong), Mean@k and "
                               "Pass@k count. One of --reward's, the task's built-in (math_reward, "
                               "countdown_reward: graded beside yours, weight 0, on --answer-field's gold), "
                               "or total (the weighted total > 0). Default: the built-in, or total where a "
-                              "row has no gold", DATA)
+                              "row has no gold", DATA,
+                              resume=Refused("it changes what accuracy, Mean@k and Pass@k count, which are "
+                                             "compared across the run's steps"))
 
 
 @dataclass
@@ -220,54 +257,66 @@ class DeviceFlags:
 class TrainingFlags:
     """What train.py and sft.py train and how: AdamW, gradient accumulation, LoRA, precision."""
     micro_batch: int = arg(0, "sequences per forward/backward (gradient accumulation); 0 = a rank's whole "
-                           "minibatch", OPTIM, ">=0")
-    lr: float = arg(1e-4, "AdamW learning rate", OPTIM, ">0")
-    weight_decay: float = arg(0.0, "AdamW weight decay", OPTIM, ">=0")
-    grad_clip: float = arg(1.0, "clip the gradient norm to this (0 = off)", OPTIM, ">=0")
+                           "minibatch", OPTIM, ">=0", resume=RECORDED)  # the same gradient, other pieces
+    lr: float = arg(1e-4, "AdamW learning rate", OPTIM, ">0", resume=OPTIMIZER)
+    weight_decay: float = arg(0.0, "AdamW weight decay", OPTIM, ">=0", resume=OPTIMIZER)
+    grad_clip: float = arg(1.0, "clip the gradient norm to this (0 = off)", OPTIM, ">=0",
+                           resume=Refused("it changes the size of the run's updates, part of its setting"))
     lora_rank: int = arg(0, "LoRA rank (0 = full fine-tuning); adapters are saved in peft's format", OPTIM,
-                         ">=0")
-    lora_alpha: float = arg(0.0, "LoRA alpha (0 = 2 x rank)", OPTIM, ">=0")
-    lora_targets: list[str] = arg(list(LORA_TARGETS), "modules that get LoRA adapters", OPTIM)
+                         ">=0", resume=ADAPTER)
+    lora_alpha: float = arg(0.0, "LoRA alpha (0 = 2 x rank)", OPTIM, ">=0", resume=ADAPTER)
+    lora_targets: list[str] = arg(list(LORA_TARGETS), "modules that get LoRA adapters", OPTIM, resume=ADAPTER)
     dtype: str = arg("float32", "bfloat16: frozen weights in bf16 and bf16 autocast for matmuls; trained "
-                     "weights and log-softmax stay float32", OPTIM, choices=DTYPES)
+                     "weights and log-softmax stay float32", OPTIM, choices=DTYPES,
+                     resume=Refused("the precision of the frozen weights and of the matmuls is part of what "
+                                    "trained"))
     grad_checkpoint: bool = arg(False, "recompute each layer's activations in backward (less memory, ~1/3 "
-                                "more time)", OPTIM)
+                                "more time)", OPTIM, resume=FREE)
 
 
 @dataclass
 class EvalFlags:
     """The held-out evaluation during train.py and sft.py (the files are the command's --eval-data)."""
-    eval_every: int = arg(0, "evaluate every N steps (0 = only before and after training)", EVAL, ">=0")
-    eval_k: int = arg(8, "k of Mean@k / Pass@k (samples per held-out problem)", EVAL, ">=1")
-    eval_temperature: float = arg(1.0, "sampling temperature of evaluation (0 = greedy)", EVAL, ">=0")
-    eval_top_p: float = arg(1.0, "nucleus of evaluation sampling", EVAL, "(0,1]")
-    eval_max_new_tokens: int = arg(0, "completion budget of evaluation (0 = --max-new-tokens)", EVAL, ">=0")
-    eval_batch_size: int = arg(256, "completions sampled together in evaluation", EVAL, ">=1")
-    eval_limit: int = arg(0, "evaluate on the first N problems of each file (0 = all)", EVAL, ">=0")
+    eval_every: int = arg(0, "evaluate every N steps (0 = only before and after training)", EVAL, ">=0",
+                          resume=RECORDED)  # which steps are evaluated
+    eval_k: int = arg(8, "k of Mean@k / Pass@k (samples per held-out problem)", EVAL, ">=1",
+                      resume=EVALUATION)
+    eval_temperature: float = arg(1.0, "sampling temperature of evaluation (0 = greedy)", EVAL, ">=0",
+                                  resume=EVALUATION)
+    eval_top_p: float = arg(1.0, "nucleus of evaluation sampling", EVAL, "(0,1]", resume=EVALUATION)
+    eval_max_new_tokens: int = arg(0, "completion budget of evaluation (0 = --max-new-tokens)", EVAL, ">=0",
+                                   resume=EVALUATION)
+    eval_batch_size: int = arg(256, "completions sampled together in evaluation", EVAL, ">=1",
+                               resume=RECORDED)  # each batch has its own seed: other draws, same distribution
+    eval_limit: int = arg(0, "evaluate on the first N problems of each file (0 = all)", EVAL, ">=0",
+                          resume=EVALUATION)
 
 
 @dataclass
 class RunFlags:
     """The run folder of train.py and sft.py (machinery/folder.py), its checkpoints and seed."""
-    out_dir: str = arg("runs", "parent directory of run directories", RUN)
+    out_dir: str = arg("runs", "parent directory of run directories", RUN, resume=FOLDER)
     name: str = arg("", "run name (default: <clip>-<time>-<random>); a new run refuses an existing folder",
-                    RUN)
-    resume: str = arg("", "continue the run in this run directory from its checkpoint", RUN)
+                    RUN, resume=FOLDER)
+    resume: str = arg("", "continue the run in this run directory from its checkpoint", RUN, resume=FREE)
     save_every: int = arg(50, "write the checkpoint every N steps (and at the end, and when stopped by "
-                          "Ctrl-C or SIGTERM)", RUN, ">=1")
-    seed: int = arg(0, "seed of prompt order, sampling and initialisation", RUN, ">=0")
-    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)", RUN)
+                          "Ctrl-C or SIGTERM)", RUN, ">=1", resume=RECORDED)
+    seed: int = arg(0, "seed of prompt order, sampling and initialisation", RUN, ">=0",
+                    resume=Refused("a seed names one run of its method (scripts/runs_table.py pools one run "
+                                   "per seed) and draws its prompt order"))
+    device: str = arg("auto", "cpu, cuda, cuda:N, or auto (CUDA if available)", RUN, resume=FREE)
     report_to: list[str] = arg(["none"], "none, or where else every number of metrics.jsonl (at its "
                                "step) and the run's settings go: tensorboard (<run>/tensorboard/), wandb "
                                "(Weights & Biases), or both; each is an optional package (pip install "
                                "tensorboard / wandb). metrics.jsonl stays the record", RUN,
-                               choices=["none", "tensorboard", "wandb"])  # metrics_log.py's
+                               choices=["none", "tensorboard", "wandb"], resume=FREE)  # metrics_log.py's
     wandb_project: str | None = arg(None, "the wandb project of --report-to wandb (default: WANDB_PROJECT, "
                                     "else nanoatr; the wandb run is named after the run folder unless "
-                                    "WANDB_NAME is set; wandb's other WANDB_* settings apply)", RUN)
+                                    "WANDB_NAME is set; wandb's other WANDB_* settings apply)", RUN,
+                                    resume=FREE)
     workdir: str = arg("", "the directory the run was started in, which the relative paths of its "
                        "settings are relative to (resume.from_start); empty in a run from before it was "
-                       "recorded", cli=False)
+                       "recorded", cli=False, resume=FREE)
 
 
 # ----------------------------------------------------------------------------
@@ -278,80 +327,96 @@ class RunFlags:
 class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags, RunFlags):
     """train.py's flags: its own below, then the shared groups'."""
     task: str = arg("math", "the task: its reward, and the defaults of --model, --data, --eval-data and "
-                    "--max-new-tokens (nanoatr/data.py TASKS)", DATA, choices=sorted(TASK_NAMES))
+                    "--max-new-tokens (nanoatr/data.py TASKS)", DATA, choices=sorted(TASK_NAMES),
+                    resume=Refused("a run keeps its task's model, data and reward; start a new run for "
+                                   "another task"))
     model: str = arg("data/tiny-qwen3", "model directory (HF format: config.json, safetensors, tokenizer), "
-                     "or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched into or read from its cache", DATA)
-    revision: str | None = override(ModelFlags, "revision")
+                     "or a Hugging Face hub id (Qwen/Qwen3-1.7B) fetched into or read from its cache", DATA,
+                     resume=WEIGHTS)
+    revision: str | None = override(ModelFlags, "revision", resume=WEIGHTS)
     data: str = arg("data/arith/train.jsonl", "training problems: .jsonl, .json or .parquet rows with a "
                     "prompt (text or chat messages: TRL, DAPO, verl) or problem/question, and an answer "
-                    "(--answer-field)", DATA)
+                    "(--answer-field)", DATA,
+                    resume=Refused("the run's prompt order is drawn from its own training file"))
     eval_data: list[str] = arg(["data/arith/heldout.jsonl"], "held-out problem files evaluated during "
-                               "training (--eval-data with no file: no evaluation)", DATA, nargs="*")
+                               "training (--eval-data with no file: no evaluation)", DATA, nargs="*",
+                               resume=EVALUATION)
     clip: str = arg("kl3", "clipping rule (nanoatr/methods.py); its hyper-parameters are the flags listed "
-                    "under 'method hyper-parameters'", METHOD, choices=lambda: sorted(METHOD_KNOBS))
-    aggregation: str = arg("dr-grpo", "loss aggregation", METHOD, choices=AGGREGATIONS)
-    std_normalize: bool = arg(False, "divide advantages by the group's std (GRPO); off = Dr. GRPO", METHOD)
+                    "under 'method hyper-parameters'", METHOD, choices=lambda: sorted(METHOD_KNOBS),
+                    resume=ONE_METHOD)
+    aggregation: str = arg("dr-grpo", "loss aggregation", METHOD, choices=AGGREGATIONS, resume=ONE_METHOD)
+    std_normalize: bool = arg(False, "divide advantages by the group's std (GRPO); off = Dr. GRPO", METHOD,
+                              resume=ONE_METHOD)
     beta: float = arg(0.0, "KL penalty to the reference policy (the starting model; loss.kl_to_reference); "
-                      "0 = none, as in the paper", METHOD, ">=0")
+                      "0 = none, as in the paper", METHOD, ">=0", resume=ONE_METHOD)
     mask_truncated: bool = arg(False, "completions that ran out of --max-new-tokens (no EOS, no stop string) "
                                "give no gradient; they still count in their group's advantage (TRL's "
-                               "mask_truncated_completions)", METHOD)
+                               "mask_truncated_completions)", METHOD, resume=ONE_METHOD)
     overlong_buffer: int = arg(0, "DAPO's soft overlong punishment: over the last N tokens of "
                                "--max-new-tokens the reward falls linearly to -(--overlong-penalty) "
-                               "(loss.overlong_penalty); 0 = off", METHOD, ">=0")
+                               "(loss.overlong_penalty); 0 = off", METHOD, ">=0", resume=REWARDS)
     overlong_penalty: float = arg(1.0, "the reward lost by a completion that fills --max-new-tokens, under "
-                                  "--overlong-buffer", METHOD, ">=0")
+                                  "--overlong-buffer", METHOD, ">=0", resume=REWARDS)
     prompts_per_step: int = arg(16, "distinct prompts sampled per rollout step (over all ranks)", ROLLOUT,
-                                ">=1")
-    group_size: int = arg(8, "completions per prompt (G; a group of one has no baseline)", ROLLOUT, ">=2")
-    max_new_tokens: int = arg(48, "completion budget in tokens", ROLLOUT, ">=1")
+                                ">=1", resume=ROLLOUTS)
+    group_size: int = arg(8, "completions per prompt (G; a group of one has no baseline)", ROLLOUT, ">=2",
+                          resume=ROLLOUTS)
+    max_new_tokens: int = arg(48, "completion budget in tokens", ROLLOUT, ">=1", resume=ROLLOUTS)
     temperature: float = arg(1.0, "sampling temperature of rollouts (and of the log-probs trained on)",
-                             ROLLOUT, ">0")
-    top_p: float = arg(1.0, "nucleus sampling of rollouts", ROLLOUT, "(0,1]")
-    top_k: int = arg(0, "top-k sampling of rollouts (0 = off)", ROLLOUT, ">=0")
-    sampler: str = override(SamplingFlags, "sampler", section=ROLLOUT)
+                             ROLLOUT, ">0", resume=ROLLOUTS)
+    top_p: float = arg(1.0, "nucleus sampling of rollouts", ROLLOUT, "(0,1]", resume=ROLLOUTS)
+    top_k: int = arg(0, "top-k sampling of rollouts (0 = off)", ROLLOUT, ">=0", resume=ROLLOUTS)
+    sampler: str = override(SamplingFlags, "sampler", section=ROLLOUT, resume=ROLLOUTS)
     stop: list[str] = arg([], "stop strings besides EOS: a completion is cut after the first one (base "
-                          "models; special tokens such as <|im_end|> work too)", ROLLOUT)
+                          "models; special tokens such as <|im_end|> work too)", ROLLOUT, resume=ROLLOUTS)
     rollout_batch: int = arg(0, "prompts sampled together, each such chunk with its own seed (0 = a rank's "
                              "whole share). Samples depend on it, not on the number of ranks: set it to "
-                             "compare runs on different numbers of GPUs", ROLLOUT, ">=0")
+                             "compare runs on different numbers of GPUs", ROLLOUT, ">=0",
+                             resume=RECORDED)  # other draws of the same distribution, less memory
     dynamic_sampling: int = arg(0, "DAPO's dynamic sampling: groups whose rewards are all equal (no "
                                 "advantage) are replaced by the mixed groups of up to this many more rounds "
                                 "of prompts; 0 = off. Each rank fills its own share, so samples then depend "
-                                "on the number of ranks", ROLLOUT, ">=0")
-    steps: int = arg(400, "rollout steps (each feeds minibatches x epochs optimizer steps)", OPTIM, ">=1")
+                                "on the number of ranks", ROLLOUT, ">=0", resume=ROLLOUTS)
+    steps: int = arg(400, "rollout steps (each feeds minibatches x epochs optimizer steps)", OPTIM, ">=1",
+                     resume=RECORDED)  # train further (or stop sooner)
     minibatches: int = arg(2, "optimizer steps per epoch over a rollout batch; >1 makes clipping act", OPTIM,
-                           ">=1")
-    epochs: int = arg(1, "passes over each rollout batch", OPTIM, ">=1")
+                           ">=1", resume=ONE_METHOD)
+    epochs: int = arg(1, "passes over each rollout batch", OPTIM, ">=1", resume=ONE_METHOD)
     lr_scheduler: str = arg("constant", "learning-rate schedule over the run's optimizer steps (--steps x "
                             "--minibatches x --epochs), as transformers' get_*_schedule_with_warmup: "
                             "constant, or linear / cosine decay to 0 after the warmup (TRL's default is "
-                            "linear with no warmup)", OPTIM, choices=["constant", "linear", "cosine"])
+                            "linear with no warmup)", OPTIM, choices=["constant", "linear", "cosine"],
+                            resume=SCHEDULE)
     warmup_steps: int = arg(0, "optimizer steps (not rollout steps) of linear warmup from 0 to --lr, under "
-                            "any --lr-scheduler (TRL's default: 0)", OPTIM, ">=0")
+                            "any --lr-scheduler (TRL's default: 0)", OPTIM, ">=0", resume=SCHEDULE)
     warmup_ratio: float = arg(0.0, "warmup as a fraction of the run's optimizer steps, rounded up; instead "
-                              "of --warmup-steps", OPTIM, "[0,1]")
-    adam_beta1: float = arg(0.9, "AdamW's beta1 (TRL's and transformers' default: 0.9)", OPTIM, "[0,1)")
+                              "of --warmup-steps", OPTIM, "[0,1]", resume=SCHEDULE)
+    adam_beta1: float = arg(0.9, "AdamW's beta1 (TRL's and transformers' default: 0.9)", OPTIM, "[0,1)",
+                            resume=OPTIMIZER)
     adam_beta2: float = arg(0.99, "AdamW's beta2 (TRL's and transformers' default: 0.999; set it to match a "
-                            "TRL run)", OPTIM, "[0,1)")
+                            "TRL run)", OPTIM, "[0,1)", resume=OPTIMIZER)
     base_name: str = arg("", "LoRA runs: the base model the adapter records (adapter_config.json's "
                          "base_model_name_or_path), e.g. Qwen/Qwen3-1.7B for peft and vLLM users (default: "
-                         "--model as given, a relative path staying relative)", OPTIM)
+                         "--model as given, a relative path staying relative)", OPTIM, resume=RECORDED)
     merge: bool = arg(False, "LoRA runs: at the end also write <run>/merged, base + adapter as a full HF "
-                      "checkpoint", OPTIM)
-    compile: bool = arg(True, "compile the loss with torch.compile (falls back to eager if it fails)", OPTIM)
+                      "checkpoint", OPTIM, resume=FREE)
+    compile: bool = arg(True, "compile the loss with torch.compile (falls back to eager if it fails)", OPTIM,
+                        resume=FREE)
     log_completions: int = arg(0, "write N of each step's completions (prompt, completion, rewards, verdict) "
-                               "to samples.jsonl, as TRL's log_completions (0: none)", RUN, ">=0")
+                               "to samples.jsonl, as TRL's log_completions (0: none)", RUN, ">=0",
+                               resume=FREE)
     keep_checkpoints: int = arg(2, "checkpoints kept: checkpoint/ (the latest) and older ones beside it", RUN,
-                                ">=1")
+                                ">=1", resume=RECORDED)
     threads: int = arg(0, "CPU threads of torch (0 = as many as the cores other processes leave idle, "
-                       "checked before every step; an explicit OMP_NUM_THREADS wins)", RUN, ">=0")
+                       "checked before every step; an explicit OMP_NUM_THREADS wins)", RUN, ">=0",
+                       resume=FREE)  # every metrics row logs its own
     preset: str | None = arg(None, "start from a published setting; flags given explicitly win (listed at "
-                             "the end of --help)", RUN, choices=["paper"])
+                             "the end of --help)", RUN, choices=["paper"],
+                             resume=Refused("a resumed run keeps the settings it was started with"))
     device: str = override(RunFlags, "device", help="cpu, cuda, cuda:N, or auto (CUDA if available; under "
                            "torchrun each rank its own GPU)")
     hparams: dict | None = arg(None, "clip method hyper-parameters after defaults (written to config.json)",
-                               cli=False)
+                               cli=False, resume=ONE_METHOD)
 
     @property
     def optimizer_steps(self) -> int:
@@ -364,11 +429,6 @@ class TrainConfig(DataFlags, PromptFlags, RewardFlags, TrainingFlags, EvalFlags,
         """The warmup in optimizer steps: --warmup-steps, or --warmup-ratio of the run rounded up (as
         transformers' TrainingArguments.get_warmup_steps)."""
         return self.warmup_steps or math.ceil(self.warmup_ratio * self.optimizer_steps)
-
-    @property
-    def schedule_spans_run(self) -> bool:
-        """The learning rate of an optimizer step depends on the run's length (a decay, or a warmup ratio)."""
-        return self.lr_scheduler != "constant" or self.warmup_ratio > 0
 
 
 # The paper's Appendix B, Table 4 (Qwen3-1.7B / 8B + LoRA on DAPO-Math-17k; Unsloth + TRL), on our flags,
@@ -707,21 +767,18 @@ def check_overlong(cfg: TrainConfig, given) -> None:
 
 
 def check_schedule_kept(cfg: TrainConfig, change: dict) -> None:
-    """A resumed run keeps the learning rates it has followed: under a schedule, --minibatches and --epochs
-    and (when the schedule spans the run) --steps stay as they were. cfg: the resumed config; change: this
-    resume's, {field: {"from": the run's, "to": cfg's}} (resume.resumed_config)."""
+    """A resumed run keeps the learning rates it has followed: under a schedule that spans the run (a decay,
+    or a warmup ratio) --steps stays as it was (--minibatches and --epochs, which number the optimizer steps,
+    are refused on any resume: ONE_METHOD). cfg: the resumed config; change: this resume's, {field: {"from":
+    the run's, "to": cfg's}} (resume.resumed_config)."""
     saved = dataclasses.replace(cfg, **{name: c["from"] for name, c in change.items()})
-    if saved.lr_scheduler == "constant" and not saved.warmup:
-        return
-    names = ("steps", "minibatches", "epochs") if saved.schedule_spans_run else ("minibatches", "epochs")
-    for name in names:
-        if getattr(cfg, name) != getattr(saved, name):
-            raise ConfigError(
-                f"{flag(name)} {getattr(cfg, name)} would change the learning-rate schedule the run has "
-                f"followed (--lr-scheduler {saved.lr_scheduler}, warmup {saved.warmup} of "
-                f"{saved.optimizer_steps} optimizer steps = --steps x --minibatches x --epochs; "
-                f'{Path(cfg.resume) / "config.json"} has "{name}": {getattr(saved, name)}): a resumed run '
-                "keeps its schedule; start a new run to train under another")
+    if (saved.lr_scheduler != "constant" or saved.warmup_ratio > 0) and cfg.steps != saved.steps:
+        raise ConfigError(
+            f"--steps {cfg.steps} would change the learning-rate schedule the run has followed "
+            f"(--lr-scheduler {saved.lr_scheduler}, warmup {saved.warmup} of {saved.optimizer_steps} "
+            f'optimizer steps = --steps x --minibatches x --epochs; {Path(cfg.resume) / "config.json"} has '
+            f'"steps": {saved.steps}): a resumed run keeps its schedule; start a new run to train under '
+            "another")
 
 
 PLAUSIBLE_DELTA = 1.0  # above it KL3's band is already [0.159, 3.146]: no trust region anyone sets on purpose

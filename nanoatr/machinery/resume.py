@@ -6,93 +6,20 @@ import typing
 from pathlib import Path
 
 from nanoatr.machinery.checkpoint import KEPT, LATEST, MANIFEST, STATE, _sha256, warn
-from nanoatr.machinery.flags import ConfigError, flag
+from nanoatr.machinery.flags import RECORDED, ConfigError, Refused, flag
 from nanoatr.data import located
 
 
 # ----------------------------------------------------------------------------
 # Resuming: what each flag given on --resume does, and the record of what changed
 
-@dataclasses.dataclass(frozen=True)
-class Refused:
-    """A flag a resume may not change (given with the run's own value it is no error), and why."""
-    why: str
-
-
-RECORDED = "recorded"  # takes effect from the resumed step on; config.json's "changes" says so
-FREE = "free"          # where or how the run computes, not what it trains: taken, not recorded
-
-WEIGHTS = Refused("the checkpoint holds the run's weights (full fine-tuning) or its adapter for that base "
-                  "model (LoRA); start a new run from another model")
-PROMPTS = Refused("it changes the prompts the policy is trained and evaluated on")
-EVALUATION = Refused("the run's evaluations are compared across its steps and with other runs "
-                     "(scripts/runs_table.py) under one setting")
-METHOD = Refused("the run is one method of a comparison; start a new run for another")
-ROLLOUTS = Refused("it changes the rollouts the run trains on, part of its setting; start a new run")
-FOLDER = Refused("a resumed run stays in its folder (to go on in a new one, name a checkpoint: --resume "
-                 "RUN/checkpoint --name NEW)")
-OPTIMIZER = Refused("the checkpoint's optimizer state has its own")
-ADAPTER = Refused("the checkpoint holds full weights or an adapter of the run's shape")
-REWARDS = Refused("a run keeps the rewards it trains on; start a new run for another")
-SCHEDULE = Refused("the learning rates so far followed the run's schedule; the resumed steps go on with it")
-
-# The fields of config.py's shared groups (PromptFlags, TrainingFlags, EvalFlags, RunFlags): train.py's and
-# sft.py's (its SFT_RESUME_RULES).
-SHARED_RESUME_RULES = {
-    "system_prompt": PROMPTS, "prompt_template": PROMPTS, "thinking": PROMPTS,
-    "micro_batch": RECORDED,  # the same gradient summed in other pieces (rounding): what fits a smaller GPU
-    "lr": OPTIMIZER, "weight_decay": OPTIMIZER,
-    "grad_clip": Refused("it changes the size of the run's updates, part of its setting"),
-    "lora_rank": ADAPTER, "lora_alpha": ADAPTER, "lora_targets": ADAPTER,
-    "dtype": Refused("the precision of the frozen weights and of the matmuls is part of what trained"),
-    "grad_checkpoint": FREE,  # the same activations, recomputed in backward
-    "eval_every": RECORDED,   # which steps are evaluated
-    "eval_k": EVALUATION, "eval_temperature": EVALUATION, "eval_top_p": EVALUATION,
-    "eval_max_new_tokens": EVALUATION, "eval_limit": EVALUATION,
-    "eval_batch_size": RECORDED,  # each batch has its own seed: other draws of the same distribution
-    "out_dir": FOLDER, "name": FOLDER,
-    "resume": FREE,  # the folder itself
-    "save_every": RECORDED,  # which checkpoints the folder holds
-    "seed": Refused("a seed names one run of its method (scripts/runs_table.py pools one run per seed) "
-                    "and draws its prompt order"),
-    "device": FREE,  # where it computes; "auto" already differs from machine to machine
-    "report_to": FREE, "wandb_project": FREE,  # where the metrics are also sent; metrics.jsonl is the record
-    "workdir": FREE,  # not a flag: the directory the run started in, kept (from_start)
-}
-
-# train.py's TrainConfig: every field (tests/test_resume.py checks it). A new flag goes here: Refused("why")
-# when continuing with another value would make the run something it was not started as, RECORDED when that
-# is a legitimate experiment (the record says from which step), FREE when it does not change what is trained.
-RESUME_RULES = {
-    **SHARED_RESUME_RULES,
-    "preset": Refused("a resumed run keeps the settings it was started with"),
-    "task": Refused("a run keeps its task's model, data and reward; start a new run for another task"),
-    "model": WEIGHTS, "revision": WEIGHTS,
-    "data": Refused("the run's prompt order is drawn from its own training file"),
-    "eval_data": EVALUATION,
-    "clip": METHOD, "hparams": METHOD, "aggregation": METHOD, "std_normalize": METHOD, "beta": METHOD,
-    "minibatches": METHOD, "epochs": METHOD,  # optimizer steps per rollout batch: what makes clipping act
-    "prompts_per_step": ROLLOUTS, "group_size": ROLLOUTS, "max_new_tokens": ROLLOUTS, "temperature": ROLLOUTS,
-    "top_p": ROLLOUTS, "top_k": ROLLOUTS, "sampler": ROLLOUTS, "stop": ROLLOUTS, "dynamic_sampling": ROLLOUTS,
-    "rollout_batch": RECORDED,  # prompts sampled together: other draws of the same distribution, less memory
-    "steps": RECORDED,          # train further (or stop sooner)
-    "base_name": RECORDED,      # what the adapters saved from then on name as their base
-    "merge": FREE,              # one more output at the end
-    "compile": FREE,            # the same loss, compiled or eager
-    "keep_checkpoints": RECORDED,  # which checkpoints the folder holds
-    "threads": FREE,            # every metrics row logs its own
-    "log_completions": FREE,    # what samples.jsonl also shows
-    "reward": REWARDS, "reward_weights": REWARDS, "answer_field": REWARDS,
-    "correct_reward": Refused("it changes what accuracy, Mean@k and Pass@k count, which are compared across "
-                              "the run's steps"),
-    "overlong_buffer": REWARDS, "overlong_penalty": REWARDS,
-    "mask_truncated": METHOD,   # which completions give a gradient
-    # Each optimizer step's rate is a function of its index in the run (train.learning_rate): a resume follows
-    # the schedule exactly. A linear or cosine one (or a --warmup-ratio) also keeps --steps, and any schedule
-    # --minibatches and --epochs: the numbering of the optimizer steps (flags.check_schedule_kept).
-    "lr_scheduler": SCHEDULE, "warmup_steps": SCHEDULE, "warmup_ratio": SCHEDULE,
-    "adam_beta1": OPTIMIZER, "adam_beta2": OPTIMIZER,  # the checkpoint's optimizer state holds its betas
-}
+def resume_rules(config) -> dict:
+    """What a resume does with each field of a command's config given again with another value: its
+    `resume=` (flags.arg), Refused("why"), RECORDED or FREE. A field declared without one is a TypeError."""
+    if unruled := [f.name for f in dataclasses.fields(config) if "resume" not in f.metadata]:
+        raise TypeError(f"{config.__name__}'s {', '.join(unruled)}: no resume= (flags.py: Refused, RECORDED "
+                        "or FREE)")
+    return {f.name: f.metadata["resume"] for f in dataclasses.fields(config)}
 
 
 def named_checkpoint(resume: str) -> tuple[str, Path | None]:
@@ -108,12 +35,13 @@ def named_checkpoint(resume: str) -> tuple[str, Path | None]:
     return resume, None
 
 
-def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None, at_step: int | None = None):
+def resumed_config(cfg, given: set, hparams: dict | None = None, at_step: int | None = None):
     """(config, change): the run's settings as it last ran (cfg.resume/config.json with its recorded changes;
     at_step: as it stood then, a branch's) with the flags given now on top, and this resume's change, {field:
-    {"from": a, "to": b}} for each RECORDED flag given with a value other than the run's ({} when none). A
-    Refused flag (or a method hyper-parameter in `hparams`) given with another value is a ConfigError naming
-    it, the saved value and why; a path naming the run's own files is the run's value, however spelled."""
+    {"from": a, "to": b}} for each RECORDED flag (resume_rules) given with a value other than the run's ({}
+    when none). A Refused flag (or a method hyper-parameter in `hparams`) given with another value is a
+    ConfigError naming it, the saved value and why; a path naming the run's own files is the run's value,
+    however spelled."""
     saved_file = Path(cfg.resume) / "config.json"
     if (Path(cfg.resume) / MANIFEST).is_file() or (Path(cfg.resume) / STATE).is_file():  # a checkpoint
         holder = Path(cfg.resume).resolve().parent  # a copy's: no run folder; a symbolic link's: its target's
@@ -126,14 +54,13 @@ def resumed_config(cfg, given: set, rules: dict, hparams: dict | None = None, at
                           "start never finished (start it again, without --resume)")
     try:
         saved = json.loads(saved_file.read_text())
-        run = type(cfg)(**checked_settings(type(cfg), settings_now(saved, saved_file, at_step),
-                                                    saved_file))
+        run = type(cfg)(**checked_settings(type(cfg), settings_now(saved, saved_file, at_step), saved_file))
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as e:
         raise ConfigError(f"{saved_file} is not a run's config.json ({type(e).__name__}: {e})") from None
     found = dataclasses.replace(run, **{k: paths(k, getattr(run, k), lambda p: from_start(p, run.workdir))
                                         for k in PATH_FIELDS if hasattr(run, k)})
     check_files(found, saved.get("sha256"), saved_file)
-    names = [f.name for f in dataclasses.fields(cfg) if f.name in given]
+    names, rules = [f.name for f in dataclasses.fields(cfg) if f.name in given], resume_rules(type(cfg))
     # a path flag given again naming the files the run's own value names (`found`: from_start's): no change
     differ = [k for k in names if getattr(cfg, k) != getattr(run, k) and not (k in PATH_FIELDS and
               paths(k, getattr(cfg, k), real_path) == paths(k, getattr(found, k), real_path))]

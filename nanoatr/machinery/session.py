@@ -19,7 +19,7 @@ from nanoatr.loss import Diverged
 from nanoatr.model import ModelError
 from nanoatr.model.files import local_dir
 from nanoatr.rewards import RewardError
-from nanoatr.machinery.resume import RESUME_RULES, change_text, named_checkpoint, real_path, resumed_config
+from nanoatr.machinery.resume import change_text, named_checkpoint, real_path, resumed_config
 from nanoatr.machinery.flags import (ConfigError, apply_preset, band, check_schedule_kept, delta_warning, die,
                                      resolve, train_flags)
 from nanoatr.machinery.reward_loader import load_rewards
@@ -45,8 +45,7 @@ def terminated(signum, frame):
 
 class Session:
     """A run folder opened for training (a context manager): docs/library.md#session. train.py's; a
-    command with other flags (sft.py) overrides what differs: read_flags, RULES, configure, finished."""
-    RULES = RESUME_RULES  # what a resume may change
+    command with other flags (sft.py) overrides what differs: read_flags, configure, finished."""
     branches = True       # --resume RUN/checkpoint-stepN --name NEW goes on from it in a new folder
     prefix = None         # a default run name's first word (None: the --clip method's)
 
@@ -107,7 +106,7 @@ class Session:
             branch, at = self.branch_folder(run_dir, chosen) or (None, None)  # at: the step it goes on from
             given = self.given - {"name", "out_dir"} if branch else self.given
             cfg, self.change = resumed_config(dataclasses.replace(self.cfg, resume=run_dir), given,
-                                              self.RULES, hparams=self.hparams, at_step=at)
+                                              hparams=self.hparams, at_step=at)
             if branch:  # from here on the new folder is the run resumed
                 cfg = dataclasses.replace(cfg, resume=str(branch), name=branch.name,
                                           out_dir=str(branch.parent))

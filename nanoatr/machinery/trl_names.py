@@ -62,98 +62,82 @@ class CommandLine:
         return minibatches * epochs, at
 
 
+# What a TRL name is here, given its value (a number; of the WORDS, the word typed) on the command line:
+# f(value, line) -> "is --steps 100 here ..." or "has no flag here: ..."; hint() puts "TRL's NAME VALUE"
+# before it.
+
 def in_rollout_steps(ours: str):
-    """The hint of a TRL count of optimizer steps (max_steps, eval_steps, save_steps), in rollout steps."""
-    def hint(name: str, value: float, line: CommandLine) -> str:
+    """A TRL count of optimizer steps (max_steps, eval_steps, save_steps), in rollout steps."""
+    def told(value: float, line: CommandLine) -> str:
         k, at = line.per_rollout_step()
         steps = math.ceil(value / k)
         rounded = f" ({value:g} / {k} rounded up)" if steps * k != value else ""
-        return f"TRL's {name} {value:g} is {ours} {steps} here{rounded} {at} ({PER_ROLLOUT_STEP})"
-    return hint
+        return f"is {ours} {steps} here{rounded} {at} ({PER_ROLLOUT_STEP})"
+    return told
 
 
-def minibatches(name: str, value: float, line: CommandLine) -> str:
+def minibatches(value: float, line: CommandLine) -> str:
     accumulation = line.number("--gradient_accumulation_steps", 1)
-    shown = f"{value / accumulation:g}"
-    return (f"TRL's {name} {value:g} is --minibatches {shown} here with --gradient_accumulation_steps "
+    return (f"is --minibatches {value / accumulation:g} here with --gradient_accumulation_steps "
             f"{accumulation:g} (steps_per_generation / gradient_accumulation_steps: the optimizer steps one "
             "generation feeds)")
 
 
-def warmup(name: str, value: float, line: CommandLine) -> str:
+def warmup(value: float, line: CommandLine) -> str:
     if value < 1:
-        return f"TRL's {name} {value:g} is --warmup-ratio {value:g} here (below 1, TRL reads it as a ratio)"
-    return f"TRL's {name} {value:g} is --warmup-steps {value:g} here (optimizer steps in both)"
+        return f"is --warmup-ratio {value:g} here (below 1, TRL reads it as a ratio)"
+    return f"is --warmup-steps {value:g} here (optimizer steps in both)"
 
 
-def accumulation(name: str, value: float, line: CommandLine) -> str:
+def accumulation(value: float, line: CommandLine) -> str:
     per_generation = line.number("--steps_per_generation")
     then = f": with --steps_per_generation {per_generation:g}, --minibatches {per_generation / value:g}" \
         if per_generation else ""
-    return (f"TRL's {name} {value:g} has no flag here: a minibatch's --micro-batch pieces are always summed "
-            "into one optimizer step; --minibatches is steps_per_generation / gradient_accumulation_steps"
-            f"{then}")
+    return ("has no flag here: a minibatch's --micro-batch pieces are always summed into one optimizer step; "
+            f"--minibatches is steps_per_generation / gradient_accumulation_steps{then}")
 
 
-def logging(name: str, value: float, line: CommandLine) -> str:
+def logging(value: float, line: CommandLine) -> str:
     k, at = line.per_rollout_step()
-    return (f"TRL's {name} {value:g} has no flag here: metrics.jsonl logs every rollout step, {k} optimizer "
-            f"steps {at} (TensorBoard's and wandb's step is the rollout step)")
+    return (f"has no flag here: metrics.jsonl logs every rollout step, {k} optimizer steps {at} "
+            "(TensorBoard's and wandb's step is the rollout step)")
 
 
-def epochs(name: str, value: float, line: CommandLine) -> str:
+def epochs(value: float, line: CommandLine) -> str:
     prompts = line.number("--prompts-per-step", 16)
-    return (f"TRL's {name} {value:g} has no flag here: --steps counts rollout steps of --prompts-per-step "
-            f"{prompts} prompts; {value:g} passes over a file of n prompts is --steps {value:g} x n / "
-            f"{prompts}")
+    return (f"has no flag here: --steps counts rollout steps of --prompts-per-step {prompts} prompts; "
+            f"{value:g} passes over a file of n prompts is --steps {value:g} x n / {prompts}")
 
 
-def knob(method: str):
-    """The hint of TRL's name for a knob of `method` (TRL's method for it): our knob, with --clip `method`
-    named where the command line's --clip (or its default) has no such knob."""
-    def hint(name: str, value, line: CommandLine) -> str:
-        ours = TRL_NAMES[name.lstrip("-").replace("-", "_")]
+def knob(ours: str, method: str):
+    """TRL's name for the knob `ours` of `method` (TRL's method for it): our knob, with --clip `method` named
+    where the command line's --clip (or its default) has no such knob. (ours, what it is here)"""
+    def told(value, line: CommandLine) -> str:
         value = "" if value is None else f" {value}"
         clip = line.value("--clip") or line.defaults.get("clip")
         if ours[2:].replace("-", "_") in line.knobs.get(clip, {}):
-            return f"TRL's {name}{value} is {ours}{value} here"
+            return f"is {ours}{value} here"
         knobs = " ".join(f"--{k.replace('_', '-')}" for k in line.knobs.get(clip, {})) or "none"
-        return (f"TRL's {name}{value} is {ours}{value} with --clip {method} here ({ours} is no knob of "
-                f"--clip {clip}: its knobs are {knobs})")
-    return hint
+        return (f"is {ours}{value} with --clip {method} here ({ours} is no knob of --clip {clip}: its knobs "
+                f"are {knobs})")
+    return ours, told
 
 
-def unsupported(why: str):
-    """The hint of a TRL setting nanoatr has no flag for, and why."""
-    def hint(name: str, value, line: CommandLine) -> str:
-        return f"TRL's {name} has no flag here: {why}"
-    return hint
-
-
-def bf16(name: str, value, line: CommandLine) -> str:
-    off = str(line.value(name)).lower() in ("false", "0", "no")
-    return f"TRL's {name} is --dtype {'float32 (our default)' if off else 'bfloat16'} here"
+def bf16(value, line: CommandLine) -> str:
+    off = str(value).lower() in ("false", "0", "no")
+    return f"is --dtype {'float32 (our default)' if off else 'bfloat16'} here"
 
 
 def named(ours: str, values: dict):
-    """The hint of a TRL setting whose words are ours spelled otherwise: values[TRL's word] is our flag(s)."""
-    def hint(name: str, value, line: CommandLine) -> str:
-        given = str(line.value(name))
-        told = values.get(given.lower(), f"{ours} ({given}: see --help)")
-        return f"TRL's {name} {given} is {told} here"
-    return hint
+    """A TRL setting whose words are ours spelled otherwise: values[TRL's word] is our flag(s)."""
+    def told(value, line: CommandLine) -> str:
+        return f"is {values.get(str(value).lower(), f'{ours} ({value}: see --help)')} here"
+    return told
 
 
-def output_dir(name: str, value, line: CommandLine) -> str:
-    folder = str(line.value(name)).rstrip("/")
-    parent, _, run = folder.rpartition("/")
-    return (f"TRL's {name} {folder} is --out-dir {parent or '.'} --name {run} here (the run folder is "
-            "--out-dir/--name)")
-
-
-def evaluation(name: str, value, line: CommandLine) -> str:
-    return (f"TRL's {name} {line.value(name)} has no flag here: --eval-every N evaluates --eval-data every N "
-            "rollout steps (0: only before and after training)")
+def output_dir(value, line: CommandLine) -> str:
+    parent, _, run = str(value).rstrip("/").rpartition("/")
+    return f"is --out-dir {parent or '.'} --name {run} here (the run folder is --out-dir/--name)"
 
 
 LOSS_TYPES = {"dr_grpo": "--aggregation dr-grpo", "dapo": "--aggregation token-mean",
@@ -161,7 +145,7 @@ LOSS_TYPES = {"dr_grpo": "--aggregation dr-grpo", "dapo": "--aggregation token-m
 SCALES = {"none": "--no-std-normalize", "false": "--no-std-normalize", "group": "--std-normalize",
           "true": "--std-normalize", "batch": "none of ours (batch std: --std-normalize is the group's)"}
 
-# TRL name: (the flag of ours the hint needs in the command, the hint of its value: f(name, value, line))
+# TRL name: (the flag of ours the hint needs in the command, what it is here)
 CONVERTED = {"max_steps": ("--steps", in_rollout_steps("--steps")),
              "eval_steps": ("--eval-every", in_rollout_steps("--eval-every")),
              "save_steps": ("--save-every", in_rollout_steps("--save-every")),
@@ -171,15 +155,17 @@ CONVERTED = {"max_steps": ("--steps", in_rollout_steps("--steps")),
              "logging_steps": ("--minibatches", logging), "num_train_epochs": ("--steps", epochs),
              "bf16": ("--dtype", bf16), "loss_type": ("--aggregation", named("--aggregation", LOSS_TYPES)),
              "scale_rewards": ("--std-normalize", named("--std-normalize", SCALES)),
-             "output_dir": ("--out-dir", output_dir), "eval_strategy": ("--eval-every", evaluation),
-             "epsilon": ("--eps", knob("clip")), "epsilon_high": ("--eps-high", knob("clip-higher")),
-             "sapo_temperature_pos": ("--tau-pos", knob("soft-gate")),
-             "sapo_temperature_neg": ("--tau-neg", knob("soft-gate")),
-             "fp16": ("--dtype", unsupported("float16 is not supported (its narrow range overflows without "
-                                            "loss scaling); --dtype bfloat16 is the half precision here")),
-             "max_prompt_length": ("--max-new-tokens", unsupported(
-                 "prompts are never cut; a prompt whose tokens and --max-new-tokens pass the model's "
-                 "positions is an error naming its file and row"))}
+             "output_dir": ("--out-dir", output_dir),
+             "eval_strategy": ("--eval-every", "has no flag here: --eval-every N evaluates --eval-data every "
+                               "N rollout steps (0: only before and after training)"),
+             "epsilon": knob("--eps", "clip"), "epsilon_high": knob("--eps-high", "clip-higher"),
+             "sapo_temperature_pos": knob("--tau-pos", "soft-gate"),
+             "sapo_temperature_neg": knob("--tau-neg", "soft-gate"),
+             "fp16": ("--dtype", "has no flag here: float16 is not supported (its narrow range overflows "
+                                 "without loss scaling); --dtype bfloat16 is the half precision here"),
+             "max_prompt_length": ("--max-new-tokens", "has no flag here: prompts are never cut; a prompt "
+                                   "whose tokens and --max-new-tokens pass the model's positions is an error "
+                                   "naming its file and row")}
 # hinted whatever follows them (a word, a knob's value as given, or nothing)
 WORDS = ("bf16", "loss_type", "scale_rewards", "output_dir", "eval_strategy", "fp16",
          "epsilon", "epsilon_high", "sapo_temperature_pos", "sapo_temperature_neg")
@@ -190,7 +176,9 @@ def hint(word: str, line: CommandLine, flags) -> str | None:
     name = word.split("=")[0]
     key = name.lstrip("-").replace("-", "_") if name.startswith("--") else None
     if key in CONVERTED and CONVERTED[key][0] in flags:
-        value = line.number(name) if key not in WORDS else line.value(name)
+        typed, told = line.value(name), CONVERTED[key][1]
+        value = typed if key in WORDS else line.number(name)
         if value is not None or key in WORDS:
-            return CONVERTED[key][1](name, value, line)
+            return f"TRL's {name}{'' if typed is None else ' ' + typed} " + \
+                (told if isinstance(told, str) else told(value, line))
     return f"TRL's {name} is {TRL_NAMES[key]} here" if TRL_NAMES.get(key) in flags else None
