@@ -260,19 +260,19 @@ def test_unique_names_differ_within_one_second():
 def test_a_new_run_refuses_a_used_folder(tmp_path):
     """A folder holding a file with something in it is refused; one that holds only a lock and empty files
     (a start killed before its config.json: nothing to --resume) is taken."""
-    lock = folder.create_run(tmp_path, "a")
+    lock = folder.lock_run(tmp_path / "a", resume=False)
     (tmp_path / "a/metrics.jsonl").write_text("")
     lock.release()
-    folder.create_run(tmp_path, "a").release()
+    folder.lock_run(tmp_path / "a", resume=False).release()
     (tmp_path / "a/config.json").write_text("{}")
     with pytest.raises(CheckpointError) as e:
-        folder.create_run(tmp_path, "a")
+        folder.lock_run(tmp_path / "a", resume=False)
     assert str(e.value) == (f"run folder {tmp_path / 'a'} already exists: continue it with --resume "
                             f"{tmp_path / 'a'}, or choose another --name")
     (tmp_path / "empty").mkdir()
-    folder.create_run(tmp_path, "empty").release()  # an empty folder is fine
+    folder.lock_run(tmp_path / "empty", resume=False).release()  # an empty folder is fine
     with pytest.raises(CheckpointError, match="no such run folder"):
-        folder.resume_run(tmp_path / "b")
+        folder.lock_run(tmp_path / "b", resume=True)
 
 
 def test_a_read_only_run_folder_is_one_line(tmp_path, monkeypatch):
@@ -281,7 +281,7 @@ def test_a_read_only_run_folder_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(folder, "write_bytes", read_only)
     message = rf"run folder {tmp_path / 'a'} is not writable \(read-only file system\)"
     with pytest.raises(CheckpointError, match=message):
-        folder.create_run(tmp_path, "a")
+        folder.lock_run(tmp_path / "a", resume=False)
 
 
 def test_a_resume_takes_the_saved_config_with_the_flags_given_on_top(tmp_path):

@@ -361,12 +361,12 @@ def test_a_start_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeyp
     where ext4 or NFS report it; rlimit: every write refused by the kernel."""
     run = tmp_path / "r"
     if start == "resume":
-        folder.create_run(tmp_path, "r").release()
+        folder.lock_run(tmp_path / "r", resume=False).release()
         save(run, tiny, 1)
         before = names(run)
 
     def begin():
-        (folder.resume_run(run) if start == "resume" else folder.create_run(tmp_path, "r")).release()
+        folder.lock_run(run, resume=start == "resume").release()
     if how == "rlimit":
         got = in_child(0, begin)
     else:
@@ -391,7 +391,7 @@ def test_a_start_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeyp
 def _train_forever(run, tiny, out_dir, steps, save_every):
     """The child: resume the run (or start it), log a row per step and save every save_every steps."""
     model, tok = tiny
-    lock = folder.resume_run(run) if run.exists() else folder.create_run(out_dir, run.name)
+    lock = folder.lock_run(run, resume=run.exists())
     found = checkpoint.latest(run)
     start = checkpoint.load_state(found)["step"] if found else 0
     log = RunLog(run, resume_step=start if found else None)
@@ -466,9 +466,10 @@ def test_disk_full_while_logging_leaves_whole_lines(tmp_path, monkeypatch, parti
 
 LOCKER = """
 import sys, time
+from pathlib import Path
 from nanoatr.machinery import checkpoint, folder
 try:
-    lock = folder.create_run(sys.argv[1], "same")
+    lock = folder.lock_run(Path(sys.argv[1], "same"), resume=False)
 except checkpoint.CheckpointError as e:
     print("error:", e, flush=True)
     sys.exit(2)
@@ -492,12 +493,12 @@ def test_two_processes_on_one_run_folder(tmp_path):
     assert refused.startswith(f"error: run folder {tmp_path / 'same'} ")
     assert "is in use by another process" in refused or "already exists" in refused
     with pytest.raises(CheckpointError, match=rf"is in use by another process \(pid {winner.pid}\)"):
-        folder.resume_run(tmp_path / "same")
+        folder.lock_run(tmp_path / "same", resume=True)
     with pytest.raises(CheckpointError, match="already exists: continue it with --resume"):
-        folder.create_run(tmp_path, "same")
+        folder.lock_run(tmp_path / "same", resume=False)
     winner.kill()
     winner.wait(timeout=30)
-    folder.resume_run(tmp_path / "same").release()  # the kernel dropped the dead process's lock
+    folder.lock_run(tmp_path / "same", resume=True).release()  # the kernel dropped the dead process's lock
 
 
 ROOT = Path(__file__).resolve().parent.parent
