@@ -94,8 +94,6 @@ def save(run_dir, model, tokenizer_files: dict[str, bytes], state: dict, keep: i
 
     model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is written).
     tokenizer_files: read_tokenizer_files(...) of the run's start, never a checkpoint a save may delete."""
-    if keep < 1:
-        raise CheckpointError(f"keep must be >= 1, not {keep}")
     run_dir, step = Path(run_dir), int(state["step"])
     new, cur = run_dir / NEW, run_dir / LATEST
     if bad := nonfinite({"weights": model.state_dict(), **state}):  # a diverged run's: never a checkpoint
@@ -200,10 +198,8 @@ def latest(run_dir) -> Path | None:
     """The newest usable checkpoint of a run (checkpoint/, then older ones), or None if it has none.
 
     Reads only. An unusable one is skipped with a warning; CheckpointError if none is usable."""
-    run_dir = Path(run_dir)
-    candidates = [p for p in [run_dir / LATEST] + [p for _, p in _older(run_dir)] if p.is_dir()]
-    bad = []
-    for path in candidates:
+    run_dir, bad = Path(run_dir), []
+    for path in [p for p in [run_dir / LATEST] + [p for _, p in _older(run_dir)] if p.is_dir()]:
         problem = check(path)[1]
         if problem is None:
             for b, why in bad:

@@ -40,7 +40,7 @@ class RunFolder:
             self.lock = branch_run(*self.branch_of, self.path)
             return
         if self.resuming:  # its files now: a start that fails removes those it made (discard)
-            self.before = set(self.path.rglob("*")) if self.path.is_dir() else set()
+            self.before = set(self.path.rglob("*"))
         self.lock = lock_run(self.path, resume=self.resuming)
 
     def load_checkpoint(self) -> int:
@@ -88,8 +88,7 @@ class RunFolder:
         """cfg.report_to's destinations, started with the run's settings (before write_config, so that one
         that cannot start records no change): every later metrics row goes to them too. One that cannot start
         is a ConfigError naming it (none is left open)."""
-        config = record(cfg)
-        opened = []
+        config, opened = record(cfg), []
         for name in cfg.report_to:
             try:
                 if name == "tensorboard":
@@ -200,7 +199,11 @@ def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
             step, problem = checkpoint.check(chosen)
             if problem is not None:
                 raise CheckpointError(f"--resume {chosen}: not a usable checkpoint ({problem})")
-            shutil.copytree(chosen, new / checkpoint.LATEST, copy_function=link_or_copy)
+            try:  # hard links: a save never rewrites a checkpoint's file, it writes a new checkpoint
+                shutil.copytree(chosen, new / checkpoint.LATEST, copy_function=os.link)
+            except OSError:  # another file system: a copy
+                shutil.rmtree(new / checkpoint.LATEST, ignore_errors=True)
+                shutil.copytree(chosen, new / checkpoint.LATEST)
             for name in ("metrics.jsonl", "samples.jsonl"):  # its whole rows up to `step`
                 if (run / name).is_file():
                     rows = jsonl_rows(run / name)[0]
@@ -228,15 +231,6 @@ def branched_record(saved: dict, run: Path, chosen: Path, step: int, new: Path) 
     return {**{k: v for k, v in saved.items() if k != "changes"}, **({"changes": changes} if changes else {}),
             "name": new.name, "out_dir": str(new.parent), "provenance": sittings,
             "branched_from": {"run": str(run), "checkpoint": chosen.name, "step": step}}
-
-
-def link_or_copy(source, target):
-    """A checkpoint's file, hard-linked (a save never rewrites one, it writes a new checkpoint), else
-    copied."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
 
 
 def _used(run_dir: Path) -> bool:
