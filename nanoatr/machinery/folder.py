@@ -245,11 +245,10 @@ def lock_run(run_dir: Path, resume: bool) -> RunLock:
     repaired (checkpoint.recover; then call latest())."""
     used = CheckpointError(f"run folder {run_dir} already exists: continue it with --resume {run_dir}, "
                            "or choose another --name")
+    if resume and not run_dir.is_dir():
+        raise CheckpointError(f"--resume {run_dir}: no such run folder")
     try:
-        if resume and not run_dir.is_dir():
-            raise CheckpointError(f"--resume {run_dir}: no such run folder")
-        if not resume:
-            run_dir.mkdir(parents=True)
+        run_dir.mkdir(parents=True, exist_ok=resume)
     except FileExistsError:
         if not run_dir.is_dir() or _used(run_dir):
             raise used from None
