@@ -250,8 +250,8 @@ class Session:
             self.folder.log.write({"step": step, **results})
 
     def __exit__(self, kind, error, tb):
-        """How the run ends, each way but success and a bug (its traceback follows) one `error:` line and an
-        exit code, in the order docs/library.md#session lists them."""
+        """How the run ends: each way but success and a bug (whose traceback follows) is one `error:` line
+        and an exit code (docs/library.md#session lists them)."""
         try:
             if kind is None and self.ended_by_signal:
                 step, signum = self.interrupted_at
