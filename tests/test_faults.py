@@ -25,7 +25,7 @@ from nanoatr.machinery import checkpoint, folder
 from nanoatr.machinery.checkpoint import CheckpointError
 from nanoatr.machinery.metrics_log import RunLog
 from test_checkpoint import assert_loads, names, save, state, tiny  # noqa: F401 (tiny: the fixture)
-from conftest import jsonl
+from conftest import jsonl, metrics
 
 
 class Killed(BaseException):
@@ -51,7 +51,7 @@ class Faults:
                 self.k += 1
                 paths = [os.readlink(f"/proc/self/fd/{args[0]}")] if name == "fsync" else \
                     [a for a in args if isinstance(a, (str, os.PathLike))]
-                self.stages.append(f"{name}({', '.join(_short(a) for a in paths)})")
+                self.stages.append(f"{name}({', '.join('/'.join(str(a).split('/')[-2:]) for a in paths)})")
                 if self.k == self.fail_at:
                     self.fail_at = -1  # once: the handlers below run unhindered
                     if self.error is not None:
@@ -67,10 +67,6 @@ class Faults:
         return op
 
 
-def _short(path):
-    return "/".join(str(path).split("/")[-2:])
-
-
 @pytest.fixture(scope="module")
 def template(tiny, tmp_path_factory):
     """A run with checkpoints of steps 1 and 2 (keep 2), a lock file, and the leftover of a save
@@ -84,20 +80,6 @@ def template(tiny, tmp_path_factory):
     return run
 
 
-@pytest.fixture
-def no_fsync(monkeypatch):
-    """For the tests that simulate kills of the process (not power loss), where fsync changes nothing: speed."""
-    monkeypatch.setattr(os, "fsync", lambda fd: None)
-
-
-def count_stages(monkeypatch, tiny, template, tmp_path):
-    run = shutil.copytree(template, tmp_path / "count")
-    with monkeypatch.context() as m:
-        faults = Faults(m)
-        save(run, tiny, 3)
-    return faults.stages
-
-
 def assert_clean_next_save(run, tiny, previous):
     """The next save works and leaves checkpoint/ and one older checkpoint (keep 2), nothing else."""
     save(run, tiny, 4)
@@ -105,89 +87,59 @@ def assert_clean_next_save(run, tiny, previous):
     assert_loads(run / "checkpoint", 4)
 
 
-def test_a_kill_at_every_stage_of_a_save(monkeypatch, tiny, template, tmp_path, capsys, no_fsync):
-    """Whenever the process dies, latest() finds step 2 or 3 complete; recover() finishes or removes
-    the interrupted save (step 3 whenever its directory was complete); the next save is clean."""
-    stages = count_stages(monkeypatch, tiny, template, tmp_path)
+def full_disk_outcome(run, tiny, capsys, where) -> str:
+    """How save() met a disk full at some stage: one line naming it, or (saved) a warning while pruning."""
+    try:
+        save(run, tiny, 3)  # failed while pruning (a warning), or harmlessly (mkdir of an existing dir)
+    except CheckpointError as e:
+        message = str(e)
+        assert "\n" not in message and "disk full" in message, (where, message)
+        if "while writing checkpoint" not in message:
+            return "swap" if "into place" in message else "recover"  # recover(): removing the leftover
+        assert f"the previous checkpoint {run / 'checkpoint'} is intact" in message
+        assert not (run / ".checkpoint-new").exists(), where
+        return "write"
+    assert checkpoint.latest(run) == run / "checkpoint" and checkpoint.check(run / "checkpoint")[0] == 3
+    err = capsys.readouterr().err
+    assert err == "" or err.startswith(f"warning: could not remove an old checkpoint in {run} (disk full)")
+    return "saved"
+
+
+@pytest.mark.parametrize("fault", ["kill", "disk full"])
+def test_a_fault_at_every_stage_of_a_save(monkeypatch, tiny, template, tmp_path, capsys, fault):
+    """The process killed (the run folder as the kill left it) or the disk full (one line) at each operation of
+    a save: latest() finds step 2 or 3 complete; recover() finishes or removes the interrupted save (step 3
+    whenever its directory was complete); the next save is clean."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)  # for speed: it matters only for power loss
+    run = shutil.copytree(template, tmp_path / "count")
+    with monkeypatch.context() as m:  # the operations of a save, counted
+        faults = Faults(m)
+        save(run, tiny, 3)
     seen = set()
-    for k in range(1, len(stages) + 1):
-        run, snap = tmp_path / f"run{k}", tmp_path / f"snap{k}"
-        shutil.copytree(template, run)
+    for k, stage in enumerate(faults.stages, 1):
+        run, where = shutil.copytree(template, tmp_path / f"run{k}"), f"{fault} at stage {k}: {stage}"
         with monkeypatch.context() as m:
-            Faults(m, fail_at=k, run_dir=run, snapshot=snap)
-            with pytest.raises(Killed):
-                save(run, tiny, 3)
-        where = f"killed before stage {k}: {stages[k - 1]}"
-        found = checkpoint.latest(snap)
-        step = checkpoint.check(found)[0]
+            if fault == "kill":
+                Faults(m, fail_at=k, run_dir=run, snapshot=tmp_path / f"snap{k}")
+                with pytest.raises(Killed):
+                    save(run, tiny, 3)
+                run = tmp_path / f"snap{k}"
+            else:
+                Faults(m, fail_at=k, error=OSError(errno.ENOSPC, "No space left on device"))
+                outcome = full_disk_outcome(run, tiny, capsys, where)
+        step = checkpoint.check(found := checkpoint.latest(run))[0]
         assert step in (2, 3), where
         assert_loads(found, step)
-        complete = (snap / ".checkpoint-new").is_dir() and checkpoint.check(snap / ".checkpoint-new")[1] is None
-        checkpoint.recover(snap)
-        assert checkpoint.latest(snap) == snap / "checkpoint", where
-        after = checkpoint.check(snap / "checkpoint")[0]
-        assert after == (3 if complete else step) and after >= step, where
-        assert not [n for n in names(snap) if n.startswith(".checkpoint")], where
-        seen.add((step, after))
-        assert_clean_next_save(snap, tiny, after)
+        complete = checkpoint.check(run / ".checkpoint-new")[1] is None
+        checkpoint.recover(run)
+        after = checkpoint.check(run / "checkpoint")[0]
+        assert checkpoint.latest(run) == run / "checkpoint" and after == (3 if complete else step), where
+        assert not [n for n in names(run) if n.startswith(".checkpoint")], where
+        seen.add((step, after) if fault == "kill" else outcome)
+        assert_clean_next_save(run, tiny, after)
         assert capsys.readouterr().err == "", where  # no checkpoint was ever unusable
-        shutil.rmtree(run)
-        shutil.rmtree(snap)
-    assert seen == {(2, 2), (2, 3), (3, 3)}  # before, between the renames (rolled forward), after
-
-
-def test_an_error_at_every_stage_of_a_save(monkeypatch, tiny, template, tmp_path, capsys, no_fsync):
-    """Disk full at any operation: one-line CheckpointError (or, while pruning, a warning), the
-    partial directory removed, a complete checkpoint kept, and the next save clean."""
-    stages = count_stages(monkeypatch, tiny, template, tmp_path)
-    outcomes = set()
-    for k in range(1, len(stages) + 1):
-        run = shutil.copytree(template, tmp_path / f"run{k}")
-        where = f"disk full at stage {k}: {stages[k - 1]}"
-        with monkeypatch.context() as m:
-            Faults(m, fail_at=k, error=OSError(errno.ENOSPC, "No space left on device"))
-            try:
-                save(run, tiny, 3)  # failed while pruning (a warning), or harmlessly (mkdir of an existing dir)
-                outcomes.add("saved")
-                assert checkpoint.latest(run) == run / "checkpoint" and checkpoint.check(run / "checkpoint")[0] == 3
-                err = capsys.readouterr().err
-                assert err == "" or err.startswith(f"warning: could not remove an old checkpoint in {run} (disk full)")
-            except CheckpointError as e:
-                message = str(e)
-                assert "\n" not in message and "disk full" in message, (where, message)
-                if "while writing checkpoint" in message:
-                    outcomes.add("write")
-                    assert f"the previous checkpoint {run / 'checkpoint'} is intact" in message
-                    assert not (run / ".checkpoint-new").exists(), where
-                elif "into place" in message:
-                    outcomes.add("swap")
-                else:
-                    outcomes.add("recover")
-        found = checkpoint.latest(run)
-        assert checkpoint.check(found)[0] in (2, 3), where
-        assert_loads(found, checkpoint.check(found)[0])
-        previous = checkpoint.check(found)[0]
-        if checkpoint.check(run / ".checkpoint-new")[1] is None:  # the swap failed: the next save's recover()
-            previous = 3                                                # rolls forward
-        assert_clean_next_save(run, tiny, previous)
-        assert capsys.readouterr().err == "", where
-        shutil.rmtree(run)
-    assert outcomes == {"recover", "write", "swap", "saved"}  # recover(): removing the leftover
-
-
-def test_a_writer_that_fails_silently_leaves_no_checkpoint(monkeypatch, tiny, template, tmp_path):
-    run = shutil.copytree(template, tmp_path / "run")
-    real = nanoatr.model.files.save_file
-
-    def short(state, path, **kw):  # as safetensors can do on a full disk: no error, a short file (its header whole)
-        real(state, path, **kw)
-        os.truncate(path, 8 + int.from_bytes(Path(path).read_bytes()[:8], "little"))
-    with monkeypatch.context() as m:
-        m.setattr(nanoatr.model.files, "save_file", short)
-        with pytest.raises(CheckpointError, match=r"it is unusable: model.safetensors has \d+ bytes but its header"):
-            save(run, tiny, 3)
-    assert names(run) == [".lock", "checkpoint", "checkpoint-step000001"]
-    assert_loads(run / "checkpoint", 2)
+    # killed before, between the renames (rolled forward), after
+    assert seen == ({(2, 2), (2, 3), (3, 3)} if fault == "kill" else {"recover", "write", "swap", "saved"})
 
 
 # ----------------------------------------------------------------------------
@@ -210,9 +162,9 @@ class FullFile(io.FileIO):
 
 
 def full_disk_for(monkeypatch, name, nth=1):
-    """checkpoint's open() of the nth file called `name` for writing gives a FullFile; the real torch.save
-    writing into it then raises what it raises on a full disk. Returns what torch.save raised."""
-    opened, raised, real_save = [], [], torch.save
+    """checkpoint's open() of the nth file called `name` for writing gives a FullFile: the real torch.save
+    writing into it then raises what it raises on a full disk (RuntimeError "... unexpected pos")."""
+    opened = []
 
     def fake_open(path, mode="r", *args, **kw):
         if os.path.basename(path) == name and "w" in mode:
@@ -220,52 +172,12 @@ def full_disk_for(monkeypatch, name, nth=1):
             if len(opened) == nth:
                 return FullFile(path, mode)
         return open(path, mode, *args, **kw)
-
-    def spy(*args, **kw):
-        try:
-            return real_save(*args, **kw)
-        except Exception as e:
-            raised.append(e)
-            raise
     monkeypatch.setattr(checkpoint, "open", fake_open, raising=False)
-    monkeypatch.setattr(torch, "save", spy)
-    return raised
 
 
-def disk_full_message(run, step=3):
-    return (f"disk full while writing checkpoint {run / '.checkpoint-new'} (step {step}): the previous checkpoint "
+def disk_full_message(run, step=3, why="disk full"):
+    return (f"{why} while writing checkpoint {run / '.checkpoint-new'} (step {step}): the previous checkpoint "
             f"{run / 'checkpoint'} is intact")
-
-
-@pytest.mark.parametrize("writer", ["torch.save", "safetensors", "safetensors-0.4", "peft"])
-def test_disk_full_in_every_writer_is_one_line(monkeypatch, tiny, template, tmp_path, writer):
-    """torch.save raises RuntimeError "[enforce fail at inline_container.cc:672] . unexpected pos", safetensors
-    (ours and peft's) SafetensorError "... (os error 28)": each is the one line of any other failed save."""
-    from nanoatr import lora
-    run = shutil.copytree(template, tmp_path / "run")
-    weights = tiny[0]
-    with monkeypatch.context() as m:
-        if writer == "torch.save":
-            raised = full_disk_for(m, "trainer_state.pt")
-        else:
-            def full(*args, **kw):
-                raise SafetensorError(ENOSPC_SAFETENSORS.get(writer, ENOSPC_SAFETENSORS["safetensors"]))
-            if writer == "peft":
-                import peft.peft_model
-                weights = lora.add_adapters(nanoatr.model.Qwen3.from_pretrained(run / "checkpoint"), 2, 4.0,
-                                            ["q_proj"], base="base")
-                m.setattr(peft.peft_model, "safe_save_file", full)
-            else:
-                m.setattr(nanoatr.model.files, "save_file", full)
-        with pytest.raises(CheckpointError) as e:
-            checkpoint.save(run, weights, tiny[1], state(3))
-    if writer == "torch.save":  # the real torch error, from a real failed write
-        assert type(raised[0]) is RuntimeError and "inline_container.cc" in str(raised[0])
-        assert "unexpected pos" in str(raised[0])
-    assert str(e.value) == disk_full_message(run)
-    assert names(run) == [".lock", "checkpoint", "checkpoint-step000001"]
-    assert_loads(run / "checkpoint", 2)
-    assert_clean_next_save(run, tiny, 2)
 
 
 def in_child(limit: int, fn) -> tuple[str, str]:
@@ -290,17 +202,44 @@ def in_child(limit: int, fn) -> tuple[str, str]:
     return tuple(json.loads(out))
 
 
-@pytest.mark.parametrize("writer", ["safetensors", "torch.save"])
-def test_a_write_the_kernel_refuses_is_one_line_whichever_writer(tiny, template, tmp_path, writer):
-    """Real writers, real failed writes: the weights (safetensors, first written), or trainer_state.pt
-    (torch.save), made the only file larger than the limit."""
-    run = shutil.copytree(template, tmp_path / "run")
-    largest = max(f.stat().st_size for f in (run / "checkpoint").iterdir())
-    limit, big = (1000, state(3)) if writer == "safetensors" else \
-        (largest + 1000, {**state(3), "optimizer": {"state": {0: {"exp_avg": torch.zeros(largest // 2)}}}})
-    assert in_child(limit, lambda: checkpoint.save(run, tiny[0], tiny[1], big)) == (
-        "CheckpointError", f"file too large while writing checkpoint {run / '.checkpoint-new'} (step 3): the "
-                           f"previous checkpoint {run / 'checkpoint'} is intact")
+@pytest.mark.parametrize("writer", ["safetensors", "torch.save", "safetensors-0.4", "peft", "silent"])
+def test_a_failed_write_in_every_writer_is_one_line(monkeypatch, tiny, template, tmp_path, writer):
+    """Real writers, real failed writes (the kernel's file size limit): the weights (safetensors, written
+    first), or trainer_state.pt (torch.save) made the only file over it. A full disk as safetensors 0.4 and
+    peft's writer report it stood in for (SafetensorError "... code: 28", "... (os error 28)"), and a silent
+    one: no error, a short file. Each is the one line of any failed save, the previous checkpoint intact and
+    the next save clean."""
+    from nanoatr import lora
+    run, why = shutil.copytree(template, tmp_path / "run"), "disk full"
+    if writer in ("safetensors", "torch.save"):
+        largest = max(f.stat().st_size for f in (run / "checkpoint").iterdir())
+        limit, big = (1000, state(3)) if writer == "safetensors" else \
+            (largest + 1000, {**state(3), "optimizer": {"state": {0: {"exp_avg": torch.zeros(largest // 2)}}}})
+        got = in_child(limit, lambda: checkpoint.save(run, tiny[0], tiny[1], big))
+        assert got == ("CheckpointError", disk_full_message(run, why="file too large"))
+    else:
+        weights, real = tiny[0], nanoatr.model.files.save_file
+
+        def full(state, path, **kw):
+            if writer != "silent":
+                raise SafetensorError(ENOSPC_SAFETENSORS.get(writer, ENOSPC_SAFETENSORS["safetensors"]))
+            real(state, path, **kw)  # as safetensors can do on a full disk: the header whole, the data cut
+            os.truncate(path, 8 + int.from_bytes(Path(path).read_bytes()[:8], "little"))
+        if writer == "peft":
+            import peft.peft_model
+            weights = lora.add_adapters(nanoatr.model.Qwen3.from_pretrained(run / "checkpoint"), 2, 4.0,
+                                        ["q_proj"], base="base")
+            monkeypatch.setattr(peft.peft_model, "safe_save_file", full)
+        else:
+            monkeypatch.setattr(nanoatr.model.files, "save_file", full)
+        if writer == "silent":  # the same weights as the previous checkpoint's: the same sizes
+            whole = run / "checkpoint/model.safetensors"
+            why = (f"it is unusable: model.safetensors has {8 + int.from_bytes(whole.read_bytes()[:8], 'little')} "
+                   f"bytes but its header says {whole.stat().st_size} (truncated?)")
+        with pytest.raises(CheckpointError) as e:
+            checkpoint.save(run, weights, tiny[1], state(3))
+        monkeypatch.undo()
+        assert str(e.value) == disk_full_message(run, why=why)
     assert names(run) == [".lock", "checkpoint", "checkpoint-step000001"]
     assert_loads(run / "checkpoint", 2)
     assert_clean_next_save(run, tiny, 2)
@@ -346,7 +285,7 @@ def test_a_signal_while_a_checkpoint_is_written_stops_the_run_there(tmp_path, mo
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert (e.value.code, last) == (code, f"error: stopped by {sig} after step {nth}; checkpoint saved (continue "
                                           f"with --resume {tmp_path / 'r'})")
-    rows = [json.loads(line) for line in (tmp_path / "r/metrics.jsonl").read_text().splitlines()]
+    rows = metrics(tmp_path / "r")
     assert [(r["step"], "loss" in r) for r in rows] == [(0, False), *((s, True) for s in range(1, nth + 1))]
     assert checkpoint.check(tmp_path / "r/checkpoint")[0] == nth
 
@@ -361,12 +300,12 @@ def test_a_start_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeyp
     where ext4 or NFS report it; rlimit: every write refused by the kernel."""
     run = tmp_path / "r"
     if start == "resume":
-        folder.create_run(tmp_path, "r").release()
+        folder.lock_run(tmp_path / "r", resume=False).release()
         save(run, tiny, 1)
         before = names(run)
 
     def begin():
-        (folder.resume_run(run) if start == "resume" else folder.create_run(tmp_path, "r")).release()
+        folder.lock_run(run, resume=start == "resume").release()
     if how == "rlimit":
         got = in_child(0, begin)
     else:
@@ -388,10 +327,10 @@ def test_a_start_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeyp
 # ----------------------------------------------------------------------------
 # Real kills
 
-def _train_forever(run, tiny, out_dir, steps, save_every):
+def _train_forever(run, tiny, steps, save_every):
     """The child: resume the run (or start it), log a row per step and save every save_every steps."""
     model, tok = tiny
-    lock = folder.resume_run(run) if run.exists() else folder.create_run(out_dir, run.name)
+    lock = folder.lock_run(run, resume=run.exists())
     found = checkpoint.latest(run)
     start = checkpoint.load_state(found)["step"] if found else 0
     log = RunLog(run, resume_step=start if found else None)
@@ -411,7 +350,7 @@ def test_sigkill_at_random_times_loses_nothing(tmp_path, tiny):
         if pid == 0:  # the child never returns into pytest
             code = 0
             try:
-                _train_forever(run, tiny, tmp_path, steps, save_every=3)
+                _train_forever(run, tiny, steps, save_every=3)
             except BaseException:
                 traceback.print_exc()
                 code = 1
@@ -427,7 +366,7 @@ def test_sigkill_at_random_times_loses_nothing(tmp_path, tiny):
             assert step >= last
             last = step
     assert last > 0
-    _train_forever(run, tiny, tmp_path, last + 6, save_every=3)  # resumed to the end, in process
+    _train_forever(run, tiny, last + 6, save_every=3)  # resumed to the end, in process
     rows = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, last + 7))
     assert names(run) == [".lock", "checkpoint", f"checkpoint-step{last + 3:06d}", "metrics.jsonl", "samples.jsonl"]
@@ -466,9 +405,10 @@ def test_disk_full_while_logging_leaves_whole_lines(tmp_path, monkeypatch, parti
 
 LOCKER = """
 import sys, time
+from pathlib import Path
 from nanoatr.machinery import checkpoint, folder
 try:
-    lock = folder.create_run(sys.argv[1], "same")
+    lock = folder.lock_run(Path(sys.argv[1], "same"), resume=False)
 except checkpoint.CheckpointError as e:
     print("error:", e, flush=True)
     sys.exit(2)
@@ -492,12 +432,12 @@ def test_two_processes_on_one_run_folder(tmp_path):
     assert refused.startswith(f"error: run folder {tmp_path / 'same'} ")
     assert "is in use by another process" in refused or "already exists" in refused
     with pytest.raises(CheckpointError, match=rf"is in use by another process \(pid {winner.pid}\)"):
-        folder.resume_run(tmp_path / "same")
+        folder.lock_run(tmp_path / "same", resume=True)
     with pytest.raises(CheckpointError, match="already exists: continue it with --resume"):
-        folder.create_run(tmp_path, "same")
+        folder.lock_run(tmp_path / "same", resume=False)
     winner.kill()
     winner.wait(timeout=30)
-    folder.resume_run(tmp_path / "same").release()  # the kernel dropped the dead process's lock
+    folder.lock_run(tmp_path / "same", resume=True).release()  # the kernel dropped the dead process's lock
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -537,7 +477,7 @@ def test_ctrl_c_during_start_up_ends_the_process_even_inside_a_swallowing_except
 
 
 @pytest.mark.parametrize("where", ["merge_adapter.py", "train.py --merge"])
-def test_a_full_disk_while_merging_is_one_line(tmp_path, monkeypatch, where):
+def test_a_full_disk_while_merging_is_one_line(tmp_path, monkeypatch, capsys, where):
     """Writing the merged model (scripts/merge_adapter.py, or train.py --merge after a LoRA run) on a full
     disk: one `error:` line naming the folder, the adapter intact; not a SafetensorError traceback."""
     import train
@@ -554,11 +494,14 @@ def test_a_full_disk_while_merging_is_one_line(tmp_path, monkeypatch, where):
         train.main(args)
     monkeypatch.setattr(nanoatr.model.files, "save_file",
                         lambda *a, **k: (_ for _ in ()).throw(SafetensorError(ENOSPC_SAFETENSORS["safetensors"])))
+    adapter, out = tmp_path / "runs/r/checkpoint", tmp_path / ("m" if where == "merge_adapter.py" else "runs/r/merged")
     with pytest.raises(SystemExit) as e:
         if where == "merge_adapter.py":
-            merge_adapter.main(["--adapter", str(tmp_path / "runs/r/checkpoint"), "--out", str(tmp_path / "m")])
+            merge_adapter.main(["--adapter", str(adapter), "--out", str(out)])
         else:
             train.main(args + ["--merge"])
-    assert e.value.code in (1, 2)
-    adapter = tmp_path / "runs/r/checkpoint/adapter_model.safetensors"
-    assert adapter.is_file(), "the adapter is intact"
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and (e.value.code, err.splitlines()[-1]) == (
+        2 if where == "merge_adapter.py" else 1, f"error: cannot write the merged model to {out} "
+        f"({ENOSPC_SAFETENSORS['safetensors']}); the adapter {adapter} is intact")
+    assert checkpoint.check(adapter)[1] is None  # intact

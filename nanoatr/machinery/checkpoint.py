@@ -94,8 +94,6 @@ def save(run_dir, model, tokenizer_files: dict[str, bytes], state: dict, keep: i
 
     model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is written).
     tokenizer_files: read_tokenizer_files(...) of the run's start, never a checkpoint a save may delete."""
-    if keep < 1:
-        raise CheckpointError(f"keep must be >= 1, not {keep}")
     run_dir, step = Path(run_dir), int(state["step"])
     new, cur = run_dir / NEW, run_dir / LATEST
     if bad := nonfinite({"weights": model.state_dict(), **state}):  # a diverged run's: never a checkpoint
@@ -165,8 +163,8 @@ def _install(run_dir: Path):
 
 
 def _older(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, path) of the checkpoints kept beside checkpoint/, newest first."""
-    kept = [(int(m[1]), p) for p in run_dir.iterdir() if (m := KEPT.match(p.name)) and p.is_dir()]
+    """(step, path) of the checkpoints kept beside checkpoint/, newest first (none in a missing folder)."""
+    kept = [(int(m[1]), p) for p in run_dir.glob("*") if (m := KEPT.match(p.name)) and p.is_dir()]
     return sorted(kept, reverse=True)
 
 
@@ -180,30 +178,18 @@ def _trash(path: Path):
 
 
 def recover(run_dir):
-    """Repair a run directory after a crash; call it holding the lock (resume_run and save do).
-
-    A complete .checkpoint-new/ newer than checkpoint/ (a save killed after writing it) is swapped
-    in; if checkpoint/ is still missing, the newest usable older checkpoint becomes it. Leftovers
-    are removed; old checkpoints are pruned by the next save."""
+    """Repair a run folder after a crash; call it holding the lock (folder.lock_run and save do): a complete
+    .checkpoint-new/ newer than checkpoint/ (a save killed after writing it) is swapped in, and leftovers
+    are removed. An older checkpoint is latest()'s fallback; old ones are pruned by the next save."""
     run_dir = Path(run_dir)
-    new, cur = run_dir / NEW, run_dir / LATEST
-    if not run_dir.is_dir():
-        return
     try:
-        if new.is_dir():
-            step, problem = check(new)
-            current = check(cur, load=False)[0] if cur.is_dir() else None
+        if (run_dir / NEW).is_dir():
+            step, problem = check(run_dir / NEW)
+            current = check(run_dir / LATEST, load=False)[0]
             if problem is None and (current is None or step > current):
                 _install(run_dir)
-        if not cur.is_dir():
-            for _, path in _older(run_dir):
-                if check(path)[1] is None:
-                    os.rename(path, cur)
-                    _fsync(run_dir, directory=True)
-                    break
-        for path in run_dir.iterdir():
-            if path.name.startswith(LEFTOVER):
-                shutil.rmtree(path)
+        for path in run_dir.glob(f"{LEFTOVER}*"):
+            shutil.rmtree(path)
     except OSError as e:
         raise CheckpointError(f"cannot repair run folder {run_dir} ({reason(e)})") from None
 
@@ -212,12 +198,8 @@ def latest(run_dir) -> Path | None:
     """The newest usable checkpoint of a run (checkpoint/, then older ones), or None if it has none.
 
     Reads only. An unusable one is skipped with a warning; CheckpointError if none is usable."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return None
-    candidates = [p for p in [run_dir / LATEST] + [p for _, p in _older(run_dir)] if p.is_dir()]
-    bad = []
-    for path in candidates:
+    run_dir, bad = Path(run_dir), []
+    for path in [p for p in [run_dir / LATEST] + [p for _, p in _older(run_dir)] if p.is_dir()]:
         problem = check(path)[1]
         if problem is None:
             for b, why in bad:

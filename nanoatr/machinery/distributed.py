@@ -143,11 +143,9 @@ class CpuThreads:
 
     def __init__(self, threads: int = 0, device: torch.device = torch.device("cpu")):
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        self.fixed = threads or None
-        if device.type != "cpu" or os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
-            self.fixed = self.fixed or torch.get_num_threads()
-        if self.fixed is None and not os.path.exists("/proc/stat"):
-            self.fixed = torch.get_num_threads()
+        unmeasured = device.type != "cpu" or not os.path.exists("/proc/stat") or any(
+            os.environ.get(name) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"))  # then torch's own count
+        self.fixed = threads or (torch.get_num_threads() if unmeasured else None)
         self.last = self._sample() if self.fixed is None else None
         self.set(self.fixed or len(self.cores) or torch.get_num_threads())
 
@@ -187,10 +185,8 @@ class Interrupts:
     """Ctrl-C or SIGTERM while training: finish the step, save a checkpoint, exit with one line (130 / 143).
     A second Ctrl-C stops at once (the steps since the last checkpoint are then lost)."""
 
-    def __init__(self):
-        self.signal = None
-
     def __enter__(self):
+        self.signal = None  # the first signal's number
         self.previous = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 

@@ -40,8 +40,8 @@ class RunFolder:
             self.lock = branch_run(*self.branch_of, self.path)
             return
         if self.resuming:  # its files now: a start that fails removes those it made (discard)
-            self.before = set(self.path.rglob("*")) if self.path.is_dir() else set()
-        self.lock = resume_run(self.path) if self.resuming else create_run(self.path.parent, self.path.name)
+            self.before = set(self.path.rglob("*"))
+        self.lock = lock_run(self.path, resume=self.resuming)
 
     def load_checkpoint(self) -> int:
         """The newest usable checkpoint of a resumed run and its trainer state (read once: it is big);
@@ -88,8 +88,7 @@ class RunFolder:
         """cfg.report_to's destinations, started with the run's settings (before write_config, so that one
         that cannot start records no change): every later metrics row goes to them too. One that cannot start
         is a ConfigError naming it (none is left open)."""
-        config = record(cfg)
-        opened = []
+        config, opened = record(cfg), []
         for name in cfg.report_to:
             try:
                 if name == "tensorboard":
@@ -177,7 +176,7 @@ class RunLock:
 
     def restore(self, data: bytes | None = None):
         """The file holds `data` (None: what it held before acquire). The pid is only for a second process's
-        message (disk full: see check_writable)."""
+        message (disk full: see lock_run)."""
         with contextlib.suppress(OSError):
             os.ftruncate(self.fd, 0)
             os.pwrite(self.fd, self.previous if data is None else data, 0)
@@ -193,14 +192,18 @@ def branch_run(run: Path, chosen: Path, new: Path) -> RunLock:
     of step s: that checkpoint (hard links where the disk allows), metrics.jsonl's and samples.jsonl's rows up
     to s, and config.json as the run stood at s (branched_record). `run` is read under its lock (not while
     another process trains it) and left as it was."""
-    lock = create_run(new.parent, new.name)
+    lock = lock_run(new, resume=False)
     try:
         held = RunLock(run).acquire()
         try:
             step, problem = checkpoint.check(chosen)
             if problem is not None:
                 raise CheckpointError(f"--resume {chosen}: not a usable checkpoint ({problem})")
-            shutil.copytree(chosen, new / checkpoint.LATEST, copy_function=link_or_copy)
+            try:  # hard links: a save never rewrites a checkpoint's file, it writes a new checkpoint
+                shutil.copytree(chosen, new / checkpoint.LATEST, copy_function=os.link)
+            except OSError:  # another file system: a copy
+                shutil.rmtree(new / checkpoint.LATEST, ignore_errors=True)
+                shutil.copytree(chosen, new / checkpoint.LATEST)
             for name in ("metrics.jsonl", "samples.jsonl"):  # its whole rows up to `step`
                 if (run / name).is_file():
                     rows = jsonl_rows(run / name)[0]
@@ -230,67 +233,41 @@ def branched_record(saved: dict, run: Path, chosen: Path, step: int, new: Path) 
             "branched_from": {"run": str(run), "checkpoint": chosen.name, "step": step}}
 
 
-def link_or_copy(source, target):
-    """A checkpoint's file, hard-linked (a save never rewrites one, it writes a new checkpoint), else
-    copied."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
-
-
-def check_writable(run_dir):
-    """One line now, before any model is loaded, rather than a failed save hours later."""
-    probe = Path(run_dir) / f".write-test-{os.getpid()}"
-    try:
-        write_bytes(probe, b"ok")
-    except OSError as e:
-        raise CheckpointError(f"run folder {run_dir} is not writable ({reason(e)})") from None
-    finally:  # also after a failed write: on a full disk the file is made, then its write fails
-        probe.unlink(missing_ok=True)
-
-
 def _used(run_dir: Path) -> bool:
     """Anything but a lock and empty files (a start killed before its config.json: a new start takes it)."""
     return any(p.name != LOCK and not p.name.startswith(".write-test-") and not (p.is_file() and not
                p.stat().st_size) for p in run_dir.iterdir())
 
 
-def create_run(out_dir, name) -> RunLock:
-    """A new run folder out_dir/name, locked and checked writable; refuses one that holds anything."""
-    run_dir = Path(out_dir) / name
-    refuse = CheckpointError(f"run folder {run_dir} already exists: continue it with --resume {run_dir}, "
-                             "or choose another --name")
+def lock_run(run_dir: Path, resume: bool) -> RunLock:
+    """A run folder, locked and checked writable (one line now, before any model is loaded, rather than a
+    failed save hours later): a new one made (one that holds anything is refused), or the run to resume,
+    repaired (checkpoint.recover; then call latest())."""
+    used = CheckpointError(f"run folder {run_dir} already exists: continue it with --resume {run_dir}, "
+                           "or choose another --name")
+    if resume and not run_dir.is_dir():
+        raise CheckpointError(f"--resume {run_dir}: no such run folder")
     try:
-        run_dir.mkdir(parents=True)
+        run_dir.mkdir(parents=True, exist_ok=resume)
     except FileExistsError:
         if not run_dir.is_dir() or _used(run_dir):
-            raise refuse from None
+            raise used from None
     except OSError as e:
         raise CheckpointError(f"cannot create run folder {run_dir} ({reason(e)})") from None
-    lock = RunLock(run_dir).acquire()
+    lock, probe = RunLock(run_dir).acquire(), run_dir / f".write-test-{os.getpid()}"
     try:
-        if _used(run_dir):  # another process made it between our mkdir and our lock
-            raise refuse
-        check_writable(run_dir)
-    except BaseException:
+        if not resume and _used(run_dir):  # another process made it between our mkdir and our lock
+            raise used
+        write_bytes(probe, b"ok")
+        probe.unlink()
+        if resume:
+            checkpoint.recover(run_dir)
+    except BaseException as e:
+        probe.unlink(missing_ok=True)  # on a full disk the file is made, then its write fails
         lock.release()
-        if not _used(run_dir):  # a start that fails here (disk full) leaves nothing
+        if not resume and not _used(run_dir):  # a new run that fails here (disk full) leaves nothing
             shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    return lock
-
-
-def resume_run(run_dir) -> RunLock:
-    """An existing run folder, locked, checked writable and repaired (recover); then call latest()."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise CheckpointError(f"--resume {run_dir}: no such run folder")
-    lock = RunLock(run_dir).acquire()
-    try:
-        check_writable(run_dir)
-        checkpoint.recover(run_dir)
-    except BaseException:
-        lock.release()
+        if isinstance(e, OSError):
+            raise CheckpointError(f"run folder {run_dir} is not writable ({reason(e)})") from None
         raise
     return lock

@@ -31,10 +31,6 @@ START_ERRORS = (ConfigError, ModelError, TokenizerError, DataError, lora.Adapter
                 distributed.DeviceError, BudgetError, RewardError)
 
 
-class NothingToDo(Exception):
-    """The run has nothing left to do (a finished run resumed): not an error."""
-
-
 class Terminated(KeyboardInterrupt):
     """SIGTERM outside the loop (start-up, the step-0 evaluation, the last one): it stops as a Ctrl-C does."""
 
@@ -82,19 +78,20 @@ class Session:
 
     def __enter__(self) -> "Session":
         try:
-            self.open()
-        except NothingToDo as done:
-            self.folder.discard()  # the folder as it was, its lock file too
-            self.close()
-            print(done)
-            raise SystemExit(0)
+            finished = self.open()
         except BaseException as e:
             self.__exit__(type(e), e, None)  # one line and an exit, or (a bug) the traceback
             raise
+        if finished:  # not an error: the folder as it was, its lock file too
+            self.folder.discard()
+            self.close()
+            print(finished)
+            raise SystemExit(0)
         return self
 
-    def open(self):
-        """Flags resolved, the run folder made or resumed and locked, the checkpoint to start from read."""
+    def open(self) -> str | None:
+        """Flags resolved, the run folder made or resumed and locked, the checkpoint to start from read; a
+        finished run resumed (nothing left to do) opens nothing more and returns the line that says so."""
         if "resume" in self.given and not self.cfg.resume.strip():  # --resume "$UNSET": not a new run
             raise ConfigError("--resume was given an empty path (an unset shell variable?): name the run "
                               "folder")
@@ -129,11 +126,10 @@ class Session:
                               f"{self.folder.path}: give --steps {self.start} or more")
         if d.main:
             self.folder.open_log()
-        if d.main and self.finished():
-            named = self.folder.branch_of[1] if self.folder.branch_of else path  # a branch's: removed
-            raise NothingToDo(f"run {named} is finished (step {self.start} of {cfg.steps}, evaluated): "
-                              f"nothing to do; --resume {named} --steps N with N > {self.start} trains "
-                              "further")
+            if self.finished():
+                named = self.folder.branch_of[1] if self.folder.branch_of else path  # a branch's: removed
+                return (f"run {named} is finished (step {self.start} of {cfg.steps}, evaluated): nothing to "
+                        f"do; --resume {named} --steps N with N > {self.start} trains further")
         self.model_dir = local_dir(cfg.model, getattr(cfg, "revision", None))  # a hub id: fetched or cached
 
     def branch_folder(self, run_dir: str, chosen: Path | None) -> tuple[Path, int] | None:
@@ -161,9 +157,8 @@ class Session:
 
     def started(self, checkpointed, tokenizer_files: dict):
         """Setup is done: what the checkpoints save, `checkpointed()` -> (model, optimizer), asked at each
-        save (the command's objects hold them); the run's --report-to started, then its config.json written
-        (resumed: this resume's change added to its record; a destination that cannot start leaves it as it
-        was). model: our Qwen3, or under LoRA the PeftModel around it (its adapter alone is written)."""
+        save (the command's objects hold them; model as checkpoint.save takes it); the run's --report-to
+        started (folder.open_reporters), then its config.json written (folder.write_config)."""
         self.checkpointed, self.tokenizer_files = checkpointed, tokenizer_files
         if self.d.main:
             self.folder.open_reporters(self.cfg)
@@ -254,6 +249,8 @@ class Session:
             self.folder.log.write({"step": step, **results})
 
     def __exit__(self, kind, error, tb):
+        """How the run ends: each way but success and a bug (whose traceback follows) is one `error:` line
+        and an exit code (docs/library.md#session lists them)."""
         try:
             if kind is None and self.ended_by_signal:
                 step, signum = self.interrupted_at
@@ -264,8 +261,16 @@ class Session:
             if issubclass(kind, SystemExit):  # user code's sys.exit() (a reward function's): no success
                 kind, error = RewardError, RewardError(f"sys.exit({error.code!r}) was called during the run "
                                                        "(by a reward function?)")
-            if issubclass(kind, KeyboardInterrupt):
-                self.abort(143 if kind is Terminated else 130)
+            if issubclass(kind, KeyboardInterrupt):  # outside the loop, or a second Ctrl-C in it: at once
+                what, code = ("stopped by SIGTERM", 143) if kind is Terminated else ("interrupted", 130)
+                if not self.training:
+                    self.fail(f"{what} during start-up", code)
+                try:
+                    last = checkpoint.latest(self.folder.path)
+                except CheckpointError:
+                    last = None
+                die(f"{what}; the last checkpoint is {last or 'not written yet'}"
+                    + (f" (continue with --resume {self.folder.path})" if last else ""), code)
             if kind is Diverged:  # "step 2: the loss is not finite (nan)"
                 last = f"the last checkpoint holds step {self.saved}" if self.saved else \
                     "no checkpoint was written"
@@ -273,8 +278,16 @@ class Session:
                           f"is logged or saved, and {last}", 1, advice=False)
             if issubclass(kind, START_ERRORS) and not self.training:
                 self.fail(error)
-            if kind is RewardError:  # while training: the steps done are kept
-                self.keep_done(error)
+            if kind is RewardError:  # while training: the steps done are checkpointed first
+                try:
+                    if self.done > self.saved:
+                        self.save(self.done)
+                except CheckpointError as e:
+                    die(f"{error}; saving step {self.done} failed too: {e}", 1)
+                kept = f"the checkpoint holds step {self.saved}" if self.saved else \
+                    "no step was done: no checkpoint"
+                die(f"{error}; {kept} (continue with --resume {self.folder.path} once the reward is "
+                    "fixed)", 1)
             if kind is CheckpointError or (kind is lora.AdapterError and self.training):
                 die(str(error), 1)  # a full or read-only disk while saving or logging: what was saved is kept
             if self.folder is not None:  # anything else (a bug: its traceback follows)
@@ -284,36 +297,11 @@ class Session:
         return False
 
     def fail(self, error, code: int = 2, advice: bool = True):
-        """One line for an error. A new run folder that holds nothing of value (no logged row, no checkpoint)
-        is removed; one that does is kept, and the line says how to continue it (under `advice`); a resumed
-        one is left as it was (folder.RunFolder.discard)."""
+        """One line for an error (__exit__ then closes). A new run folder that holds nothing of value (no
+        logged row, no checkpoint) is removed; one that does is kept, and the line says how to continue it
+        (under `advice`); a resumed one is left as it was (folder.RunFolder.discard)."""
         kept = self.folder.discard() if self.folder is not None else ""
-        self.close()
         die(f"{error}{kept if advice else ''}", code)
-
-    def keep_done(self, error: RewardError):
-        """A reward function failed mid-run: the steps done are checkpointed, unless the last checkpoint
-        holds them already, and one line says which step the checkpoint holds."""
-        try:
-            if self.done > self.saved:
-                self.save(self.done)
-        except CheckpointError as e:
-            die(f"{error}; saving step {self.done} failed too: {e}", 1)
-        kept = f"the checkpoint holds step {self.saved}" if self.saved else "no step was done: no checkpoint"
-        die(f"{error}; {kept} (continue with --resume {self.folder.path} once the reward is fixed)", 1)
-
-    def abort(self, code: int):
-        """Ctrl-C or SIGTERM (code 130, 143) during start-up or an evaluation outside the loop, or a second
-        Ctrl-C while training: stop at once, say where things stand."""
-        what = "stopped by SIGTERM" if code == 143 else "interrupted"
-        if not self.training:
-            self.fail(f"{what} during start-up", code)
-        try:
-            last = checkpoint.latest(self.folder.path)
-        except CheckpointError:
-            last = None
-        die(f"{what}; the last checkpoint is {last or 'not written yet'}"
-            + (f" (continue with --resume {self.folder.path})" if last else ""), code)
 
     def close(self):
         if self.folder is not None:
