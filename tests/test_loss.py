@@ -131,17 +131,18 @@ def test_clip_cuts_the_ppo_set_loss_values():
 
 
 def test_clip_cuts_the_ppo_set_with_tensor_bounds():
-    """ratio_clip takes per-token bounds too (dynamic and trgppo call it so): here a band per row."""
+    """ratio_clip takes per-token bounds too (dynamic and trgppo call it so): here a band per row, each on
+    a ratio of the grid (1.25, 0.75), which is inside: kept, not cut."""
     t = ppo_tokens((1.0, -1.0))
-    lower, upper = col(0.6, 0.9).expand_as(t.ratio), col(1.3, 2.0).expand_as(t.ratio)
+    lower, upper = col(0.6, 0.75).expand_as(t.ratio), col(1.25, 2.0).expand_as(t.ratio)
     loss, cut_low, cut_high = methods.ratio_clip(t.ratio, t.advantages, lower, upper)
     expected = -torch.minimum(t.ratio * t.advantages, torch.clamp(t.ratio, lower, upper) * t.advantages)
     for what, actual, expect in [("loss", loss.detach(), expected),
                                  ("cut_high", cut_high, keep([0] * 6 + [1] * 4, [0] * 10)),
-                                 ("cut_low", cut_low, keep([0] * 10, [1, 1, 1] + [0] * 7))]:
+                                 ("cut_low", cut_low, keep([0] * 10, [1] + [0] * 9))]:
         where = wrong_at(actual, expect, (1.0, -1.0))
-        assert not where, f"ratio_clip's {what} is wrong with tensor bounds (a band per row: A = +1 in [0.6, 1.3], " \
-                          f"A = -1 in [0.9, 2.0]) {where}"
+        assert not where, f"ratio_clip's {what} is wrong with tensor bounds (a band per row: A = +1 in [0.6, 1.25], " \
+                          f"A = -1 in [0.75, 2.0]; a ratio on a bound is inside) {where}"
 
 
 def test_clip_cuts_the_ppo_set_at_another_eps():
@@ -926,6 +927,17 @@ def test_full_kl_equals_naive_and_vanishes_on_policy():
         close(a, b)
     assert (results[0][0] > 0).all()
     close(S.full_kl(hidden, hidden, weight), torch.zeros(3, 5, dtype=F64), atol=1e-12, rtol=0)
+
+
+def test_logits_are_built_512_rows_at_a_time_by_default(monkeypatch):
+    """The memory bound of token_logprobs and full_kl, forward and backward: every log-softmax they run is
+    over 512 rows of logits (scoring.CHUNK) at most, here 1200 = 512 + 512 + 176 rows."""
+    rows, real = [], S._log_softmax
+    monkeypatch.setattr(S, "_log_softmax", lambda h, *a: rows.append(len(h)) or real(h, *a))
+    hidden, weight, targets = head(B=2, T=600, D=4, V=5)
+    h = hidden.clone().requires_grad_()
+    (S.token_logprobs(h, weight, targets)[0].sum() + S.full_kl(h, hidden, weight).sum()).backward()
+    assert sorted(set(rows)) == [176, 512] and len(rows) == 3 * (1 + 1 + 2 + 2), rows
 
 
 def test_compiled_loss_does_not_recompile_for_new_lengths():
