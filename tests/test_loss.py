@@ -660,28 +660,36 @@ def test_every_method_cuts_a_token_pushed_far_the_way_its_advantage_pushes(metho
 
 # No exercise function is called here (kl3's band is its own test below): a test module runs no exercise's code
 # at import, or a student copy where that exercise is blank could not collect it (exercise 1's check, say).
-@pytest.mark.parametrize("method, band", [
-    ("clip", (0.8, 1.2)), ("clip-higher", (0.8, 1.28)), ("dual-clip", (0.8, 1.2)),
-    ("kl1", (math.exp(-0.07), math.inf)), ("kl2", (math.exp(-math.sqrt(0.14)), math.exp(math.sqrt(0.14)))),
-    ("gspo", (1 - 3e-4, 1 + 4e-4)), ("trgppo", None), ("dynamic", None), ("soft-gate", None), ("kl-cov", None),
-    ("cispo", None),
-    ("kl3-seq", None), ("kl-full", None), ("kl3-adaptive", None)])
-def test_effective_band_is_probed_from_the_method_itself(method, band):
+# The band is bisected to two adjacent floats of log w: within an ulp of w, another for exp, one or two for the
+# reference's own rounding: 4 ulps.
+ULPS4 = 4 * 2 ** -52
+
+
+@pytest.mark.parametrize("method, hp, band", [
+    ("clip", {}, (0.8, 1.2)), ("clip-higher", {}, (0.8, 1.28)), ("dual-clip", {}, (0.8, 1.2)),
+    ("kl1", {}, (math.exp(-0.07), math.inf)), ("kl2", {}, (math.exp(-math.sqrt(0.14)), math.exp(math.sqrt(0.14)))),
+    ("gspo", {}, (1 - 3e-4, 1 + 4e-4)), ("trgppo", {}, None), ("dynamic", {}, None), ("soft-gate", {}, None),
+    ("kl-cov", {}, None), ("cispo", {}, None), ("kl3-seq", {}, None), ("kl-full", {}, None),
+    ("kl3-adaptive", {}, None), ("kl3-adaptive", {"delta_max": 0.09}, None)])  # capped below pi_old 0.6 only
+def test_effective_band_is_probed_from_the_method_itself(method, hp, band):
     """The band logged every step (band_low / band_high) and printed in the run header: where the method
     cuts a token pushed that way, found from its own function; None where that depends on more than w."""
-    found = L.effective_band(method, tuple(sorted(methods.defaults(method).items())))
+    found = L.effective_band(method, tuple(sorted({**methods.defaults(method), **hp}.items())))
     if band is None:
         assert found is None, method
     else:
-        assert found == pytest.approx(band, rel=1e-6), method
+        assert found == pytest.approx(band, rel=ULPS4), method
 
 
-@pytest.mark.parametrize("delta", [0.07, 0.2])
-def test_effective_band_of_kl3_is_its_ratio_range(delta):
-    """kl3's band, at its default delta (0.07) and a wider one, is kl3_ratio_range(delta)."""
+@pytest.mark.parametrize("method, hp", [("kl3", {}), ("kl3", {"delta": 0.2}), ("kl3-adaptive", {"adapt": 0.0}),
+                                        ("kl3-adaptive", {"delta_max": 0.07})])
+def test_effective_band_of_kl3_is_its_ratio_range(method, hp):
+    """kl3's band, at its default delta (0.07) and a wider one, is kl3_ratio_range(delta); so is kl3-adaptive's
+    where its threshold is delta whatever pi_old (adapt 0, or delta_max = delta)."""
     assert methods.defaults("kl3") == {"delta": 0.07}
-    found = L.effective_band("kl3", (("delta", delta),))
-    assert found == pytest.approx(kl3_ratio_range(delta), rel=1e-6)
+    hp = {**methods.defaults(method), **hp}
+    found = L.effective_band(method, tuple(sorted(hp.items())))
+    assert found == pytest.approx(kl3_ratio_range(hp["delta"]), rel=ULPS4)
 
 
 def test_the_metrics_are_detached_0_dim_tensors_the_ratio_quantiles_the_band_and_the_mean_kl3():
