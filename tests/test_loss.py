@@ -156,11 +156,6 @@ def test_clip_cuts_the_ppo_set_at_another_eps():
     assert not where, f"clip(t, eps=0.3)'s gradient is wrong (its band is [1 - eps, 1 + eps] = [0.7, 1.3]) {where}"
 
 
-def test_ratio_extremes_skip_padding():
-    _, _, m = run("clip", W, [1.0, -1.0, 0.0])  # each row's padding holds inf / nan
-    assert m["ratio_min"].item() == pytest.approx(0.5) and m["ratio_max"].item() == pytest.approx(5.0)
-
-
 def test_clip_higher_cuts_the_dapo_set():
     """Exercise 2's own check (the knob test below takes every eps_low, eps_high)."""
     _, grad, m = run("clip-higher", W, [2.0, -0.5])
@@ -278,47 +273,32 @@ def gspo_batch(method, agg="dr-grpo", **hp):
     return loss, logp.grad, m
 
 
-def test_gspo_clips_whole_sequences():
-    loss, grad, m = gspo_batch("gspo")
-    # s = exp(mean log w): 1.105 (kept), 1.350 (A = 2, above 1.2: cut), 0.741 (A = -0.5, below 0.8: cut),
-    # exp(0.25) = 1.284 (A < 0 above the band: kept).  seq-mean-token-mean is forced (agg='dr-grpo' ignored):
-    # d/dlogp_t of (1/4) sum_i loss_i = -A_i s_i / (4 n_i) on kept sequences.
+# The paper's future work (Sec. 6.5): sequence-level KL3 (kl3-adaptive: the knob test below). T k3(s), s = exp(mean
+# log w): 0.1 -> 3 (e^.1-1-.1) = 0.0155 kept; 0.3 -> 3 x 0.0499 = 0.150, A > 0 and s > 1: cut; -0.3 -> 3 x 0.0408
+# = 0.122, A < 0 and s < 1: cut; 0.25 over 2 -> 2 x 0.0340 = 0.068 kept. Its cut sequence's loss is -A (w_old = 1).
+SEQ_K3 = [n * (math.exp(x) - 1 - x) for x, n in [(0.1, 3), (0.3, 3), (-0.3, 3), (0.25, 2)]]
+
+
+@pytest.mark.parametrize("method, hp, cut_losses", [
+    ("gspo", {}, [-2 * 1.2, 0.5 * 0.8]), ("gspo-token", {}, [-2 * 1.2, 0.5 * 0.8]),
+    ("kl3-seq", {"delta": 0.07}, [-2.0, 0.5])])
+def test_sequence_methods_keep_or_cut_whole_sequences(method, hp, cut_losses):
+    """gspo: s = 1.105 (kept), 1.350 (A = 2, above 1.2: cut), 0.741 (A = -0.5, below 0.8: cut), exp(0.25) = 1.284
+    (A < 0 above the band: kept), loss -min(s A, clip(s) A); gspo-token, one advantage per sequence, the same in
+    value and gradient; kl3-seq cuts the same two (SEQ_K3).
+    seq-mean-token-mean is forced (agg='dr-grpo' ignored): d/dlogp_t of (1/4) sum_i loss_i = -A_i s_i / (4 n_i)
+    on kept sequences."""
+    assert [d <= 0.07 for d in SEQ_K3] == [True, False, False, True]
+    loss, grad, m = gspo_batch(method, **hp)
     s1, s4 = math.exp(0.1), math.exp(0.25)
     expected = torch.zeros(4, 4, dtype=F64)
     expected[0, :3] = -1.0 * s1 / (4 * 3)
     expected[3, :2] = +1.0 * s4 / (4 * 2)
     close(grad, expected)
-    # loss = (1/4) sum_i -min(s A, clip(s) A)
-    values = [-s1, -2 * 1.2, 0.5 * 0.8, s4]
-    assert loss.item() == pytest.approx(sum(values) / 4)
+    assert loss.item() == pytest.approx((-s1 + sum(cut_losses) + s4) / 4)
     assert m["seq_clip_frac"].item() == pytest.approx(2 / 4)
     assert m["clip_frac_high"].item() == pytest.approx(3 / 11) and m["clip_frac_low"].item() == pytest.approx(3 / 11)
-
-
-def test_gspo_token_equals_gspo_for_sequence_advantages():
-    a = gspo_batch("gspo")
-    b = gspo_batch("gspo-token")
-    close(b[0], a[0])
-    close(b[1], a[1])
-
-
-# ----------------------------------------------------------------------------
-# The paper's future work (Sec. 6.5): sequence-level KL3 (kl3-adaptive: the knob test below)
-
-def test_kl3_seq_keeps_or_cuts_whole_sequences():
-    loss, grad, m = gspo_batch("kl3-seq", delta=0.07)
-    # mean log w per sequence and T k3(s): 0.1 -> 3 (e^.1-1-.1) = 0.0155 kept; 0.3 -> 3 x 0.0499 = 0.150,
-    # A > 0 and s > 1: cut; -0.3 -> 3 x 0.0408 = 0.122, A < 0 and s < 1: cut; 0.25 over 2 -> 2 x 0.0340 = 0.068 kept
-    k3 = [n * (math.exp(x) - 1 - x) for x, n in [(0.1, 3), (0.3, 3), (-0.3, 3), (0.25, 2)]]
-    assert [d <= 0.07 for d in k3] == [True, False, False, True]
-    s1, s4 = math.exp(0.1), math.exp(0.25)
-    expected = torch.zeros(4, 4, dtype=F64)  # seq-mean-token-mean: -A s / (4 n) per token of a kept sequence
-    expected[0, :3] = -1.0 * s1 / (4 * 3)
-    expected[3, :2] = +1.0 * s4 / (4 * 2)
-    close(grad, expected)
-    assert loss.item() == pytest.approx((-s1 - 2.0 + 0.5 + s4) / 4)  # a cut sequence's loss is -A (w_old = 1)
-    assert m["seq_clip_frac"].item() == pytest.approx(2 / 4)
-    assert m["seq_kl3"].item() == pytest.approx(sum(k3) / 4)
+    assert method != "kl3-seq" or m["seq_kl3"].item() == pytest.approx(sum(SEQ_K3) / 4)
 
 
 # ----------------------------------------------------------------------------
@@ -660,9 +640,7 @@ def test_every_method_cuts_a_token_pushed_far_the_way_its_advantage_pushes(metho
 
 # No exercise function is called here (kl3's band is its own test below): a test module runs no exercise's code
 # at import, or a student copy where that exercise is blank could not collect it (exercise 1's check, say).
-# The band is bisected to two adjacent floats of log w: within an ulp of w, another for exp, one or two for the
-# reference's own rounding: 4 ulps.
-ULPS4 = 4 * 2 ** -52
+ULPS4 = 4 * 2 ** -52  # bisected to adjacent floats of log w: an ulp of w, one for exp, two for the reference
 
 
 @pytest.mark.parametrize("method, hp, band", [
@@ -700,6 +678,7 @@ def test_the_metrics_are_detached_0_dim_tensors_the_ratio_quantiles_the_band_and
         assert m[name].item() == pytest.approx(torch.quantile(x.float().exp(), q).item(), rel=1e-6), name
     assert (m["band_low"].item(), m["band_high"].item()) == pytest.approx(kl3_ratio_range(0.07), rel=1e-6)
     assert m["kl3"].item() == pytest.approx((x.exp() - 1 - x).mean().item())
+    assert (m["ratio_min"].item(), m["ratio_max"].item()) == pytest.approx((x.exp().min().item(), x.exp().max().item()))
     _, m = summed_loss("soft-gate", logp.clone().requires_grad_(), old, adv, mask)
     assert "band_low" not in m
     for name in ("clip_frac_low", "clip_frac_high", "kl3", "ratio_min", "ratio_max", "gate", "ratio_p99"):
