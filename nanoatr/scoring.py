@@ -24,17 +24,16 @@ def _log_softmax(hidden: Tensor, weight: Tensor, temperature: float, dtype) -> T
 
 def _chunked_backward(ctx, hidden, weight, need_h: bool, need_w: bool, dz):
     """The gradients of hidden (N, D) and weight (V, D) (None where not needed) through z = h W^T / tau,
-    one chunk of ctx.chunk_size rows at a time: dz(rows) is d out / d z of those rows, (c, V)."""
-    dtype = torch.promote_types(hidden.dtype, torch.float32)
+    one chunk of ctx.chunk_size rows at a time: dz(rows) is d out / d z of those rows, (c, V) in ctx.dtype."""
     grad_h = torch.empty_like(hidden) if need_h else None
-    grad_w = torch.zeros_like(weight, dtype=dtype) if need_w else None
+    grad_w = torch.zeros_like(weight, dtype=ctx.dtype) if need_w else None
     for i in range(0, hidden.shape[0], ctx.chunk_size):
         rows = slice(i, i + ctx.chunk_size)
         d = dz(rows).div_(ctx.temperature)  # d out / d (h W^T)
         if need_h:
             grad_h[rows] = d.to(weight.dtype) @ weight
         if need_w:
-            grad_w.addmm_(d.T, hidden[rows].to(dtype))
+            grad_w.addmm_(d.T, hidden[rows].to(ctx.dtype))
         del d  # free it before the next chunk's logits exist
     return grad_h, None if grad_w is None else grad_w.to(weight.dtype)
 
@@ -62,16 +61,15 @@ class _ChunkedLogprobs(torch.autograd.Function):
                 entropy[i:i + chunk_size] = -logp_all.exp().mul_(logp_all).sum(-1)
             del logp_all  # free it before the next chunk's logits exist
         ctx.save_for_backward(hidden, weight, targets, entropy)
-        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        ctx.temperature, ctx.chunk_size, ctx.dtype = temperature, chunk_size, dtype
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
         hidden, weight, targets, entropy = ctx.saved_tensors
-        dtype = torch.promote_types(hidden.dtype, torch.float32)
 
         def dz(rows: slice) -> Tensor:  # -p (gH (log p + H) + g) + onehot(y) g, recomputed
-            logp_all = _log_softmax(hidden[rows], weight, ctx.temperature, dtype)  # (c, V)
+            logp_all = _log_softmax(hidden[rows], weight, ctx.temperature, ctx.dtype)  # (c, V)
             p = logp_all.exp()
             g = grad_logp[rows, None] if grad_logp is not None else torch.zeros_like(p[:, :1])
             if grad_entropy is None:
@@ -125,17 +123,16 @@ class _ChunkedFullKL(torch.autograd.Function):
             kl[i:i + chunk_size] = log_ratio.mul_(old.exp_()).sum(-1)
             del new, old, log_ratio  # free them before the next chunk's logits exist
         ctx.save_for_backward(hidden, old_hidden, weight, old_weight)
-        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        ctx.temperature, ctx.chunk_size, ctx.dtype = temperature, chunk_size, dtype
         return kl
 
     @staticmethod
     def backward(ctx, grad_kl):
         hidden, old_hidden, weight, old_weight = ctx.saved_tensors
-        dtype = torch.promote_types(hidden.dtype, torch.float32)
 
         def dz(rows: slice) -> Tensor:  # (p_new - p_old) gKL, recomputed
-            p_old = _log_softmax(old_hidden[rows], old_weight, ctx.temperature, dtype).exp_()  # (c, V)
-            p_new = _log_softmax(hidden[rows], weight, ctx.temperature, dtype).exp_()
+            p_old = _log_softmax(old_hidden[rows], old_weight, ctx.temperature, ctx.dtype).exp_()  # (c, V)
+            p_new = _log_softmax(hidden[rows], weight, ctx.temperature, ctx.dtype).exp_()
             return p_new.sub_(p_old).mul_(grad_kl[rows, None])
 
         need = ctx.needs_input_grad
