@@ -123,12 +123,10 @@ def _inputs(method, logp, old_logp, advantages, mask, full_kl, generator):
                          f"got {tuple(advantages.shape)}")
     if method not in METHODS:
         raise ValueError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
-    if needs(method, "full_kl"):
-        if full_kl is None or full_kl.shape != logp.shape:
-            raise ValueError(f"--clip {method} needs full_kl (B, T), the per-token KL(pi_old || pi_theta) "
-                             "over the vocabulary: see nanoatr.scoring.full_kl")
-    else:
-        full_kl = None
+    full_kl = full_kl if needs(method, "full_kl") else None  # no other method reads it
+    if needs(method, "full_kl") and (full_kl is None or full_kl.shape != logp.shape):
+        raise ValueError(f"--clip {method} needs full_kl (B, T), the per-token KL(pi_old || pi_theta) "
+                         "over the vocabulary: see nanoatr.scoring.full_kl")
     noise = None
     if needs(method, "noise"):  # drawn on the generator's device, used on logp's
         device = generator.device if generator is not None else logp.device
@@ -303,10 +301,10 @@ def band_metrics(method: str, hp: dict) -> dict[str, Tensor]:
 def effective_band(method: str, hp: tuple) -> tuple[float, float] | None:
     """(low, high): the ratios outside which `method` cuts a token that moved the way its advantage
     pushes it (A < 0 below low, A > 0 above high; an unbounded side is inf or 0), found by probing the
-    method's own function (so a new method needs nothing more), to the last float of log w. None where
+    method's own function to the last float of log w (so a new method needs nothing more). None where
     the cut is not a function of w alone: it depends on pi_old (trgppo, dynamic, kl3-adaptive: probed at
-    pi_old = 1 and 0.01, each rule monotone in it), on the full-vocabulary KL, on random or covariance
-    picks, on the sequence's length, or the method never cuts (soft-gate, kl-cov)."""
+    1 and 0.01, each rule monotone in it), on the full-vocabulary KL, on random or covariance picks, on
+    the sequence's length, or the method never cuts (soft-gate, kl-cov)."""
     fn, hp = METHODS[method], dict(hp)
     if needs(method, "full_kl") or needs(method, "noise"):
         return None

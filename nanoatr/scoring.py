@@ -83,8 +83,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
 
 def token_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, *, temperature: float = 1.0,
                    chunk_size: int = CHUNK, with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
-    """log pi(targets) (B, T) and optionally the entropy (B, T) of pi = softmax(hidden @ weight.T /
-    temperature).
+    """log pi(targets) (B, T), and its entropy if asked, of pi = softmax(hidden @ weight.T / temperature).
 
     hidden (B, T, D) final-norm hidden states, weight (V, D) the lm_head, targets (B, T) token ids
     (valid ids everywhere; padding positions may hold any id).  Logits are float32, `chunk_size`
@@ -215,8 +214,7 @@ class Reference:
 
     @torch.no_grad()
     def logprobs(self, prompt_ids, prompt_mask, tokens, temperature: float):
-        """log pi_ref (B, T) of the completion tokens, at the sampling temperature (as the policy is
-        scored)."""
+        """log pi_ref (B, T) of the completion tokens at the sampling temperature, as the policy's."""
         with self.adapters_off(), self.precision():
             return score(self.model, prompt_ids, prompt_mask, tokens, temperature).logp
 
