@@ -123,12 +123,10 @@ def _inputs(method, logp, old_logp, advantages, mask, full_kl, generator):
                          f"got {tuple(advantages.shape)}")
     if method not in METHODS:
         raise ValueError(f"--clip must be one of {', '.join(METHODS)} (got {method!r})")
-    if needs(method, "full_kl"):
-        if full_kl is None or full_kl.shape != logp.shape:
-            raise ValueError(f"--clip {method} needs full_kl (B, T), the per-token KL(pi_old || pi_theta) "
-                             "over the vocabulary: see nanoatr.scoring.full_kl")
-    else:
-        full_kl = None
+    full_kl = full_kl if needs(method, "full_kl") else None  # no other method reads it
+    if needs(method, "full_kl") and (full_kl is None or full_kl.shape != logp.shape):
+        raise ValueError(f"--clip {method} needs full_kl (B, T), the per-token KL(pi_old || pi_theta) "
+                         "over the vocabulary: see nanoatr.scoring.full_kl")
     noise = None
     if needs(method, "noise"):  # drawn on the generator's device, used on logp's
         device = generator.device if generator is not None else logp.device
@@ -303,14 +301,15 @@ def band_metrics(method: str, hp: dict) -> dict[str, Tensor]:
 def effective_band(method: str, hp: tuple) -> tuple[float, float] | None:
     """(low, high): the ratios outside which `method` cuts a token that moved the way its advantage
     pushes it (A < 0 below low, A > 0 above high; an unbounded side is inf or 0), found by probing the
-    method's own function (so a new method needs nothing more). None where the cut is not a function
-    of w alone: it depends on pi_old (trgppo, dynamic), on the full-vocabulary KL, on random or
-    covariance picks, on the sequence's length, or the method never cuts (soft-gate, kl-cov)."""
+    method's own function to the last float of log w (so a new method needs nothing more). None where
+    the cut is not a function of w alone: it depends on pi_old (trgppo, dynamic, kl3-adaptive: probed at
+    1 and 0.01, each rule monotone in it), on the full-vocabulary KL, on random or covariance picks, on
+    the sequence's length, or the method never cuts (soft-gate, kl-cov)."""
     fn, hp = METHODS[method], dict(hp)
     if needs(method, "full_kl") or needs(method, "noise"):
         return None
 
-    def cuts(log_w: Tensor, sign: float, q: float = 0.3, length: int = 1) -> Tensor:
+    def cuts(log_w: Tensor, sign: float, q: float = 1.0, length: int = 1) -> Tensor:
         lw = log_w.to(torch.float64)[:, None].expand(-1, length)
         t = Tokens(lw.exp(), lw, torch.full_like(lw, sign), torch.ones_like(lw, dtype=torch.bool),
                    torch.full_like(lw, math.log(q)), None, None)
@@ -328,9 +327,9 @@ def effective_band(method: str, hp: tuple) -> tuple[float, float] | None:
             continue
         first = int(cut.int().argmax())
         inner, outer = (float(side[first - 1]) if first else 0.0), float(side[first])
-        for _ in range(30):  # bisect between the last kept and the first cut log w: to 4e-12
-            mid = (inner + outer) / 2
-            inner, outer = (mid, outer) if not cuts(torch.tensor([mid]), sign)[0] else (inner, mid)
+        while (mid := (inner + outer) / 2) not in (inner, outer):  # bisect to two adjacent floats
+            cut_mid = cuts(torch.tensor([mid], dtype=torch.float64), sign)[0]
+            inner, outer = (inner, mid) if cut_mid else (mid, outer)
         edges.append(outer)
     if edges == [-math.inf, math.inf]:
         return None

@@ -75,10 +75,13 @@ def unified_clip(ratio: Tensor, advantages: Tensor, inside: Tensor):
     return loss, cut & (ratio < 1), cut & (ratio > 1)
 
 
-def dual_clip_bound(loss: Tensor, t: Tokens, c: float):
-    """Dual clip for A < 0: loss = min(loss, -A c), i.e. the gradient is also cut when w > c."""
+def with_dual_clip(clipped: tuple, t: Tokens, c: float):
+    """A ratio clip's (loss, cut_low, cut_high) dual-clipped for A < 0: loss = min(loss, -A c), i.e. the
+    gradient is also cut when w > c (in cut_high, and the metric dual_clip_frac)."""
+    loss, low, high = clipped
+    dual = (t.advantages < 0) & (t.ratio > c)
     loss = torch.where(t.advantages < 0, torch.minimum(loss, -t.advantages * c), loss)
-    return loss, (t.advantages < 0) & (t.ratio > c)
+    return loss, low, high | dual, {"dual_clip_frac": dual}
 
 
 def centred_cov(t: Tokens) -> Tensor:
@@ -131,9 +134,7 @@ def dual_clip(t: Tokens, eps: float = 0.2, dual_clip_c: float = 3.0):
     Ye et al. 2020 (arXiv 1912.09729); verl compute_policy_loss_vanilla.  Defaults: verl's eps 0.2,
     c = 3 (the DAPO and Clip-Cov scripts set c = 10).  Flags: eps, dual_clip_c.
     """
-    loss, low, high = ratio_clip(t.ratio, t.advantages, 1 - eps, 1 + eps)
-    loss, dual = dual_clip_bound(loss, t, dual_clip_c)
-    return loss, low, high | dual, {"dual_clip_frac": dual}
+    return with_dual_clip(ratio_clip(t.ratio, t.advantages, 1 - eps, 1 + eps), t, dual_clip_c)
 
 
 def dynamic(t: Tokens, eps_low: float = 0.16, eps_high: float = 0.2, dual_clip_c: float = 10.0):
@@ -150,9 +151,7 @@ def dynamic(t: Tokens, eps_low: float = 0.16, eps_high: float = 0.2, dual_clip_c
     q = t.old_logp.exp()
     lower = 0.5 + 0.5 * torch.sqrt(torch.clamp(1 - 4 * eps_low / q, min=0))
     upper = torch.clamp(0.5 + 0.5 * torch.sqrt(1 + 4 * eps_high / q), max=max(dual_clip_c, 10.0))
-    loss, low, high = ratio_clip(t.ratio, t.advantages, lower, upper)
-    loss, dual = dual_clip_bound(loss, t, dual_clip_c)
-    return loss, low, high | dual, {"dual_clip_frac": dual}
+    return with_dual_clip(ratio_clip(t.ratio, t.advantages, lower, upper), t, dual_clip_c)
 
 
 @uses("noise")

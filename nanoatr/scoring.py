@@ -11,6 +11,8 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
+CHUNK = 512  # rows of logits at a time by default: O(CHUNK * V) memory, whatever B x T
+
 
 # ----------------------------------------------------------------------------
 # Log-probs, entropy and full-vocabulary KL from hidden states, chunk by chunk
@@ -18,6 +20,22 @@ from torch import Tensor, nn
 def _log_softmax(hidden: Tensor, weight: Tensor, temperature: float, dtype) -> Tensor:
     """log softmax(hidden @ weight.T / temperature) in `dtype`: (c, D) -> (c, V); one (c, V) temporary."""
     return (hidden @ weight.T).to(dtype).div_(temperature).log_softmax(-1)
+
+
+def _chunked_backward(ctx, hidden, weight, need_h: bool, need_w: bool, dz):
+    """The gradients of hidden (N, D) and weight (V, D) (None where not needed) through z = h W^T / tau,
+    one chunk of ctx.chunk_size rows at a time: dz(rows) is d out / d z of those rows, (c, V) in ctx.dtype."""
+    grad_h = torch.empty_like(hidden) if need_h else None
+    grad_w = torch.zeros_like(weight, dtype=ctx.dtype) if need_w else None
+    for i in range(0, hidden.shape[0], ctx.chunk_size):
+        rows = slice(i, i + ctx.chunk_size)
+        d = dz(rows).div_(ctx.temperature)  # d out / d (h W^T)
+        if need_h:
+            grad_h[rows] = d.to(weight.dtype) @ weight
+        if need_w:
+            grad_w.addmm_(d.T, hidden[rows].to(ctx.dtype))
+        del d  # free it before the next chunk's logits exist
+    return grad_h, None if grad_w is None else grad_w.to(weight.dtype)
 
 
 class _ChunkedLogprobs(torch.autograd.Function):
@@ -43,40 +61,29 @@ class _ChunkedLogprobs(torch.autograd.Function):
                 entropy[i:i + chunk_size] = -logp_all.exp().mul_(logp_all).sum(-1)
             del logp_all  # free it before the next chunk's logits exist
         ctx.save_for_backward(hidden, weight, targets, entropy)
-        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        ctx.temperature, ctx.chunk_size, ctx.dtype = temperature, chunk_size, dtype
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
         hidden, weight, targets, entropy = ctx.saved_tensors
-        need_h, need_w = ctx.needs_input_grad[:2]
-        dtype = torch.promote_types(hidden.dtype, torch.float32)
-        grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros_like(weight, dtype=dtype) if need_w else None
-        c, tau = ctx.chunk_size, ctx.temperature
-        for i in range(0, hidden.shape[0], c):
-            h, y = hidden[i:i + c], targets[i:i + c, None]
-            logp_all = _log_softmax(h, weight, tau, dtype)  # (c, V), recomputed
+
+        def dz(rows: slice) -> Tensor:  # -p (gH (log p + H) + g) + onehot(y) g, recomputed
+            logp_all = _log_softmax(hidden[rows], weight, ctx.temperature, ctx.dtype)  # (c, V)
             p = logp_all.exp()
-            g = grad_logp[i:i + c, None] if grad_logp is not None else torch.zeros_like(p[:, :1])
-            if grad_entropy is not None:  # dz = -p (gH (log p + H) + g), reusing logp_all's memory
-                dz = (logp_all.add_(entropy[i:i + c, None]).mul_(grad_entropy[i:i + c, None])
-                      .add_(g).mul_(p).neg_())
-            else:
-                dz = p.mul_(-g)
-            dz.scatter_add_(1, y, g).div_(tau)  # + onehot(y) g;  z = h W^T / tau
-            if need_h:
-                grad_h[i:i + c] = dz.to(weight.dtype) @ weight
-            if need_w:
-                grad_w.addmm_(dz.T, h.to(dtype))
-            del logp_all, p, dz  # free them before the next chunk's logits exist
-        return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None
+            g = grad_logp[rows, None] if grad_logp is not None else torch.zeros_like(p[:, :1])
+            if grad_entropy is None:
+                return p.mul_(-g).scatter_add_(1, targets[rows, None], g)
+            return (logp_all.add_(entropy[rows, None]).mul_(grad_entropy[rows, None]).add_(g).mul_(p).neg_()
+                    .scatter_add_(1, targets[rows, None], g))
+
+        grad_h, grad_w = _chunked_backward(ctx, hidden, weight, *ctx.needs_input_grad[:2], dz)
+        return grad_h, grad_w, None, None, None, None
 
 
 def token_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, *, temperature: float = 1.0,
-                   chunk_size: int = 512, with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
-    """log pi(targets) (B, T) and optionally the entropy (B, T) of pi = softmax(hidden @ weight.T /
-    temperature).
+                   chunk_size: int = CHUNK, with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    """log pi(targets) (B, T), and its entropy if asked, of pi = softmax(hidden @ weight.T / temperature).
 
     hidden (B, T, D) final-norm hidden states, weight (V, D) the lm_head, targets (B, T) token ids
     (valid ids everywhere; padding positions may hold any id).  Logits are float32, `chunk_size`
@@ -115,31 +122,25 @@ class _ChunkedFullKL(torch.autograd.Function):
             kl[i:i + chunk_size] = log_ratio.mul_(old.exp_()).sum(-1)
             del new, old, log_ratio  # free them before the next chunk's logits exist
         ctx.save_for_backward(hidden, old_hidden, weight, old_weight)
-        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        ctx.temperature, ctx.chunk_size, ctx.dtype = temperature, chunk_size, dtype
         return kl
 
     @staticmethod
     def backward(ctx, grad_kl):
         hidden, old_hidden, weight, old_weight = ctx.saved_tensors
-        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
-        dtype = torch.promote_types(hidden.dtype, torch.float32)
-        grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros_like(weight, dtype=dtype) if need_w else None
-        c, tau = ctx.chunk_size, ctx.temperature
-        for i in range(0, hidden.shape[0], c):
-            h = hidden[i:i + c]
-            p_old = _log_softmax(old_hidden[i:i + c], old_weight, tau, dtype).exp_()  # (c, V)
-            dz = _log_softmax(h, weight, tau, dtype).exp_().sub_(p_old).mul_(grad_kl[i:i + c, None]).div_(tau)
-            if need_h:
-                grad_h[i:i + c] = dz.to(weight.dtype) @ weight
-            if need_w:
-                grad_w.addmm_(dz.T, h.to(dtype))
-            del p_old, dz  # free them before the next chunk's logits exist
-        return grad_h, None, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
+
+        def dz(rows: slice) -> Tensor:  # (p_new - p_old) gKL, recomputed
+            p_old = _log_softmax(old_hidden[rows], old_weight, ctx.temperature, ctx.dtype).exp_()  # (c, V)
+            p_new = _log_softmax(hidden[rows], weight, ctx.temperature, ctx.dtype).exp_()
+            return p_new.sub_(p_old).mul_(grad_kl[rows, None])
+
+        need = ctx.needs_input_grad
+        grad_h, grad_w = _chunked_backward(ctx, hidden, weight, need[0], need[2], dz)
+        return grad_h, None, grad_w, None, None, None
 
 
 def full_kl(hidden: Tensor, old_hidden: Tensor, weight: Tensor, *, old_weight: Optional[Tensor] = None,
-            temperature: float = 1.0, chunk_size: int = 512) -> Tensor:
+            temperature: float = 1.0, chunk_size: int = CHUNK) -> Tensor:
     """KL(pi_old(.|s_t) || pi_theta(.|s_t)) over the whole vocabulary at each position, (B, T) float32.
 
     The input of --clip kl-full and truly-ppo. pi_old's (B, T, V) log-probs are never stored: the caller
@@ -213,8 +214,7 @@ class Reference:
 
     @torch.no_grad()
     def logprobs(self, prompt_ids, prompt_mask, tokens, temperature: float):
-        """log pi_ref (B, T) of the completion tokens, at the sampling temperature (as the policy is
-        scored)."""
+        """log pi_ref (B, T) of the completion tokens at the sampling temperature, as the policy's."""
         with self.adapters_off(), self.precision():
             return score(self.model, prompt_ids, prompt_mask, tokens, temperature).logp
 

@@ -175,7 +175,8 @@ def test_score_is_the_tempered_softmax_by_hand(tiny_model, temperature):
     ids = torch.tensor([[0] * (P - len(p)) + p for p in PROMPTS])
     mask = torch.tensor([[False] * (P - len(p)) + [True] * len(p) for p in PROMPTS])
     with torch.no_grad():
-        logp = score(model, ids, mask, completions, temperature).logp
+        logp, entropy, hidden = score(model, ids, mask, completions, temperature)
+    assert entropy is None and hidden is None  # not asked for: not computed, not kept
     for i, p in enumerate(PROMPTS):
         c = completions[i].tolist()
         z = raw_logits(model, p + c)[len(p) - 1:-1]
