@@ -235,14 +235,12 @@ def attention_layout(input_ids, attention_mask, position_ids, cache):
     without one, padding (attention_mask 0) is masked and positions count real tokens only."""
     B, S = input_ids.shape
     offset = cache.length if cache is not None else 0
+    key_valid = None if attention_mask is None else attention_mask.bool()  # (B, K)
     if cache is not None:
-        cache.valid[:, offset:offset + S] = True if attention_mask is None else attention_mask.bool()
-        key_valid = cache.valid[:, :offset + S]  # (B, K)
-        mask = None if offset == 0 and key_valid.all() else build_mask(key_valid, S, offset)
-    elif attention_mask is not None and not attention_mask.bool().all():
-        mask = build_mask(attention_mask.bool(), S, 0)
-    else:
-        mask = None
+        cache.valid[:, offset:offset + S] = True if key_valid is None else key_valid
+        key_valid = cache.valid[:, :offset + S]
+    plain = key_valid is None or (offset == 0 and key_valid.all())
+    mask = None if plain else build_mask(key_valid, S, offset)
     if position_ids is None:
         if attention_mask is not None and cache is None:
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -335,13 +333,10 @@ def blocked_lm_head(h, w):
 def init_weights(model: Qwen3, std: float = 0.02, seed: int = 0):
     """Random init for training from scratch (the embedded default's warm-start)."""
     g = torch.Generator().manual_seed(seed)
-    for name, p in model.named_parameters():
-        if p.dim() == 1:
-            nn.init.ones_(p)  # norm weights
-        else:
-            with torch.no_grad():
-                p.copy_(torch.randn(p.shape, generator=g) * std)
-    # Residual projections scaled down with depth, as in GPT-2, so activations start O(1).
-    for block in model.model.layers:
-        for lin in (block.self_attn.o_proj, block.mlp.down_proj):
-            lin.weight.data.mul_(1 / math.sqrt(2 * model.config.num_hidden_layers))
+    with torch.no_grad():
+        for p in model.parameters():  # the norms' weights (1-D) 1, the matrices N(0, std^2)
+            p.copy_(torch.ones_like(p) if p.dim() == 1 else torch.randn(p.shape, generator=g) * std)
+        # Residual projections scaled down with depth, as in GPT-2, so activations start O(1).
+        for block in model.model.layers:
+            for lin in (block.self_attn.o_proj, block.mlp.down_proj):
+                lin.weight.mul_(1 / math.sqrt(2 * model.config.num_hidden_layers))
