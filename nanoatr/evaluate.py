@@ -193,7 +193,12 @@ def summarize(verdicts: Sequence[Sequence[bool]], ks: Iterable[int]) -> dict:
     evaluations pair problem by problem."""
     out = {}
     for k in ks:
-        _check(verdicts, k)
+        if not verdicts:
+            raise ValueError("no problems to score")
+        fewest = min(range(len(verdicts)), key=lambda i: len(verdicts[i]))
+        if len(verdicts[fewest]) < k:
+            raise ValueError(f"@{k} needs at least {k} samples per problem; problem {fewest} has "
+                             f"{len(verdicts[fewest])}")
         out[f"mean@{k}"] = 100 * (sum(sum(v) / len(v) for v in verdicts) / len(verdicts))
         out[f"pass@{k}"] = 100 * (sum(pass_at_k(len(v), sum(v), k) for v in verdicts) / len(verdicts))
     return out | {"correct": [sum(v) for v in verdicts]}
@@ -209,12 +214,3 @@ def verdicts_by_problem(rows: Iterable[dict]) -> list[list[bool]]:
             raise ValueError(f"repeated sample {row['sample']} of problem {row['problem_id']!r}")
         samples[row["sample"]] = bool(row["correct"])
     return [[grouped[pid][j] for j in sorted(grouped[pid])] for pid in sorted(grouped)]
-
-
-def _check(verdicts: Sequence[Sequence[bool]], k: int) -> None:
-    if not verdicts:
-        raise ValueError("no problems to score")
-    fewest = min(range(len(verdicts)), key=lambda i: len(verdicts[i]))
-    if len(verdicts[fewest]) < k:
-        raise ValueError(f"@{k} needs at least {k} samples per problem; "
-                         f"problem {fewest} has {len(verdicts[fewest])}")

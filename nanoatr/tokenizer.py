@@ -55,21 +55,19 @@ def read_json(path: Path) -> dict:
     return d
 
 
-def eos_ids(value, where: Path) -> list[int]:
-    ids = value if isinstance(value, list) else [] if value is None else [value]
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        raise TokenizerError(f"{where}: eos_token_id must be a token id or a list of them (found {value!r})")
-    return ids
-
-
 def eos_token_ids(tokenizer, *model_dirs) -> list[int]:
     """EOS ids: the tokenizer's, and those of every model directory given (a base and its adapter, say):
     the union of the tokenizer's, generation_config.json's and config.json's, so that a sample never runs
     past a token that any of them calls an end (docs/library.md#tokenizer)."""
     ids = {tokenizer.eos_token_id}
     for d in filter(None, model_dirs):
-        for name in ("generation_config.json", "config.json"):
-            ids.update(eos_ids(read_json(Path(d, name)).get("eos_token_id"), Path(d, name)))
+        for path in (Path(d, "generation_config.json"), Path(d, "config.json")):
+            value = read_json(path).get("eos_token_id")
+            found = value if isinstance(value, list) else [] if value is None else [value]
+            if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in found):
+                raise TokenizerError(f"{path}: eos_token_id must be a token id or a list of them (found "
+                                     f"{value!r})")
+            ids.update(found)
     return sorted(ids)
 
 
