@@ -2,14 +2,10 @@
 
 Shared by eval.py, the periodic evaluation in train.py and the warm-start scripts, so that every
 number in the logs and the README comes from the same code path. ``verdicts`` is one list of booleans
-per problem (did sample j solve problem i), each sampled n >= k times.
-
-- Mean@k: the expected accuracy of one sample: c/n per problem (all n samples), averaged over problems.
-- Pass@k: the chance that at least one of k samples is correct, by the unbiased estimator
-  1 - C(n-c, k) / C(n, k) (Chen et al. 2021), not "any of the first k", which is noisier.
-
-``summarize`` reports percent, as the paper's tables do. Why so, and the evaluation's entropy:
-docs/library.md#evaluate"""
+per problem (did sample j solve problem i), each sampled n >= k times: Mean@k is c/n per problem (all n
+samples), Pass@k the unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021, not "any of the first
+k", which is noisier), each averaged over problems, in percent as the paper's tables. Why so, and the
+evaluation's entropy: docs/library.md#evaluate"""
 import math
 import re
 import time

@@ -106,21 +106,13 @@ def accumulating(scorer: nn.Module, sync: bool):
 
 
 def all_gather(items: list, d: Dist) -> list:
-    """Every rank's list, concatenated in rank order (the order of the prompts they were given)."""
+    """Every rank's list, concatenated in rank order (the order of the prompts they were given); rank 0's
+    value of x on every rank is all_gather([x], d)[0] (a run name made from the clock)."""
     if d.world == 1:
         return list(items)
     out = [None] * d.world
     dist.all_gather_object(out, items)
     return [x for part in out for x in part]
-
-
-def broadcast(obj, d: Dist):
-    """Rank 0's value of obj on every rank (e.g. a run name made from the clock)."""
-    if d.world == 1:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def barrier(d: Dist):

@@ -113,8 +113,8 @@ class Session:
         self.cfg = cfg = self.configure(cfg)
         # The run folder first, before minutes of loading: a used name, a second process on the same
         # run, a read-only or full disk are one line now. Only rank 0 writes (and holds the lock).
-        path = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.broadcast(
-            cfg.name or unique_name(self.prefix or cfg.clip), d)
+        path = Path(cfg.resume) if cfg.resume else Path(cfg.out_dir) / distributed.all_gather(
+            [cfg.name or unique_name(self.prefix or cfg.clip)], d)[0]  # rank 0's name
         self.folder = RunFolder(path, resuming=bool(cfg.resume), branch_of=branch and (Path(run_dir), chosen))
         if d.main:
             self.folder.claim()
