@@ -1,9 +1,8 @@
 """LoRA through peft: adapters on our Qwen3, saved in peft's own format, loaded back, merged.
 
-Our Qwen3 names its modules as transformers' Qwen3ForCausalLM does, so an adapter saved here loads
-there and one made there loads here. peft replaces the targeted nn.Linear modules in place, inside our
-model, which therefore works as before; the PeftModel around it saves, switches the adapters off and
-merges. peft (~5 s to import) is imported inside the functions that use it: docs/library.md#lora"""
+An adapter saved here loads on transformers' Qwen3ForCausalLM and one made there loads here (the same
+module names). peft's layers live inside our model, which works as before; the PeftModel around it saves,
+switches the adapters off and merges. Why so, and peft imported where used: docs/library.md#lora"""
 import contextlib
 import json
 import sys

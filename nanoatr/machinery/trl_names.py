@@ -1,10 +1,8 @@
 """TRL's flag names told ours: an unknown flag that is a TRL name gets our flag, its value converted.
 
-TRL (GRPOConfig, transformers' TrainingArguments) counts optimizer steps; nanoatr counts rollout steps, each
---minibatches x --epochs optimizer steps (docs/from-trl.md, "Counting batches"). A hint converts a TRL
-value with the command line's own --minibatches and --epochs (else their defaults): `--max_steps 200` is
-"TRL's --max_steps 200 is --steps 100 here at --minibatches 2 (...)".
-"""
+TRL counts optimizer steps, nanoatr rollout steps (PER_ROLLOUT_STEP; docs/from-trl.md, "Counting batches"):
+a hint converts with the command line's own --minibatches and --epochs (else their defaults), e.g. "TRL's
+--max_steps 200 is --steps 100 here at --minibatches 2 (...)"."""
 import math
 
 # TRL's names (GRPOConfig, SFTConfig, the `trl` scripts' flags) for what our flags set. Where the meaning

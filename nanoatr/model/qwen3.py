@@ -241,11 +241,10 @@ def attention_layout(input_ids, attention_mask, position_ids, cache):
         key_valid = cache.valid[:, :offset + S]
     plain = key_valid is None or (offset == 0 and key_valid.all())
     mask = None if plain else build_mask(key_valid, S, offset)
-    if position_ids is None:
-        if attention_mask is not None and cache is None:
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        else:
-            position_ids = torch.arange(offset, offset + S, device=input_ids.device).expand(B, S)
+    if position_ids is None and attention_mask is not None and cache is None:  # count real tokens only
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    elif position_ids is None:
+        position_ids = torch.arange(offset, offset + S, device=input_ids.device).expand(B, S)
     return mask, position_ids
 
 
