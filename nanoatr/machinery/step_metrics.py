@@ -1,7 +1,6 @@
 """A GRPO step's metrics line, over every rank: what metrics.jsonl logs of it (rewards, accuracy, lengths,
 group shares, the loss and its clipping statistics, the lr, timings, throughput), and the progress bar's."""
 import functools
-import math
 
 import torch
 
@@ -17,11 +16,10 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
     `times`: the seconds of rollout (1.-3.) and training (4.-5.). `lr` is the rate of the step's first
     optimizer step (its others follow learning_rate); reward_mean and accuracy are the task's reward,
     reward/overlong the mean penalty added to it under --overlong-buffer."""
-    cfg, right = run.cfg, correct(run, batch)
-    shown = completions(run, batch, right[:cfg.log_completions].tolist()) if cfg.log_completions else None
+    cfg, mine = run.cfg, correct(run, batch)
     drawn = {"first": draws["first"].rewards, "first_right": correct(run, draws["first"]),
              "rounds": [draws["rounds"]], "tokens": [draws["tokens"]]} if draws else {}  # --dynamic-sampling
-    every = gathered(run.d, {"rewards": batch.rewards, "lengths": batch.mask.sum(-1), "right": right,
+    every = gathered(run.d, {"rewards": batch.rewards, "lengths": batch.mask.sum(-1), "right": mine,
                              "finished": batch.finished, "per_function": batch.rewards_per_function,
                              "losses": [loss for u in updates for loss in u["losses"]],
                              "stats": [s for u in updates for s in u["stats"]]} | drawn)
@@ -43,8 +41,8 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
                 "sampling_rounds": sum(every["rounds"]) / run.d.world}
     sampled = sum(every["tokens"]) if draws else lengths.sum().item()
     trained = cfg.epochs * lengths.sum().item()  # each epoch's minibatches cover every row once
-    if shown is not None:  # Session.log_step moves them to samples.jsonl
-        row["completions"] = shown
+    if cfg.log_completions:  # this rank's first ones; Session.log_step moves them to samples.jsonl
+        row["completions"] = completions(run, batch, mine[:cfg.log_completions].tolist())
     return row | stats | times | throughput(sampled, trained, times)
 
 
@@ -58,12 +56,12 @@ def gathered(d: distributed.Dist, mine: dict) -> dict:
 
 def completions(run, batch: Rollout, right: list[bool]) -> list[dict]:
     """This rank's first len(right) completions as text: the prompt, the completion, the total reward, each
-    function's (None: unscored) and the verdict `right` (--log-completions)."""
+    function's (NaN: unscored, null in samples.jsonl) and the verdict `right` (--log-completions)."""
     texts = completion_texts(run.tok, batch.tokens[:len(right)], batch.mask[:len(right)])
     each = [[] for _ in texts] if batch.rewards_per_function is None else batch.rewards_per_function.tolist()
     return [{"prompt": run.tok.decode(batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist()),
              "completion": text, "reward": float(batch.rewards[i]), "correct": right[i],
-             **{f"reward/{f}": None if math.isnan(r) else r for f, r in zip(run.rewards.names, each[i])}}
+             **{f"reward/{f}": r for f, r in zip(run.rewards.names, each[i])}}
             for i, text in enumerate(texts)]
 
 
@@ -95,12 +93,11 @@ def throughput(sampled: float, trained: float, times: dict) -> dict:
 
 
 def reward_means(run, scores) -> dict:
-    """reward/<name>: each reward function's mean over the step's completions it scored (None: none), of
-    `scores` (N, F) over every rank; {} for none ([]: bench/gpu_smoke.py's batch, graded elsewhere)."""
+    """reward/<name>: each reward function's mean over the step's completions it scored (NaN: none, null in
+    metrics.jsonl), of `scores` (N, F) over every rank; {} for none ([]: bench/gpu_smoke.py's batch)."""
     if len(scores) == 0:
         return {}
-    return {f"reward/{name}": None if math.isnan(m) else m
-            for name, m in zip(run.rewards.names, scores.nanmean(0).tolist())}
+    return {f"reward/{name}": m for name, m in zip(run.rewards.names, scores.nanmean(0).tolist())}
 
 
 def merge_stats(stats: list[dict]) -> dict:

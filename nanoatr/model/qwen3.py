@@ -221,9 +221,8 @@ def build_mask(key_valid, q_len: int, offset: int):
 
     A query always sees itself, so a padding query never has an empty row (which would give NaN).
     """
-    K = key_valid.shape[1]
     q_slot = torch.arange(offset, offset + q_len, device=key_valid.device)[:, None]  # (S, 1)
-    k_slot = torch.arange(K, device=key_valid.device)[None, :]  # (1, K)
+    k_slot = torch.arange(key_valid.shape[1], device=key_valid.device)[None, :]  # (1, K)
     causal = k_slot <= q_slot
     return ((causal & key_valid[:, None, :]) | (k_slot == q_slot))[:, None]
 
@@ -257,9 +256,8 @@ class KVCache:
     """
 
     def __init__(self, cfg: Qwen3Config, batch: int, max_len: int, dtype, device, windows: bool = True):
-        """windows: decode steps may attend over windows wider than the filled slots (rollout.DecodePlan):
-        then each layer gets its own zeroed tensors (an unfilled slot's weight 0 times a NaN is still NaN).
-        Otherwise one uninitialised block, viewed per layer (why one block: docs/library.md#qwen3)."""
+        """windows (decode steps may read past the filled slots: rollout.DecodePlan): each layer gets its own
+        zeroed tensors; otherwise one uninitialised block, viewed per layer (why: docs/library.md#qwen3)."""
         shape = (batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
         L = cfg.num_hidden_layers
         if windows:
