@@ -31,8 +31,7 @@ def check_targets(targets) -> str | None:
         # scoring.token_logprobs reads lm_head.weight itself: a LoRA on lm_head would be silently ignored.
         return ("--lora-targets: lm_head is not supported (log-probs use lm_head.weight directly, chunk by "
                 "chunk)")
-    unknown = sorted(set(targets) - set(TARGETS) - {"embed_tokens"})
-    if unknown:
+    if unknown := sorted(set(targets) - set(TARGETS) - {"embed_tokens"}):
         return f"--lora-targets: {unknown[0]!r} is not a Qwen3 projection (choose from {', '.join(TARGETS)})"
     return None
 

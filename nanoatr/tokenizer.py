@@ -98,8 +98,7 @@ def generation_defaults(*model_dirs) -> tuple[dict, Path | None]:
 def format_prompt(tokenizer, problem, template: str | None = None, system_prompt: str | None = None,
                   enable_thinking: bool | None = None) -> str:
     """The text the model continues. `problem` has .question and optionally .messages (chat rows)."""
-    ignored = ignored_prompt_flags(tokenizer, template, system_prompt, enable_thinking)
-    if ignored:
+    if ignored := ignored_prompt_flags(tokenizer, template, system_prompt, enable_thinking):
         raise TokenizerError(ignored)
     use_chat = template is None and getattr(tokenizer, "chat_template", None)
     if not use_chat:

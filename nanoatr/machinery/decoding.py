@@ -72,10 +72,8 @@ class StepRunner:
         """launch, and after a failed compile the eager step from then on (in this process)."""
         try:
             self.launch(s, window)
-        except torch.OutOfMemoryError:
-            raise
         except Exception as err:  # compiling failed (no Triton, an unsupported op...): nothing ran yet
-            if self.step is self.eager:
+            if self.step is self.eager or isinstance(err, torch.OutOfMemoryError):  # no compile to blame
                 raise
             warnings.warn(f"torch.compile of the decode step failed ({type(err).__name__}: "
                           f"{str(err)[:200]}); decoding uncompiled from now on")

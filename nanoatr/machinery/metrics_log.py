@@ -211,10 +211,10 @@ def repair_jsonl(path: Path, max_step: int | None = None):
         return
     rows, bad, torn = jsonl_rows(path)
     kept = [(line, row) for line, row in rows if not past(row, max_step)]
-    if bad or torn or len(kept) < len(rows):
+    dropped = len(rows) - len(kept)
+    if bad or torn or dropped:
         replace_bytes(path, b"".join(line + b"\n" for line, _ in kept))
-    if bad or len(kept) < len(rows):
-        done = ([f"cut {len(bad)} unreadable line(s) (a torn write)"] if bad else []) + \
-               ([f"dropped {len(rows) - len(kept)} row(s) past step {max_step}, the checkpoint's (they are "
-                 "redone)"] if len(kept) < len(rows) else [])
+    done = [f"cut {len(bad)} unreadable line(s) (a torn write)"] * bool(bad) + \
+        [f"dropped {dropped} row(s) past step {max_step}, the checkpoint's (they are redone)"] * bool(dropped)
+    if done:
         warn(f"{'warning' if bad else 'note'}: {path}: " + "; ".join(done))

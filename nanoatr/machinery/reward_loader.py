@@ -80,8 +80,7 @@ def from_flags(specs: list[str], weights: list[float], builtin: Callable) -> Rew
         if not math.isfinite(torch.tensor(float(w), dtype=torch.float32).item()):  # rewards are float32
             raise ConfigError(f"--reward-weights: {w} is too large for float32, the rewards' precision "
                               f"(at most {torch.finfo(torch.float32).max:.3g})")
-    twice = [n for n in names if names.count(n) > 1]
-    if twice:
+    if twice := [n for n in names if names.count(n) > 1]:
         raise ConfigError(f"--reward: two functions named {twice[0]}; metrics.jsonl logs each by its name "
                           "(reward/<name>)")
     return Rewards(tuple(functions), tuple(names), tuple(float(w) for w in weights))
