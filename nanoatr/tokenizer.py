@@ -87,9 +87,8 @@ def generation_defaults(*model_dirs) -> tuple[dict, Path | None]:
             gen = read_json(path)
             found = {k: gen[k] for k in SAMPLING_DEFAULTS if gen.get(k) is not None}
             for k, v in found.items():
-                ok = isinstance(v, int if k == "top_k" else (int, float)) and not isinstance(v, bool) and \
-                    (0 < v <= 1 if k == "top_p" else v >= 0)
-                if not ok:
+                if isinstance(v, bool) or not isinstance(v, int if k == "top_k" else (int, float)) or \
+                        not (0 < v <= 1 if k == "top_p" else v >= 0):
                     raise TokenizerError(f"{path}: {k} {v!r} is not a usable value")
             return {k: v if k == "top_k" else float(v) for k, v in found.items()}, path
     return {}, None
@@ -100,8 +99,7 @@ def format_prompt(tokenizer, problem, template: str | None = None, system_prompt
     """The text the model continues. `problem` has .question and optionally .messages (chat rows)."""
     if ignored := ignored_prompt_flags(tokenizer, template, system_prompt, enable_thinking):
         raise TokenizerError(ignored)
-    use_chat = template is None and getattr(tokenizer, "chat_template", None)
-    if not use_chat:
+    if template is not None or not getattr(tokenizer, "chat_template", None):  # no chat: the template's text
         return (template or DEFAULT_TEMPLATE).format(question=problem.question)
     messages = list(getattr(problem, "messages", None) or [{"role": "user", "content": problem.question}])
     if system_prompt is not None:

@@ -109,8 +109,7 @@ def import_file(source: str, spec: str):
     path = Path(source)
     if not path.is_file():
         raise ConfigError(f"--reward {spec}: no file {source}")
-    loaded = sys.modules.get(path.stem)
-    if loaded is not None:
+    if (loaded := sys.modules.get(path.stem)) is not None:
         if Path(getattr(loaded, "__file__", None) or "").resolve() == path.resolve():
             return loaded
         raise ConfigError(f"--reward {spec}: a module named {path.stem} is already loaded "
