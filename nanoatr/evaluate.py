@@ -158,8 +158,7 @@ def scores_line(results: dict, k: int, before: dict | None = None) -> str:
 
 
 def check_budgets(tokenizer, files: list[tuple], positions: int, prompt_kw: dict | None = None):
-    """`fits` for each (file name, problems, budget, flag); the first problem found raises a ValueError,
-    one line."""
+    """`fits` for each (file name, problems, budget, flag); the first problem found is a BudgetError."""
     for name, problems, budget, flag in files:
         if problem := fits(tokenizer, problems, budget, positions, name, flag, prompt_kw):
             raise BudgetError(problem)

@@ -67,8 +67,7 @@ def check_signatures(rewards: Rewards, problems: list[Problem], file: str) -> No
 
 def from_flags(specs: list[str], weights: list[float], builtin: Callable) -> Rewards:
     """The functions of --reward (none: the task's `builtin`), each named by its FUNCTION, with the weights
-    of --reward-weights (none: 1 each). Every problem is a ConfigError naming the flag, raised before any
-    step."""
+    of --reward-weights (none: 1 each); every problem a ConfigError naming the flag, before any step."""
     functions = [load(spec) for spec in specs] or [builtin]
     names = [spec.rpartition(":")[2] for spec in specs] or [builtin.__name__]
     weights = weights or [1.0] * len(functions)

@@ -16,10 +16,11 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
     `times`: the seconds of rollout (1.-3.) and training (4.-5.). `lr` is the rate of the step's first
     optimizer step (its others follow learning_rate); reward_mean and accuracy are the task's reward,
     reward/overlong the mean penalty added to it under --overlong-buffer."""
-    cfg, mine = run.cfg, correct(run, batch)
+    cfg, right = run.cfg, correct(run, batch)
+    shown = completions(run, batch, right[:cfg.log_completions].tolist()) if cfg.log_completions else None
     drawn = {"first": draws["first"].rewards, "first_right": correct(run, draws["first"]),
              "rounds": [draws["rounds"]], "tokens": [draws["tokens"]]} if draws else {}  # --dynamic-sampling
-    every = gathered(run.d, {"rewards": batch.rewards, "lengths": batch.mask.sum(-1), "right": mine,
+    every = gathered(run.d, {"rewards": batch.rewards, "lengths": batch.mask.sum(-1), "right": right,
                              "finished": batch.finished, "per_function": batch.rewards_per_function,
                              "losses": [loss for u in updates for loss in u["losses"]],
                              "stats": [s for u in updates for s in u["stats"]]} | drawn)
@@ -41,8 +42,8 @@ def metrics_line(run, batch: Rollout, updates: list[dict], draws: dict, times: d
                 "sampling_rounds": sum(every["rounds"]) / run.d.world}
     sampled = sum(every["tokens"]) if draws else lengths.sum().item()
     trained = cfg.epochs * lengths.sum().item()  # each epoch's minibatches cover every row once
-    if cfg.log_completions:  # this rank's first ones; Session.log_step moves them to samples.jsonl
-        row["completions"] = completions(run, batch, mine[:cfg.log_completions].tolist())
+    if shown is not None:  # Session.log_step moves them to samples.jsonl
+        row["completions"] = shown
     return row | stats | times | throughput(sampled, trained, times)
 
 

@@ -134,8 +134,7 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, cos, sin, mask, cache, layer, real=None):
-        """real: None, or the flat indices of the real tokens of x (B, S, D), when the MLP may skip
-        padding."""
+        """real: None, or the flat indices of x's (B, S, D) real tokens when the MLP may skip padding."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
         h = self.post_attention_layernorm(x)
         if real is None:
