@@ -27,7 +27,10 @@ def sweep(folder: Path, scores: dict, **fields) -> Path:
 
 def rows(capsys, *argv) -> list[list[str]]:
     assert BS.main([str(a) for a in argv]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out
+    lines = out.splitlines()  # a markdown table: a rule under the header, every row as many cells, ending in \n
+    assert out.endswith("|\n") and lines[1] == "|---" * (lines[0].count("|") - 1) + "|", out
+    assert {line.count("|") for line in lines} == {lines[0].count("|")}, out
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
 
 
@@ -106,11 +109,14 @@ def test_the_committed_edges_run_against_itself_changes_by_nothing(capsys):
     assert entropy[5:] == ["+0.000 [+0.000, +0.000]", "0 : 0"]
 
 
-def test_a_comparison_no_seed_has_in_both_is_a_row_saying_so(tmp_path, capsys):
+@pytest.mark.parametrize("sweeps", [2, 3])
+def test_a_comparison_no_seed_has_in_both_is_a_row_saying_so(tmp_path, capsys, sweeps):
+    """b's runs are of seed 1 and hold no score (a run is its method and seed, and what it logged)."""
     a = sweep(tmp_path / "a", {("clip", 0): 1.0, ("kl3", 0): 2.0})
-    b = sweep(tmp_path / "b", {("clip", 1): 1.0, ("kl3", 1): 2.0})
-    (row,) = rows(capsys, a, b, "--compare", "kl3/clip")
-    assert row == ["kl3 − clip", "heldout/mean@k", "0", "—", "—", "—", "—"]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b/results.json").write_text(json.dumps([{"method": m, "seed": 1} for m in ("clip", "kl3")]))
+    (row,) = rows(capsys, a, *[tmp_path / "b"] * (sweeps - 1), "--compare", "kl3/clip")
+    assert row == ["kl3 − clip", "heldout/mean@k", "0"] + ["—"] * (4 if sweeps == 2 else 6)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -120,11 +126,14 @@ def test_a_comparison_no_seed_has_in_both_is_a_row_saying_so(tmp_path, capsys):
     (["a", "--effect", "e", "+1", "kl3", "-0.5", "clip"], "--effect e: the weights sum to 0.5"),
     (["a"], "nothing to compare"),
     (["a", "--compare", "kl3/clip", "--score", "accuracy"], "--score accuracy: a score is"),
+    (["runs", "--compare", "kl3/clip"], "runs/results.json: not a sweep's results"),  # [{"seed": 0}]
+    (["a", "--comp", "kl3/clip"], "--comp: did you mean --compare?"),  # a flag only in full
 ])
 def test_what_cannot_be_compared_is_one_error_line(tmp_path, args, message):
     sweep(tmp_path / "a", {("clip", 0): 1.0, ("kl3", 0): 2.0})
-    (tmp_path / "broken").mkdir()
-    (tmp_path / "broken/results.json").write_text("{")
+    for name, text in [("broken", "{"), ("runs", '[{"seed": 0}]')]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(text)
     out = subprocess.run([sys.executable, str(ROOT / "scripts/between_sweeps.py"), "a", *args],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stdout == "", out.stderr
