@@ -1,7 +1,6 @@
 """nanoatr.sweep: methods x seeds of train.py, Table 3, Figure 2, the delta ablation (Figure 3)."""
 import json
 import math
-import os
 import subprocess
 import sys
 import threading
@@ -82,7 +81,8 @@ def test_delta_ablation_table_and_figure(tmp_path):
     lines = lines_of(tmp_path / "ablation.svg")
     assert lines["kl3, mean over seeds (95% band)|mean@k"] == lines["kl3, mean over seeds (95% band)|pass@k"] == 2
     assert "kl3, mean over seeds (95% band)|mean@k|band" in lines  # the interval, shaded
-    assert lines["warm start (step 0)|mean@k"] == 2
+    assert lines["warm start (step 0)|mean@k"] == 2  # from the first delta to the last
+    assert "kl3:delta=0.05|eval/mean@8|band" in lines_of(tmp_path / "curves.svg")  # Figure 2's, of 2 seeds
 
 
 def test_parse_method_and_plan(tmp_path):
@@ -366,10 +366,10 @@ def test_each_job_gets_a_gpu_of_its_own(tmp_path, monkeypatch, capsys):
         return subprocess.CompletedProcess(cmd, 0)
 
     monkeypatch.setattr(sweep.subprocess, "run", fake_train)
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 8)  # 8 cores for 2 GPUs: 4 threads a run
     sweep.main(["--clip", "clip", "kl3", "--seeds", "3", "--steps", "3", "--gpus", "3,5", "--out", str(tmp_path)])
-    threads = str(max(1, (os.cpu_count() or 1) // 2))
     assert sorted(name for name, *_ in jobs) == sorted(runs)
-    assert all(gpu in ("3", "5") and gpu not in held and n == threads for _, gpu, n, held in jobs)
+    assert all(gpu in ("3", "5") and gpu not in held and n == "4" for _, gpu, n, held in jobs)
     assert {gpu for _, gpu, *_ in jobs} == {"3", "5"} and any(held for *_, held in jobs)  # both, at once
     out = capsys.readouterr().out
     assert "6 runs (2 methods x 3 seeds, 3 steps each), 2 at a time one per GPU (3, 5)" in out
