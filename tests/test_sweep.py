@@ -240,16 +240,6 @@ def test_result_averages_the_last_two_evaluations_of_each_file(tmp_path):
     assert contrasts.difference(between, "heldout/mean@k").startswith("+0.01 [")
 
 
-def test_train_prints_each_evaluated_file():
-    from nanoatr.evaluate import scores_line
-    one = {"eval/a/mean@8": 10.0, "eval/a/pass@8": 20.0, "eval/mean@8": 10.0, "eval/pass@8": 20.0}
-    assert scores_line(one, 8, before=one) == "a Mean@8 10.0% (from 10.0%)  Pass@8 20.0%"  # the file, named
-    two = {**one, "eval/b/mean@8": 30.0, "eval/b/pass@8": 40.0, "eval/mean@8": 20.0, "eval/pass@8": 30.0}
-    assert scores_line(two, 8) == "a Mean@8 10.0%  Pass@8 20.0%; b Mean@8 30.0%  Pass@8 40.0%"
-    assert scores_line(two, 8, before=two) == \
-        "a Mean@8 10.0% (from 10.0%)  Pass@8 20.0%; b Mean@8 30.0% (from 30.0%)  Pass@8 40.0%"
-
-
 def test_compare_against_the_warm_start(tmp_path):
     for i, run in enumerate(sweep.plan(["clip", "kl3"], 2, tmp_path.resolve())):
         fake_run(run, 3, mean=31.0 + i)   # step 0 logs 30.0: every run ends 1-4 points above its start
