@@ -100,15 +100,6 @@ def test_a_score_that_is_null_or_nan_leaves_its_seed_out(tmp_path, capsys):
     assert row == ["kl3 − clip", "heldout/mean@k", "1", "+1.00", "+2.00", "+1.00", "1 : 0"]
 
 
-def test_the_committed_edges_run_against_itself_changes_by_nothing(capsys):
-    edges = ROOT / "results/edges-countdown"
-    mean, entropy = rows(capsys, edges, edges, "--compare", "kl3/clip", "--score", "heldout/mean",
-                         "heldout/entropy")
-    assert mean[:5] == ["kl3 − clip", "heldout/mean@k", "8", "+0.11", "+0.11"]  # H1 of the edges run
-    assert mean[5:] == ["+0.00 [+0.00, +0.00]", "0 : 0"]
-    assert entropy[5:] == ["+0.000 [+0.000, +0.000]", "0 : 0"]
-
-
 @pytest.mark.parametrize("sweeps", [2, 3])
 def test_a_comparison_no_seed_has_in_both_is_a_row_saying_so(tmp_path, capsys, sweeps):
     """b's runs are of seed 1 and hold no score (a run is its method and seed, and what it logged)."""

@@ -66,14 +66,6 @@ def test_paired_t_interval_against_a_hand_computation():
     assert all(math.isnan(x) for x in stats.mean_interval([]))
 
 
-def test_half_width_by_hand():
-    """scripts/runs_table.py prints mean ± half_width: sd 2 over three seeds, t(0.975, 2) = 4.303; sd sqrt(8) over
-    two, t(0.975, 1) = 12.706; one seed has no spread."""
-    assert stats.half_width([40.0, 42.0, 44.0]) == pytest.approx(4.303 * 2 / math.sqrt(3), abs=1e-3)
-    assert stats.half_width((10.0, 14.0)) == pytest.approx(12.706 * math.sqrt(8) / math.sqrt(2), abs=1e-3)
-    assert math.isnan(stats.half_width([7.0])) and math.isnan(stats.half_width([]))
-
-
 UP = {s: 2.0 + s % 2 for s in range(10)}        # A - B = 1 or 2 on every seed: interval above 0
 DOWN = {s: -1.0 - s % 2 for s in range(10)}     # -1 or -2: below 0
 ACROSS = {s: (-1.0) ** s * (1 + s) for s in range(10)}  # both signs: the interval contains 0
