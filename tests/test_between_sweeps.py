@@ -16,11 +16,12 @@ LOW = "clip-higher:eps_low=0.329,eps_high=0.2"
 HIGH = "clip-higher:eps_low=0.2,eps_high=0.422"
 
 
-def sweep(folder: Path, scores: dict, **fields) -> Path:
-    """A sweep folder whose results.json holds {(method, seed): heldout Mean@k} (None: null), and `fields`."""
+def sweep(folder: Path, scores: dict, *bare, **fields) -> Path:
+    """A sweep folder whose results.json holds {(method, seed): heldout Mean@k} (None: null), and `fields`; and
+    a run of each (method, seed) in `bare` that holds no score at all."""
     folder.mkdir()
     runs = [{"method": m, "seed": s, "heldout/mean@k": v, "heldout/entropy": None if v is None else v / 100,
-             **fields} for (m, s), v in scores.items()]
+             **fields} for (m, s), v in scores.items()] + [{"method": m, "seed": s} for m, s in bare]
     (folder / "results.json").write_text(json.dumps(runs))
     return folder
 
@@ -91,11 +92,11 @@ def test_the_change_of_a_gain_over_the_warm_start(tmp_path, capsys):
 
 
 def test_a_score_that_is_null_or_nan_leaves_its_seed_out(tmp_path, capsys):
-    """A run whose score is null (a hand-edited results.json) or NaN (an evaluation that logged none) is not a
-    number: its seed drops out of the pairing, as a missing run's does, instead of ending in a traceback."""
-    a = sweep(tmp_path / "a", {("clip", s): 10.0 for s in range(3)} | {("kl3", s): 11.0 for s in range(3)})
-    b = sweep(tmp_path / "b", {("clip", s): 10.0 for s in range(3)} | {("kl3", 0): 12.0, ("kl3", 1): None,
-                                                                       ("kl3", 2): float("nan")})
+    """A run whose score is null (a hand-edited results.json), NaN (an evaluation that logged none) or absent
+    is not a number: its seed drops out of the pairing, as a missing run's does, instead of a traceback."""
+    a = sweep(tmp_path / "a", {("clip", s): 10.0 for s in range(4)} | {("kl3", s): 11.0 for s in range(4)})
+    b = sweep(tmp_path / "b", {("clip", s): 10.0 for s in range(4)} | {("kl3", 0): 12.0, ("kl3", 1): None,
+                                                                       ("kl3", 2): float("nan")}, ("kl3", 3))
     (row,) = rows(capsys, a, b, "--compare", "kl3/clip")
     assert row == ["kl3 − clip", "heldout/mean@k", "1", "+1.00", "+2.00", "+1.00", "1 : 0"]
 
@@ -103,10 +104,8 @@ def test_a_score_that_is_null_or_nan_leaves_its_seed_out(tmp_path, capsys):
 @pytest.mark.parametrize("sweeps", [2, 3])
 def test_a_comparison_no_seed_has_in_both_is_a_row_saying_so(tmp_path, capsys, sweeps):
     """b's runs are of seed 1 and hold no score (a run is its method and seed, and what it logged)."""
-    a = sweep(tmp_path / "a", {("clip", 0): 1.0, ("kl3", 0): 2.0})
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b/results.json").write_text(json.dumps([{"method": m, "seed": 1} for m in ("clip", "kl3")]))
-    (row,) = rows(capsys, a, *[tmp_path / "b"] * (sweeps - 1), "--compare", "kl3/clip")
+    a, b = sweep(tmp_path / "a", {("clip", 0): 1.0, ("kl3", 0): 2.0}), sweep(tmp_path / "b", {}, ("clip", 1), ("kl3", 1))
+    (row,) = rows(capsys, a, *[b] * (sweeps - 1), "--compare", "kl3/clip")
     assert row == ["kl3 − clip", "heldout/mean@k", "0"] + ["—"] * (4 if sweeps == 2 else 6)
 
 
