@@ -247,13 +247,14 @@ def test_compare_against_the_warm_start(tmp_path):
 
 def test_warm_start_row_counts_each_seed_once(tmp_path):
     """Seed 0 finished under two methods, seed 1 under one: the warm start is the mean over the two seeds
-    (30 and 40), not over the three runs (33.33); --report reads the finished runs and starts no other."""
+    (30 and 40), not over the three runs (33.33); --report reads the finished runs and starts no other (kl3 at
+    delta 0.2 finished none: a row of no cells)."""
     for run in sweep.plan(["clip", "kl3"], 2, tmp_path.resolve()):
         if run.method == "clip" or run.seed == 0:
             fake_run(run, 3, mean=50.0, start=30.0 + 10 * run.seed)
-    table = report(tmp_path, ["clip", "kl3"], 2)
+    table = report(tmp_path, ["clip", "kl3", "kl3:delta=0.2"], 2)
     assert "| warm start (step 0), one value per seed | | 2 seeds | 35.00 ± 5.00 | 65.00 ± 5.00 | | |" in table
-    assert "| kl3 | delta=0.07 | 1/2 | 50.00 |" in table
+    assert "| kl3 | delta=0.07 | 1/2 | 50.00 |" in table and "| kl3:delta=0.2 | delta=0.2 | 0/2 | | | | |\n" in table
     assert not (tmp_path / "kl3-s1").exists() and not (tmp_path / "sweep.json").exists()  # --report: no run
 
 
