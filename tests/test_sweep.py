@@ -268,8 +268,10 @@ def test_the_settings_line_shows_each_flag_as_train_py_took_it(tmp_path):
     fake_run(sweep.plan(["clip"], 1, tmp_path.resolve())[0], 32, mean=31.0)
     sweep.main(["--task", "countdown", "--clip", "clip", "--seeds", "1", "--out", str(tmp_path), "--report", "--",
                 "--lr", "5e-5"])
-    settings = next(line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("Settings"))
+    text = (tmp_path / "table.md").read_text()
+    settings = next(line for line in text.splitlines() if line.startswith("Settings"))
     assert "--lr 5e-5" in settings and "1e-4" not in settings and settings.count("--lr") == 1
+    assert "A − B" not in text  # one arm: nothing to compare
 
 
 def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
@@ -277,7 +279,8 @@ def test_the_report_notes_the_runs_changed_on_resume(tmp_path):
     changes = [{"step": 2, "eval_every": {"from": 0, "to": 1}, "save_every": {"from": 50, "to": 1}}]
     for run in sweep.plan(["clip", "kl3"], 1, tmp_path.resolve()):  # clip without step 0, kl3 changed on resume
         fake_run(run, 3, mean=31.0, **({"start": None} if run.method == "clip" else {"changes": changes}))
-    table = report(tmp_path, ["clip", "kl3"], 1)
+    table = report(tmp_path, ["clip", "kl3"], 1, "--reject", "kl3/clip", "mean", "1")
+    assert "- kl3 − clip, Mean@8: a gain of 1 or more is not rejected (1 seed(s): no test); Holm" in table
     assert "\nChanged on resume (config.json's \"changes\"):\n- kl3-s0: at step 2: --eval-every 0 -> 1, " \
            "--save-every 50 -> 1\n" in table
     assert "clip-s0:" not in table
