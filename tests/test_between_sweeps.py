@@ -80,17 +80,6 @@ def test_an_effect_pairs_by_seed_over_the_seeds_both_sweeps_finished(tmp_path, c
     assert row == ["low", "heldout/mean@k", "3", "+1.00", "+3.00", "+2.00 [-0.48, +4.48]", "3 : 0"]
 
 
-def test_the_change_of_a_gain_over_the_warm_start(tmp_path, capsys):
-    """kl3/warm-start reads each run's own step 0 (heldout/mean@k_start): the gains 1, 1 (first sweep) and
-    2, 4 (second) change by 1 and 3: mean 2, sd sqrt(2), se 1, t(0.975, 1) = 12.706 -> 2 -+ 12.71."""
-    start = {"heldout/mean@k_start": 10.0}
-    a = sweep(tmp_path / "a", {("kl3", 0): 11.0, ("kl3", 1): 11.0}, **start)
-    b = sweep(tmp_path / "b", {("kl3", 0): 12.0, ("kl3", 1): 14.0}, **start)
-    (row,) = rows(capsys, a, b, "--compare", "kl3/warm-start")
-    assert row == ["kl3 − warm-start", "heldout/mean@k", "2", "+1.00", "+3.00", "+2.00 [-10.71, +14.71]",
-                   "2 : 0"]
-
-
 def test_a_score_that_is_null_or_nan_leaves_its_seed_out(tmp_path, capsys):
     """A run whose score is null (a hand-edited results.json), NaN (an evaluation that logged none) or absent
     is not a number: its seed drops out of the pairing, as a missing run's does, instead of a traceback."""
