@@ -16,12 +16,12 @@ LOW = "clip-higher:eps_low=0.329,eps_high=0.2"
 HIGH = "clip-higher:eps_low=0.2,eps_high=0.422"
 
 
-def sweep(folder: Path, scores: dict, *bare, **fields) -> Path:
-    """A sweep folder whose results.json holds {(method, seed): heldout Mean@k} (None: null), and `fields`; and
-    a run of each (method, seed) in `bare` that holds no score at all."""
+def sweep(folder: Path, scores: dict, *bare) -> Path:
+    """A sweep folder whose results.json holds {(method, seed): heldout Mean@k} (None: null), and a run of each
+    (method, seed) in `bare` that holds no score at all."""
     folder.mkdir()
-    runs = [{"method": m, "seed": s, "heldout/mean@k": v, "heldout/entropy": None if v is None else v / 100,
-             **fields} for (m, s), v in scores.items()] + [{"method": m, "seed": s} for m, s in bare]
+    runs = [{"method": m, "seed": s, "heldout/mean@k": v, "heldout/entropy": None if v is None else v / 100}
+            for (m, s), v in scores.items()] + [{"method": m, "seed": s} for m, s in bare]
     (folder / "results.json").write_text(json.dumps(runs))
     return folder
 
