@@ -25,9 +25,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
 import stats  # noqa: E402  (scripts/stats.py)
 from contrasts import (Contrast, contrast_of, difference, digits, effects_of, score_key,  # noqa: E402
                        term_values)
+from nanoatr.machinery.flags import Parser  # noqa: E402  (a bad flag is one error line)
 
 
 def read_results(folder: Path) -> list[dict]:
@@ -96,8 +98,8 @@ def trend_table(sweeps: list[list[dict]], contrasts: list[Contrast], keys: list[
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweeps", type=Path, nargs="+", metavar="SWEEP",
                         help="two sweep folders (their results.json) sharing seeds and arm names; three or "
                              "more for the trend test, in the predicted order")

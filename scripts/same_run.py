@@ -11,11 +11,11 @@ named once. Values are compared exactly, as logged (JSON floats round-trip; NaN 
 logged the same rows and every compared value is equal, 1 when not, 2 (one `error:` line) when a run's
 metrics.jsonl is missing or unreadable.
 """
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
+from nanoatr.machinery.flags import Parser  # noqa: E402  (a bad flag is one error line)
 from nanoatr.machinery.metrics_log import jsonl_rows  # noqa: E402
 
 
@@ -72,7 +72,7 @@ def compare(a: dict, b: dict, steps: int | None) -> tuple[list[str], bool]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("first", type=Path, help="a run folder (holding metrics.jsonl)")
     ap.add_argument("second", type=Path, help="the run folder to compare with it")
     ap.add_argument("--steps", type=int, default=None, help="compare steps 0 .. STEPS only")

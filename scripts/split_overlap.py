@@ -81,7 +81,8 @@ def main(argv=None):
     ap.add_argument("--data-dir", default=str(ROOT / "data"),
                     help="holds arith/ and countdown/ (default: data)")
     ap.add_argument("--sft-steps", type=int,
-                    help="warm-start steps of the stream (default: 750 arith, 1050 countdown)")
+                    help="warm-start steps of the stream (default: the shipped warm-start's, "
+                    + ", ".join(f"{t[4]} {task}" for task, t in TASKS.items()) + ")")
     args = ap.parse_args(argv)
     for task in args.task or sorted(TASKS):
         try:

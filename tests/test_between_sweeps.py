@@ -16,18 +16,22 @@ LOW = "clip-higher:eps_low=0.329,eps_high=0.2"
 HIGH = "clip-higher:eps_low=0.2,eps_high=0.422"
 
 
-def sweep(folder: Path, scores: dict, **fields) -> Path:
-    """A sweep folder whose results.json holds {(method, seed): heldout Mean@k} (None: null), and `fields`."""
+def sweep(folder: Path, scores: dict, *bare) -> Path:
+    """A sweep folder whose results.json holds {(method, seed): heldout Mean@k} (None: null), and a run of each
+    (method, seed) in `bare` that holds no score at all."""
     folder.mkdir()
-    runs = [{"method": m, "seed": s, "heldout/mean@k": v, "heldout/entropy": None if v is None else v / 100,
-             **fields} for (m, s), v in scores.items()]
+    runs = [{"method": m, "seed": s, "heldout/mean@k": v, "heldout/entropy": None if v is None else v / 100}
+            for (m, s), v in scores.items()] + [{"method": m, "seed": s} for m, s in bare]
     (folder / "results.json").write_text(json.dumps(runs))
     return folder
 
 
 def rows(capsys, *argv) -> list[list[str]]:
     assert BS.main([str(a) for a in argv]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out
+    lines = out.splitlines()  # a markdown table: a rule under the header, every row as many cells, ending in \n
+    assert out.endswith("|\n") and lines[1] == "|---" * (lines[0].count("|") - 1) + "|", out
+    assert {line.count("|") for line in lines} == {lines[0].count("|")}, out
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
 
 
@@ -76,41 +80,22 @@ def test_an_effect_pairs_by_seed_over_the_seeds_both_sweeps_finished(tmp_path, c
     assert row == ["low", "heldout/mean@k", "3", "+1.00", "+3.00", "+2.00 [-0.48, +4.48]", "3 : 0"]
 
 
-def test_the_change_of_a_gain_over_the_warm_start(tmp_path, capsys):
-    """kl3/warm-start reads each run's own step 0 (heldout/mean@k_start): the gains 1, 1 (first sweep) and
-    2, 4 (second) change by 1 and 3: mean 2, sd sqrt(2), se 1, t(0.975, 1) = 12.706 -> 2 -+ 12.71."""
-    start = {"heldout/mean@k_start": 10.0}
-    a = sweep(tmp_path / "a", {("kl3", 0): 11.0, ("kl3", 1): 11.0}, **start)
-    b = sweep(tmp_path / "b", {("kl3", 0): 12.0, ("kl3", 1): 14.0}, **start)
-    (row,) = rows(capsys, a, b, "--compare", "kl3/warm-start")
-    assert row == ["kl3 − warm-start", "heldout/mean@k", "2", "+1.00", "+3.00", "+2.00 [-10.71, +14.71]",
-                   "2 : 0"]
-
-
 def test_a_score_that_is_null_or_nan_leaves_its_seed_out(tmp_path, capsys):
-    """A run whose score is null (a hand-edited results.json) or NaN (an evaluation that logged none) is not a
-    number: its seed drops out of the pairing, as a missing run's does, instead of ending in a traceback."""
-    a = sweep(tmp_path / "a", {("clip", s): 10.0 for s in range(3)} | {("kl3", s): 11.0 for s in range(3)})
-    b = sweep(tmp_path / "b", {("clip", s): 10.0 for s in range(3)} | {("kl3", 0): 12.0, ("kl3", 1): None,
-                                                                       ("kl3", 2): float("nan")})
+    """A run whose score is null (a hand-edited results.json), NaN (an evaluation that logged none) or absent
+    is not a number: its seed drops out of the pairing, as a missing run's does, instead of a traceback."""
+    a = sweep(tmp_path / "a", {("clip", s): 10.0 for s in range(4)} | {("kl3", s): 11.0 for s in range(4)})
+    b = sweep(tmp_path / "b", {("clip", s): 10.0 for s in range(4)} | {("kl3", 0): 12.0, ("kl3", 1): None,
+                                                                       ("kl3", 2): float("nan")}, ("kl3", 3))
     (row,) = rows(capsys, a, b, "--compare", "kl3/clip")
     assert row == ["kl3 − clip", "heldout/mean@k", "1", "+1.00", "+2.00", "+1.00", "1 : 0"]
 
 
-def test_the_committed_edges_run_against_itself_changes_by_nothing(capsys):
-    edges = ROOT / "results/edges-countdown"
-    mean, entropy = rows(capsys, edges, edges, "--compare", "kl3/clip", "--score", "heldout/mean",
-                         "heldout/entropy")
-    assert mean[:5] == ["kl3 − clip", "heldout/mean@k", "8", "+0.11", "+0.11"]  # H1 of the edges run
-    assert mean[5:] == ["+0.00 [+0.00, +0.00]", "0 : 0"]
-    assert entropy[5:] == ["+0.000 [+0.000, +0.000]", "0 : 0"]
-
-
-def test_a_comparison_no_seed_has_in_both_is_a_row_saying_so(tmp_path, capsys):
-    a = sweep(tmp_path / "a", {("clip", 0): 1.0, ("kl3", 0): 2.0})
-    b = sweep(tmp_path / "b", {("clip", 1): 1.0, ("kl3", 1): 2.0})
-    (row,) = rows(capsys, a, b, "--compare", "kl3/clip")
-    assert row == ["kl3 − clip", "heldout/mean@k", "0", "—", "—", "—", "—"]
+@pytest.mark.parametrize("sweeps", [2, 3])
+def test_a_comparison_no_seed_has_in_both_is_a_row_saying_so(tmp_path, capsys, sweeps):
+    """b's runs are of seed 1 and hold no score (a run is its method and seed, and what it logged)."""
+    a, b = sweep(tmp_path / "a", {("clip", 0): 1.0, ("kl3", 0): 2.0}), sweep(tmp_path / "b", {}, ("clip", 1), ("kl3", 1))
+    (row,) = rows(capsys, a, *[b] * (sweeps - 1), "--compare", "kl3/clip")
+    assert row == ["kl3 − clip", "heldout/mean@k", "0"] + ["—"] * (4 if sweeps == 2 else 6)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -120,11 +105,14 @@ def test_a_comparison_no_seed_has_in_both_is_a_row_saying_so(tmp_path, capsys):
     (["a", "--effect", "e", "+1", "kl3", "-0.5", "clip"], "--effect e: the weights sum to 0.5"),
     (["a"], "nothing to compare"),
     (["a", "--compare", "kl3/clip", "--score", "accuracy"], "--score accuracy: a score is"),
+    (["runs", "--compare", "kl3/clip"], "runs/results.json: not a sweep's results"),  # [{"seed": 0}]
+    (["a", "--comp", "kl3/clip"], "--comp: did you mean --compare?"),  # a flag only in full
 ])
 def test_what_cannot_be_compared_is_one_error_line(tmp_path, args, message):
     sweep(tmp_path / "a", {("clip", 0): 1.0, ("kl3", 0): 2.0})
-    (tmp_path / "broken").mkdir()
-    (tmp_path / "broken/results.json").write_text("{")
+    for name, text in [("broken", "{"), ("runs", '[{"seed": 0}]')]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(text)
     out = subprocess.run([sys.executable, str(ROOT / "scripts/between_sweeps.py"), "a", *args],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stdout == "", out.stderr

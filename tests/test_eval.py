@@ -9,7 +9,7 @@ import pytest
 
 import eval as eval_cli
 from nanoatr.data import TASKS
-from nanoatr.evaluate import summarize, verdicts_by_problem
+from nanoatr.evaluate import scores_line, summarize, verdicts_by_problem
 from conftest import error_line, jsonl
 from tiny import make_model_dir
 
@@ -187,3 +187,12 @@ def test_an_out_file_row_json_cannot_read_into_python_is_one_line(tmp_path, caps
     out = tmp_path / "e.jsonl"
     out.write_text('{"settings": {}}\n' + line + "\n" + '{"settings": {}}\n')
     assert error_line(capsys, eval_cli.read_done, out).startswith(f"error: {out}:2: not an eval.py row")
+
+
+def test_train_prints_each_evaluated_file():
+    one = {"eval/a/mean@8": 10.0, "eval/a/pass@8": 20.0, "eval/mean@8": 10.0, "eval/pass@8": 20.0}
+    assert scores_line(one, 8, before=one) == "a Mean@8 10.0% (from 10.0%)  Pass@8 20.0%"  # the file, named
+    two = {**one, "eval/b/mean@8": 30.0, "eval/b/pass@8": 40.0, "eval/mean@8": 20.0, "eval/pass@8": 30.0}
+    assert scores_line(two, 8) == "a Mean@8 10.0%  Pass@8 20.0%; b Mean@8 30.0%  Pass@8 40.0%"
+    assert scores_line(two, 8, before=two) == \
+        "a Mean@8 10.0% (from 10.0%)  Pass@8 20.0%; b Mean@8 30.0% (from 30.0%)  Pass@8 40.0%"

@@ -47,14 +47,15 @@ def make_run(root, name, clip, steps=30, eval_every=10):
 
 
 def lines_of(svg: Path) -> dict[str, int]:
-    """gid "<label>|<metric>" -> number of points of that line, read back from the SVG."""
+    """gid "<label>|<metric>" -> number of points of that line (its distinct x positions), read back from the
+    SVG."""
     root = ET.parse(svg).getroot()
     out = {}
     for g in root.iter(NS + "g"):
         gid = g.get("id", "")
         if "|" in gid:
-            path = next(g.iter(NS + "path"))
-            out[gid] = path.get("d").count("L") + 1
+            path = next(g.iter(NS + "path")).get("d").split()
+            out[gid] = len({x for i, x in enumerate(path[1:], 1) if path[i - 1] in "ML"})
     return out
 
 

@@ -38,7 +38,7 @@ def fake_run(root, name, evals: dict, names=NAMES, k=8, seed=0, clip="kl3", hpar
             row.update({f"eval/{n}/mean@{k}": m, f"eval/{n}/pass@{k}": p})
         row[f"eval/mean@{k}"] = sum(m for m, _ in values) / len(values)
         row[f"eval/pass@{k}"] = sum(p for _, p in values) / len(values)
-        lines += [json.dumps({"step": step, "loss": 0.1}), json.dumps(row)]
+        lines += [json.dumps(row), json.dumps({"step": step, "loss": 0.1})]  # read by kind, not by order
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return str(run)
 
@@ -220,19 +220,20 @@ def test_runs_table_from_tiny_train_runs(tmp_path, capsys):
            "--eval-max-new-tokens 8, top-k off\n" in out
 
 
-def test_runs_that_differ_only_where_and_how_they_ran_are_one_method_in_one_table(tmp_path, capsys):
-    """Seed 0 ran before a few flags existed (its config.json lacks them: it ran with the defaults) and was
-    started in the repository with relative paths; seed 1 also sent its metrics to TensorBoard and was started
-    elsewhere with absolute paths; seed 2 with ./-prefixed ones: the same files (compared by file, not
-    spelling), so one table and one kl3 row of n = 3 (results/ holds runs from before today's flags)."""
+def test_runs_that_differ_only_where_and_how_they_ran_are_one_method_in_one_table(tmp_path, capsys, monkeypatch):
+    """Seed 0 ran before a few flags existed (its config.json lacks them: it ran with the defaults), the folder
+    it started in among them: its relative paths are the repository's files, found from anywhere; seed 1 also
+    sent its metrics to TensorBoard and was started elsewhere with absolute paths; seed 2 in the repository
+    with ./-prefixed ones: the same files (compared by file, not spelling), so one table and one kl3 row of
+    n = 3 (results/ holds runs from before today's flags)."""
     runs = seed_runs(tmp_path)
-    spellings = [(str(ROOT), "data/arith/train.jsonl", "data/arith/heldout.jsonl"),
-                 ("/elsewhere", str(ROOT / "data/arith/train.jsonl"), str(ROOT / "data/arith/heldout.jsonl")),
-                 (str(ROOT), "./data/arith/train.jsonl", "./data/arith/heldout.jsonl")]
-    for seed, (run, (workdir, data, held_out)) in enumerate(zip(runs, spellings)):
+    monkeypatch.chdir(tmp_path)  # not the repository: its files are found from where each run started
+    for seed, (run, workdir, at) in enumerate(zip(runs, ("", "/elsewhere", str(ROOT)), ("", f"{ROOT}/", "./"))):
         config = strict_file(Path(run, "config.json"))
-        config |= {"workdir": workdir, "data": data, "eval_data": [held_out]}
-        for flag in ("lr_scheduler", "warmup_steps", "mask_truncated", "reward", "report_to") if seed == 0 else ():
+        config |= {"workdir": workdir, "model": at + "data/tiny-qwen3", "data": at + "data/arith/train.jsonl",
+                   "eval_data": [at + "data/arith/heldout.jsonl"]}
+        for flag in ("lr_scheduler", "warmup_steps", "mask_truncated", "reward", "report_to", "workdir") \
+                if seed == 0 else ():
             del config[flag]
         config |= {"report_to": ["tensorboard"]} if seed == 1 else {}
         Path(run, "config.json").write_text(json.dumps(config))

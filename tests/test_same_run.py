@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import same_run  # noqa: E402  (scripts/same_run.py)
+from conftest import error_line  # noqa: E402
 
 
 def run(folder: Path, rows: list[dict]) -> Path:
@@ -37,20 +38,24 @@ def test_the_same_computation_at_other_speeds_is_identical(tmp_path, capsys):
 
 def test_one_bit_of_one_metric_is_a_difference_and_later_steps_can_be_left_out(tmp_path, capsys):
     nudged = [dict(r) for r in TRAIN]
-    nudged[2]["loss"] = math.nextafter(TRAIN[2]["loss"], 1.0)  # step 3's loss, one unit in the last place up
+    nudged[2] |= {"loss": math.nextafter(TRAIN[2]["loss"], 1.0), "clip_frac_low": math.nan}  # one ulp up; NaN
     a, b = run(tmp_path / "a", [EVAL0, *TRAIN]), run(tmp_path / "b", [EVAL0, *nudged])
     assert same_run.main([str(a), str(b)]) == 1
-    assert f"step 3 train: loss {TRAIN[2]['loss']!r} vs {nudged[2]['loss']!r}" in capsys.readouterr().out
-    assert same_run.main([str(a), str(b), "--steps", "2"]) == 0
+    assert f"step 3 train: clip_frac_low 0.02 vs nan, loss {TRAIN[2]['loss']!r} vs {nudged[2]['loss']!r}" in \
+        capsys.readouterr().out
+    assert same_run.main([str(a), str(b), "--steps", "2"]) == 0  # steps 0 to 2, 2 too
+    assert capsys.readouterr().out.splitlines()[-1] == "step 2 train: identical (2 metrics)"
+    assert error_line(capsys, same_run.main, [str(a), str(b), "--step", "2"]).endswith("did you mean --steps?")
 
 
 def test_a_row_one_run_lacks_is_a_difference_and_equal_non_finite_values_are_equal(tmp_path, capsys):
     odd = {"step": 2, "loss": math.nan, "kl3": math.inf, "w": [0.5, -math.inf, math.nan]}
-    a, b = run(tmp_path / "a", [TRAIN[0], odd, EVAL0]), run(tmp_path / "b", [TRAIN[0], odd, TRAIN[2]])
+    a, b = run(tmp_path / "a", [TRAIN[0], odd, EVAL0]), run(tmp_path / "b", [TRAIN[0], odd | {"kl3": [math.inf]},
+                                                                          TRAIN[2]])
     assert same_run.main([str(a), str(b)]) == 1
     assert capsys.readouterr().out.splitlines() == [
         "step 0 eval: logged by the first run only", "step 1 train: identical (2 metrics)",
-        "step 2 train: identical (3 metrics)", "step 3 train: logged by the second run only"]
+        "step 2 train: kl3 inf vs [inf]", "step 3 train: logged by the second run only"]
     assert same_run.main([str(a), str(b), "--steps", "2"]) == 1 and same_run.main([str(b), str(b)]) == 0
     assert same_run.main([str(run(tmp_path / "c", TRAIN[:1])), str(run(tmp_path / "d", TRAIN[1:]))]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "no step in common"

@@ -66,14 +66,6 @@ def test_paired_t_interval_against_a_hand_computation():
     assert all(math.isnan(x) for x in stats.mean_interval([]))
 
 
-def test_half_width_by_hand():
-    """scripts/runs_table.py prints mean ± half_width: sd 2 over three seeds, t(0.975, 2) = 4.303; sd sqrt(8) over
-    two, t(0.975, 1) = 12.706; one seed has no spread."""
-    assert stats.half_width([40.0, 42.0, 44.0]) == pytest.approx(4.303 * 2 / math.sqrt(3), abs=1e-3)
-    assert stats.half_width((10.0, 14.0)) == pytest.approx(12.706 * math.sqrt(8) / math.sqrt(2), abs=1e-3)
-    assert math.isnan(stats.half_width([7.0])) and math.isnan(stats.half_width([]))
-
-
 UP = {s: 2.0 + s % 2 for s in range(10)}        # A - B = 1 or 2 on every seed: interval above 0
 DOWN = {s: -1.0 - s % 2 for s in range(10)}     # -1 or -2: below 0
 ACROSS = {s: (-1.0) ** s * (1 + s) for s in range(10)}  # both signs: the interval contains 0
@@ -91,8 +83,9 @@ def test_verdict_reads_the_interval_for_either_predicted_side(diffs, predicted, 
     assert stats.verdict(p, predicted) == expected
 
 
-def test_verdict_of_one_seed_and_a_bad_side():
-    assert stats.verdict(stats.paired({0: 5.0}, {0: 1.0}), +1) == "undecided"
+def test_verdict_of_one_seed_and_two_and_a_bad_side():
+    two = stats.paired({0: 5.0, 1: 5.1}, {0: 1.0, 1: 1.0})  # 4.05 -+ 12.706 x 0.0707 / sqrt(2) = 0.64: above 0
+    assert [stats.verdict(p, +1) for p in (stats.paired({0: 5.0}, {0: 1.0}), two)] == ["undecided", "confirmed"]
     for bad, judge in itertools.product((2, "above"), (stats.verdict, stats.p_value)):
         with pytest.raises(ValueError, match="predicted"):
             judge(stats.paired(UP, {s: 0.0 for s in range(10)}), bad)
@@ -246,6 +239,15 @@ def test_exact_detectable_tends_to_the_normal_formula_and_lies_above_the_t_appro
     assert stats.exact_detectable(10_000, 1.0) == pytest.approx(z / 100, rel=1e-3)
     gaps = [stats.exact_detectable(n, 1.0) / stats.detectable(n, 1.0) - 1 for n in (4, 8, 20)]
     assert gaps[0] > gaps[1] > 0 and abs(gaps[2]) < gaps[1], gaps   # 2.3%, 0.28%, -0.013%
+
+
+@pytest.mark.parametrize("n, mean, sd, needed", [
+    (4, 1.0, 1.0, 10), (4, -1.0, 1.0, 10),  # (2.262 + 0.883) / sqrt(10) = 0.995 <= 1 < 1.065 at 9 seeds
+    (4, 50.0, 1.0, stats.MIN_SIGN_SEEDS), (4, 0.01, 1.0, math.inf),  # 1000 seeds detect 0.0887 only
+    (4, 0.0, 0.0, math.inf), (1, 5.0, math.nan, math.nan)])
+def test_seeds_needed_by_hand(n, mean, sd, needed):
+    got = stats.seeds_needed(stats.Paired(n, mean, sd, math.nan, math.nan, 0, 0, 1.0))
+    assert got == needed or math.isnan(got) and math.isnan(needed)
 
 
 def test_exact_detectable_gives_the_edges_runs_figures():

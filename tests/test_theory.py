@@ -73,14 +73,6 @@ def test_figure1_svg(tmp_path):
     assert any(label.startswith("ratio clip, ε = 1 − l_δ = 0.329") for label in lines)
 
 
-def test_main_prints_agreement(tmp_path, capsys):
-    """The agreement table always; Figure 1 too where matplotlib is installed (--figure '' skips it)."""
-    from test_plot import HAS_MATPLOTLIB
-    theory.main(["--states", "60", "--figure", str(tmp_path / "f.svg") if HAS_MATPLOTLIB else ""])
-    out = capsys.readouterr().out
-    assert "paper     X-" in out and "nanoatr   X+" in out and (tmp_path / "f.svg").is_file() == HAS_MATPLOTLIB
-
-
 def test_main_without_matplotlib_prints_the_numbers_and_one_line(tmp_path, monkeypatch, capsys):
     """Exercise 9 asks students to run the script; matplotlib is optional (requirements-dev.txt)."""
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
@@ -94,7 +86,8 @@ def test_main_without_matplotlib_prints_the_numbers_and_one_line(tmp_path, monke
 
 
 def test_default_figure_is_not_a_tracked_file(tmp_path, monkeypatch, capsys):
-    """A student's run writes under runs/ (ignored); the docs' figure changes only when asked for by path."""
+    """A student's run writes under runs/ (ignored); the docs' figure changes only when asked for by path
+    (--figure PATH; '' skips it)."""
     assert theory.FIGURE.startswith("runs/")
     if shutil.which("git") and (ROOT / ".git").exists():
         assert subprocess.run(["git", "check-ignore", "-q", theory.FIGURE], cwd=ROOT).returncode == 0
@@ -107,3 +100,6 @@ def test_default_figure_is_not_a_tracked_file(tmp_path, monkeypatch, capsys):
     assert (tmp_path / theory.FIGURE).is_file() and (tmp_path / theory.FIGURE).with_suffix(".png").is_file()
     assert (ROOT / "docs/figure1-kl3.svg").read_bytes() == docs
     assert f"wrote {theory.FIGURE}" in capsys.readouterr().out
+    theory.main(["--states", "60", "--figure", "f.svg"])
+    theory.main(["--states", "60", "--figure", ""])
+    assert "paper     X-" in capsys.readouterr().out and sorted(p.name for p in tmp_path.glob("*.svg")) == ["f.svg"]
