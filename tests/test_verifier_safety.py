@@ -114,7 +114,10 @@ def test_adversarial(completion, tmp_path, monkeypatch):
     ("1.5e1000", "1.5e1001"),  # |k| <= MAX_SCI_EXP
     # C(n, k)'s width bound k (log2 n/k + 1.443) <= MAX_BITS: in floats, exactly 4096.0 at k = 107 and this n
     ("\\binom{13138272416510}{107}", "\\binom{13138272416511}{107}"),
-    ("4^{2048 + 10^{-30}\\sqrt{2}}", "4^{2048 + 10^{-12}\\sqrt{2}}")])  # |exponent| x 2 bits <= MAX_BITS
+    ("2^{4096 + 10^{-30}\\sqrt{2}}", "2^{4096 + 10^{-12}\\sqrt{2}}"),  # |exponent| (x 1 bit) <= MAX_EXP (MAX_BITS)
+    ("9" * 200, "9" * 201), ("(" * 23 + "1" + ")" * 23, "(" * 24 + "1" + ")" * 24),  # digits; depth 24 (with the 1)
+    ("\\sqrt{\\frac{1}{3 \\cdot 2^{253}}}", "\\sqrt{\\frac{1}{3 \\cdot 2^{254}}}"),  # radicand bits (both sides) <= 256
+    ("\\sin(1 + 10^{-12} i)", "\\sin(1 + 1.2 \\cdot 10^{-12} i)")])  # a real argument: imaginary part <= 1e-12
 def test_huge_values_are_refused_before_they_are_built(at, past):
     """`past` is refused; `at`, on a bound (not over it), is built."""
     if at is not None:
