@@ -216,39 +216,25 @@ COMPLETIONS = [
     (boxed("27"), 27.0, True), (boxed("34"), 34, True), (None, "1", False), (boxed("None"), None, False),  # non-str
     (boxed("True"), True, False), ("Answer: " + "1" * 400, "1" * 400, True), ("Answer: " + "1" * 401, "1" * 401, False),
     ("The sum is 34.\nAnswer: 34", "34", True),                         # DAPO's required last line
-    ("Lots of work...\nAnswer: $34$", "34", True),
     ("answer: 34", "34", True),
     ("**Answer:** **73**", "73", True),                                 # markdown bold
     ("Answer: \\frac{1}{2}.", "0.5", True),
-    ("The answer is 12.", "12", True),
-    ("The final answer is $\\frac{3}{4}$. I hope it is correct.", "0.75", True),
-    ("Final Answer: The final answer is $42$. I hope it is correct.", "42", True),
     ("So the answer is: **6**", "6", True),
     ("Therefore the answer is $\\boxed{6}$.", "6", True),
     ("\\boxed{5}.\n\nLater: \\boxed{7}", "7", True),                     # the LAST box counts
-    ("\\boxed{5}.\n\nLater: \\boxed{7}", "5", False),
     ("\\boxed{5} and then later \\boxed{7}", "7", False),              # different boxes, one group: a hedge
-    ("\\boxed{5} and then later \\boxed{7}", "5", False),
-    ("\\boxed{840} ... \\boxed{840}", "840", True),
-    ("\\boxed{840} ... \\boxed{840}", "840840", False),                # boxes never concatenate
     ("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\frac{\\sqrt2}{2}", True),      # nested braces
     ("\\boxed{\\{1,2\\}}", "1, 2", True),                               # escaped braces inside the box
     ("so $\\boxed 5$", "5", True),                                      # \boxed without braces
-    ("\\fbox{7}", "7", True),
-    ("\\boxed{}", "0", False),
     ("The result is \\boxed{12", "12", False),                          # truncated: unclosed box
     ("\\boxed{3} hmm wait, \\boxed{\\frac{12}", "3", False),
     ("We compute 3 + 31 = 34", "34", False),                            # no marker: last number never counts
-    ("34", "34", False),
-    ("The values are 1, 5, 34. So 34", "34", False),
     ("", "34", False),
     ("\\boxed{6}\n\nI am confident the answer is correct.", "6", True), # chatter after the box
     ("\\boxed{6}\nAnswer: 7", "7", True),                               # later marker wins
     ("Answer: 7\n\\boxed{6}", "6", True),
     ("\\boxed{6}\n**Final Answer:** 7", "7", True),
     ("\\boxed{5}. To double-check the answer: 2+3=5.", "5", True),  # mid-line "answer:" is chatter
-    ("Answer: 34 because 30+4", "34", True),                           # prose after the answer
-    ("Answer: 34 or 35", "34", False),                                  # a hedge
     ("x" * 10_000 + "\\boxed{9}", "9", True),                           # long completion
     ("\\boxed{9}" + "x" * 19_991, "9", True), ("\\boxed{9}" + "x" * 19_992, "9", False),  # the last 20,000 chars
     ("Answer: 5\nAnswer: " + "\\," * 200 + "5", "5", False),  # 400 chars at most, in every answer
@@ -261,23 +247,14 @@ STATEMENTS = [
     ("Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac34", True),
     ("The perimeter follows.\n\n**Final Answer**\n\\[ 42 \\]", "42", True),
     ("### Final Answer\n\n$42$", "42", True),
-    ("So, the answer is: 12", "12", True),
     ("The answer is 10.\nHmm, I missed a case; with it the answer is 12.", "12", True),
-    ("The answer is 10.\nHmm, I missed a case; with it the answer is 12.", "10", False),
     ("Answer: 10\n\nAnswer: 12", "12", False),                       # two final answers: a hedge
     ("Answer: 10\n\nWait, I missed the empty set.\n\nAnswer: 12", "12", True),  # a correction
     ("The answer is 12. Or maybe the answer is 13.", "13", False),
-    ("The answer to the question is $7$.", "7", True),
-    ("The answers are $2$ and $5$.", "2, 5", True),
     ("So $\\frac{5}{3}$ is the final answer.", "\\frac53", True),
     ("The answer is 12 marbles, since each bag holds 3.", "12", True),
-    ("The answer is $12$, or possibly $13$.", "12", False),
     ("The answer is 12 or 13.", "12", False),
-    ("Answer: The total is 64.", "64", True),
-    ("#### 42", "42", True),
     ("<think>6*7</think>\n<answer>42</answer>", "42", True),
-    ("<think>6*7</think>\n<answer>42", "42", False),  # cut off inside the tag
-    ("The correct option is (D).", "D", True),
     ("I believe the answer is correct.", "5", False),
     ("The answer is $x = 4$.", "4", True),
 ]

@@ -255,6 +255,8 @@ def test_relations_equal_up_to_a_factor():
     # (y = 10^{-13}x was 10^{13}y = x one way only), constant to 1e-9 of itself (10^{-10}\sqrt{n} passed one way)
     assert eq("10^{-12} x = 0", "x = 0") and eq("y = 10^{-13} x", "10^{13} y = x")
     assert not eq("10^{-13} x = 0", "x = 0") and not eq(r"10^{-10}\sqrt{n}(n + 1) = 0", "n + 1 = 0")
+    p = [v.real for v in symbol("x").approx]  # both sides 0 at two of the fixed points: the third one decides
+    assert eq(f"2(x - {p[1]!r})(x - {p[2]!r}) = 0", f"(x - {p[1]!r})(x - {p[2]!r}) = 0")
 
 
 EQUIVALENCE_TABLE = ["5", "(A) 5", "A", r"5\%", "0.05", "x = 5", r"\{5\}", "5, 5", "(5)", r"\{5, 6\}", "5, 6",
