@@ -216,7 +216,6 @@ COMPLETIONS = [
     (boxed("27"), 27.0, True), (boxed("34"), 34, True), (None, "1", False), (boxed("None"), None, False),  # non-str
     (boxed("True"), True, False), ("Answer: " + "1" * 400, "1" * 400, True), ("Answer: " + "1" * 401, "1" * 401, False),
     ("The sum is 34.\nAnswer: 34", "34", True),                         # DAPO's required last line
-    ("answer: 34", "34", True),
     ("**Answer:** **73**", "73", True),                                 # markdown bold
     ("Answer: \\frac{1}{2}.", "0.5", True),
     ("So the answer is: **6**", "6", True),
@@ -243,7 +242,6 @@ COMPLETIONS = [
 
 # Statements without a box: the last one counts; the answer is its first math span or leading value.
 STATEMENTS = [
-    ("Adding the cases, the answer is 12", "12", True),
     ("Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac34", True),
     ("The perimeter follows.\n\n**Final Answer**\n\\[ 42 \\]", "42", True),
     ("### Final Answer\n\n$42$", "42", True),

@@ -255,6 +255,8 @@ def test_relations_equal_up_to_a_factor():
     # (y = 10^{-13}x was 10^{13}y = x one way only), constant to 1e-9 of itself (10^{-10}\sqrt{n} passed one way)
     assert eq("10^{-12} x = 0", "x = 0") and eq("y = 10^{-13} x", "10^{13} y = x")
     assert not eq("10^{-13} x = 0", "x = 0") and not eq(r"10^{-10}\sqrt{n}(n + 1) = 0", "n + 1 = 0")
+    assert not eq(r"(1 + 4 \cdot 10^{-9}\sqrt{x})(y - x) = 0", "y = x")  # k varies by 1.3e-9 of itself
+    assert not eq("3x - 3x = 0", "2x - 2x = 0")  # 0 at every point: no k (no equation in x)
     p = [v.real for v in symbol("x").approx]  # both sides 0 at two of the fixed points: the third one decides
     assert eq(f"2(x - {p[1]!r})(x - {p[2]!r}) = 0", f"(x - {p[1]!r})(x - {p[2]!r}) = 0")
 
