@@ -140,6 +140,11 @@ def test_sft_takes_a_hub_id_and_names_a_missing_directory(offline, tmp_path, cap
     assert not (tmp_path / "m").exists()
 
 
+def test_the_older_cli_where_hf_is_not_installed(monkeypatch):
+    monkeypatch.setattr(files.shutil, "which", lambda *a, **kw: None)  # huggingface_hub < 0.34 has no `hf`
+    assert [files.hub_cli(a) for a in ("download o/m", "login")] == ["huggingface-cli download o/m", "huggingface-cli login"]
+
+
 @pytest.mark.parametrize("action", ["download tiny-org/absent", "login"])
 def test_the_hub_command_the_errors_name_is_installed(action):
     """The download / login command a hub error tells the user to run is one this environment has and

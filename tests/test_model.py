@@ -27,9 +27,9 @@ def padded_batch(vocab, lengths, left, seed=0):
 # at all, moves the logits): rope_theta, rms_norm_eps (0.5 dominates the mean square of these activations),
 # head_dim unlike hidden_size / heads, key-value heads 1 (MQA), 2 (GQA) and 4 (MHA), tied embeddings,
 # attention biases, the number of layers, max_position_embeddings (RoPE has no limit: carried, never read);
-# and a config.json without the optional fields ("drop"), where each side takes its defaults.
-OPTIONAL = ("rms_norm_eps", "rope_parameters", "attention_bias", "tie_word_embeddings")
-CONFIGS = {"tiny": dict(), "defaults": dict(drop=OPTIONAL),
+# and a config.json without the optional fields ("drop"), where each side takes its defaults (head_dim 128).
+OPTIONAL = ("rms_norm_eps", "rope_parameters", "attention_bias", "tie_word_embeddings", "head_dim")
+CONFIGS = {"tiny": dict(), "defaults": dict(drop=OPTIONAL, head_dim=128),
            "theta-eps-tied": dict(theta=30.0, rms_norm_eps=0.5, tie=True),
            "head_dim-mqa-bias": dict(head_dim=24, num_key_value_heads=1, attention_bias=True),
            "mha-3-layers": dict(head_dim=8, num_key_value_heads=4, rms_norm_eps=0.05, theta=1e6, num_hidden_layers=3,
@@ -235,9 +235,9 @@ def test_unusable_directory_is_one_model_error_naming_the_file(hf_dir, tmp_path,
     message = str(e.value)
     assert "\n" not in message and str(path) in message, message
     named = {"directory": "does not exist", "no weights": "has no weights: expected model.safetensors",
-             "index": "model.safetensors.index", "weights": "model.safetensors",
-             "truncated": "model.safetensors",
-             "header only": "model.safetensors", "not the weights'": "config.json"}
+             "index": "model.safetensors.index", "weights": "model.safetensors", "truncated": "model.safetensors",
+             "header only": "model.safetensors", "not the weights'": "config.json",
+             "eos": "eos_token_id must be a token id or a list of them"}
     expected = next((v for k, v in named.items() if k in case), "config.json")
     assert expected in message, message
 
@@ -276,7 +276,8 @@ def test_config_token_ids_are_kept_in_saved_checkpoints(hf_dir, tmp_path):
     plain = tmp_path / "plain"
     Qwen3.from_pretrained(hf_dir[0]).save_pretrained(plain)  # as the source has them, none invented
     again = strict_file(plain / "config.json")
-    assert all(again.get(k) == config.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id"))
+    ids = ("bos_token_id", "eos_token_id", "pad_token_id")
+    assert all(again.get(k) == config.get(k) for k in ids) and not [k for k in ids if k in again and again[k] is None]
 
 
 def test_bf16_prefill_of_prompts_of_different_lengths_with_float32_weights(tiny_model):

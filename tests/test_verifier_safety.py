@@ -30,20 +30,11 @@ def _random_latex(n: int, seed: int = 0) -> str:
 
 
 ADVERSARIAL = [
-    "\\boxed{__import__('os').system('touch PWNED')}",
-    "\\boxed{__import__('pathlib').Path('PWNED').touch()}",
-    "Answer: __import__('os').system('touch PWNED')",
-    "\\boxed{open('PWNED','w').write('x')}",
-    "\\boxed{9^{9^{9^{9}}}}",
-    "\\boxed{9^{9^{9^{\\pi}}}}",
-    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
-    "\\boxed{10^{10^{10}}}",
-    "\\boxed{(1+\\sqrt{2})^{100000}}",
-    "\\boxed{x^{99999999}}",
-    "\\boxed{\\pi^{\\pi^{\\pi^{\\pi}}}}",
-    "\\boxed{1e999999999}",
-    "\\boxed{1.5\\times10^{99999999}}",
-    "\\boxed{\\sqrt[999999]{2}}",
+    "\\boxed{__import__('os').system('touch PWNED')}", "\\boxed{__import__('pathlib').Path('PWNED').touch()}",
+    "Answer: __import__('os').system('touch PWNED')", "\\boxed{open('PWNED','w').write('x')}",
+    "\\boxed{9^{9^{9^{9}}}}", "\\boxed{9^{9^{9^{\\pi}}}}", "\\boxed{2^{2^{2^{2^{2^{2}}}}}}", "\\boxed{10^{10^{10}}}",
+    "\\boxed{(1+\\sqrt{2})^{100000}}", "\\boxed{x^{99999999}}", "\\boxed{\\pi^{\\pi^{\\pi^{\\pi}}}}",
+    "\\boxed{1e999999999}", "\\boxed{1.5\\times10^{99999999}}", "\\boxed{\\sqrt[999999]{2}}",
     "\\boxed{" + "9" * 10**6 + "}",
     "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}",
     "\\boxed{" + "(" * 10_000 + "1" + ")" * 10_000 + "}",
@@ -53,9 +44,7 @@ ADVERSARIAL = [
     "\\boxed{" + "\\sqrt{" * 60 + "2" + "}" * 60 + "}",
     "\\boxed{" + "+".join(["\\sqrt{%d}" % k for k in range(2, 40)]) + "}",
     "\\boxed{" + "\\{" * 5000 + "}",
-    "\\boxed{\\frac{1}{0}}",
-    "\\boxed{0^{-1}}",
-    "\\boxed{\\frac{1}{1-1}}",
+    "\\boxed{\\frac{1}{0}}", "\\boxed{0^{-1}}", "\\boxed{\\frac{1}{1-1}}",
     "\\boxed{" + ",".join(["1"] * 200) + "}",
     "\\boxed{" + "(" * 30 + "1,2" + ")" * 30 + "}",
     "Answer: " + "1" * 10**6,
@@ -114,7 +103,10 @@ def test_adversarial(completion, tmp_path, monkeypatch):
     ("1.5e1000", "1.5e1001"),  # |k| <= MAX_SCI_EXP
     # C(n, k)'s width bound k (log2 n/k + 1.443) <= MAX_BITS: in floats, exactly 4096.0 at k = 107 and this n
     ("\\binom{13138272416510}{107}", "\\binom{13138272416511}{107}"),
-    ("4^{2048 + 10^{-30}\\sqrt{2}}", "4^{2048 + 10^{-12}\\sqrt{2}}")])  # |exponent| x 2 bits <= MAX_BITS
+    ("2^{4096 + 10^{-30}\\sqrt{2}}", "2^{4096 + 10^{-12}\\sqrt{2}}"),  # |exponent| (x 1 bit) <= MAX_EXP (MAX_BITS)
+    ("9" * 200, "9" * 201), ("(" * 23 + "1" + ")" * 23, "(" * 24 + "1" + ")" * 24),  # digits; depth 24 (with the 1)
+    ("\\sqrt{\\frac{1}{3 \\cdot 2^{253}}}", "\\sqrt{\\frac{1}{3 \\cdot 2^{254}}}"),  # radicand bits (both sides) <= 256
+    ("\\sin(1 + 10^{-12} i)", "\\sin(1 + 1.2 \\cdot 10^{-12} i)")])  # a real argument: imaginary part <= 1e-12
 def test_huge_values_are_refused_before_they_are_built(at, past):
     """`past` is refused; `at`, on a bound (not over it), is built."""
     if at is not None:

@@ -19,6 +19,7 @@ from nanoatr.verifier import verify
 from nanoatr.verifier.equal import OutOfBudget, equivalent, sympy_budget, values_equal
 from nanoatr.verifier.extract import MAX_BOXES, MAX_GAP, MAX_STATEMENTS, MAX_TAIL, extract_answer, extract_answers
 from nanoatr.verifier.parse import parse
+from nanoatr.verifier.values import symbol
 from nanoatr.verifier.shapes import (MAX_ANSWER_CHARS, MAX_ITEMS, Interval, as_intervals, canonical, list_of,
                                      match_brace, normalize)
 
@@ -75,7 +76,7 @@ def test_normalize_removes_presentation(raw, normalized):
 @pytest.mark.parametrize("raw, normalized", [
     (r"34\text{ or 35}", "34 or 35"), (r"5 \text{ not}", "5 not"), (r"5 \text{ or more}", "5 or more"),
     ("7 or more", "7 or more"), ("5 or 6", "5 or 6"), ("2 and 3", "2 and 3"), ("1,2", "1,2"),
-    ("12,34", "12,34"), (r"\neg p", r"\neg p"), (r"\nexists x", r"\nexists x")])
+    ("12,34", "12,34"), (r"\neg p", r"\neg p"), (r"\nexists x", r"\nexists x"), (r"\emptysetx", r"\emptysetx")])
 def test_normalize_keeps_what_changes_the_answer(raw, normalized):
     r"""What is not a unit stays: words like "or" / "not" after a number ("7 or more" is not 7 of a
     unit "or more"), commas that are not thousands separators (a list), and commands that only begin
@@ -183,12 +184,14 @@ def test_repeats_do_not_count_in_lists_and_sets():
 
 def test_identities_in_variables_are_tested_to_1e_minus_9():
     r"""Expressions in variables that are not rational functions (radicals, functions) are equal when
-    their values at the fixed points agree to 1e-9 relative: float rounding passes, a constant of
-    1e-7, 1e-8 or 3e-9 does not (a tolerance of 1e-3 would accept "\sqrt{x} + 10^{-7}", one of 1e-8
-    "\sqrt{x} + 3 \cdot 10^{-9}")."""
+    their values at the fixed points, spread over [0.3, 1.7], agree to 1e-9 relative: float rounding passes,
+    a constant of 1e-7, 1e-8 or 1.2e-9 does not (a tolerance of 1e-3 would accept "\sqrt{x} + 10^{-7}", one
+    of 1.5e-9 "\sqrt{x} + 1.2 \cdot 10^{-9}")."""
+    points = [v.real for name in "abcmnptxyz" for v in symbol(name).approx]
+    assert 0.3 <= min(points) < 0.35 and 1.6 < max(points) <= 1.7
     assert not eq(r"\sqrt{x} + 10^{-7}", r"\sqrt{x}")
     assert not eq(r"\sqrt{x} + 10^{-8}", r"\sqrt{x}")
-    assert not eq(r"\sqrt{x} + 3 \cdot 10^{-9}", r"\sqrt{x}")  # the points are in [0.3, 1.7]: 2.3e-9 relative or more
+    assert not eq(r"\sqrt{x} + 1.2 \cdot 10^{-9}", r"\sqrt{x}")  # x's first point is 0.68: 1.2e-9 relative
     assert not eq(r"\sin x + 10^{-8}", r"\sin x")
     assert eq(r"\sqrt{x}\sqrt{x}", "x") and eq(r"\sqrt{4x}", r"2\sqrt{x}") and eq(r"\sin^2 x + \cos^2 x", "1")
     # rational functions are also compared exactly at rational points: any nonzero constant differs
@@ -204,6 +207,7 @@ def test_values_equal_is_exact():
     assert values_equal(parse(r"(1+\sqrt2)^{10}"), parse(r"3363 + 2378\sqrt2"))
     assert not values_equal(parse(r"\sqrt{2} + 10^{-7}"), parse(r"\sqrt{2}"))
     assert not values_equal(parse(r"\sqrt{10^{60}+1} - 10^{30}"), parse("0"))  # 5e-31: beyond floats, not 0
+    assert parse(r"\sin\frac{\pi}{6}").exact == Fraction(1, 2)  # a constant's function value is evaluated
 
 
 def test_sympy_budget_bounds_the_sympy_work():
@@ -219,6 +223,11 @@ def test_sympy_budget_bounds_the_sympy_work():
                 values_equal(parse(r"\sqrt{8}"), parse(r"2\sqrt{2}"))
         assert values_equal(parse(r"\sqrt{8}"), parse(r"2\sqrt{2}"))  # the outer budget's one evaluation
     assert values_equal(parse(r"\sqrt{8}"), parse(r"2\sqrt{2}"))  # outside any budget: unlimited
+    identity = parse(r"\frac{x^2 - 4}{x - 2}"), parse("x + 2")  # in variables: 1 + 1 per exact point (2)
+    with sympy_budget(2), pytest.raises(OutOfBudget):
+        values_equal(*identity)
+    with sympy_budget(3):
+        assert values_equal(*identity)
 
 
 def test_brackets_at_infinity_are_ignored():
@@ -242,6 +251,14 @@ def test_relations_equal_up_to_a_factor():
     assert eq("x = 3", "3") and eq(r"2 \cdot 3 = 6", "6") and not eq("5 = 6", "6")
     assert eq("0 < x + y < 1", "0 < y + x < 1") and eq("0 < x + y < 1", "1 > x + y > 0")
     assert not eq("0 < x + y < 1", r"0 \le x + y < 1")
+    # a factor of 1e-12 or more (under it f is numerically 0, though 10^{-13}x = 0 is x = 0), either way round
+    # (y = 10^{-13}x was 10^{13}y = x one way only), constant to 1e-9 of itself (10^{-10}\sqrt{n} passed one way)
+    assert eq("10^{-12} x = 0", "x = 0") and eq("y = 10^{-13} x", "10^{13} y = x")
+    assert not eq("10^{-13} x = 0", "x = 0") and not eq(r"10^{-10}\sqrt{n}(n + 1) = 0", "n + 1 = 0")
+    assert not eq(r"(1 + 4 \cdot 10^{-9}\sqrt{x})(y - x) = 0", "y = x")  # k varies by 1.3e-9 of itself
+    assert not eq("3x - 3x = 0", "2x - 2x = 0")  # 0 at every point: no k (no equation in x)
+    p = [v.real for v in symbol("x").approx]  # both sides 0 at two of the fixed points: the third one decides
+    assert eq(f"2(x - {p[1]!r})(x - {p[2]!r}) = 0", f"(x - {p[1]!r})(x - {p[2]!r}) = 0")
 
 
 EQUIVALENCE_TABLE = ["5", "(A) 5", "A", r"5\%", "0.05", "x = 5", r"\{5\}", "5, 5", "(5)", r"\{5, 6\}", "5, 6",
@@ -275,7 +292,7 @@ EXTRACTIONS = [  # (completion, the final answer(s)): the package docstring's EX
     (r"the final answer is $\frac{1}{2}$.", [r"\frac{1}{2}"]), ("The answers are $1$ and $2$.", ["1, 2"]),
     ("Answer: $3$ or $4$", ["3, 4"]), ("The correct option is (B).", ["(B)"]),
     ("The answer to the question is 7.", ["7"]), ("#### 72", ["72"]), ("17 is the answer.", ["17"]),
-    ("<answer>9</answer>", ["9"]), ("<answer>9", []), ("**Final Answer**\n\\[ 42 \\]", [" 42 "]),
+    ("Answer: $$\n42\n$$", ["\n42\n"]), ("<answer>9</answer>", ["9"]), ("<answer>9", []), ("**Final Answer**\n\\[ 42 \\]", [" 42 "]),
     ("the answer is 12 apples", ["12"]), ("The answer is 12, which is even.", ["12"]),
     ("Answer: The number of ways is 120.", ["120"]),
     ("The answer is correct.", []), ("the answer is $12$, or maybe $13$", []),  # chatter; a hedge voids

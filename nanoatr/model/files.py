@@ -96,8 +96,7 @@ def config_fields(d) -> dict:
         raise ModelError(f"lacks the Qwen3 field {missing[0]!r}")
     values = {k: d[k] for k in (*SIZES, *OPTIONAL) if d.get(k) is not None}
     values["rope_theta"] = rope.get("rope_theta", d.get("rope_theta", 10_000.0))  # transformers' default
-    values.setdefault("head_dim", d["hidden_size"] // d["num_attention_heads"]
-                      if is_count(d["hidden_size"]) and is_count(d["num_attention_heads"]) else None)
+    values.setdefault("head_dim", 128)  # transformers' Qwen3Config default (not hidden_size / heads)
     for k, v in values.items():
         problem = field_problem(k, v)
         if problem:

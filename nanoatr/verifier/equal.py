@@ -276,6 +276,7 @@ def _same_relation(a: Canon, b: Canon) -> bool:
     """Equations: the same up to a nonzero factor (2x+4y-3=0 is y = -x/2 + 3/4); inequalities: up
     to a positive factor (5 < x is x > 5); chains: side by side."""
     if len(a.extra[0]) == len(b.extra[0]) == 1:
+        a, b = sorted((a, b), key=lambda c: c.text)  # one verdict, whichever side is the gold
         da, db = _difference(a), _difference(b)
         if da is not None and db is not None:
             return da[0] == db[0] and _proportional(da[1], db[1], positive=da[0] in ">≥")
@@ -299,9 +300,9 @@ def _proportional(f: Num, g: Num, positive: bool) -> bool:
                 return False
             continue
         ratios.append(x / y)
-    if not ratios or abs(ratios[0]) < 1e-12 or not _close(ratios, [ratios[0]] * len(ratios), 1e-9):
-        return False
-    k = ratios[0]
+    k = ratios[0] if ratios else 0.0
+    if abs(k) < 1e-12 or not _close([r / k for r in ratios], [1.0] * len(ratios), 1e-9):
+        return False  # f numerically 0 against g, or no one k, to 1e-9 of k (10^{-10} \sqrt{x} is not one)
     if positive and (abs(k.imag) > 1e-9 * abs(k) or k.real <= 0):
         return False
     ef, eg = _exact_values(to_sympy(f.exact)), _exact_values(to_sympy(g.exact))
