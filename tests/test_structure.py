@@ -45,19 +45,19 @@ LATE_CORE = {"machinery/flags.py"}
 MAX_CORE_UNITS = 12
 # The core's lines: 5,479 when the machinery moved out (issue 45), of which ~3k are the reading path the
 # README lists in order and the rest (data formats, tokenizer, LoRA, the verifier) read when needed. The cap
-# leaves ~4% for what the next issues add; past it, the addition belongs in the machinery or replaces lines.
-MAX_CORE_LINES = 5_700
+# left ~4% for the next issues; 5,257 when issue 56's third pass cut it: past it, an addition replaces lines.
+MAX_CORE_LINES = 5_257
 # The whole library, core and machinery: 8.2k lines when issue 45 asked for no growth (8.3k at most); +90
 # in the machinery for resuming from a chosen checkpoint into a new folder (issue 49: folder.branch_run).
 # 8,506 after flags.py's merge; 8,388 when issue 56 moved what only tools and tests use beside them
-# (scripts/plot.py, runs_table.py, sweep.py, data/make_default.py) and dropped plumbing; 8,377 by h2-lib.
-MAX_LIBRARY_LINES = 8_377
+# (scripts/plot.py, runs_table.py, sweep.py, data/make_default.py) and dropped plumbing; 8,193 by its third.
+MAX_LIBRARY_LINES = 8_193
 # The suite and the whole house (every .py of the repository, tests included), counted as the library is. Issue
 # 56 found the house grown by accretion (29.4k -> 32.6k lines in one turn; tests 15.2k) and set 31,000 as the
-# goal; these caps are the counts as its second pass landed (benches, tools and tests consolidated: 15,155 and
-# 32,444 before it), lowered as code leaves, never raised to fit a feature.
-MAX_TEST_LINES = 14_636
-MAX_PYTHON_LINES = 31_099
+# goal; these caps are the counts as its third pass landed (benches, tools and tests consolidated: 15,155 and
+# 32,444 before the second), lowered as code leaves, never raised to fit a feature.
+MAX_TEST_LINES = 14_531
+MAX_PYTHON_LINES = 30_805
 # A function is read at once when it fits an editor window without scrolling: about 60 lines on a laptop.
 # Counted from `def` to its last line, docstring and comments included. When the cap was set (issue 39) the
 # 509 functions had a median of 8 lines and a 99th percentile of 52; the two over 60 (eval.py's main at 85,
