@@ -18,7 +18,7 @@ import train
 from nanoatr import loss
 from nanoatr.machinery import folder
 from nanoatr.machinery.flags import FREE, RECORDED, ModelFlags, Refused, TrainConfig, hparam_flags, parse
-from nanoatr.machinery.resume import paths, resume_rules
+from nanoatr.machinery.resume import from_start, paths, resume_rules
 from test_train import FAST
 from tiny import make_default, make_model_dir
 
@@ -190,6 +190,7 @@ def test_a_run_resumes_from_anywhere_and_takes_its_own_files_however_spelled(tmp
             f"error: {start / 'data/t.jsonl'} has changed since the run started")
     at = [paths(k, v, "x/".__add__) for k, v in [("data", ""), ("eval_data", ["a", None]), ("reward", "m:f")]]
     assert at == ["", ["x/a", None], "m:f"]  # fn on each path held: none in "", None, MODULE:FUNCTION
+    assert from_start("data/t.jsonl", str(tmp_path / "gone")) == "data/t.jsonl"  # its start gone: as written
 
 
 def settings(config: dict) -> dict:
