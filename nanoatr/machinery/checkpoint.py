@@ -180,7 +180,7 @@ def _trash(path: Path):
 def recover(run_dir):
     """Repair a run folder after a crash; call it holding the lock (folder.lock_run and save do): a complete
     .checkpoint-new/ (a save killed after writing it) is swapped in if checkpoint/ is older or unusable, and
-    leftovers are removed. An older checkpoint is latest()'s fallback; old ones are pruned by the next save."""
+    leftovers are removed. An older checkpoint is latest()'s fallback; the next save prunes old ones."""
     run_dir = Path(run_dir)
     try:
         if (run_dir / NEW).is_dir():
