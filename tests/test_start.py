@@ -99,13 +99,12 @@ def test_a_start_that_fails_after_the_folder_is_made_leaves_no_folder(tmp_path, 
     assert not (tmp_path / "r").exists()
 
 
-def test_a_bug_during_start_up_removes_the_folder_and_shows_its_traceback(tmp_path, monkeypatch):
-    def broken(cfg, trained):
-        raise RuntimeError("a bug")
-    monkeypatch.setattr(train, "make_optimizer", broken)
+@pytest.mark.parametrize("broken, kept", [("make_optimizer", False), ("grpo_step", True)])
+def test_a_bug_removes_a_new_folder_unless_it_logged_a_row(tmp_path, monkeypatch, broken, kept):
+    monkeypatch.setattr(train, broken, lambda *a: (_ for _ in ()).throw(RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):
-        train.main([*tiny_args(tmp_path), "--name", "r", "--steps", "1"])
-    assert not (tmp_path / "r").exists()
+        train.main([*with_eval(tmp_path), "--name", "r", "--steps", "1"])
+    assert (tmp_path / "r").exists() == kept  # in grpo_step: after the step-0 evaluation's row was logged
 
 
 def test_sigterm_in_the_step_0_evaluation_is_one_line_and_leaves_no_folder(tmp_path):

@@ -179,13 +179,13 @@ def _trash(path: Path):
 
 def recover(run_dir):
     """Repair a run folder after a crash; call it holding the lock (folder.lock_run and save do): a complete
-    .checkpoint-new/ newer than checkpoint/ (a save killed after writing it) is swapped in, and leftovers
-    are removed. An older checkpoint is latest()'s fallback; old ones are pruned by the next save."""
+    .checkpoint-new/ (a save killed after writing it) is swapped in if checkpoint/ is older or unusable, and
+    leftovers are removed. An older checkpoint is latest()'s fallback; the next save prunes old ones."""
     run_dir = Path(run_dir)
     try:
         if (run_dir / NEW).is_dir():
             step, problem = check(run_dir / NEW)
-            current = check(run_dir / LATEST, load=False)[0]
+            current = check(run_dir / LATEST)[0]  # None if unusable: as latest() checks (SHA-256s too)
             if problem is None and (current is None or step > current):
                 _install(run_dir)
         for path in run_dir.glob(f"{LEFTOVER}*"):
