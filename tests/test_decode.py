@@ -14,9 +14,8 @@ import torch
 from nanoatr import lora, rollout
 from nanoatr.machinery import decoding
 from nanoatr.machinery.decoding import CHECK_EVERY, WINDOW, decode_plan
-from nanoatr.rollout import DecodePlan, bucket, cache_slots
+from nanoatr.rollout import DecodePlan, bucket, cache_slots, generate
 from nanoatr.model import DecodeSlot, Qwen3, Qwen3Config, init_weights
-from nanoatr.rollout import generate
 from rounding import qwen3_float64, sampled_logprob_error, within
 
 EAGER = rollout.EAGER  # the CPU's plan, the one rollout.py reads: exact windows, a look at every step
@@ -123,6 +122,7 @@ def test_finished_rows_leave_the_batch_in_halvings(small_vocab_model, monkeypatc
         seen.append((len(s.rows), window, int(s.slot)))
         return step(model, s, window, *args)
     monkeypatch.setattr(rollout, "decode_step", spy)
+    assert decoding.StepRunner(spy, small_vocab_model, None, None, GPU_LIKE).step is spy, "an eager plan's, as is"
     prompts = ragged(24)
     rollout_with(small_vocab_model, GPU_LIKE, prompts)
     sizes = [b for b, _, _ in seen]
