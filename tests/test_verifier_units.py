@@ -92,7 +92,7 @@ SHAPES = [  # (answer, Canon.kind): the module docstring's SHAPES, one or more o
     (r"x < -1 \text{ or } x > 2", "interval"), (r"(1, 2) \cup (3, 4)", "union"), (r"\{1, 2\}", "set"),
     (r"\emptyset", "set"), ("(1, 2)", "tuple"), ("[1, 2)", "tuple"), ("(1, 2, 3)", "tuple"),
     (r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", "matrix"), ("(B)", "choice"), ("B", "choice"),
-    ("(B) 27", "choice"), (r"5\%", "num"), ("Monday", "text"), ("no solution", "text"),
+    ("(B) 27", "choice"), (r"5\%", "num"), ("Monday", "text"), ("no solution", "text"), ("a - b", "num"),
 ]
 
 
@@ -247,18 +247,28 @@ def test_relations_equal_up_to_a_factor():
     either way round, with the same operators."""
     assert eq(r"y = -\frac12 x + \frac34", "2x + 4y - 3 = 0") and not eq("2x + 4y = 3", "2x + 4y = -3")
     assert eq("y > 2x + 1", "4x + 2 < 2y") and not eq("y > 2x + 1", "-y > -2x - 1")
-    assert not eq("x = 3", "y = 3") and not eq("x > 2", "t > 2")
-    assert eq("x = 3", "3") and eq(r"2 \cdot 3 = 6", "6") and not eq("5 = 6", "6")
+    assert not eq("x = 3", "y = 3") and not eq("x > 2", "t > 2") and eq("y - x = 0", "y = x")  # y - x: no words
+    assert eq("x = 3", "3") and eq(r"2 \cdot 3 = 6", "6") and not eq("5 = 6", "6") and not eq("1 = 2", "2 = 4")
     assert eq("0 < x + y < 1", "0 < y + x < 1") and eq("0 < x + y < 1", "1 > x + y > 0")
     assert not eq("0 < x + y < 1", r"0 \le x + y < 1")
-    # a factor of 1e-12 or more (under it f is numerically 0, though 10^{-13}x = 0 is x = 0), either way round
-    # (y = 10^{-13}x was 10^{13}y = x one way only), constant to 1e-9 of itself (10^{-10}\sqrt{n} passed one way)
-    assert eq("10^{-12} x = 0", "x = 0") and eq("y = 10^{-13} x", "10^{13} y = x")
-    assert not eq("10^{-13} x = 0", "x = 0") and not eq(r"10^{-10}\sqrt{n}(n + 1) = 0", "n + 1 = 0")
+    # any factor, however small (zero is relative to each side's size: 10^{-13}x = 0 was not x = 0), either way
+    # round (y = 10^{-13}x was 10^{13}y = x one way only), constant to 1e-9 of itself (10^{-10}\sqrt{n} passed)
+    assert eq("10^{-13} x = 0", "x = 0") and eq("y = 10^{-13} x", "10^{13} y = x")
+    assert eq(r"10^{-13}\sqrt{x} > 10^{-13}", r"\sqrt{x} > 1") and not eq(r"-10^{-13}\sqrt{x} > 0", r"\sqrt{x} > 0")
+    assert not eq(r"10^{-10}\sqrt{n}(n + 1) = 0", "n + 1 = 0")
     assert not eq(r"(1 + 4 \cdot 10^{-9}\sqrt{x})(y - x) = 0", "y = x")  # k varies by 1.3e-9 of itself
     assert not eq("3x - 3x = 0", "2x - 2x = 0")  # 0 at every point: no k (no equation in x)
     p = [v.real for v in symbol("x").approx]  # both sides 0 at two of the fixed points: the third one decides
     assert eq(f"2(x - {p[1]!r})(x - {p[2]!r}) = 0", f"(x - {p[1]!r})(x - {p[2]!r}) = 0")
+    q = p[1] * (1 + 1e-14)  # a root 1e-14 off a point: zero relative to the side's largest value, not smallest
+    for r, s in ((q, p[1]), (p[1], q)):
+        assert eq(rf"2\sqrt{{x}}(x - {r!r}) = 0", rf"\sqrt{{x}}(x - {s!r}) = 0")
+    assert not eq(rf"\sqrt{{x}}(x - {p[1]!r}) = 0", rf"\sqrt{{x}}(x - {p[1]!r})(x - {p[2]!r}) = 0")  # g 0 alone
+    assert eq(r"10^{13}(y - \sqrt{x - 5}) > 0", r"y - \sqrt{x - 5} > 0")  # k's rounding (imaginary) relative to k
+    # the exact check at the rational points (16/7, 10/11): f 1 at the first; f and g both 0 at one; one exact side
+    assert eq(r"\sqrt{2} x = 0", "x = 0") and eq(r"(x - \frac{9}{7}) = 0", r"2x - \frac{18}{7} = 0")
+    for r in (r"\frac{16}{7}", r"\frac{10}{11}"):
+        assert eq(rf"2(x - {r})(x + 1) = 0", rf"(x - {r})(x + 1) = 0")
 
 
 EQUIVALENCE_TABLE = ["5", "(A) 5", "A", r"5\%", "0.05", "x = 5", r"\{5\}", "5, 5", "(5)", r"\{5, 6\}", "5, 6",

@@ -294,15 +294,15 @@ def _proportional(f: Num, g: Num, positive: bool) -> bool:
     if not sf or sf != sg or fa is None or ga is None:
         return False  # statements without variables ("2 = 2") only match by text
     ratios = []
-    for x, y in zip(fa, ga):
-        if abs(y) < 1e-12:
-            if abs(x) > 1e-9:
-                return False
-            continue
-        ratios.append(x / y)
+    zero_f, zero_g = 1e-9 * max(map(abs, fa)), 1e-12 * max(map(abs, ga))  # relative to each side's size
+    for x, y in zip(fa, ga):  # (10^{-13}x = 0 is x = 0)
+        if abs(y) > zero_g:
+            ratios.append(x / y)
+        elif abs(x) > zero_f:
+            return False  # g vanishes here and f does not
     k = ratios[0] if ratios else 0.0
-    if abs(k) < 1e-12 or not _close([r / k for r in ratios], [1.0] * len(ratios), 1e-9):
-        return False  # f numerically 0 against g, or no one k, to 1e-9 of k (10^{-10} \sqrt{x} is not one)
+    if k == 0 or not _close([r / k for r in ratios], [1.0] * len(ratios), 1e-9):
+        return False  # f vanishes where g does not, or no one k, to 1e-9 of k (10^{-10} \sqrt{x} is not one)
     if positive and (abs(k.imag) > 1e-9 * abs(k) or k.real <= 0):
         return False
     ef, eg = _exact_values(to_sympy(f.exact)), _exact_values(to_sympy(g.exact))

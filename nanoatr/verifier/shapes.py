@@ -248,7 +248,7 @@ def _single(s: str, depth: int) -> Canon:
             return _items("tuple", s, items, depth, s[0] + s[-1])
     if s.count("\\pm") == 1:  # a \pm b -> {a+b, a-b}
         return _items("list", s, [s.replace("\\pm", "+"), s.replace("\\pm", "-")], depth)
-    if re.fullmatch(r"[A-Za-z][A-Za-z .'-]*", s) and len(s) > 1:  # words: "yes", "Monday", "no solution"
+    if re.fullmatch(r"[A-Za-z][A-Za-z .'-]*", s) and re.search("[A-Za-z]{2}", s):  # words; "a - b" is not
         return _text(s)
     try:
         return Canon("num", s, parse(s))
