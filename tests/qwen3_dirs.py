@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from conftest import make_hf_model
+
 DATA = Path(__file__).resolve().parent / "data" / "qwen3-tokenizer"
 VOCAB, ENDOFTEXT, IM_START, IM_END = 151936, 151643, 151644, 151645
 
@@ -50,18 +52,9 @@ def tokenizer_files(dst, eos_token: str | None = None) -> Path:
 
 
 def hf_model(tie: bool, seed: int = 0):
-    """A random transformers Qwen3ForCausalLM at Qwen3's vocabulary, tiny otherwise."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=4096,
-                      tie_word_embeddings=tie, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
-    model = Qwen3ForCausalLM(cfg).eval()
-    with torch.no_grad():  # norms away from 1, so that a wrong norm would show
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(0.1 * torch.randn_like(p))
-    return model
+    """A random transformers Qwen3ForCausalLM at Qwen3's vocabulary, tiny otherwise (norms away from 1)."""
+    return make_hf_model(tie, theta=1e6, seed=seed, vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                         head_dim=8, max_position_embeddings=4096)
 
 
 def script(model, chains=(CHAT, NO_THINKING), margin: float = 20.0):

@@ -1,8 +1,6 @@
 r"""The Countdown task: its reward (nanoatr/verifier/countdown.py; hand-checked and adversarial cases), its
 generator (data/countdown_puzzle.py, data/make_countdown.py), the shipped files, and --task countdown end to end."""
-import json
 import random
-import sys
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -200,26 +198,12 @@ def test_solutions_are_many_and_all_correct():
 # the shipped task
 
 
-def test_shipped_splits_are_disjoint_and_well_formed():
+def test_shipped_problems_are_solvable():  # and held out up to their keys: tests/test_splits.py
     split = {name: load_problems(DATA / f"countdown/{name}.jsonl") for name in ("train", "val", "heldout")}
-    qs = {name: {p.question for p in rows} for name, rows in split.items()}
-    assert not qs["heldout"] & qs["train"] and not qs["heldout"] & qs["val"] and not qs["val"] & qs["train"]
     for rows in split.values():
         for p in rows[:200]:
             numbers, target = parse_answer(p.answer)
             assert puzzle.solutions(numbers, target, 10 ** 6), p  # solvable
-
-
-def test_shipped_splits_are_rebuilt_byte_for_byte(tmp_path, monkeypatch):
-    """`python data/make_countdown.py --only-splits --data-dir DIR`: the task files, held-out and validation
-    drawn first (a sample of the task's law, no key twice; issue 38), the transfer split by its own law clear
-    of them, then the pool (train.jsonl) clear of all three up to the key (tests/test_splits.py)."""
-    monkeypatch.setattr(sys, "argv", ["make_countdown.py", "--only-splits", "--data-dir", str(tmp_path)])
-    countdown.main()
-    names = ["heldout", "val", "transfer", "train"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.jsonl" for name in names)
-    for name in names:
-        assert (tmp_path / f"{name}.jsonl").read_bytes() == (DATA / "countdown" / f"{name}.jsonl").read_bytes(), name
 
 
 def test_shipped_rl_prompts_are_the_pools_in_its_order():
@@ -241,11 +225,6 @@ def test_pass_rate_filter_keeps_the_sometimes_solved(monkeypatch):
     monkeypatch.setattr(countdown, "evaluate", fake_evaluate)
     monkeypatch.setattr(countdown, "eos_token_ids", lambda tok, model_dir: [0])
     assert countdown.pass_rate_filter(None, None, Path("m"), pool) == [pool[1], pool[2], pool[4]]
-
-
-def test_shipped_tokenizer_matches_the_generator():
-    shipped = json.loads((DATA / "tiny-qwen3-countdown/tokenizer.json").read_text())
-    assert json.loads(make_default.build_tokenizer().to_str()) == shipped
 
 
 def test_search_traces_end_in_a_correct_expression():

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import eval as eval_cli
@@ -258,6 +258,7 @@ def test_evals_old_resume_is_told_its_new_name(capsys):
 @settings(max_examples=60, deadline=None)
 @given(value=st.integers(1, 10_000), minibatches=st.integers(1, 16), epochs=st.integers(1, 8),
        accumulation=st.integers(1, 8), ratio=st.floats(0.001, 0.999))
+@example(value=1, minibatches=1, epochs=1, accumulation=1, ratio=0.999)  # warmup 1 is one step, not a ratio
 def test_every_trl_unit_conversion_over_its_range(value, minibatches, epochs, accumulation, ratio):
     """Each TRL count converted for the command line it is on, at values away from the defaults (issue 57's
     class 1), against the arithmetic of docs/from-trl.md: k = minibatches x epochs optimizer steps a rollout
