@@ -28,7 +28,8 @@ def padded_batch(vocab, lengths, left, seed=0):
 # head_dim unlike hidden_size / heads, key-value heads 1 (MQA), 2 (GQA) and 4 (MHA), tied embeddings,
 # attention biases, the number of layers, max_position_embeddings (RoPE has no limit: carried, never read);
 # and a config.json without the optional fields ("drop"), where each side takes its defaults (head_dim 128).
-OPTIONAL = ("rms_norm_eps", "rope_parameters", "attention_bias", "tie_word_embeddings", "head_dim")
+OPTIONAL = ("rms_norm_eps", "rope_parameters", "attention_bias", "tie_word_embeddings", "head_dim",
+            "max_position_embeddings")
 CONFIGS = {"tiny": dict(), "defaults": dict(drop=OPTIONAL, head_dim=128),
            "theta-eps-tied": dict(theta=30.0, rms_norm_eps=0.5, tie=True),
            "head_dim-mqa-bias": dict(head_dim=24, num_key_value_heads=1, attention_bias=True),
