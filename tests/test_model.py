@@ -301,6 +301,7 @@ def test_init_weights_is_gpt2s():
     model = Qwen3(Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                               num_attention_heads=4, num_key_value_heads=2, head_dim=16))
     init_weights(model, seed=0)
+    assert (model.config.rope_theta, model.gradient_checkpointing) == (1e6, False)  # the defaults
     for name, p in model.named_parameters():
         if p.dim() == 1:
             assert (p == 1).all(), name
