@@ -273,9 +273,8 @@ def test_bad_adapter_input_is_one_line(case, tmp_path, capsys, hf_dir):
     assert message in error_line(capsys, main, args)
 
 
-@pytest.mark.parametrize("rank, held", [(0, "an adapter"), (4, "full weights")])
-def test_a_checkpoint_of_the_other_kind_is_one_line(rank, held, tmp_path):
-    """A checkpoint swapped by hand (--resume itself refuses another --lora-rank)."""
+@pytest.mark.parametrize("rank, held", [(0, "an adapter"), (4, "full weights")])  # swapped by hand: --resume
+def test_a_checkpoint_of_the_other_kind_is_one_line(rank, held, tmp_path):  # refuses another --lora-rank
     (tmp_path / "adapter_config.json").write_text("{}")
     with pytest.raises(lora.AdapterError, match=f"holds {held} but the run has --lora-rank {rank}$"):
         lora.load_policy(SimpleNamespace(model="m", lora_rank=rank), TINY_QWEN3, tmp_path if rank == 0 else
@@ -301,6 +300,5 @@ def test_adapter_records_the_model_as_given_and_a_moved_base_says_what_to_pass(t
         err = error_line(capsys, main, args)
         assert "trained on data/tiny-qwen3" in err and f"pass --model BASE --adapter {ckpt}" in err
     eval_cli.main(["--model", str(TINY_QWEN3), "--adapter", str(ckpt), *data, "--out", str(tmp_path / "o.jsonl")])
-    assert "note:" not in capsys.readouterr().err  # the recorded base found elsewhere (same name): no note
     merge_adapter.main(["--adapter", str(ckpt), "--model", str(TINY_QWEN3), "--out", str(tmp_path / "m")])
-    assert (tmp_path / "m/model.safetensors").is_file()
+    assert (tmp_path / "m/model.safetensors").is_file() and "note:" not in capsys.readouterr().err

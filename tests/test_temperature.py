@@ -17,8 +17,7 @@ import pytest
 import torch
 
 from nanoatr.model import Qwen3, Qwen3Config, init_weights
-from nanoatr.rollout import SAMPLERS
-from nanoatr.rollout import generate
+from nanoatr.rollout import SAMPLERS, generate
 from nanoatr.scoring import score, token_logprobs
 from rounding import U64, log_softmax_error, qwen3_float64, sampled_logprob_error, sum_orders, within
 
