@@ -6,6 +6,7 @@ batch. Each of these is run here on the CPU and must not change a token; the CUD
 stand-in that records and replays the step as they do (bench/gpu_check.py part a runs the real ones).
 """
 import contextlib
+import copy
 import warnings
 
 import pytest
@@ -193,7 +194,6 @@ def counting_runner(cls, steps, rows=False):
 
 
 def test_lora_is_merged_for_the_rollout_and_the_base_weights_come_back_bit_for_bit(small_vocab_model):
-    import copy
     model = copy.deepcopy(small_vocab_model)
     peft_model = lora.add_adapters(model, 4, 8.0, lora.TARGETS, "random")
     with torch.no_grad():
@@ -350,7 +350,6 @@ def test_graphs_and_their_fallbacks_give_the_eager_rollout(small_vocab_model, mo
 def test_one_compile_per_run(small_vocab_model, monkeypatch, lora_bf16):
     """torch.compile of the decode step compiles once for a rollout whose batch shrinks (rows end at EOS)
     and whose windows grow, and not again for a second rollout of another batch and prompt length."""
-    import copy
     from torch._dynamo.utils import counters
     model = small_vocab_model
     if lora_bf16:

@@ -1,7 +1,9 @@
 """LoRA: adapters in peft's format that transformers loads, merging, LoRA training and its resume,
 gradient checkpointing, the reference policy with adapters off, the KL estimator, and bad adapters."""
+import copy
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -40,7 +42,6 @@ def hf_logits(base_dir, adapter_dir, ids):
 
 def ours64(model, ids):
     """Our logits in float64, of a copy of `model` (adapters and all)."""
-    import copy
     with torch.no_grad():
         return copy.deepcopy(model).double().eval()(ids)
 
@@ -83,6 +84,7 @@ def randomize_lora_b(peft_model, seed=0):
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # saving and loading an adapter warn of nothing
 def test_adapter_and_merge_load_in_transformers_with_the_same_logits(hf_dir, tmp_path):
     base, _ = hf_dir
     ours = Qwen3.from_pretrained(base)
@@ -180,7 +182,6 @@ def test_eval_and_sample_take_a_lora_checkpoint(lora_runs, tmp_path, capsys):
 
 
 def test_gradient_checkpointing_gives_lora_the_same_gradients(tiny_model):
-    import copy
     model = copy.deepcopy(tiny_model).train()
     peft_model = lora.add_adapters(model, 4, 8.0, lora.TARGETS, base="tiny")
     randomize_lora_b(peft_model)
@@ -200,9 +201,7 @@ def test_gradient_checkpointing_gives_lora_the_same_gradients(tiny_model):
 
 
 def test_reference_is_the_base_with_adapters_off(tiny_model):
-    import copy
-    base = copy.deepcopy(tiny_model)
-    model = copy.deepcopy(tiny_model)
+    base, model = copy.deepcopy(tiny_model), copy.deepcopy(tiny_model)
     peft_model = lora.add_adapters(model, 4, 8.0, lora.TARGETS, base="tiny")
     randomize_lora_b(peft_model)
     g = torch.Generator().manual_seed(0)
@@ -261,7 +260,7 @@ def test_bad_adapter_input_is_one_line(case, tmp_path, capsys, hf_dir):
         lora.save_adapter(peft_model, tmp_path / "adapter")
         main, args = eval_cli.main, ["--model", str(small), "--adapter", str(tmp_path / "adapter"),
                                      "--data", str(ROOT / "data/arith/heldout.jsonl"), "--out", str(tmp_path / "o")]
-        message = "was made for"
+        message = f"was made for {base}: "
     else:
         (tmp_path / "adapter_dir").mkdir()
         (tmp_path / "adapter_dir/adapter_config.json").write_text("{}")
@@ -272,6 +271,14 @@ def test_bad_adapter_input_is_one_line(case, tmp_path, capsys, hf_dir):
         message = {"lm_head target": "lm_head is not supported", "adapter as --model": "is a LoRA adapter",
                    "merge without lora": "--merge needs a LoRA run"}[case]
     assert message in error_line(capsys, main, args)
+
+
+@pytest.mark.parametrize("rank, held", [(0, "an adapter"), (4, "full weights")])  # swapped by hand: --resume
+def test_a_checkpoint_of_the_other_kind_is_one_line(rank, held, tmp_path):  # refuses another --lora-rank
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(lora.AdapterError, match=f"holds {held} but the run has --lora-rank {rank}$"):
+        lora.load_policy(SimpleNamespace(model="m", lora_rank=rank), TINY_QWEN3, tmp_path if rank == 0 else
+                         TINY_QWEN3, "cpu")
 
 
 def test_adapter_records_the_model_as_given_and_a_moved_base_says_what_to_pass(tmp_path, monkeypatch, capsys):
@@ -294,4 +301,4 @@ def test_adapter_records_the_model_as_given_and_a_moved_base_says_what_to_pass(t
         assert "trained on data/tiny-qwen3" in err and f"pass --model BASE --adapter {ckpt}" in err
     eval_cli.main(["--model", str(TINY_QWEN3), "--adapter", str(ckpt), *data, "--out", str(tmp_path / "o.jsonl")])
     merge_adapter.main(["--adapter", str(ckpt), "--model", str(TINY_QWEN3), "--out", str(tmp_path / "m")])
-    assert (tmp_path / "m/model.safetensors").is_file()
+    assert (tmp_path / "m/model.safetensors").is_file() and "note:" not in capsys.readouterr().err

@@ -304,7 +304,8 @@ def test_lora_sft_model_loads_in_train_eval_and_transformers(tmp_path, qwen3, ca
                         "--lora-rank", "4", "--steps", "2", "--batch-size", "2", "--no-thinking", "--eval-k", "1",
                         "--eval-max-new-tokens", "4", "--max-len", "128")
     model = run / "model"
-    assert strict_file(run / "config.json")["thinking"] is False
+    assert strict_file(run / "config.json")["thinking"] is False  # and alpha is 2 x rank (lora.load_policy):
+    assert strict_file(run / "checkpoint/adapter_config.json")["lora_alpha"] == 2 * 4
     # the merged model is base + adapter, and transformers and peft take both (with our logits: test_lora's
     # round trips of lora.merge and of a run's adapter checkpoint)
     from test_lora import assert_merged_is_base_plus_adapter

@@ -31,7 +31,7 @@ class Qwen3Config:
     rope_theta: float = 1_000_000.0
     tie_word_embeddings: bool = False
     attention_bias: bool = False
-    max_position_embeddings: int = 40960
+    max_position_embeddings: int = 32_768  # transformers' default: what a config.json without it means
     # Not used by the model; carried from the source config.json into every config.json written, because
     # transformers' generate stops at config.json's eos_token_id when no generation_config.json came along.
     bos_token_id: int | None = None
