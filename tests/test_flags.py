@@ -85,9 +85,8 @@ def test_help_sections_come_in_one_order(cls, capsys):
     out = capsys.readouterr().out
     heads = [f"\n{s}:" for s in SECTIONS if f"\n{s}:" in out]
     assert len(heads) >= 3 and [out.index(h) for h in heads] == sorted(out.index(h) for h in heads)
-    for f in dataclasses.fields(cls):
-        if f.metadata.get("cli") is not False:
-            assert flags.flag(f.name) in out
+    for f in dataclasses.fields(cls):  # every flag listed, and no field that is none (cli=False: --hparams)
+        assert (flags.flag(f.name) in out) == (f.metadata.get("cli") is not False), f.name
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -125,7 +124,7 @@ def test_a_shortened_or_misspelt_flag_is_an_error_naming_the_flag_meant(cls, cap
 @pytest.mark.parametrize("argv, hint", [
     (["--prompt", "x"], "; --prompt: did you mean --prompt-template or --prompts-per-step?"),
     (["--ev", "3"], ""),    # begins eight flags, near none: no guess
-    (["--zzz"], ""),
+    (["--zzz"], ""), (["--hparams", "{}"], ""),   # a field that is no flag (cli=False)
     (["--learning_rate", "1e-4"], "; TRL's --learning_rate is --lr here"),   # the TRL name, not a guess too
 ])
 def test_a_prefix_of_several_flags_names_them_and_a_word_near_none_names_none(argv, hint, capsys):
