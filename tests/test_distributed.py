@@ -120,7 +120,7 @@ def test_cpu_threads_take_the_cores_others_leave_idle(monkeypatch):
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:
-        t = distributed.CpuThreads(0)
+        t = distributed.CpuThreads(train.TrainConfig().threads)  # train.py's default --threads: measured
         t.cores = [0, 1, 2, 3]
         stat = "cpu  9 9 9 9 9 9 9 9\ncpu1 1 2 3 100 200 6 7 8 9 9\ncpu4 50 0 0 0 0 0 0 0\n"  # 4: not ours
         monkeypatch.setattr(distributed, "open", lambda path: io.StringIO(stat), raising=False)
