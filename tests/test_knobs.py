@@ -68,7 +68,6 @@ def test_the_learning_rate_by_hand():
 
 @pytest.mark.parametrize("args, message", [
     (["--warmup-steps", "2", "--warmup-ratio", "0.1"], "--warmup-steps and --warmup-ratio both set the warmup"),
-    (["--warmup-steps", "0", "--warmup-ratio", "0.1"], "--warmup-steps and --warmup-ratio both set the warmup"),
     (["--warmup-steps", "5"], "--warmup-steps 5 is more than the run's 4 optimizer steps"),
     (["--warmup-ratio", "1.5"], "--warmup-ratio must be in [0, 1]"),
     (["--lr-scheduler", "step"], "invalid choice: 'step'"),

@@ -85,6 +85,7 @@ def test_preset_needs_a_model_data_and_its_evaluation_files_or_none(capsys, tmp_
     (["--lora-alpha", "16"], "--lora-alpha would be ignored: without --lora-rank > 0"),
     (["--lora-targets", "q_proj"], "--lora-targets would be ignored"),
     (["--eval-data", "--eval-k", "4"], "--eval-k would be ignored: with no --eval-data"),
+    (["--warmup-steps", "0", "--warmup-ratio", "0.1"], "and --warmup-ratio both set the warmup"),
 ])
 def test_flags_that_would_be_ignored_are_errors(argv, message):
     cfg, extra, given = parse(TrainConfig, argv, "", hparam_flags)
