@@ -224,7 +224,7 @@ def test_a_step_with_every_completion_truncated_trains_nothing_and_says_so(tmp_p
 
 
 def test_merging_the_stats_of_micro_batches_without_tokens():
-    stats = [{"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf, "ratio_max": -math.inf}] * 2
+    stats = [{"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf, "ratio_max": -math.inf}]  # one only
     assert step_metrics.merge_stats(stats) == {"ratio_p99": 1.0, "ratio_min": 1.0, "ratio_max": 1.0}
     stats = [{"_tokens": 1.0, "ratio_p99": 2.0, "ratio_min": 0.5, "ratio_max": 3.0},  # by tokens: 1 trained
              {"_tokens": 0.0, "ratio_p99": 1.0, "ratio_min": math.inf, "ratio_max": -math.inf}]
