@@ -345,6 +345,16 @@ def test_graphs_and_their_fallbacks_give_the_eager_rollout(small_vocab_model, mo
         assert graphs.replays > graphs.records > 3 and graphs.drops >= 2 and graphs.records + graphs.replays == n
 
 
+def test_under_autocast_a_recorded_step_runs_without_the_cache_of_cast_weights(small_vocab_model, monkeypatch):
+    """A graph's replay would read the cast weights autocast caches and frees on exit: off when recording."""
+    cached, graphs = [], StandInGraphs()
+    step = CountedStep(graphs)
+    with_graphs(monkeypatch, graphs, lambda *a: cached.append(torch.is_autocast_cache_enabled()) or step(*a))
+    with torch.autocast("cpu", torch.bfloat16):
+        rollout_with(small_vocab_model, GPU_COMPILED, ragged(4))
+    assert cached and not any(cached) and graphs.replays > 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lora_bf16", [False, True], ids=["plain-float32", "lora-merged-bf16"])
 def test_one_compile_per_run(small_vocab_model, monkeypatch, lora_bf16):
