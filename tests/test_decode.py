@@ -345,7 +345,7 @@ def test_graphs_and_their_fallbacks_give_the_eager_rollout(small_vocab_model, mo
         assert graphs.replays > graphs.records > 3 and graphs.drops >= 2 and graphs.records + graphs.replays == n
 
 
-def test_under_autocast_a_recorded_step_runs_without_the_cache_of_cast_weights(small_vocab_model, monkeypatch):
+def test_under_autocast_a_recorded_step_runs_without_autocasts_weight_cache(small_vocab_model, monkeypatch):
     """A graph's replay would read the cast weights autocast caches and frees on exit: off when recording."""
     cached, graphs = [], StandInGraphs()
     step = CountedStep(graphs)
