@@ -228,12 +228,13 @@ def test_what_the_flags_read_of_the_core_is_the_cores_own():
     (["--resume_from_checkpoint", "out/checkpoint-500"], "TRL's --resume_from_checkpoint is --resume here"),
     (["--lr", "-1e-4"], "error: --lr must be > 0 (got -0.0001)"),    # not "expected one argument"
     (["--delta", "-.5"], "error: --delta must be > 0 (got -0.5)"),
+    (["eval.py", "--resume", "--out", "e.jsonl"], "eval.py's --resume is now --skip-done"),
 ])
 def test_a_flag_line_that_misled_now_says_what_to_do(argv, line, capsys):
     """Issue 57's lines: TRL's --epsilon under the default --clip kl3 was told --eps, which kl3 refuses; three
-    TRL names got no hint; a negative number was taken for a missing value."""
+    TRL names got no hint; a negative number was taken for a missing value. And eval.py's old --resume."""
     with pytest.raises(SystemExit) as e:
-        flags.train_flags(argv)
+        eval_cli.read_flags(argv[1:]) if argv[0] == "eval.py" else flags.train_flags(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and line in err and err.count("\n") == 1, err
 
@@ -245,13 +246,6 @@ def test_a_missing_data_file_is_named_before_asking_for_held_out_files(tmp_path)
     (tmp_path / "mine.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
     with pytest.raises(ConfigError, match="needs --eval-data"):
         flags.apply_preset(cfg, given)
-
-
-def test_evals_old_resume_is_told_its_new_name(capsys):
-    with pytest.raises(SystemExit):
-        eval_cli.read_flags(["--resume", "--out", "e.jsonl"])
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "eval.py's --resume is now --skip-done" in err
 
 
 @settings(max_examples=60, deadline=None)
