@@ -116,12 +116,6 @@ def test_every_trl_name_is_in_the_docs_table_beside_its_flag():
             f"docs/real-scale.md: no table row of {ours} naming TRL's {trl}"
 
 
-def test_an_unknown_flag_that_is_no_trl_name_gets_no_hint(capsys):
-    with pytest.raises(SystemExit):
-        parse(TrainConfig, ["--foo", "1"], "", hparam_flags)
-    assert "TRL" not in capsys.readouterr().err
-
-
 def train_parser_actions():
     from nanoatr.machinery.flags import Parser, add_fields
     parser = Parser()
