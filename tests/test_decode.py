@@ -355,17 +355,16 @@ def test_under_autocast_a_recorded_step_runs_without_autocasts_weight_cache(smal
     assert cached and not any(cached) and graphs.replays > 0
 
 
-def test_an_error_no_compile_is_to_blame_for_is_raised_with_no_fallback(small_vocab_model, monkeypatch):
+@pytest.mark.parametrize("plan, error", [(GPU_LIKE, RuntimeError("a bug")),
+                                         (GPU_COMPILED, torch.OutOfMemoryError("out of memory"))])
+def test_an_error_not_the_compiles_is_raised_with_no_fallback(small_vocab_model, monkeypatch, plan, error):
     """The eager step's own error, and the compiled step running out of memory, are not a failed compile."""
-    def fails(error):
-        return lambda *args: (_ for _ in ()).throw(error)
-    oom = torch.OutOfMemoryError("out of memory")
-    monkeypatch.setattr(decoding, "compiled_step", lambda step: fails(oom))
-    for plan, error in [(GPU_LIKE, RuntimeError("a bug")), (GPU_COMPILED, oom)]:
-        runner = decoding.StepRunner(fails(error), small_vocab_model, None, None, plan)
-        with warnings.catch_warnings(), pytest.raises(type(error)):
-            warnings.simplefilter("error")  # a fallback to the eager step warns
-            runner.run(None, 8)
+    fails = lambda *args: (_ for _ in ()).throw(error)  # the eager step, and the compiled one
+    monkeypatch.setattr(decoding, "compiled_step", lambda step: fails)
+    runner = decoding.StepRunner(fails, small_vocab_model, None, None, plan)
+    with warnings.catch_warnings(), pytest.raises(type(error)):
+        warnings.simplefilter("error")  # a fallback to the eager step warns
+        runner.run(None, 8)
 
 
 @pytest.mark.slow

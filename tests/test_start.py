@@ -121,13 +121,12 @@ def test_sigterm_in_the_step_0_evaluation_is_one_line_and_leaves_no_folder(tmp_p
     ("interrupts_at_step_2", 130, "; the last checkpoint is {run}/checkpoint (continue with --resume {run})")])
 def test_sys_exit_or_ctrl_c_in_a_reward_function_mid_run(tmp_path, capsys, kind, code, end):
     """sys.exit() at step 1: no success, and no checkpoint made up; Ctrl-C at step 2: step 1's named."""
-    run = tmp_path / "r"
     error = error_line(capsys, train.main, [*tiny_args(tmp_path), "--name", "r", "--steps", "3", "--save-every",
                                             "1", *rewards(tmp_path, kind)], code, mid_run=True)
     assert error.startswith("error: reward function exits raised SystemExit: 0 on row 0 " if code == 1 else
-                            "error: interrupted") and error.endswith(end.format(run=run))
-    assert [r["step"] for r in jsonl(run / "metrics.jsonl")] == [1] if code == 130 else \
-        sorted(p.name for p in run.iterdir()) == [".lock", "config.json"]
+                            "error: interrupted") and error.endswith(end.format(run=tmp_path / "r"))
+    assert [r["step"] for r in jsonl(tmp_path / "r/metrics.jsonl")] == [1] if code == 130 else \
+        sorted(p.name for p in (tmp_path / "r").iterdir()) == [".lock", "config.json"]
 
 
 def test_a_folder_a_killed_start_left_is_taken_by_a_new_start_and_explained_to_a_resume(tmp_path, capsys):
