@@ -87,8 +87,7 @@ def test_two_ranks_give_the_gradient_of_one_process(tmp_path, mode):
 
     rows = [jsonl(tmp_path / n / "metrics.jsonl") for n in ("one", "two")]
     assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]] == [0, 1, 2, 2]  # eval, 2 steps, eval
-    for r1, r2 in zip(*rows):
-        assert r1.keys() == r2.keys()
+    assert all(r1.keys() == r2.keys() for r1, r2 in zip(*rows))
     # the evaluation before training: identical weights, the same samples, gathered in rank order and
     # averaged by the same code, so the same numbers (timings and CPU threads aside)
     for key in rows[0][0]:

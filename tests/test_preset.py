@@ -156,10 +156,8 @@ def test_a_delta_above_a_plausible_kl3_range_warns_naming_trls_delta():
 def test_train_prints_the_delta_warning(tmp_path, capsys):
     train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data", "--steps", "1",
                 "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8", "--no-compile",
-                "--delta", "3",
-                "--out-dir", str(tmp_path), "--name", "d"])
-    err = capsys.readouterr().err
-    assert [line for line in err.splitlines() if line.startswith("warning: --delta 3 ")]
+                "--delta", "3", "--out-dir", str(tmp_path), "--name", "d"])
+    assert any(line.startswith("warning: --delta 3 ") for line in capsys.readouterr().err.splitlines())
 
 
 def test_the_docs_table_says_where_trl_and_verl_differ():
