@@ -117,23 +117,20 @@ def test_the_page_run_logs_each_reward_by_name(runs):
     # and 0 / -1, exact, then divided (U32). Within 2 (N + 4) U32 max|w|.
     n = config["prompts_per_step"] * config["group_size"]
     tol = 2 * (n + 4) * U32 * max(abs(w) for w in config["reward_weights"])
-    for r in rows:
+    for r in rows:  # correct: the task's verifier (--correct-reward's default), graded beside at weight 0
         total = w_accuracy * r["reward/accuracy"] + w_no_box * r["reward/no_box"]
         within(r["reward_mean"], total, tol, "reward_mean")
-    assert sum(r["reward/accuracy"] for r in rows) > 0  # some completions were right
-    for r in rows:  # correct: the task's verifier (--correct-reward's default), graded beside at weight 0
         assert r["accuracy"] == pytest.approx(r["reward/math_reward"], abs=1e-6)
+    assert sum(r["reward/accuracy"] for r in rows) > 0  # some completions were right
     assert "eval/arith-test/mean@2" in metrics(runs / "arith")[0]  # the evaluation before training
-    assert (config["answer_field"], config["lr_scheduler"], config["warmup_ratio"]) == \
-        ("solution", "cosine", 0.1)
+    assert [config[k] for k in "answer_field lr_scheduler warmup_ratio".split()] == ["solution", "cosine", 0.1]
 
 
 @pytest.mark.parametrize("name", ["arith", "part"])
 def test_the_event_file_holds_every_number_of_metrics_jsonl(runs, name):
     """TensorBoard's reader, on the uninterrupted run and on the resumed one (its redone steps shown once)."""
-    rows = metrics(runs / name)
     shown = scalars(events(runs / name))
-    assert_same(shown, rows)
+    assert_same(shown, metrics(runs / name))
     assert [step for step, _ in shown["lr"]] == [1, 2, 3, 4]
 
 
