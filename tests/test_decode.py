@@ -345,6 +345,28 @@ def test_graphs_and_their_fallbacks_give_the_eager_rollout(small_vocab_model, mo
         assert graphs.replays > graphs.records > 3 and graphs.drops >= 2 and graphs.records + graphs.replays == n
 
 
+def test_under_autocast_a_recorded_step_runs_without_autocasts_weight_cache(small_vocab_model, monkeypatch):
+    """A graph's replay would read the cast weights autocast caches and frees on exit: off when recording."""
+    cached, graphs = [], StandInGraphs()
+    step = CountedStep(graphs)
+    with_graphs(monkeypatch, graphs, lambda *a: cached.append(torch.is_autocast_cache_enabled()) or step(*a))
+    with torch.autocast("cpu", torch.bfloat16):
+        rollout_with(small_vocab_model, GPU_COMPILED, ragged(4))
+    assert cached and not any(cached) and graphs.replays > 0
+
+
+@pytest.mark.parametrize("plan, error", [(GPU_LIKE, RuntimeError("a bug")),
+                                         (GPU_COMPILED, torch.OutOfMemoryError("out of memory"))])
+def test_an_error_not_the_compiles_is_raised_with_no_fallback(small_vocab_model, monkeypatch, plan, error):
+    """The eager step's own error, and the compiled step running out of memory, are not a failed compile."""
+    fails = lambda *args: (_ for _ in ()).throw(error)  # the eager step, and the compiled one
+    monkeypatch.setattr(decoding, "compiled_step", lambda step: fails)
+    runner = decoding.StepRunner(fails, small_vocab_model, None, None, plan)
+    with warnings.catch_warnings(), pytest.raises(type(error)):
+        warnings.simplefilter("error")  # a fallback to the eager step warns
+        runner.run(None, 8)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lora_bf16", [False, True], ids=["plain-float32", "lora-merged-bf16"])
 def test_one_compile_per_run(small_vocab_model, monkeypatch, lora_bf16):

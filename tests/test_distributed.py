@@ -87,8 +87,7 @@ def test_two_ranks_give_the_gradient_of_one_process(tmp_path, mode):
 
     rows = [jsonl(tmp_path / n / "metrics.jsonl") for n in ("one", "two")]
     assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]] == [0, 1, 2, 2]  # eval, 2 steps, eval
-    for r1, r2 in zip(*rows):
-        assert r1.keys() == r2.keys()
+    assert all(r1.keys() == r2.keys() for r1, r2 in zip(*rows))
     # the evaluation before training: identical weights, the same samples, gathered in rank order and
     # averaged by the same code, so the same numbers (timings and CPU threads aside)
     for key in rows[0][0]:
@@ -120,7 +119,7 @@ def test_cpu_threads_take_the_cores_others_leave_idle(monkeypatch):
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:
-        t = distributed.CpuThreads(0)
+        t = distributed.CpuThreads(train.TrainConfig().threads)  # train.py's default --threads: measured
         t.cores = [0, 1, 2, 3]
         stat = "cpu  9 9 9 9 9 9 9 9\ncpu1 1 2 3 100 200 6 7 8 9 9\ncpu4 50 0 0 0 0 0 0 0\n"  # 4: not ours
         monkeypatch.setattr(distributed, "open", lambda path: io.StringIO(stat), raising=False)

@@ -108,7 +108,7 @@ def test_the_page_run_logs_each_reward_by_name(runs):
     """reward_mean is the weighted sum of reward/accuracy and reward/no_box, both from the page's file."""
     config = strict_file(runs / "arith/config.json")
     assert config["reward"] == ["my_rewards.py:accuracy", "my_rewards.py:no_box"]
-    w_accuracy, w_no_box = config["reward_weights"]
+    w_a, w_b = config["reward_weights"]
     rows = [r for r in metrics(runs / "arith") if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     # reward_mean is the float32 mean of the N float32 totals w_a a + w_b b (a in {0, 1}, b in {0, -1}, so
@@ -117,12 +117,10 @@ def test_the_page_run_logs_each_reward_by_name(runs):
     # and 0 / -1, exact, then divided (U32). Within 2 (N + 4) U32 max|w|.
     n = config["prompts_per_step"] * config["group_size"]
     tol = 2 * (n + 4) * U32 * max(abs(w) for w in config["reward_weights"])
-    for r in rows:
-        total = w_accuracy * r["reward/accuracy"] + w_no_box * r["reward/no_box"]
-        within(r["reward_mean"], total, tol, "reward_mean")
-    assert sum(r["reward/accuracy"] for r in rows) > 0  # some completions were right
     for r in rows:  # correct: the task's verifier (--correct-reward's default), graded beside at weight 0
+        within(r["reward_mean"], w_a * r["reward/accuracy"] + w_b * r["reward/no_box"], tol, "reward_mean")
         assert r["accuracy"] == pytest.approx(r["reward/math_reward"], abs=1e-6)
+    assert sum(r["reward/accuracy"] for r in rows) > 0  # some completions were right
     assert "eval/arith-test/mean@2" in metrics(runs / "arith")[0]  # the evaluation before training
     assert (config["answer_field"], config["lr_scheduler"], config["warmup_ratio"]) == \
         ("solution", "cosine", 0.1)
@@ -131,9 +129,8 @@ def test_the_page_run_logs_each_reward_by_name(runs):
 @pytest.mark.parametrize("name", ["arith", "part"])
 def test_the_event_file_holds_every_number_of_metrics_jsonl(runs, name):
     """TensorBoard's reader, on the uninterrupted run and on the resumed one (its redone steps shown once)."""
-    rows = metrics(runs / name)
     shown = scalars(events(runs / name))
-    assert_same(shown, rows)
+    assert_same(shown, metrics(runs / name))
     assert [step for step, _ in shown["lr"]] == [1, 2, 3, 4]
 
 

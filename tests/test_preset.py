@@ -85,6 +85,7 @@ def test_preset_needs_a_model_data_and_its_evaluation_files_or_none(capsys, tmp_
     (["--lora-alpha", "16"], "--lora-alpha would be ignored: without --lora-rank > 0"),
     (["--lora-targets", "q_proj"], "--lora-targets would be ignored"),
     (["--eval-data", "--eval-k", "4"], "--eval-k would be ignored: with no --eval-data"),
+    (["--warmup-steps", "0", "--warmup-ratio", "0.1"], "and --warmup-ratio both set the warmup"),
 ])
 def test_flags_that_would_be_ignored_are_errors(argv, message):
     cfg, extra, given = parse(TrainConfig, argv, "", hparam_flags)
@@ -113,12 +114,6 @@ def test_every_trl_name_is_in_the_docs_table_beside_its_flag():
         assert any(re.search(rf"(?<![\w-]){ours}(?![\w-])", row.split("|")[1]) and re.search(rf"\b{trl}\b", row.split("|")[3])
                    for row in rows), \
             f"docs/real-scale.md: no table row of {ours} naming TRL's {trl}"
-
-
-def test_an_unknown_flag_that_is_no_trl_name_gets_no_hint(capsys):
-    with pytest.raises(SystemExit):
-        parse(TrainConfig, ["--foo", "1"], "", hparam_flags)
-    assert "TRL" not in capsys.readouterr().err
 
 
 def train_parser_actions():
@@ -161,10 +156,8 @@ def test_a_delta_above_a_plausible_kl3_range_warns_naming_trls_delta():
 def test_train_prints_the_delta_warning(tmp_path, capsys):
     train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data", "--steps", "1",
                 "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8", "--no-compile",
-                "--delta", "3",
-                "--out-dir", str(tmp_path), "--name", "d"])
-    err = capsys.readouterr().err
-    assert [line for line in err.splitlines() if line.startswith("warning: --delta 3 ")]
+                "--delta", "3", "--out-dir", str(tmp_path), "--name", "d"])
+    assert any(line.startswith("warning: --delta 3 ") for line in capsys.readouterr().err.splitlines())
 
 
 def test_the_docs_table_says_where_trl_and_verl_differ():

@@ -411,8 +411,7 @@ def test_a_folder_named_like_the_package_is_not_the_package(monkeypatch):
     """wandb writes its runs to ./wandb: with the package uninstalled, that folder is found as a namespace
     package, which is not wandb; the install line says so, not a failure to start."""
     import importlib.machinery
-    from nanoatr.machinery.flags import ConfigError, check_report_to
-    from nanoatr.machinery.flags import TrainConfig
+    from nanoatr.machinery.flags import ConfigError, TrainConfig, check_report_to
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: importlib.machinery.ModuleSpec(name, None))
     with pytest.raises(ConfigError, match=r"--report-to wandb needs the wandb package: pip install wandb"):
         check_report_to(TrainConfig(report_to=["wandb"]))

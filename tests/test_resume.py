@@ -291,8 +291,8 @@ def test_a_branch_trains_and_records_the_run_as_it_stood_at_its_step(train_runs,
             [{"step": 2, "steps": {"from": 2, "to": 4}}] * (steps < 4)
 
 
-@pytest.mark.parametrize("changes", [{"step": 1}, [{"steps": {"from": 1, "to": 2}}],
-                                     [{"step": 1, "steps": [1, 2]}]])
+@pytest.mark.parametrize("changes", [{"step": 1}, [{"steps": {"from": 1, "to": 2}}],  # a bad one after a good:
+                                     [{"step": 1, "lr": {"from": 1, "to": 2}}, {"step": 2, "lr": 3}]])
 def test_a_malformed_record_is_one_line(changes, train_runs, tmp_path, capsys):
     run = copy_of(train_runs["full"], tmp_path)
     config = strict_file(run / "config.json")

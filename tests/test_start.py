@@ -37,9 +37,9 @@ def terminates(completions, **kwargs):  # its first call is the step-0 evaluatio
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(60)
 
-def exits_at_step_2(completions, trainer_state, **kwargs):
+def interrupts_at_step_2(completions, trainer_state, **kwargs):  # Ctrl-C while grading step 2's rollout
     if trainer_state.global_step >= 2:
-        sys.exit(0)
+        raise KeyboardInterrupt
     return [float(i % 2) for i, _ in enumerate(completions)]
 """
 
@@ -116,15 +116,17 @@ def test_sigterm_in_the_step_0_evaluation_is_one_line_and_leaves_no_folder(tmp_p
     assert not (tmp_path / "r").exists()
 
 
-def test_sys_exit_in_a_reward_function_mid_run_is_no_success(tmp_path, capsys):
-    error = error_line(capsys, train.main, [*tiny_args(tmp_path), "--name", "r", "--steps", "3",
-                                            "--save-every", "5", *rewards(tmp_path, "exits_at_step_2")], 1,
-                       mid_run=True)
-    assert error.startswith("error: reward function exits_at_step_2 raised SystemExit: 0 on row 0 ")
-    assert error.endswith(f"; the checkpoint holds step 1 (continue with --resume {tmp_path / 'r'} once the "
-                          "reward is fixed)")  # rewards.call names the function and the row
-    rows = jsonl(tmp_path / "r/metrics.jsonl")
-    assert [r["step"] for r in rows] == [1]
+@pytest.mark.parametrize("kind, code, end", [
+    ("exits", 1, "; no step was done: no checkpoint (continue with --resume {run} once the reward is fixed)"),
+    ("interrupts_at_step_2", 130, "; the last checkpoint is {run}/checkpoint (continue with --resume {run})")])
+def test_sys_exit_or_ctrl_c_in_a_reward_function_mid_run(tmp_path, capsys, kind, code, end):
+    """sys.exit() at step 1: no success, and no checkpoint made up; Ctrl-C at step 2: step 1's named."""
+    error = error_line(capsys, train.main, [*tiny_args(tmp_path), "--name", "r", "--steps", "3", "--save-every",
+                                            "1", *rewards(tmp_path, kind)], code, mid_run=True)
+    assert error.startswith("error: reward function exits raised SystemExit: 0 on row 0 " if code == 1 else
+                            "error: interrupted") and error.endswith(end.format(run=tmp_path / "r"))
+    assert [r["step"] for r in jsonl(tmp_path / "r/metrics.jsonl")] == [1] if code == 130 else \
+        sorted(p.name for p in (tmp_path / "r").iterdir()) == [".lock", "config.json"]
 
 
 def test_a_folder_a_killed_start_left_is_taken_by_a_new_start_and_explained_to_a_resume(tmp_path, capsys):
