@@ -103,7 +103,14 @@ def _flip(f):
     f.write_bytes(bytes(data))
 
 
+class RunsCode:
+    def __reduce__(self):  # unpickled, it runs code: a run's state must load without (torch's weights_only)
+        return exec, ("raise SystemExit('a checkpoint ran code')",)
+
+
 @pytest.mark.parametrize("damage, message", [
+    (lambda c: [(c / "manifest.json").unlink(), torch.save({"step": RunsCode()}, c / "trainer_state.pt")],
+     "trainer_state.pt does not load (UnpicklingError"),
     (lambda c: _truncate(c / "model.safetensors"), "model.safetensors has"),
     (lambda c: _garble(c / "model.safetensors"), "model.safetensors has no valid safetensors header"),
     (lambda c: (c / "config.json").write_text("{" + " " * 200), "config.json"),
@@ -129,6 +136,9 @@ def test_unusable_checkpoint_falls_back_with_a_warning(tmp_path, tiny, capsys, d
     save(tmp_path, tiny, 4)  # and the damaged one is not kept
     assert names(tmp_path) == ["checkpoint", "checkpoint-step000003"] and not capsys.readouterr().err
     assert checkpoint.check(tmp_path / "checkpoint-step000003") == (3, None)
+    torch.save({"step": RunsCode()}, tmp_path / "checkpoint/trainer_state.pt")
+    with pytest.raises(Exception, match="Unpickler"):  # and resuming from it
+        checkpoint.load_state(tmp_path / "checkpoint")
 
 
 def test_the_manifest_records_each_files_sha256_and_an_older_one_only_sizes(tmp_path, tiny, capsys):

@@ -247,7 +247,7 @@ def check(path, load: bool = True, hashes: bool | None = None) -> tuple[int | No
         return None, f"{STATE} is missing"
     if load or manifest is None:
         try:
-            state = torch.load(path / STATE, map_location="cpu", weights_only=False, mmap=True)
+            state = torch.load(path / STATE, map_location="cpu", weights_only=True, mmap=True)
             saved = int(state["step"])
         except Exception as e:  # unpickling raises anything
             first = str(e).splitlines()[0][:80] if str(e) else ""
@@ -280,8 +280,8 @@ def _safetensors_problem(f: Path) -> str | None:
 
 
 def load_state(path) -> dict:
-    # weights_only=False: the state holds RNG states and plain Python values written by us.
-    state = torch.load(Path(path) / STATE, map_location="cpu", weights_only=False)
+    # weights_only=True: tensors and plain Python values only (a pickle that would run code is refused).
+    state = torch.load(Path(path) / STATE, map_location="cpu", weights_only=True)
     if bad := nonfinite(state):
         raise CheckpointError(f"{Path(path) / STATE}: {bad} holds a NaN or an inf (a run that diverged): "
                               "it cannot be resumed from")
