@@ -118,10 +118,12 @@ def test_stop_is_repeatable_and_never_takes_the_prompt(capsys, model_dir, loaded
 
 
 def test_sampling_defaults_without_generation_config(capsys, model_dir):
-    """No generation_config.json (the embedded default has none): 1.0 / 0 / 1.0 as always, and it says so."""
-    sample.main(["--model", str(model_dir), "--max-new-tokens", "2", PROMPT])
-    assert "sampling: temperature 1.0, top-k 0, top-p 1.0 (defaults: no generation_config.json)" in \
-        capsys.readouterr().err
+    """No generation_config.json (the embedded default has none): 1.0 / 0 / 1.0 as always, and it says so.
+    Two prompts: each is headed [i/n] on stderr."""
+    sample.main(["--model", str(model_dir), "--max-new-tokens", "2", PROMPT, "1+1"])
+    err = capsys.readouterr().err
+    assert "sampling: temperature 1.0, top-k 0, top-p 1.0 (defaults: no generation_config.json)" in err
+    assert f"[1/2] {PROMPT}\n" in err and "\n[2/2] 1+1\n" in err
 
 
 @pytest.mark.parametrize("argv, message", [
