@@ -47,7 +47,7 @@ def run(model_dir, data, out, *more):
 @pytest.fixture(scope="module")
 def full_run(model_dir, data, tmp_path_factory):
     """One complete evaluation: (output file, what it printed, its stderr: no terminal, as in a pipe)."""
-    out = tmp_path_factory.mktemp("full") / "out.jsonl"
+    out = tmp_path_factory.mktemp("full") / "new/folder/out.jsonl"  # its folders are made
     printed, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(err):
         run(model_dir, data, out)
@@ -81,6 +81,14 @@ def test_rows_and_table(model_dir, full_run):
     assert eval_cli.default_out("runs/kl3-x/checkpoint-step000040/").name.startswith("kl3-x-")
     # `python eval.py ... 2>&1 | tee log`: tqdm draws only on a terminal, so no bar in the table's stream
     assert "\r" not in err and "compl/s" not in err and "compl]" not in err
+
+
+def test_the_table_layout_by_hand():
+    """Columns as wide as their widest entry + 2, cells right-aligned; a name past its two columns is cut."""
+    cells = ["12.50", "50.00", "100.00", "100.00", "56.25", "75.00"]
+    assert eval_cli.grid("Model", ["a", "b" * 30], 8, [("m", cells)]).splitlines() == [
+        "Model  a" + " " * 23 + "b" * 22 + "  Average", " " * 7 + "  Mean@8 (%)  Pass@8 (%)" * 3,
+        "m      " + "".join(" " * (12 - len(c)) + c for c in cells)]
 
 
 def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, tmp_path):
