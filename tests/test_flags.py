@@ -215,8 +215,10 @@ def test_what_the_flags_read_of_the_core_is_the_cores_own():
     assert flags.KNOB_RULES == methods.RULES and flags.TASK_NAMES == list(data.TASKS)
     assert (flags.AGGREGATIONS, flags.SAMPLERS, flags.LORA_TARGETS) == (loss.AGGREGATIONS, rollout.SAMPLERS,
                                                                         lora.TARGETS)
-    math_task, cfg = data.TASKS["math"], TrainConfig()
-    assert (cfg.model, cfg.data, cfg.eval_data) == (math_task.model, math_task.data, list(math_task.eval_data))
+    task, cfg, ev = data.TASKS["math"], TrainConfig(), eval_cli.EvalConfig()  # --help's defaults: the task's
+    assert (cfg.model, cfg.data, cfg.eval_data, cfg.max_new_tokens) == \
+        (task.model, task.data, list(task.eval_data), task.max_new_tokens)
+    assert (ev.model, ev.data, ev.max_new_tokens) == (cfg.model, cfg.eval_data, cfg.max_new_tokens)
 
 
 @pytest.mark.parametrize("argv, line", [
