@@ -225,9 +225,12 @@ def reference_sft(model, tok, stream, lr, batch_size, steps):
         opt.step()
 
 
-def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys):
+def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys, monkeypatch):
     """The embedded warm-starts now run through sft.py; the weights after 12 steps are exactly the
-    old loop's (what makes data/make_*.py rebuild the shipped policies byte for byte)."""
+    old loop's (what makes data/make_*.py rebuild the shipped policies byte for byte). Validation: Mean@4 at
+    temperature 1, seeded by the step."""
+    seen = []
+    monkeypatch.setattr(sft, "evaluate", lambda *a, **kw: seen.append(kw) or ({"mean@4": 25.0}, []))
     tok = load_tokenizer(ROOT / "data/tiny-qwen3")
     models = []
     for which in ("old", "new"):
@@ -241,7 +244,8 @@ def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys):
                            max_steps=12, check_every=12, max_new_tokens=8, done=lambda step, acc: True)
         models.append(model.state_dict())
     assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
-    assert "step    12  loss" in capsys.readouterr().out
+    assert "val mean@4  25.0%" in capsys.readouterr().out
+    assert [(kw["k"], kw["temperature"], kw["seed"], kw["max_new_tokens"]) for kw in seen] == [(4, 1.0, 12, 8)]
 
 
 # ----------------------------------------------------------------------------
@@ -268,9 +272,11 @@ def test_loss_falls_and_the_format_is_learned(tmp_path, arith, capsys):
                         "--lora-rank", "0", "--lr", "3e-3", "--warmup", "5", "--steps", "150", "--batch-size", "16",
                         "--eval-every", "75", "--eval-temperature", "0", "--eval-k", "1", "--max-len", "64")
     losses = [r["loss"] for r in rows if "loss" in r]
-    evals = [r["eval/mean@1"] for r in rows if "eval/mean@1" in r]
+    evals = {r["step"]: r["eval/mean@1"] for r in rows if "eval/mean@1" in r}
     assert len(losses) == 150 and sum(losses[-10:]) < 0.25 * sum(losses[:10])
-    assert evals[0] == 0.0 and evals[-1] >= 50.0, evals
+    assert list(evals) == [0, 75, 150] and evals[0] == 0.0 and evals[150] >= 50.0, evals
+    shown = [r["problem_id"] for r in jsonl(run / "samples.jsonl") if r["step"] == 0]
+    assert shown == [0, 2, 4, 6]  # every fourth of the 8 completions
     assert (run / "model/model.safetensors").is_file() and (run / "checkpoint/trainer_state.pt").is_file()
     assert "held-out Mean@1" in capsys.readouterr().out
 
@@ -364,7 +370,8 @@ def test_skip_long_drops_and_counts(tmp_path, arith, capsys):
     lengths = [len(p) + len(c) for p, c in sft.encode(load_tokenizer(model), [(r.question, r.solution)
                                                                               for r in load_solutions(arith[0])])]
     limit = sorted(lengths)[len(lengths) // 2]
-    sft_run(tmp_path, "skip", "--model", str(model), "--data", arith[0], "--lora-rank", "0", "--steps", "1",
-            "--max-len", str(limit), "--skip-long")
-    dropped = sum(n > limit for n in lengths)
-    assert f"{48 - dropped} examples ({dropped} over --max-len {limit} dropped)" in capsys.readouterr().out
+    sft_run(tmp_path, "skip", "--model", str(model), "--data", arith[0], "--lora-rank", "0", "--batch-size", "4",
+            "--epochs", "0.5", "--max-len", str(limit), "--skip-long")
+    kept = sum(n <= limit for n in lengths)  # half an epoch of them: ceil(kept / 8) steps
+    assert f"{kept} examples ({48 - kept} over --max-len {limit} dropped), {-(-kept // 8)} steps of 4" in \
+        capsys.readouterr().out
