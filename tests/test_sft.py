@@ -6,8 +6,10 @@ thinking switch.
 Run: python -m pytest tests/test_sft.py -q
 """
 import copy
+import io
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -265,8 +267,11 @@ def sft_run(tmp_path, name, *args):
     return run, jsonl(run / "metrics.jsonl")
 
 
-def test_loss_falls_and_the_format_is_learned(tmp_path, arith, capsys):
-    """A random tiny model learns the worked-solution format: loss down, held-out Mean@4 (greedy) up."""
+def test_loss_falls_and_the_format_is_learned(tmp_path, arith, capsys, monkeypatch):
+    """A random tiny model learns the worked-solution format: loss down, held-out Mean@4 (greedy) up. On a
+    terminal the evaluations draw no bar of their own inside the run's."""
+    terminal = type("Terminal", (io.StringIO,), {"isatty": lambda _: True})()
+    monkeypatch.setattr(sys, "stderr", terminal)
     model = make_model_dir(tmp_path / "random", seed=0)
     run, rows = sft_run(tmp_path, "fmt", "--model", str(model), "--data", arith[0], "--eval-data", arith[1],
                         "--lora-rank", "0", "--lr", "3e-3", "--warmup", "5", "--steps", "150", "--batch-size", "16",
@@ -275,8 +280,7 @@ def test_loss_falls_and_the_format_is_learned(tmp_path, arith, capsys):
     evals = {r["step"]: r["eval/mean@1"] for r in rows if "eval/mean@1" in r}
     assert len(losses) == 150 and sum(losses[-10:]) < 0.25 * sum(losses[:10])
     assert list(evals) == [0, 75, 150] and evals[0] == 0.0 and evals[150] >= 50.0, evals
-    shown = [r["problem_id"] for r in jsonl(run / "samples.jsonl") if r["step"] == 0]
-    assert shown == [0, 2, 4, 6]  # every fourth of the 8 completions
+    assert "sft:" in terminal.getvalue() and "sampling" not in terminal.getvalue()
     assert (run / "model/model.safetensors").is_file() and (run / "checkpoint/trainer_state.pt").is_file()
     assert "held-out Mean@1" in capsys.readouterr().out
 
