@@ -146,15 +146,11 @@ def test_output_starts_with_the_settings(model_dir, full_run):
 
 
 @pytest.mark.parametrize("flags, named", [
-    (["--temperature", "0.5"], "--temperature 1.0 (now 0.5)"),
+    (["--temperature", "0.5"], "--temperature 1.0 (now 0.5)"), (["--seed", "1"], "--seed 0 (now 1)"),
     (["--top-p", "0.9", "--top-k", "5"], "--top-p 1.0 (now 0.9); --top-k 0 (now 5)"),
-    (["--max-new-tokens", "7"], "--max-new-tokens 6 (now 7)"),
-    (["--seed", "1"], "--seed 0 (now 1)"),
-    (["--stop", "="], "--stop [] (now ['='])"),
-    (["--system-prompt", "S"], "--system-prompt None (now 'S')"),
-    (["--sampler", "multinomial"], "--sampler 'inverse-cdf' (now 'multinomial')"),
-    (["other model"], "--model"),
-])
+    (["--max-new-tokens", "7"], "--max-new-tokens 6 (now 7)"), (["--stop", "="], "--stop [] (now ['='])"),
+    (["--system-prompt", "S"], "--system-prompt None (now 'S')"), (["other model"], "--model"),
+    (["--sampler", "multinomial"], "--sampler 'inverse-cdf' (now 'multinomial')")])
 def test_resume_with_other_settings_is_refused(capsys, model_dir, data, full_run, tmp_path, flags, named):
     """One table never mixes two evaluations: --skip-done names the flags that differ, and samples nothing."""
     out = tmp_path / "o.jsonl"

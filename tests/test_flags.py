@@ -1,5 +1,6 @@
 """nanoatr/machinery/flags.py: the one range table at its endpoints, shared groups defined once and composed into each
 command's config, a command's own default for a shared field, and --help's sections in one order."""
+import ast
 import dataclasses
 import subprocess
 import sys
@@ -205,6 +206,8 @@ def test_help_and_a_bad_flag_need_no_torch(command, bad):
         return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     shown, refused = run("--help"), run(*bad)
     assert shown.returncode == 0 and shown.stdout.startswith(f"usage: {command}"), shown.stderr
+    about = " ".join(ast.get_docstring(ast.parse((ROOT / command).read_text())).split("\n\n")[0].split())
+    assert about in " ".join(shown.stdout.split())  # the docstring's first paragraph describes the command
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert refused.stderr.startswith("error: ") and bad[0] in refused.stderr
 

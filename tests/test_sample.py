@@ -29,14 +29,6 @@ def reference(loaded, text, max_new_tokens, temperature=0.0, seed=0, **kw):
     return tokens, tok.decode(tokens, skip_special_tokens=True)
 
 
-def test_greedy_stream_prints_the_rollout_text(capsys, model_dir, loaded):
-    _, tok, _ = loaded
-    _, text = reference(loaded, format_prompt(tok, Problem(PROMPT, "")), 12)
-    assert text, "the tiny model should say something before EOS for this test to mean anything"
-    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "12", PROMPT])
-    assert capsys.readouterr().out == text + "\n"
-
-
 @pytest.mark.parametrize("kw", [dict(), dict(top_k=5, top_p=0.9)])
 def test_seeded_stream_equals_generate(loaded, kw):
     model, tok, eos_ids = loaded
@@ -101,13 +93,15 @@ def test_a_model_file_json_cannot_read_into_python_is_one_line_naming_it(capsys,
     assert f"{folder / name}" in err and why in err, err
 
 
-def test_stop_is_repeatable_and_never_takes_the_prompt(capsys, model_dir, loaded):
-    """--stop takes one string each time: a prompt after it is a prompt, not a second stop string. The
-    stream stops where rollout.generate's StopStrings cut."""
+def test_greedy_stream_prints_the_rollout_text_and_stop_is_repeatable(capsys, model_dir, loaded):
+    """The greedy stream prints rollout.generate's text. --stop takes one string each time: a prompt after it is
+    a prompt, not a second stop string. The stream stops where rollout.generate's StopStrings cut."""
     from nanoatr.tokenizer import make_stopper
     _, tok, _ = loaded
     prompt = format_prompt(tok, Problem(PROMPT, ""))
     _, text = reference(loaded, prompt, 12)
+    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "12", PROMPT])
+    assert capsys.readouterr().out == text + "\n" and text  # the tiny model says something before EOS
     stop = [text[2:4], "never"]
     tokens, cut = reference(loaded, prompt, 12, stopper=make_stopper(tok, stop))
     assert len(cut) < len(text)
