@@ -370,7 +370,7 @@ def test_bad_input_is_one_line_and_leaves_no_run(tmp_path, arith, capsys):
 
 
 def test_skip_long_drops_and_counts(tmp_path, arith, capsys):
-    model = make_model_dir(tmp_path / "m", seed=0)
+    model = make_model_dir(tmp_path / "m", {"pad_token": None})  # no pad token: EOS pads
     lengths = [len(p) + len(c) for p, c in sft.encode(load_tokenizer(model), [(r.question, r.solution)
                                                                               for r in load_solutions(arith[0])])]
     limit = sorted(lengths)[len(lengths) // 2]
