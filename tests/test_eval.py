@@ -109,32 +109,21 @@ def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, 
     assert "(0 new)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case", ["missing model", "bad data line", "k > n", "adapter", "exists",
-                                  "bad resume file", "budget"])
-def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
+@pytest.mark.parametrize("change, out, named", [
+    ({"--model": "nope"}, None, "error: "), ({"--data": "bad.jsonl"}, None, "error: "),
+    ({"--n": str(K - 1)}, None, "error: "), ({"--adapter": "."}, None, "error: . is not a LoRA adapter"),
+    ({}, "", "error: "), ({"--skip-done": None}, '{"not": "a row"}\n{}\n', "error: "),
+    ({"--max-new-tokens": "100000000"}, None, "error: --max-new-tokens 100000000 does not fit the model's"),
+], ids=["missing model", "bad data line", "k > n", "adapter", "exists", "bad resume file", "budget"])
+def test_bad_input_is_one_line(capsys, monkeypatch, model_dir, data, tmp_path, change, out, named):
     """One line each; --max-new-tokens 100000000 was an out-of-memory traceback (the KV cache is sized by
     it)."""
-    args = {"--model": str(model_dir), "--data": data[0], "--k": str(K), "--out": str(tmp_path / "o.jsonl")}
-    if case == "missing model":
-        args["--model"] = str(tmp_path / "nope")
-    elif case == "bad data line":
-        (tmp_path / "bad.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", \n')
-        args["--data"] = str(tmp_path / "bad.jsonl")
-    elif case == "k > n":
-        args["--n"] = str(K - 1)
-    elif case == "adapter":
-        args["--adapter"] = str(tmp_path)
-    elif case == "exists":
-        (tmp_path / "o.jsonl").write_text("")
-    elif case == "budget":
-        args["--max-new-tokens"] = "100000000"
-    else:
-        (tmp_path / "o.jsonl").write_text('{"not": "a row"}\n{}\n')
-        args["--skip-done"] = None
-    err = error_line(capsys, eval_cli.main, [x for kv in args.items() for x in kv if x is not None])
-    named = {"adapter": "is not a LoRA adapter directory",
-             "budget": "error: --max-new-tokens 100000000 does not fit the model's"}
-    assert named.get(case, "error: ") in err
+    monkeypatch.chdir(tmp_path)
+    Path("bad.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", \n')
+    if out is not None:  # --out there already
+        Path("o.jsonl").write_text(out)
+    args = {"--model": str(model_dir), "--data": data[0], "--k": str(K), "--out": "o.jsonl", **change}
+    assert named in error_line(capsys, eval_cli.main, [x for kv in args.items() for x in kv if x is not None])
 
 
 def test_output_starts_with_the_settings(model_dir, full_run):
