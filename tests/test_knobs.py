@@ -170,6 +170,16 @@ def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_ru
             assert row["tokens_per_s_update"] * row["time_train"] == pytest.approx(epochs * batch_tokens, rel=1e-9)
 
 
+def test_a_step_times_its_rollout_and_its_training_apart(monkeypatch):
+    """time_rollout: from the step's start until its batch is graded; time_train: from then to the step's end."""
+    clock = iter([10.0, 13.0, 20.0])
+    monkeypatch.setattr(train, "time", type("Clock", (), {"perf_counter": lambda: next(clock)}))
+    monkeypatch.setattr(train, "rollout", lambda run, problems, step: ("batch", {}))
+    monkeypatch.setattr(train, "optimize", lambda run, batch, step: [])
+    monkeypatch.setattr(train, "metrics_line", lambda run, batch, updates, draws, times: times)
+    assert train.grpo_step(None, [], 4) == {"step": 5, "time_rollout": 3.0, "time_train": 7.0}
+
+
 def test_two_ranks_log_the_mean_of_their_sampling_rounds(monkeypatch):
     """Each of two ranks drew 3 rounds (test_train's three-round rollout, on every rank alike: all_gather
     repeats this rank's lists): sampling_rounds is 3, their mean, not the 6 rounds of both."""

@@ -56,10 +56,9 @@ def test_run_writes_config_metrics_checkpoint(tmp_path):
     assert cfg["clip"] == "kl3" and cfg["hparams"] == {"delta": 0.07}
     steps = [r for r in rows if "reward_mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
-    for key in ["reward_mean", "accuracy", "entropy", "completion_len", "truncated", "groups_all_correct",
-                "groups_all_wrong", "clip_frac_low", "clip_frac_high", "kl3", "ratio_min", "ratio_max",
-                "grad_norm", "time_rollout", "time_train"]:
-        assert key in steps[0], key
+    assert {"reward_mean", "accuracy", "entropy", "completion_len", "truncated", "groups_all_correct", "kl3",
+            "groups_all_wrong", "clip_frac_low", "clip_frac_high", "ratio_min", "ratio_max", "grad_norm",
+            "time_rollout", "time_train"} <= steps[0].keys()
     evals = [r for r in rows if "eval/mean@2" in r]
     assert [r["step"] for r in evals] == [0, 2]
     for r in evals:  # each of the 4 problems' correct samples of 2: Mean@2 and Pass@2 follow exactly
@@ -281,13 +280,10 @@ def test_prompt_order_visits_every_problem_once_per_pass():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--clip", "nope"], "invalid choice: 'nope'"),
-    (["--delta", "-1"], "--delta"),
-    (["--delta", "0"], "--delta"),
+    (["--clip", "nope"], "invalid choice: 'nope'"), (["--delta", "-1"], "--delta"), (["--delta", "0"], "--delta"),
     (["--clip", "clip", "--delta", "0.1"], "--delta does not apply to --clip clip"),
     (["--model", "/nonexistent/dir"], "--model /nonexistent/dir: no such directory"),
-    (["--steps", "0"], "--steps must be >= 1"),
-    (["--minibatches", "3"], "--minibatches 3 must divide"),
+    (["--steps", "0"], "--steps must be >= 1"), (["--minibatches", "3"], "--minibatches 3 must divide"),
     (["--group-size", "1"], "--group-size must be >= 2 (got 1)"),  # not the loss's ValueError mid-step
     (["--max-new-tokens", "300"],
      "error: --max-new-tokens 300 does not fit the model's 256 positions (max_position_embeddings)"),
