@@ -1,5 +1,6 @@
 """train.py end to end on the shipped tiny policy (a few steps), its checks, and its error lines."""
 import json
+import math
 import os
 import signal
 import sys
@@ -253,7 +254,13 @@ def test_pi_old_is_a_constant_of_the_step(reuse):
     log = watch_scorer(run)
     old = train.old_logprobs(run, batch, minibatches[1:2] if reuse else minibatches[:2])
     assert log and not any(grad for grad, _ in log), "old_logprobs ran a forward that records a graph"
-    train.update(run, batch, old, None, minibatches[0], run.shard.noise(0), on_policy=True, keep_old=reuse)
+    ref = None if reuse else old.logp - 0.5  # pi_ref = e^-0.5 pi_old at every token (--beta's kl_ref below)
+    stats = train.update(run, batch, old, ref, minibatches[0], run.shard.noise(0), on_policy=True,
+                         keep_old=reuse)["stats"]
+    if not reuse:  # on policy w = 1: each token's penalty k3 = e^-0.5 - 1 + 0.5, kl_ref their token mean, to
+        # float32's rounding of ref - logp (an ulp of |log p| + 0.5; k3' < 1) and of a sum of 3 x 48 terms
+        k3, top = math.exp(-0.5) - 0.5, float(old.logp.abs().max()) + 0.5
+        assert all(abs(s["kl_ref"] - k3) <= 2 ** -23 * (top + 3 * 48 * k3) for s in stats)
     assert (old.logp[minibatches[0]] != 0).any()  # the first minibatch's rows are filled either way
     for name, table in (("log-probs", old.logp), ("hidden states", old.hidden)):
         assert not table.requires_grad and table.grad_fn is None, f"pi_old's {name} carry a gradient"
