@@ -159,6 +159,8 @@ def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_ru
     assert not any("reward/overlong" in r for r in metrics(cosine_run / "part"))
     for row in metrics(tmp_path / "ds"):
         assert row["reward/overlong"] == pytest.approx(0.5 * (1 - row["completion_len"]) / 23, rel=1e-6)
+        # slots all filled before the last of the 1 + 3 rounds: no uniform group is left
+        assert row["sampling_rounds"] == 4 or row["groups_all_correct"] == row["groups_all_wrong"] == 0
     for run, epochs in ((cosine_run / "part", 1), (tmp_path / "ds", 2)):
         for row in metrics(run):
             batch_tokens = 16 * row["completion_len"]

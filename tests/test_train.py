@@ -460,15 +460,6 @@ def test_dynamic_sampling_stops_after_k_rounds_and_keeps_what_is_left(monkeypatc
     assert draws["rounds"] == len(calls) if k else draws == {}
 
 
-def test_dynamic_sampling_trains_only_mixed_groups_and_logs_the_first_round(tmp_path):
-    rows = run(tmp_path, "--name", "ds", "--steps", "2", "--dynamic-sampling", "4")
-    steps = [r for r in rows if "reward_mean" in r]
-    for r in steps:
-        assert 1 <= r["sampling_rounds"] <= 5 and 0 <= r["accuracy_first_round"] <= 1
-        if r["sampling_rounds"] < 5:  # every slot was filled: no uniform group is left
-            assert r["groups_all_correct"] == r["groups_all_wrong"] == 0
-
-
 def test_group_metrics_follow_the_accuracy_rule_under_any_reward():
     """Groups of 2 with non-0/1 rewards: correct means reward > 0 (as `accuracy`), zero std all equal."""
     rewards = torch.tensor([0.5, 0.5, 2, 0, -1, -1, 0, 0, 1, 2, -1, 0])
