@@ -71,6 +71,10 @@ def test_rows_and_table(model_dir, full_run):
     summaries = [summarize(verdicts_by_problem(r for r in rows if r["benchmark"] == name), [K]) for name in PROBLEMS]
     expected = [s[key] for s in summaries for key in (f"mean@{K}", f"pass@{K}")]
     expected += [sum(s[f"mean@{K}"] for s in summaries) / 2, sum(s[f"pass@{K}"] for s in summaries) / 2]
+    settings = jsonl(out)[0]["settings"]  # the first line: the model; the sampling as used (no generation_config
+    assert settings["model"] == str(model_dir.resolve()) and settings["adapter"] is None  # here: the defaults)
+    assert [settings[k] for k in ("temperature", "top_k", "top_p", "max_new_tokens", "seed", "stop")] == \
+        [1.0, 0, 1.0, 6, 0, []]
     lines = printed.splitlines()
     assert lines[0].split() == ["Model", "alpha", "beta", "Average"]
     assert lines[1].split() == [f"Mean@{K}", "(%)", f"Pass@{K}", "(%)"] * 3
@@ -124,14 +128,6 @@ def test_bad_input_is_one_line(capsys, monkeypatch, model_dir, data, tmp_path, c
         Path("o.jsonl").write_text(out)
     args = {"--model": str(model_dir), "--data": data[0], "--k": str(K), "--out": "o.jsonl", **change}
     assert named in error_line(capsys, eval_cli.main, [x for kv in args.items() for x in kv if x is not None])
-
-
-def test_output_starts_with_the_settings(model_dir, full_run):
-    settings = jsonl(full_run[0])[0]["settings"]
-    assert settings["model"] == str(model_dir.resolve()) and settings["adapter"] is None
-    # No generation_config.json in the directory: nanoatr's defaults, as before (the embedded model's too).
-    assert (settings["temperature"], settings["top_k"], settings["top_p"]) == (1.0, 0, 1.0)
-    assert (settings["max_new_tokens"], settings["seed"], settings["stop"]) == (6, 0, [])
 
 
 @pytest.mark.parametrize("flags, named", [

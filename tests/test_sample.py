@@ -54,21 +54,15 @@ def test_text_is_written_token_by_token_and_ends_after_a_stop_string(loaded):
     assert tokens == consumed == ids[:6]  # sampling stopped with the token that completed it
 
 
-def test_gold_prints_a_verdict(capsys, monkeypatch, model_dir):
+def test_prompts_from_stdin_each_get_a_gold_verdict(capsys, monkeypatch, model_dir):
     seen = []
     monkeypatch.setattr(sample, "verify", lambda completion, gold: seen.append((completion, gold)) or True)
-    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "8", "--gold", "29",
-                 "--raw", PROMPT + "="])
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[-1] == "[gold 29: correct]"
-    assert seen == [(lines[0], "29")]
-
-
-def test_prompts_from_stdin(capsys, monkeypatch, model_dir):
-    monkeypatch.setattr("sys.stdin", type("In", (), {"isatty": lambda self: False,
-                                                      "__iter__": lambda self: iter(["1+1\n", "\n", "2*3\n"])})())
-    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "4", "--gold", "2"])
-    assert sum(line.startswith("[gold 2: ") for line in capsys.readouterr().out.splitlines()) == 2
+    stdin = type("In", (), {"isatty": lambda _: False, "__iter__": lambda _: iter(["1+1\n", "\n", "2*3\n"])})
+    monkeypatch.setattr("sys.stdin", stdin())
+    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "8", "--gold", "2",
+                 "--raw"])
+    lines = capsys.readouterr().out.splitlines()  # each completion, then its verdict
+    assert lines[1::2] == ["[gold 2: correct]"] * 2 and seen == [(lines[0], "2"), (lines[2], "2")]
 
 
 def test_a_folder_that_is_not_an_adapter_is_one_line(capsys, model_dir, tmp_path):

@@ -111,11 +111,6 @@ def test_a_run_saving_every_n_steps_saves_at_its_multiples_and_its_end(tmp_path)
     assert sorted(strict_file(m)["step"] for m in manifests) == [2, 4, 5]
 
 
-def test_one_update_per_rollout_warns(tmp_path, capsys):
-    run(tmp_path, "--name", "w", "--steps", "1", "--minibatches", "1")
-    assert "the ratio is exactly 1" in capsys.readouterr().err
-
-
 def test_sampler_check_fails_loudly():
     logp, mask = torch.zeros(2, 3), torch.tensor([[1.0, 1, 0], [1, 1, 1]])
     assert train.check_sampler_agrees(logp, logp + 1e-6, mask, "float32") == pytest.approx(1e-6)
@@ -479,13 +474,15 @@ def test_group_metrics_follow_the_accuracy_rule_under_any_reward():
 
 def test_own_data_without_eval_data_is_refused(tmp_path, capsys):
     """--data mine.jsonl alone would evaluate the embedded arithmetic set and log it as held out: one error
-    line naming --eval-data, and no run folder; --eval-data with no file trains with no evaluation."""
+    line naming --eval-data, and no run folder; --eval-data with no file trains with no evaluation. (One update
+    per rollout: a warning that the ratio is exactly 1.)"""
     err = error_line(capsys, train.main, ["--data", str(ROOT / "data/arith/train.jsonl"), "--steps", "1",
                                           "--out-dir", str(tmp_path), "--name", "mine"])
     assert err.startswith("error: --data ") and "needs --eval-data" in err
     assert not (tmp_path / "mine").exists()
     train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data", "--steps", "1",
                 "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8", "--no-compile",
-                "--out-dir", str(tmp_path), "--name", "none"])
+                "--out-dir", str(tmp_path), "--name", "none", "--minibatches", "1"])
+    assert "the ratio is exactly 1" in capsys.readouterr().err
     rows = jsonl(tmp_path / "none/metrics.jsonl")
     assert [r["step"] for r in rows] == [1] and not [k for k in rows[0] if k.startswith("eval/")]
