@@ -71,8 +71,8 @@ def test_rows_and_table(model_dir, full_run):
     summaries = [summarize(verdicts_by_problem(r for r in rows if r["benchmark"] == name), [K]) for name in PROBLEMS]
     expected = [s[key] for s in summaries for key in (f"mean@{K}", f"pass@{K}")]
     expected += [sum(s[f"mean@{K}"] for s in summaries) / 2, sum(s[f"pass@{K}"] for s in summaries) / 2]
-    settings = jsonl(out)[0]["settings"]  # the first line: the model; the sampling as used (no generation_config
-    assert settings["model"] == str(model_dir.resolve()) and settings["adapter"] is None  # here: the defaults)
+    settings = jsonl(out)[0]["settings"]  # the first line: the model; sampling as used (no generation_config:
+    assert settings["model"] == str(model_dir.resolve()) and settings["adapter"] is None  # the defaults)
     assert [settings[k] for k in ("temperature", "top_k", "top_p", "max_new_tokens", "seed", "stop")] == \
         [1.0, 0, 1.0, 6, 0, []]
     lines = printed.splitlines()
@@ -85,10 +85,7 @@ def test_rows_and_table(model_dir, full_run):
     assert eval_cli.default_out("runs/kl3-x/checkpoint-step000040/").name.startswith("kl3-x-")
     # `python eval.py ... 2>&1 | tee log`: tqdm draws only on a terminal, so no bar in the table's stream
     assert "\r" not in err and "compl/s" not in err and "compl]" not in err
-
-
-def test_the_table_layout_by_hand():
-    """Columns as wide as their widest entry + 2, cells right-aligned; a name past its two columns is cut."""
+    # the layout by hand: each column its widest entry + 2 wide; a name wider than its two columns is cut
     cells = ["12.50", "50.00", "100.00", "100.00", "56.25", "75.00"]
     assert eval_cli.grid("Model", ["a", "b" * 30], 8, [("m", cells)]).splitlines() == [
         "Model  a" + " " * 23 + "b" * 22 + "  Average", " " * 7 + "  Mean@8 (%)  Pass@8 (%)" * 3,

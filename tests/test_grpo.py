@@ -72,10 +72,9 @@ def test_grpo_py_computes_train_py_step(clip):
 
 
 def test_grpo_py_runs_from_any_folder(tmp_path, monkeypatch, capsys):
-    """Started from another folder, it reads the repository's own model and problems (data.located), as
-    train.py does, instead of failing on the relative path data/tiny-qwen3. The whole path (a blank update,
-    exercise 12, fails it): held-out accuracy on 64 problems x 4 drawn at seed 1, before and after; the steps
-    drawn from --seed (0); AdamW's settings; a line every 10 steps, with the share of tokens cut at either end."""
+    """From another folder it reads the repository's own model and problems (data.located), as train.py does.
+    The whole path (a blank update, exercise 12, fails it): held-out accuracy on 64 problems x 4 drawn at seed
+    1, before and after; the steps drawn from --seed (0); AdamW's settings; every 10th step's line."""
     monkeypatch.chdir(tmp_path)
     drawn, opts, real_rollout, real_update = [], [], grpo.rollout, grpo.update
     def rollout(model, tok, problems, G, *args):

@@ -146,7 +146,7 @@ def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
 # ----------------------------------------------------------------------------
 # Tokens per second
 
-def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_run, tmp_path):
+def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_run, tmp_path, monkeypatch):
     """Tokens over seconds: 16 completions a step, sampled = 16 x length, trained so many once per epoch. With
     --dynamic-sampling the rollout also sampled the groups it dropped: tokens_per_s_rollout counts them
     (sampling_rounds > 1 then means more tokens than the batch's). A buffer of 23 of the 24 tokens: every
@@ -154,6 +154,12 @@ def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_ru
     mean length the line also logs. Off (cosine_run), it is not logged."""
     assert step_metrics.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
         {"tokens_per_s_rollout": 60.0, "tokens_per_s_update": 80.0}
+    with monkeypatch.context() as m:  # seconds of the rollout (until graded), then of the rest of the step
+        m.setattr(train, "time", type("Clock", (), {"perf_counter": iter([10.0, 13.0, 20.0]).__next__}))
+        m.setattr(train, "rollout", lambda run, problems, step: ("batch", {}))
+        m.setattr(train, "optimize", lambda run, batch, step: [])
+        m.setattr(train, "metrics_line", lambda run, batch, updates, draws, times: times)
+        assert train.grpo_step(None, [], 4) == {"step": 5, "time_rollout": 3.0, "time_train": 7.0}
     train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "ds", "--steps", "2", "--dynamic-sampling", "3",
                 "--epochs", "2", "--overlong-buffer", "23", "--overlong-penalty", "0.5"])
     assert not any("reward/overlong" in r for r in metrics(cosine_run / "part"))
@@ -170,16 +176,6 @@ def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_ru
             else:  # each further round sampled at least one group of at least one token each
                 assert sampled > batch_tokens + 1
             assert row["tokens_per_s_update"] * row["time_train"] == pytest.approx(epochs * batch_tokens, rel=1e-9)
-
-
-def test_a_step_times_its_rollout_and_its_training_apart(monkeypatch):
-    """time_rollout: from the step's start until its batch is graded; time_train: from then to the step's end."""
-    clock = iter([10.0, 13.0, 20.0])
-    monkeypatch.setattr(train, "time", type("Clock", (), {"perf_counter": lambda: next(clock)}))
-    monkeypatch.setattr(train, "rollout", lambda run, problems, step: ("batch", {}))
-    monkeypatch.setattr(train, "optimize", lambda run, batch, step: [])
-    monkeypatch.setattr(train, "metrics_line", lambda run, batch, updates, draws, times: times)
-    assert train.grpo_step(None, [], 4) == {"step": 5, "time_rollout": 3.0, "time_train": 7.0}
 
 
 def test_two_ranks_log_the_mean_of_their_sampling_rounds(monkeypatch):

@@ -7,7 +7,7 @@ import sample
 from nanoatr.data import Problem
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
-from nanoatr.tokenizer import format_prompt, load_tokenizer, eos_token_ids
+from nanoatr.tokenizer import format_prompt, load_tokenizer, eos_token_ids, make_stopper
 from conftest import error_line
 
 PROMPT = "12+34-5"
@@ -88,9 +88,8 @@ def test_a_model_file_json_cannot_read_into_python_is_one_line_naming_it(capsys,
 
 
 def test_greedy_stream_prints_the_rollout_text_and_stop_is_repeatable(capsys, model_dir, loaded):
-    """The greedy stream prints rollout.generate's text. --stop takes one string each time: a prompt after it is
-    a prompt, not a second stop string. The stream stops where rollout.generate's StopStrings cut."""
-    from nanoatr.tokenizer import make_stopper
+    """The greedy stream prints rollout.generate's text. --stop takes one string each time: a prompt after it
+    is a prompt, not a second stop string. The stream stops where rollout.generate's StopStrings cut."""
     _, tok, _ = loaded
     prompt = format_prompt(tok, Problem(PROMPT, ""))
     _, text = reference(loaded, prompt, 12)

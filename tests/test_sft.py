@@ -187,12 +187,6 @@ def test_micro_batches_add_up_to_the_whole_batch(monkeypatch):
     assert sft.micro_batch_slices([3, 5, 2, 4, 1], 2) == [(slice(0, 2), 5), (slice(2, 4), 4), (slice(4, 6), 1)]
 
 
-def test_warm_up_is_linear_then_flat():
-    r = sft.Recipe(lr=1e-3, warmup=100)
-    assert [r.lr_at(s) for s in (1, 50, 100, 500)] == [1e-5, 5e-4, 1e-3, 1e-3]
-    assert sft.Recipe(lr=1e-3, warmup=0).lr_at(1) == 1e-3
-
-
 def test_each_epoch_takes_every_example_once_in_its_own_order():
     n, B = 10, 4
     taken = [i for step in range(1, 6) for i in sft.batch_indices(n, step, B, seed=0)]  # 20 = 2 epochs
@@ -247,7 +241,10 @@ def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys, monkeypatch):
         models.append(model.state_dict())
     assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
     assert "val mean@4  25.0%" in capsys.readouterr().out
-    assert [(kw["k"], kw["temperature"], kw["seed"], kw["max_new_tokens"]) for kw in seen] == [(4, 1.0, 12, 8)]
+    assert [(s["k"], s["temperature"], s["seed"], s["max_new_tokens"]) for s in seen] == [(4, 1.0, 12, 8)]
+    r = sft.Recipe(lr=1e-3, warmup=100)  # the warm-up: linear, then flat
+    assert [r.lr_at(s) for s in (1, 50, 100, 500)] == [1e-5, 5e-4, 1e-3, 1e-3]
+    assert sft.Recipe(lr=1e-3, warmup=0).lr_at(1) == 1e-3
 
 
 # ----------------------------------------------------------------------------
@@ -374,8 +371,8 @@ def test_skip_long_drops_and_counts(tmp_path, arith, capsys):
     lengths = [len(p) + len(c) for p, c in sft.encode(load_tokenizer(model), [(r.question, r.solution)
                                                                               for r in load_solutions(arith[0])])]
     limit = sorted(lengths)[len(lengths) // 2]
-    sft_run(tmp_path, "skip", "--model", str(model), "--data", arith[0], "--lora-rank", "0", "--batch-size", "4",
-            "--epochs", "0.5", "--max-len", str(limit), "--skip-long")
+    sft_run(tmp_path, "skip", "--model", str(model), "--data", arith[0], "--lora-rank", "0", "--epochs",
+            "0.5", "--batch-size", "4", "--max-len", str(limit), "--skip-long")
     kept = sum(n <= limit for n in lengths)  # half an epoch of them: ceil(kept / 8) steps
     assert f"{kept} examples ({48 - kept} over --max-len {limit} dropped), {-(-kept // 8)} steps of 4" in \
         capsys.readouterr().out

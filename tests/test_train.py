@@ -46,8 +46,6 @@ def test_log_completions_writes_each_steps_completions_to_samples_jsonl(tmp_path
         assert isinstance(s["prompt"], str) and s["prompt"] and isinstance(s["completion"], str)
         assert s["reward/math_reward"] == s["reward"] and s["correct"] == (s["reward"] > 0)
     assert not any("completions" in r for r in rows)
-    run(tmp_path, "--name", "none", "--steps", "1")
-    assert not any(r.get("rollout") for r in jsonl(tmp_path / "none/samples.jsonl"))
 
 
 def test_run_writes_config_metrics_checkpoint(tmp_path):
@@ -67,6 +65,7 @@ def test_run_writes_config_metrics_checkpoint(tmp_path):
         assert len(counts) == 4 and r["eval/heldout/mean@2"] == 100 * (sum(c / 2 for c in counts) / 4)
         assert r["eval/heldout/pass@2"] == 100 * (sum(c > 0 for c in counts) / 4)
     assert (run_dir / "checkpoint/model.safetensors").is_file()
+    assert not any(s.get("rollout") for s in jsonl(run_dir / "samples.jsonl"))  # no --log-completions: none
     assert (run_dir / "checkpoint/tokenizer.json").is_file()  # a complete model directory
     # several optimizer steps per rollout: after the first, the policy has moved off pi_old
     assert steps[0]["ratio_max"] > 1.0 or steps[0]["ratio_min"] < 1.0
@@ -282,10 +281,11 @@ def test_prompt_order_visits_every_problem_once_per_pass():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--clip", "nope"], "invalid choice: 'nope'"), (["--delta", "-1"], "--delta"), (["--delta", "0"], "--delta"),
+    (["--clip", "nope"], "invalid choice: 'nope'"), (["--delta", "-1"], "--delta"),
+    (["--delta", "0"], "--delta"), (["--steps", "0"], "--steps must be >= 1"),
     (["--clip", "clip", "--delta", "0.1"], "--delta does not apply to --clip clip"),
     (["--model", "/nonexistent/dir"], "--model /nonexistent/dir: no such directory"),
-    (["--steps", "0"], "--steps must be >= 1"), (["--minibatches", "3"], "--minibatches 3 must divide"),
+    (["--minibatches", "3"], "--minibatches 3 must divide"),
     (["--group-size", "1"], "--group-size must be >= 2 (got 1)"),  # not the loss's ValueError mid-step
     (["--max-new-tokens", "300"],
      "error: --max-new-tokens 300 does not fit the model's 256 positions (max_position_embeddings)"),
@@ -474,8 +474,8 @@ def test_group_metrics_follow_the_accuracy_rule_under_any_reward():
 
 def test_own_data_without_eval_data_is_refused(tmp_path, capsys):
     """--data mine.jsonl alone would evaluate the embedded arithmetic set and log it as held out: one error
-    line naming --eval-data, and no run folder; --eval-data with no file trains with no evaluation. (One update
-    per rollout: a warning that the ratio is exactly 1.)"""
+    line naming --eval-data, and no run folder; --eval-data with no file trains with no evaluation. (One
+    update per rollout: a warning that the ratio is exactly 1.)"""
     err = error_line(capsys, train.main, ["--data", str(ROOT / "data/arith/train.jsonl"), "--steps", "1",
                                           "--out-dir", str(tmp_path), "--name", "mine"])
     assert err.startswith("error: --data ") and "needs --eval-data" in err
