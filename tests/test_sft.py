@@ -242,9 +242,8 @@ def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys, monkeypatch):
     assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
     assert "val mean@4  25.0%" in capsys.readouterr().out
     assert [(s["k"], s["temperature"], s["seed"], s["max_new_tokens"]) for s in seen] == [(4, 1.0, 12, 8)]
-    r = sft.Recipe(lr=1e-3, warmup=100)  # the warm-up: linear, then flat
-    assert [r.lr_at(s) for s in (1, 50, 100, 500)] == [1e-5, 5e-4, 1e-3, 1e-3]
-    assert sft.Recipe(lr=1e-3, warmup=0).lr_at(1) == 1e-3
+    rates = [sft.Recipe(lr=1e-3, warmup=100).lr_at(s) for s in (1, 50, 100, 500)]  # linear, then flat; none
+    assert rates + [sft.Recipe(lr=1e-3, warmup=0).lr_at(1)] == [1e-5, 5e-4, 1e-3, 1e-3, 1e-3]  # at warmup 0
 
 
 # ----------------------------------------------------------------------------

@@ -48,8 +48,10 @@ def test_log_completions_writes_each_steps_completions_to_samples_jsonl(tmp_path
     assert not any("completions" in r for r in rows)
 
 
-def test_run_writes_config_metrics_checkpoint(tmp_path):
-    rows = run(tmp_path, "--name", "a", "--steps", "2", "--lr", "1e-3")
+def test_run_writes_config_metrics_checkpoint(tmp_path, capsys):
+    rows = run(tmp_path, "--name", "a", "--steps", "2", "--lr", "1e-3", "--eval-every", "2")
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step 2: heldout ")]
+    assert len(said) == 1 and "% (from " in said[0]  # the last evaluation, once, beside step 0's
     run_dir = tmp_path / "a"
     cfg = strict_file(run_dir / "config.json")
     assert cfg["clip"] == "kl3" and cfg["hparams"] == {"delta": 0.07}
@@ -64,9 +66,8 @@ def test_run_writes_config_metrics_checkpoint(tmp_path):
         counts = r["eval/heldout/correct"]
         assert len(counts) == 4 and r["eval/heldout/mean@2"] == 100 * (sum(c / 2 for c in counts) / 4)
         assert r["eval/heldout/pass@2"] == 100 * (sum(c > 0 for c in counts) / 4)
-    assert (run_dir / "checkpoint/model.safetensors").is_file()
     assert not any(s.get("rollout") for s in jsonl(run_dir / "samples.jsonl"))  # no --log-completions: none
-    assert (run_dir / "checkpoint/tokenizer.json").is_file()  # a complete model directory
+    assert all((run_dir / "checkpoint" / f).is_file() for f in ("model.safetensors", "tokenizer.json"))
     # several optimizer steps per rollout: after the first, the policy has moved off pi_old
     assert steps[0]["ratio_max"] > 1.0 or steps[0]["ratio_min"] < 1.0
 
