@@ -47,7 +47,7 @@ def run(model_dir, data, out, *more):
 @pytest.fixture(scope="module")
 def full_run(model_dir, data, tmp_path_factory):
     """One complete evaluation: (output file, what it printed, its stderr: no terminal, as in a pipe)."""
-    out = tmp_path_factory.mktemp("full") / "out.jsonl"
+    out = tmp_path_factory.mktemp("full") / "new/folder/out.jsonl"  # its folders are made
     printed, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(err):
         run(model_dir, data, out)
@@ -71,6 +71,10 @@ def test_rows_and_table(model_dir, full_run):
     summaries = [summarize(verdicts_by_problem(r for r in rows if r["benchmark"] == name), [K]) for name in PROBLEMS]
     expected = [s[key] for s in summaries for key in (f"mean@{K}", f"pass@{K}")]
     expected += [sum(s[f"mean@{K}"] for s in summaries) / 2, sum(s[f"pass@{K}"] for s in summaries) / 2]
+    settings = jsonl(out)[0]["settings"]  # the first line: the model; sampling as used (no generation_config:
+    assert settings["model"] == str(model_dir.resolve()) and settings["adapter"] is None  # the defaults)
+    assert [settings[k] for k in ("temperature", "top_k", "top_p", "max_new_tokens", "seed", "stop")] == \
+        [1.0, 0, 1.0, 6, 0, []]
     lines = printed.splitlines()
     assert lines[0].split() == ["Model", "alpha", "beta", "Average"]
     assert lines[1].split() == [f"Mean@{K}", "(%)", f"Pass@{K}", "(%)"] * 3
@@ -81,6 +85,11 @@ def test_rows_and_table(model_dir, full_run):
     assert eval_cli.default_out("runs/kl3-x/checkpoint-step000040/").name.startswith("kl3-x-")
     # `python eval.py ... 2>&1 | tee log`: tqdm draws only on a terminal, so no bar in the table's stream
     assert "\r" not in err and "compl/s" not in err and "compl]" not in err
+    # the layout by hand: each column its widest entry + 2 wide; a name wider than its two columns is cut
+    cells = ["12.50", "50.00", "100.00", "100.00", "56.25", "75.00"]
+    assert eval_cli.grid("Model", ["a", "b" * 30], 8, [("m", cells)]).splitlines() == [
+        "Model  a" + " " * 23 + "b" * 22 + "  Average", " " * 7 + "  Mean@8 (%)  Pass@8 (%)" * 3,
+        "m      " + "".join(" " * (12 - len(c)) + c for c in cells)]
 
 
 def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, tmp_path):
@@ -101,52 +110,29 @@ def test_resume_samples_only_what_is_missing(capsys, model_dir, data, full_run, 
     assert "(0 new)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case", ["missing model", "bad data line", "k > n", "adapter", "exists",
-                                  "bad resume file", "budget"])
-def test_bad_input_is_one_line(capsys, model_dir, data, tmp_path, case):
+@pytest.mark.parametrize("change, out, named", [
+    ({"--model": "nope"}, None, "error: "), ({"--data": "bad.jsonl"}, None, "error: "),
+    ({"--n": str(K - 1)}, None, "error: "), ({"--adapter": "."}, None, "error: . is not a LoRA adapter"),
+    ({}, "", "error: "), ({"--skip-done": None}, '{"not": "a row"}\n{}\n', "error: "),
+    ({"--max-new-tokens": "100000000"}, None, "error: --max-new-tokens 100000000 does not fit the model's"),
+], ids=["missing model", "bad data line", "k > n", "adapter", "exists", "bad resume file", "budget"])
+def test_bad_input_is_one_line(capsys, monkeypatch, model_dir, data, tmp_path, change, out, named):
     """One line each; --max-new-tokens 100000000 was an out-of-memory traceback (the KV cache is sized by
     it)."""
-    args = {"--model": str(model_dir), "--data": data[0], "--k": str(K), "--out": str(tmp_path / "o.jsonl")}
-    if case == "missing model":
-        args["--model"] = str(tmp_path / "nope")
-    elif case == "bad data line":
-        (tmp_path / "bad.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", \n')
-        args["--data"] = str(tmp_path / "bad.jsonl")
-    elif case == "k > n":
-        args["--n"] = str(K - 1)
-    elif case == "adapter":
-        args["--adapter"] = str(tmp_path)
-    elif case == "exists":
-        (tmp_path / "o.jsonl").write_text("")
-    elif case == "budget":
-        args["--max-new-tokens"] = "100000000"
-    else:
-        (tmp_path / "o.jsonl").write_text('{"not": "a row"}\n{}\n')
-        args["--skip-done"] = None
-    err = error_line(capsys, eval_cli.main, [x for kv in args.items() for x in kv if x is not None])
-    named = {"adapter": "is not a LoRA adapter directory",
-             "budget": "error: --max-new-tokens 100000000 does not fit the model's"}
-    assert named.get(case, "error: ") in err
-
-
-def test_output_starts_with_the_settings(model_dir, full_run):
-    settings = jsonl(full_run[0])[0]["settings"]
-    assert settings["model"] == str(model_dir.resolve()) and settings["adapter"] is None
-    # No generation_config.json in the directory: nanoatr's defaults, as before (the embedded model's too).
-    assert (settings["temperature"], settings["top_k"], settings["top_p"]) == (1.0, 0, 1.0)
-    assert (settings["max_new_tokens"], settings["seed"], settings["stop"]) == (6, 0, [])
+    monkeypatch.chdir(tmp_path)
+    Path("bad.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", \n')
+    if out is not None:  # --out there already
+        Path("o.jsonl").write_text(out)
+    args = {"--model": str(model_dir), "--data": data[0], "--k": str(K), "--out": "o.jsonl", **change}
+    assert named in error_line(capsys, eval_cli.main, [x for kv in args.items() for x in kv if x is not None])
 
 
 @pytest.mark.parametrize("flags, named", [
-    (["--temperature", "0.5"], "--temperature 1.0 (now 0.5)"),
+    (["--temperature", "0.5"], "--temperature 1.0 (now 0.5)"), (["--seed", "1"], "--seed 0 (now 1)"),
     (["--top-p", "0.9", "--top-k", "5"], "--top-p 1.0 (now 0.9); --top-k 0 (now 5)"),
-    (["--max-new-tokens", "7"], "--max-new-tokens 6 (now 7)"),
-    (["--seed", "1"], "--seed 0 (now 1)"),
-    (["--stop", "="], "--stop [] (now ['='])"),
-    (["--system-prompt", "S"], "--system-prompt None (now 'S')"),
-    (["--sampler", "multinomial"], "--sampler 'inverse-cdf' (now 'multinomial')"),
-    (["other model"], "--model"),
-])
+    (["--max-new-tokens", "7"], "--max-new-tokens 6 (now 7)"), (["--stop", "="], "--stop [] (now ['='])"),
+    (["--system-prompt", "S"], "--system-prompt None (now 'S')"), (["other model"], "--model"),
+    (["--sampler", "multinomial"], "--sampler 'inverse-cdf' (now 'multinomial')")])
 def test_resume_with_other_settings_is_refused(capsys, model_dir, data, full_run, tmp_path, flags, named):
     """One table never mixes two evaluations: --skip-done names the flags that differ, and samples nothing."""
     out = tmp_path / "o.jsonl"

@@ -1,5 +1,6 @@
 """nanoatr/machinery/flags.py: the one range table at its endpoints, shared groups defined once and composed into each
 command's config, a command's own default for a shared field, and --help's sections in one order."""
+import ast
 import dataclasses
 import subprocess
 import sys
@@ -202,6 +203,8 @@ def test_help_and_a_bad_flag_need_no_torch(command, bad):
         return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     shown, refused = run("--help"), run(*bad)
     assert shown.returncode == 0 and shown.stdout.startswith(f"usage: {command}"), shown.stderr
+    about = " ".join(ast.get_docstring(ast.parse((ROOT / command).read_text())).split("\n\n")[0].split())
+    assert about in " ".join(shown.stdout.split())  # the docstring's first paragraph describes the command
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert refused.stderr.startswith("error: ") and bad[0] in refused.stderr
 
@@ -212,8 +215,10 @@ def test_what_the_flags_read_of_the_core_is_the_cores_own():
     assert flags.KNOB_RULES == methods.RULES and flags.TASK_NAMES == list(data.TASKS)
     assert (flags.AGGREGATIONS, flags.SAMPLERS, flags.LORA_TARGETS) == (loss.AGGREGATIONS, rollout.SAMPLERS,
                                                                         lora.TARGETS)
-    math_task, cfg = data.TASKS["math"], TrainConfig()
-    assert (cfg.model, cfg.data, cfg.eval_data) == (math_task.model, math_task.data, list(math_task.eval_data))
+    task, cfg, ev = data.TASKS["math"], TrainConfig(), eval_cli.EvalConfig()  # --help's defaults: the task's
+    assert (cfg.model, cfg.data, cfg.eval_data, cfg.max_new_tokens) == \
+        (task.model, task.data, list(task.eval_data), task.max_new_tokens)
+    assert (ev.model, ev.data, ev.max_new_tokens) == (cfg.model, cfg.eval_data, cfg.max_new_tokens)
 
 
 @pytest.mark.parametrize("argv, line", [

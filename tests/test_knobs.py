@@ -143,7 +143,7 @@ def test_what_a_schedule_fixes_on_resume(schedule, changed, refused):
 # ----------------------------------------------------------------------------
 # Tokens per second
 
-def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_run, tmp_path):
+def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_run, tmp_path, monkeypatch):
     """Tokens over seconds: 16 completions a step, sampled = 16 x length, trained so many once per epoch. With
     --dynamic-sampling the rollout also sampled the groups it dropped: tokens_per_s_rollout counts them
     (sampling_rounds > 1 then means more tokens than the batch's). A buffer of 23 of the 24 tokens: every
@@ -151,11 +151,19 @@ def test_each_step_logs_its_tokens_per_second_and_its_overlong_penalty(cosine_ru
     mean length the line also logs. Off (cosine_run), it is not logged."""
     assert step_metrics.throughput(120, 360, {"time_rollout": 2.0, "time_train": 4.5}) == \
         {"tokens_per_s_rollout": 60.0, "tokens_per_s_update": 80.0}
+    with monkeypatch.context() as m:  # seconds of the rollout (until graded), then of the rest of the step
+        m.setattr(train, "time", type("Clock", (), {"perf_counter": iter([10.0, 13.0, 20.0]).__next__}))
+        m.setattr(train, "rollout", lambda run, problems, step: ("batch", {}))
+        m.setattr(train, "optimize", lambda run, batch, step: [])
+        m.setattr(train, "metrics_line", lambda run, batch, updates, draws, times: times)
+        assert train.grpo_step(None, [], 4) == {"step": 5, "time_rollout": 3.0, "time_train": 7.0}
     train.main([*QUICK, "--out-dir", str(tmp_path), "--name", "ds", "--steps", "2", "--dynamic-sampling", "3",
                 "--epochs", "2", "--overlong-buffer", "23", "--overlong-penalty", "0.5"])
     assert not any("reward/overlong" in r for r in metrics(cosine_run / "part"))
     for row in metrics(tmp_path / "ds"):
         assert row["reward/overlong"] == pytest.approx(0.5 * (1 - row["completion_len"]) / 23, rel=1e-6)
+        # slots all filled before the last of the 1 + 3 rounds: no uniform group is left
+        assert row["sampling_rounds"] == 4 or row["groups_all_correct"] == row["groups_all_wrong"] == 0
     for run, epochs in ((cosine_run / "part", 1), (tmp_path / "ds", 2)):
         for row in metrics(run):
             batch_tokens = 16 * row["completion_len"]

@@ -7,7 +7,7 @@ import sample
 from nanoatr.data import Problem
 from nanoatr.model import Qwen3
 from nanoatr.rollout import generate
-from nanoatr.tokenizer import format_prompt, load_tokenizer, eos_token_ids
+from nanoatr.tokenizer import format_prompt, load_tokenizer, eos_token_ids, make_stopper
 from conftest import error_line
 
 PROMPT = "12+34-5"
@@ -27,14 +27,6 @@ def reference(loaded, text, max_new_tokens, temperature=0.0, seed=0, **kw):
                    generator=torch.Generator().manual_seed(seed), pad_id=tok.pad_token_id, **kw)
     tokens = out.tokens[0, :int(out.mask[0].sum())].tolist()
     return tokens, tok.decode(tokens, skip_special_tokens=True)
-
-
-def test_greedy_stream_prints_the_rollout_text(capsys, model_dir, loaded):
-    _, tok, _ = loaded
-    _, text = reference(loaded, format_prompt(tok, Problem(PROMPT, "")), 12)
-    assert text, "the tiny model should say something before EOS for this test to mean anything"
-    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "12", PROMPT])
-    assert capsys.readouterr().out == text + "\n"
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(top_k=5, top_p=0.9)])
@@ -62,21 +54,15 @@ def test_text_is_written_token_by_token_and_ends_after_a_stop_string(loaded):
     assert tokens == consumed == ids[:6]  # sampling stopped with the token that completed it
 
 
-def test_gold_prints_a_verdict(capsys, monkeypatch, model_dir):
+def test_prompts_from_stdin_each_get_a_gold_verdict(capsys, monkeypatch, model_dir):
     seen = []
     monkeypatch.setattr(sample, "verify", lambda completion, gold: seen.append((completion, gold)) or True)
-    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "8", "--gold", "29",
-                 "--raw", PROMPT + "="])
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[-1] == "[gold 29: correct]"
-    assert seen == [(lines[0], "29")]
-
-
-def test_prompts_from_stdin(capsys, monkeypatch, model_dir):
-    monkeypatch.setattr("sys.stdin", type("In", (), {"isatty": lambda self: False,
-                                                      "__iter__": lambda self: iter(["1+1\n", "\n", "2*3\n"])})())
-    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "4", "--gold", "2"])
-    assert sum(line.startswith("[gold 2: ") for line in capsys.readouterr().out.splitlines()) == 2
+    stdin = type("In", (), {"isatty": lambda _: False, "__iter__": lambda _: iter(["1+1\n", "\n", "2*3\n"])})
+    monkeypatch.setattr("sys.stdin", stdin())
+    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "8", "--gold", "2",
+                 "--raw"])
+    lines = capsys.readouterr().out.splitlines()  # each completion, then its verdict
+    assert lines[1::2] == ["[gold 2: correct]"] * 2 and seen == [(lines[0], "2"), (lines[2], "2")]
 
 
 def test_a_folder_that_is_not_an_adapter_is_one_line(capsys, model_dir, tmp_path):
@@ -101,13 +87,14 @@ def test_a_model_file_json_cannot_read_into_python_is_one_line_naming_it(capsys,
     assert f"{folder / name}" in err and why in err, err
 
 
-def test_stop_is_repeatable_and_never_takes_the_prompt(capsys, model_dir, loaded):
-    """--stop takes one string each time: a prompt after it is a prompt, not a second stop string. The
-    stream stops where rollout.generate's StopStrings cut."""
-    from nanoatr.tokenizer import make_stopper
+def test_greedy_stream_prints_the_rollout_text_and_stop_is_repeatable(capsys, model_dir, loaded):
+    """The greedy stream prints rollout.generate's text. --stop takes one string each time: a prompt after it
+    is a prompt, not a second stop string. The stream stops where rollout.generate's StopStrings cut."""
     _, tok, _ = loaded
     prompt = format_prompt(tok, Problem(PROMPT, ""))
     _, text = reference(loaded, prompt, 12)
+    sample.main(["--model", str(model_dir), "--temperature", "0", "--max-new-tokens", "12", PROMPT])
+    assert capsys.readouterr().out == text + "\n" and text  # the tiny model says something before EOS
     stop = [text[2:4], "never"]
     tokens, cut = reference(loaded, prompt, 12, stopper=make_stopper(tok, stop))
     assert len(cut) < len(text)
@@ -118,10 +105,12 @@ def test_stop_is_repeatable_and_never_takes_the_prompt(capsys, model_dir, loaded
 
 
 def test_sampling_defaults_without_generation_config(capsys, model_dir):
-    """No generation_config.json (the embedded default has none): 1.0 / 0 / 1.0 as always, and it says so."""
-    sample.main(["--model", str(model_dir), "--max-new-tokens", "2", PROMPT])
-    assert "sampling: temperature 1.0, top-k 0, top-p 1.0 (defaults: no generation_config.json)" in \
-        capsys.readouterr().err
+    """No generation_config.json (the embedded default has none): 1.0 / 0 / 1.0 as always, and it says so.
+    Two prompts: each is headed [i/n] on stderr."""
+    sample.main(["--model", str(model_dir), "--max-new-tokens", "2", PROMPT, "1+1"])
+    err = capsys.readouterr().err
+    assert "sampling: temperature 1.0, top-k 0, top-p 1.0 (defaults: no generation_config.json)" in err
+    assert f"[1/2] {PROMPT}\n" in err and "\n[2/2] 1+1\n" in err
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -6,8 +6,10 @@ thinking switch.
 Run: python -m pytest tests/test_sft.py -q
 """
 import copy
+import io
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -185,12 +187,6 @@ def test_micro_batches_add_up_to_the_whole_batch(monkeypatch):
     assert sft.micro_batch_slices([3, 5, 2, 4, 1], 2) == [(slice(0, 2), 5), (slice(2, 4), 4), (slice(4, 6), 1)]
 
 
-def test_warm_up_is_linear_then_flat():
-    r = sft.Recipe(lr=1e-3, warmup=100)
-    assert [r.lr_at(s) for s in (1, 50, 100, 500)] == [1e-5, 5e-4, 1e-3, 1e-3]
-    assert sft.Recipe(lr=1e-3, warmup=0).lr_at(1) == 1e-3
-
-
 def test_each_epoch_takes_every_example_once_in_its_own_order():
     n, B = 10, 4
     taken = [i for step in range(1, 6) for i in sft.batch_indices(n, step, B, seed=0)]  # 20 = 2 epochs
@@ -225,9 +221,12 @@ def reference_sft(model, tok, stream, lr, batch_size, steps):
         opt.step()
 
 
-def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys):
+def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys, monkeypatch):
     """The embedded warm-starts now run through sft.py; the weights after 12 steps are exactly the
-    old loop's (what makes data/make_*.py rebuild the shipped policies byte for byte)."""
+    old loop's (what makes data/make_*.py rebuild the shipped policies byte for byte). Validation: Mean@4 at
+    temperature 1, seeded by the step."""
+    seen = []
+    monkeypatch.setattr(sft, "evaluate", lambda *a, **kw: seen.append(kw) or ({"mean@4": 25.0}, []))
     tok = load_tokenizer(ROOT / "data/tiny-qwen3")
     models = []
     for which in ("old", "new"):
@@ -241,7 +240,10 @@ def test_the_warm_start_is_the_old_loop_bit_for_bit(capsys):
                            max_steps=12, check_every=12, max_new_tokens=8, done=lambda step, acc: True)
         models.append(model.state_dict())
     assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
-    assert "step    12  loss" in capsys.readouterr().out
+    assert "val mean@4  25.0%" in capsys.readouterr().out
+    assert [(s["k"], s["temperature"], s["seed"], s["max_new_tokens"]) for s in seen] == [(4, 1.0, 12, 8)]
+    rates = [sft.Recipe(lr=1e-3, warmup=100).lr_at(s) for s in (1, 50, 100, 500)]  # linear, then flat; none
+    assert rates + [sft.Recipe(lr=1e-3, warmup=0).lr_at(1)] == [1e-5, 5e-4, 1e-3, 1e-3, 1e-3]  # at warmup 0
 
 
 # ----------------------------------------------------------------------------
@@ -261,16 +263,20 @@ def sft_run(tmp_path, name, *args):
     return run, jsonl(run / "metrics.jsonl")
 
 
-def test_loss_falls_and_the_format_is_learned(tmp_path, arith, capsys):
-    """A random tiny model learns the worked-solution format: loss down, held-out Mean@4 (greedy) up."""
+def test_loss_falls_and_the_format_is_learned(tmp_path, arith, capsys, monkeypatch):
+    """A random tiny model learns the worked-solution format: loss down, held-out Mean@4 (greedy) up. On a
+    terminal the evaluations draw no bar of their own inside the run's."""
+    terminal = type("Terminal", (io.StringIO,), {"isatty": lambda _: True})()
+    monkeypatch.setattr(sys, "stderr", terminal)
     model = make_model_dir(tmp_path / "random", seed=0)
     run, rows = sft_run(tmp_path, "fmt", "--model", str(model), "--data", arith[0], "--eval-data", arith[1],
                         "--lora-rank", "0", "--lr", "3e-3", "--warmup", "5", "--steps", "150", "--batch-size", "16",
                         "--eval-every", "75", "--eval-temperature", "0", "--eval-k", "1", "--max-len", "64")
     losses = [r["loss"] for r in rows if "loss" in r]
-    evals = [r["eval/mean@1"] for r in rows if "eval/mean@1" in r]
+    evals = {r["step"]: r["eval/mean@1"] for r in rows if "eval/mean@1" in r}
     assert len(losses) == 150 and sum(losses[-10:]) < 0.25 * sum(losses[:10])
-    assert evals[0] == 0.0 and evals[-1] >= 50.0, evals
+    assert list(evals) == [0, 75, 150] and evals[0] == 0.0 and evals[150] >= 50.0, evals
+    assert "sft:" in terminal.getvalue() and "sampling" not in terminal.getvalue()
     assert (run / "model/model.safetensors").is_file() and (run / "checkpoint/trainer_state.pt").is_file()
     assert "held-out Mean@1" in capsys.readouterr().out
 
@@ -361,11 +367,12 @@ def test_bad_input_is_one_line_and_leaves_no_run(tmp_path, arith, capsys):
 
 
 def test_skip_long_drops_and_counts(tmp_path, arith, capsys):
-    model = make_model_dir(tmp_path / "m", seed=0)
+    model = make_model_dir(tmp_path / "m", {"pad_token": None})  # no pad token: EOS pads
     lengths = [len(p) + len(c) for p, c in sft.encode(load_tokenizer(model), [(r.question, r.solution)
                                                                               for r in load_solutions(arith[0])])]
     limit = sorted(lengths)[len(lengths) // 2]
-    sft_run(tmp_path, "skip", "--model", str(model), "--data", arith[0], "--lora-rank", "0", "--steps", "1",
-            "--max-len", str(limit), "--skip-long")
-    dropped = sum(n > limit for n in lengths)
-    assert f"{48 - dropped} examples ({dropped} over --max-len {limit} dropped)" in capsys.readouterr().out
+    sft_run(tmp_path, "skip", "--model", str(model), "--data", arith[0], "--lora-rank", "0", "--epochs",
+            "0.5", "--batch-size", "4", "--max-len", str(limit), "--skip-long")
+    kept = sum(n <= limit for n in lengths)  # half an epoch of them: ceil(kept / 8) steps
+    assert f"{kept} examples ({48 - kept} over --max-len {limit} dropped), {-(-kept // 8)} steps of 4" in \
+        capsys.readouterr().out

@@ -1,5 +1,6 @@
 """train.py end to end on the shipped tiny policy (a few steps), its checks, and its error lines."""
 import json
+import math
 import os
 import signal
 import sys
@@ -45,29 +46,28 @@ def test_log_completions_writes_each_steps_completions_to_samples_jsonl(tmp_path
         assert isinstance(s["prompt"], str) and s["prompt"] and isinstance(s["completion"], str)
         assert s["reward/math_reward"] == s["reward"] and s["correct"] == (s["reward"] > 0)
     assert not any("completions" in r for r in rows)
-    run(tmp_path, "--name", "none", "--steps", "1")
-    assert not any(r.get("rollout") for r in jsonl(tmp_path / "none/samples.jsonl"))
 
 
-def test_run_writes_config_metrics_checkpoint(tmp_path):
-    rows = run(tmp_path, "--name", "a", "--steps", "2", "--lr", "1e-3")
+def test_run_writes_config_metrics_checkpoint(tmp_path, capsys):
+    rows = run(tmp_path, "--name", "a", "--steps", "2", "--lr", "1e-3", "--eval-every", "2")
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step 2: heldout ")]
+    assert len(said) == 1 and "% (from " in said[0]  # the last evaluation, once, beside step 0's
     run_dir = tmp_path / "a"
     cfg = strict_file(run_dir / "config.json")
     assert cfg["clip"] == "kl3" and cfg["hparams"] == {"delta": 0.07}
     steps = [r for r in rows if "reward_mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
-    for key in ["reward_mean", "accuracy", "entropy", "completion_len", "truncated", "groups_all_correct",
-                "groups_all_wrong", "clip_frac_low", "clip_frac_high", "kl3", "ratio_min", "ratio_max",
-                "grad_norm", "time_rollout", "time_train"]:
-        assert key in steps[0], key
+    assert {"reward_mean", "accuracy", "entropy", "completion_len", "truncated", "groups_all_correct", "kl3",
+            "groups_all_wrong", "clip_frac_low", "clip_frac_high", "ratio_min", "ratio_max", "grad_norm",
+            "time_rollout", "time_train"} <= steps[0].keys()
     evals = [r for r in rows if "eval/mean@2" in r]
     assert [r["step"] for r in evals] == [0, 2]
     for r in evals:  # each of the 4 problems' correct samples of 2: Mean@2 and Pass@2 follow exactly
         counts = r["eval/heldout/correct"]
         assert len(counts) == 4 and r["eval/heldout/mean@2"] == 100 * (sum(c / 2 for c in counts) / 4)
         assert r["eval/heldout/pass@2"] == 100 * (sum(c > 0 for c in counts) / 4)
-    assert (run_dir / "checkpoint/model.safetensors").is_file()
-    assert (run_dir / "checkpoint/tokenizer.json").is_file()  # a complete model directory
+    assert not any(s.get("rollout") for s in jsonl(run_dir / "samples.jsonl"))  # no --log-completions: none
+    assert all((run_dir / "checkpoint" / f).is_file() for f in ("model.safetensors", "tokenizer.json"))
     # several optimizer steps per rollout: after the first, the policy has moved off pi_old
     assert steps[0]["ratio_max"] > 1.0 or steps[0]["ratio_min"] < 1.0
 
@@ -109,11 +109,6 @@ def test_a_run_saving_every_n_steps_saves_at_its_multiples_and_its_end(tmp_path)
     run(tmp_path, "--name", "s", "--steps", "5", "--save-every", "2", "--keep-checkpoints", "5")
     manifests = (tmp_path / "s").glob("checkpoint*/manifest.json")
     assert sorted(strict_file(m)["step"] for m in manifests) == [2, 4, 5]
-
-
-def test_one_update_per_rollout_warns(tmp_path, capsys):
-    run(tmp_path, "--name", "w", "--steps", "1", "--minibatches", "1")
-    assert "the ratio is exactly 1" in capsys.readouterr().err
 
 
 def test_sampler_check_fails_loudly():
@@ -254,7 +249,13 @@ def test_pi_old_is_a_constant_of_the_step(reuse):
     log = watch_scorer(run)
     old = train.old_logprobs(run, batch, minibatches[1:2] if reuse else minibatches[:2])
     assert log and not any(grad for grad, _ in log), "old_logprobs ran a forward that records a graph"
-    train.update(run, batch, old, None, minibatches[0], run.shard.noise(0), on_policy=True, keep_old=reuse)
+    ref = None if reuse else old.logp - 0.5  # pi_ref = e^-0.5 pi_old at every token (--beta's kl_ref below)
+    stats = train.update(run, batch, old, ref, minibatches[0], run.shard.noise(0), on_policy=True,
+                         keep_old=reuse)["stats"]
+    if not reuse:  # on policy w = 1: each token's penalty k3 = e^-0.5 - 1 + 0.5, kl_ref their token mean, to
+        # float32's rounding of ref - logp (an ulp of |log p| + 0.5; k3' < 1) and of a sum of 3 x 48 terms
+        k3, top = math.exp(-0.5) - 0.5, float(old.logp.abs().max()) + 0.5
+        assert all(abs(s["kl_ref"] - k3) <= 2 ** -23 * (top + 3 * 48 * k3) for s in stats)
     assert (old.logp[minibatches[0]] != 0).any()  # the first minibatch's rows are filled either way
     for name, table in (("log-probs", old.logp), ("hidden states", old.hidden)):
         assert not table.requires_grad and table.grad_fn is None, f"pi_old's {name} carry a gradient"
@@ -281,12 +282,10 @@ def test_prompt_order_visits_every_problem_once_per_pass():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--clip", "nope"], "invalid choice: 'nope'"),
-    (["--delta", "-1"], "--delta"),
-    (["--delta", "0"], "--delta"),
+    (["--clip", "nope"], "invalid choice: 'nope'"), (["--delta", "-1"], "--delta"),
+    (["--delta", "0"], "--delta"), (["--steps", "0"], "--steps must be >= 1"),
     (["--clip", "clip", "--delta", "0.1"], "--delta does not apply to --clip clip"),
     (["--model", "/nonexistent/dir"], "--model /nonexistent/dir: no such directory"),
-    (["--steps", "0"], "--steps must be >= 1"),
     (["--minibatches", "3"], "--minibatches 3 must divide"),
     (["--group-size", "1"], "--group-size must be >= 2 (got 1)"),  # not the loss's ValueError mid-step
     (["--max-new-tokens", "300"],
@@ -457,15 +456,6 @@ def test_dynamic_sampling_stops_after_k_rounds_and_keeps_what_is_left(monkeypatc
     assert draws["rounds"] == len(calls) if k else draws == {}
 
 
-def test_dynamic_sampling_trains_only_mixed_groups_and_logs_the_first_round(tmp_path):
-    rows = run(tmp_path, "--name", "ds", "--steps", "2", "--dynamic-sampling", "4")
-    steps = [r for r in rows if "reward_mean" in r]
-    for r in steps:
-        assert 1 <= r["sampling_rounds"] <= 5 and 0 <= r["accuracy_first_round"] <= 1
-        if r["sampling_rounds"] < 5:  # every slot was filled: no uniform group is left
-            assert r["groups_all_correct"] == r["groups_all_wrong"] == 0
-
-
 def test_group_metrics_follow_the_accuracy_rule_under_any_reward():
     """Groups of 2 with non-0/1 rewards: correct means reward > 0 (as `accuracy`), zero std all equal."""
     rewards = torch.tensor([0.5, 0.5, 2, 0, -1, -1, 0, 0, 1, 2, -1, 0])
@@ -485,13 +475,15 @@ def test_group_metrics_follow_the_accuracy_rule_under_any_reward():
 
 def test_own_data_without_eval_data_is_refused(tmp_path, capsys):
     """--data mine.jsonl alone would evaluate the embedded arithmetic set and log it as held out: one error
-    line naming --eval-data, and no run folder; --eval-data with no file trains with no evaluation."""
+    line naming --eval-data, and no run folder; --eval-data with no file trains with no evaluation. (One
+    update per rollout: a warning that the ratio is exactly 1.)"""
     err = error_line(capsys, train.main, ["--data", str(ROOT / "data/arith/train.jsonl"), "--steps", "1",
                                           "--out-dir", str(tmp_path), "--name", "mine"])
     assert err.startswith("error: --data ") and "needs --eval-data" in err
     assert not (tmp_path / "mine").exists()
     train.main(["--data", str(ROOT / "data/arith/train.jsonl"), "--eval-data", "--steps", "1",
                 "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8", "--no-compile",
-                "--out-dir", str(tmp_path), "--name", "none"])
+                "--out-dir", str(tmp_path), "--name", "none", "--minibatches", "1"])
+    assert "the ratio is exactly 1" in capsys.readouterr().err
     rows = jsonl(tmp_path / "none/metrics.jsonl")
     assert [r["step"] for r in rows] == [1] and not [k for k in rows[0] if k.startswith("eval/")]
