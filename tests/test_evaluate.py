@@ -1,5 +1,7 @@
 import math
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -20,20 +22,24 @@ def shipped():
     return Qwen3.from_pretrained(model_dir), load_tokenizer(model_dir), load_problems(ROOT / "data/arith/heldout.jsonl", limit=6)
 
 
-def test_resumed_sampling_draws_the_same_completions():
+def test_resumed_sampling_draws_the_same_completions(monkeypatch):
     model, tok, problems = shipped()
     kw = dict(max_new_tokens=40, batch_size=5, seed=3, progress=False)
     whole = list(sample_and_grade(model, tok, problems, 3, **kw))
     done = {(r["problem_id"], r["sample"]) for r in whole[:7]}  # interrupted mid-batch
+    bar = []  # what a terminal's progress bar is told: its total, then each step
+    monkeypatch.setattr("nanoatr.evaluate.tqdm", lambda total, **_: bar.append(total) or
+                        SimpleNamespace(update=bar.append, close=lambda: None))
     rest = list(sample_and_grade(model, tok, problems, 3, skip=done, **kw))
-    assert whole[7:] == rest
+    assert whole[7:] == rest and bar == [len(rest)] + [1] * len(rest)
 
 
 def test_evaluate_summary_matches_rows_and_follows_from_the_counts_alone():
     """"correct": each problem's correct samples of n = 4, in order; Mean@2 and Pass@2 follow from it exactly."""
     model, tok, problems = shipped()
+    start = time.perf_counter()
     summary, rows = evaluate(model, tok, problems, k=2, n=4, max_new_tokens=40, progress=False)
-    assert len(rows) == 6 * 4
+    assert len(rows) == 6 * 4 and 0 < summary["seconds"] <= time.perf_counter() - start  # its own time
     counts = summary["correct"]
     assert counts == [sum(r["correct"] for r in rows if r["problem_id"] == i) for i in range(6)]
     assert len(set(counts)) > 1  # problems that differ: the order matters
@@ -87,9 +93,12 @@ def test_a_uniform_policy_has_entropy_log_v_at_any_temperature(tmp_path):
         model.lm_head.weight.zero_()
     V = model.lm_head.weight.shape[0]
     assert (entropy_key(0.0), entropy_key(0.6), entropy_key(1.2)) == ("entropy", "entropy@T0.6", "entropy@T1.2")
-    for temperature, key in ((1.0, "eval/x/entropy"), (0.5, "eval/x/entropy@T0.5")):
-        results, _ = during_training(model, tok, {"x": PROBLEMS}, 2, 4,
-                                     max_new_tokens=6, temperature=temperature, seed=1)
+    for temperature, key, problems, k, budget, picked in (  # picked: the rows kept as samples
+            (1.0, "eval/x/entropy", PROBLEMS, 2, 6, [(0, 0), (0, 1), (1, 0), (1, 1)]),
+            (0.5, "eval/x/entropy@T0.5", PROBLEMS[:1], 1, 1, [(0, 0)])):  # one completion token in all
+        results, samples = during_training(model, tok, {"x": problems}, k, 4,
+                                           max_new_tokens=budget, temperature=temperature, seed=1)
+        assert [(r["problem_id"], r["sample"]) for r in samples["x"]] == picked
         tol = entropy_error(V, 0.0, 1.0, U64)  # logits all exactly 0: only the entropy's own float64 rounding
         within(results[key], math.log(V), tol, f"uniform at T = {temperature}")
         assert not any("entropy" in k for k in results if k != key)
@@ -99,13 +108,17 @@ def test_evaluation_entropy_is_token_weighted_and_leaves_the_samples_alone(tmp_p
     """The split's entropy is the mean over all completion tokens (rows weighted by length), and scoring
     the entropy draws nothing: the completions are those drawn without it, bit for bit."""
     model, tok = random_policy(tmp_path)
+    tok.pad_token = None  # as Llama's: nothing to pad with but id 0
     kw = dict(max_new_tokens=10, temperature=1.0, seed=2, batch_size=4, progress=False)
     plain = list(sample_and_grade(model, tok, PROBLEMS, 3, **kw))
     rows = list(sample_and_grade(model, tok, PROBLEMS, 3, with_entropy=True, **kw))
     assert [{k: v for k, v in r.items() if k != "entropy"} for r in rows] == plain
     assert len({r["length"] for r in rows}) > 1 and all(r["entropy"] > 0 for r in rows)
-    results, _ = during_training(model, tok, {"x": PROBLEMS}, 3, 4,
-                                 max_new_tokens=10, temperature=1.0, seed=2)
+    assert {r["length"] for r in rows if r["truncated"]} == {10}  # a row's own tokens, all 10 of the budget
+    results, samples = during_training(model, tok, {"x": PROBLEMS}, 3, 4,
+                                       max_new_tokens=10, temperature=1.0, seed=2)
+    assert samples["x"] == rows[::9 // 4][:4]  # every len(rows) // 4-th of the rows, four of them
     want = sum(r["entropy"] * r["length"] for r in rows) / sum(r["length"] for r in rows)
     assert abs(results["eval/x/entropy"] - want) < 1e-9
+    assert results["eval/x/truncated"] == sum(r["truncated"] for r in rows) / len(rows) < 1  # a share
     assert want != sum(r["entropy"] for r in rows) / len(rows)  # not the mean of the rows' means
