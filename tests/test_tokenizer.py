@@ -44,9 +44,9 @@ def test_find_stop_takes_the_earliest_end():
 
 def test_a_stopper_reads_each_rows_text(tok):
     assert make_stopper(tok, []) is None and make_stopper(tok, [""]) is None
-    stopper = make_stopper(tok, ["=", "99"])
-    rows = [tok.encode(t, add_special_tokens=False) for t in ["1+2=3", "12", "4 99"]]
-    assert stopper.holds(rows) == [True, False, True]
+    stopper = make_stopper(tok, ["=", "99", "<|endoftext|>"])  # a special token too: its text is read
+    rows = [tok.encode(t, add_special_tokens=False) for t in ["1+2=3", "12", "4 99", "7<|endoftext|>"]]
+    assert stopper.holds(rows) == [True, False, True, True]
 
 
 def test_a_stopper_cuts_masks_only_later_tokens(tok):
@@ -77,6 +77,8 @@ def test_stop_token_ids_from_every_place(tok, tmp_path):
     """The tokenizer's eos, config.json's and generation_config.json's (an int or a list), all of them."""
     import json
     from nanoatr.tokenizer import TokenizerError, eos_token_ids
+    with pytest.raises(TokenizerError, match=r"has no tokenizer \(tokenizer.json / tokenizer_config.json\)$"):
+        load_tokenizer(tmp_path)  # a folder with neither file
     eos = tok.eos_token_id
     assert eos_token_ids(tok) == eos_token_ids(tok, tmp_path) == [eos]
     (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": [7, 8]}))
