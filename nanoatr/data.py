@@ -225,7 +225,7 @@ class Shard:
         per_chunk = C * G // minibatches
         out = []
         for epoch in range(epochs):
-            perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
+            perms = [c * C * G + torch.randperm(C * G, generator=seeded(
                 self.chunk_seed(step, first + c, salt=1 + epoch))) for c in range(self.share // C)]
             out += [torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms])
                     for m in range(minibatches)]
@@ -237,7 +237,16 @@ class Shard:
 
     def noise(self, step: int) -> torch.Generator:
         """The random picks of a step's loss (clip-cov), this rank's own."""
-        return torch.Generator().manual_seed(self.seed * 31 + step + (self.rank << 32))
+        return seeded(self.seed * 31 + step + (self.rank << 32))
+
+
+def seeded(seed: int, device="cpu") -> torch.Generator:
+    """A generator on `device` drawing by every bit of `seed`. torch's CPU generator (mt19937) keeps a seed's
+    low 32 bits only, and Shard's seeds differ in bits 32 and up by chunk, epoch (salt) and rank: there the
+    high half is folded into the low one (a seed below 2**32 is kept), else every epoch, chunk and rank drew
+    the same numbers. CUDA's generator (Philox) keeps all 64 bits."""
+    g = torch.Generator(device=device)
+    return g.manual_seed((seed + (seed >> 32) * 0x9E3779B1) % (1 << 32) if g.device.type == "cpu" else seed)
 
 
 @functools.lru_cache(maxsize=2)  # a step's prompts span at most two passes

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import train
-from nanoatr.data import Shard
+from nanoatr.data import Shard, seeded
 from nanoatr.machinery import distributed
 from rounding import U64, sum_orders, within
 from conftest import error_line, jsonl, strict_file
@@ -103,10 +103,14 @@ def test_sampling_does_not_depend_on_the_number_of_ranks():
     ranks with two prompts each see the chunks (and seeds, and minibatch rows) one process sees."""
     shard = Shard(seed=3, prompts_per_step=4, chunk=1, group_size=2)
     assert shard.chunk_seed(5, 1) != shard.chunk_seed(5, 0) != shard.chunk_seed(6, 0)
-    assert shard.chunk_seed(5, 1, salt=1) != shard.chunk_seed(5, 1)
     assert Shard(0, 4, 4, 2).chunk_seed(7, 0) == 7  # one chunk: the seed it always had
     one = Shard(3, 4, 1, 2)
     ranks = [Shard(3, 4, 1, 2, rank=r, world=2) for r in range(2)]
+    # seeds that differ in bits 32 and up only, which torch's CPU generator drops (data.seeded): each draws
+    # its own numbers: two chunks, their epochs' shuffles (salt), two ranks' noise
+    gens = [seeded(shard.chunk_seed(5, c, salt)) for c in (0, 1) for salt in (0, 1)]
+    assert len({tuple(torch.rand(3, generator=g).tolist()) for g in gens + [r.noise(5) for r in ranks]}) == 6
+    assert not torch.equal(*Shard(3, 1, 1, 8).minibatches(5, 2, 1))  # the second epoch is shuffled anew
     assert [seed for _, seed in one.chunks(5, 0, 4)] == [seed for s in ranks for _, seed in s.chunks(5, 0, 2)]
     assert one.problems(10, 5, 0, 4) == [i for s in ranks for i in s.problems(10, 5, 0, 2)]
     rows = one.minibatches(5, 2, 2)
