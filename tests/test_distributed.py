@@ -106,11 +106,12 @@ def test_sampling_does_not_depend_on_the_number_of_ranks():
     assert Shard(0, 4, 4, 2).chunk_seed(7, 0) == 7  # one chunk: the seed it always had
     one = Shard(3, 4, 1, 2)
     ranks = [Shard(3, 4, 1, 2, rank=r, world=2) for r in range(2)]
-    # seeds that differ in bits 32 and up only, which torch's CPU generator drops (data.seeded): each draws
-    # its own numbers: two chunks, their epochs' shuffles (salt), two ranks' noise
-    gens = [seeded(shard.chunk_seed(5, c, salt)) for c in (0, 1) for salt in (0, 1)]
-    assert len({tuple(torch.rand(3, generator=g).tolist()) for g in gens + [r.noise(5) for r in ranks]}) == 6
-    assert not torch.equal(*Shard(3, 1, 1, 8).minibatches(5, 2, 1))  # the second epoch is shuffled anew
+    # seeds differing only in bits 32 and up, which torch's CPU generator drops (data.seeded), each draw
+    # their own numbers: two chunks and their epochs' shuffles (salt), two ranks' and two steps' noise
+    gens = [seeded(shard.chunk_seed(5, c, salt)) for c in (0, 1) for salt in (0, 1)] + [one.noise(6)]
+    assert len({tuple(torch.rand(3, generator=g).tolist()) for g in gens + [r.noise(5) for r in ranks]}) == 7
+    assert [m.tolist() for m in Shard(3, 1, 1, 8).minibatches(5, 2, 1)] == [[2, 7, 4, 6, 5, 0, 3, 1],
+                                                                             [2, 3, 6, 5, 0, 7, 4, 1]]
     assert [seed for _, seed in one.chunks(5, 0, 4)] == [seed for s in ranks for _, seed in s.chunks(5, 0, 2)]
     assert one.problems(10, 5, 0, 4) == [i for s in ranks for i in s.problems(10, 5, 0, 2)]
     rows = one.minibatches(5, 2, 2)
