@@ -51,9 +51,9 @@ def test_evaluate_summary_matches_rows_and_follows_from_the_counts_alone():
 # the evaluation policy's entropy
 
 def random_policy(tmp_path):
-    """A random tiny Qwen3 (std 0.3: spread next-token distributions) and its character tokenizer; in float64,
-    so that two ways of computing an entropy differ only by rounding.qwen3_float64 (scoring keeps float64)."""
-    path = make_model_dir(tmp_path / "m")
+    """A random tiny Qwen3 (std 0.3: spread next-token distributions), its character tokenizer without a pad
+    token (as Llama's); in float64: two ways of computing an entropy differ only by rounding.qwen3_float64."""
+    path = make_model_dir(tmp_path / "m", {"pad_token": None})
     return Qwen3.from_pretrained(path, dtype=torch.float64).eval(), load_tokenizer(path)
 
 
@@ -65,7 +65,7 @@ def test_completion_entropies_are_the_entropy_at_each_sampled_token(tmp_path):
     softmax at T = 0.7, -sum p log p at each position, averaged over each row's real tokens."""
     model, tok = random_policy(tmp_path)
     out = generate(model, encode_prompts(tok, PROBLEMS), 12, temperature=0.7, eos_token_id=[tok.eos_token_id],
-                   generator=torch.Generator().manual_seed(0), pad_id=tok.pad_token_id)
+                   generator=torch.Generator().manual_seed(0))
     assert not out.mask.all() and out.mask.any(-1).all()  # rows of different lengths: the mask matters
     got = completion_entropies(model, out, 0.7, max_positions=20)  # 20 positions: one row a forward
     P = out.prompt_ids.shape[1]
@@ -108,7 +108,6 @@ def test_evaluation_entropy_is_token_weighted_and_leaves_the_samples_alone(tmp_p
     """The split's entropy is the mean over all completion tokens (rows weighted by length), and scoring
     the entropy draws nothing: the completions are those drawn without it, bit for bit."""
     model, tok = random_policy(tmp_path)
-    tok.pad_token = None  # as Llama's: nothing to pad with but id 0
     kw = dict(max_new_tokens=10, temperature=1.0, seed=2, batch_size=4, progress=False)
     plain = list(sample_and_grade(model, tok, PROBLEMS, 3, **kw))
     rows = list(sample_and_grade(model, tok, PROBLEMS, 3, with_entropy=True, **kw))
