@@ -1,7 +1,6 @@
 import math
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -27,11 +26,10 @@ def test_resumed_sampling_draws_the_same_completions(monkeypatch):
     kw = dict(max_new_tokens=40, batch_size=5, seed=3, progress=False)
     whole = list(sample_and_grade(model, tok, problems, 3, **kw))
     done = {(r["problem_id"], r["sample"]) for r in whole[:7]}  # interrupted mid-batch
-    bar = []  # what a terminal's progress bar is told: its total, then each step
-    monkeypatch.setattr("nanoatr.evaluate.tqdm", lambda total, **_: bar.append(total) or
-                        SimpleNamespace(update=bar.append, close=lambda: None))
+    steps = []  # what a terminal's progress bar is told: (its total, a step), each time
+    monkeypatch.setattr("nanoatr.evaluate.tqdm.update", lambda bar, n=1: steps.append((bar.total, n)))
     rest = list(sample_and_grade(model, tok, problems, 3, skip=done, **kw))
-    assert whole[7:] == rest and bar == [len(rest)] + [1] * len(rest)
+    assert whole[7:] == rest and steps == [(len(rest), 1)] * len(rest)
 
 
 def test_evaluate_summary_matches_rows_and_follows_from_the_counts_alone():
