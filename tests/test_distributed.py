@@ -105,8 +105,7 @@ def test_sampling_does_not_depend_on_the_number_of_ranks():
     assert Shard(0, 4, 4, 2).chunk_seed(7, 0) == 7  # one chunk: the seed it always had
     one = Shard(3, 4, 1, 2)
     ranks = [Shard(3, 4, 1, 2, rank=r, world=2) for r in range(2)]
-    # seeds differing only in bits 32 and up, which torch's CPU generator drops (data.seeded), each draw
-    # their own numbers: two steps' two chunks and their shuffles (salt), two ranks' and two steps' noise
+    # seeds apart only in bits 32 and up, which torch's CPU generator drops (data.seeded), draw apart
     gens = [seeded(shard.chunk_seed(t, c, salt)) for t in (5, 6) for c in (0, 1) for salt in (0, 1)]
     assert len({tuple(torch.rand(3, generator=g).tolist()) for g in gens + [r.noise(5) for r in ranks] +
                 [one.noise(6)]}) == 11

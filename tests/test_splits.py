@@ -21,11 +21,6 @@ import split_overlap  # noqa: E402  (scripts/split_overlap.py)
 TASKS = split_overlap.TASKS
 
 
-def keys(task: str, split: str) -> list:
-    folder, key = TASKS[task][:2]
-    return [key(p) for p in load_problems(DATA / f"{folder}/{split}.jsonl", dedupe=False)]
-
-
 @pytest.mark.parametrize("task", TASKS)
 def test_no_evaluation_problem_is_a_training_problem_or_comes_twice(task):
     """On the shipped files, scripts/split_overlap.py's counts (checked on a crafted copy below) are all 0 (the
@@ -77,8 +72,8 @@ def test_the_warm_start_never_saw_an_evaluation_problem(task):
     """The SFT stream as data/make_*.py draws it (scripts/split_overlap.py regenerates it) holds no key of
     the shipped evaluation files (issue 38: the old stream, which skipped held-out and validation questions
     only as strings, held 137 of the 256 arithmetic held-out problems' keys and 225 of Countdown's)."""
-    evaluated = TASKS[task][3]
-    evaluation = {k for split in evaluated for k in keys(task, split)}
+    folder, key, _, evaluated = TASKS[task][:4]
+    evaluation = {key(p) for split in evaluated for p in load_problems(DATA / f"{folder}/{split}.jsonl")}
     seen = split_overlap.sft_keys(task, STREAM_STEPS[task])
     assert len(seen) > 1000 and not seen & evaluation, f"{task}: {len(seen & evaluation)} keys seen"
 
