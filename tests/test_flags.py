@@ -216,7 +216,8 @@ def test_what_the_flags_read_of_the_core_is_the_cores_own():
     assert (flags.AGGREGATIONS, flags.SAMPLERS, flags.LORA_TARGETS) == (loss.AGGREGATIONS, rollout.SAMPLERS,
                                                                         lora.TARGETS)
     math_task, cfg = data.TASKS["math"], TrainConfig()
-    assert (cfg.model, cfg.data, cfg.eval_data) == (math_task.model, math_task.data, list(math_task.eval_data))
+    assert (cfg.model, cfg.data, cfg.eval_data, cfg.max_new_tokens) == \
+        (math_task.model, math_task.data, list(math_task.eval_data), math_task.max_new_tokens)
 
 
 @pytest.mark.parametrize("argv, line", [
