@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from nanoatr import lora
-from nanoatr.data import Shard, load_problems, not_held_out, seeded
+from nanoatr.data import Shard, load_problems, not_held_out
 from nanoatr.evaluate import check_budgets, during_training, scores_line
 from nanoatr.loss import (aggregate, check_finite, dynamic_sampling, group_advantages, kl_to_reference,
                           loss_mask, overlong_penalty, policy_loss)
@@ -146,7 +146,7 @@ def sample_round(run: Run, problems, step: int, r: int, n: int) -> Rollout:
     run.model.eval()
     parts, pad_id = [], run.tok.pad_token_id or 0
     for span, seed in run.shard.chunks(step, r, n):  # span: the chunk's slice of the n prompts
-        generator = seeded(seed, run.d.device)
+        generator = torch.Generator(device=run.d.device).manual_seed(seed)
         with run.precision():
             parts.append(generate(run.model, prompts[span.start * G:span.stop * G], cfg.max_new_tokens,
                                   generator=generator, temperature=cfg.temperature, top_p=cfg.top_p,

@@ -225,28 +225,19 @@ class Shard:
         per_chunk = C * G // minibatches
         out = []
         for epoch in range(epochs):
-            perms = [c * C * G + torch.randperm(C * G, generator=seeded(
+            perms = [c * C * G + torch.randperm(C * G, generator=torch.Generator().manual_seed(
                 self.chunk_seed(step, first + c, salt=1 + epoch))) for c in range(self.share // C)]
             out += [torch.cat([p[m * per_chunk:(m + 1) * per_chunk] for p in perms])
                     for m in range(minibatches)]
         return out
 
     def chunk_seed(self, step: int, chunk: int, salt: int = 0) -> int:
-        """Seed of a chunk's sampling (salt 0) or of its shuffle in epoch salt - 1."""
-        return self.seed * 1_000_003 + step + (chunk << 32) + (salt << 48)
+        """Seed of a chunk's sampling (salt 0) or shuffle (epoch salt - 1), in the 32 bits a CPU RNG reads."""
+        return (self.seed * 1_000_003 + step + (chunk + (salt << 16)) * 0x9E3779B1) % (1 << 32)
 
     def noise(self, step: int) -> torch.Generator:
         """The random picks of a step's loss (clip-cov), this rank's own."""
-        return seeded(self.seed * 31 + step + (self.rank << 32))
-
-
-def seeded(seed: int, device="cpu") -> torch.Generator:
-    """A generator on `device` drawing by every bit of `seed`. torch's CPU generator (mt19937) keeps a seed's
-    low 32 bits only, and Shard's seeds differ in bits 32 and up by chunk, epoch (salt) and rank: there the
-    high half is folded into the low one (a seed below 2**32 is kept), else every epoch, chunk and rank drew
-    the same numbers. CUDA's generator (Philox) keeps all 64 bits."""
-    g = torch.Generator(device=device)
-    return g.manual_seed((seed + (seed >> 32) * 0x9E3779B1) % (1 << 32) if g.device.type == "cpu" else seed)
+        return torch.Generator().manual_seed((self.seed * 31 + step + self.rank * 0x9E3779B1) % (1 << 32))
 
 
 @functools.lru_cache(maxsize=2)  # a step's prompts span at most two passes
