@@ -232,12 +232,12 @@ class Shard:
         return out
 
     def chunk_seed(self, step: int, chunk: int, salt: int = 0) -> int:
-        """Seed of a chunk's sampling (salt 0) or of its shuffle in epoch salt - 1."""
-        return self.seed * 1_000_003 + step + (chunk << 32) + (salt << 48)
+        """Seed of a chunk's sampling (salt 0) or shuffle (epoch salt - 1), in the 32 bits a CPU RNG reads."""
+        return (self.seed * 1_000_003 + step + (chunk + (salt << 16)) * 0x9E3779B1) % (1 << 32)
 
     def noise(self, step: int) -> torch.Generator:
         """The random picks of a step's loss (clip-cov), this rank's own."""
-        return torch.Generator().manual_seed(self.seed * 31 + step + (self.rank << 32))
+        return torch.Generator().manual_seed((self.seed * 31 + step + self.rank * 0x9E3779B1) % (1 << 32))
 
 
 @functools.lru_cache(maxsize=2)  # a step's prompts span at most two passes

@@ -15,19 +15,14 @@ import eval as eval_cli
 import train
 from nanoatr import data
 from nanoatr.data import Problem, load_problems
-from conftest import error_line, jsonl as read_jsonl, strict_file  # this file's jsonl writes one
-from test_data import error  # the one line a bad file gives, naming the file
+from conftest import error_line, jsonl, strict_file
+from test_data import error, write  # error: the one line a bad file gives, naming the file
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def parquet(path: Path, rows: list[dict], **kw) -> Path:
     pq.write_table(pa.Table.from_pylist(rows), path, **kw)
-    return path
-
-
-def jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
 
@@ -39,7 +34,7 @@ def test_standard_jsonl_with_answer_field_solution_keeps_completion_in_fields(tm
     """TRL's standard format: prompt text; an SFT pair's completion is kept (ignored for RL) in fields."""
     rows = [{"prompt": "1+1=", "completion": " 2", "solution": 2, "id": "a"},
             {"prompt": "2+3=", "completion": " 5", "solution": "5", "id": "b"}]
-    problems = load_problems(jsonl(tmp_path / "std.jsonl", rows), answer_field="solution")
+    problems = load_problems(write(tmp_path, rows, "std.jsonl"), answer_field="solution")
     assert problems == [Problem("1+1=", "2"), Problem("2+3=", "5")]
     assert [p.messages for p in problems] == [None, None]
     assert problems[0].fields == {"completion": " 2", "solution": 2, "id": "a"}  # every column but the prompt
@@ -66,7 +61,7 @@ def test_conversational_parquet_chat_kept_fields_json_able(tmp_path):
     json.dumps(first.fields)  # a reward function's keyword arguments stay JSON-able
     # the same rows as JSON lines give the same problems and fields
     as_lines = [{**r, "made": r["made"] and r["made"].isoformat()} for r in rows]
-    again = load_problems(jsonl(tmp_path / "conv.jsonl", as_lines))
+    again = load_problems(write(tmp_path, as_lines, "conv.jsonl"))
     assert again == [first, second] and [p.fields for p in again] == [first.fields, second.fields]
 
 
@@ -79,13 +74,13 @@ def test_content_as_a_list_of_text_parts_is_its_text(tmp_path):
     parts = [{"role": "system", "content": text("Be brief.")},
              {"role": "user", "content": text("What is ", "6*7?")}]
     for path in (parquet(tmp_path / "parts.parquet", [{"prompt": parts, "answer": "42"}]),
-                 jsonl(tmp_path / "parts.jsonl", [{"prompt": parts, "answer": "42"}])):
+                 write(tmp_path, [{"prompt": parts, "answer": "42"}], "parts.jsonl")):
         (problem,) = load_problems(path)
         assert problem.question == "What is 6*7?" and problem.messages == chat("Be brief.", "What is 6*7?")
     refused = ":1: 'prompt' must be text or a list of chat messages with text 'role' and 'content'"
     for content in ([{"type": "image", "image": "x.png"}, *text("Q?")], []):
         row = {"prompt": [{"role": "user", "content": content}], "answer": "1"}
-        path = jsonl(tmp_path / "bad.jsonl", [row])
+        path = write(tmp_path, [row], "bad.jsonl")
         assert error(path).startswith(f"{path}{refused}")
 
 
@@ -113,7 +108,7 @@ def test_dotted_answer_field_reaches_into_a_struct(tmp_path):
 
 def test_missing_answer_column_names_file_row_column_and_columns_found(tmp_path):
     rows = [{"prompt": "Q1", "solution": "1"}, {"prompt": "Q2", "answer": "2", "id": 5}]
-    path = jsonl(tmp_path / "m.jsonl", rows)
+    path = write(tmp_path, rows, "m.jsonl")
     assert error(path, answer_field="solution") == \
         f"{path}:2: missing answer: no 'solution': found columns ['prompt', 'answer', 'id']"
     assert error(path) == (f"{path}:1: missing answer: no 'answer': found columns ['prompt', 'solution']; "
@@ -127,7 +122,7 @@ def test_without_a_needed_answer_the_answer_is_none_and_dedupe_goes_by_prompt(tm
     apart from another with the same last user message by its other messages."""
     rows = [{"prompt": chat("S1", "Q"), "tests": [1]}, {"prompt": chat("S1", "Q"), "tests": [1]},
             {"prompt": chat("S2", "Q"), "tests": [2]}, {"prompt": "Q", "answer": "3"}]
-    path = jsonl(tmp_path / "free.jsonl", rows)
+    path = write(tmp_path, rows, "free.jsonl")
     problems = load_problems(path, need_answer=False)
     assert [(p.question, p.answer, p.fields.get("tests")) for p in problems] == \
         [("Q", None, [1]), ("Q", None, [2]), ("Q", "3", None)]
@@ -139,11 +134,10 @@ def test_without_a_needed_answer_the_answer_is_none_and_dedupe_goes_by_prompt(tm
 def test_json_file_as_a_list_or_as_json_lines(tmp_path):
     """A .json file: one list of rows, or JSON lines (what datasets' to_json writes by default)."""
     rows = [{"prompt": "Q1", "answer": 1}, {"prompt": chat("S", "Q2"), "answer": 2}]
-    listed, lines = tmp_path / "list.json", tmp_path / "lines.json"
+    listed = tmp_path / "list.json"
     listed.write_text(json.dumps(rows, indent=1))
-    jsonl(lines, rows)
     expected = [Problem("Q1", "1"), Problem("Q2", "2", chat("S", "Q2"))]
-    assert load_problems(listed) == load_problems(lines) == expected
+    assert load_problems(listed) == load_problems(write(tmp_path, rows, "lines.json")) == expected
 
 
 def test_parquet_limit_reads_only_the_batches_it_needs(tmp_path, monkeypatch):
@@ -207,7 +201,7 @@ def test_train_on_a_conversational_parquet_runs_as_on_the_jsonl(tmp_path):
     template renders a one-message chat as it renders the question, so the step is the jsonl's, number
     for number (rewards included: the golds were read from `solution`)."""
     rows = arith_rows(16)
-    plain = jsonl(tmp_path / "plain.jsonl", rows)
+    plain = write(tmp_path, rows, "plain.jsonl")
     conv = parquet(tmp_path / "conv.parquet", [
         {"prompt": [{"role": "user", "content": r["problem"]}], "solution": r["answer"], "id": i}
         for i, r in enumerate(rows)])
@@ -217,7 +211,7 @@ def test_train_on_a_conversational_parquet_runs_as_on_the_jsonl(tmp_path):
                 "--eval-limit", "2", "--eval-k", "1", "--out-dir", str(out), "--name", "parquet"])
     steps = {}
     for name in ("jsonl", "parquet"):
-        lines = read_jsonl(out / name / "metrics.jsonl")
+        lines = jsonl(out / name / "metrics.jsonl")
         steps[name] = {k: v for r in lines if "loss" in r for k, v in r.items()
                        if not k.startswith(("time", "tokens_per_s"))}  # timings differ
     assert steps["parquet"] == steps["jsonl"] and steps["jsonl"]["reward_mean"] > 0
@@ -238,5 +232,5 @@ def test_train_and_eval_bad_answer_field_is_one_line(tmp_path, capsys):
                                                        "the answer's column")
     eval_cli.main(["--model", str(ROOT / "data/tiny-qwen3"), "--data", str(conv), "--answer-field",
                    "solution", "--k", "1", "--max-new-tokens", "8", "--out", str(tmp_path / "e.jsonl")])
-    rows = read_jsonl(tmp_path / "e.jsonl")
+    rows = jsonl(tmp_path / "e.jsonl")
     assert [r["gold"] for r in rows if "gold" in r] == ["2"]

@@ -101,11 +101,15 @@ def test_sampling_does_not_depend_on_the_number_of_ranks():
     """A rollout chunk's seed is a function of the step and its place in the step, not of the rank: two
     ranks with two prompts each see the chunks (and seeds, and minibatch rows) one process sees."""
     shard = Shard(seed=3, prompts_per_step=4, chunk=1, group_size=2)
-    assert shard.chunk_seed(5, 1) != shard.chunk_seed(5, 0) != shard.chunk_seed(6, 0)
-    assert shard.chunk_seed(5, 1, salt=1) != shard.chunk_seed(5, 1)
     assert Shard(0, 4, 4, 2).chunk_seed(7, 0) == 7  # one chunk: the seed it always had
     one = Shard(3, 4, 1, 2)
     ranks = [Shard(3, 4, 1, 2, rank=r, world=2) for r in range(2)]
+    # below 2**32 (torch's CPU generator reads no more) and apart: two steps' chunks, shuffles (salt), noise
+    seeds = {shard.chunk_seed(t, c, salt) for t in (5, 6) for c in (0, 1) for salt in (0, 1)}
+    seeds |= {g.initial_seed() for g in [r.noise(5) for r in ranks] + [one.noise(6)]}  # ranks' and steps'
+    assert len(seeds) == 11 and max(seeds) < 1 << 32
+    assert [m.tolist() for m in Shard(3, 1, 1, 8).minibatches(5, 2, 1)] == [[2, 7, 4, 6, 5, 0, 3, 1],
+                                                                             [2, 3, 6, 5, 0, 7, 4, 1]]
     assert [seed for _, seed in one.chunks(5, 0, 4)] == [seed for s in ranks for _, seed in s.chunks(5, 0, 2)]
     assert one.problems(10, 5, 0, 4) == [i for s in ranks for i in s.problems(10, 5, 0, 2)]
     rows = one.minibatches(5, 2, 2)

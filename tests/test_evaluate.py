@@ -1,4 +1,5 @@
 import math
+import time
 from pathlib import Path
 
 import torch
@@ -20,20 +21,23 @@ def shipped():
     return Qwen3.from_pretrained(model_dir), load_tokenizer(model_dir), load_problems(ROOT / "data/arith/heldout.jsonl", limit=6)
 
 
-def test_resumed_sampling_draws_the_same_completions():
+def test_resumed_sampling_draws_the_same_completions(monkeypatch):
     model, tok, problems = shipped()
     kw = dict(max_new_tokens=40, batch_size=5, seed=3, progress=False)
     whole = list(sample_and_grade(model, tok, problems, 3, **kw))
     done = {(r["problem_id"], r["sample"]) for r in whole[:7]}  # interrupted mid-batch
+    steps = []  # what a terminal's progress bar is told: (its total, a step), each time
+    monkeypatch.setattr("nanoatr.evaluate.tqdm.update", lambda bar, n=1: steps.append((bar.total, n)))
     rest = list(sample_and_grade(model, tok, problems, 3, skip=done, **kw))
-    assert whole[7:] == rest
+    assert whole[7:] == rest and steps == [(len(rest), 1)] * len(rest)
 
 
 def test_evaluate_summary_matches_rows_and_follows_from_the_counts_alone():
     """"correct": each problem's correct samples of n = 4, in order; Mean@2 and Pass@2 follow from it exactly."""
     model, tok, problems = shipped()
+    start = time.perf_counter()
     summary, rows = evaluate(model, tok, problems, k=2, n=4, max_new_tokens=40, progress=False)
-    assert len(rows) == 6 * 4
+    assert len(rows) == 6 * 4 and 0 < summary["seconds"] <= time.perf_counter() - start  # its own time
     counts = summary["correct"]
     assert counts == [sum(r["correct"] for r in rows if r["problem_id"] == i) for i in range(6)]
     assert len(set(counts)) > 1  # problems that differ: the order matters
@@ -45,9 +49,9 @@ def test_evaluate_summary_matches_rows_and_follows_from_the_counts_alone():
 # the evaluation policy's entropy
 
 def random_policy(tmp_path):
-    """A random tiny Qwen3 (std 0.3: spread next-token distributions) and its character tokenizer; in float64,
-    so that two ways of computing an entropy differ only by rounding.qwen3_float64 (scoring keeps float64)."""
-    path = make_model_dir(tmp_path / "m")
+    """A random tiny Qwen3 (std 0.3: spread next-token distributions), its character tokenizer without a pad
+    token (as Llama's); in float64: two ways of computing an entropy differ only by rounding.qwen3_float64."""
+    path = make_model_dir(tmp_path / "m", {"pad_token": None})
     return Qwen3.from_pretrained(path, dtype=torch.float64).eval(), load_tokenizer(path)
 
 
@@ -59,7 +63,7 @@ def test_completion_entropies_are_the_entropy_at_each_sampled_token(tmp_path):
     softmax at T = 0.7, -sum p log p at each position, averaged over each row's real tokens."""
     model, tok = random_policy(tmp_path)
     out = generate(model, encode_prompts(tok, PROBLEMS), 12, temperature=0.7, eos_token_id=[tok.eos_token_id],
-                   generator=torch.Generator().manual_seed(0), pad_id=tok.pad_token_id)
+                   generator=torch.Generator().manual_seed(0))
     assert not out.mask.all() and out.mask.any(-1).all()  # rows of different lengths: the mask matters
     got = completion_entropies(model, out, 0.7, max_positions=20)  # 20 positions: one row a forward
     P = out.prompt_ids.shape[1]
@@ -87,9 +91,12 @@ def test_a_uniform_policy_has_entropy_log_v_at_any_temperature(tmp_path):
         model.lm_head.weight.zero_()
     V = model.lm_head.weight.shape[0]
     assert (entropy_key(0.0), entropy_key(0.6), entropy_key(1.2)) == ("entropy", "entropy@T0.6", "entropy@T1.2")
-    for temperature, key in ((1.0, "eval/x/entropy"), (0.5, "eval/x/entropy@T0.5")):
-        results, _ = during_training(model, tok, {"x": PROBLEMS}, 2, 4,
-                                     max_new_tokens=6, temperature=temperature, seed=1)
+    for temperature, key, problems, k, budget, picked in (  # picked: the rows kept as samples
+            (1.0, "eval/x/entropy", PROBLEMS, 2, 6, [(0, 0), (0, 1), (1, 0), (1, 1)]),
+            (0.5, "eval/x/entropy@T0.5", PROBLEMS[:1], 1, 1, [(0, 0)])):  # one completion token in all
+        results, samples = during_training(model, tok, {"x": problems}, k, 4,
+                                           max_new_tokens=budget, temperature=temperature, seed=1)
+        assert [(r["problem_id"], r["sample"]) for r in samples["x"]] == picked
         tol = entropy_error(V, 0.0, 1.0, U64)  # logits all exactly 0: only the entropy's own float64 rounding
         within(results[key], math.log(V), tol, f"uniform at T = {temperature}")
         assert not any("entropy" in k for k in results if k != key)
@@ -104,8 +111,11 @@ def test_evaluation_entropy_is_token_weighted_and_leaves_the_samples_alone(tmp_p
     rows = list(sample_and_grade(model, tok, PROBLEMS, 3, with_entropy=True, **kw))
     assert [{k: v for k, v in r.items() if k != "entropy"} for r in rows] == plain
     assert len({r["length"] for r in rows}) > 1 and all(r["entropy"] > 0 for r in rows)
-    results, _ = during_training(model, tok, {"x": PROBLEMS}, 3, 4,
-                                 max_new_tokens=10, temperature=1.0, seed=2)
+    assert {r["length"] for r in rows if r["truncated"]} == {10}  # a row's own tokens, all 10 of the budget
+    results, samples = during_training(model, tok, {"x": PROBLEMS}, 3, 4,
+                                       max_new_tokens=10, temperature=1.0, seed=2)
+    assert samples["x"] == rows[::9 // 4][:4]  # every len(rows) // 4-th of the rows, four of them
     want = sum(r["entropy"] * r["length"] for r in rows) / sum(r["length"] for r in rows)
     assert abs(results["eval/x/entropy"] - want) < 1e-9
+    assert results["eval/x/truncated"] == sum(r["truncated"] for r in rows) / len(rows) < 1  # a share
     assert want != sum(r["entropy"] for r in rows) / len(rows)  # not the mean of the rows' means

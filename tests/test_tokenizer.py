@@ -1,9 +1,12 @@
 """Prompt formatting (chat template, system prompt, Qwen3's thinking switch, plain template) and stop strings."""
+import json
+
 import pytest
 import torch
 
 from nanoatr.data import Problem
-from nanoatr.tokenizer import (check_template, completion_texts, find_stop, format_prompt, load_tokenizer,
+from nanoatr.tokenizer import (TokenizerError, check_template, completion_texts, eos_token_ids, find_stop,
+                               format_prompt, generation_defaults, ignored_prompt_flags, load_tokenizer,
                                make_stopper)
 from tiny import make_model_dir
 
@@ -44,9 +47,9 @@ def test_find_stop_takes_the_earliest_end():
 
 def test_a_stopper_reads_each_rows_text(tok):
     assert make_stopper(tok, []) is None and make_stopper(tok, [""]) is None
-    stopper = make_stopper(tok, ["=", "99"])
-    rows = [tok.encode(t, add_special_tokens=False) for t in ["1+2=3", "12", "4 99"]]
-    assert stopper.holds(rows) == [True, False, True]
+    stopper = make_stopper(tok, ["=", "99", "<|endoftext|>"])  # a special token too: its text is read
+    rows = [tok.encode(t, add_special_tokens=False) for t in ["1+2=3", "12", "4 99", "7<|endoftext|>"]]
+    assert stopper.holds(rows) == [True, False, True, True]
 
 
 def test_a_stopper_cuts_masks_only_later_tokens(tok):
@@ -75,8 +78,8 @@ def test_a_special_token_is_a_stop_string(tok):
 
 def test_stop_token_ids_from_every_place(tok, tmp_path):
     """The tokenizer's eos, config.json's and generation_config.json's (an int or a list), all of them."""
-    import json
-    from nanoatr.tokenizer import TokenizerError, eos_token_ids
+    with pytest.raises(TokenizerError, match=r"has no tokenizer \(tokenizer.json / tokenizer_config.json\)$"):
+        load_tokenizer(tmp_path)  # a folder with neither file
     eos = tok.eos_token_id
     assert eos_token_ids(tok) == eos_token_ids(tok, tmp_path) == [eos]
     (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": [7, 8]}))
@@ -96,8 +99,6 @@ def test_stop_token_ids_from_every_place(tok, tmp_path):
 
 
 def test_generation_defaults_read_three_keys(tmp_path):
-    import json
-    from nanoatr.tokenizer import TokenizerError, generation_defaults
     assert generation_defaults(tmp_path) == ({}, None)
     gen = tmp_path / "generation_config.json"
     gen.write_text(json.dumps({"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "eos_token_id": 1}))
@@ -111,7 +112,6 @@ def test_generation_defaults_read_three_keys(tmp_path):
 
 
 def test_prompt_flags_a_tokenizer_would_ignore(tok, tmp_path):
-    from nanoatr.tokenizer import TokenizerError, ignored_prompt_flags
     assert ignored_prompt_flags(tok, None, "S", False) is None  # QWEN3_LIKE has roles and the switch
     plain = load_tokenizer(make_model_dir(tmp_path / "plain", {"chat_template": None}))
     assert "--system-prompt needs a chat template" in ignored_prompt_flags(plain, None, "S", None)
