@@ -232,8 +232,8 @@ class Shard:
         return out
 
     def chunk_seed(self, step: int, chunk: int, salt: int = 0) -> int:
-        """Seed of a chunk's sampling (salt 0) or shuffle (epoch salt - 1), in the 32 bits a CPU RNG reads."""
-        return (self.seed * 1_000_003 + step + (chunk + (salt << 16)) * 0x9E3779B1) % (1 << 32)
+        """A chunk's sampling seed (salt 0), or its shuffle's in epoch salt - 1 (epoch 0: the sampling's)."""
+        return (self.seed * 1_000_003 + step + (chunk + (max(salt - 1, 0) << 16)) * 0x9E3779B1) % (1 << 32)
 
     def noise(self, step: int) -> torch.Generator:
         """The random picks of a step's loss (clip-cov), this rank's own."""
