@@ -215,7 +215,10 @@ def test_shipped_splits_are_rebuilt_byte_for_byte(tmp_path, monkeypatch):
     drawn first (a sample of the task's law, no key twice; issue 38), the transfer split by its own law clear
     of them, then the pool (train.jsonl) clear of all three up to the key (tests/test_splits.py)."""
     monkeypatch.setattr(sys, "argv", ["make_countdown.py", "--only-splits", "--data-dir", str(tmp_path)])
+    draw, specs = countdown.task_splits, []
+    monkeypatch.setattr(countdown, "task_splits", lambda seed, spec: specs.append(vars(spec)) or draw(seed, spec))
     countdown.main()
+    assert specs == [vars(puzzle.Spec())]  # its defaults: scripts/split_overlap.py redraws the splits with Spec()
     names = ["heldout", "val", "transfer", "train"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.jsonl" for name in names)
     for name in names:
@@ -303,6 +306,7 @@ def test_transfer_split_is_disjoint_and_solvable():
     # reachable() is the reward's rules: 8 / (3 - 8 / 3) = 24 needs a fraction on the way
     assert 24 in puzzle.reachable((3, 3, 8, 8)) and reward("\\boxed{8/(3-8/3)}", "3,3,8,8:24") == 1.0
     assert 24 not in puzzle.integer_reachable((3, 3, 8, 8), 100)
+    assert puzzle.integer_reachable((10, 11), 100) == {1, 21}  # 11 - 10, 10 + 11; not 10 * 11 > 100
 
 
 def test_a_transfer_problem_has_its_laws_numbers_and_target_and_skips_excluded_keys():
