@@ -38,12 +38,8 @@ def test_theorem_52_entropy_sign_agrees(event, surrogate):
     # ... and Theorem 5.1's vanilla step gives Cov(pi (A 1_X - E[A 1_X]), log pi)
     assert r["weighted_vanilla"] > 0.95
     assert r["rel_err_median"] < 1e-2  # eta = 1e-3 is first-order territory
-
-
-def test_printed_covariance_is_not_the_vanilla_step():
-    """Eq. 30 drops pi(a): with the vanilla step the printed covariance gets some signs wrong."""
-    r = theory.agreement(STATES, eta=1e-3, event="X-", surrogate="paper")
-    assert r["printed_vanilla"] < 0.99 < r["weighted_vanilla"]
+    if (event, surrogate) == ("X-", "paper"):  # Eq. 30 drops pi(a): with the vanilla step the printed
+        assert r["printed_vanilla"] < 0.99     # covariance gets some signs wrong
 
 
 def test_empty_event_has_nothing_to_predict():
