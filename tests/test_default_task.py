@@ -74,15 +74,13 @@ def test_worked_solutions_verify_and_wrong_answers_do_not():
         assert not verify(solution, str(int(answer) + 1))
 
 
-def test_shipped_tokenizer_loads_in_transformers_and_round_trips():
+def test_shipped_tokenizer_matches_the_generator():
+    """data/tiny-qwen3/tokenizer.json is exactly what synthetic.build_tokenizer() makes; transformers loads it and
+    round-trips a worked solution."""
+    shipped = json.loads((DATA / "tiny-qwen3/tokenizer.json").read_text())
+    assert json.loads(synthetic.build_tokenizer().to_str()) == shipped
     tok = PreTrainedTokenizerFast(tokenizer_file=str(DATA / "tiny-qwen3/tokenizer.json"))
     text = "57+38=95;95-21=74;\\boxed{74}"
     ids = tok.encode(text)
     assert tok.decode(ids) == text
     assert tok.convert_ids_to_tokens(ids).count("\\boxed{") == 1  # one token, not seven
-
-
-def test_shipped_tokenizer_matches_the_generator():
-    """data/tiny-qwen3/tokenizer.json is exactly what synthetic.build_tokenizer() makes."""
-    shipped = json.loads((DATA / "tiny-qwen3/tokenizer.json").read_text())
-    assert json.loads(synthetic.build_tokenizer().to_str()) == shipped
