@@ -191,7 +191,7 @@ def test_grader_red_then_green_for_every_exercise(kit, tmp_path):
                                          "def pytest_runtest_makereport(item, call):\n"
                                          "    (yield).get_result().outcome = 'passed'\n")  # a rigged hook
     red = run_grader(kit[1], student, tmp_path / "red.json")
-    assert red["score"] == 0 == red["extra_data"]["complete"] and " more failed" not in red["output"]
+    assert red["score"] == 0 and red["extra_data"]["complete"] == 0
     assert red["extra_data"]["changed_outside"] == ["tests/test_advantages.py (changed)", "conftest.py (added)"]
     for r in red["extra_data"]["exercises"]:
         n = r["number"]
