@@ -228,7 +228,7 @@ def test_pass_rate_filter_keeps_the_sometimes_solved(monkeypatch):
     solved = {0: 0, 1: 1, 2: 7, 3: 8, 4: 4}  # problem -> how many of its 8 samples are right (0 if unnamed)
 
     def fake_evaluate(model, tok, problems, k, **kw):
-        assert k == countdown.FILTER_SAMPLES and kw["seed"] == countdown.FILTER_SEED
+        assert k == countdown.FILTER_SAMPLES and kw["seed"] == countdown.FILTER_SEED and not kw["progress"]
         assert kw["max_new_tokens"] == TASKS["countdown"].max_new_tokens and kw["rewards"].functions == (countdown_reward,)
         return {"mean@8": 0.0, "correct": [solved.get(i, 0) for i in range(len(problems))]}, []
     monkeypatch.setattr(countdown, "evaluate", fake_evaluate)
