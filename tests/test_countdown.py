@@ -239,8 +239,10 @@ def test_pass_rate_filter_keeps_the_sometimes_solved(monkeypatch):
 def test_shipped_tokenizer_matches_the_generator():
     shipped = json.loads((DATA / "tiny-qwen3-countdown/tokenizer.json").read_text())
     assert json.loads(make_default.build_tokenizer().to_str()) == shipped
-    cfg = json.loads((DATA / "tiny-qwen3-countdown/config.json").read_text())  # --hidden 128 --layers 4
-    assert all(cfg.get(k) == v for k, v in vars(countdown.model_config(cfg["vocab_size"], 128, 4)).items())
+    for folder, config in [("tiny-qwen3-countdown", lambda v: countdown.model_config(v, 128, 4)),
+                           ("tiny-qwen3", make_default.tiny_config)]:  # the shipped models' shapes
+        cfg = json.loads((DATA / folder / "config.json").read_text())
+        assert all(cfg.get(k) == v for k, v in vars(config(cfg["vocab_size"])).items()), folder
 
 
 def test_search_traces_end_in_a_correct_expression():

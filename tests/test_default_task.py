@@ -75,8 +75,7 @@ def test_worked_solutions_verify_and_wrong_answers_do_not():
 
 
 def test_shipped_tokenizer_matches_the_generator():
-    """data/tiny-qwen3/tokenizer.json is exactly what synthetic.build_tokenizer() makes; transformers loads it and
-    round-trips a worked solution."""
+    """data/tiny-qwen3/tokenizer.json is synthetic.build_tokenizer()'s; transformers loads it, round-trips."""
     shipped = json.loads((DATA / "tiny-qwen3/tokenizer.json").read_text())
     assert json.loads(synthetic.build_tokenizer().to_str()) == shipped
     tok = PreTrainedTokenizerFast(tokenizer_file=str(DATA / "tiny-qwen3/tokenizer.json"))
