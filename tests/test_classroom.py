@@ -132,14 +132,14 @@ def test_a_copy_holds_tracked_files_only_and_says_what_it_left_out(tmp_path, mon
     assert MA.untracked_files(root) == ["notes.txt"]
     monkeypatch.setattr(MA, "ROOT", root)
     monkeypatch.chdir(tmp_path)
-    MA.main(["--exercises", "1", "--out", "hw1"])
+    MA.main(["--exercises", "1", "--out", "hw1", "--grader", "staff/hw1-grader"])  # a bundle in a new folder
     out = capsys.readouterr().out
-    for copy in (tmp_path / "hw1", tmp_path / "hw1-grader/reference"):
+    for copy in (tmp_path / "hw1", tmp_path / "staff/hw1-grader/reference"):
         assert (copy / "nanoatr/methods.py").is_file()
         assert not (copy / "build").exists() and not (copy / "notes.txt").exists(), copy
     assert "left out 1 untracked file" in out and "notes.txt" in out
     cd, grade = re.search(r"to grade a copy: cd (\S+) && python (\S+)\)", out).groups()
-    assert (tmp_path / cd / grade).resolve() == (tmp_path / "hw1-grader/grade.py").resolve()
+    assert (tmp_path / cd / grade).resolve() == (tmp_path / "staff/hw1-grader/grade.py").resolve()
 
 
 @pytest.mark.parametrize("where", ["out", "grader"])
@@ -195,6 +195,7 @@ def test_grader_red_then_green_for_every_exercise(kit, tmp_path):
     assert red["extra_data"]["changed_outside"] == ["tests/test_advantages.py (changed)", "conftest.py (added)"]
     for r in red["extra_data"]["exercises"]:
         n = r["number"]
+        assert 0 < r["seconds"] < 330, r  # its own run's time: stopped at --timeout 300
         if r["written"]:
             assert r["passed"] == r["total"] > 0 and r["max_score"] == 0, r
             continue

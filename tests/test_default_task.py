@@ -74,8 +74,8 @@ def test_worked_solutions_verify_and_wrong_answers_do_not():
         assert not verify(solution, str(int(answer) + 1))
 
 
-def test_shipped_tokenizer_matches_the_generator_and_round_trips_in_transformers():
-    """data/tiny-qwen3/tokenizer.json is exactly what synthetic.build_tokenizer() makes."""
+def test_shipped_tokenizer_matches_the_generator():
+    """data/tiny-qwen3/tokenizer.json is synthetic.build_tokenizer()'s; transformers loads it, round-trips."""
     shipped = json.loads((DATA / "tiny-qwen3/tokenizer.json").read_text())
     assert json.loads(synthetic.build_tokenizer().to_str()) == shipped
     tok = PreTrainedTokenizerFast(tokenizer_file=str(DATA / "tiny-qwen3/tokenizer.json"))

@@ -299,6 +299,7 @@ def test_adapter_records_the_model_as_given_and_a_moved_base_says_what_to_pass(t
                        (merge_adapter.main, ["--adapter", str(ckpt), "--out", str(tmp_path / "m")])]:
         err = error_line(capsys, main, args)
         assert "trained on data/tiny-qwen3" in err and f"pass --model BASE --adapter {ckpt}" in err
+    assert "--adapter DIR and --out DIR" in error_line(capsys, merge_adapter.main, ["--adapter", str(ckpt)])
     eval_cli.main(["--model", str(TINY_QWEN3), "--adapter", str(ckpt), *data, "--out", str(tmp_path / "o.jsonl")])
     merge_adapter.main(["--adapter", str(ckpt), "--model", str(TINY_QWEN3), "--out", str(tmp_path / "m")])
     assert (tmp_path / "m/model.safetensors").is_file() and "note:" not in capsys.readouterr().err

@@ -83,7 +83,7 @@ def test_training_figure_has_one_line_per_run_and_metric(tmp_path, capsys):
 
 
 @draws
-def test_return_panel_draws_the_first_round_under_dynamic_sampling(tmp_path):
+def test_the_return_panel_under_dynamic_sampling_and_a_chosen_eval_key(tmp_path):
     ds, plain = make_run(tmp_path, "ds", "clip"), make_run(tmp_path, "plain", "clip")
     with (ds / "metrics.jsonl").open("a") as f:  # after the torn line: its own lines, steps 1..10 only
         f.write("\n" + "".join(json.dumps({"step": s, "reward_mean_first_round": s / 10}) + "\n"
@@ -91,14 +91,9 @@ def test_return_panel_draws_the_first_round_under_dynamic_sampling(tmp_path):
     got = lines_of(plot_runs([ds, plain], tmp_path / "c.svg", window=1))
     assert got["ds (clip)|reward_mean"] == 10  # the first round's return (kept groups are picked for mixed rewards)
     assert got["plain (clip)|reward_mean"] == 30  # the other run keeps its own key
-
-
-@draws
-def test_eval_key_can_be_chosen(tmp_path):
-    run = make_run(tmp_path, "r", "clip")
-    assert "r (clip)|eval/amc23/mean@8" in lines_of(plot_runs([run], tmp_path / "a.svg", eval_key="eval/amc23/mean@8"))
-    assert not any(k.endswith("eval/absent") for k in lines_of(plot_runs([run], tmp_path / "b.svg",
-                                                                          eval_key="eval/absent")))
+    chosen = lines_of(plot_runs([plain], tmp_path / "a.svg", eval_key="eval/amc23/mean@8"))  # --eval-key
+    absent = lines_of(plot_runs([plain], tmp_path / "b.svg", eval_key="eval/absent"))
+    assert "plain (clip)|eval/amc23/mean@8" in chosen and not any(k.endswith("eval/absent") for k in absent)
 
 
 @draws

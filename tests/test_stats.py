@@ -271,6 +271,7 @@ def test_exact_detectable_gives_the_binding_runs_figures():
     c, low, high, k = corners
     effects = contrasts.effects_of([["low", "+0.5", low, "-0.5", c, "+0.5", k, "-0.5", high],
                                     ["edges", "+0.5", k, "-0.5", high, "-0.5", low, "+0.5", c]], corners)
+    assert contrasts.effect_text(contrasts.parse_effect(["d", "-1", c, "+1", k], corners)) == f"d = −1 {c} + 1 {k}"
     done = strict_file(ROOT / "results/binding-countdown/results.json")
     sd = {name: contrasts.measured(done, contrast, key).sd for name, contrast, key in [
         ("H1", contrasts.difference_of(k, c), "heldout/mean@k"), ("H2", effects["low"], "heldout/entropy"),
