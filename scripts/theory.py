@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone without installing
-from nanoatr.machinery.flags import Parser  # noqa: E402  (one error line, flags only in full)
+from nanoatr.machinery.flags import RANGES, Parser  # noqa: E402  (one error line, flags only in full)
 from nanoatr import methods  # noqa: E402
 from nanoatr.divergence import k3, kl3_ratio_range  # noqa: E402
 from plot import Line, Panel, draw  # noqa: E402  (scripts/plot.py)
@@ -215,6 +215,9 @@ def main(argv=None):
     parser.add_argument("--figure", default=FIGURE, help="where to write Figure 1, and a .png beside it "
                         f"(default: {FIGURE}; docs/figure1-kl3.svg is the docs' copy; '' = skip)")
     args = parser.parse_args(argv)
+    for name, rule in (("states", ">=1"), ("eta", ">0"), ("delta", ">0")):  # (--eta 0 would divide by 0)
+        if not RANGES[rule][0](value := getattr(args, name)):
+            parser.error(f"--{name} must be {RANGES[rule][1]} (got {value})")
     l, u = kl3_ratio_range(args.delta)
     print(f"delta {args.delta:g}: KL3 range [l, u] = [{l:.4f}, {u:.4f}]; X-: eps = u - 1 = {u - 1:.4f}, "
           f"X+: eps = 1 - l = {1 - l:.4f}; eta {args.eta:g}; {args.states} random states per row\n")
@@ -226,7 +229,10 @@ def main(argv=None):
           f" | {'max err':>8} {'rel err':>9}")
     for surrogate in SURROGATES:
         for event in EVENTS:
-            r = agreement(args.states, args.eta, args.delta, args.seed, event, surrogate)
+            try:
+                r = agreement(args.states, args.eta, args.delta, args.seed, event, surrogate)
+            except ValueError as e:  # no state satisfied the premise
+                parser.error(str(e))
             print(f"{surrogate:9} {event:5} {r['premise']:7d} | {r['printed_vanilla']:11.1%} "
                   f"{r['weighted_vanilla']:11.1%} | {r['printed_natural']:11.1%} | {r['thm51_max_err']:8.1e} "
                   f"{r['rel_err_median']:9.1e}")

@@ -3,8 +3,7 @@ copy the real files' shapes (problem texts shortened)."""
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from hub_fixtures import DAPO_TEMPLATE as TEMPLATE, dapo_row
 from nanoatr.data import DataError, Problem, load_problems, repair_latex_escapes

@@ -11,8 +11,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nanoatr import divergence as d
 

@@ -12,8 +12,7 @@ import huggingface_hub.constants
 import pytest
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
-from nanoatr.model import ModelError, Qwen3
-from nanoatr.model import files
+from nanoatr.model import ModelError, Qwen3, files
 from tiny import make_model_dir
 from conftest import error_line, strict_file
 

@@ -11,8 +11,7 @@ import warnings
 
 import pytest
 import torch
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from nanoatr import loss as L
 from nanoatr import scoring as S

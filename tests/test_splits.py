@@ -18,11 +18,8 @@ import split_overlap  # noqa: E402  (scripts/split_overlap.py)
 
 
 def test_no_evaluation_problem_is_trained_on_seen_by_the_warm_start_or_comes_twice():
-    """On the shipped Countdown files, scripts/split_overlap.py's counts (checked on a crafted copy below) are all
-    0, up to a problem's key; the warm-start's stream as data/make_countdown.py draws it, its first 250 x 64 of
-    1050 x 64 (8 s; the whole is 35 s of search traces; arithmetic's whole 725 x 64: the documented figures
-    below). Issue 38: the old streams, which skipped held-out and validation questions only as strings, held 137
-    of the 256 arithmetic held-out problems' keys and 225 of Countdown's."""
+    """On the shipped Countdown files split_overlap.py's counts (checked on a crafted copy below) are 0, the stream
+    its first 250 x 64 of 1050 (8 s; arithmetic's: below). Issue 38's old streams held 225 held-out keys."""
     for line in split_overlap.report("countdown", DATA, 250):
         assert re.fullmatch(r"countdown \w+: \d{3,} problems; sharing a key with train 0, rl 0; repeats 0; "
                             r"sharing a key with the warm-start's stream \(250 x 64\) 0", line), line
@@ -110,9 +107,8 @@ class Handed(Exception):
 
 
 def test_make_countdown_rebuilds_the_shipped_files_and_the_stream_split_overlap_counts(tmp_path, monkeypatch):
-    """`python data/make_countdown.py --data-dir D --out M`: the task files byte for byte (held-out and validation
-    drawn first, no key twice; the transfer split by its own law clear of them; then the pool, train.jsonl, clear
-    of all three up to the key), and the warm-start's stream as split_overlap.py draws it."""
+    """`python data/make_countdown.py --data-dir D --out M`: the task files byte for byte (issue 38's order: held-out,
+    validation, transfer, then the pool clear of them), and the warm-start's stream as split_overlap.py draws it."""
     import make_countdown
 
     def warm_start(model, tok, stream, *args, **kwargs):

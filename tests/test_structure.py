@@ -55,8 +55,8 @@ MAX_LIBRARY_LINES = 8_193
 # The suite and the whole house (every .py of the repository, tests included), counted as the library is. Issue
 # 56 found the house grown by accretion (29.4k -> 32.6k lines in one turn; tests 15.2k) and set 31,000 as the
 # goal; these caps are the counts as its third pass landed (benches, tools and tests consolidated: 15,155 and
-# 32,444 before the second), lowered as code leaves, never raised to fit a feature.
-MAX_TEST_LINES = 14_531
+# 32,444 before the second), lowered as code leaves, never raised to fit a feature (14,525: issue 57's sixth pass).
+MAX_TEST_LINES = 14_525
 MAX_PYTHON_LINES = 30_805
 # A function is read at once when it fits an editor window without scrolling: about 60 lines on a laptop.
 # Counted from `def` to its last line, docstring and comments included. When the cap was set (issue 39) the

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import theory  # noqa: E402  (scripts/theory.py)
 from nanoatr.divergence import kl3_ratio_range
+from conftest import error_line
 
 STATES = 400  # ~150-200 of them satisfy each premise
 
@@ -83,6 +84,8 @@ def test_main_without_matplotlib_prints_the_numbers_and_one_line(tmp_path, monke
     assert (f"paper     X-    {r['premise']:7d} | {r['printed_vanilla']:11.1%} {r['weighted_vanilla']:11.1%} | "
             f"{r['printed_natural']:11.1%} | {r['thm51_max_err']:8.1e} {r['rel_err_median']:9.1e}\n") in out
     assert "; eta 0.001; 60 random states per row" in out and "nanoatr   X+" in out
+    for argv, message in [(["--eta", "0"], "--eta must be > 0"), (["--states", "1"], "no state satisfied")]:
+        assert message in error_line(capsys, theory.main, argv)  # not a ZeroDivisionError, a traceback
     assert [line for line in out.splitlines() if "matplotlib" in line] == \
         ["figure 1 not drawn: it needs matplotlib (pip install matplotlib); the numbers above do not"]
     assert not any(tmp_path.rglob("*.svg"))

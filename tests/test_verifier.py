@@ -5,8 +5,7 @@ test_verifier_cases.py."""
 from fractions import Fraction
 
 import pytest
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from nanoatr.verifier import verify
 

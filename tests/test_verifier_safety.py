@@ -12,10 +12,9 @@ import time
 import pytest
 
 from nanoatr import verifier
-from nanoatr.verifier import equal, values
+from nanoatr.verifier import SYMPY_BUDGET, equal, values, verify
 from nanoatr.verifier.parse import parse
 from nanoatr.verifier.values import MAX_BITS, MAX_FACTORIAL, ParseError
-from nanoatr.verifier import SYMPY_BUDGET, verify
 
 def _random_latex(n: int, seed: int = 0) -> str:
     rng = random.Random(seed)
